@@ -1,0 +1,594 @@
+//! [`LockClient`]: connects, detects the server once, and acquires, releases, extends and
+//! inspects locks.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::Value;
+use tracing::Instrument;
+
+use crate::connection::ClientConnection;
+use crate::error::{Error, Operation, Result};
+use crate::guard::{Lease, LockGuard};
+use crate::options::{ClientOptions, LockOptions, ttl_millis};
+use crate::server::ServerInfo;
+use crate::strategy::{
+    ACQUIRE_SCRIPT, EXTEND_SCRIPT, ExtendStrategy, RELEASE_SCRIPT, ReleaseStrategy, extend_cmd,
+    release_cmd,
+};
+use crate::token::{LockToken, fence_key, validate_key};
+
+/// The outcome of one acquisition attempt.
+#[derive(Debug)]
+#[must_use = "dropping an acquired guard releases the lock in the background"]
+pub enum TryAcquire {
+    /// The lock is ours.
+    Acquired(LockGuard),
+    /// Someone else holds it. A normal outcome, not an error.
+    Busy {
+        /// How long the holder's lease still runs, when the server told us (waiting
+        /// acquisitions and fencing acquisitions ask for it; a plain `SET NX` does not say).
+        /// `None` also when the key has no TTL at all (it was not set by a lock).
+        remaining: Option<Duration>,
+    },
+}
+
+impl TryAcquire {
+    /// The guard, if acquired.
+    pub fn acquired(self) -> Option<LockGuard> {
+        match self {
+            TryAcquire::Acquired(g) => Some(g),
+            TryAcquire::Busy { .. } => None,
+        }
+    }
+
+    /// True if the lock was acquired.
+    pub fn is_acquired(&self) -> bool {
+        matches!(self, TryAcquire::Acquired(_))
+    }
+}
+
+/// What a lock key holds right now, as [`LockClient::inspect`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockState {
+    /// The lock key.
+    pub key: String,
+    /// The holder's token, if the lock is held. This is the holder's capability: show it only to
+    /// whoever may release the lock.
+    pub holder: Option<String>,
+    /// The remaining TTL, if the key exists and has one.
+    pub ttl: Option<Duration>,
+    /// The last fencing number issued for this key, if fencing was ever used on it.
+    pub fencing_counter: Option<u64>,
+}
+
+pub(crate) enum Attempt {
+    Acquired { fencing: Option<u64> },
+    Busy { remaining: Option<Duration> },
+}
+
+/// A lock client bound to one Redis or Valkey server.
+///
+/// Cheap to clone (all clones share one multiplexed connection and the capabilities detected when
+/// it connected). Every lock operation is one round trip: acquire is one `SET NX PX` (or one
+/// script with fencing or waiting), release one `DELEX`/`DELIFEQ`/`EVALSHA`, extend one
+/// `SET ... IFEQ`/`EVALSHA`.
+#[derive(Clone)]
+pub struct LockClient {
+    inner: Arc<ClientInner>,
+}
+
+struct ClientInner {
+    conn: ClientConnection,
+    server: ServerInfo,
+    release: ReleaseStrategy,
+    extend: ExtendStrategy,
+}
+
+impl std::fmt::Debug for LockClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockClient")
+            .field("server", &self.inner.server)
+            .field("release", &self.inner.release)
+            .field("extend", &self.inner.extend)
+            .finish()
+    }
+}
+
+fn timeout_error(op: Operation, what: &str) -> Error {
+    Error::Connection {
+        op,
+        ambiguous: false,
+        source: std::io::Error::new(std::io::ErrorKind::TimedOut, what.to_string()).into(),
+    }
+}
+
+impl LockClient {
+    /// Connects to `url` (`redis://[user:password@]host:port/db`, also `valkey://`; credentials
+    /// in the URL for `requirepass` or an ACL user) with default [`ClientOptions`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a malformed URL, [`Error::Authentication`] for refused
+    /// credentials, [`Error::Connection`] if the server cannot be reached or does not answer
+    /// within the connect timeout (5 s by default).
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, ClientOptions::default()).await
+    }
+
+    /// Connects to `url` with the given options.
+    ///
+    /// # Errors
+    /// As [`LockClient::connect`]; also [`Error::InvalidArgument`] when a forced strategy is not
+    /// offered by the server.
+    pub async fn connect_with(url: &str, options: ClientOptions) -> Result<Self> {
+        let client = redis::Client::open(url).map_err(|e| Error::invalid("url", e.to_string()))?;
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(options.connect_timeout))
+            .set_response_timeout(Some(options.response_timeout))
+            .set_number_of_retries(1);
+        let bound = options.connect_timeout;
+        let connect = async {
+            let manager = client
+                .get_connection_manager_with_config(config)
+                .await
+                .map_err(|e| Error::from_redis(Operation::Connect, e))?;
+            Self::with_connection(manager, options).await
+        };
+        // The client's own timeouts bound each step; this bounds them all together.
+        tokio::time::timeout(bound, connect).await.map_err(|_| {
+            timeout_error(Operation::Connect, "no answer within the connect timeout")
+        })?
+    }
+
+    /// Wraps a connection the caller already has (a [`redis::aio::ConnectionManager`] or
+    /// [`redis::aio::MultiplexedConnection`]), detecting the server's capabilities once.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
+    /// let manager = client.get_connection_manager().await?;
+    /// let locks = leasehold::LockClient::from_connection(manager).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Connection`] or [`Error::Authentication`] if detection fails.
+    pub async fn from_connection(conn: impl Into<ClientConnection>) -> Result<Self> {
+        Self::with_connection(conn, ClientOptions::default()).await
+    }
+
+    /// As [`LockClient::from_connection`], with options (forced strategies; the timeouts are
+    /// the connection's own).
+    ///
+    /// # Errors
+    /// As [`LockClient::from_connection`]; [`Error::InvalidArgument`] when a forced strategy is
+    /// not offered by the server.
+    pub async fn with_connection(
+        conn: impl Into<ClientConnection>,
+        options: ClientOptions,
+    ) -> Result<Self> {
+        let mut conn = conn.into();
+        let server = ServerInfo::detect(&mut conn).await?;
+        let release = server.release_strategy(options.release)?;
+        let extend = server.extend_strategy(options.extend)?;
+        tracing::debug!(%server, %release, %extend, "leasehold connected");
+        Ok(LockClient {
+            inner: Arc::new(ClientInner {
+                conn,
+                server,
+                release,
+                extend,
+            }),
+        })
+    }
+
+    /// The server and what it offers, as detected when connecting.
+    pub fn server(&self) -> &ServerInfo {
+        &self.inner.server
+    }
+
+    /// The release strategy in use.
+    pub fn release_strategy(&self) -> ReleaseStrategy {
+        self.inner.release
+    }
+
+    /// The extend strategy in use.
+    pub fn extend_strategy(&self) -> ExtendStrategy {
+        self.inner.extend
+    }
+
+    /// A handle on the underlying connection, for the caller's own commands.
+    pub fn connection(&self) -> ClientConnection {
+        self.inner.conn.clone()
+    }
+
+    /// One attempt to take `key` for `options.ttl()`, without waiting.
+    ///
+    /// Sends `SET key token NX PX ttl` with a fresh random token (or the acquire script when
+    /// fencing is on, which also issues the fencing number in the same round trip).
+    ///
+    /// **Cancellation.** If this future is dropped after the command was sent but before its
+    /// reply was read, the server may have granted the lock to a token nobody holds. The library
+    /// then sends a token-checked release of that token in the background; because it travels on
+    /// the same connection it reaches the server after the `SET`, so the lock is freed at once
+    /// instead of after its TTL. The same cleanup runs when the reply is lost to a timeout.
+    /// Only if the connection itself breaks in between does the abandoned lock stay until its
+    /// TTL runs out.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty key or a TTL outside 1 ms ..= 7 days;
+    /// [`Error::Connection`] (ambiguous once the command was sent), [`Error::Server`].
+    pub async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
+        validate_key(key)?;
+        let ttl_ms = ttl_millis(options.ttl())?;
+        let span = tracing::debug_span!("leasehold.acquire", key, outcome = tracing::field::Empty);
+        async {
+            let token = LockToken::random();
+            let started = Instant::now();
+            let result = self
+                .attempt(key, &token, ttl_ms, options.fencing_enabled(), false)
+                .await;
+            let span = tracing::Span::current();
+            match result? {
+                Attempt::Acquired { fencing } => {
+                    span.record("outcome", "acquired");
+                    Ok(TryAcquire::Acquired(self.guard(
+                        key,
+                        token,
+                        fencing,
+                        started,
+                        options.ttl(),
+                    )))
+                }
+                Attempt::Busy { remaining } => {
+                    span.record("outcome", "busy");
+                    Ok(TryAcquire::Busy { remaining })
+                }
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Takes `key`, retrying a busy lock until `options.wait_bound()` elapses (one attempt if
+    /// none was set).
+    ///
+    /// Between attempts it sleeps for the [`Backoff`](crate::Backoff) delay (exponential, with
+    /// jitter, so waiters do not retry in lock step), never longer than the holder's remaining
+    /// lease as the server reported it, nor past the deadline; it makes one last attempt at the
+    /// deadline. Each attempt uses a fresh token, so a cleanup of an abandoned attempt can never
+    /// release a later, successful one. Cancellation: see [`LockClient::try_acquire`].
+    ///
+    /// # Errors
+    /// [`Error::NotAcquired`] when the lock stayed busy until the deadline; otherwise as
+    /// [`LockClient::try_acquire`].
+    pub async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
+        validate_key(key)?;
+        let ttl_ms = ttl_millis(options.ttl())?;
+        let span = tracing::debug_span!(
+            "leasehold.acquire",
+            key,
+            outcome = tracing::field::Empty,
+            attempts = tracing::field::Empty
+        );
+        async {
+            let begun = Instant::now();
+            let deadline = options.wait_bound().map(|w| begun + w);
+            let mut attempts: u32 = 0;
+            loop {
+                let token = LockToken::random();
+                let started = Instant::now();
+                attempts += 1;
+                let attempt = self
+                    .attempt(
+                        key,
+                        &token,
+                        ttl_ms,
+                        options.fencing_enabled(),
+                        deadline.is_some(),
+                    )
+                    .await?;
+                let span = tracing::Span::current();
+                span.record("attempts", attempts);
+                let remaining = match attempt {
+                    Attempt::Acquired { fencing } => {
+                        span.record("outcome", "acquired");
+                        return Ok(self.guard(key, token, fencing, started, options.ttl()));
+                    }
+                    Attempt::Busy { remaining } => remaining,
+                };
+                let now = Instant::now();
+                let Some(deadline) = deadline.filter(|d| now < *d) else {
+                    span.record("outcome", "busy");
+                    return Err(Error::NotAcquired {
+                        key: key.to_string(),
+                        waited: now - begun,
+                        attempts,
+                    });
+                };
+                let mut delay = options.backoff_policy().delay(attempts - 1);
+                if let Some(r) = remaining {
+                    // The holder's lease ends then: no point waiting longer (a crashed holder
+                    // is replaced as soon as its TTL runs out).
+                    delay = delay.min(r + Duration::from_millis(1));
+                }
+                tokio::time::sleep(delay.min(deadline - now)).await;
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Waits for `key` (as [`LockClient::acquire`]), runs `work`, and releases the lock
+    /// whatever happens: when `work` returns, when it panics (the panic is resumed after the
+    /// release), and when the returned future is dropped (the guard then releases in the
+    /// background).
+    ///
+    /// `work` receives a [`Lease`]: the key, token, fencing token and validity of the lock.
+    ///
+    /// # Errors
+    /// As [`LockClient::acquire`] if the lock was not taken (then `work` did not run). If `work`
+    /// ran but the lock was no longer ours when it finished ([`Error::NotHeld`]: the TTL ran out
+    /// during the work), its output is dropped and the error returned, because the work was not
+    /// protected for its whole duration; pass a TTL comfortably longer than the work.
+    pub async fn with_lock<T, F, Fut>(&self, key: &str, options: &LockOptions, work: F) -> Result<T>
+    where
+        F: FnOnce(Lease) -> Fut,
+        Fut: std::future::Future<Output = T>,
+    {
+        use futures_util::FutureExt;
+        let guard = self.acquire(key, options).await?;
+        let outcome = std::panic::AssertUnwindSafe(work(guard.lease().clone()))
+            .catch_unwind()
+            .await;
+        let released = guard.release().await;
+        match outcome {
+            Err(panic) => std::panic::resume_unwind(panic),
+            Ok(value) => released.map(|()| value),
+        }
+    }
+
+    /// Releases `key` if it still holds `token`, atomically (see [`crate::strategy`]).
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if the key is gone or holds another token; [`Error::Server`] with
+    /// `WRONGTYPE` if the key is not a string; [`Error::Connection`].
+    pub async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
+        validate_key(key)?;
+        let span = tracing::debug_span!("leasehold.release", key, token = %token, outcome = tracing::field::Empty);
+        async {
+            let deleted = self.release_raw(key, token.expose()).await?;
+            tracing::Span::current()
+                .record("outcome", if deleted { "released" } else { "not held" });
+            if deleted {
+                Ok(())
+            } else {
+                Err(Error::NotHeld {
+                    key: key.to_string(),
+                })
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Resets the TTL of `key` to `ttl` if it still holds `token`, atomically.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if the key is gone or holds another token; as [`LockClient::release`].
+    pub async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<()> {
+        validate_key(key)?;
+        let ttl_ms = ttl_millis(ttl)?;
+        let span = tracing::debug_span!("leasehold.extend", key, token = %token, outcome = tracing::field::Empty);
+        async {
+            let extended = self.extend_raw(key, token.expose(), ttl_ms).await?;
+            tracing::Span::current()
+                .record("outcome", if extended { "extended" } else { "not held" });
+            if extended {
+                Ok(())
+            } else {
+                Err(Error::NotHeld {
+                    key: key.to_string(),
+                })
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Reads what `key` holds, its remaining TTL and its fencing counter, in one round trip.
+    ///
+    /// # Errors
+    /// [`Error::Server`] with `WRONGTYPE` if the key is not a string; [`Error::Connection`].
+    pub async fn inspect(&self, key: &str) -> Result<LockState> {
+        validate_key(key)?;
+        let fence = fence_key(key);
+        let (holder, pttl, counter): (Option<String>, i64, Option<u64>) = self
+            .idempotent(Operation::Inspect, |mut conn| {
+                let pipe = redis::pipe().get(key).pttl(key).get(&fence).clone();
+                async move { pipe.query_async(&mut conn).await }
+            })
+            .await?;
+        Ok(LockState {
+            key: key.to_string(),
+            holder,
+            ttl: (pttl >= 0).then(|| Duration::from_millis(pttl as u64)),
+            fencing_counter: counter,
+        })
+    }
+
+    fn guard(
+        &self,
+        key: &str,
+        token: LockToken,
+        fencing: Option<u64>,
+        started: Instant,
+        ttl: Duration,
+    ) -> LockGuard {
+        LockGuard::new(self.clone(), Lease::new(key, token, fencing, started, ttl))
+    }
+
+    /// Sends one acquisition. `want_remaining` asks for the holder's PTTL on busy (the script).
+    pub(crate) async fn attempt(
+        &self,
+        key: &str,
+        token: &LockToken,
+        ttl_ms: u64,
+        fencing: bool,
+        want_remaining: bool,
+    ) -> Result<Attempt> {
+        let mut cleanup = AbandonedAttempt::arm(self, key, token);
+        let mut conn = self.inner.conn.clone();
+        let result = if fencing || want_remaining {
+            let mut inv = ACQUIRE_SCRIPT.key(key);
+            if fencing {
+                inv.key(fence_key(key));
+            }
+            inv.arg(token.expose()).arg(ttl_ms);
+            inv.invoke_async::<(i64, i64)>(&mut conn)
+                .await
+                .map(|(ok, n)| {
+                    if ok == 1 {
+                        Attempt::Acquired {
+                            fencing: fencing.then_some(n as u64),
+                        }
+                    } else {
+                        Attempt::Busy {
+                            remaining: (n >= 0).then(|| Duration::from_millis(n as u64)),
+                        }
+                    }
+                })
+        } else {
+            redis::cmd("SET")
+                .arg(key)
+                .arg(token.expose())
+                .arg("NX")
+                .arg("PX")
+                .arg(ttl_ms)
+                .query_async::<Option<String>>(&mut conn)
+                .await
+                .map(|ok| match ok {
+                    Some(_) => Attempt::Acquired { fencing: None },
+                    None => Attempt::Busy { remaining: None },
+                })
+        };
+        match result {
+            Ok(attempt) => {
+                cleanup.disarm();
+                Ok(attempt)
+            }
+            Err(e) => {
+                let err = Error::from_redis(Operation::Acquire, e);
+                if !err.is_ambiguous() {
+                    cleanup.disarm();
+                }
+                // An ambiguous failure keeps the cleanup armed: it fires on drop below.
+                Err(err)
+            }
+        }
+    }
+
+    pub(crate) async fn release_raw(&self, key: &str, token: &str) -> Result<bool> {
+        let deleted: i64 = self
+            .idempotent(Operation::Release, |mut conn| async move {
+                match release_cmd(self.inner.release, key, token) {
+                    Some(cmd) => cmd.query_async(&mut conn).await,
+                    None => {
+                        RELEASE_SCRIPT
+                            .key(key)
+                            .arg(token)
+                            .invoke_async(&mut conn)
+                            .await
+                    }
+                }
+            })
+            .await?;
+        Ok(deleted == 1)
+    }
+
+    pub(crate) async fn extend_raw(&self, key: &str, token: &str, ttl_ms: u64) -> Result<bool> {
+        self.idempotent(Operation::Extend, |mut conn| async move {
+            match extend_cmd(self.inner.extend, key, token, ttl_ms) {
+                Some(cmd) => cmd.query_async::<Value>(&mut conn).await.map(|v| {
+                    matches!(v, Value::Okay) || matches!(&v, Value::SimpleString(s) if s == "OK")
+                }),
+                None => EXTEND_SCRIPT
+                    .key(key)
+                    .arg(token)
+                    .arg(ttl_ms)
+                    .invoke_async::<i64>(&mut conn)
+                    .await
+                    .map(|n| n == 1),
+            }
+        })
+        .await
+    }
+
+    /// Runs a token-checked (hence safely repeatable) operation, once more if the connection
+    /// had dropped: the reconnecting connection then carries the retry to the (possibly
+    /// restarted) server. Repeating is safe because the operation only acts while the key holds
+    /// our token; at worst a release whose first reply was lost reports "not held", which is
+    /// true by then. Timeouts are not retried: the bound the caller set would double.
+    async fn idempotent<T, F, Fut>(&self, op: Operation, mut run: F) -> Result<T>
+    where
+        F: FnMut(ClientConnection) -> Fut,
+        Fut: std::future::Future<Output = redis::RedisResult<T>>,
+    {
+        match run(self.inner.conn.clone()).await {
+            Err(e) if e.is_connection_dropped() || e.is_connection_refusal() => {
+                tracing::debug!(%op, error = %e, "connection dropped; retrying once");
+                run(self.inner.conn.clone()).await
+            }
+            other => other,
+        }
+        .map_err(|e| Error::from_redis(op, e))
+    }
+}
+
+/// Releases the token of an acquisition whose outcome we never learned (the future was dropped,
+/// or the reply was lost), so an orphaned lock does not block everyone for a whole TTL.
+struct AbandonedAttempt<'a> {
+    client: &'a LockClient,
+    key: &'a str,
+    token: &'a LockToken,
+    armed: bool,
+}
+
+impl<'a> AbandonedAttempt<'a> {
+    fn arm(client: &'a LockClient, key: &'a str, token: &'a LockToken) -> Self {
+        AbandonedAttempt {
+            client,
+            key,
+            token,
+            armed: true,
+        }
+    }
+
+    fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for AbandonedAttempt<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(
+                key = self.key,
+                "acquisition abandoned outside a runtime; the lock, if granted, expires with its TTL"
+            );
+            return;
+        };
+        let client = self.client.clone();
+        let key = self.key.to_string();
+        let token = self.token.clone();
+        tracing::debug!(key, token = %token, "acquisition abandoned; releasing its token in the background");
+        handle.spawn(async move {
+            if let Ok(true) = client.release_raw(&key, token.expose()).await {
+                tracing::debug!(key, "abandoned acquisition had taken the lock; released");
+            }
+        });
+    }
+}

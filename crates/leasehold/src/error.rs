@@ -1,0 +1,184 @@
+//! The library's error type.
+
+use std::time::Duration;
+
+/// What the library was doing when an error happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Operation {
+    /// Connecting and detecting the server's capabilities.
+    Connect,
+    /// Acquiring a lock (`SET NX PX`, or the fencing script).
+    Acquire,
+    /// Releasing a lock.
+    Release,
+    /// Extending a lock's TTL.
+    Extend,
+    /// Reading a lock's state.
+    Inspect,
+    /// A fenced write or read at the protected resource.
+    FencedWrite,
+}
+
+impl std::fmt::Display for Operation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Operation::Connect => "connect",
+            Operation::Acquire => "acquire",
+            Operation::Release => "release",
+            Operation::Extend => "extend",
+            Operation::Inspect => "inspect",
+            Operation::FencedWrite => "fenced write",
+        })
+    }
+}
+
+/// Everything that can go wrong in `leasehold`.
+///
+/// A busy lock is *not* an error for [`try_acquire`](crate::LockClient::try_acquire): it is the
+/// [`TryAcquire::Busy`](crate::TryAcquire::Busy) outcome. It becomes [`Error::NotAcquired`] only
+/// when a waiting acquisition reaches its deadline.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An argument was rejected before anything was sent to the server.
+    #[error("invalid {what}: {reason}")]
+    InvalidArgument {
+        /// Which argument.
+        what: &'static str,
+        /// Why it was rejected.
+        reason: String,
+    },
+
+    /// The server could not be reached, the connection broke, or no reply came in time.
+    ///
+    /// When `ambiguous` is true the command may have been executed by the server even though we
+    /// never saw the reply: an acquisition whose reply was lost may hold the lock until its TTL
+    /// runs out, and a release whose reply was lost may have released it.
+    #[error("{op}: connection error{}: {source}", if *.ambiguous { " (outcome unknown: the command may have been applied)" } else { "" })]
+    Connection {
+        /// What we were doing.
+        op: Operation,
+        /// Whether the server may have applied the command.
+        ambiguous: bool,
+        /// The underlying client error.
+        #[source]
+        source: redis::RedisError,
+    },
+
+    /// The server refused our credentials (wrong password, unknown ACL user, or none given).
+    #[error("authentication refused by the server: {source}")]
+    Authentication {
+        /// The underlying client error.
+        #[source]
+        source: redis::RedisError,
+    },
+
+    /// The server answered with an error: `WRONGTYPE` (the key holds something that is not a
+    /// lock), `READONLY` (we talk to a replica), `NOPERM` (ACL), an out-of-memory refusal, ...
+    #[error("{op}: the server replied with an error: {source}")]
+    Server {
+        /// What we were doing.
+        op: Operation,
+        /// The underlying client error, carrying the server's message.
+        #[source]
+        source: redis::RedisError,
+    },
+
+    /// The lock is no longer ours: its key is gone (expired, deleted, the server restarted
+    /// without persistence) or now holds another holder's token.
+    #[error(
+        "lock {key:?} is not held by this token (expired, released, or taken by another holder)"
+    )]
+    NotHeld {
+        /// The lock key.
+        key: String,
+    },
+
+    /// A waiting acquisition reached its deadline while the lock stayed busy.
+    #[error("lock {key:?} still busy after waiting {waited:?} ({attempts} attempts)")]
+    NotAcquired {
+        /// The lock key.
+        key: String,
+        /// How long we waited.
+        waited: Duration,
+        /// How many acquisition attempts were sent.
+        attempts: u32,
+    },
+
+    /// The server answered something the library did not expect (a protocol or version mismatch).
+    #[error("{op}: unexpected reply from the server: {detail}")]
+    UnexpectedReply {
+        /// What we were doing.
+        op: Operation,
+        /// What came back.
+        detail: String,
+    },
+}
+
+impl Error {
+    /// True if the server may have applied the command although the reply was lost.
+    pub fn is_ambiguous(&self) -> bool {
+        matches!(
+            self,
+            Error::Connection {
+                ambiguous: true,
+                ..
+            }
+        )
+    }
+
+    /// True if the error means the lock was not (or no longer) held by the caller.
+    pub fn is_not_held(&self) -> bool {
+        matches!(self, Error::NotHeld { .. })
+    }
+
+    pub(crate) fn invalid(what: &'static str, reason: impl Into<String>) -> Self {
+        Error::InvalidArgument {
+            what,
+            reason: reason.into(),
+        }
+    }
+
+    /// Classifies a client error. `sent` says whether the command may have reached the
+    /// server: a failure before sending (connection refused) is never ambiguous.
+    pub(crate) fn from_redis(op: Operation, err: redis::RedisError) -> Self {
+        use redis::{ErrorKind, ServerErrorKind};
+        let kind = err.kind();
+        if kind == ErrorKind::AuthenticationFailed
+            || matches!(err.code(), Some("WRONGPASS") | Some("NOAUTH"))
+        {
+            return Error::Authentication { source: err };
+        }
+        if err.is_io_error()
+            || err.is_timeout()
+            || err.is_connection_dropped()
+            || kind == ErrorKind::Io
+        {
+            // A refused connection never carried our command; anything else (timeout, reset
+            // after sending) may have been applied.
+            let ambiguous = !err.is_connection_refusal() && op != Operation::Connect;
+            return Error::Connection {
+                op,
+                ambiguous,
+                source: err,
+            };
+        }
+        match kind {
+            ErrorKind::Server(ServerErrorKind::BusyLoading)
+            | ErrorKind::Server(ServerErrorKind::MasterDown) => Error::Connection {
+                op,
+                ambiguous: false,
+                source: err,
+            },
+            ErrorKind::UnexpectedReturnType | ErrorKind::Parse => Error::UnexpectedReply {
+                op,
+                detail: err.to_string(),
+            },
+            _ => Error::Server { op, source: err },
+        }
+    }
+}
+
+/// The library's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

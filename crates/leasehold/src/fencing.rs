@@ -1,0 +1,176 @@
+//! Fencing tokens: the lock hands out a strictly increasing number with each acquisition, and the
+//! protected resource refuses writes that come with an older one.
+//!
+//! A TTL protects against a *crashed* holder, not a *slow* one: a holder that stalls (GC pause,
+//! stopped process, stalled network) past its TTL wakes up believing it still holds the lock
+//! while the next holder works. Only the resource can tell them apart, by the number.
+//!
+//! **Issuing (lock side).** With [`LockOptions::fencing`](crate::LockOptions::fencing), one
+//! script does `SET key token NX PX ttl` and, only if that succeeded, `INCR` on the counter
+//! [`fence_key(key)`](crate::fence_key) in the same atomic step. Guarantee: on one server whose
+//! counter survives (no restart without persistence, no failover), every successful acquisition
+//! gets a number greater than every earlier acquisition's. The counter is in the lock key's hash
+//! slot so the script stays legal under Redis Cluster.
+//!
+//! **Checking (resource side).** [`FencedStore::write`] is one script on the resource's hash:
+//! it accepts a write whose number is greater than the highest seen, or equal to it *from the same
+//! lock token*; it rejects a lower number, and an equal number from a different token. The
+//! tie-break matters: a counter can lose its last `INCR` (failover to a replica that had not
+//! received it, restart without `appendfsync always`), handing two holders the same number; the
+//! token decides which of them owns that number at the resource (the first to write). Guarantee:
+//! once a write with `(n, t)` was accepted, no write with a number `< n`, nor with `n` and another
+//! token, is ever accepted afterwards. Assumption: all writers go through the fenced write, and
+//! numbers stay below 2^53 (Lua numbers are doubles).
+//!
+//! The resource stores a SHA-1 of the writer's token, not the token itself: the token is a
+//! capability to release the lock, and the resource only needs equality.
+
+use std::sync::LazyLock;
+
+use redis::{Script, ToRedisArgs};
+
+use crate::connection::ClientConnection;
+use crate::error::{Error, Operation, Result};
+use crate::token::LockToken;
+
+/// What a holder presents to a fenced resource: its fencing number and its lock token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fence {
+    number: u64,
+    token: LockToken,
+}
+
+impl Fence {
+    /// A fence from a number and the token it was issued to.
+    pub fn new(number: u64, token: LockToken) -> Self {
+        Fence { number, token }
+    }
+
+    /// The fencing number.
+    pub fn number(&self) -> u64 {
+        self.number
+    }
+
+    /// The lock token it was issued with.
+    pub fn token(&self) -> &LockToken {
+        &self.token
+    }
+}
+
+/// The outcome of a fenced write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FencedWrite {
+    /// Written; the resource now remembers this number and writer.
+    Accepted,
+    /// Refused: the resource has seen `highest` (greater, or equal from another holder).
+    Rejected {
+        /// The highest number the resource has accepted.
+        highest: u64,
+    },
+}
+
+impl FencedWrite {
+    /// True if the write was accepted.
+    pub fn is_accepted(&self) -> bool {
+        matches!(self, FencedWrite::Accepted)
+    }
+}
+
+/// The value a fenced resource holds and the number it was written with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FencedValue {
+    /// The value.
+    pub value: Vec<u8>,
+    /// The fencing number of the write that stored it.
+    pub fence: u64,
+}
+
+/// The compare-and-write at the resource; see the module docs.
+pub const FENCED_WRITE_LUA: &str = "\
+local n = tonumber(ARGV[1])
+local writer = redis.sha1hex(ARGV[2])
+local seen = redis.call('hget', KEYS[1], 'fence')
+if seen then
+  local s = tonumber(seen)
+  if n < s then return {0, seen} end
+  if n == s and redis.call('hget', KEYS[1], 'writer') ~= writer then return {0, seen} end
+end
+redis.call('hset', KEYS[1], 'value', ARGV[3], 'fence', ARGV[1], 'writer', writer)
+return {1, ARGV[1]}";
+
+static FENCED_WRITE: LazyLock<Script> = LazyLock::new(|| Script::new(FENCED_WRITE_LUA));
+
+/// A Redis hash used as a fenced register: the protected resource's side of fencing.
+///
+/// It can live on the lock's server or (better: lock faults then cannot touch it) on another.
+#[derive(Clone, Debug)]
+pub struct FencedStore {
+    conn: ClientConnection,
+}
+
+impl FencedStore {
+    /// Uses an existing connection (for instance [`LockClient::connection`](crate::LockClient::connection)).
+    pub fn new(conn: impl Into<ClientConnection>) -> Self {
+        FencedStore { conn: conn.into() }
+    }
+
+    /// Connects to the resource's server.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad URL, [`Error::Connection`].
+    pub async fn connect(url: &str) -> Result<Self> {
+        let client = redis::Client::open(url).map_err(|e| Error::invalid("url", e.to_string()))?;
+        let manager = client
+            .get_connection_manager()
+            .await
+            .map_err(|e| Error::from_redis(Operation::Connect, e))?;
+        Ok(FencedStore::new(manager))
+    }
+
+    /// Writes `value` into the hash `key` if `fence` is not stale (see the module docs).
+    ///
+    /// # Errors
+    /// [`Error::Server`] (`WRONGTYPE` if `key` is not a hash), [`Error::Connection`].
+    pub async fn write(
+        &self,
+        key: &str,
+        fence: &Fence,
+        value: impl ToRedisArgs,
+    ) -> Result<FencedWrite> {
+        crate::token::validate_key(key)?;
+        let mut conn = self.conn.clone();
+        let (ok, highest): (i64, u64) = FENCED_WRITE
+            .key(key)
+            .arg(fence.number)
+            .arg(fence.token.expose())
+            .arg(value)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| Error::from_redis(Operation::FencedWrite, e))?;
+        Ok(if ok == 1 {
+            FencedWrite::Accepted
+        } else {
+            FencedWrite::Rejected { highest }
+        })
+    }
+
+    /// Reads the hash `key`: its value and the number it was written with.
+    ///
+    /// # Errors
+    /// [`Error::Server`] (`WRONGTYPE`), [`Error::Connection`].
+    pub async fn read(&self, key: &str) -> Result<Option<FencedValue>> {
+        crate::token::validate_key(key)?;
+        let mut conn = self.conn.clone();
+        let (value, fence): (Option<Vec<u8>>, Option<u64>) = redis::cmd("HMGET")
+            .arg(key)
+            .arg("value")
+            .arg("fence")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| Error::from_redis(Operation::FencedWrite, e))?;
+        Ok(match (value, fence) {
+            (Some(value), Some(fence)) => Some(FencedValue { value, fence }),
+            _ => None,
+        })
+    }
+}

@@ -1,0 +1,240 @@
+//! The holder's side of a lock: [`LockGuard`] (owns the release) and [`Lease`] (a shareable view
+//! of the key, token, fencing token and validity).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::client::LockClient;
+use crate::error::{Error, Result};
+use crate::fencing::Fence;
+use crate::token::LockToken;
+
+/// Safety margin for the holder's local view of its lease: the server's clock may run slightly
+/// faster than ours, and expiry has millisecond precision, so we count the lease as over a little
+/// early (`ttl / 100 + 2 ms`, the Redlock paper's drift allowance).
+pub fn clock_drift(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(2)
+}
+
+/// A view of a held lock that can be cloned into the work it protects.
+///
+/// `valid_until` is computed from a monotonic instant taken *before* the acquiring (or
+/// extending) command was sent, minus [`clock_drift`]; the server's expiry is later than that,
+/// so while `is_held()` says true the key has not yet expired on the server (assuming its clock
+/// does not run more than 1% fast). It is a local belief: it cannot see the key being deleted or
+/// overwritten from outside, or lost in a failover; fencing is what protects against that.
+#[derive(Clone, Debug)]
+pub struct Lease {
+    state: Arc<LeaseState>,
+}
+
+#[derive(Debug)]
+struct LeaseState {
+    key: String,
+    token: LockToken,
+    fencing: Option<u64>,
+    valid_until: Mutex<Instant>,
+    ended: AtomicBool,
+}
+
+impl Lease {
+    pub(crate) fn new(
+        key: &str,
+        token: LockToken,
+        fencing: Option<u64>,
+        started: Instant,
+        ttl: Duration,
+    ) -> Self {
+        Lease {
+            state: Arc::new(LeaseState {
+                key: key.to_string(),
+                token,
+                fencing,
+                valid_until: Mutex::new(started + ttl.saturating_sub(clock_drift(ttl))),
+                ended: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// The lock key.
+    pub fn key(&self) -> &str {
+        &self.state.key
+    }
+
+    /// The token stored in the key (a capability: see [`LockToken`]).
+    pub fn token(&self) -> &LockToken {
+        &self.state.token
+    }
+
+    /// The fencing number issued with this acquisition, if fencing was on.
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.state.fencing
+    }
+
+    /// What to present to a fenced resource: the fencing number and our token, if fencing was
+    /// on.
+    pub fn fence(&self) -> Option<Fence> {
+        self.state
+            .fencing
+            .map(|n| Fence::new(n, self.state.token.clone()))
+    }
+
+    /// Until when the lock is certainly still ours, unless something outside deleted it.
+    pub fn valid_until(&self) -> Instant {
+        *self
+            .state
+            .valid_until
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// How much of the validity is left (zero once it is over).
+    pub fn remaining(&self) -> Duration {
+        self.valid_until().saturating_duration_since(Instant::now())
+    }
+
+    /// True until the lock is released, found not held, or its validity runs out.
+    pub fn is_held(&self) -> bool {
+        !self.state.ended.load(Ordering::Acquire) && Instant::now() < self.valid_until()
+    }
+
+    pub(crate) fn renewed(&self, started: Instant, ttl: Duration) {
+        *self
+            .state
+            .valid_until
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = started + ttl.saturating_sub(clock_drift(ttl));
+    }
+
+    pub(crate) fn end(&self) {
+        self.state.ended.store(true, Ordering::Release);
+    }
+}
+
+/// A held lock. Release it with [`LockGuard::release`]; a guard dropped unreleased releases the
+/// lock in the background (and logs a warning), so a forgotten guard costs a round trip, not a
+/// whole TTL of blocked waiters.
+#[derive(Debug)]
+#[must_use = "dropping the guard releases the lock"]
+pub struct LockGuard {
+    client: LockClient,
+    lease: Lease,
+    done: bool,
+}
+
+impl LockGuard {
+    pub(crate) fn new(client: LockClient, lease: Lease) -> Self {
+        LockGuard {
+            client,
+            lease,
+            done: false,
+        }
+    }
+
+    /// The shareable view of this lock.
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    /// The lock key.
+    pub fn key(&self) -> &str {
+        self.lease.key()
+    }
+
+    /// The token stored in the key.
+    pub fn token(&self) -> &LockToken {
+        self.lease.token()
+    }
+
+    /// The fencing number issued with this acquisition, if fencing was on.
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.lease.fencing_token()
+    }
+
+    /// See [`Lease::fence`].
+    pub fn fence(&self) -> Option<Fence> {
+        self.lease.fence()
+    }
+
+    /// See [`Lease::valid_until`].
+    pub fn valid_until(&self) -> Instant {
+        self.lease.valid_until()
+    }
+
+    /// See [`Lease::is_held`].
+    pub fn is_held(&self) -> bool {
+        self.lease.is_held()
+    }
+
+    /// Resets the lock's TTL to `ttl` from now, if the key still holds our token (atomically:
+    /// see [`crate::strategy`]). The validity moves to `ttl` after the moment the command was
+    /// sent.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if the lock was lost (the guard then counts as not held);
+    /// [`Error::Connection`], [`Error::Server`], [`Error::InvalidArgument`] for a bad TTL.
+    pub async fn extend(&self, ttl: Duration) -> Result<()> {
+        let started = Instant::now();
+        match self.client.extend(self.key(), self.token(), ttl).await {
+            Ok(()) => {
+                self.lease.renewed(started, ttl);
+                Ok(())
+            }
+            Err(e @ Error::NotHeld { .. }) => {
+                self.lease.end();
+                Err(e)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Gives up the guard's duty to release: the lock stays held until its TTL runs out or
+    /// someone releases it with the token (another process, the CLI's `release`). Returns the
+    /// lease, whose token is what that release needs.
+    pub fn detach(mut self) -> Lease {
+        self.done = true;
+        self.lease.clone()
+    }
+
+    /// Releases the lock if it is still ours.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if the key no longer held our token (it expired, or was deleted or
+    /// taken over): the lock had already stopped protecting whatever ran under it.
+    pub async fn release(mut self) -> Result<()> {
+        self.done = true;
+        self.lease.end();
+        self.client
+            .release(self.lease.key(), self.lease.token())
+            .await
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        self.lease.end();
+        let key = self.lease.key().to_string();
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(
+                key,
+                "lock guard dropped outside a tokio runtime; the lock expires with its TTL"
+            );
+            return;
+        };
+        tracing::warn!(
+            key,
+            "lock guard dropped without release(); releasing in the background"
+        );
+        let client = self.client.clone();
+        let token = self.lease.token().clone();
+        handle.spawn(async move {
+            if let Err(e) = client.release(&key, &token).await {
+                tracing::warn!(key, error = %e, "background release of a dropped guard failed");
+            }
+        });
+    }
+}

@@ -1,0 +1,23 @@
+#![doc = include_str!("../../../README.md")]
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod client;
+mod connection;
+mod error;
+pub mod fencing;
+mod guard;
+mod options;
+mod server;
+pub mod strategy;
+mod token;
+
+pub use client::{LockClient, LockState, TryAcquire};
+pub use connection::ClientConnection;
+pub use error::{Error, Operation, Result};
+pub use fencing::{Fence, FencedStore, FencedValue, FencedWrite};
+pub use guard::{Lease, LockGuard, clock_drift};
+pub use options::{Backoff, ClientOptions, LockOptions, MAX_TTL, MIN_TTL};
+pub use server::{ServerInfo, ServerKind};
+pub use strategy::{ExtendStrategy, ReleaseStrategy};
+pub use token::{LockToken, MAX_KEY_LEN, fence_key, release_channel};

@@ -1,0 +1,269 @@
+//! Options, as builders: per lock ([`LockOptions`], [`Backoff`]) and per client
+//! ([`ClientOptions`]).
+
+use std::time::Duration;
+
+use rand::Rng;
+
+use crate::error::{Error, Result};
+use crate::strategy::{ExtendStrategy, ReleaseStrategy};
+
+/// Shortest TTL accepted. Below a millisecond, `PX` cannot express it.
+pub const MIN_TTL: Duration = Duration::from_millis(1);
+/// Longest TTL accepted: a week. A lock meant to outlive that is a configuration mistake (keep
+/// a shorter TTL and extend it instead: a crashed holder then blocks others for one TTL only).
+pub const MAX_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+
+pub(crate) fn ttl_millis(ttl: Duration) -> Result<u64> {
+    if ttl < MIN_TTL {
+        return Err(Error::invalid(
+            "ttl",
+            format!(
+                "{ttl:?} is below the minimum of 1ms (Redis expires keys in whole milliseconds)"
+            ),
+        ));
+    }
+    if ttl > MAX_TTL {
+        return Err(Error::invalid(
+            "ttl",
+            format!("{ttl:?} is above the maximum of 7 days; use a shorter TTL and extend it"),
+        ));
+    }
+    Ok(ttl.as_millis() as u64)
+}
+
+/// How long to sleep between attempts of a waiting acquisition.
+///
+/// Exponential backoff with jitter: the n-th delay is drawn uniformly from
+/// `[base/2, base]` with `base = min(max, initial * 2^n)`. Randomness keeps competing waiters
+/// from retrying in lock step; the lower bound keeps a waiter from spinning. When the server told
+/// us how long the holder's lease still runs, the wait is also capped by that.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    initial: Duration,
+    max: Duration,
+}
+
+impl Default for Backoff {
+    /// 10 ms growing to 200 ms: close to the seed's 20-50 ms at first, gentle on the server after.
+    fn default() -> Self {
+        Backoff {
+            initial: Duration::from_millis(10),
+            max: Duration::from_millis(200),
+        }
+    }
+}
+
+impl Backoff {
+    /// A backoff from `initial` doubling up to `max`.
+    pub fn new(initial: Duration, max: Duration) -> Self {
+        Backoff {
+            initial,
+            max: max.max(initial),
+        }
+    }
+
+    /// The same delay every time (still jittered within `[d/2, d]`).
+    pub fn constant(delay: Duration) -> Self {
+        Backoff::new(delay, delay)
+    }
+
+    /// The first delay's upper bound.
+    pub fn initial(&self) -> Duration {
+        self.initial
+    }
+
+    /// The largest delay.
+    pub fn max(&self) -> Duration {
+        self.max
+    }
+
+    /// The delay before attempt `attempt + 1` (attempt counts from 0).
+    pub fn delay(&self, attempt: u32) -> Duration {
+        let factor = 1u32.checked_shl(attempt.min(20)).unwrap_or(u32::MAX);
+        let base = self.initial.saturating_mul(factor).min(self.max);
+        if base.is_zero() {
+            return base;
+        }
+        let half = base / 2;
+        let nanos = rand::rng().random_range(half.as_nanos() as u64..=base.as_nanos() as u64);
+        Duration::from_nanos(nanos)
+    }
+}
+
+/// Options for one acquisition.
+///
+/// ```
+/// use std::time::Duration;
+/// use leasehold::LockOptions;
+/// let opts = LockOptions::new(Duration::from_secs(10))
+///     .wait(Duration::from_secs(2))
+///     .fencing(true);
+/// assert_eq!(opts.ttl(), Duration::from_secs(10));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockOptions {
+    ttl: Duration,
+    wait: Option<Duration>,
+    backoff: Backoff,
+    fencing: bool,
+}
+
+impl Default for LockOptions {
+    /// TTL 30 s (the seed's), no waiting, no fencing.
+    fn default() -> Self {
+        LockOptions {
+            ttl: Duration::from_secs(30),
+            wait: None,
+            backoff: Backoff::default(),
+            fencing: false,
+        }
+    }
+}
+
+impl LockOptions {
+    /// Options with the given TTL and the other defaults.
+    pub fn new(ttl: Duration) -> Self {
+        LockOptions {
+            ttl,
+            ..Default::default()
+        }
+    }
+
+    /// The lease time: how long the lock outlives a holder that crashed.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// Sets the TTL.
+    pub fn with_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// How long [`acquire`](crate::LockClient::acquire) keeps retrying a busy lock. `None` (the
+    /// default) makes one attempt.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// Makes [`acquire`](crate::LockClient::acquire) try once.
+    pub fn no_wait(mut self) -> Self {
+        self.wait = None;
+        self
+    }
+
+    /// The wait bound, if any.
+    pub fn wait_bound(&self) -> Option<Duration> {
+        self.wait
+    }
+
+    /// Sets the retry backoff.
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// The retry backoff.
+    pub fn backoff_policy(&self) -> Backoff {
+        self.backoff
+    }
+
+    /// Issues a fencing token with each acquisition (see [`crate::fencing`]).
+    ///
+    /// Off by default: it costs a Lua script instead of a native `SET`, keeps one counter key per
+    /// lock name forever, and protects nothing unless the resource checks the number. Turn it on
+    /// whenever the lock guards data that a slow holder could corrupt.
+    pub fn fencing(mut self, on: bool) -> Self {
+        self.fencing = on;
+        self
+    }
+
+    /// Whether fencing tokens are issued.
+    pub fn fencing_enabled(&self) -> bool {
+        self.fencing
+    }
+}
+
+/// Options for a [`LockClient`](crate::LockClient).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientOptions {
+    pub(crate) connect_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+    pub(crate) release: ReleaseStrategy,
+    pub(crate) extend: ExtendStrategy,
+}
+
+impl Default for ClientOptions {
+    /// Connect within 5 s, replies within 5 s, strategies detected from the server.
+    fn default() -> Self {
+        ClientOptions {
+            connect_timeout: Duration::from_secs(5),
+            response_timeout: Duration::from_secs(5),
+            release: ReleaseStrategy::Auto,
+            extend: ExtendStrategy::Auto,
+        }
+    }
+}
+
+impl ClientOptions {
+    /// The defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Bound on establishing the connection and detecting the server (default 5 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Bound on waiting for any reply (default 5 s). A command that times out reports an
+    /// ambiguous [`Error::Connection`].
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Forces a release strategy instead of the fastest one the server offers. Connecting fails
+    /// if the server lacks it.
+    pub fn release_strategy(mut self, strategy: ReleaseStrategy) -> Self {
+        self.release = strategy;
+        self
+    }
+
+    /// Forces an extend strategy instead of the fastest one the server offers.
+    pub fn extend_strategy(mut self, strategy: ExtendStrategy) -> Self {
+        self.extend = strategy;
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttl_bounds() {
+        assert!(ttl_millis(Duration::ZERO).is_err());
+        assert!(ttl_millis(Duration::from_micros(999)).is_err());
+        assert_eq!(ttl_millis(Duration::from_millis(1)).unwrap(), 1);
+        assert!(ttl_millis(MAX_TTL + Duration::from_millis(1)).is_err());
+        assert!(ttl_millis(Duration::MAX).is_err());
+    }
+
+    #[test]
+    fn backoff_stays_in_its_band() {
+        let b = Backoff::new(Duration::from_millis(10), Duration::from_millis(80));
+        for attempt in 0..40 {
+            let d = b.delay(attempt);
+            let base = (Duration::from_millis(10) * 2u32.pow(attempt.min(3))).min(b.max());
+            assert!(
+                d >= base / 2 && d <= base,
+                "attempt {attempt}: {d:?} vs {base:?}"
+            );
+        }
+        assert_eq!(Backoff::constant(Duration::ZERO).delay(3), Duration::ZERO);
+    }
+}

@@ -1,0 +1,124 @@
+//! How release and extend are done atomically on each kind of server, and how the library finds
+//! out which ways a server offers.
+//!
+//! **Safety claim.** Release deletes the key and extend resets its TTL *only if the key still
+//! holds the caller's token*, as one atomic step on the server: `DELEX key IFEQ token` (Redis
+//! 8.4+), `DELIFEQ key token` (Valkey 9+), `SET key token PX ttl IFEQ token` (Redis 8.4+, Valkey
+//! 8.1+), or a Lua script that does `GET` and `DEL`/`PEXPIRE` inside one script invocation (every
+//! version; Redis runs a script without interleaving other clients' commands). A holder whose
+//! lease expired and was taken over can therefore never delete or prolong the next holder's
+//! lock; a plain `DEL` can (the seed's expiry bug, reproduced in the tests).
+//!
+//! Assumptions: tokens are unique (128-bit random), and the key is only written by lock holders.
+
+use std::sync::LazyLock;
+
+use redis::{Cmd, Script};
+
+/// Which atomic compare-and-delete releases a lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ReleaseStrategy {
+    /// Pick the fastest the server offers: `DelEx` > `DelIfEq` > `Lua`.
+    Auto,
+    /// `DELEX key IFEQ token` (Redis 8.4+).
+    DelEx,
+    /// `DELIFEQ key token` (Valkey 9+).
+    DelIfEq,
+    /// The compare-and-delete Lua script (`EVALSHA`, reloaded after `NOSCRIPT`).
+    Lua,
+}
+
+/// Which atomic compare-and-expire extends a lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ExtendStrategy {
+    /// Pick the fastest the server offers: `SetIfEq` > `Lua`.
+    Auto,
+    /// `SET key token PX ttl IFEQ token` (Redis 8.4+, Valkey 8.1+).
+    SetIfEq,
+    /// The compare-and-pexpire Lua script.
+    Lua,
+}
+
+impl std::fmt::Display for ReleaseStrategy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ReleaseStrategy::Auto => "auto",
+            ReleaseStrategy::DelEx => "DELEX key IFEQ token",
+            ReleaseStrategy::DelIfEq => "DELIFEQ key token",
+            ReleaseStrategy::Lua => "Lua compare-and-delete (EVALSHA)",
+        })
+    }
+}
+
+impl std::fmt::Display for ExtendStrategy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ExtendStrategy::Auto => "auto",
+            ExtendStrategy::SetIfEq => "SET key token PX ttl IFEQ token",
+            ExtendStrategy::Lua => "Lua compare-and-pexpire (EVALSHA)",
+        })
+    }
+}
+
+/// The seed's release script, verbatim.
+pub const RELEASE_LUA: &str =
+    "if redis.call('get',KEYS[1])==ARGV[1] then return redis.call('del',KEYS[1]) end return 0";
+
+/// Extend: reset the TTL only while the key holds our token.
+pub const EXTEND_LUA: &str = "if redis.call('get',KEYS[1])==ARGV[1] then return redis.call('pexpire',KEYS[1],ARGV[2]) end return 0";
+
+/// Acquire in one script, used with fencing and by waiters: `SET NX PX`; when it succeeds and a
+/// counter key is given, `INCR` it in the same atomic step (so the number belongs to exactly this
+/// acquisition); when the lock is busy, return the holder's `PTTL` so a waiter knows when the
+/// lease runs out. Reply: `{1, fencing number or 0}` or `{0, pttl}`.
+pub const ACQUIRE_LUA: &str = "\
+if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if KEYS[2] then return {1, redis.call('incr', KEYS[2])} end
+  return {1, 0}
+end
+return {0, redis.call('pttl', KEYS[1])}";
+
+pub(crate) static RELEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
+pub(crate) static EXTEND_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_LUA));
+pub(crate) static ACQUIRE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
+
+/// The native release command, for the strategies that have one.
+pub(crate) fn release_cmd(strategy: ReleaseStrategy, key: &str, token: &str) -> Option<Cmd> {
+    match strategy {
+        ReleaseStrategy::DelEx => {
+            let mut c = redis::cmd("DELEX");
+            c.arg(key).arg("IFEQ").arg(token);
+            Some(c)
+        }
+        ReleaseStrategy::DelIfEq => {
+            let mut c = redis::cmd("DELIFEQ");
+            c.arg(key).arg(token);
+            Some(c)
+        }
+        ReleaseStrategy::Lua | ReleaseStrategy::Auto => None,
+    }
+}
+
+/// The native extend command, for the strategies that have one.
+pub(crate) fn extend_cmd(
+    strategy: ExtendStrategy,
+    key: &str,
+    token: &str,
+    ttl_ms: u64,
+) -> Option<Cmd> {
+    match strategy {
+        ExtendStrategy::SetIfEq => {
+            let mut c = redis::cmd("SET");
+            c.arg(key)
+                .arg(token)
+                .arg("PX")
+                .arg(ttl_ms)
+                .arg("IFEQ")
+                .arg(token);
+            Some(c)
+        }
+        ExtendStrategy::Lua | ExtendStrategy::Auto => None,
+    }
+}

@@ -1,0 +1,201 @@
+//! Bad input and hostile conditions: a clear typed error, no panic, no hang, nothing lost.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use leasehold::{
+    ClientOptions, Error, ExtendStrategy, LockClient, LockOptions, LockToken, ReleaseStrategy,
+};
+use leasehold_harness::{Server, ServerOptions, SilentServer};
+
+const LONG: Duration = Duration::from_secs(60);
+/// Only guards against a hang; the library's own bounds are far below it.
+const HANG_GUARD: Duration = Duration::from_secs(60);
+
+leasehold_harness::server_test!(async fn empty_key_is_rejected(bin) {
+    let (_server, client) = start(&bin).await;
+    let opts = LockOptions::new(LONG);
+    for err in [
+        client.try_acquire("", &opts).await.map(|_| ()).unwrap_err(),
+        client.acquire("", &opts).await.map(|_| ()).unwrap_err(),
+        client.release("", &LockToken::random()).await.unwrap_err(),
+        client.extend("", &LockToken::random(), LONG).await.unwrap_err(),
+        client.inspect("").await.map(|_| ()).unwrap_err(),
+    ] {
+        assert!(matches!(err, Error::InvalidArgument { what: "key", .. }), "{err:?}");
+    }
+});
+
+leasehold_harness::server_test!(async fn bad_ttls_are_rejected_and_nothing_is_written(bin) {
+    let (server, client) = start(&bin).await;
+    for ttl in [Duration::ZERO, Duration::from_micros(999), Duration::from_secs(8 * 24 * 3600), Duration::MAX] {
+        let err = client.try_acquire("t", &LockOptions::new(ttl)).await.map(|_| ()).unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument { what: "ttl", .. }), "{ttl:?}: {err:?}");
+    }
+    assert_eq!(get(&server, "t"), None);
+    let g = client.try_acquire("t", &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
+    let err = g.extend(Duration::ZERO).await.unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { what: "ttl", .. }), "{err:?}");
+    assert!(pttl(&server, "t") > 30_000, "a refused extend changed the TTL");
+    g.release().await.unwrap();
+});
+
+#[tokio::test]
+async fn malformed_urls_are_invalid_arguments() {
+    for url in [
+        "",
+        "not a url",
+        "http://127.0.0.1:6379/",
+        "redis://127.0.0.1:99999/",
+        "redis://[::1/",
+    ] {
+        let err = LockClient::connect(url).await.unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidArgument { what: "url", .. }),
+            "{url:?}: {err:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn unreachable_server_fails_fast_with_a_connection_error() {
+    // A port nobody listens on: bind, note it, close it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("redis://127.0.0.1:{port}/");
+    let result = tokio::time::timeout(HANG_GUARD, LockClient::connect(&url))
+        .await
+        .expect("hung");
+    let err = result.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Connection {
+                ambiguous: false,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn server_that_never_answers_fails_within_the_connect_timeout() {
+    let silent = SilentServer::start().unwrap();
+    let opts = ClientOptions::new().connect_timeout(Duration::from_millis(500));
+    let result = tokio::time::timeout(HANG_GUARD, LockClient::connect_with(&silent.url(), opts))
+        .await
+        .expect("connect hung past the guard");
+    let err = result.unwrap_err();
+    assert!(matches!(err, Error::Connection { .. }), "{err:?}");
+    assert!(
+        silent.accepted() >= 1,
+        "the silent server never saw the connection"
+    );
+}
+
+// A server that stops answering after we connected (SIGSTOP): the release reports a timeout,
+// flagged ambiguous (the server may yet apply it), and the lock is intact after it resumes.
+leasehold_harness::server_test!(async fn stalled_server_gives_an_ambiguous_timeout(bin) {
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let opts = ClientOptions::new().response_timeout(Duration::from_millis(300));
+    let client = LockClient::connect_with(&server.url(), opts).await.unwrap();
+    let g = client.try_acquire("s", &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
+    server.pause().unwrap();
+    let result = tokio::time::timeout(HANG_GUARD, client.try_acquire("other", &LockOptions::new(LONG))).await.expect("hung");
+    server.resume().unwrap();
+    let err = result.map(|_| ()).unwrap_err();
+    assert!(err.is_ambiguous(), "{err:?}");
+    // The abandoned acquisition is cleaned up in the background: "other" ends up free.
+    until_absent(&server, "other", GENEROUS).await;
+    g.release().await.unwrap();
+});
+
+leasehold_harness::server_test!(async fn wrong_password_is_an_authentication_error(bin) {
+    let server = Server::start(&bin, &ServerOptions::new().requirepass("s3cret")).unwrap();
+    let port = server.port();
+    for url in [format!("redis://:wrong@127.0.0.1:{port}/"), format!("redis://127.0.0.1:{port}/")] {
+        let result = tokio::time::timeout(HANG_GUARD, LockClient::connect(&url)).await.expect("hung");
+        let err = result.unwrap_err();
+        assert!(matches!(err, Error::Authentication { .. }), "{url}: {err:?}");
+    }
+    let ok = LockClient::connect(&format!("redis://:s3cret@127.0.0.1:{port}/")).await.unwrap();
+    let g = ok.try_acquire("p", &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
+    g.release().await.unwrap();
+});
+
+// An ACL user given in the URL, with rights limited to lock keys and the commands locks need.
+leasehold_harness::server_test!(async fn acl_user_in_the_url(bin) {
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let reply = server
+        .command(&["ACL", "SETUSER", "locker", "on", ">pw", "~*", "+@all"])
+        .unwrap();
+    assert!(reply.is_ok(), "{reply:?}");
+    let client = LockClient::connect(&format!("redis://locker:pw@127.0.0.1:{}/", server.port())).await.unwrap();
+    let g = client.try_acquire("acl", &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
+    g.release().await.unwrap();
+    let err = LockClient::connect(&format!("redis://locker:nope@127.0.0.1:{}/", server.port())).await.unwrap_err();
+    assert!(matches!(err, Error::Authentication { .. }), "{err:?}");
+});
+
+// A key that holds a hash is not a lock: acquiring reports busy (the name is taken), releasing,
+// extending and inspecting report the server's type error; the hash is untouched.
+leasehold_harness::server_test!(async fn key_holding_a_hash(bin) {
+    let (server, client) = start(&bin).await;
+    server.command(&["HSET", "h", "field", "value"]).unwrap();
+    let busy = client.try_acquire("h", &LockOptions::new(LONG)).await.unwrap();
+    assert!(!busy.is_acquired());
+    let token = LockToken::random();
+    for err in [
+        client.release("h", &token).await.unwrap_err(),
+        client.extend("h", &token, LONG).await.unwrap_err(),
+        client.inspect("h").await.map(|_| ()).unwrap_err(),
+    ] {
+        assert!(matches!(err, Error::Server { .. }), "{err:?}");
+    }
+    let v = server.command(&["HGET", "h", "field"]).unwrap();
+    assert_eq!(v.as_bytes(), Some(&b"value"[..]));
+});
+
+// The server crashes and comes back empty between acquire and release: the release reconnects
+// and reports that the lock is not held.
+leasehold_harness::server_test!(async fn server_restarted_between_acquire_and_release(bin) {
+    let (mut server, client) = start(&bin).await;
+    let g = client.try_acquire("r", &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
+    server.restart().unwrap();
+    let err = tokio::time::timeout(HANG_GUARD, g.release()).await.expect("hung").unwrap_err();
+    assert!(err.is_not_held(), "{err:?}");
+    // And the client is usable again.
+    let again = client.try_acquire("r", &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
+    again.release().await.unwrap();
+});
+
+// SCRIPT FLUSH between calls: the Lua strategies reload their scripts transparently.
+leasehold_harness::server_test!(async fn script_flush_is_transparent(bin) {
+    let opts = ClientOptions::new().release_strategy(ReleaseStrategy::Lua).extend_strategy(ExtendStrategy::Lua);
+    let (server, client) = start_with(&bin, opts).await;
+    for fencing in [false, true] {
+        let lock = LockOptions::new(LONG).fencing(fencing);
+        let g = client.try_acquire("f", &lock).await.unwrap().acquired().unwrap();
+        server.command(&["SCRIPT", "FLUSH"]).unwrap();
+        g.extend(LONG).await.unwrap();
+        server.command(&["SCRIPT", "FLUSH"]).unwrap();
+        g.release().await.unwrap();
+        server.command(&["SCRIPT", "FLUSH"]).unwrap();
+        assert_eq!(get(&server, "f"), None);
+    }
+});
+
+// The token never appears whole in Debug output (it is a capability).
+leasehold_harness::server_test!(async fn guard_debug_does_not_leak_the_token(bin) {
+    let (_server, client) = start(&bin).await;
+    let g = client.try_acquire("dbg", &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
+    let shown = format!("{g:?} {:?} {}", g.lease(), g.token());
+    assert!(!shown.contains(g.token().expose()), "{shown}");
+    g.release().await.unwrap();
+});

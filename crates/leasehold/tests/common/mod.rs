@@ -1,0 +1,61 @@
+//! Shared test helpers: a real server per test, a client on it, and state-observing waits.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use leasehold::{ClientOptions, LockClient};
+use leasehold_harness::{Server, ServerBinary, ServerOptions};
+
+/// A fresh server of `bin` and a client connected to it.
+pub async fn start(bin: &ServerBinary) -> (Server, LockClient) {
+    start_with(bin, ClientOptions::new()).await
+}
+
+/// A fresh server of `bin` and a client with `options`.
+pub async fn start_with(bin: &ServerBinary, options: ClientOptions) -> (Server, LockClient) {
+    let server = Server::start(bin, &ServerOptions::new()).expect("server starts");
+    let client = LockClient::connect_with(&server.url(), options)
+        .await
+        .expect("client connects");
+    (server, client)
+}
+
+/// A raw GET through the harness's own connection (independent of the library).
+pub fn get(server: &Server, key: &str) -> Option<String> {
+    let v = server.command(&["GET", key]).expect("GET");
+    v.as_bytes()
+        .map(|b| String::from_utf8_lossy(b).into_owned())
+}
+
+/// PTTL through the harness.
+pub fn pttl(server: &Server, key: &str) -> i64 {
+    server
+        .command(&["PTTL", key])
+        .expect("PTTL")
+        .as_integer()
+        .expect("integer")
+}
+
+/// Waits until `key` is gone, observing the server (not sleeping and hoping). `bound` only
+/// keeps a broken test from hanging; it is far above what the event needs.
+pub async fn until_absent(server: &Server, key: &str, bound: Duration) {
+    let start = std::time::Instant::now();
+    loop {
+        let n = server
+            .command(&["EXISTS", key])
+            .expect("EXISTS")
+            .as_integer()
+            .expect("integer");
+        if n == 0 {
+            return;
+        }
+        assert!(
+            start.elapsed() < bound,
+            "{key} still present after {bound:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A generous bound for events that take milliseconds, for a noisy 2-core machine.
+pub const GENEROUS: Duration = Duration::from_secs(20);

@@ -1,0 +1,98 @@
+//! Fencing tokens: issued atomically with the acquisition, strictly increasing, and enforced by
+//! the fenced write at the resource.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use leasehold::{Fence, FencedStore, FencedWrite, LockOptions, LockToken};
+
+const LONG: Duration = Duration::from_secs(60);
+
+// 1000 acquisitions over 8 tasks: each holder appends its number while it holds the lock, so
+// the list is in acquisition order; the numbers must strictly increase (hence no duplicates).
+leasehold_harness::server_test!(async fn fencing_numbers_strictly_increase_under_concurrency(bin) {
+    let (_server, client) = start(&bin).await;
+    let seen = Arc::new(tokio::sync::Mutex::new(Vec::with_capacity(1000)));
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (client, seen) = (client.clone(), seen.clone());
+        tasks.push(tokio::spawn(async move {
+            let opts = LockOptions::new(LONG).fencing(true).wait(Duration::from_secs(300));
+            for _ in 0..125 {
+                let g = client.acquire("fenced", &opts).await.expect("acquire");
+                seen.lock().await.push(g.fencing_token().expect("fencing on"));
+                g.release().await.expect("release");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let seen = seen.lock().await;
+    assert_eq!(seen.len(), 1000);
+    for w in seen.windows(2) {
+        assert!(w[0] < w[1], "fencing numbers not strictly increasing: {} then {}", w[0], w[1]);
+    }
+    assert_eq!((seen[0], seen[999]), (1, 1000));
+});
+
+// The counter lives in the lock key's hash slot: `{key}:fence`, or the key's own tag.
+leasehold_harness::server_test!(async fn fence_counter_key_follows_the_hash_tag(bin) {
+    let (server, client) = start(&bin).await;
+    for (key, counter) in [("plain", "{plain}:fence"), ("a{t}b", "a{t}b:fence")] {
+        let g = client.try_acquire(key, &LockOptions::new(LONG).fencing(true)).await.unwrap().acquired().unwrap();
+        assert_eq!(g.fencing_token(), Some(1));
+        assert_eq!(get(&server, counter).as_deref(), Some("1"), "counter of {key}");
+        g.release().await.unwrap();
+    }
+});
+
+// The seed's fencing scenario with real leases: A's lease expires while it stalls; B gets a
+// greater number and writes; A wakes up and its write is refused.
+leasehold_harness::server_test!(async fn stale_holder_is_rejected_by_the_resource(bin) {
+    let (server, client) = start(&bin).await;
+    let store = FencedStore::new(client.connection());
+    let a = client
+        .try_acquire("res-lock", &LockOptions::new(Duration::from_millis(50)).fencing(true))
+        .await
+        .unwrap()
+        .acquired()
+        .unwrap();
+    until_absent(&server, "res-lock", GENEROUS).await; // A stalls past its TTL
+    let b = client.try_acquire("res-lock", &LockOptions::new(LONG).fencing(true)).await.unwrap().acquired().unwrap();
+    assert!(b.fencing_token() > a.fencing_token());
+    assert_eq!(store.write("res", &b.fence().unwrap(), "B").await.unwrap(), FencedWrite::Accepted);
+    assert_eq!(
+        store.write("res", &a.fence().unwrap(), "A").await.unwrap(),
+        FencedWrite::Rejected { highest: b.fencing_token().unwrap() }
+    );
+    let v = store.read("res").await.unwrap().unwrap();
+    assert_eq!((v.value.as_slice(), v.fence), (&b"B"[..], 2));
+    b.release().await.unwrap();
+    let _ = a.detach();
+});
+
+// Equal numbers (a counter that lost its last INCR in a failover) are told apart by the token:
+// the first writer owns the number; the other is refused; the owner may write again.
+leasehold_harness::server_test!(async fn equal_number_from_another_token_is_rejected(bin) {
+    let (server, client) = start(&bin).await;
+    let store = FencedStore::new(client.connection());
+    let t1 = LockToken::new("holder-one").unwrap();
+    let t2 = LockToken::new("holder-two").unwrap();
+    assert!(store.write("r", &Fence::new(7, t1.clone()), "one").await.unwrap().is_accepted());
+    assert_eq!(store.write("r", &Fence::new(7, t2.clone()), "two").await.unwrap(), FencedWrite::Rejected { highest: 7 });
+    assert!(store.write("r", &Fence::new(7, t1.clone()), "one again").await.unwrap().is_accepted());
+    assert_eq!(store.write("r", &Fence::new(6, t1), "older").await.unwrap(), FencedWrite::Rejected { highest: 7 });
+    assert!(store.write("r", &Fence::new(8, t2), "newer").await.unwrap().is_accepted());
+    assert_eq!(store.read("r").await.unwrap().unwrap().value, b"newer");
+    // The resource keeps a digest of the writer's token, never the capability itself.
+    let raw = server.command(&["HGETALL", "r"]).unwrap();
+    assert!(!format!("{raw:?}").contains("holder-two"));
+    // A resource key of the wrong type is a server error, not a silent overwrite.
+    server.command(&["SET", "str", "x"]).unwrap();
+    let err = store.write("str", &Fence::new(1, LockToken::random()), "v").await.unwrap_err();
+    assert!(matches!(err, leasehold::Error::Server { .. }), "{err:?}");
+});

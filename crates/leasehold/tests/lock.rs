@@ -1,0 +1,300 @@
+//! The single-node lock against every server of the matrix.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::*;
+use leasehold::{
+    ClientOptions, Error, ExtendStrategy, LockClient, LockOptions, LockToken, ReleaseStrategy,
+    ServerKind, TryAcquire,
+};
+use leasehold_harness::Flavor;
+
+const LONG: Duration = Duration::from_secs(60);
+
+leasehold_harness::server_test!(async fn detects_the_server_and_picks_the_fastest_strategy(bin) {
+    let (_server, client) = start(&bin).await;
+    let info = client.server();
+    assert_eq!(info.version, bin.version.to_string(), "{info:?}");
+    match bin.flavor().unwrap() {
+        Flavor::Redis7 => {
+            assert_eq!(info.kind, ServerKind::Redis);
+            assert!(!info.has_delex && !info.has_delifeq && !info.has_set_ifeq, "{info:?}");
+            assert_eq!(client.release_strategy(), ReleaseStrategy::Lua);
+            assert_eq!(client.extend_strategy(), ExtendStrategy::Lua);
+        }
+        Flavor::Redis8 => {
+            assert_eq!(info.kind, ServerKind::Redis);
+            assert!(info.has_delex && info.has_set_ifeq, "{info:?}");
+            assert_eq!(client.release_strategy(), ReleaseStrategy::DelEx);
+            assert_eq!(client.extend_strategy(), ExtendStrategy::SetIfEq);
+        }
+        Flavor::Valkey9 => {
+            // Valkey reports redis_version:7.2.4 too; the kind must still be Valkey.
+            assert_eq!(info.kind, ServerKind::Valkey);
+            assert!(info.has_delifeq && info.has_set_ifeq && !info.has_delex, "{info:?}");
+            assert_eq!(client.release_strategy(), ReleaseStrategy::DelIfEq);
+            assert_eq!(client.extend_strategy(), ExtendStrategy::SetIfEq);
+        }
+    }
+});
+
+leasehold_harness::server_test!(async fn one_winner_and_only_the_token_releases(bin) {
+    let (server, client) = start(&bin).await;
+    let opts = LockOptions::new(LONG);
+    let a = client.try_acquire("k", &opts).await.unwrap().acquired().expect("A acquires");
+    assert_eq!(get(&server, "k").as_deref(), Some(a.token().expose()));
+    let b = client.try_acquire("k", &opts).await.unwrap();
+    assert!(matches!(b, TryAcquire::Busy { .. }), "B must be refused");
+    let wrong = LockToken::new("not-my-token").unwrap();
+    assert!(client.release("k", &wrong).await.unwrap_err().is_not_held());
+    assert_eq!(get(&server, "k").as_deref(), Some(a.token().expose()), "wrong token deleted the lock");
+    a.release().await.expect("A releases");
+    assert_eq!(get(&server, "k"), None);
+    // A second release with the same token finds nothing.
+    let again = client.release("k", &LockToken::new("x").unwrap()).await;
+    assert!(again.unwrap_err().is_not_held());
+});
+
+// The seed's expiry bug: A's lease runs out while it works, B takes the lock, A "releases".
+// With a plain DEL, A deletes B's lock and C gets in beside B (two holders). With the token
+// check, A's release is refused and C is kept out.
+leasehold_harness::server_test!(async fn expiry_bug_plain_del_vs_token_release(bin) {
+    let (server, client) = start(&bin).await;
+    let mut conn = client.connection();
+    for safe in [false, true] {
+        let a = client
+            .try_acquire("pay", &LockOptions::new(Duration::from_millis(50)))
+            .await
+            .unwrap()
+            .acquired()
+            .unwrap();
+        until_absent(&server, "pay", GENEROUS).await; // A's lease really expired
+        let b = client.try_acquire("pay", &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
+        if safe {
+            assert!(client.release("pay", a.token()).await.unwrap_err().is_not_held());
+            let _ = a.detach();
+        } else {
+            let _: i64 = redis::cmd("DEL").arg("pay").query_async(&mut conn).await.unwrap();
+            let _ = a.detach();
+        }
+        let c = client.try_acquire("pay", &LockOptions::new(LONG)).await.unwrap();
+        let b_holds = get(&server, "pay").as_deref() == Some(b.token().expose());
+        if safe {
+            assert!(!c.is_acquired(), "token release: C must be refused");
+            assert!(b_holds, "token release: B keeps its lock");
+            b.release().await.unwrap();
+        } else {
+            assert!(c.is_acquired(), "plain DEL: C gets in beside B (the bug)");
+            assert!(!b_holds, "plain DEL: B lost its lock");
+            assert!(b.release().await.unwrap_err().is_not_held());
+            c.acquired().unwrap().release().await.unwrap();
+        }
+    }
+});
+
+leasehold_harness::server_test!(async fn extend_only_while_held(bin) {
+    let (server, client) = start(&bin).await;
+    let g = client
+        .try_acquire("e", &LockOptions::new(Duration::from_secs(2)))
+        .await
+        .unwrap()
+        .acquired()
+        .unwrap();
+    assert!(pttl(&server, "e") <= 2000);
+    g.extend(LONG).await.expect("holder extends");
+    assert!(pttl(&server, "e") > 2000, "TTL was not reset");
+    let before = g.valid_until();
+    assert!(before > std::time::Instant::now() + Duration::from_secs(30));
+    // A stranger cannot extend, and its attempt leaves the key alone.
+    let stranger = LockToken::new("stranger").unwrap();
+    assert!(client.extend("e", &stranger, Duration::from_millis(5)).await.unwrap_err().is_not_held());
+    assert!(pttl(&server, "e") > 2000);
+    assert_eq!(get(&server, "e").as_deref(), Some(g.token().expose()));
+    // Once the key is gone, extending fails and the guard knows it is not held.
+    server.command(&["DEL", "e"]).unwrap();
+    assert!(g.extend(LONG).await.unwrap_err().is_not_held());
+    assert!(!g.is_held());
+    assert_eq!(pttl(&server, "e"), -2, "extend must not recreate the key");
+    assert!(g.release().await.unwrap_err().is_not_held());
+});
+
+// The Lua path works on every server (it is the only one on Redis 7).
+leasehold_harness::server_test!(async fn forced_lua_strategies(bin) {
+    let opts = ClientOptions::new()
+        .release_strategy(ReleaseStrategy::Lua)
+        .extend_strategy(ExtendStrategy::Lua);
+    let (server, client) = start_with(&bin, opts).await;
+    assert_eq!(client.release_strategy(), ReleaseStrategy::Lua);
+    let g = client.try_acquire("l", &LockOptions::new(Duration::from_secs(2))).await.unwrap().acquired().unwrap();
+    g.extend(LONG).await.unwrap();
+    assert!(pttl(&server, "l") > 2000);
+    assert!(client.release("l", &LockToken::new("nope").unwrap()).await.unwrap_err().is_not_held());
+    g.release().await.unwrap();
+    assert_eq!(get(&server, "l"), None);
+});
+
+// Forcing a strategy the server lacks is refused when connecting, not at the first release.
+leasehold_harness::server_test!(async fn forced_missing_strategy_is_refused(bin) {
+    let server = leasehold_harness::Server::start(&bin, &leasehold_harness::ServerOptions::new()).unwrap();
+    for (strategy, offered) in [
+        (ReleaseStrategy::DelEx, bin.flavor() == Some(Flavor::Redis8)),
+        (ReleaseStrategy::DelIfEq, bin.flavor() == Some(Flavor::Valkey9)),
+    ] {
+        let r = LockClient::connect_with(&server.url(), ClientOptions::new().release_strategy(strategy)).await;
+        match r {
+            Ok(c) => {
+                assert!(offered, "{strategy:?} accepted on {}", bin.label());
+                assert_eq!(c.release_strategy(), strategy);
+            }
+            Err(e) => {
+                assert!(!offered, "{strategy:?} refused on {}: {e}", bin.label());
+                assert!(matches!(e, Error::InvalidArgument { .. }), "{e:?}");
+            }
+        }
+    }
+});
+
+async fn never_overlap(bin: &leasehold_harness::ServerBinary, tasks: usize) {
+    let (_server, client) = start(bin).await;
+    let inside = Arc::new(AtomicUsize::new(0));
+    let max_inside = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let mut handles = Vec::new();
+    for _ in 0..tasks {
+        let (client, inside, max_inside, done) = (
+            client.clone(),
+            inside.clone(),
+            max_inside.clone(),
+            done.clone(),
+        );
+        handles.push(tokio::spawn(async move {
+            let opts = LockOptions::new(LONG).wait(Duration::from_secs(120));
+            client
+                .with_lock("shared", &opts, |_lease| async {
+                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    max_inside.fetch_max(now, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    done.fetch_add(1, Ordering::SeqCst);
+                })
+                .await
+                .expect("with_lock");
+        }));
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+    assert_eq!(done.load(Ordering::SeqCst), tasks);
+    assert_eq!(
+        max_inside.load(Ordering::SeqCst),
+        1,
+        "two tasks inside at once"
+    );
+}
+
+leasehold_harness::server_test!(async fn with_lock_5_tasks_never_overlap(bin) {
+    never_overlap(&bin, 5).await;
+});
+
+leasehold_harness::server_test!(async fn with_lock_50_tasks_never_overlap(bin) {
+    never_overlap(&bin, 50).await;
+});
+
+leasehold_harness::server_test!(async fn with_lock_releases_on_error_and_panic(bin) {
+    let (server, client) = start(&bin).await;
+    let opts = LockOptions::new(LONG);
+    let r: Result<Result<(), &str>, Error> = client.with_lock("w", &opts, |_| async { Err("work failed") }).await;
+    assert_eq!(r.unwrap(), Err("work failed"));
+    assert_eq!(get(&server, "w"), None, "not released after an error");
+
+    let c2 = client.clone();
+    let panicked = tokio::spawn(async move {
+        c2.with_lock("w", &LockOptions::new(LONG), |_| async { panic!("boom") }).await
+    })
+    .await;
+    assert!(panicked.unwrap_err().is_panic());
+    assert_eq!(get(&server, "w"), None, "not released after a panic");
+});
+
+// A with_lock future dropped mid-work (task aborted) releases in the background: the key goes
+// away long before its 60 s TTL.
+leasehold_harness::server_test!(async fn with_lock_releases_on_cancellation(bin) {
+    let (server, client) = start(&bin).await;
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let c2 = client.clone();
+    let task = tokio::spawn(async move {
+        c2.with_lock("c", &LockOptions::new(LONG), |_| async move {
+            tx.send(()).unwrap();
+            std::future::pending::<()>().await
+        })
+        .await
+    });
+    rx.await.unwrap();
+    assert!(get(&server, "c").is_some());
+    task.abort();
+    until_absent(&server, "c", GENEROUS).await;
+});
+
+leasehold_harness::server_test!(async fn dropped_guard_releases_in_background(bin) {
+    let (server, client) = start(&bin).await;
+    let g = client.try_acquire("d", &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
+    assert!(g.is_held());
+    drop(g);
+    until_absent(&server, "d", GENEROUS).await;
+});
+
+leasehold_harness::server_test!(async fn waiter_gets_the_lock_of_a_crashed_holder(bin) {
+    let (server, client) = start(&bin).await;
+    // The holder "crashes": it never releases; only its TTL frees the key.
+    let holder = client
+        .try_acquire("crash", &LockOptions::new(Duration::from_millis(300)))
+        .await
+        .unwrap()
+        .acquired()
+        .unwrap();
+    let _ = holder.detach();
+    // Fencing also reports the remaining lease when busy.
+    match client.try_acquire("crash", &LockOptions::new(LONG).fencing(true)).await.unwrap() {
+        TryAcquire::Busy { remaining } => assert!(remaining.unwrap() <= Duration::from_millis(300)),
+        TryAcquire::Acquired(_) => {} // the machine was slow enough for the lease to expire: fine
+    }
+    let g = client
+        .acquire("crash", &LockOptions::new(LONG).wait(Duration::from_secs(60)))
+        .await
+        .expect("waiter acquires after the TTL");
+    assert_eq!(get(&server, "crash").as_deref(), Some(g.token().expose()));
+    g.release().await.unwrap();
+});
+
+leasehold_harness::server_test!(async fn waiting_gives_up_at_the_deadline(bin) {
+    let (_server, client) = start(&bin).await;
+    let g = client.try_acquire("busy", &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
+    let err = client
+        .acquire("busy", &LockOptions::new(LONG).wait(Duration::from_millis(100)))
+        .await
+        .unwrap_err();
+    match err {
+        Error::NotAcquired { attempts, .. } => assert!(attempts >= 2, "it retried"),
+        other => panic!("{other:?}"),
+    }
+    let once = client.acquire("busy", &LockOptions::new(LONG)).await.unwrap_err();
+    assert!(matches!(once, Error::NotAcquired { attempts: 1, .. }), "{once:?}");
+    g.release().await.unwrap();
+});
+
+leasehold_harness::server_test!(async fn inspect_reports_holder_ttl_and_counter(bin) {
+    let (_server, client) = start(&bin).await;
+    let empty = client.inspect("i").await.unwrap();
+    assert_eq!((empty.holder, empty.ttl, empty.fencing_counter), (None, None, None));
+    let g = client.try_acquire("i", &LockOptions::new(LONG).fencing(true)).await.unwrap().acquired().unwrap();
+    let s = client.inspect("i").await.unwrap();
+    assert_eq!(s.holder.as_deref(), Some(g.token().expose()));
+    assert!(s.ttl.unwrap() <= LONG && s.ttl.unwrap() > Duration::from_secs(30));
+    assert_eq!(s.fencing_counter, Some(1));
+    assert_eq!(g.fencing_token(), Some(1));
+    g.release().await.unwrap();
+});
