@@ -1,7 +1,7 @@
 //! [`LockClient`]: connects, detects the server once, and acquires, releases, extends and
 //! inspects locks.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use redis::Value;
@@ -9,8 +9,9 @@ use tracing::Instrument;
 
 use crate::connection::ClientConnection;
 use crate::error::{Error, Operation, Result};
-use crate::guard::{Lease, LockGuard};
-use crate::options::{ClientOptions, LockOptions, ttl_millis};
+use crate::guard::{Lease, LockGuard, LossReason};
+use crate::options::{ClientOptions, LockOptions, OnLoss, ttl_millis};
+use crate::renewal::{Registration, RenewalStats, Renewer};
 use crate::server::ServerInfo;
 use crate::strategy::{
     ACQUIRE_SCRIPT, EXTEND_SCRIPT, ExtendStrategy, RELEASE_SCRIPT, ReleaseStrategy, extend_cmd,
@@ -83,6 +84,8 @@ struct ClientInner {
     server: ServerInfo,
     release: ReleaseStrategy,
     extend: ExtendStrategy,
+    /// Started on the first auto-extended lease.
+    renewer: OnceLock<Renewer>,
 }
 
 impl std::fmt::Debug for LockClient {
@@ -178,6 +181,7 @@ impl LockClient {
                 server,
                 release,
                 extend,
+                renewer: OnceLock::new(),
             }),
         })
     }
@@ -232,13 +236,9 @@ impl LockClient {
             match result? {
                 Attempt::Acquired { fencing } => {
                     span.record("outcome", "acquired");
-                    Ok(TryAcquire::Acquired(self.guard(
-                        key,
-                        token,
-                        fencing,
-                        started,
-                        options.ttl(),
-                    )))
+                    Ok(TryAcquire::Acquired(
+                        self.guard(key, token, fencing, started, options),
+                    ))
                 }
                 Attempt::Busy { remaining } => {
                     span.record("outcome", "busy");
@@ -293,7 +293,7 @@ impl LockClient {
                 let remaining = match attempt {
                     Attempt::Acquired { fencing } => {
                         span.record("outcome", "acquired");
-                        return Ok(self.guard(key, token, fencing, started, options.ttl()));
+                        return Ok(self.guard(key, token, fencing, started, options));
                     }
                     Attempt::Busy { remaining } => remaining,
                 };
@@ -324,13 +324,17 @@ impl LockClient {
     /// release), and when the returned future is dropped (the guard then releases in the
     /// background).
     ///
-    /// `work` receives a [`Lease`]: the key, token, fencing token and validity of the lock.
+    /// `work` receives a [`Lease`]: the key, token, fencing token, validity and loss signal of
+    /// the lock. The work runs against [`Lease::lost`]: if the lease is lost meanwhile (a renewal
+    /// of an [`auto_extend`](LockOptions::auto_extend)ed lock failed, or the validity ran out),
+    /// the work's future is dropped at once and [`Error::LockLost`] returned; with
+    /// [`OnLoss::Notify`] the work finishes and the error is returned after it.
     ///
     /// # Errors
-    /// As [`LockClient::acquire`] if the lock was not taken (then `work` did not run). If `work`
-    /// ran but the lock was no longer ours when it finished ([`Error::NotHeld`]: the TTL ran out
-    /// during the work), its output is dropped and the error returned, because the work was not
-    /// protected for its whole duration; pass a TTL comfortably longer than the work.
+    /// As [`LockClient::acquire`] if the lock was not taken (then `work` did not run);
+    /// [`Error::LockLost`] as above; [`Error::NotHeld`] if the release found the lock gone
+    /// (without the loss having been noticed first): the work was not protected for its whole
+    /// duration, so its output is dropped.
     pub async fn with_lock<T, F, Fut>(&self, key: &str, options: &LockOptions, work: F) -> Result<T>
     where
         F: FnOnce(Lease) -> Fut,
@@ -338,13 +342,27 @@ impl LockClient {
     {
         use futures_util::FutureExt;
         let guard = self.acquire(key, options).await?;
-        let outcome = std::panic::AssertUnwindSafe(work(guard.lease().clone()))
-            .catch_unwind()
-            .await;
+        let lease = guard.lease().clone();
+        let work = std::panic::AssertUnwindSafe(work(lease.clone())).catch_unwind();
+        let outcome = match options.loss_policy() {
+            OnLoss::Cancel => tokio::select! {
+                out = work => Some(out),
+                _ = lease.lost() => None,
+            },
+            _ => Some(work.await),
+        };
         let released = guard.release().await;
+        let lost = |reason| Error::LockLost {
+            key: key.to_string(),
+            reason,
+        };
         match outcome {
-            Err(panic) => std::panic::resume_unwind(panic),
-            Ok(value) => released.map(|()| value),
+            Some(Err(panic)) => std::panic::resume_unwind(panic),
+            None => Err(lost(lease.loss_reason().unwrap_or(LossReason::Expired))),
+            Some(Ok(_)) if lease.loss_reason().is_some() => {
+                Err(lost(lease.loss_reason().unwrap_or(LossReason::Expired)))
+            }
+            Some(Ok(value)) => released.map(|()| value),
         }
     }
 
@@ -423,9 +441,33 @@ impl LockClient {
         token: LockToken,
         fencing: Option<u64>,
         started: Instant,
-        ttl: Duration,
+        options: &LockOptions,
     ) -> LockGuard {
-        LockGuard::new(self.clone(), Lease::new(key, token, fencing, started, ttl))
+        let lease = Lease::new(key, token, fencing, started, options.ttl());
+        if options.auto_extend_enabled() {
+            self.renewer().register(Registration {
+                lease: lease.clone(),
+                ttl: options.ttl(),
+                interval: options.renew_interval(),
+                stop_at: options.max_hold_bound().map(|cap| started + cap),
+            });
+        }
+        LockGuard::new(self.clone(), lease)
+    }
+
+    fn renewer(&self) -> &Renewer {
+        self.inner
+            .renewer
+            .get_or_init(|| Renewer::spawn(self.inner.conn.clone(), self.inner.extend))
+    }
+
+    /// Counters of this client's renewer (all zero until a lease is auto-extended).
+    pub fn renewal_stats(&self) -> Arc<RenewalStats> {
+        self.inner
+            .renewer
+            .get()
+            .map(|r| r.stats.clone())
+            .unwrap_or_default()
     }
 
     /// Sends one acquisition. `want_remaining` asks for the holder's PTTL on busy (the script).

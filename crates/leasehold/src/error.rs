@@ -106,6 +106,17 @@ pub enum Error {
         attempts: u32,
     },
 
+    /// The lease was lost while it was held: a renewal found the key gone or taken over, or no
+    /// renewal succeeded before the validity ran out. Whatever ran under it may have overlapped
+    /// with another holder.
+    #[error("lock {key:?} was lost while held: {reason}")]
+    LockLost {
+        /// The lock key.
+        key: String,
+        /// Why.
+        reason: crate::guard::LossReason,
+    },
+
     /// The server answered something the library did not expect (a protocol or version mismatch).
     #[error("{op}: unexpected reply from the server: {detail}")]
     UnexpectedReply {

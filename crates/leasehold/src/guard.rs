@@ -2,8 +2,10 @@
 //! of the key, token, fencing token and validity).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
 
 use crate::client::LockClient;
 use crate::error::{Error, Result};
@@ -35,7 +37,32 @@ struct LeaseState {
     token: LockToken,
     fencing: Option<u64>,
     valid_until: Mutex<Instant>,
+    /// Released (or handed off): no longer ours by our own choice.
     ended: AtomicBool,
+    /// Fired when the lease is lost (never on a normal release).
+    lost: CancellationToken,
+    reason: OnceLock<LossReason>,
+}
+
+/// Why a lease was lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LossReason {
+    /// The key was gone or held another holder's token (expired, deleted or overwritten from
+    /// outside, or lost by the server).
+    NotHeld,
+    /// The validity deadline passed without a successful renewal (server unreachable or too
+    /// slow, or renewal was not enabled or had stopped at its cap).
+    Expired,
+}
+
+impl std::fmt::Display for LossReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LossReason::NotHeld => "the key no longer holds our token",
+            LossReason::Expired => "the lease ran out before a renewal succeeded",
+        })
+    }
 }
 
 impl Lease {
@@ -53,6 +80,8 @@ impl Lease {
                 fencing,
                 valid_until: Mutex::new(started + ttl.saturating_sub(clock_drift(ttl))),
                 ended: AtomicBool::new(false),
+                lost: CancellationToken::new(),
+                reason: OnceLock::new(),
             }),
         }
     }
@@ -94,9 +123,58 @@ impl Lease {
         self.valid_until().saturating_duration_since(Instant::now())
     }
 
-    /// True until the lock is released, found not held, or its validity runs out.
+    /// True until the lock is released, found lost, or its validity runs out.
     pub fn is_held(&self) -> bool {
-        !self.state.ended.load(Ordering::Acquire) && Instant::now() < self.valid_until()
+        !self.is_ended() && !self.state.lost.is_cancelled() && Instant::now() < self.valid_until()
+    }
+
+    /// Resolves when the lease is lost: a renewal (or an explicit extend) found the key gone or
+    /// taken over, or the validity deadline passed without a successful renewal. Never resolves
+    /// after a normal release. Cancel-safe; any number of tasks may wait on it.
+    pub async fn lost(&self) {
+        loop {
+            let until = self.valid_until();
+            tokio::select! {
+                _ = self.state.lost.cancelled() => return,
+                _ = tokio::time::sleep_until(until.into()) => {
+                    if self.is_ended() {
+                        return std::future::pending().await;
+                    }
+                    // The deadline may have moved meanwhile (a renewal landed): wait again.
+                    if Instant::now() >= self.valid_until() {
+                        self.mark_lost(LossReason::Expired);
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// A token cancelled when the lease is lost, for code that composes with `tokio_util`.
+    /// It is cancelled by the renewer of an auto-extended lease, by an extend or release that
+    /// finds the lock gone, and by [`Lease::lost`] noticing the validity ran out.
+    pub fn lost_token(&self) -> CancellationToken {
+        self.state.lost.clone()
+    }
+
+    /// Why the lease was lost, if it was.
+    pub fn loss_reason(&self) -> Option<LossReason> {
+        self.state.reason.get().copied()
+    }
+
+    /// Declares the lease lost (first reason wins). Returns true the first time. Ignored after a
+    /// normal release.
+    pub(crate) fn mark_lost(&self, reason: LossReason) -> bool {
+        if self.is_ended() || self.state.reason.set(reason).is_err() {
+            return false;
+        }
+        tracing::warn!(key = self.key(), %reason, "lock lost");
+        self.state.lost.cancel();
+        true
+    }
+
+    pub(crate) fn is_ended(&self) -> bool {
+        self.state.ended.load(Ordering::Acquire)
     }
 
     pub(crate) fn renewed(&self, started: Instant, ttl: Duration) {
@@ -167,6 +245,21 @@ impl LockGuard {
         self.lease.is_held()
     }
 
+    /// See [`Lease::lost`].
+    pub async fn lost(&self) {
+        self.lease.lost().await
+    }
+
+    /// See [`Lease::lost_token`].
+    pub fn lost_token(&self) -> CancellationToken {
+        self.lease.lost_token()
+    }
+
+    /// See [`Lease::loss_reason`].
+    pub fn loss_reason(&self) -> Option<LossReason> {
+        self.lease.loss_reason()
+    }
+
     /// Resets the lock's TTL to `ttl` from now, if the key still holds our token (atomically:
     /// see [`crate::strategy`]). The validity moves to `ttl` after the moment the command was
     /// sent.
@@ -182,7 +275,7 @@ impl LockGuard {
                 Ok(())
             }
             Err(e @ Error::NotHeld { .. }) => {
-                self.lease.end();
+                self.lease.mark_lost(LossReason::NotHeld);
                 Err(e)
             }
             Err(e) => Err(e),

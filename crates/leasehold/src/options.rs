@@ -107,6 +107,25 @@ pub struct LockOptions {
     wait: Option<Duration>,
     backoff: Backoff,
     fencing: bool,
+    auto_extend: bool,
+    renew_every: Option<Duration>,
+    max_hold: Option<Duration>,
+    on_loss: OnLoss,
+}
+
+/// What [`with_lock`](crate::LockClient::with_lock) does when the lease is lost while the work
+/// runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum OnLoss {
+    /// Drop the work's future at once and return [`Error::LockLost`] (the default): work that
+    /// is no longer protected stops at its next `.await`.
+    #[default]
+    Cancel,
+    /// Let the work finish; the loss is still visible through the lease it was given
+    /// ([`Lease::lost`](crate::Lease::lost), [`Lease::is_held`](crate::Lease::is_held)) and
+    /// `with_lock` returns [`Error::LockLost`] afterwards.
+    Notify,
 }
 
 impl Default for LockOptions {
@@ -117,6 +136,10 @@ impl Default for LockOptions {
             wait: None,
             backoff: Backoff::default(),
             fencing: false,
+            auto_extend: false,
+            renew_every: None,
+            max_hold: None,
+            on_loss: OnLoss::Cancel,
         }
     }
 }
@@ -183,6 +206,59 @@ impl LockOptions {
     /// Whether fencing tokens are issued.
     pub fn fencing_enabled(&self) -> bool {
         self.fencing
+    }
+
+    /// Keeps the lock alive while the guard lives: the client renews it every
+    /// [`renew_every`](LockOptions::renew_every) (default TTL/3) with the token-checked extend,
+    /// batched with every other lease of the client, and declares it lost at once when a
+    /// renewal fails (see [`crate::renewal`]). The TTL then only bounds how long a *crashed*
+    /// holder blocks others.
+    pub fn auto_extend(mut self, on: bool) -> Self {
+        self.auto_extend = on;
+        self
+    }
+
+    /// Whether the lock is kept alive.
+    pub fn auto_extend_enabled(&self) -> bool {
+        self.auto_extend
+    }
+
+    /// How often an auto-extended lock is renewed (default TTL/3; clamped to at most TTL/2 so
+    /// one failed round still leaves time for another).
+    pub fn renew_every(mut self, interval: Duration) -> Self {
+        self.renew_every = Some(interval);
+        self
+    }
+
+    /// The renewal interval in effect.
+    pub fn renew_interval(&self) -> Duration {
+        let half = self.ttl / 2;
+        self.renew_every
+            .map_or(self.ttl / 3, |d| d.min(half))
+            .max(Duration::from_millis(1))
+    }
+
+    /// Stops renewing after this much total hold time; the lock then expires one TTL later
+    /// (and its lease reports lost), so a holder stuck in a loop cannot keep it forever.
+    pub fn max_hold(mut self, cap: Duration) -> Self {
+        self.max_hold = Some(cap);
+        self
+    }
+
+    /// The hold-time cap, if any.
+    pub fn max_hold_bound(&self) -> Option<Duration> {
+        self.max_hold
+    }
+
+    /// What `with_lock` does when the lease is lost during the work (default: cancel it).
+    pub fn on_loss(mut self, on_loss: OnLoss) -> Self {
+        self.on_loss = on_loss;
+        self
+    }
+
+    /// The loss policy.
+    pub fn loss_policy(&self) -> OnLoss {
+        self.on_loss
     }
 }
 

@@ -1,0 +1,87 @@
+//! Bringing your own connection, and what the library logs.
+
+mod common;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use leasehold::{LockClient, LockOptions, LockToken};
+use leasehold_harness::{Server, ServerOptions};
+
+const LONG: Duration = Duration::from_secs(60);
+
+leasehold_harness::server_test!(async fn wraps_a_users_connection_manager_and_multiplexed_connection(bin) {
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let redis_client = redis::Client::open(server.url()).unwrap();
+    let manager = redis_client.get_connection_manager().await.unwrap();
+    let multiplexed = redis_client.get_multiplexed_async_connection().await.unwrap();
+    for client in [
+        LockClient::from_connection(manager).await.unwrap(),
+        LockClient::from_connection(multiplexed).await.unwrap(),
+    ] {
+        assert_eq!(client.server().version, bin.version.to_string());
+        let g = client.try_acquire("own", &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
+        assert!(!client.try_acquire("own", &LockOptions::new(LONG)).await.unwrap().is_acquired());
+        g.release().await.unwrap();
+    }
+});
+
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// One process-wide capturing subscriber: tracing caches per-callsite interest globally, so
+/// thread-scoped subscribers miss events when tests run in parallel.
+fn captured_log() -> &'static Captured {
+    static LOG: OnceLock<Captured> = OnceLock::new();
+    LOG.get_or_init(|| {
+        let sink = Captured::default();
+        let writer = sink.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("no other global subscriber");
+        sink
+    })
+}
+
+// Spans for acquire, release and extend carry the key and outcome; the token, a capability,
+// never appears whole (only a short prefix).
+leasehold_harness::server_test!(async fn tracing_names_the_key_and_never_the_whole_token(bin) {
+    let captured = captured_log();
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let key = format!("traced-key-{}", bin.flavor().unwrap().name());
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let opts = LockOptions::new(LONG).fencing(true);
+    let g = client.try_acquire(&key, &opts).await.unwrap().acquired().unwrap();
+    g.extend(LONG).await.unwrap();
+    let first = g.token().clone();
+    g.release().await.unwrap();
+    let dropped = client.try_acquire(&key, &opts).await.unwrap().acquired().unwrap();
+    let second = dropped.token().clone();
+    drop(dropped);
+    common::until_absent(&server, &key, common::GENEROUS).await; // the background release ran
+    let _ = client.release(&key, &LockToken::new("wrong-token-value").unwrap()).await;
+
+    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let ours: Vec<&str> = log.lines().filter(|l| l.contains(&key)).collect();
+    for needle in ["leasehold.acquire", "leasehold.extend", "leasehold.release", "outcome", "dropped without release"] {
+        assert!(ours.iter().any(|l| l.contains(needle)), "{needle} missing from:\n{}", ours.join("\n"));
+    }
+    for t in [first.expose(), second.expose(), "wrong-token-value"] {
+        assert!(!log.contains(t), "token {t} logged whole:\n{log}");
+    }
+});
