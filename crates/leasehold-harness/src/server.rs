@@ -1,0 +1,681 @@
+//! One real server process per [`Server`].
+
+use std::fmt;
+use std::fs::{self, OpenOptions};
+use std::io::{BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{self, Signal};
+use nix::unistd::Pid;
+use tempfile::TempDir;
+
+use crate::{HarnessError, RespValue, ServerBinary};
+
+/// How long a server may take to answer after being spawned.
+const READY_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long a replica may take to report `master_link_status:up`.
+const REPLICATION_TIMEOUT: Duration = Duration::from_secs(15);
+/// Sleep between readiness probes.
+const POLL_INTERVAL: Duration = Duration::from_millis(10);
+/// How long [`Server::stop`] waits after SIGTERM before it sends SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+/// Socket timeout of [`Server::command`].
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
+/// Socket timeout of one readiness probe.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
+/// Attempts (each on a fresh port) before [`Server::start`] gives up.
+const START_ATTEMPTS: usize = 5;
+/// Lines of log included in start errors.
+const LOG_TAIL_LINES: usize = 30;
+
+const SERVER_LOG: &str = "server.log";
+const STDIO_LOG: &str = "stdio.log";
+
+/// How to configure a [`Server`]. Builder style:
+/// `ServerOptions::new().aof(true).requirepass("secret")`.
+#[derive(Debug, Clone, Default)]
+pub struct ServerOptions {
+    aof: bool,
+    requirepass: Option<String>,
+    args: Vec<String>,
+}
+
+impl ServerOptions {
+    /// Defaults: no persistence, no password, no extra arguments.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Enables the append-only file (`--appendonly yes --appendfsync always`), so data
+    /// written before a crash survives [`Server::restart`].
+    pub fn aof(mut self, enabled: bool) -> Self {
+        self.aof = enabled;
+        self
+    }
+
+    /// Requires this password (`--requirepass`). [`Server::command`] authenticates with it;
+    /// [`Server::url`] does not contain it.
+    pub fn requirepass(mut self, password: impl Into<String>) -> Self {
+        self.requirepass = Some(password.into());
+        self
+    }
+
+    /// Appends one raw command-line argument, e.g. `.arg("--maxmemory").arg("10mb")`.
+    pub fn arg(mut self, arg: impl Into<String>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+
+    /// Appends several raw command-line arguments.
+    pub fn args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Whether the append-only file is enabled.
+    pub fn is_aof(&self) -> bool {
+        self.aof
+    }
+
+    /// The password set with [`ServerOptions::requirepass`].
+    pub fn password(&self) -> Option<&str> {
+        self.requirepass.as_deref()
+    }
+}
+
+/// A running redis/valkey server process on `127.0.0.1`, with its own temporary directory.
+///
+/// Dropping it sends SIGKILL and reaps the process (this also happens when a test panics);
+/// the directory is removed afterwards.
+pub struct Server {
+    binary: ServerBinary,
+    options: ServerOptions,
+    /// Arguments the harness adds on top of `options` (replication), kept for restarts.
+    extra_args: Vec<String>,
+    port: u16,
+    dir: TempDir,
+    child: Option<Child>,
+}
+
+impl fmt::Debug for Server {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Server")
+            .field("binary", &self.binary.label())
+            .field("port", &self.port)
+            .field("pid", &self.pid())
+            .field("dir", &self.dir.path())
+            .finish()
+    }
+}
+
+/// Why a launch attempt failed, and whether a new port might help.
+struct LaunchError {
+    error: HarnessError,
+    retry_on_other_port: bool,
+}
+
+enum Probe {
+    Ready,
+    NotYet,
+    /// Something else answers on the port (another test's server won a port race).
+    Foreign(String),
+}
+
+impl Server {
+    /// Starts `bin` on a free loopback port with a fresh temporary directory, and waits until
+    /// it answers.
+    ///
+    /// Arguments: `--port P --bind 127.0.0.1 --dir D --save "" --appendonly no|yes
+    /// --daemonize no --logfile D/server.log --protected-mode no --repl-diskless-sync-delay 0`,
+    /// plus `--enable-debug-command yes` where supported, the options' password and raw args
+    /// (raw args come last, so they can override the harness' choices).
+    /// If the process dies during start-up (e.g. another process took the port), it is
+    /// retried on a new port, up to 5 times.
+    pub fn start(bin: &ServerBinary, opts: &ServerOptions) -> Result<Server, HarnessError> {
+        Self::start_with(bin, opts, Vec::new())
+    }
+
+    fn start_with(
+        bin: &ServerBinary,
+        opts: &ServerOptions,
+        extra_args: Vec<String>,
+    ) -> Result<Server, HarnessError> {
+        let dir = tempfile::Builder::new()
+            .prefix("leasehold-server-")
+            .tempdir()?;
+        let mut last = None;
+        for _ in 0..START_ATTEMPTS {
+            let port = free_port()?;
+            // Fresh logs per attempt, so an error shows this attempt's output only.
+            let _ = fs::remove_file(dir.path().join(SERVER_LOG));
+            let _ = fs::remove_file(dir.path().join(STDIO_LOG));
+            match launch(bin, opts, &extra_args, port, dir.path()) {
+                Ok(child) => {
+                    return Ok(Server {
+                        binary: bin.clone(),
+                        options: opts.clone(),
+                        extra_args,
+                        port,
+                        dir,
+                        child: Some(child),
+                    });
+                }
+                Err(LaunchError {
+                    error,
+                    retry_on_other_port: true,
+                }) => last = Some(error),
+                Err(LaunchError { error, .. }) => return Err(error),
+            }
+        }
+        Err(last.expect("at least one start attempt"))
+    }
+
+    /// `redis://127.0.0.1:PORT/` (never contains the password).
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// The TCP port; stays the same across [`Server::restart`].
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `127.0.0.1:PORT`.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// The binary this server runs.
+    pub fn binary(&self) -> &ServerBinary {
+        &self.binary
+    }
+
+    /// The options it was started with.
+    pub fn options(&self) -> &ServerOptions {
+        &self.options
+    }
+
+    /// The server's working directory (`--dir`): AOF/RDB files and `server.log`.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The server's log file.
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join(SERVER_LOG)
+    }
+
+    /// The last `lines` lines of the server's log and of its stdout/stderr.
+    pub fn log_tail(&self, lines: usize) -> String {
+        log_tail(self.dir.path(), lines)
+    }
+
+    /// The process id; `None` after [`Server::kill`] / [`Server::stop`].
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Whether the process is alive (it may have exited on its own, e.g. after `SHUTDOWN`;
+    /// a paused process counts as alive).
+    pub fn is_running(&mut self) -> bool {
+        match self.child.as_mut().map(Child::try_wait) {
+            Some(Ok(None)) => true,
+            Some(_) => {
+                self.kill();
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Kills the process with SIGKILL (a crash) and reaps it. No-op if not running.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Graceful shutdown: SIGTERM (and SIGCONT, in case it is paused), up to 5 s to exit,
+    /// then SIGKILL. The process is reaped either way. No-op if not running.
+    pub fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        if let Ok(None) = child.try_wait() {
+            let pid = nix_pid(&child);
+            let _ = signal::kill(pid, Signal::SIGTERM);
+            let _ = signal::kill(pid, Signal::SIGCONT);
+            let deadline = Instant::now() + STOP_GRACE;
+            while let Ok(None) = child.try_wait() {
+                if Instant::now() >= deadline {
+                    let _ = child.kill();
+                    break;
+                }
+                thread::sleep(POLL_INTERVAL);
+            }
+        }
+        let _ = child.wait();
+    }
+
+    /// Freezes the process (SIGSTOP): connections are still accepted by the kernel, but
+    /// nothing is answered until [`Server::resume`].
+    pub fn pause(&self) -> Result<(), HarnessError> {
+        self.signal(Signal::SIGSTOP)
+    }
+
+    /// Continues a paused process (SIGCONT).
+    pub fn resume(&self) -> Result<(), HarnessError> {
+        self.signal(Signal::SIGCONT)
+    }
+
+    fn signal(&self, sig: Signal) -> Result<(), HarnessError> {
+        let child = self.child.as_ref().ok_or(HarnessError::NotRunning)?;
+        signal::kill(nix_pid(child), sig).map_err(|e| HarnessError::Io(e.into()))
+    }
+
+    /// Crash-restarts the server: SIGKILL if it is running, then starts the same binary again
+    /// on the same port, with the same directory and options (so an AOF written with
+    /// [`ServerOptions::aof`] is replayed), and waits until it answers.
+    pub fn restart(&mut self) -> Result<(), HarnessError> {
+        self.kill();
+        let mut last = None;
+        for attempt in 0..START_ATTEMPTS {
+            if attempt > 0 {
+                thread::sleep(Duration::from_millis(100));
+            }
+            match launch(
+                &self.binary,
+                &self.options,
+                &self.extra_args,
+                self.port,
+                self.dir.path(),
+            ) {
+                Ok(child) => {
+                    self.child = Some(child);
+                    return Ok(());
+                }
+                Err(LaunchError {
+                    error,
+                    retry_on_other_port: true,
+                }) => last = Some(error),
+                Err(LaunchError { error, .. }) => return Err(error),
+            }
+        }
+        Err(last.expect("at least one restart attempt"))
+    }
+
+    /// Starts a replica of this server (same binary, `--replicaof 127.0.0.1 <port>`, plus
+    /// `--masterauth` if this server has a password) and waits until it reports
+    /// `master_link_status:up`.
+    pub fn start_replica(&self, opts: &ServerOptions) -> Result<Server, HarnessError> {
+        let mut extra = vec![
+            "--replicaof".to_owned(),
+            "127.0.0.1".to_owned(),
+            self.port.to_string(),
+        ];
+        if let Some(pass) = self.options.password() {
+            extra.push("--masterauth".to_owned());
+            extra.push(pass.to_owned());
+        }
+        let replica = Server::start_with(&self.binary, opts, extra)?;
+        let deadline = Instant::now() + REPLICATION_TIMEOUT;
+        loop {
+            let info = replica.info("replication")?;
+            if info
+                .lines()
+                .any(|l| matches!(l.trim(), "master_link_status:up" | "primary_link_status:up"))
+            {
+                return Ok(replica);
+            }
+            if Instant::now() >= deadline {
+                return Err(HarnessError::Timeout(format!(
+                    "replica on port {} did not link to its master on port {} within {:?}\n\
+                     --- replica INFO replication ---\n{}\n--- replica log ---\n{}",
+                    replica.port,
+                    self.port,
+                    REPLICATION_TIMEOUT,
+                    info.trim(),
+                    replica.log_tail(LOG_TAIL_LINES)
+                )));
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Makes this server a master (`REPLICAOF NO ONE`).
+    pub fn promote(&self) -> Result<(), HarnessError> {
+        match self.command(&["REPLICAOF", "NO", "ONE"])? {
+            reply if reply.is_ok() => Ok(()),
+            reply => Err(HarnessError::Server(format!("REPLICAOF NO ONE: {reply}"))),
+        }
+    }
+
+    /// Sends one command over a fresh connection (authenticating first if the server has a
+    /// password) and returns the reply; error replies are `Ok(RespValue::Error(_))`.
+    /// Waits at most 10 s; see [`Server::command_timeout`].
+    pub fn command(&self, args: &[&str]) -> Result<RespValue, HarnessError> {
+        self.command_timeout(args, COMMAND_TIMEOUT)
+    }
+
+    /// Like [`Server::command`], with `timeout` for connecting and for each socket read and
+    /// write. A server that does not answer in time gives [`HarnessError::Timeout`].
+    pub fn command_timeout(
+        &self,
+        args: &[&str],
+        timeout: Duration,
+    ) -> Result<RespValue, HarnessError> {
+        if self.child.is_none() {
+            return Err(HarnessError::NotRunning);
+        }
+        let mut replies = self.commands_timeout(&[args], timeout)?;
+        Ok(replies.pop().expect("one reply per command"))
+    }
+
+    /// Sends several commands, pipelined on **one** fresh connection (authenticating first
+    /// if needed), and returns their replies in order. Useful where the connection matters,
+    /// e.g. `[["SET", "k", "v"], ["WAIT", "1", "5000"]]` (`WAIT` only waits for the writes
+    /// of its own connection). Waits at most 10 s per socket operation.
+    pub fn commands(&self, commands: &[&[&str]]) -> Result<Vec<RespValue>, HarnessError> {
+        self.commands_timeout(commands, COMMAND_TIMEOUT)
+    }
+
+    /// Like [`Server::commands`], with `timeout` for connecting and for each socket read
+    /// and write.
+    pub fn commands_timeout(
+        &self,
+        commands: &[&[&str]],
+        timeout: Duration,
+    ) -> Result<Vec<RespValue>, HarnessError> {
+        if self.child.is_none() {
+            return Err(HarnessError::NotRunning);
+        }
+        let stream =
+            connect(self.port, timeout).map_err(|e| HarnessError::from_io(e, "connecting"))?;
+        send_commands(stream, self.options.password(), commands)
+    }
+
+    /// `INFO <section>` as text.
+    pub fn info(&self, section: &str) -> Result<String, HarnessError> {
+        match self.command(&["INFO", section])? {
+            RespValue::Bulk(Some(bytes)) => Ok(String::from_utf8_lossy(&bytes).into_owned()),
+            other => Err(HarnessError::Server(format!("INFO {section}: {other}"))),
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn nix_pid(child: &Child) -> Pid {
+    Pid::from_raw(i32::try_from(child.id()).expect("pid fits in i32"))
+}
+
+/// A port that was free a moment ago (bind to port 0, read it, close).
+fn free_port() -> Result<u16, HarnessError> {
+    let listener = TcpListener::bind(("127.0.0.1", 0))?;
+    Ok(listener.local_addr()?.port())
+}
+
+fn connect(port: u16, timeout: Duration) -> std::io::Result<TcpStream> {
+    let stream = TcpStream::connect_timeout(&SocketAddr::from(([127, 0, 0, 1], port)), timeout)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    stream.set_nodelay(true)?;
+    Ok(stream)
+}
+
+/// Writes `[AUTH password] commands...` in one go and returns the replies to `commands`.
+fn send_commands(
+    mut stream: TcpStream,
+    password: Option<&str>,
+    commands: &[&[&str]],
+) -> Result<Vec<RespValue>, HarnessError> {
+    let mut out = Vec::new();
+    if let Some(pass) = password {
+        out.extend(RespValue::encode_command(&["AUTH", pass]));
+    }
+    for args in commands {
+        out.extend(RespValue::encode_command(args));
+    }
+    stream
+        .write_all(&out)
+        .map_err(|e| HarnessError::from_io(e, "sending a command"))?;
+    let mut reader = BufReader::new(stream);
+    if password.is_some() {
+        let auth = RespValue::read(&mut reader)?;
+        if !auth.is_ok() {
+            return Err(HarnessError::Server(format!("AUTH: {auth}")));
+        }
+    }
+    commands
+        .iter()
+        .map(|_| RespValue::read(&mut reader))
+        .collect()
+}
+
+fn spawn(
+    bin: &ServerBinary,
+    opts: &ServerOptions,
+    extra_args: &[String],
+    port: u16,
+    dir: &Path,
+) -> Result<Child, HarnessError> {
+    let stdio = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(STDIO_LOG))?;
+    let mut cmd = Command::new(&bin.server);
+    cmd.arg("--port")
+        .arg(port.to_string())
+        .arg("--bind")
+        .arg("127.0.0.1")
+        .arg("--dir")
+        .arg(dir)
+        .arg("--save")
+        .arg("")
+        .arg("--appendonly")
+        .arg(if opts.aof { "yes" } else { "no" });
+    if opts.aof {
+        cmd.arg("--appendfsync").arg("always");
+    }
+    cmd.arg("--daemonize")
+        .arg("no")
+        .arg("--logfile")
+        .arg(dir.join(SERVER_LOG))
+        .arg("--protected-mode")
+        .arg("no")
+        // Replicas sync at once instead of waiting 5 s for more replicas to join.
+        .arg("--repl-diskless-sync-delay")
+        .arg("0");
+    if bin.supports_debug_command() {
+        cmd.arg("--enable-debug-command").arg("yes");
+    }
+    if let Some(pass) = &opts.requirepass {
+        cmd.arg("--requirepass").arg(pass);
+    }
+    cmd.args(extra_args)
+        .args(&opts.args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(stdio.try_clone()?)
+        .stderr(stdio);
+    cmd.spawn().map_err(|e| HarnessError::StartFailed {
+        binary: bin.label(),
+        port,
+        reason: format!("cannot spawn {}: {e}", bin.server.display()),
+        log_tail: String::new(),
+    })
+}
+
+/// Spawns the server and waits until it answers; on failure the process is killed and reaped.
+fn launch(
+    bin: &ServerBinary,
+    opts: &ServerOptions,
+    extra_args: &[String],
+    port: u16,
+    dir: &Path,
+) -> Result<Child, LaunchError> {
+    let mut child = spawn(bin, opts, extra_args, port, dir).map_err(|error| LaunchError {
+        error,
+        retry_on_other_port: false,
+    })?;
+    let failed = |child: &mut Child, reason: String, retry: bool| {
+        let _ = child.kill();
+        let _ = child.wait();
+        LaunchError {
+            error: HarnessError::StartFailed {
+                binary: bin.label(),
+                port,
+                reason,
+                log_tail: log_tail(dir, LOG_TAIL_LINES),
+            },
+            retry_on_other_port: retry,
+        }
+    };
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                return Err(failed(
+                    &mut child,
+                    format!("the server exited during start-up ({status})"),
+                    true,
+                ));
+            }
+            Ok(None) => {}
+            Err(e) => {
+                return Err(failed(
+                    &mut child,
+                    format!("cannot check the process: {e}"),
+                    false,
+                ));
+            }
+        }
+        match probe(port, opts.password(), child.id()) {
+            Probe::Ready => return Ok(child),
+            Probe::NotYet => {}
+            Probe::Foreign(what) => {
+                return Err(failed(
+                    &mut child,
+                    format!("another process answers on the port ({what})"),
+                    true,
+                ));
+            }
+        }
+        if Instant::now() >= deadline {
+            return Err(failed(
+                &mut child,
+                format!("no answer to PING within {READY_TIMEOUT:?}"),
+                false,
+            ));
+        }
+        thread::sleep(POLL_INTERVAL);
+    }
+}
+
+/// One readiness probe: `[AUTH] INFO server` + `PING`. Ready when INFO names our pid (so a
+/// server of another test that won a port race is not mistaken for ours) and PING answers
+/// `+PONG` (not `-LOADING`), or when the server demands a password we do not know.
+fn probe(port: u16, password: Option<&str>, pid: u32) -> Probe {
+    let Ok(mut stream) = connect(port, PROBE_TIMEOUT) else {
+        return Probe::NotYet;
+    };
+    let mut out = Vec::new();
+    if let Some(pass) = password {
+        out.extend(RespValue::encode_command(&["AUTH", pass]));
+    }
+    out.extend(RespValue::encode_command(&["INFO", "server"]));
+    out.extend(RespValue::encode_command(&["PING"]));
+    if stream.write_all(&out).is_err() {
+        return Probe::NotYet;
+    }
+    let mut reader = BufReader::new(stream);
+    if password.is_some() {
+        match RespValue::read(&mut reader) {
+            Ok(reply) if reply.is_ok() => {}
+            Ok(RespValue::Error(e)) if e.starts_with("LOADING") => return Probe::NotYet,
+            Ok(other) => return Probe::Foreign(format!("AUTH: {other}")),
+            Err(_) => return Probe::NotYet,
+        }
+    }
+    let info = match RespValue::read(&mut reader) {
+        Ok(info) => info,
+        Err(_) => return Probe::NotYet,
+    };
+    let ping = match RespValue::read(&mut reader) {
+        Ok(ping) => ping,
+        Err(_) => return Probe::NotYet,
+    };
+    match (&info, &ping) {
+        (RespValue::Bulk(Some(text)), RespValue::Simple(pong)) if pong == "PONG" => {
+            let text = String::from_utf8_lossy(text);
+            let theirs = text
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("process_id:"));
+            match theirs {
+                Some(p) if p == pid.to_string() => Probe::Ready,
+                Some(p) => Probe::Foreign(format!("process_id {p}, ours is {pid}")),
+                None => Probe::Ready,
+            }
+        }
+        (_, RespValue::Error(e)) if e.starts_with("NOAUTH") => Probe::Ready,
+        _ => Probe::NotYet,
+    }
+}
+
+fn log_tail(dir: &Path, lines: usize) -> String {
+    let mut out = String::new();
+    for name in [SERVER_LOG, STDIO_LOG] {
+        let Ok(text) = fs::read_to_string(dir.join(name)) else {
+            continue;
+        };
+        let all: Vec<&str> = text.lines().collect();
+        if all.is_empty() {
+            continue;
+        }
+        out.push_str(&format!("[{name}]\n"));
+        for line in &all[all.len().saturating_sub(lines)..] {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    if out.is_empty() {
+        out.push_str("(no log output)\n");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_is_send_and_sync() {
+        fn is<T: Send + Sync>() {}
+        is::<Server>();
+    }
+
+    #[test]
+    fn options_builder() {
+        let o = ServerOptions::new()
+            .aof(true)
+            .requirepass("pw")
+            .arg("--a")
+            .args(["b", "c"]);
+        assert!(o.is_aof());
+        assert_eq!(o.password(), Some("pw"));
+        assert_eq!(o.args, ["--a", "b", "c"]);
+    }
+}
