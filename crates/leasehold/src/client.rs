@@ -14,10 +14,11 @@ use crate::options::{ClientOptions, LockOptions, OnLoss, ttl_millis};
 use crate::renewal::{Registration, RenewalStats, Renewer};
 use crate::server::ServerInfo;
 use crate::strategy::{
-    ACQUIRE_SCRIPT, EXTEND_SCRIPT, ExtendStrategy, RELEASE_SCRIPT, ReleaseStrategy, extend_cmd,
-    release_cmd,
+    ACQUIRE_SCRIPT, EXTEND_SCRIPT, ExtendStrategy, RELEASE_NOTIFY_SCRIPT, RELEASE_SCRIPT,
+    ReleaseStrategy, extend_cmd, release_cmd,
 };
-use crate::token::{LockToken, fence_key, validate_key};
+use crate::token::{LockToken, fence_key, release_channel, validate_key};
+use crate::waiting::Notifier;
 
 /// The outcome of one acquisition attempt.
 #[derive(Debug)]
@@ -86,6 +87,9 @@ struct ClientInner {
     extend: ExtendStrategy,
     /// Started on the first auto-extended lease.
     renewer: OnceLock<Renewer>,
+    notify_waiters: bool,
+    /// The subscriber for release notifications; needs a URL to open its own connection.
+    notifier: Option<Notifier>,
 }
 
 impl std::fmt::Debug for LockClient {
@@ -130,12 +134,15 @@ impl LockClient {
             .set_response_timeout(Some(options.response_timeout))
             .set_number_of_retries(1);
         let bound = options.connect_timeout;
+        let notifier = options
+            .notify_waiters
+            .then(|| Notifier::new(client.clone(), options.connect_timeout));
         let connect = async {
             let manager = client
                 .get_connection_manager_with_config(config)
                 .await
                 .map_err(|e| Error::from_redis(Operation::Connect, e))?;
-            Self::with_connection(manager, options).await
+            Self::build(manager.into(), options, notifier).await
         };
         // The client's own timeouts bound each step; this bounds them all together.
         tokio::time::timeout(bound, connect).await.map_err(|_| {
@@ -154,6 +161,10 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     ///
+    /// Releases still publish notifications (unless turned off), but this client's own waiters
+    /// poll: waking them needs a subscriber connection, which only [`LockClient::connect`] can
+    /// open (it knows the URL).
+    ///
     /// # Errors
     /// [`Error::Connection`] or [`Error::Authentication`] if detection fails.
     pub async fn from_connection(conn: impl Into<ClientConnection>) -> Result<Self> {
@@ -170,7 +181,14 @@ impl LockClient {
         conn: impl Into<ClientConnection>,
         options: ClientOptions,
     ) -> Result<Self> {
-        let mut conn = conn.into();
+        Self::build(conn.into(), options, None).await
+    }
+
+    async fn build(
+        mut conn: ClientConnection,
+        options: ClientOptions,
+        notifier: Option<Notifier>,
+    ) -> Result<Self> {
         let server = ServerInfo::detect(&mut conn).await?;
         let release = server.release_strategy(options.release)?;
         let extend = server.extend_strategy(options.extend)?;
@@ -182,6 +200,8 @@ impl LockClient {
                 release,
                 extend,
                 renewer: OnceLock::new(),
+                notify_waiters: options.notify_waiters,
+                notifier,
             }),
         })
     }
@@ -253,10 +273,11 @@ impl LockClient {
     /// Takes `key`, retrying a busy lock until `options.wait_bound()` elapses (one attempt if
     /// none was set).
     ///
-    /// Between attempts it sleeps for the [`Backoff`](crate::Backoff) delay (exponential, with
+    /// Between attempts it sleeps until the lock is released (a notification, see
+    /// [`crate::waiting`]) or for the [`Backoff`](crate::Backoff) delay (exponential, with
     /// jitter, so waiters do not retry in lock step), never longer than the holder's remaining
-    /// lease as the server reported it, nor past the deadline; it makes one last attempt at the
-    /// deadline. Each attempt uses a fresh token, so a cleanup of an abandoned attempt can never
+    /// lease as the server reported it, nor past the deadline. No attempt is made at or after
+    /// the deadline. Each attempt uses a fresh token, so a cleanup of an abandoned attempt can never
     /// release a later, successful one. Cancellation: see [`LockClient::try_acquire`].
     ///
     /// # Errors
@@ -274,11 +295,19 @@ impl LockClient {
         async {
             let begun = Instant::now();
             let deadline = options.wait_bound().map(|w| begun + w);
+            // Subscribed before the first attempt, so a release right after it is not missed.
+            let mut subscription = match (&self.inner.notifier, deadline) {
+                (Some(notifier), Some(_)) => notifier.subscribe(release_channel(key)).await,
+                _ => None,
+            };
             let mut attempts: u32 = 0;
             loop {
                 let token = LockToken::random();
                 let started = Instant::now();
                 attempts += 1;
+                if let Some(s) = subscription.as_mut() {
+                    s.mark_seen();
+                }
                 let attempt = self
                     .attempt(
                         key,
@@ -297,14 +326,15 @@ impl LockClient {
                     }
                     Attempt::Busy { remaining } => remaining,
                 };
+                let not_acquired = |now: Instant| Error::NotAcquired {
+                    key: key.to_string(),
+                    waited: now - begun,
+                    attempts,
+                };
                 let now = Instant::now();
                 let Some(deadline) = deadline.filter(|d| now < *d) else {
                     span.record("outcome", "busy");
-                    return Err(Error::NotAcquired {
-                        key: key.to_string(),
-                        waited: now - begun,
-                        attempts,
-                    });
+                    return Err(not_acquired(now));
                 };
                 let mut delay = options.backoff_policy().delay(attempts - 1);
                 if let Some(r) = remaining {
@@ -312,7 +342,20 @@ impl LockClient {
                     // is replaced as soon as its TTL runs out).
                     delay = delay.min(r + Duration::from_millis(1));
                 }
-                tokio::time::sleep(delay.min(deadline - now)).await;
+                let sleep = tokio::time::sleep(delay.min(deadline - now));
+                match subscription.as_mut() {
+                    Some(s) => tokio::select! {
+                        _ = s.released() => {}
+                        _ = sleep => {}
+                    },
+                    None => sleep.await,
+                }
+                // No attempt at or past the deadline: the wait bound is a promise to the caller.
+                let now = Instant::now();
+                if now >= deadline {
+                    span.record("outcome", "busy");
+                    return Err(not_acquired(now));
+                }
             }
         }
         .instrument(span)
@@ -531,16 +574,40 @@ impl LockClient {
     }
 
     pub(crate) async fn release_raw(&self, key: &str, token: &str) -> Result<bool> {
+        let notify = self.inner.notify_waiters;
+        let channel = notify.then(|| release_channel(key));
         let deleted: i64 = self
-            .idempotent(Operation::Release, |mut conn| async move {
-                match release_cmd(self.inner.release, key, token) {
-                    Some(cmd) => cmd.query_async(&mut conn).await,
-                    None => {
-                        RELEASE_SCRIPT
-                            .key(key)
-                            .arg(token)
-                            .invoke_async(&mut conn)
-                            .await
+            .idempotent(Operation::Release, |mut conn| {
+                let channel = channel.as_deref();
+                async move {
+                    match (release_cmd(self.inner.release, key, token), channel) {
+                        // One round trip: the conditional delete and the wake-up, pipelined. A
+                        // wake-up after a release that deleted nothing only makes waiters retry.
+                        (Some(cmd), Some(channel)) => {
+                            let mut pipe = redis::pipe();
+                            pipe.add_command(cmd)
+                                .cmd("PUBLISH")
+                                .arg(channel)
+                                .arg(key)
+                                .ignore();
+                            pipe.query_async::<(i64,)>(&mut conn).await.map(|(n,)| n)
+                        }
+                        (Some(cmd), None) => cmd.query_async(&mut conn).await,
+                        (None, Some(channel)) => {
+                            RELEASE_NOTIFY_SCRIPT
+                                .key(key)
+                                .arg(token)
+                                .arg(channel)
+                                .invoke_async(&mut conn)
+                                .await
+                        }
+                        (None, None) => {
+                            RELEASE_SCRIPT
+                                .key(key)
+                                .arg(token)
+                                .invoke_async(&mut conn)
+                                .await
+                        }
                     }
                 }
             })

@@ -12,6 +12,7 @@ pub mod renewal;
 mod server;
 pub mod strategy;
 mod token;
+pub mod waiting;
 
 pub use client::{LockClient, LockState, TryAcquire};
 pub use connection::ClientConnection;

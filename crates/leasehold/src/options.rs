@@ -269,16 +269,19 @@ pub struct ClientOptions {
     pub(crate) response_timeout: Duration,
     pub(crate) release: ReleaseStrategy,
     pub(crate) extend: ExtendStrategy,
+    pub(crate) notify_waiters: bool,
 }
 
 impl Default for ClientOptions {
-    /// Connect within 5 s, replies within 5 s, strategies detected from the server.
+    /// Connect within 5 s, replies within 5 s, strategies detected from the server, release
+    /// notifications on.
     fn default() -> Self {
         ClientOptions {
             connect_timeout: Duration::from_secs(5),
             response_timeout: Duration::from_secs(5),
             release: ReleaseStrategy::Auto,
             extend: ExtendStrategy::Auto,
+            notify_waiters: true,
         }
     }
 }
@@ -287,6 +290,16 @@ impl ClientOptions {
     /// The defaults.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Release notifications (default on): every release publishes the key on
+    /// [`release_channel`](crate::release_channel) in the same round trip, and waiting
+    /// acquisitions subscribe to it (one shared subscriber connection per client) so they retry
+    /// as soon as the lock is released instead of at their next poll. See [`crate::waiting`].
+    /// Off: releases are one bare command, waiters poll.
+    pub fn notify_waiters(mut self, on: bool) -> Self {
+        self.notify_waiters = on;
+        self
     }
 
     /// Bound on establishing the connection and detecting the server (default 5 s).

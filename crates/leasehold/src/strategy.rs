@@ -66,6 +66,10 @@ impl std::fmt::Display for ExtendStrategy {
 pub const RELEASE_LUA: &str =
     "if redis.call('get',KEYS[1])==ARGV[1] then return redis.call('del',KEYS[1]) end return 0";
 
+/// The release script that also wakes waiters: publishes the key on its release channel
+/// (`ARGV[2]`) when, and only when, it deleted the lock.
+pub const RELEASE_NOTIFY_LUA: &str = "if redis.call('get',KEYS[1])==ARGV[1] then redis.call('del',KEYS[1]) redis.call('publish',ARGV[2],KEYS[1]) return 1 end return 0";
+
 /// Extend: reset the TTL only while the key holds our token.
 pub const EXTEND_LUA: &str = "if redis.call('get',KEYS[1])==ARGV[1] then return redis.call('pexpire',KEYS[1],ARGV[2]) end return 0";
 
@@ -81,6 +85,8 @@ end
 return {0, redis.call('pttl', KEYS[1])}";
 
 pub(crate) static RELEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
+pub(crate) static RELEASE_NOTIFY_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(RELEASE_NOTIFY_LUA));
 pub(crate) static EXTEND_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_LUA));
 pub(crate) static ACQUIRE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
 

@@ -2,12 +2,9 @@
 //! command (one script with fencing), release one, extend one, and capability detection happens
 //! once per connection, never per call.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::*;
 use leasehold::{ExtendStrategy, LockOptions, ReleaseStrategy};
 use leasehold_harness::Server;
 
@@ -30,47 +27,114 @@ fn command_calls(server: &Server) -> BTreeMap<String, u64> {
         .collect()
 }
 
+fn reads_processed(server: &Server) -> u64 {
+    let text = server.info("stats").unwrap();
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix("total_reads_processed:")?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .expect("total_reads_processed")
+}
+
+// With release notifications off, every operation is exactly one command. With them on (the
+// default), a release is the conditional delete plus a PUBLISH in the same round trip: the
+// PUBLISH is pipelined with DELEX/DELIFEQ or runs inside the release script.
 leasehold_harness::server_test!(async fn one_command_per_operation(bin) {
-    let (server, client) = start(&bin).await;
-    for fencing in [false, true] {
-        let opts = LockOptions::new(Duration::from_secs(30)).fencing(fencing);
-        // Warm-up: loads the scripts once, so NOSCRIPT reloads are not counted below.
-        let g = client.try_acquire("warm", &opts).await.unwrap().acquired().unwrap();
-        g.extend(Duration::from_secs(30)).await.unwrap();
-        g.release().await.unwrap();
-
-        server.command(&["CONFIG", "RESETSTAT"]).unwrap();
-        for i in 0..CYCLES {
-            let g = client.try_acquire(&format!("k{i}"), &opts).await.unwrap().acquired().unwrap();
-            g.extend(Duration::from_secs(30)).await.unwrap();
-            g.release().await.unwrap();
+    let server = leasehold_harness::Server::start(&bin, &leasehold_harness::ServerOptions::new()).unwrap();
+    for notify in [false, true] {
+        let client = leasehold::LockClient::connect_with(
+            &server.url(),
+            leasehold::ClientOptions::new().notify_waiters(notify),
+        )
+        .await
+        .unwrap();
+        for fencing in [false, true] {
+            check_cycles(&server, &client, notify, fencing, &bin.label()).await;
         }
-        let calls = command_calls(&server);
-
-        // What the client sends: exactly one command per operation. Commands that a script runs
-        // inside the server are counted by commandstats too; they are listed separately.
-        let (acquire, acquire_inner): (&str, &[&str]) =
-            if fencing { ("evalsha", &["set", "incr"]) } else { ("set", &[]) };
-        let (extend, extend_inner): (&str, &[&str]) = match client.extend_strategy() {
-            ExtendStrategy::SetIfEq => ("set", &[]),
-            _ => ("evalsha", &["get", "pexpire"]),
-        };
-        let (release, release_inner): (&str, &[&str]) = match client.release_strategy() {
-            ReleaseStrategy::DelEx => ("delex", &[]),
-            ReleaseStrategy::DelIfEq => ("delifeq", &[]),
-            _ => ("evalsha", &["get", "del"]),
-        };
-        let mut expected = BTreeMap::new();
-        let mut inner_total = 0;
-        for name in [acquire, extend, release] {
-            *expected.entry(name.to_string()).or_insert(0) += CYCLES;
-        }
-        for name in [acquire_inner, extend_inner, release_inner].concat() {
-            *expected.entry(name.to_string()).or_insert(0) += CYCLES;
-            inner_total += CYCLES;
-        }
-        let total: u64 = calls.values().sum();
-        assert_eq!(total - inner_total, 3 * CYCLES, "fencing={fencing}: {calls:?}");
-        assert_eq!(calls, expected, "fencing={fencing} on {}", bin.label());
     }
 });
+
+async fn check_cycles(
+    server: &Server,
+    client: &leasehold::LockClient,
+    notify: bool,
+    fencing: bool,
+    label: &str,
+) {
+    let opts = LockOptions::new(Duration::from_secs(30)).fencing(fencing);
+    // Warm-up: loads the scripts once, so NOSCRIPT reloads are not counted below.
+    let g = client
+        .try_acquire("warm", &opts)
+        .await
+        .unwrap()
+        .acquired()
+        .unwrap();
+    g.extend(Duration::from_secs(30)).await.unwrap();
+    g.release().await.unwrap();
+
+    server.command(&["CONFIG", "RESETSTAT"]).unwrap();
+    let reads_before = reads_processed(server);
+    for i in 0..CYCLES {
+        let g = client
+            .try_acquire(&format!("k{i}"), &opts)
+            .await
+            .unwrap()
+            .acquired()
+            .unwrap();
+        g.extend(Duration::from_secs(30)).await.unwrap();
+        g.release().await.unwrap();
+    }
+    // Read events on the server's sockets: one per round trip (plus our own INFO). A release
+    // in two round trips would add CYCLES more.
+    let reads = reads_processed(server) - reads_before;
+    assert!(
+        reads <= 3 * CYCLES + CYCLES / 100,
+        "{reads} reads for {CYCLES} cycles (notify={notify}, fencing={fencing})"
+    );
+    let calls = command_calls(server);
+
+    // What the client sends: one command per operation, plus the pipelined PUBLISH of a
+    // notifying native release. Commands that a script runs inside the server are counted by
+    // commandstats too; they are listed separately.
+    let (acquire, acquire_inner): (&str, &[&str]) = if fencing {
+        ("evalsha", &["set", "incr"])
+    } else {
+        ("set", &[])
+    };
+    let (extend, extend_inner): (&str, &[&str]) = match client.extend_strategy() {
+        ExtendStrategy::SetIfEq => ("set", &[]),
+        _ => ("evalsha", &["get", "pexpire"]),
+    };
+    let (release, release_inner, pipelined): (&str, &[&str], &[&str]) =
+        match (client.release_strategy(), notify) {
+            (ReleaseStrategy::DelEx, false) => ("delex", &[], &[]),
+            (ReleaseStrategy::DelEx, true) => ("delex", &[], &["publish"]),
+            (ReleaseStrategy::DelIfEq, false) => ("delifeq", &[], &[]),
+            (ReleaseStrategy::DelIfEq, true) => ("delifeq", &[], &["publish"]),
+            (_, false) => ("evalsha", &["get", "del"], &[]),
+            (_, true) => ("evalsha", &["get", "del", "publish"], &[]),
+        };
+    let mut expected = BTreeMap::new();
+    let mut inner_total = 0;
+    for name in [acquire, extend, release].iter().chain(pipelined) {
+        *expected.entry(name.to_string()).or_insert(0) += CYCLES;
+    }
+    for name in [acquire_inner, extend_inner, release_inner].concat() {
+        *expected.entry(name.to_string()).or_insert(0) += CYCLES;
+        inner_total += CYCLES;
+    }
+    let total: u64 = calls.values().sum();
+    let sent = (3 + pipelined.len() as u64) * CYCLES;
+    assert_eq!(
+        total - inner_total,
+        sent,
+        "notify={notify} fencing={fencing}: {calls:?}"
+    );
+    assert_eq!(
+        calls, expected,
+        "notify={notify} fencing={fencing} on {label}"
+    );
+}

@@ -1,0 +1,133 @@
+//! Waiters woken by the release notification, not by polling alone.
+
+mod common;
+
+use std::time::Duration;
+
+use leasehold::{Backoff, ClientOptions, Error, LockClient, LockOptions};
+use leasehold_harness::Server;
+
+const LONG: Duration = Duration::from_secs(60);
+const HANG_GUARD: Duration = Duration::from_secs(60);
+
+/// Calls of `cmd` so far, from the server's own counters.
+fn calls(server: &Server, cmd: &str) -> u64 {
+    let stats = server.info("commandstats").unwrap();
+    stats
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(&format!("cmdstat_{cmd}:"))?
+                .split(',')
+                .next()?
+                .strip_prefix("calls=")?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
+}
+
+/// The holder takes the lock for a minute; a waiter with a 10 s backoff and a 5 s deadline makes
+/// its first attempt (observed on the server: the waiting attempt is the acquire script); then
+/// the holder releases. Only a notification can wake the waiter before its deadline.
+async fn waiter_after_release(server: &Server, notify: bool) -> Result<(), Error> {
+    let options = ClientOptions::new().notify_waiters(notify);
+    let holder = LockClient::connect_with(&server.url(), options.clone())
+        .await
+        .unwrap();
+    let waiter = LockClient::connect_with(&server.url(), options)
+        .await
+        .unwrap();
+    let g = holder
+        .try_acquire("job", &LockOptions::new(LONG))
+        .await
+        .unwrap()
+        .acquired()
+        .unwrap();
+    let attempts_before = calls(server, "evalsha") + calls(server, "eval");
+    let task = tokio::spawn(async move {
+        let opts = LockOptions::new(LONG)
+            .wait(Duration::from_secs(5))
+            .backoff(Backoff::constant(Duration::from_secs(10)));
+        waiter.acquire("job", &opts).await.map(|g| g.detach())
+    });
+    tokio::time::timeout(HANG_GUARD, async {
+        while calls(server, "evalsha") + calls(server, "eval") == attempts_before {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the waiter never attempted");
+    g.release().await.unwrap();
+    let got = tokio::time::timeout(HANG_GUARD, task)
+        .await
+        .expect("hung")
+        .unwrap();
+    got.map(|lease| {
+        assert_eq!(
+            common::get(server, "job").as_deref(),
+            Some(lease.token().expose())
+        );
+    })
+}
+
+leasehold_harness::server_test!(async fn release_notification_wakes_the_waiter(bin) {
+    let server = Server::start(&bin, &leasehold_harness::ServerOptions::new()).unwrap();
+    waiter_after_release(&server, true).await.expect("woken by the release notification");
+});
+
+// The same with notifications off: the waiter sleeps to its deadline and gives up, which is
+// what proves the test above was won by the notification and not by a poll.
+leasehold_harness::server_test!(async fn without_notifications_the_same_waiter_times_out(bin) {
+    let server = Server::start(&bin, &leasehold_harness::ServerOptions::new()).unwrap();
+    let err = waiter_after_release(&server, false).await.unwrap_err();
+    assert!(matches!(err, Error::NotAcquired { attempts: 1, .. }), "{err:?}");
+});
+
+// Many waiters share one subscriber connection, and release notifications reach all of them.
+leasehold_harness::server_test!(async fn waiters_share_one_subscriber_connection(bin) {
+    let server = Server::start(&bin, &leasehold_harness::ServerOptions::new()).unwrap();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let g = client.try_acquire("shared", &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..20 {
+        let client = client.clone();
+        tasks.push(tokio::spawn(async move {
+            let opts = LockOptions::new(LONG).wait(Duration::from_secs(50)).backoff(Backoff::constant(Duration::from_secs(40)));
+            let g = client.acquire("shared", &opts).await.unwrap();
+            g.release().await.unwrap();
+        }));
+    }
+    // All 20 waiters subscribed to the key's channel through one connection.
+    let channel = leasehold::release_channel("shared");
+    tokio::time::timeout(HANG_GUARD, async {
+        loop {
+            let reply = server.command(&["PUBSUB", "NUMSUB", &channel]).unwrap();
+            let n = reply.as_array().and_then(|a| a.get(1)).and_then(|v| v.as_integer()).unwrap_or(0);
+            if n >= 1 {
+                return n;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .map(|n| assert_eq!(n, 1, "one subscriber connection per client"))
+    .expect("nobody subscribed");
+    g.release().await.unwrap();
+    // Each release wakes the next waiter; with a 40 s backoff only notifications can finish
+    // this well within the 50 s wait.
+    for t in tasks {
+        tokio::time::timeout(HANG_GUARD, t).await.expect("hung").unwrap();
+    }
+    // The last waiter left: the subscription is dropped again.
+    tokio::time::timeout(HANG_GUARD, async {
+        loop {
+            let reply = server.command(&["PUBSUB", "NUMSUB", &channel]).unwrap();
+            if reply.as_array().and_then(|a| a.get(1)).and_then(|v| v.as_integer()) == Some(0) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("subscription not dropped");
+});
