@@ -96,7 +96,7 @@ pub enum Error {
     },
 
     /// A waiting acquisition reached its deadline while the lock stayed busy.
-    #[error("lock {key:?} still busy after waiting {waited:?} ({attempts} attempts)")]
+    #[error("lock {key:?} still busy after waiting {} ms ({attempts} attempts)", waited.as_millis())]
     NotAcquired {
         /// The lock key.
         key: String,

@@ -1,0 +1,55 @@
+//! `leasehold acquire`: take a lock that outlives the command.
+
+use leasehold::{LockOptions, TryAcquire};
+use serde::Serialize;
+
+use crate::cli::AcquireArgs;
+use crate::exit::Busy;
+use crate::output::{emit, millis};
+use crate::target::Target;
+
+#[derive(Serialize)]
+struct Acquired<'a> {
+    key: &'a str,
+    token: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fencing_token: Option<u64>,
+    ttl_ms: u64,
+}
+
+pub(crate) async fn run(target: &Target, args: AcquireArgs) -> anyhow::Result<()> {
+    let client = target.connect().await?;
+    let options = LockOptions::new(args.ttl).fencing(args.fencing);
+    let guard = match args.wait {
+        Some(wait) => client.acquire(&args.key, &options.wait(wait)).await?,
+        None => match client.try_acquire(&args.key, &options).await? {
+            TryAcquire::Acquired(guard) => guard,
+            TryAcquire::Busy { remaining } => {
+                return Err(Busy {
+                    key: args.key,
+                    remaining,
+                }
+                .into());
+            }
+        },
+    };
+    let token = guard.token().expose().to_string();
+    let mut text = token.clone();
+    if let Some(n) = guard.fencing_token() {
+        text.push_str(&format!("\n{n}"));
+    }
+    let result = Acquired {
+        key: &args.key,
+        token: &token,
+        fencing_token: guard.fencing_token(),
+        ttl_ms: millis(args.ttl),
+    };
+    if let Err(err) = emit(args.output.json, &result, &text) {
+        // Nobody learned the token: give the lock back instead of blocking others for a TTL.
+        let _ = guard.release().await;
+        return Err(err);
+    }
+    // The lock must outlive this process: whoever has the token releases it (or the TTL does).
+    let _lease = guard.detach();
+    Ok(())
+}

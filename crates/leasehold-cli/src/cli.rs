@@ -1,0 +1,176 @@
+//! The command line, as `clap` derive types.
+
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use leasehold_harness::Flavor;
+
+/// Exit statuses, shown at the end of `--help`.
+const EXIT_STATUSES: &str = "\
+Exit status:
+  0   success
+  1   not held: the token no longer holds the key (expired, released, or taken over)
+  64  usage error: bad arguments, a malformed URL, a TTL out of range
+  69  server unreachable (or no server could be started for the demo)
+  70  any other failure (an unexpected server error)
+  75  not acquired: the lock is busy, or --wait elapsed
+  76  the server answered something unexpected
+  77  authentication refused (or an ACL forbids the command)
+  130 interrupted (Ctrl-C)";
+
+/// `leasehold`: distributed locks on Redis and Valkey from the shell.
+#[derive(Debug, Parser)]
+#[command(
+    name = "leasehold",
+    version,
+    about = "Distributed locks on Redis and Valkey: take, release, extend and inspect them from the \
+             shell, or run the walkthrough",
+    after_help = EXIT_STATUSES
+)]
+pub struct Cli {
+    /// The server, as `redis://[user:password@]host:port/db` (or `valkey://...`).
+    /// Default: $LEASEHOLD_URL, else $REDIS_URL, else redis://127.0.0.1:6379/
+    #[arg(long, global = true, value_name = "URL")]
+    pub url: Option<String>,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands. (`run`, `check` and `bench` are planned.)
+#[derive(Debug, Subcommand)]
+#[non_exhaustive]
+pub enum Command {
+    /// Run the course chapter's walkthrough against a real server
+    ///
+    /// Re-creates src/patterns-locks.ts with the library and prints its ten result lines, runs
+    /// the chapter's "AI-written helper" through the same expiry, then replays the
+    /// cli/patterns-locks-1.redis transcript (with the Lua equivalent where the server lacks
+    /// DELEX or SET ... IFEQ). Without a URL it starts a throwaway local server (redis >= 8.4 if
+    /// installed) and stops it at the end. On a server given by URL it refuses to run if one of
+    /// its keys already exists, and deletes its keys at the end.
+    Demo(DemoArgs),
+    /// Take a lock that outlives this command; print its token (and fencing number)
+    #[command(
+        after_help = "Output: the token on the first line; with --fencing, the fencing \
+                            number on the second. Keep the token: `release` and `extend` need it."
+    )]
+    Acquire(AcquireArgs),
+    /// Release a lock, if the token still holds it
+    Release(ReleaseArgs),
+    /// Reset a lock's TTL, if the token still holds it
+    Extend(ExtendArgs),
+    /// Show a lock's holder token, remaining TTL and fencing counter
+    Inspect(InspectArgs),
+}
+
+/// Arguments of `leasehold demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Start this server of the test matrix (redis7, redis8, valkey9) instead of the default
+    /// choice (redis8 if installed, else the newest installed). Cannot be combined with --url.
+    #[arg(long, value_name = "FLAVOR")]
+    pub server: Option<Flavor>,
+}
+
+/// Output options shared by the lock subcommands.
+#[derive(Debug, Args)]
+pub struct OutputArgs {
+    /// Print one JSON object (`key`, `token`, `fencing_token` when there is one, `ttl_ms`)
+    /// instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `leasehold acquire`.
+#[derive(Debug, Args)]
+pub struct AcquireArgs {
+    /// The lock key.
+    pub key: String,
+    /// How long the lock lives unless released or extended (e.g. 200ms, 30s, 5m).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub ttl: Duration,
+    /// Keep retrying a busy lock for this long (default: one attempt).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub wait: Option<Duration>,
+    /// Also take a fencing number: strictly increasing with each acquisition of this key.
+    #[arg(long)]
+    pub fencing: bool,
+    /// Output format.
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// Arguments of `leasehold release`.
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    /// The lock key.
+    pub key: String,
+    /// The token `acquire` printed (or $LEASEHOLD_TOKEN, which keeps it out of `ps`).
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "LEASEHOLD_TOKEN",
+        hide_env_values = true
+    )]
+    pub token: String,
+    /// Output format.
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// Arguments of `leasehold extend`.
+#[derive(Debug, Args)]
+pub struct ExtendArgs {
+    /// The lock key.
+    pub key: String,
+    /// The token `acquire` printed (or $LEASEHOLD_TOKEN, which keeps it out of `ps`).
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "LEASEHOLD_TOKEN",
+        hide_env_values = true
+    )]
+    pub token: String,
+    /// The new TTL, counted from now (e.g. 30s).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub ttl: Duration,
+    /// Output format.
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// Arguments of `leasehold inspect`.
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// The lock key.
+    pub key: String,
+    /// Output format.
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// Parses a human duration (`200ms`, `30s`, `1m 30s`).
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s)
+        .map_err(|e| format!("{e} (expected a duration such as 200ms, 30s or 1m30s)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("200ms"), Ok(Duration::from_millis(200)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert!(parse_duration("banana").is_err());
+    }
+}

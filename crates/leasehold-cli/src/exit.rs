@@ -1,0 +1,224 @@
+//! Exit statuses, and how an error maps to one.
+
+use std::fmt;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use leasehold_harness::HarnessError;
+
+/// The exit statuses of `leasehold` (from `sysexits.h` where one fits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Exit {
+    /// 0: success.
+    Success,
+    /// 1: the token no longer holds the key (expired, released, or taken over).
+    NotHeld,
+    /// 64 (`EX_USAGE`): bad arguments, a malformed URL, an out-of-range TTL.
+    Usage,
+    /// 69 (`EX_UNAVAILABLE`): the server cannot be reached, or no server could be started.
+    Unavailable,
+    /// 70 (`EX_SOFTWARE`): anything else (an unexpected server error reply, a bug).
+    Software,
+    /// 75 (`EX_TEMPFAIL`): the lock is busy, or `--wait` elapsed.
+    NotAcquired,
+    /// 76 (`EX_PROTOCOL`): the server answered something unexpected.
+    Protocol,
+    /// 77 (`EX_NOPERM`): authentication refused, or an ACL forbids the command.
+    NoPermission,
+    /// 130: interrupted by Ctrl-C.
+    Interrupted,
+}
+
+impl Exit {
+    /// The numeric status.
+    pub fn code(self) -> u8 {
+        match self {
+            Exit::Success => 0,
+            Exit::NotHeld => 1,
+            Exit::Usage => 64,
+            Exit::Unavailable => 69,
+            Exit::Software => 70,
+            Exit::NotAcquired => 75,
+            Exit::Protocol => 76,
+            Exit::NoPermission => 77,
+            Exit::Interrupted => 130,
+        }
+    }
+
+    /// The status an error calls for: the first cause in its chain that says something decides.
+    pub fn of(err: &anyhow::Error) -> Exit {
+        err.chain().find_map(classify).unwrap_or(Exit::Software)
+    }
+}
+
+impl From<Exit> for ExitCode {
+    fn from(exit: Exit) -> Self {
+        ExitCode::from(exit.code())
+    }
+}
+
+fn classify(cause: &(dyn std::error::Error + 'static)) -> Option<Exit> {
+    if let Some(e) = cause.downcast_ref::<leasehold::Error>() {
+        return Some(match e {
+            leasehold::Error::InvalidArgument { .. } => Exit::Usage,
+            leasehold::Error::Connection { .. } => Exit::Unavailable,
+            leasehold::Error::Authentication { .. } => Exit::NoPermission,
+            leasehold::Error::NotHeld { .. } => Exit::NotHeld,
+            leasehold::Error::NotAcquired { .. } => Exit::NotAcquired,
+            leasehold::Error::Server { source, .. } => server_reply(source),
+            leasehold::Error::UnexpectedReply { .. } => Exit::Protocol,
+            _ => Exit::Software,
+        });
+    }
+    if let Some(e) = cause.downcast_ref::<redis::RedisError>() {
+        return Some(redis_error(e));
+    }
+    if cause.is::<Busy>() {
+        return Some(Exit::NotAcquired);
+    }
+    if cause.is::<Usage>() {
+        return Some(Exit::Usage);
+    }
+    if cause.is::<Interrupted>() {
+        return Some(Exit::Interrupted);
+    }
+    if cause.is::<HarnessError>() || cause.is::<NoServer>() {
+        return Some(Exit::Unavailable);
+    }
+    None
+}
+
+/// An error reply from the server: an ACL refusal is a permission problem, a replica or a
+/// loading server is unavailable for locking, the rest is unexpected.
+fn server_reply(e: &redis::RedisError) -> Exit {
+    match e.code() {
+        Some("NOPERM" | "NOAUTH" | "WRONGPASS") => Exit::NoPermission,
+        Some("READONLY" | "LOADING" | "MASTERDOWN") => Exit::Unavailable,
+        _ => Exit::Software,
+    }
+}
+
+/// A raw client error (the demo sends commands of its own).
+fn redis_error(e: &redis::RedisError) -> Exit {
+    if e.kind() == redis::ErrorKind::AuthenticationFailed {
+        Exit::NoPermission
+    } else if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
+        Exit::Unavailable
+    } else {
+        server_reply(e)
+    }
+}
+
+/// The error line: the chain of causes joined with `: `, leaving out a cause whose text an
+/// earlier message already contains (the library's messages quote their sources), on one line.
+pub(crate) fn render(err: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in err.chain() {
+        let msg = cause.to_string();
+        if msg.is_empty() || out.contains(&msg) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&msg);
+    }
+    out.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// A single acquisition attempt found the lock held by someone else.
+#[derive(Debug)]
+pub(crate) struct Busy {
+    pub(crate) key: String,
+    pub(crate) remaining: Option<Duration>,
+}
+
+impl fmt::Display for Busy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "lock {:?} is busy: another holder has it", self.key)?;
+        if let Some(r) = self.remaining {
+            let ms = Duration::from_millis(r.as_millis() as u64);
+            write!(f, " for another {}", humantime::format_duration(ms))?;
+        }
+        f.write_str(" (retry, or pass --wait)")
+    }
+}
+
+impl std::error::Error for Busy {}
+
+/// The arguments make no sense together, or ask for something unsafe.
+#[derive(Debug)]
+pub(crate) struct Usage(pub(crate) String);
+
+impl fmt::Display for Usage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Usage {}
+
+/// Ctrl-C arrived.
+#[derive(Debug)]
+pub(crate) struct Interrupted;
+
+impl fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("interrupted")
+    }
+}
+
+impl std::error::Error for Interrupted {}
+
+/// No server binary is installed for the demo to start.
+#[derive(Debug)]
+pub(crate) struct NoServer(pub(crate) String);
+
+impl fmt::Display for NoServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for NoServer {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use anyhow::Context;
+
+    #[test]
+    fn the_deepest_meaningful_cause_decides() {
+        let err =
+            anyhow::Error::new(leasehold::Error::NotHeld { key: "k".into() }).context("releasing");
+        assert_eq!(Exit::of(&err), Exit::NotHeld);
+        let err = Err::<(), _>(Busy {
+            key: "k".into(),
+            remaining: None,
+        })
+        .context("acquiring")
+        .unwrap_err();
+        assert_eq!(Exit::of(&err), Exit::NotAcquired);
+        assert_eq!(Exit::of(&anyhow::anyhow!("boom")), Exit::Software);
+    }
+
+    #[test]
+    fn rendering_drops_repeated_causes() {
+        #[derive(Debug)]
+        struct Outer(std::io::Error);
+        impl fmt::Display for Outer {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "outer: {}", self.0)
+            }
+        }
+        impl std::error::Error for Outer {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let err =
+            anyhow::Error::new(Outer(std::io::Error::other("inner\ndetail"))).context("doing it");
+        assert_eq!(render(&err), "doing it: outer: inner detail");
+    }
+}

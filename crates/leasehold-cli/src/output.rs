@@ -1,0 +1,30 @@
+//! Writing results to stdout, as text or as one JSON object.
+
+use std::io::Write;
+
+use anyhow::Context;
+use serde::Serialize;
+
+/// Writes `text` (a line break is added) or, with `json`, `value` as one line of JSON, and
+/// flushes. Fails if stdout is closed, so a caller can undo what nobody will learn about.
+pub(crate) fn emit<T: Serialize>(json: bool, value: &T, text: &str) -> anyhow::Result<()> {
+    let line = if json {
+        serde_json::to_string(value).context("cannot encode the result as JSON")?
+    } else {
+        text.to_string()
+    };
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}")
+        .and_then(|()| out.flush())
+        .context("cannot write to stdout")
+}
+
+/// A duration in whole milliseconds, as JSON wants it.
+pub(crate) fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A duration for people: `29s 512ms`.
+pub(crate) fn human(d: std::time::Duration) -> String {
+    humantime::format_duration(std::time::Duration::from_millis(millis(d))).to_string()
+}

@@ -1,0 +1,149 @@
+//! `acquire`, `extend`, `release`, `inspect` and the exit statuses, against real servers.
+
+mod support;
+
+use std::net::TcpListener;
+
+use leasehold_harness::{Server, ServerOptions, server_test};
+use support::leasehold;
+
+server_test!(async fn acquire_inspect_extend_release_round_trip(bin) {
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let url = server.url();
+    let lh = |args: &[&str]| {
+        let mut all = vec!["--url", url.as_str()];
+        all.extend(args);
+        leasehold(&all)
+    };
+
+    let acquired = lh(&["acquire", "jobs:nightly", "--ttl", "30s", "--fencing", "--json"]).expect(0).json();
+    assert_eq!(acquired["key"], "jobs:nightly");
+    assert_eq!(acquired["fencing_token"], 1);
+    assert_eq!(acquired["ttl_ms"], 30_000);
+    let token = acquired["token"].as_str().expect("token").to_string();
+    assert!(!token.is_empty());
+
+    // The lock outlived the command that took it.
+    let state = lh(&["inspect", "jobs:nightly", "--json"]).expect(0).json();
+    assert_eq!(state["key"], "jobs:nightly");
+    assert_eq!(state["held"], true);
+    assert_eq!(state["token"], token.as_str());
+    assert_eq!(state["fencing_token"], 1);
+    let ttl = state["ttl_ms"].as_u64().expect("ttl_ms");
+    assert!(ttl > 0 && ttl <= 30_000, "{ttl}");
+
+    let extended = lh(&["extend", "jobs:nightly", "--token", &token, "--ttl", "1m", "--json"]).expect(0).json();
+    assert_eq!(extended["key"], "jobs:nightly");
+    assert_eq!(extended["token"], token.as_str());
+    assert_eq!(extended["ttl_ms"], 60_000);
+    let ttl = lh(&["inspect", "jobs:nightly", "--json"]).expect(0).json()["ttl_ms"].as_u64().unwrap();
+    assert!(ttl > 0 && ttl <= 60_000, "{ttl}");
+
+    let released = lh(&["release", "jobs:nightly", "--token", &token, "--json"]).expect(0).json();
+    assert_eq!(released["key"], "jobs:nightly");
+    assert_eq!(released["released"], true);
+
+    let state = lh(&["inspect", "jobs:nightly", "--json"]).expect(0).json();
+    assert_eq!(state["held"], false);
+    assert!(state["token"].is_null());
+    assert!(state["ttl_ms"].is_null());
+    assert_eq!(state["fencing_token"], 1);
+
+    // Released twice, or extended after release: the token no longer holds the key.
+    lh(&["release", "jobs:nightly", "--token", &token]).expect(1);
+    lh(&["extend", "jobs:nightly", "--token", &token, "--ttl", "1m"]).expect(1);
+
+    // Text output: the token, then the fencing number; the token also works from the env.
+    let text = lh(&["acquire", "jobs:nightly", "--ttl", "30s", "--fencing"]).expect(0).stdout;
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert_eq!(lines[1], "2");
+    let out = support::leasehold_env(
+        &["--url", &url, "release", "jobs:nightly"],
+        &[("LEASEHOLD_TOKEN", lines[0])],
+    )
+    .expect(0);
+    assert_eq!(out.stdout.trim(), "released \"jobs:nightly\"");
+});
+
+server_test!(async fn a_busy_lock_is_75(bin) {
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let url = server.url();
+    leasehold(&["--url", &url, "acquire", "k", "--ttl", "30s"]).expect(0);
+    let busy = leasehold(&["--url", &url, "acquire", "k", "--ttl", "30s"]).expect(75);
+    assert!(busy.stdout.is_empty(), "{}", busy.stdout);
+    assert!(busy.stderr.starts_with("leasehold: "), "{}", busy.stderr);
+    assert_eq!(busy.stderr.lines().count(), 1, "{}", busy.stderr);
+    leasehold(&["--url", &url, "acquire", "k", "--ttl", "30s", "--wait", "100ms", "--json"]).expect(75);
+});
+
+server_test!(async fn a_wrong_token_is_1(bin) {
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let url = server.url();
+    let token = leasehold(&["--url", &url, "acquire", "k", "--ttl", "30s"]).expect(0).stdout;
+    let out = leasehold(&["--url", &url, "release", "k", "--token", "not-my-token"]).expect(1);
+    assert!(out.stderr.starts_with("leasehold: "), "{}", out.stderr);
+    leasehold(&["--url", &url, "extend", "k", "--token", "not-my-token", "--ttl", "1m"]).expect(1);
+    // The holder's lock is untouched.
+    let state = leasehold(&["--url", &url, "inspect", "k", "--json"]).expect(0).json();
+    assert_eq!(state["token"], token.trim());
+});
+
+server_test!(async fn refused_authentication_is_77(bin) {
+    let server = Server::start(&bin, &ServerOptions::new().requirepass("s3cret")).unwrap();
+    let port = server.port();
+    let wrong = format!("redis://:wrong@127.0.0.1:{port}/");
+    let out = leasehold(&["--url", &wrong, "inspect", "k"]).expect(77);
+    assert!(out.stderr.starts_with("leasehold: "), "{}", out.stderr);
+    assert!(!out.stderr.contains("wrong@"), "the password leaked: {}", out.stderr);
+    // No password at all is refused too; the right one works.
+    leasehold(&["--url", &server.url(), "acquire", "k", "--ttl", "1s"]).expect(77);
+    let right = format!("redis://:s3cret@127.0.0.1:{port}/");
+    leasehold(&["--url", &right, "inspect", "k"]).expect(0);
+});
+
+#[test]
+fn an_unreachable_server_is_69() {
+    // A loopback port nobody listens on.
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("redis://127.0.0.1:{port}/");
+    let out = leasehold(&["--url", &url, "inspect", "k"]).expect(69);
+    assert!(out.stderr.starts_with("leasehold: "), "{}", out.stderr);
+    assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
+    leasehold(&["--url", &url, "acquire", "k", "--ttl", "1s"]).expect(69);
+    // The URL can also come from the environment.
+    support::leasehold_env(&["release", "k", "--token", "t"], &[("REDIS_URL", &url)]).expect(69);
+}
+
+#[test]
+fn usage_errors_are_64() {
+    let out = leasehold(&["acquire", "k", "--ttl", "banana"]).expect(64);
+    assert!(out.stderr.contains("banana"), "{}", out.stderr);
+    leasehold(&["acquire", "k", "--ttl", "30s", "--wait", "soon"]).expect(64);
+    leasehold(&["extend", "k", "--token", "t", "--ttl", "banana"]).expect(64);
+    leasehold(&["acquire", "k"]).expect(64);
+    leasehold(&["release", "k"]).expect(64);
+    leasehold(&["frobnicate"]).expect(64);
+    leasehold(&[]).expect(64);
+    leasehold(&["demo", "--server", "redis6"]).expect(64);
+    let out = leasehold(&["--url", "not a url", "inspect", "k"]).expect(64);
+    assert!(out.stderr.starts_with("leasehold: "), "{}", out.stderr);
+    leasehold(&["--url", "http://127.0.0.1:1/", "inspect", "k"]).expect(64);
+}
+
+#[test]
+fn help_and_version_are_0() {
+    let help = leasehold(&["--help"]).expect(0);
+    assert!(help.stdout.contains("Exit status:"), "{}", help.stdout);
+    leasehold(&["acquire", "--help"]).expect(0);
+    let version = leasehold(&["--version"]).expect(0);
+    assert!(
+        version.stdout.starts_with("leasehold "),
+        "{}",
+        version.stdout
+    );
+}
