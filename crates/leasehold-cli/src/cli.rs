@@ -12,9 +12,9 @@ Exit status:
   1   not held: the token no longer holds the key (expired, released, or taken over)
   64  usage error: bad arguments, a malformed URL, a TTL out of range
   69  server unreachable (or no server could be started for the demo)
-  70  any other failure (an unexpected server error)
+  70  any other failure (an unexpected server error or reply)
   75  not acquired: the lock is busy, or --wait elapsed
-  76  the server answered something unexpected
+  76  `run`: the lock was lost while the command ran
   77  authentication refused (or an ACL forbids the command)
   130 interrupted (Ctrl-C)";
 
@@ -38,7 +38,7 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// The subcommands. (`run`, `check` and `bench` are planned.)
+/// The subcommands. (`check` and `bench` are planned.)
 #[derive(Debug, Subcommand)]
 #[non_exhaustive]
 pub enum Command {
@@ -63,6 +63,61 @@ pub enum Command {
     Extend(ExtendArgs),
     /// Show a lock's holder token, remaining TTL and fencing counter
     Inspect(InspectArgs),
+    /// Run a command under a lock: kept alive while it runs, released when it ends
+    ///
+    /// Runs CMD directly (no shell unless you write one) with LEASEHOLD_KEY, LEASEHOLD_TOKEN and,
+    /// with --fencing, LEASEHOLD_FENCING_TOKEN in its environment, renews the lock every TTL/3
+    /// while it runs, passes its exit status through (killed by signal N: 128+N), forwards
+    /// SIGINT/SIGTERM/SIGHUP to it, and releases the lock however it ends. If the lock is lost
+    /// (a renewal finds it gone or taken over, or cannot reach the server in time), CMD's process
+    /// group gets SIGTERM, then SIGKILL after --kill-grace, and leasehold exits 76.
+    #[command(after_help = RUN_EXIT_STATUSES)]
+    Run(RunArgs),
+}
+
+/// Exit statuses of `leasehold run`.
+const RUN_EXIT_STATUSES: &str = "\
+Exit status:
+  N    the command's own exit status (128+N if signal N killed it)
+  69   server unreachable
+  75   the lock is busy (--no-wait) or --wait elapsed (or --conflict-exit-code)
+  76   the lock was lost while the command ran; the command was stopped
+  126  the command could not be executed
+  127  the command was not found
+Example, a cron job that must never run twice at once (skipped while another run holds it):
+  */5 * * * * leasehold run --no-wait --ttl 1m jobs:nightly-report -- /usr/local/bin/report";
+
+/// Arguments of `leasehold run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The lock key.
+    pub key: String,
+    /// The lease: how long the lock outlives leasehold if leasehold dies (renewed every TTL/3).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30s")]
+    pub ttl: Duration,
+    /// Wait at most this long for a busy lock (default: wait as long as it takes).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with = "no_wait")]
+    pub wait: Option<Duration>,
+    /// Do not wait: exit 75 at once if the lock is busy.
+    #[arg(long)]
+    pub no_wait: bool,
+    /// Take a fencing number and export it as LEASEHOLD_FENCING_TOKEN.
+    #[arg(long)]
+    pub fencing: bool,
+    /// After SIGTERM on a lost lock, wait this long before SIGKILL.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "5s")]
+    pub kill_grace: Duration,
+    /// Exit with this status instead of 75 when the lock is busy or --wait elapsed.
+    #[arg(long, value_name = "N")]
+    pub conflict_exit_code: Option<u8>,
+    /// The command and its arguments (after `--`).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    pub command: Vec<String>,
 }
 
 /// Arguments of `leasehold demo`.

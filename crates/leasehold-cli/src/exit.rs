@@ -18,12 +18,12 @@ pub enum Exit {
     Usage,
     /// 69 (`EX_UNAVAILABLE`): the server cannot be reached, or no server could be started.
     Unavailable,
-    /// 70 (`EX_SOFTWARE`): anything else (an unexpected server error reply, a bug).
+    /// 70 (`EX_SOFTWARE`): anything else (an unexpected server error or reply, a bug).
     Software,
     /// 75 (`EX_TEMPFAIL`): the lock is busy, or `--wait` elapsed.
     NotAcquired,
-    /// 76 (`EX_PROTOCOL`): the server answered something unexpected.
-    Protocol,
+    /// 76: `run` lost its lock while the command ran, and stopped the command.
+    LockLost,
     /// 77 (`EX_NOPERM`): authentication refused, or an ACL forbids the command.
     NoPermission,
     /// 130: interrupted by Ctrl-C.
@@ -40,7 +40,7 @@ impl Exit {
             Exit::Unavailable => 69,
             Exit::Software => 70,
             Exit::NotAcquired => 75,
-            Exit::Protocol => 76,
+            Exit::LockLost => 76,
             Exit::NoPermission => 77,
             Exit::Interrupted => 130,
         }
@@ -67,7 +67,8 @@ fn classify(cause: &(dyn std::error::Error + 'static)) -> Option<Exit> {
             leasehold::Error::NotHeld { .. } => Exit::NotHeld,
             leasehold::Error::NotAcquired { .. } => Exit::NotAcquired,
             leasehold::Error::Server { source, .. } => server_reply(source),
-            leasehold::Error::UnexpectedReply { .. } => Exit::Protocol,
+            leasehold::Error::UnexpectedReply { .. } => Exit::Software,
+            leasehold::Error::LockLost { .. } => Exit::LockLost,
             _ => Exit::Software,
         });
     }

@@ -6,6 +6,7 @@
 //! leasehold extend  KEY --token T --ttl 30s [--json]
 //! leasehold release KEY --token T [--json]
 //! leasehold inspect KEY [--json]
+//! leasehold run KEY [--ttl 30s] [--wait 5s | --no-wait] [--fencing] -- CMD [ARGS...]
 //! leasehold demo [--server redis7|redis8|valkey9]
 //! ```
 //!
@@ -24,12 +25,13 @@ mod extend;
 mod inspect;
 mod output;
 mod release;
+mod run;
 mod target;
 
 use std::process::ExitCode;
 
 pub use cli::{
-    AcquireArgs, Cli, Command, DemoArgs, ExtendArgs, InspectArgs, OutputArgs, ReleaseArgs,
+    AcquireArgs, Cli, Command, DemoArgs, ExtendArgs, InspectArgs, OutputArgs, ReleaseArgs, RunArgs,
 };
 pub use exit::Exit;
 
@@ -39,7 +41,7 @@ use target::Target;
 /// `leasehold: <what went wrong>`.
 pub async fn run(cli: Cli) -> ExitCode {
     match dispatch(cli).await {
-        Ok(()) => Exit::Success.into(),
+        Ok(code) => code,
         Err(err) => {
             eprintln!("leasehold: {}", exit::render(&err));
             Exit::of(&err).into()
@@ -47,7 +49,7 @@ pub async fn run(cli: Cli) -> ExitCode {
     }
 }
 
-async fn dispatch(cli: Cli) -> anyhow::Result<()> {
+async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     let target = Target::resolve(cli.url);
     match cli.command {
         Command::Demo(args) => demo::run(&target, args).await,
@@ -55,7 +57,9 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Release(args) => release::run(&target, args).await,
         Command::Extend(args) => extend::run(&target, args).await,
         Command::Inspect(args) => inspect::run(&target, args).await,
+        Command::Run(args) => return run::run(&target, args).await,
     }
+    .map(|()| Exit::Success.into())
 }
 
 /// Reports a command-line parsing error (or prints `--help`/`--version`) and returns the exit

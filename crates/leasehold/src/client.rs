@@ -192,6 +192,11 @@ impl LockClient {
         let server = ServerInfo::detect(&mut conn).await?;
         let release = server.release_strategy(options.release)?;
         let extend = server.extend_strategy(options.extend)?;
+        let notify_waiters = options.notify_waiters && server.can_publish;
+        if options.notify_waiters && !server.can_publish {
+            tracing::info!("PUBLISH not allowed on leasehold's channels (ACL): waiters will poll");
+        }
+        let notifier = notifier.filter(|_| notify_waiters);
         tracing::debug!(%server, %release, %extend, "leasehold connected");
         Ok(LockClient {
             inner: Arc::new(ClientInner {
@@ -200,7 +205,7 @@ impl LockClient {
                 release,
                 extend,
                 renewer: OnceLock::new(),
-                notify_waiters: options.notify_waiters,
+                notify_waiters,
                 notifier,
             }),
         })
@@ -585,12 +590,19 @@ impl LockClient {
                         // wake-up after a release that deleted nothing only makes waiters retry.
                         (Some(cmd), Some(channel)) => {
                             let mut pipe = redis::pipe();
-                            pipe.add_command(cmd)
+                            pipe.ignore_errors()
+                                .add_command(cmd)
                                 .cmd("PUBLISH")
                                 .arg(channel)
-                                .arg(key)
-                                .ignore();
-                            pipe.query_async::<(i64,)>(&mut conn).await.map(|(n,)| n)
+                                .arg(key);
+                            // The release's own reply decides; a refused notification is
+                            // ignored (it must never turn a completed release into an error).
+                            match pipe.query_async::<(Value, Value)>(&mut conn).await {
+                                Ok((Value::ServerError(e), _)) => Err(redis::RedisError::from(e)),
+                                Ok((reply, _)) => redis::from_redis_value::<i64>(reply)
+                                    .map_err(redis::RedisError::from),
+                                Err(e) => Err(e),
+                            }
                         }
                         (Some(cmd), None) => cmd.query_async(&mut conn).await,
                         (None, Some(channel)) => {

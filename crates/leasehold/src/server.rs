@@ -45,6 +45,9 @@ pub struct ServerInfo {
     pub has_delifeq: bool,
     /// `SET key value PX ms IFEQ value` is accepted.
     pub has_set_ifeq: bool,
+    /// `PUBLISH` on leasehold's release channels is allowed (an ACL user may lack channel
+    /// permissions; release notifications are then off).
+    pub can_publish: bool,
 }
 
 impl std::fmt::Display for ServerInfo {
@@ -54,7 +57,8 @@ impl std::fmt::Display for ServerInfo {
 }
 
 impl ServerInfo {
-    /// Probes the server in one round trip: `INFO server` and the three conditional commands.
+    /// Probes the server in one round trip: `INFO server`, the three conditional commands, and
+    /// whether we may publish release notifications.
     pub(crate) async fn detect(conn: &mut ClientConnection) -> Result<ServerInfo> {
         let probe = format!("leasehold:probe:{}", uuid::Uuid::new_v4().simple());
         let mut pipe = redis::pipe();
@@ -74,15 +78,18 @@ impl ServerInfo {
             .arg("PX")
             .arg(1)
             .arg("IFEQ")
-            .arg("x");
+            .arg("x")
+            .cmd("PUBLISH")
+            .arg(crate::token::release_channel(&probe))
+            .arg("");
         let replies: Vec<Value> = pipe
             .query_async(conn)
             .await
             .map_err(|e| Error::from_redis(Operation::Connect, e))?;
-        if replies.len() != 4 {
+        if replies.len() != 5 {
             return Err(Error::UnexpectedReply {
                 op: Operation::Connect,
-                detail: format!("{} replies to 4 probes", replies.len()),
+                detail: format!("{} replies to 5 probes", replies.len()),
             });
         }
         // Authentication failures surface on the first command; report them as such.
@@ -120,6 +127,7 @@ impl ServerInfo {
             has_delex: accepted(&replies[1]),
             has_delifeq: accepted(&replies[2]),
             has_set_ifeq: accepted(&replies[3]),
+            can_publish: accepted(&replies[4]),
         })
     }
 

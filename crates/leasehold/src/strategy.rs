@@ -67,8 +67,9 @@ pub const RELEASE_LUA: &str =
     "if redis.call('get',KEYS[1])==ARGV[1] then return redis.call('del',KEYS[1]) end return 0";
 
 /// The release script that also wakes waiters: publishes the key on its release channel
-/// (`ARGV[2]`) when, and only when, it deleted the lock.
-pub const RELEASE_NOTIFY_LUA: &str = "if redis.call('get',KEYS[1])==ARGV[1] then redis.call('del',KEYS[1]) redis.call('publish',ARGV[2],KEYS[1]) return 1 end return 0";
+/// (`ARGV[2]`) when, and only when, it deleted the lock. `pcall`: a refused notification must
+/// never turn a completed release into an error (scripts do not roll back).
+pub const RELEASE_NOTIFY_LUA: &str = "if redis.call('get',KEYS[1])==ARGV[1] then redis.call('del',KEYS[1]) redis.pcall('publish',ARGV[2],KEYS[1]) return 1 end return 0";
 
 /// Extend: reset the TTL only while the key holds our token.
 pub const EXTEND_LUA: &str = "if redis.call('get',KEYS[1])==ARGV[1] then return redis.call('pexpire',KEYS[1],ARGV[2]) end return 0";

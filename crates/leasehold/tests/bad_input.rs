@@ -129,18 +129,34 @@ leasehold_harness::server_test!(async fn wrong_password_is_an_authentication_err
     g.release().await.unwrap();
 });
 
-// An ACL user given in the URL, with rights limited to lock keys and the commands locks need.
+// An ACL user given in the URL. Redis 7+ users get no pub/sub channels by default: locking must
+// still work (release notifications are then off and waiters poll); with channel rights, they
+// are on.
 leasehold_harness::server_test!(async fn acl_user_in_the_url(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).unwrap();
-    let reply = server
-        .command(&["ACL", "SETUSER", "locker", "on", ">pw", "~*", "+@all"])
-        .unwrap();
-    assert!(reply.is_ok(), "{reply:?}");
-    let client = LockClient::connect(&format!("redis://locker:pw@127.0.0.1:{}/", server.port())).await.unwrap();
-    let g = client.try_acquire("acl", &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
-    g.release().await.unwrap();
-    let err = LockClient::connect(&format!("redis://locker:nope@127.0.0.1:{}/", server.port())).await.unwrap_err();
-    assert!(matches!(err, Error::Authentication { .. }), "{err:?}");
+    for (user, channels, notifies) in [("locker", "resetchannels", false), ("notifier", "&*", true)] {
+        let reply = server
+            .command(&["ACL", "SETUSER", user, "on", ">pw", "~*", channels, "+@all"])
+            .unwrap();
+        assert!(reply.is_ok(), "{reply:?}");
+        let url = format!("redis://{user}:pw@127.0.0.1:{}/", server.port());
+        let client = LockClient::connect(&url).await.unwrap();
+        assert_eq!(client.server().can_publish, notifies, "{user}");
+        let g = client.try_acquire("acl", &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
+        g.release().await.unwrap();
+        let g = client.try_acquire("acl", &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
+        let waited = client
+            .acquire("acl", &LockOptions::new(LONG).wait(Duration::from_millis(50)))
+            .await
+            .unwrap_err();
+        assert!(matches!(waited, Error::NotAcquired { .. }), "{waited:?}");
+        g.release().await.unwrap();
+        assert_eq!(get(&server, "acl"), None);
+        let err = LockClient::connect(&format!("redis://{user}:nope@127.0.0.1:{}/", server.port()))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::Authentication { .. }), "{err:?}");
+    }
 });
 
 // A key that holds a hash is not a lock: acquiring reports busy (the name is taken), releasing,

@@ -310,6 +310,7 @@ mod tests {
             has_delex,
             has_delifeq,
             has_set_ifeq,
+            can_publish: true,
         }
     }
 

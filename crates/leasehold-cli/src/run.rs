@@ -1,0 +1,161 @@
+//! `leasehold run`: run a command under a lock, kept alive while it runs, released when it
+//! ends, and the command stopped if the lock is lost.
+//!
+//! What it promises, and under which assumption: while the child runs, the lock is renewed
+//! every TTL/3 with the token-checked extend; if a renewal finds the key gone or taken over, or
+//! none succeeds before the lease's validity ends, the child's process group gets SIGTERM at
+//! once (SIGKILL after `--kill-grace`) and `leasehold` exits 76. So the child can only outlive
+//! its lock by the grace period plus the time it takes to notice (at most one renewal
+//! interval), unless `leasehold` itself is paused or killed with -9 (then the TTL frees the lock
+//! and nothing stops the child: fencing is the answer to that, `--fencing` exports the number).
+
+use std::process::{ExitCode, ExitStatus};
+use std::time::Duration;
+
+use leasehold::{Error, LockGuard, LockOptions, TryAcquire};
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::cli::RunArgs;
+use crate::exit::{Busy, Exit};
+use crate::target::Target;
+
+/// Exit status when the lock is lost while the command runs.
+pub const LOST_EXIT: u8 = 76;
+/// Exit status when the command cannot be found (as a shell reports it).
+pub const NOT_FOUND_EXIT: u8 = 127;
+/// Exit status when the command is found but cannot be executed.
+pub const NOT_EXECUTABLE_EXIT: u8 = 126;
+
+/// How long "no --wait" waits: for ever, in practice.
+const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+pub(crate) async fn run(target: &Target, args: RunArgs) -> anyhow::Result<ExitCode> {
+    let client = target.connect().await?;
+    let options = LockOptions::new(args.ttl)
+        .fencing(args.fencing)
+        .auto_extend(true);
+    let acquired = if args.no_wait {
+        match client.try_acquire(&args.key, &options).await? {
+            TryAcquire::Acquired(guard) => Ok(guard),
+            TryAcquire::Busy { remaining } => Err(anyhow::Error::new(Busy {
+                key: args.key.clone(),
+                remaining,
+            })),
+        }
+    } else {
+        let wait = args.wait.unwrap_or(FOREVER);
+        client
+            .acquire(&args.key, &options.wait(wait))
+            .await
+            .map_err(anyhow::Error::new)
+    };
+    let guard = match acquired {
+        Ok(guard) => guard,
+        Err(err) if Exit::of(&err) == Exit::NotAcquired => {
+            eprintln!("leasehold: {}", crate::exit::render(&err));
+            let code = args.conflict_exit_code.unwrap_or(Exit::NotAcquired.code());
+            return Ok(ExitCode::from(code));
+        }
+        Err(err) => return Err(err),
+    };
+    let code = supervise(&guard, &args).await;
+    match guard.release().await {
+        Ok(()) => {}
+        // Lost at the very end, or already reported as lost: nothing left to release.
+        Err(Error::NotHeld { .. }) if code == LOST_EXIT => {}
+        Err(Error::NotHeld { key }) => {
+            eprintln!("leasehold: warning: lock {key:?} had expired when the command ended");
+        }
+        Err(e) => eprintln!("leasehold: warning: could not release the lock: {e}"),
+    }
+    Ok(ExitCode::from(code))
+}
+
+/// Starts the command and waits for it, forwarding signals and watching the lease. Returns the
+/// exit status `leasehold` should end with.
+async fn supervise(guard: &LockGuard, args: &RunArgs) -> u8 {
+    let program = &args.command[0];
+    let mut command = tokio::process::Command::new(program);
+    command
+        .args(&args.command[1..])
+        .env("LEASEHOLD_KEY", guard.key())
+        .env("LEASEHOLD_TOKEN", guard.token().expose())
+        // Its own process group, so that a lost lock stops the command's children too.
+        .process_group(0);
+    match guard.fencing_token() {
+        Some(n) => command.env("LEASEHOLD_FENCING_TOKEN", n.to_string()),
+        None => command.env_remove("LEASEHOLD_FENCING_TOKEN"),
+    };
+    // Handlers first: a signal that arrives once the command runs must be forwarded, not kill
+    // leasehold with the lock still held.
+    let (Ok(mut int), Ok(mut term), Ok(mut hup)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
+    ) else {
+        eprintln!("leasehold: cannot install signal handlers; not running {program:?}");
+        return Exit::Software.code();
+    };
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            eprintln!("leasehold: cannot run {program:?}: {e}");
+            return match e.kind() {
+                std::io::ErrorKind::NotFound => NOT_FOUND_EXIT,
+                _ => NOT_EXECUTABLE_EXIT,
+            };
+        }
+    };
+    // The child leads its own group, whose id is its pid. (Never 0: killpg(0) would signal
+    // leasehold's own group.)
+    let group = child.id().map(|id| Pid::from_raw(id as i32));
+    let forward = |sig: Signal| {
+        // The group may be gone already (the child just exited): nothing to forward to.
+        if let Some(group) = group {
+            let _ = killpg(group, sig);
+        }
+    };
+    loop {
+        tokio::select! {
+            status = child.wait() => return status.map_or(Exit::Software.code(), exit_code),
+            _ = guard.lost() => break,
+            Some(()) = int.recv() => forward(Signal::SIGINT),
+            Some(()) = term.recv() => forward(Signal::SIGTERM),
+            Some(()) = hup.recv() => forward(Signal::SIGHUP),
+        }
+    }
+
+    // The lock is gone: whatever the command does from now on is unprotected. Stop it.
+    let reason = guard
+        .loss_reason()
+        .map_or_else(|| "lost".to_string(), |r| r.to_string());
+    eprintln!(
+        "leasehold: lock {:?} lost while {program:?} was running ({reason}); sending SIGTERM to its process group",
+        guard.key()
+    );
+    forward(Signal::SIGTERM);
+    if tokio::time::timeout(args.kill_grace, child.wait())
+        .await
+        .is_err()
+    {
+        eprintln!(
+            "leasehold: {program:?} still running {} after SIGTERM; sending SIGKILL",
+            humantime::format_duration(args.kill_grace)
+        );
+        forward(Signal::SIGKILL);
+        let _ = child.wait().await;
+    }
+    LOST_EXIT
+}
+
+/// The child's exit code, or 128 + N when signal N killed it (as a shell reports it).
+fn exit_code(status: ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => code as u8,
+        (None, Some(sig)) => (128 + sig) as u8,
+        (None, None) => Exit::Software.code(),
+    }
+}
