@@ -131,3 +131,26 @@ leasehold_harness::server_test!(async fn waiters_share_one_subscriber_connection
     .await
     .expect("subscription not dropped");
 });
+
+// A crashed holder (it never releases, so no notification comes): the busy reply carries the
+// holder's remaining TTL and the waiter retries when it runs out. Its backoff (5-10 s) is longer
+// than its 4 s deadline, so only the TTL-driven retry can get it the lock.
+leasehold_harness::server_test!(async fn waiter_retries_when_a_crashed_holders_ttl_runs_out(bin) {
+    let server = Server::start(&bin, &leasehold_harness::ServerOptions::new()).unwrap();
+    let client = LockClient::connect_with(&server.url(), ClientOptions::new().notify_waiters(false)).await.unwrap();
+    let crashed = client
+        .try_acquire("orphan", &LockOptions::new(Duration::from_secs(2)))
+        .await
+        .unwrap()
+        .acquired()
+        .unwrap();
+    let _ = crashed.detach(); // never released: only its TTL frees the key
+    let opts = LockOptions::new(LONG)
+        .wait(Duration::from_secs(4))
+        .backoff(Backoff::constant(Duration::from_secs(10)));
+    let g = tokio::time::timeout(HANG_GUARD, client.acquire("orphan", &opts))
+        .await
+        .expect("hung")
+        .expect("retried when the holder's TTL ran out");
+    g.release().await.unwrap();
+});
