@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use leasehold_harness::Flavor;
 
 /// Exit statuses, shown at the end of `--help`.
@@ -127,6 +127,25 @@ pub struct DemoArgs {
     /// choice (redis8 if installed, else the newest installed). Cannot be combined with --url.
     #[arg(long, value_name = "FLAVOR")]
     pub server: Option<Flavor>,
+    /// What to show. `walkthrough` (the default): the seed chapter's walkthrough, its
+    /// AI-written helper and its redis-cli transcript. `failover`: a lock server fails over to a
+    /// replica that had not received the lock, so two clients hold it at once; the fenced write
+    /// keeps the stale holder out, and a replica-acknowledged acquisition fails instead. It
+    /// starts its own throwaway servers (master, replica, resource), so it cannot be combined
+    /// with --url.
+    #[arg(long, value_enum, value_name = "SCENARIO", default_value_t = Scenario::Walkthrough)]
+    pub scenario: Scenario,
+}
+
+/// The scenarios of `leasehold demo`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+#[non_exhaustive]
+pub enum Scenario {
+    /// The seed chapter's walkthrough, helper and transcript.
+    #[default]
+    Walkthrough,
+    /// A failover to a replica that missed the lock: two holders, and what stops them.
+    Failover,
 }
 
 /// Output options shared by the lock subcommands.

@@ -3,7 +3,7 @@
 mod support;
 
 use leasehold_harness::{Flavor, Server, ServerOptions, server_test};
-use support::{assert_lines_in_order, leasehold};
+use support::{assert_lines_in_order, leasehold, leasehold_env};
 
 /// What `src/patterns-locks.ts` printed in the seed, verbatim.
 const SEED_OUTPUT: [&str; 11] = [
@@ -124,4 +124,74 @@ fn demo_rejects_server_with_url() {
     ])
     .expect(64);
     assert!(out.stderr.starts_with("leasehold: "), "{}", out.stderr);
+}
+
+/// The outcome lines of `demo --scenario failover`, in order: the hazard (two holders, the same
+/// fencing number), the fenced write keeping A out, then the acknowledged acquisition failing.
+const FAILOVER_OUTCOMES: [&str; 12] = [
+    "A acquires b3:lock:payment on the master: true | fencing number: 1",
+    "the new master: GET b3:lock:payment -> (nil) | GET {b3:lock:payment}:fence -> (nil)",
+    "B acquires b3:lock:payment on the new master: true | fencing number: 1",
+    "A holds a valid lease: true | the new master holds B's token: true | two holders at once: true",
+    "B writes to the resource with fencing number 1 -> accepted",
+    "A (stale) writes to the resource with fencing number 1 -> rejected (the resource's highest number: 1)",
+    "resource value = B (written with fencing number 1)",
+    "A acquires b3:lock:payment on the master: false | NotReplicated: 0 of 1 replicas \
+     acknowledged within 500 ms; the library released the lock again",
+    "the master: GET b3:lock:payment -> (nil) | GET {b3:lock:payment}:fence -> \"1\"",
+    "# the master crashes (SIGKILL); the replica resumes and is promoted: REPLICAOF NO ONE -> OK",
+    "B acquires b3:lock:payment on the new master: true | fencing number: 1",
+    "A holds a valid lease: false | the new master holds B's token: true | two holders at once: false",
+];
+
+server_test!(async fn demo_failover_shows_two_holders_and_what_keeps_them_apart(bin) {
+    let flavor = bin.flavor().unwrap();
+    let out = leasehold(&["demo", "--scenario", "failover", "--server", flavor.name()]).expect(0);
+    let text = out.stdout.as_str();
+    assert!(
+        text.contains(&format!("# servers: {}, throwaway processes started for this demo (--server {flavor})", bin.label())),
+        "{text}"
+    );
+    assert_lines_in_order(text, &["# 1) without replica acknowledgement (the default)"]);
+    assert_lines_in_order(text, &FAILOVER_OUTCOMES);
+    // Each part cut the replication link and saw the master report no replica.
+    let cut = "# the replica is frozen (SIGSTOP) and its link cut on the master: CLIENT KILL TYPE \
+               replica -> (integer) 1; the master's INFO now says connected_slaves:0";
+    assert_eq!(text.lines().filter(|l| *l == cut).count(), 2, "{text}");
+    let last = text.lines().last().unwrap_or_default();
+    assert!(last.starts_with(&format!("# stopped the throwaway servers ({} on 127.0.0.1 ports ", bin.label())), "{text}");
+});
+
+// A URL in the environment does not redirect the failover scenario: it never touches a server it
+// did not start (it kills and promotes them), and says the variable is not used.
+server_test!([redis8] async fn demo_failover_ignores_a_url_in_the_environment(bin) {
+    let out = leasehold_env(
+        &["demo", "--scenario", "failover"],
+        &[("LEASEHOLD_URL", "redis://127.0.0.1:1/")],
+    )
+    .expect(0);
+    let text = out.stdout.as_str();
+    assert!(text.contains(&format!("# servers: {}, throwaway processes", bin.label())), "{text}");
+    assert!(text.contains("; $LEASEHOLD_URL is not used)"), "{text}");
+    assert_lines_in_order(text, &FAILOVER_OUTCOMES);
+});
+
+#[test]
+fn demo_failover_refuses_a_url() {
+    let out = leasehold(&[
+        "demo",
+        "--scenario",
+        "failover",
+        "--url",
+        "redis://127.0.0.1:1/",
+    ])
+    .expect(64);
+    assert!(
+        out.stderr.starts_with("leasehold: --scenario failover"),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stdout.is_empty(), "{}", out.stdout);
+    let out = leasehold(&["demo", "--scenario", "nonsense"]).expect(64);
+    assert!(out.stderr.contains("walkthrough"), "{}", out.stderr);
 }

@@ -9,8 +9,8 @@ use tracing::Instrument;
 
 use crate::connection::ClientConnection;
 use crate::error::{Error, Operation, Result};
-use crate::guard::{Lease, LockGuard, LossReason};
-use crate::options::{ClientOptions, LockOptions, OnLoss, ttl_millis};
+use crate::guard::{Backend, Lease, LockGuard};
+use crate::options::{ClientOptions, LockOptions, ttl_millis};
 use crate::renewal::{Registration, RenewalStats, Renewer};
 use crate::server::ServerInfo;
 use crate::strategy::{
@@ -254,9 +254,7 @@ impl LockClient {
         async {
             let token = LockToken::random();
             let started = Instant::now();
-            let result = self
-                .attempt(key, &token, ttl_ms, options.fencing_enabled(), false)
-                .await;
+            let result = self.attempt_with(key, &token, ttl_ms, options, false).await;
             let span = tracing::Span::current();
             match result? {
                 Attempt::Acquired { fencing } => {
@@ -314,13 +312,7 @@ impl LockClient {
                     s.mark_seen();
                 }
                 let attempt = self
-                    .attempt(
-                        key,
-                        &token,
-                        ttl_ms,
-                        options.fencing_enabled(),
-                        deadline.is_some(),
-                    )
+                    .attempt_with(key, &token, ttl_ms, options, deadline.is_some())
                     .await?;
                 let span = tracing::Span::current();
                 span.record("attempts", attempts);
@@ -376,7 +368,7 @@ impl LockClient {
     /// the lock. The work runs against [`Lease::lost`]: if the lease is lost meanwhile (a renewal
     /// of an [`auto_extend`](LockOptions::auto_extend)ed lock failed, or the validity ran out),
     /// the work's future is dropped at once and [`Error::LockLost`] returned; with
-    /// [`OnLoss::Notify`] the work finishes and the error is returned after it.
+    /// [`OnLoss::Notify`](crate::OnLoss::Notify) the work finishes and the error is returned after it.
     ///
     /// # Errors
     /// As [`LockClient::acquire`] if the lock was not taken (then `work` did not run);
@@ -388,30 +380,8 @@ impl LockClient {
         F: FnOnce(Lease) -> Fut,
         Fut: std::future::Future<Output = T>,
     {
-        use futures_util::FutureExt;
         let guard = self.acquire(key, options).await?;
-        let lease = guard.lease().clone();
-        let work = std::panic::AssertUnwindSafe(work(lease.clone())).catch_unwind();
-        let outcome = match options.loss_policy() {
-            OnLoss::Cancel => tokio::select! {
-                out = work => Some(out),
-                _ = lease.lost() => None,
-            },
-            _ => Some(work.await),
-        };
-        let released = guard.release().await;
-        let lost = |reason| Error::LockLost {
-            key: key.to_string(),
-            reason,
-        };
-        match outcome {
-            Some(Err(panic)) => std::panic::resume_unwind(panic),
-            None => Err(lost(lease.loss_reason().unwrap_or(LossReason::Expired))),
-            Some(Ok(_)) if lease.loss_reason().is_some() => {
-                Err(lost(lease.loss_reason().unwrap_or(LossReason::Expired)))
-            }
-            Some(Ok(value)) => released.map(|()| value),
-        }
+        crate::guard::run_with_lock(guard, options, work).await
     }
 
     /// Releases `key` if it still holds `token`, atomically (see [`crate::strategy`]).
@@ -500,7 +470,7 @@ impl LockClient {
                 stop_at: options.max_hold_bound().map(|cap| started + cap),
             });
         }
-        LockGuard::new(self.clone(), lease)
+        LockGuard::new(Backend::Single(self.clone()), lease)
     }
 
     fn renewer(&self) -> &Renewer {
@@ -516,6 +486,63 @@ impl LockClient {
             .get()
             .map(|r| r.stats.clone())
             .unwrap_or_default()
+    }
+
+    /// One acquisition as `options` ask: the attempt, then the replicas' acknowledgement.
+    async fn attempt_with(
+        &self,
+        key: &str,
+        token: &LockToken,
+        ttl_ms: u64,
+        options: &LockOptions,
+        want_remaining: bool,
+    ) -> Result<Attempt> {
+        let attempt = self
+            .attempt(
+                key,
+                token,
+                ttl_ms,
+                options.fencing_enabled(),
+                want_remaining,
+            )
+            .await?;
+        let (Attempt::Acquired { .. }, Some((wanted, timeout))) =
+            (&attempt, options.replica_ack_required())
+        else {
+            return Ok(attempt);
+        };
+        // Ours until confirmed: if this future is dropped during WAIT, give the lock back.
+        let mut cleanup = AbandonedAttempt::arm(self, key, token);
+        let mut conn = self.inner.conn.clone();
+        let acked: Result<i64> = redis::cmd("WAIT")
+            .arg(wanted)
+            .arg(timeout.as_millis() as u64)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| Error::from_redis(Operation::Acquire, e));
+        cleanup.disarm();
+        let acked = match acked {
+            Ok(n) => n.max(0) as u32,
+            Err(e) => {
+                let _ = self.release_raw(key, token.expose()).await;
+                return Err(e);
+            }
+        };
+        if acked >= wanted {
+            return Ok(attempt);
+        }
+        tracing::warn!(
+            key,
+            acked,
+            wanted,
+            "acquisition not acknowledged by enough replicas; releasing"
+        );
+        let _ = self.release_raw(key, token.expose()).await;
+        Err(Error::NotReplicated {
+            key: key.to_string(),
+            acked,
+            wanted,
+        })
     }
 
     /// Sends one acquisition. `want_remaining` asks for the holder's PTTL on busy (the script).

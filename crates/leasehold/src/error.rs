@@ -106,6 +106,31 @@ pub enum Error {
         attempts: u32,
     },
 
+    /// The lock was granted but fewer replicas than required acknowledged it in time (see
+    /// [`LockOptions::replica_ack`](crate::LockOptions::replica_ack)); it was released again.
+    #[error(
+        "lock {key:?} acquired but only {acked} of {wanted} replicas acknowledged it in time; released"
+    )]
+    NotReplicated {
+        /// The lock key.
+        key: String,
+        /// Replicas that acknowledged.
+        acked: u32,
+        /// Replicas required.
+        wanted: u32,
+    },
+
+    /// Too few Redlock nodes answered for a majority (unreachable, timed out, or failing).
+    #[error("no quorum for lock {key:?}: {needed} nodes needed; {nodes}")]
+    NoQuorum {
+        /// The lock key (empty when connecting).
+        key: String,
+        /// The majority needed.
+        needed: usize,
+        /// Every node's outcome.
+        nodes: crate::redlock::NodeReports,
+    },
+
     /// The lease was lost while it was held: a renewal found the key gone or taken over, or no
     /// renewal succeeded before the validity ran out. Whatever ran under it may have overlapped
     /// with another holder.

@@ -178,11 +178,15 @@ impl Lease {
     }
 
     pub(crate) fn renewed(&self, started: Instant, ttl: Duration) {
+        self.set_valid_until(started + ttl.saturating_sub(clock_drift(ttl)));
+    }
+
+    pub(crate) fn set_valid_until(&self, until: Instant) {
         *self
             .state
             .valid_until
             .lock()
-            .unwrap_or_else(|p| p.into_inner()) = started + ttl.saturating_sub(clock_drift(ttl));
+            .unwrap_or_else(|p| p.into_inner()) = until;
     }
 
     pub(crate) fn end(&self) {
@@ -196,15 +200,53 @@ impl Lease {
 #[derive(Debug)]
 #[must_use = "dropping the guard releases the lock"]
 pub struct LockGuard {
-    client: LockClient,
+    backend: Backend,
     lease: Lease,
     done: bool,
 }
 
+/// Where a guard's lock lives: one server, or a Redlock set of independent servers.
+#[derive(Clone, Debug)]
+pub(crate) enum Backend {
+    Single(LockClient),
+    /// The Redlock set, and the acquisition's requests still on their way to slow nodes.
+    Redlock(crate::redlock::Redlock, Arc<Mutex<crate::redlock::Tasks>>),
+}
+
+impl Backend {
+    pub(crate) async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
+        match self {
+            Backend::Single(c) => c.release(key, token).await,
+            Backend::Redlock(r, stragglers) => {
+                let prior =
+                    std::mem::take(&mut *stragglers.lock().unwrap_or_else(|p| p.into_inner()));
+                r.release_after(prior, key, token).await
+            }
+        }
+    }
+
+    /// Extends and returns the new validity deadline.
+    pub(crate) async fn extend(
+        &self,
+        key: &str,
+        token: &LockToken,
+        ttl: Duration,
+    ) -> Result<Instant> {
+        match self {
+            Backend::Single(c) => {
+                let started = Instant::now();
+                c.extend(key, token, ttl).await?;
+                Ok(started + ttl.saturating_sub(clock_drift(ttl)))
+            }
+            Backend::Redlock(r, _) => r.extend(key, token, ttl).await,
+        }
+    }
+}
+
 impl LockGuard {
-    pub(crate) fn new(client: LockClient, lease: Lease) -> Self {
+    pub(crate) fn new(backend: Backend, lease: Lease) -> Self {
         LockGuard {
-            client,
+            backend,
             lease,
             done: false,
         }
@@ -268,10 +310,9 @@ impl LockGuard {
     /// [`Error::NotHeld`] if the lock was lost (the guard then counts as not held);
     /// [`Error::Connection`], [`Error::Server`], [`Error::InvalidArgument`] for a bad TTL.
     pub async fn extend(&self, ttl: Duration) -> Result<()> {
-        let started = Instant::now();
-        match self.client.extend(self.key(), self.token(), ttl).await {
-            Ok(()) => {
-                self.lease.renewed(started, ttl);
+        match self.backend.extend(self.key(), self.token(), ttl).await {
+            Ok(valid_until) => {
+                self.lease.set_valid_until(valid_until);
                 Ok(())
             }
             Err(e @ Error::NotHeld { .. }) => {
@@ -298,7 +339,7 @@ impl LockGuard {
     pub async fn release(mut self) -> Result<()> {
         self.done = true;
         self.lease.end();
-        self.client
+        self.backend
             .release(self.lease.key(), self.lease.token())
             .await
     }
@@ -322,12 +363,46 @@ impl Drop for LockGuard {
             key,
             "lock guard dropped without release(); releasing in the background"
         );
-        let client = self.client.clone();
+        let backend = self.backend.clone();
         let token = self.lease.token().clone();
         handle.spawn(async move {
-            if let Err(e) = client.release(&key, &token).await {
+            if let Err(e) = backend.release(&key, &token).await {
                 tracing::warn!(key, error = %e, "background release of a dropped guard failed");
             }
         });
+    }
+}
+
+/// The body of `with_lock` for any backend: run `work` against the loss signal, release whatever
+/// happens, and say what happened.
+pub(crate) async fn run_with_lock<T, F, Fut>(
+    guard: LockGuard,
+    options: &crate::LockOptions,
+    work: F,
+) -> Result<T>
+where
+    F: FnOnce(Lease) -> Fut,
+    Fut: std::future::Future<Output = T>,
+{
+    use futures_util::FutureExt;
+    let lease = guard.lease().clone();
+    let work = std::panic::AssertUnwindSafe(work(lease.clone())).catch_unwind();
+    let outcome = match options.loss_policy() {
+        crate::OnLoss::Cancel => tokio::select! {
+            out = work => Some(out),
+            _ = lease.lost() => None,
+        },
+        _ => Some(work.await),
+    };
+    let released = guard.release().await;
+    let lost = || Error::LockLost {
+        key: lease.key().to_string(),
+        reason: lease.loss_reason().unwrap_or(LossReason::Expired),
+    };
+    match outcome {
+        Some(Err(panic)) => std::panic::resume_unwind(panic),
+        None => Err(lost()),
+        Some(Ok(_)) if lease.loss_reason().is_some() => Err(lost()),
+        Some(Ok(value)) => released.map(|()| value),
     }
 }

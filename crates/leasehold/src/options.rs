@@ -111,6 +111,7 @@ pub struct LockOptions {
     renew_every: Option<Duration>,
     max_hold: Option<Duration>,
     on_loss: OnLoss,
+    replica_ack: Option<(u32, Duration)>,
 }
 
 /// What [`with_lock`](crate::LockClient::with_lock) does when the lease is lost while the work
@@ -140,6 +141,7 @@ impl Default for LockOptions {
             renew_every: None,
             max_hold: None,
             on_loss: OnLoss::Cancel,
+            replica_ack: None,
         }
     }
 }
@@ -259,6 +261,27 @@ impl LockOptions {
     /// The loss policy.
     pub fn loss_policy(&self) -> OnLoss {
         self.on_loss
+    }
+
+    /// Requires `replicas` replicas to acknowledge the acquisition (`WAIT replicas timeout`
+    /// right after it, on the same connection) before it counts; if fewer do within `timeout`,
+    /// the lock is released and [`Error::NotReplicated`] returned.
+    ///
+    /// Redis replicates asynchronously: a master that fails over right after granting a lock may
+    /// hand the lock key, and the fencing counter's last `INCR`, to nobody. With an
+    /// acknowledgement the key (and the counter, written by the same script) is on `replicas`
+    /// replicas before the holder starts, so a failover to one of them keeps it. It costs one
+    /// more round trip and the replicas' latency, and `WAIT` holds up the connection's other
+    /// commands meanwhile. It is not consensus: a failover to a replica that did not acknowledge
+    /// still loses the lock (Redisson's `checkLockSyncedSlaves` has the same limit).
+    pub fn replica_ack(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replica_ack = Some((replicas, timeout));
+        self
+    }
+
+    /// The replica acknowledgement required, if any.
+    pub fn replica_ack_required(&self) -> Option<(u32, Duration)> {
+        self.replica_ack
     }
 }
 

@@ -8,6 +8,9 @@
 //! 3. [`transcript`]: `cli/patterns-locks-1.redis`, replayed command by command, with the Lua (or
 //!    `DELIFEQ`) equivalent wherever the server lacks `DELEX` or `SET ... IFEQ`.
 //!
+//! `--scenario failover` runs [`failover`] instead: a lock server fails over to a replica that
+//! missed the lock, on throwaway servers only (it kills and promotes them; no `--url`).
+//!
 //! Without a URL the demo starts a throwaway server through the test harness and stops it at the
 //! end. On a server it did not start, it refuses to run if any of its keys already exists (it
 //! deletes them as it goes), and it deletes them again at the end, also after Ctrl-C.
@@ -20,6 +23,7 @@ macro_rules! say {
     };
 }
 
+mod failover;
 mod helper;
 mod transcript;
 mod walkthrough;
@@ -33,7 +37,7 @@ use leasehold::{ClientConnection, ClientOptions, ExtendStrategy, LockClient, Rel
 use leasehold_harness::{Flavor, Server, ServerBinary, ServerOptions};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
-use crate::cli::DemoArgs;
+use crate::cli::{DemoArgs, Scenario};
 use crate::exit::{Interrupted, NoServer, Usage};
 use crate::target::{Source, Target};
 
@@ -66,6 +70,25 @@ struct Local {
 
 pub(crate) async fn run(target: &Target, args: DemoArgs) -> anyhow::Result<()> {
     let mut stop = Stop::listen();
+    if args.scenario == Scenario::Failover {
+        if target.source == Source::Flag {
+            return Err(Usage(
+                "--scenario failover starts servers of its own (it kills and promotes them); \
+                 it cannot be combined with --url"
+                    .into(),
+            )
+            .into());
+        }
+        let (bin, why) = match args.server {
+            Some(flavor) => requested_server(flavor, target.source)?,
+            None => default_server()?,
+        };
+        let why = match target.source {
+            Source::Env(var) if args.server.is_none() => format!("{why}; ${var} is not used"),
+            _ => why,
+        };
+        return failover::run(bin, why, &mut stop).await;
+    }
     let local = match (args.server, target.source) {
         (Some(_), Source::Flag) => {
             return Err(Usage(
@@ -74,15 +97,7 @@ pub(crate) async fn run(target: &Target, args: DemoArgs) -> anyhow::Result<()> {
             .into());
         }
         (Some(flavor), source) => {
-            let bin = leasehold_harness::find(flavor).ok_or_else(|| {
-                NoServer(format!(
-                    "no {flavor} server is installed (run scripts/install-servers)"
-                ))
-            })?;
-            let mut why = format!("--server {flavor}");
-            if let Source::Env(var) = source {
-                why.push_str(&format!("; ${var} is not used"));
-            }
+            let (bin, why) = requested_server(flavor, source)?;
             Some(start(bin, why, &mut stop).await?)
         }
         (None, Source::Default) => {
@@ -111,6 +126,20 @@ pub(crate) async fn run(target: &Target, args: DemoArgs) -> anyhow::Result<()> {
         return outcome.and(said);
     }
     outcome
+}
+
+/// The server `--server` asked for, and why (saying so when a URL variable is set but unused).
+fn requested_server(flavor: Flavor, source: Source) -> anyhow::Result<(ServerBinary, String)> {
+    let bin = leasehold_harness::find(flavor).ok_or_else(|| {
+        NoServer(format!(
+            "no {flavor} server is installed (run scripts/install-servers)"
+        ))
+    })?;
+    let mut why = format!("--server {flavor}");
+    if let Source::Env(var) = source {
+        why.push_str(&format!("; ${var} is not used"));
+    }
+    Ok((bin, why))
 }
 
 /// Redis >= 8.4 if installed (it has `DELEX`), else the newest server installed.

@@ -59,3 +59,23 @@ pub async fn until_absent(server: &Server, key: &str, bound: Duration) {
 
 /// A generous bound for events that take milliseconds, for a noisy 2-core machine.
 pub const GENEROUS: Duration = Duration::from_secs(20);
+
+/// Waits until `key` exists, observing the server.
+pub async fn until_present(server: &Server, key: &str, bound: Duration) {
+    let start = std::time::Instant::now();
+    loop {
+        let n = server
+            .command(&["EXISTS", key])
+            .expect("EXISTS")
+            .as_integer()
+            .expect("integer");
+        if n == 1 {
+            return;
+        }
+        assert!(
+            start.elapsed() < bound,
+            "{key} still absent after {bound:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}

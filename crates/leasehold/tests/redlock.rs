@@ -1,0 +1,296 @@
+//! Redlock over 1, 3 and 5 real servers: quorum, failures, validity, cleanup, and fencing tokens
+//! that strictly increase while nodes crash and come back.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use leasehold::{Error, LockOptions, NodeOutcome, Redlock, RedlockOptions, TryAcquire};
+use leasehold_harness::{Server, ServerBinary, ServerOptions};
+
+const LONG: Duration = Duration::from_secs(60);
+const HANG_GUARD: Duration = Duration::from_secs(120);
+
+fn servers(bin: &ServerBinary, n: usize, options: &ServerOptions) -> Vec<Server> {
+    (0..n)
+        .map(|_| Server::start(bin, options).unwrap())
+        .collect()
+}
+
+async fn redlock(servers: &[Server], node_timeout: Duration) -> Redlock {
+    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    Redlock::connect(&urls, RedlockOptions::new().node_timeout(node_timeout))
+        .await
+        .unwrap()
+}
+
+fn holders(servers: &[Server], key: &str) -> Vec<Option<String>> {
+    servers.iter().map(|s| common::get(s, key)).collect()
+}
+
+leasehold_harness::server_test!(async fn one_node_is_a_plain_lock(bin) {
+    let nodes = servers(&bin, 1, &ServerOptions::new());
+    let r = redlock(&nodes, Duration::from_secs(2)).await;
+    assert_eq!(r.quorum(), 1);
+    let g = r.try_acquire("k", &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
+    assert!(!r.try_acquire("k", &LockOptions::new(LONG)).await.unwrap().is_acquired());
+    g.release().await.unwrap();
+    assert_eq!(holders(&nodes, "k"), vec![None]);
+});
+
+leasehold_harness::server_test!(async fn a_minority_down_still_acquires(bin) {
+    for n in [3usize, 5] {
+        let mut nodes = servers(&bin, n, &ServerOptions::new());
+        let r = redlock(&nodes, Duration::from_secs(2)).await;
+        // Kill a minority (1 of 3, 2 of 5).
+        for node in nodes.iter_mut().take((n - 1) / 2) {
+            node.kill();
+        }
+        let g = r.try_acquire("k", &LockOptions::new(LONG)).await.unwrap().acquired().expect("quorum of live nodes");
+        let alive = &nodes[(n - 1) / 2..];
+        assert!(alive.iter().all(|s| common::get(s, "k").as_deref() == Some(g.token().expose())));
+        g.release().await.unwrap();
+        assert!(alive.iter().all(|s| common::get(s, "k").is_none()));
+    }
+});
+
+leasehold_harness::server_test!(async fn a_majority_down_fails_naming_every_node(bin) {
+    for n in [3usize, 5] {
+        let mut nodes = servers(&bin, n, &ServerOptions::new());
+        let r = redlock(&nodes, Duration::from_secs(2)).await;
+        for node in nodes.iter_mut().take(n / 2 + 1) {
+            node.kill();
+        }
+        let err = r.try_acquire("k", &LockOptions::new(LONG)).await.map(|_| ()).unwrap_err();
+        let Error::NoQuorum { needed, nodes: reports, .. } = &err else { panic!("{err:?}") };
+        assert_eq!(*needed, n / 2 + 1);
+        assert_eq!(reports.0.len(), n);
+        let text = err.to_string();
+        for (i, node) in nodes.iter().enumerate() {
+            assert!(text.contains(&format!("127.0.0.1:{}", node.port())), "{text}");
+            let outcome = &reports.0[i].outcome;
+            if i <= n / 2 {
+                assert!(matches!(outcome, NodeOutcome::Failed(_) | NodeOutcome::TimedOut), "node {i}: {outcome:?}");
+            } else {
+                // A live node granted, or had not answered when the failures decided it.
+                assert!(matches!(outcome, NodeOutcome::Granted | NodeOutcome::Pending), "node {i}: {outcome:?}");
+            }
+        }
+        // The live minority's grants were given back.
+        assert!(nodes[n / 2 + 1..].iter().all(|s| common::get(s, "k").is_none()));
+        // Waiting does not help while the majority stays down: the error is still NoQuorum.
+        let waited = r.acquire("k", &LockOptions::new(LONG).wait(Duration::from_millis(200))).await.unwrap_err();
+        assert!(matches!(waited, Error::NoQuorum { .. }), "{waited:?}");
+    }
+});
+
+// A frozen node (SIGSTOP) cannot stop the others: a majority answers, the attempt is decided
+// without waiting for it, and once it runs again nothing of ours is left on it.
+leasehold_harness::server_test!(async fn a_stopped_node_does_not_block_acquisition(bin) {
+    let nodes = servers(&bin, 3, &ServerOptions::new());
+    let r = redlock(&nodes, Duration::from_millis(300)).await;
+    nodes[0].command(&["CONFIG", "RESETSTAT"]).unwrap(); // count only what follows
+    nodes[0].pause().unwrap();
+    let g = tokio::time::timeout(HANG_GUARD, r.try_acquire("k", &LockOptions::new(LONG)))
+        .await
+        .expect("hung on the stopped node")
+        .unwrap()
+        .acquired()
+        .expect("two of three granted");
+    g.release().await.unwrap();
+    nodes[0].resume().unwrap();
+    // Its SET was queued while it was frozen, and the release behind it on the same connection:
+    // once it has run both, nothing of ours is left on it.
+    until_lock_commands(&nodes[0], 2).await;
+    assert!(nodes.iter().all(|s| common::get(s, "k").is_none()));
+});
+
+// A slow node that the majority needs: the time it costs comes off the validity. Node 0 is
+// down, node 1 frozen until after node 2 has granted; the acquisition cannot finish before node
+// 1 is resumed, so the validity left is at most ttl - drift - (resume - call).
+leasehold_harness::server_test!(async fn a_slow_node_shrinks_the_validity(bin) {
+    let mut nodes = servers(&bin, 3, &ServerOptions::new());
+    let r = redlock(&nodes, Duration::from_secs(20)).await;
+    let ttl = Duration::from_secs(30);
+    nodes[0].kill();
+    nodes[1].pause().unwrap();
+    let called = Instant::now();
+    let task = {
+        let r = r.clone();
+        tokio::spawn(async move { r.try_acquire("k", &LockOptions::new(ttl)).await })
+    };
+    common::until_present(&nodes[2], "k", HANG_GUARD).await; // the requests are out
+    tokio::time::sleep(Duration::from_millis(300)).await; // node 1 stays slow a while
+    let resumed = Instant::now();
+    nodes[1].resume().unwrap();
+    let g = tokio::time::timeout(HANG_GUARD, task).await.expect("hung").unwrap().unwrap().acquired().expect("acquired");
+    let drift = RedlockOptions::new().drift_for(ttl);
+    let bound = (ttl - drift).saturating_sub(resumed - called);
+    assert!(g.lease().remaining() <= bound, "{:?} > {bound:?}", g.lease().remaining());
+    assert!(g.lease().remaining() < ttl - drift - Duration::from_millis(300));
+    g.release().await.unwrap();
+});
+
+// When the time spent exceeds the TTL, a majority of grants is not enough: not acquired, and
+// every grant is given back. Node 0 is down; node 1 is frozen until well after the 200 ms TTL
+// has passed since the requests went out (node 2 granted), so its grant comes too late.
+leasehold_harness::server_test!(async fn validity_spent_means_not_acquired(bin) {
+    let mut nodes = servers(&bin, 3, &ServerOptions::new());
+    let r = redlock(&nodes, Duration::from_secs(20)).await;
+    nodes[0].kill();
+    nodes[1].command(&["CONFIG", "RESETSTAT"]).unwrap(); // count only what follows
+    nodes[1].pause().unwrap();
+    let task = {
+        let r = r.clone();
+        tokio::spawn(async move { r.try_acquire("k", &LockOptions::new(Duration::from_millis(200))).await })
+    };
+    common::until_present(&nodes[2], "k", HANG_GUARD).await;
+    tokio::time::sleep(Duration::from_millis(400)).await; // past the TTL: node 1 is too slow
+    nodes[1].resume().unwrap();
+    let outcome = tokio::time::timeout(HANG_GUARD, task).await.expect("hung").unwrap();
+    assert!(matches!(outcome, Ok(TryAcquire::Busy { .. })), "{outcome:?}");
+    until_lock_commands(&nodes[1], 2).await;
+    assert!(common::get(&nodes[1], "k").is_none() && common::get(&nodes[2], "k").is_none());
+});
+
+/// Waits until `server` has run at least `n` lock commands (acquire script, release), so that
+/// what a frozen node had queued is done before we look at its keys.
+async fn until_lock_commands(server: &Server, n: u64) {
+    let start = Instant::now();
+    loop {
+        let stats = server.info("commandstats").unwrap();
+        let calls: u64 = stats
+            .lines()
+            .filter(|l| {
+                ["cmdstat_evalsha:", "cmdstat_delex:", "cmdstat_delifeq:"]
+                    .iter()
+                    .any(|p| l.starts_with(p))
+            })
+            .filter_map(|l| {
+                l.split(',')
+                    .next()?
+                    .split("calls=")
+                    .nth(1)?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .sum();
+        if calls >= n {
+            return;
+        }
+        assert!(
+            start.elapsed() < HANG_GUARD,
+            "only {calls} lock commands ran"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+// Another holder owns the key on two of three nodes: our one grant is given back, theirs stay.
+leasehold_harness::server_test!(async fn a_partial_acquisition_leaves_no_key_behind(bin) {
+    let nodes = servers(&bin, 3, &ServerOptions::new());
+    let r = redlock(&nodes, Duration::from_secs(2)).await;
+    for node in &nodes[..2] {
+        node.command(&["SET", "k", "someone-else", "PX", "60000"]).unwrap();
+    }
+    let outcome = r.try_acquire("k", &LockOptions::new(LONG).fencing(true)).await.unwrap();
+    assert!(matches!(outcome, TryAcquire::Busy { remaining: Some(_) }), "{outcome:?}");
+    assert_eq!(holders(&nodes, "k"), vec![Some("someone-else".into()), Some("someone-else".into()), None]);
+});
+
+// Extension needs a majority; an auto-extended Redlock lease is lost when a majority goes away.
+leasehold_harness::server_test!(async fn redlock_lease_is_lost_without_a_majority(bin) {
+    let mut nodes = servers(&bin, 3, &ServerOptions::new());
+    let r = redlock(&nodes, Duration::from_millis(500)).await;
+    let opts = LockOptions::new(Duration::from_secs(2)).auto_extend(true);
+    let g = r.try_acquire("k", &opts).await.unwrap().acquired().unwrap();
+    g.extend(Duration::from_secs(3)).await.unwrap();
+    assert!(nodes.iter().all(|s| common::pttl(s, "k") > 2000), "extended on every node");
+    nodes[0].kill();
+    nodes[1].kill();
+    tokio::time::timeout(HANG_GUARD, g.lost()).await.expect("loss not reported");
+    assert!(!g.is_held());
+});
+
+// 500 acquisitions by 4 tasks over 5 nodes with AOF (appendfsync always), while nodes crash
+// (kill -9) and restart, never more than 2 down at once: every holder records its fencing
+// number while it holds the lock, so the list is in acquisition order, and it must strictly
+// increase although each acquisition is granted by a different majority.
+leasehold_harness::server_test!(async fn redlock_fencing_tokens_strictly_increase_through_crashes(bin) {
+    const TOTAL: usize = 500;
+    static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let _one_at_a_time = HEAVY.lock().await;
+    let nodes = servers(&bin, 5, &ServerOptions::new().aof(true));
+    let r = redlock(&nodes, Duration::from_millis(500)).await;
+    let seen = Arc::new(std::sync::Mutex::new(Vec::with_capacity(TOTAL)));
+
+    // The chaos: crash a random node, let some acquisitions happen, restart it; sometimes a
+    // second node too. It observes progress through `seen`, not the clock.
+    let chaos_seen = seen.clone();
+    let chaos = std::thread::spawn(move || {
+        let mut nodes = nodes;
+        let mut rng = 0x2545_f491u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let progress = |seen: &std::sync::Mutex<Vec<u64>>| seen.lock().unwrap().len();
+        let mut restarts = 0;
+        while progress(&chaos_seen) < TOTAL {
+            let first = (next() % 5) as usize;
+            let second = (first + 1 + (next() % 4) as usize) % 5;
+            let two = next() % 3 == 0;
+            nodes[first].kill();
+            if two {
+                nodes[second].kill();
+            }
+            let target = progress(&chaos_seen) + 15;
+            let start = Instant::now();
+            while progress(&chaos_seen) < target.min(TOTAL) && start.elapsed() < HANG_GUARD {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            nodes[first].restart().unwrap();
+            if two {
+                nodes[second].restart().unwrap();
+            }
+            restarts += 1 + two as usize;
+        }
+        (nodes, restarts)
+    });
+
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let (r, seen) = (r.clone(), seen.clone());
+        tasks.push(tokio::spawn(async move {
+            let opts = LockOptions::new(Duration::from_secs(10)).fencing(true).wait(Duration::from_secs(60));
+            loop {
+                let g = r.acquire("ledger", &opts).await.expect("acquire");
+                let done = {
+                    let mut seen = seen.lock().unwrap();
+                    if seen.len() < TOTAL {
+                        seen.push(g.fencing_token().unwrap());
+                    }
+                    seen.len() >= TOTAL
+                };
+                let _ = g.release().await; // a crash may have taken some of its keys already
+                if done {
+                    return;
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        tokio::time::timeout(HANG_GUARD * 3, t).await.expect("hung").unwrap();
+    }
+    let (_nodes, restarts) = chaos.join().unwrap();
+    assert!(restarts >= 5, "only {restarts} node restarts happened");
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), TOTAL);
+    for w in seen.windows(2) {
+        assert!(w[0] < w[1], "fencing tokens not strictly increasing: {} then {}", w[0], w[1]);
+    }
+});
