@@ -39,6 +39,15 @@ pub fn pttl(server: &Server, key: &str) -> i64 {
 /// Waits until `key` is gone, observing the server (not sleeping and hoping). `bound` only
 /// keeps a broken test from hanging; it is far above what the event needs.
 pub async fn until_absent(server: &Server, key: &str, bound: Duration) {
+    until_exists(server, key, false, bound).await
+}
+
+/// Waits until `key` exists, observing the server.
+pub async fn until_present(server: &Server, key: &str, bound: Duration) {
+    until_exists(server, key, true, bound).await
+}
+
+async fn until_exists(server: &Server, key: &str, want: bool, bound: Duration) {
     let start = std::time::Instant::now();
     loop {
         let n = server
@@ -46,12 +55,13 @@ pub async fn until_absent(server: &Server, key: &str, bound: Duration) {
             .expect("EXISTS")
             .as_integer()
             .expect("integer");
-        if n == 0 {
+        if (n == 1) == want {
             return;
         }
         assert!(
             start.elapsed() < bound,
-            "{key} still present after {bound:?}"
+            "{key}: exists={} still after {bound:?}",
+            n == 1
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -59,23 +69,3 @@ pub async fn until_absent(server: &Server, key: &str, bound: Duration) {
 
 /// A generous bound for events that take milliseconds, for a noisy 2-core machine.
 pub const GENEROUS: Duration = Duration::from_secs(20);
-
-/// Waits until `key` exists, observing the server.
-pub async fn until_present(server: &Server, key: &str, bound: Duration) {
-    let start = std::time::Instant::now();
-    loop {
-        let n = server
-            .command(&["EXISTS", key])
-            .expect("EXISTS")
-            .as_integer()
-            .expect("integer");
-        if n == 1 {
-            return;
-        }
-        assert!(
-            start.elapsed() < bound,
-            "{key} still absent after {bound:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
