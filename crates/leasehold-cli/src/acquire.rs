@@ -5,8 +5,9 @@ use serde::Serialize;
 
 use crate::cli::AcquireArgs;
 use crate::exit::Busy;
+use crate::locks::{Locks, Outcome};
 use crate::output::{emit, millis};
-use crate::target::Target;
+use crate::target::Servers;
 
 #[derive(Serialize)]
 struct Acquired<'a> {
@@ -17,12 +18,16 @@ struct Acquired<'a> {
     ttl_ms: u64,
 }
 
-pub(crate) async fn run(target: &Target, args: AcquireArgs) -> anyhow::Result<()> {
-    let client = target.connect().await?;
+pub(crate) async fn run(servers: &Servers, args: AcquireArgs) -> anyhow::Result<()> {
+    let locks = servers.connect().await?;
+    acquire(&locks, args).await
+}
+
+async fn acquire(locks: &Locks, args: AcquireArgs) -> anyhow::Result<()> {
     let options = LockOptions::new(args.ttl).fencing(args.fencing);
     let guard = match args.wait {
-        Some(wait) => client.acquire(&args.key, &options.wait(wait)).await?,
-        None => match client.try_acquire(&args.key, &options).await? {
+        Some(wait) => locks.acquire(&args.key, &options.wait(wait)).await?,
+        None => match locks.try_acquire(&args.key, &options).await? {
             TryAcquire::Acquired(guard) => guard,
             TryAcquire::Busy { remaining } => {
                 return Err(Busy {
@@ -50,6 +55,9 @@ pub(crate) async fn run(target: &Target, args: AcquireArgs) -> anyhow::Result<()
         return Err(err);
     }
     // The lock must outlive this process: whoever has the token releases it (or the TTL does).
-    let _lease = guard.detach();
+    let lease = guard.detach();
+    locks
+        .settle(lease.key(), lease.token(), Outcome::Acquired)
+        .await;
     Ok(())
 }

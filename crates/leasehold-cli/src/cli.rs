@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 use leasehold_harness::Flavor;
 
 /// Exit statuses, shown at the end of `--help`.
@@ -11,7 +11,8 @@ Exit status:
   0   success
   1   not held: the token no longer holds the key (expired, released, or taken over)
   64  usage error: bad arguments, a malformed URL, a TTL out of range
-  69  server unreachable (or no server could be started for the demo)
+  69  server unreachable, or (Redlock) fewer than a majority of the nodes answered; each node's
+      outcome is on stderr (or no server could be started for the demo)
   70  any other failure (an unexpected server error or reply)
   75  not acquired: the lock is busy, or --wait elapsed
   76  `run`: the lock was lost while the command ran
@@ -28,14 +29,61 @@ Exit status:
     after_help = EXIT_STATUSES
 )]
 pub struct Cli {
-    /// The server, as `redis://[user:password@]host:port/db` (or `valkey://...`).
-    /// Default: $LEASEHOLD_URL, else $REDIS_URL, else redis://127.0.0.1:6379/
-    #[arg(long, global = true, value_name = "URL")]
-    pub url: Option<String>,
+    /// The server(s).
+    #[command(flatten)]
+    pub servers: ServerArgs,
 
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// `--url` and `--node-timeout`, accepted before and after the subcommand alike.
+///
+/// (Each command level has its own copy instead of one `global` argument: clap keeps only the
+/// subcommand's values of a global argument given at both levels, and `--url A sub --url B`
+/// must mean both servers, not B alone.)
+#[derive(Debug, Clone, Default, Args)]
+pub struct ServerArgs {
+    /// The server, as `redis://[user:password@]host:port/db` (or `valkey://...`).
+    ///
+    /// Give it two or more times (before or after the subcommand: they add up) for Redlock over
+    /// those servers (independent masters, not replicas of each other): a lock is taken when a
+    /// majority of them grant it, released and extended on all of them, and `inspect` shows each
+    /// one. Default: $LEASEHOLD_URL (several URLs separated by commas mean Redlock too), else
+    /// $REDIS_URL, else redis://127.0.0.1:6379/
+    #[arg(long, value_name = "URL", action = ArgAction::Append)]
+    pub url: Vec<String>,
+
+    /// Redlock only: how long each node has to answer (e.g. 50ms, the default). Keep it far
+    /// below the TTL: a slow node costs an acquisition this much of its validity at most.
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration)]
+    pub node_timeout: Option<Duration>,
+}
+
+impl Cli {
+    /// Every `--url`, before and after the subcommand, in order; the last `--node-timeout`.
+    pub fn servers(&self) -> ServerArgs {
+        let sub = self.command.servers();
+        ServerArgs {
+            url: self.servers.url.iter().chain(&sub.url).cloned().collect(),
+            node_timeout: sub.node_timeout.or(self.servers.node_timeout),
+        }
+    }
+}
+
+impl Command {
+    /// The subcommand's own `--url` and `--node-timeout`.
+    fn servers(&self) -> &ServerArgs {
+        match self {
+            Command::Demo(a) => &a.servers,
+            Command::Acquire(a) => &a.servers,
+            Command::Release(a) => &a.servers,
+            Command::Extend(a) => &a.servers,
+            Command::Inspect(a) => &a.servers,
+            Command::Run(a) => &a.servers,
+        }
+    }
 }
 
 /// The subcommands. (`check` and `bench` are planned.)
@@ -61,7 +109,8 @@ pub enum Command {
     Release(ReleaseArgs),
     /// Reset a lock's TTL, if the token still holds it
     Extend(ExtendArgs),
-    /// Show a lock's holder token, remaining TTL and fencing counter
+    /// Show a lock's holder token, remaining TTL and fencing counter (Redlock: on each node)
+    #[command(after_help = INSPECT_OUTPUT)]
     Inspect(InspectArgs),
     /// Run a command under a lock: kept alive while it runs, released when it ends
     ///
@@ -75,11 +124,18 @@ pub enum Command {
     Run(RunArgs),
 }
 
+/// What `leasehold inspect --json` prints.
+const INSPECT_OUTPUT: &str = "\
+JSON output: {key, held, token, ttl_ms, fencing_token}. With several --url (Redlock): {key, held,
+token, nodes: [{node, held, token, ttl_ms, fencing_token} or {node, error}]}, where held is true
+and token set when a majority of all the nodes hold the same token. Exits 69 (and prints nothing
+on stdout) when fewer than a majority of the nodes answer.";
+
 /// Exit statuses of `leasehold run`.
 const RUN_EXIT_STATUSES: &str = "\
 Exit status:
   N    the command's own exit status (128+N if signal N killed it)
-  69   server unreachable
+  69   server unreachable (Redlock: fewer than a majority of the nodes answered)
   75   the lock is busy (--no-wait) or --wait elapsed (or --conflict-exit-code)
   76   the lock was lost while the command ran; the command was stopped
   126  the command could not be executed
@@ -90,6 +146,9 @@ Example, a cron job that must never run twice at once (skipped while another run
 /// Arguments of `leasehold run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
+    /// The server(s).
+    #[command(flatten)]
+    pub servers: ServerArgs,
     /// The lock key.
     pub key: String,
     /// The lease: how long the lock outlives leasehold if leasehold dies (renewed every TTL/3).
@@ -123,6 +182,9 @@ pub struct RunArgs {
 /// Arguments of `leasehold demo`.
 #[derive(Debug, Args)]
 pub struct DemoArgs {
+    /// The server(s).
+    #[command(flatten)]
+    pub servers: ServerArgs,
     /// Start this server of the test matrix (redis7, redis8, valkey9) instead of the default
     /// choice (redis8 if installed, else the newest installed). Cannot be combined with --url.
     #[arg(long, value_name = "FLAVOR")]
@@ -160,6 +222,9 @@ pub struct OutputArgs {
 /// Arguments of `leasehold acquire`.
 #[derive(Debug, Args)]
 pub struct AcquireArgs {
+    /// The server(s).
+    #[command(flatten)]
+    pub servers: ServerArgs,
     /// The lock key.
     pub key: String,
     /// How long the lock lives unless released or extended (e.g. 200ms, 30s, 5m).
@@ -179,6 +244,9 @@ pub struct AcquireArgs {
 /// Arguments of `leasehold release`.
 #[derive(Debug, Args)]
 pub struct ReleaseArgs {
+    /// The server(s).
+    #[command(flatten)]
+    pub servers: ServerArgs,
     /// The lock key.
     pub key: String,
     /// The token `acquire` printed (or $LEASEHOLD_TOKEN, which keeps it out of `ps`).
@@ -197,6 +265,9 @@ pub struct ReleaseArgs {
 /// Arguments of `leasehold extend`.
 #[derive(Debug, Args)]
 pub struct ExtendArgs {
+    /// The server(s).
+    #[command(flatten)]
+    pub servers: ServerArgs,
     /// The lock key.
     pub key: String,
     /// The token `acquire` printed (or $LEASEHOLD_TOKEN, which keeps it out of `ps`).
@@ -218,6 +289,9 @@ pub struct ExtendArgs {
 /// Arguments of `leasehold inspect`.
 #[derive(Debug, Args)]
 pub struct InspectArgs {
+    /// The server(s).
+    #[command(flatten)]
+    pub servers: ServerArgs,
     /// The lock key.
     pub key: String,
     /// Output format.
@@ -229,6 +303,14 @@ pub struct InspectArgs {
 fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s)
         .map_err(|e| format!("{e} (expected a duration such as 200ms, 30s or 1m30s)"))
+}
+
+/// As [`parse_duration`], refusing zero.
+fn parse_positive_duration(s: &str) -> Result<Duration, String> {
+    match parse_duration(s)? {
+        d if d.is_zero() => Err("must be longer than zero".into()),
+        d => Ok(d),
+    }
 }
 
 #[cfg(test)]
@@ -246,5 +328,50 @@ mod tests {
         assert_eq!(parse_duration("200ms"), Ok(Duration::from_millis(200)));
         assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
         assert!(parse_duration("banana").is_err());
+        assert!(parse_positive_duration("0s").is_err());
+        assert_eq!(
+            parse_positive_duration("50ms"),
+            Ok(Duration::from_millis(50))
+        );
+    }
+
+    #[test]
+    fn urls_before_and_after_the_subcommand_add_up() {
+        let cli = Cli::try_parse_from([
+            "leasehold",
+            "--url",
+            "redis://a:1/",
+            "--url",
+            "redis://b:2/",
+            "inspect",
+            "k",
+            "--url",
+            "redis://c:3/",
+        ])
+        .unwrap();
+        let servers = cli.servers();
+        assert_eq!(
+            servers.url,
+            ["redis://a:1/", "redis://b:2/", "redis://c:3/"]
+        );
+        assert_eq!(servers.node_timeout, None);
+        // The last --node-timeout counts; CMD's own arguments are CMD's.
+        let cli = Cli::try_parse_from([
+            "leasehold",
+            "--node-timeout",
+            "1s",
+            "run",
+            "k",
+            "--node-timeout",
+            "20ms",
+            "--",
+            "cmd",
+            "--url",
+            "x",
+        ])
+        .unwrap();
+        let servers = cli.servers();
+        assert!(servers.url.is_empty());
+        assert_eq!(servers.node_timeout, Some(Duration::from_millis(20)));
     }
 }

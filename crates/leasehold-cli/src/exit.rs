@@ -16,7 +16,9 @@ pub enum Exit {
     NotHeld,
     /// 64 (`EX_USAGE`): bad arguments, a malformed URL, an out-of-range TTL.
     Usage,
-    /// 69 (`EX_UNAVAILABLE`): the server cannot be reached, or no server could be started.
+    /// 69 (`EX_UNAVAILABLE`): the server cannot be reached (Redlock: fewer than a majority of
+    /// the nodes answered, or a replica-acknowledged lock was not acknowledged), or no server
+    /// could be started.
     Unavailable,
     /// 70 (`EX_SOFTWARE`): anything else (an unexpected server error or reply, a bug).
     Software,
@@ -69,6 +71,8 @@ fn classify(cause: &(dyn std::error::Error + 'static)) -> Option<Exit> {
             leasehold::Error::Server { source, .. } => server_reply(source),
             leasehold::Error::UnexpectedReply { .. } => Exit::Software,
             leasehold::Error::LockLost { .. } => Exit::LockLost,
+            leasehold::Error::NoQuorum { .. } => Exit::Unavailable,
+            leasehold::Error::NotReplicated { .. } => Exit::Unavailable,
             _ => Exit::Software,
         });
     }
@@ -84,7 +88,7 @@ fn classify(cause: &(dyn std::error::Error + 'static)) -> Option<Exit> {
     if cause.is::<Interrupted>() {
         return Some(Exit::Interrupted);
     }
-    if cause.is::<HarnessError>() || cause.is::<NoServer>() {
+    if cause.is::<HarnessError>() || cause.is::<NoServer>() || cause.is::<NoMajority>() {
         return Some(Exit::Unavailable);
     }
     None
@@ -184,6 +188,34 @@ impl fmt::Display for NoServer {
 
 impl std::error::Error for NoServer {}
 
+/// Fewer than a majority of the Redlock nodes answered (connecting, or inspecting).
+#[derive(Debug)]
+pub(crate) struct NoMajority {
+    /// What could not be done, completing "cannot ... a majority of the Redlock nodes".
+    pub(crate) what: String,
+    pub(crate) needed: usize,
+    pub(crate) total: usize,
+    /// Each node (`host:port`) and what it answered.
+    pub(crate) nodes: Vec<(String, String)>,
+}
+
+impl fmt::Display for NoMajority {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "cannot {} a majority of the Redlock nodes ({} of {} needed)",
+            self.what, self.needed, self.total
+        )?;
+        for (i, (node, outcome)) in self.nodes.iter().enumerate() {
+            f.write_str(if i == 0 { ": " } else { "; " })?;
+            write!(f, "{node}: {outcome}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for NoMajority {}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -202,6 +234,51 @@ mod tests {
         .unwrap_err();
         assert_eq!(Exit::of(&err), Exit::NotAcquired);
         assert_eq!(Exit::of(&anyhow::anyhow!("boom")), Exit::Software);
+    }
+
+    #[test]
+    fn no_quorum_and_no_replication_are_69() {
+        let nodes = leasehold::NodeReports(vec![
+            leasehold::NodeReport {
+                node: "127.0.0.1:7001".into(),
+                outcome: leasehold::NodeOutcome::Granted,
+            },
+            leasehold::NodeReport {
+                node: "127.0.0.1:7002".into(),
+                outcome: leasehold::NodeOutcome::TimedOut,
+            },
+        ]);
+        let err = anyhow::Error::new(leasehold::Error::NoQuorum {
+            key: "k".into(),
+            needed: 2,
+            nodes,
+        });
+        assert_eq!(Exit::of(&err), Exit::Unavailable);
+        let line = render(&err);
+        assert!(
+            line.contains("127.0.0.1:7001: granted") && line.contains("127.0.0.1:7002: timed out"),
+            "{line}"
+        );
+        let err = anyhow::Error::new(leasehold::Error::NotReplicated {
+            key: "k".into(),
+            acked: 0,
+            wanted: 1,
+        });
+        assert_eq!(Exit::of(&err), Exit::Unavailable);
+        let err = anyhow::Error::new(NoMajority {
+            what: "connect to".into(),
+            needed: 2,
+            total: 3,
+            nodes: vec![
+                ("a:1".into(), "connected".into()),
+                ("b:2".into(), "timed out".into()),
+            ],
+        });
+        assert_eq!(Exit::of(&err), Exit::Unavailable);
+        assert_eq!(
+            render(&err),
+            "cannot connect to a majority of the Redlock nodes (2 of 3 needed): a:1: connected; b:2: timed out"
+        );
     }
 
     #[test]

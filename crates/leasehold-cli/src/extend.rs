@@ -1,11 +1,14 @@
 //! `leasehold extend`: reset a lock's TTL if the token still holds it.
 
+use std::time::Instant;
+
 use leasehold::LockToken;
 use serde::Serialize;
 
 use crate::cli::ExtendArgs;
+use crate::locks::Outcome;
 use crate::output::{emit, human, millis};
-use crate::target::Target;
+use crate::target::Servers;
 
 #[derive(Serialize)]
 struct Extended<'a> {
@@ -14,10 +17,16 @@ struct Extended<'a> {
     ttl_ms: u64,
 }
 
-pub(crate) async fn run(target: &Target, args: ExtendArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(servers: &Servers, args: ExtendArgs) -> anyhow::Result<()> {
     let token = LockToken::new(args.token)?;
-    let client = target.connect().await?;
-    client.extend(&args.key, &token, args.ttl).await?;
+    let locks = servers.connect().await?;
+    let sent = Instant::now();
+    locks.extend(&args.key, &token, args.ttl).await?;
+    let outcome = Outcome::Extended {
+        ttl: args.ttl,
+        sent,
+    };
+    locks.settle(&args.key, &token, outcome).await;
     let result = Extended {
         key: &args.key,
         token: token.expose(),

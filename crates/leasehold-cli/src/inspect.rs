@@ -1,10 +1,14 @@
-//! `leasehold inspect`: who holds a lock, for how long, and its fencing counter.
+//! `leasehold inspect`: who holds a lock, for how long, and its fencing counter (Redlock: on
+//! each node, and whether a majority agrees).
 
+use leasehold::{LockClient, LockState, NodeOutcome, Redlock};
 use serde::Serialize;
 
 use crate::cli::InspectArgs;
+use crate::exit::NoMajority;
+use crate::locks::Locks;
 use crate::output::{emit, human, millis};
-use crate::target::Target;
+use crate::target::Servers;
 
 #[derive(Serialize)]
 struct Inspected<'a> {
@@ -19,16 +23,119 @@ struct Inspected<'a> {
     ttl_ms: Option<u64>,
 }
 
-pub(crate) async fn run(target: &Target, args: InspectArgs) -> anyhow::Result<()> {
-    let client = target.connect().await?;
+impl<'a> Inspected<'a> {
+    fn of(state: &'a LockState) -> Self {
+        Inspected {
+            key: &state.key,
+            held: state.holder.is_some(),
+            token: state.holder.as_deref(),
+            fencing_token: state.fencing_counter,
+            ttl_ms: state.ttl.map(millis),
+        }
+    }
+}
+
+/// `inspect` over a Redlock set.
+#[derive(Serialize)]
+struct InspectedNodes<'a> {
+    key: &'a str,
+    /// A majority of all the nodes hold the same token.
+    held: bool,
+    /// That token.
+    token: Option<&'a str>,
+    nodes: Vec<NodeState<'a>>,
+}
+
+/// One node's state (the single-server fields), or why it has none.
+#[derive(Serialize)]
+struct NodeState<'a> {
+    node: &'a str,
+    #[serde(flatten)]
+    state: Option<Inspected<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+pub(crate) async fn run(servers: &Servers, args: InspectArgs) -> anyhow::Result<()> {
+    match servers.connect().await? {
+        Locks::Single(client) => single(&client, args).await,
+        Locks::Redlock(redlock, _) => nodes(&redlock, args).await,
+    }
+}
+
+async fn single(client: &LockClient, args: InspectArgs) -> anyhow::Result<()> {
     let state = client.inspect(&args.key).await?;
-    let result = Inspected {
-        key: &state.key,
-        held: state.holder.is_some(),
-        token: state.holder.as_deref(),
-        fencing_token: state.fencing_counter,
-        ttl_ms: state.ttl.map(millis),
+    let result = Inspected::of(&state);
+    let text = format!("key: {}\n{}", state.key, describe(&state, "\n"));
+    emit(args.output.json, &result, &text)
+}
+
+async fn nodes(redlock: &Redlock, args: InspectArgs) -> anyhow::Result<()> {
+    let key = args.key.as_str();
+    let states: Vec<(String, Result<LockState, String>)> = redlock
+        .inspect(key)
+        .await
+        .into_iter()
+        .map(|(node, state)| (node, state.map_err(node_error)))
+        .collect();
+    let (total, quorum) = (states.len(), redlock.quorum());
+    let answered = states.iter().filter(|(_, s)| s.is_ok()).count();
+    if answered < quorum {
+        return Err(NoMajority {
+            what: format!("read lock {key:?} from"),
+            needed: quorum,
+            total,
+            nodes: states
+                .into_iter()
+                .map(|(node, state)| (node, state.map_or_else(|e| e, |_| "answered".into())))
+                .collect(),
+        }
+        .into());
+    }
+    // The token a majority of all the nodes hold, if there is one.
+    let holders: Vec<&str> = states
+        .iter()
+        .filter_map(|(_, s)| s.as_ref().ok()?.holder.as_deref())
+        .collect();
+    let majority = holders
+        .iter()
+        .find(|t| holders.iter().filter(|u| u == t).count() >= quorum)
+        .copied();
+    let on = majority.map_or(0, |t| holders.iter().filter(|u| **u == t).count());
+
+    let result = InspectedNodes {
+        key,
+        held: majority.is_some(),
+        token: majority,
+        nodes: states
+            .iter()
+            .map(|(node, state)| NodeState {
+                node,
+                state: state.as_ref().ok().map(Inspected::of),
+                error: state.as_ref().err().cloned(),
+            })
+            .collect(),
     };
+    let mut text = format!("key: {key}\n");
+    match majority {
+        Some(token) => text.push_str(&format!(
+            "holder: {token} (on {on} of {total} nodes; a majority is {quorum})"
+        )),
+        None => text.push_str(&format!(
+            "holder: (none: no token is held by a majority ({quorum}) of the {total} nodes)"
+        )),
+    }
+    for (node, state) in &states {
+        match state {
+            Ok(state) => text.push_str(&format!("\n{node}: {}", describe(state, ", "))),
+            Err(e) => text.push_str(&format!("\n{node}: error: {e}")),
+        }
+    }
+    emit(args.output.json, &result, &text)
+}
+
+/// `holder: ...`, `ttl: ...`, `fencing counter: ...`, joined with `sep`.
+fn describe(state: &LockState, sep: &str) -> String {
     let holder = state
         .holder
         .as_deref()
@@ -41,9 +148,19 @@ pub(crate) async fn run(target: &Target, args: InspectArgs) -> anyhow::Result<()
     let fencing = state
         .fencing_counter
         .map_or_else(|| "(never used)".to_string(), |n| n.to_string());
-    let text = format!(
-        "key: {}\nholder: {holder}\nttl: {ttl}\nfencing counter: {fencing}",
-        state.key
-    );
-    emit(args.output.json, &result, &text)
+    format!("holder: {holder}{sep}ttl: {ttl}{sep}fencing counter: {fencing}")
+}
+
+/// A node's error, as one phrase. (A node that did not answer within the per-node timeout comes
+/// back as a one-node `NoQuorum`: its outcome says it all.)
+fn node_error(err: leasehold::Error) -> String {
+    match &err {
+        leasehold::Error::NoQuorum { nodes, .. } if nodes.0.len() == 1 => {
+            match &nodes.0[0].outcome {
+                NodeOutcome::Failed(e) => e.clone(),
+                outcome => outcome.to_string(),
+            }
+        }
+        _ => err.to_string(),
+    }
 }

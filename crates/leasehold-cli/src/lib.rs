@@ -8,11 +8,28 @@
 //! leasehold inspect KEY [--json]
 //! leasehold run KEY [--ttl 30s] [--wait 5s | --no-wait] [--fencing] -- CMD [ARGS...]
 //! leasehold demo [--server redis7|redis8|valkey9]
+//! leasehold --url URL1 --url URL2 --url URL3 [--node-timeout 50ms] acquire ...   # Redlock
 //! ```
 //!
 //! The server comes from `--url`, else `$LEASEHOLD_URL`, else `$REDIS_URL`, else
 //! `redis://127.0.0.1:6379/`. Errors print one line on stderr, `leasehold: ...`, and the exit
 //! status says what happened (see [`Exit`]).
+//!
+//! # Redlock
+//!
+//! `--url` given two or more times (or `$LEASEHOLD_URL` listing several URLs separated by
+//! commas; a comma splits only where a `scheme://` follows, so passwords may contain commas)
+//! means Redlock over those servers, for `acquire`, `release`, `extend`, `inspect` and `run`,
+//! through [`leasehold::Redlock`]: a lock is taken when a majority of the nodes grant it (with
+//! `--fencing`, a number strictly increasing across all holders), extended when a majority
+//! confirm, released on every node, and `run` keeps it alive and stops the command when a
+//! majority is lost. `--node-timeout` (default 50 ms) bounds each node's answer. Connecting
+//! needs a majority of the nodes; the same `host:port` given twice is a usage error. When
+//! fewer than a majority answer, `leasehold` exits 69 and the stderr line lists each node's
+//! outcome (`127.0.0.1:7001: granted; 127.0.0.1:7002: failed: ...`). `inspect` shows each
+//! node's holder, TTL and fencing counter, and whether a majority holds one token. One URL
+//! (or none) is a plain lock on that one server, as before; `demo` takes only one. `--url` and
+//! `--node-timeout` may come before or after the subcommand: every `--url` counts.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -23,6 +40,7 @@ mod demo;
 mod exit;
 mod extend;
 mod inspect;
+mod locks;
 mod output;
 mod release;
 mod run;
@@ -32,10 +50,12 @@ use std::process::ExitCode;
 
 pub use cli::{
     AcquireArgs, Cli, Command, DemoArgs, ExtendArgs, InspectArgs, OutputArgs, ReleaseArgs, RunArgs,
+    ServerArgs,
 };
 pub use exit::Exit;
 
-use target::Target;
+use exit::Usage;
+use target::Servers;
 
 /// Carries out `cli` and returns the exit status. Failures are reported on stderr as one line,
 /// `leasehold: <what went wrong>`.
@@ -50,14 +70,25 @@ pub async fn run(cli: Cli) -> ExitCode {
 }
 
 async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
-    let target = Target::resolve(cli.url);
+    let given = cli.servers();
+    let servers = Servers::resolve(given.url, given.node_timeout);
     match cli.command {
-        Command::Demo(args) => demo::run(&target, args).await,
-        Command::Acquire(args) => acquire::run(&target, args).await,
-        Command::Release(args) => release::run(&target, args).await,
-        Command::Extend(args) => extend::run(&target, args).await,
-        Command::Inspect(args) => inspect::run(&target, args).await,
-        Command::Run(args) => return run::run(&target, args).await,
+        Command::Demo(args) => {
+            let Some(target) = servers.single() else {
+                return Err(Usage(
+                    "the demo talks to one server: give at most one --url (or one URL in \
+                     $LEASEHOLD_URL)"
+                        .into(),
+                )
+                .into());
+            };
+            demo::run(&target, args).await
+        }
+        Command::Acquire(args) => acquire::run(&servers, args).await,
+        Command::Release(args) => release::run(&servers, args).await,
+        Command::Extend(args) => extend::run(&servers, args).await,
+        Command::Inspect(args) => inspect::run(&servers, args).await,
+        Command::Run(args) => return run::run(&servers, args).await,
     }
     .map(|()| Exit::Success.into())
 }

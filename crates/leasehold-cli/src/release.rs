@@ -4,8 +4,9 @@ use leasehold::LockToken;
 use serde::Serialize;
 
 use crate::cli::ReleaseArgs;
+use crate::locks::Outcome;
 use crate::output::emit;
-use crate::target::Target;
+use crate::target::Servers;
 
 #[derive(Serialize)]
 struct Released<'a> {
@@ -14,10 +15,13 @@ struct Released<'a> {
     released: bool,
 }
 
-pub(crate) async fn run(target: &Target, args: ReleaseArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(servers: &Servers, args: ReleaseArgs) -> anyhow::Result<()> {
     let token = LockToken::new(args.token)?;
-    let client = target.connect().await?;
-    client.release(&args.key, &token).await?;
+    let locks = servers.connect().await?;
+    let released = locks.release(&args.key, &token).await;
+    // Also when not held: a minority of Redlock nodes may still have held the token.
+    locks.settle(&args.key, &token, Outcome::Released).await;
+    released?;
     let result = Released {
         key: &args.key,
         token: token.expose(),

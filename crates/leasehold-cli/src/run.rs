@@ -19,7 +19,8 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::cli::RunArgs;
 use crate::exit::{Busy, Exit};
-use crate::target::Target;
+use crate::locks::Outcome;
+use crate::target::Servers;
 
 /// Exit status when the lock is lost while the command runs.
 pub const LOST_EXIT: u8 = 76;
@@ -31,13 +32,13 @@ pub const NOT_EXECUTABLE_EXIT: u8 = 126;
 /// How long "no --wait" waits: for ever, in practice.
 const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
-pub(crate) async fn run(target: &Target, args: RunArgs) -> anyhow::Result<ExitCode> {
-    let client = target.connect().await?;
+pub(crate) async fn run(servers: &Servers, args: RunArgs) -> anyhow::Result<ExitCode> {
+    let locks = servers.connect().await?;
     let options = LockOptions::new(args.ttl)
         .fencing(args.fencing)
         .auto_extend(true);
     let acquired = if args.no_wait {
-        match client.try_acquire(&args.key, &options).await? {
+        match locks.try_acquire(&args.key, &options).await? {
             TryAcquire::Acquired(guard) => Ok(guard),
             TryAcquire::Busy { remaining } => Err(anyhow::Error::new(Busy {
                 key: args.key.clone(),
@@ -46,7 +47,7 @@ pub(crate) async fn run(target: &Target, args: RunArgs) -> anyhow::Result<ExitCo
         }
     } else {
         let wait = args.wait.unwrap_or(FOREVER);
-        client
+        locks
             .acquire(&args.key, &options.wait(wait))
             .await
             .map_err(anyhow::Error::new)
@@ -60,8 +61,16 @@ pub(crate) async fn run(target: &Target, args: RunArgs) -> anyhow::Result<ExitCo
         }
         Err(err) => return Err(err),
     };
+    // Redlock: the nodes outside the granting majority get their copy first, so that the
+    // release at the end cannot find a node still empty and then see the acquisition land.
+    locks
+        .settle(guard.key(), guard.token(), Outcome::Acquired)
+        .await;
     let code = supervise(&guard, &args).await;
-    match guard.release().await {
+    let (key, token) = (guard.key().to_string(), guard.token().clone());
+    let released = guard.release().await;
+    locks.settle(&key, &token, Outcome::Released).await;
+    match released {
         Ok(()) => {}
         // Lost at the very end, or already reported as lost: nothing left to release.
         Err(Error::NotHeld { .. }) if code == LOST_EXIT => {}

@@ -1,9 +1,14 @@
-//! Which server to talk to, and connecting to it.
+//! Which server (or servers, for Redlock) to talk to, and connecting to them.
+
+use std::time::Duration;
 
 use anyhow::Context;
-use leasehold::{ClientOptions, LockClient};
+use leasehold::{ClientOptions, LockClient, NodeOutcome, Redlock, RedlockOptions};
 
-/// Where the server URL came from.
+use crate::exit::{NoMajority, Usage};
+use crate::locks::Locks;
+
+/// Where the server URLs came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Source {
     /// `--url`.
@@ -24,32 +29,154 @@ pub(crate) struct Target {
 /// The URL when neither `--url` nor the environment names one.
 pub(crate) const DEFAULT_URL: &str = "redis://127.0.0.1:6379/";
 
-impl Target {
-    /// `--url`, else `$LEASEHOLD_URL`, else `$REDIS_URL` (empty variables count as unset), else
-    /// [`DEFAULT_URL`].
-    pub(crate) fn resolve(flag: Option<String>) -> Target {
-        if let Some(url) = flag {
-            return Target {
-                url,
-                source: Source::Flag,
-            };
-        }
-        for var in ["LEASEHOLD_URL", "REDIS_URL"] {
-            if let Ok(url) = std::env::var(var)
-                && !url.trim().is_empty()
-            {
-                return Target {
-                    url,
-                    source: Source::Env(var),
-                };
-            }
-        }
-        Target {
-            url: DEFAULT_URL.to_string(),
-            source: Source::Default,
+/// The servers the lock commands talk to: one (a plain lock), or several (Redlock over them).
+#[derive(Debug, Clone)]
+pub(crate) struct Servers {
+    pub(crate) urls: Vec<String>,
+    pub(crate) source: Source,
+    /// `--node-timeout` (Redlock only; the library's default when absent).
+    pub(crate) node_timeout: Option<Duration>,
+}
+
+impl Servers {
+    /// Every `--url`, else the URLs listed in `$LEASEHOLD_URL` (separated by commas), else
+    /// `$REDIS_URL` (one URL), else [`DEFAULT_URL`]. Empty variables count as unset.
+    pub(crate) fn resolve(flags: Vec<String>, node_timeout: Option<Duration>) -> Servers {
+        let (urls, source) = if !flags.is_empty() {
+            (flags, Source::Flag)
+        } else if let Some(list) = env("LEASEHOLD_URL") {
+            (split_urls(&list), Source::Env("LEASEHOLD_URL"))
+        } else if let Some(url) = env("REDIS_URL") {
+            (vec![url], Source::Env("REDIS_URL"))
+        } else {
+            (vec![DEFAULT_URL.to_string()], Source::Default)
+        };
+        Servers {
+            urls,
+            source,
+            node_timeout,
         }
     }
 
+    /// The one server, unless several were given.
+    pub(crate) fn single(&self) -> Option<Target> {
+        match self.urls.as_slice() {
+            [url] => Some(Target {
+                url: url.clone(),
+                source: self.source,
+            }),
+            _ => None,
+        }
+    }
+
+    /// Connects: a [`LockClient`] for one server, a [`Redlock`] over several.
+    pub(crate) async fn connect(&self) -> anyhow::Result<Locks> {
+        if let Some(target) = self.single() {
+            return Ok(Locks::Single(target.connect().await?));
+        }
+        if let Some(twice) = same_server_twice(&self.urls) {
+            return Err(Usage(format!(
+                "the server {twice} is given twice: Redlock needs independent servers"
+            ))
+            .into());
+        }
+        let mut options = RedlockOptions::new();
+        if let Some(timeout) = self.node_timeout {
+            options = options.node_timeout(timeout);
+        }
+        let urls: Vec<&str> = self.urls.iter().map(String::as_str).collect();
+        match Redlock::connect(&urls, options.clone()).await {
+            Ok(redlock) => Ok(Locks::Redlock(redlock, options.node_timeout_bound())),
+            // Nothing to lock yet: say who could not be reached, in this command's words.
+            Err(leasehold::Error::NoQuorum { needed, nodes, .. }) => Err(NoMajority {
+                what: "connect to".into(),
+                needed,
+                total: nodes.0.len(),
+                nodes: nodes
+                    .0
+                    .into_iter()
+                    .map(|r| {
+                        let outcome = match r.outcome {
+                            NodeOutcome::Granted => "connected".to_string(),
+                            other => other.to_string(),
+                        };
+                        (r.node, outcome)
+                    })
+                    .collect(),
+            }
+            .into()),
+            Err(e) => Err(anyhow::Error::new(e).context(format!(
+                "cannot use the Redlock nodes {}",
+                self.urls
+                    .iter()
+                    .map(|u| redact(u))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))),
+        }
+    }
+}
+
+/// A variable's value, unless unset or blank.
+fn env(var: &str) -> Option<String> {
+    std::env::var(var).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// `url1,url2,...` -> the URLs. A comma splits only where a URL scheme (`redis://`) follows, so
+/// a comma inside a password stays part of it; blanks and stray commas around the URLs are
+/// dropped.
+pub(crate) fn split_urls(list: &str) -> Vec<String> {
+    let mut urls: Vec<String> = Vec::new();
+    for part in list.split(',') {
+        match urls.last_mut() {
+            Some(last) if !has_scheme(part.trim_start()) => {
+                last.push(',');
+                last.push_str(part);
+            }
+            _ => urls.push(part.to_string()),
+        }
+    }
+    urls.into_iter()
+        .map(|u| {
+            u.trim_matches(|c: char| c == ',' || c.is_whitespace())
+                .to_string()
+        })
+        .filter(|u| !u.is_empty())
+        .collect()
+}
+
+/// Starts with `scheme://`.
+fn has_scheme(s: &str) -> bool {
+    s.split_once("://").is_some_and(|(scheme, _)| {
+        scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+            && scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+    })
+}
+
+/// The first `host:port` (or socket path) that two of `urls` share, if any.
+fn same_server_twice(urls: &[String]) -> Option<String> {
+    let mut seen = std::collections::HashSet::new();
+    urls.iter()
+        .map(|u| server_of(u))
+        .find(|s| !seen.insert(s.clone()))
+}
+
+/// A URL's server: its authority without credentials (lower-cased), or its path for a socket.
+fn server_of(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..end];
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    if host.is_empty() {
+        rest.split(['?', '#']).next().unwrap_or(rest).to_string()
+    } else {
+        host.to_ascii_lowercase()
+    }
+}
+
+impl Target {
     /// The URL with its password masked, for messages.
     pub(crate) fn shown(&self) -> String {
         redact(&self.url)
@@ -103,5 +230,39 @@ mod tests {
         assert_eq!(redact("redis://bob@h/0"), "redis://bob@h/0");
         assert_eq!(redact("redis://127.0.0.1:6379/"), "redis://127.0.0.1:6379/");
         assert_eq!(redact("not a url"), "not a url");
+    }
+
+    #[test]
+    fn url_lists_split_before_each_scheme() {
+        assert_eq!(
+            split_urls("redis://a:1/, valkey://b:2/0,redis://:p,w@c:3/"),
+            ["redis://a:1/", "valkey://b:2/0", "redis://:p,w@c:3/"]
+        );
+        assert_eq!(split_urls("redis://a:1/"), ["redis://a:1/"]);
+        assert_eq!(split_urls("redis://a:1/,"), ["redis://a:1/"]);
+        assert_eq!(
+            split_urls(", redis://a:1/ ,, rediss://b:2 "),
+            ["redis://a:1/", "rediss://b:2"]
+        );
+    }
+
+    #[test]
+    fn the_same_server_twice_is_noticed() {
+        let urls = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            same_server_twice(&urls(&["redis://a:1/0", "redis://:pw@A:1/1"])),
+            Some("a:1".into())
+        );
+        assert_eq!(
+            same_server_twice(&urls(&["redis://a:1/", "redis://a:2/"])),
+            None
+        );
+        assert_eq!(
+            same_server_twice(&urls(&[
+                "redis+unix:///s.sock",
+                "redis+unix:///s.sock?db=1"
+            ])),
+            Some("/s.sock".into())
+        );
     }
 }

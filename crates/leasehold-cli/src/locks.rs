@@ -1,0 +1,107 @@
+//! One lock interface over a single server ([`LockClient`]) and a Redlock set ([`Redlock`]):
+//! both hand out the same [`LockGuard`], so `acquire`, `release`, `extend` and `run` do not care
+//! which one they talk to.
+
+use std::time::{Duration, Instant};
+
+use leasehold::{
+    LockClient, LockGuard, LockOptions, LockState, LockToken, Redlock, Result, TryAcquire,
+};
+
+/// Where the locks live.
+#[derive(Debug)]
+pub(crate) enum Locks {
+    /// One server.
+    Single(LockClient),
+    /// A Redlock set, and its per-node timeout.
+    Redlock(Redlock, Duration),
+}
+
+impl Locks {
+    /// One attempt; busy is an outcome.
+    pub(crate) async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
+        match self {
+            Locks::Single(c) => c.try_acquire(key, options).await,
+            Locks::Redlock(r, _) => r.try_acquire(key, options).await,
+        }
+    }
+
+    /// Retries a busy lock until `options`' wait bound.
+    pub(crate) async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
+        match self {
+            Locks::Single(c) => c.acquire(key, options).await,
+            Locks::Redlock(r, _) => r.acquire(key, options).await,
+        }
+    }
+
+    /// Deletes `key` if `token` holds it (Redlock: on every node where it does).
+    pub(crate) async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
+        match self {
+            Locks::Single(c) => c.release(key, token).await,
+            Locks::Redlock(r, _) => r.release(key, token).await,
+        }
+    }
+
+    /// Resets the TTL of `key` if `token` holds it (Redlock: confirmed by a majority).
+    pub(crate) async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<()> {
+        match self {
+            Locks::Single(c) => c.extend(key, token, ttl).await,
+            Locks::Redlock(r, _) => r.extend(key, token, ttl).await.map(|_| ()),
+        }
+    }
+
+    /// Before the process exits: lets the nodes that had not answered yet catch up.
+    ///
+    /// A Redlock operation returns as soon as a majority answered; its requests to the other
+    /// nodes go on in the background, and exiting now would drop those not sent yet (a
+    /// released lock would then stay on a minority of the nodes until its TTL). This waits until
+    /// every node shows `outcome`, but at most one per-node timeout; a node that fails or stays
+    /// silent is left to the TTL. Nothing to do for one server.
+    pub(crate) async fn settle(&self, key: &str, token: &LockToken, outcome: Outcome) {
+        let Locks::Redlock(redlock, timeout) = self else {
+            return;
+        };
+        let deadline = Instant::now() + *timeout;
+        loop {
+            let settled = redlock
+                .inspect(key)
+                .await
+                .iter()
+                .all(|(_, state)| match state {
+                    Ok(state) => outcome.shown_by(state, token),
+                    Err(_) => true,
+                });
+            if settled || Instant::now() >= deadline {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+}
+
+/// What a node shows once an operation has reached it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Outcome {
+    /// Acquired: the key is set (to our token, or someone else had that node).
+    Acquired,
+    /// Released: the key does not hold our token.
+    Released,
+    /// Extended to `ttl` by a request sent at `sent`: the key holds our token with at least
+    /// `ttl` minus the time since, or it does not hold our token.
+    Extended { ttl: Duration, sent: Instant },
+}
+
+impl Outcome {
+    fn shown_by(self, state: &LockState, token: &LockToken) -> bool {
+        let ours = state.holder.as_deref() == Some(token.expose());
+        match self {
+            Outcome::Acquired => state.holder.is_some(),
+            Outcome::Released => !ours,
+            Outcome::Extended { ttl, sent } => {
+                // PTTL rounds down: a millisecond of slack.
+                let floor = ttl.saturating_sub(sent.elapsed() + Duration::from_millis(1));
+                !ours || state.ttl.is_some_and(|left| left >= floor)
+            }
+        }
+    }
+}
