@@ -171,8 +171,14 @@ impl Server {
                 Err(LaunchError {
                     error,
                     retry_on_other_port: true,
-                }) => last = Some(error),
-                Err(LaunchError { error, .. }) => return Err(error),
+                }) => {
+                    release_port(port);
+                    last = Some(error)
+                }
+                Err(LaunchError { error, .. }) => {
+                    release_port(port);
+                    return Err(error);
+                }
             }
         }
         Err(last.expect("at least one start attempt"))
@@ -415,6 +421,7 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         self.kill();
+        release_port(self.port);
     }
 }
 
@@ -422,10 +429,33 @@ fn nix_pid(child: &Child) -> Pid {
     Pid::from_raw(i32::try_from(child.id()).expect("pid fits in i32"))
 }
 
-/// A port that was free a moment ago (bind to port 0, read it, close).
+/// Ports owned by a live `Server` of this process, also while that server is killed or stopped:
+/// a test that kills a node must not find another test's server answering on its port.
+static RESERVED: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// A port that was free a moment ago and that no live `Server` of this process owns; it stays
+/// reserved until [`release_port`].
 fn free_port() -> Result<u16, HarnessError> {
-    let listener = TcpListener::bind(("127.0.0.1", 0))?;
-    Ok(listener.local_addr()?.port())
+    // Kept bound while we pick, so the kernel hands out different ports meanwhile.
+    let mut held = Vec::new();
+    loop {
+        let listener = TcpListener::bind(("127.0.0.1", 0))?;
+        let port = listener.local_addr()?.port();
+        let mut reserved = RESERVED.lock().unwrap_or_else(|p| p.into_inner());
+        if reserved.insert(port) {
+            return Ok(port);
+        }
+        drop(reserved);
+        held.push(listener);
+    }
+}
+
+fn release_port(port: u16) {
+    RESERVED
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&port);
 }
 
 fn connect(port: u16, timeout: Duration) -> std::io::Result<TcpStream> {
