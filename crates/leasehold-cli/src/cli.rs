@@ -82,11 +82,18 @@ impl Command {
             Command::Extend(a) => &a.servers,
             Command::Inspect(a) => &a.servers,
             Command::Run(a) => &a.servers,
+            // The benchmark starts its own servers.
+            Command::Bench(_) => &NO_SERVERS,
         }
     }
 }
 
-/// The subcommands. (`check` and `bench` are planned.)
+static NO_SERVERS: ServerArgs = ServerArgs {
+    url: Vec::new(),
+    node_timeout: None,
+};
+
+/// The subcommands. (`check` is planned.)
 #[derive(Debug, Subcommand)]
 #[non_exhaustive]
 pub enum Command {
@@ -122,6 +129,36 @@ pub enum Command {
     /// group gets SIGTERM, then SIGKILL after --kill-grace, and leasehold exits 76.
     #[command(after_help = RUN_EXIT_STATUSES)]
     Run(RunArgs),
+    /// Benchmark leasehold against its peers and the server's own limit, side by side
+    ///
+    /// Starts fresh servers through the harness, runs the workloads W1-W5 for leasehold, the
+    /// in-process floor (the same commands with no lock logic), redis-benchmark and the peer
+    /// libraries installed by bench/install-peers, and writes latest.json, latest.md and SVG
+    /// plots to --out. scripts/bench installs the peers and runs this.
+    Bench(BenchArgs),
+}
+
+/// Arguments of `leasehold bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Small counts and short durations (a smoke run of a minute or two).
+    #[arg(long)]
+    pub quick: bool,
+    /// Interleaved repetitions of W1 whose medians are reported (default 3, 1 with --quick).
+    #[arg(long, value_name = "N")]
+    pub reps: Option<usize>,
+    /// The server of the matrix to measure against (default redis8: it has DELEX).
+    #[arg(long, value_name = "FLAVOR")]
+    pub server: Option<Flavor>,
+    /// Only these workloads (W1,W2,W3,W4,W5).
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub workloads: Vec<String>,
+    /// Where to write latest.json, latest.md and the plots.
+    #[arg(long, value_name = "DIR", default_value = "bench/results")]
+    pub out: std::path::PathBuf,
+    /// Leave the peer libraries out.
+    #[arg(long)]
+    pub no_peers: bool,
 }
 
 /// What `leasehold inspect --json` prints.

@@ -35,6 +35,7 @@
 #![warn(missing_docs)]
 
 mod acquire;
+mod bench;
 mod cli;
 mod demo;
 mod exit;
@@ -49,8 +50,8 @@ mod target;
 use std::process::ExitCode;
 
 pub use cli::{
-    AcquireArgs, Cli, Command, DemoArgs, ExtendArgs, InspectArgs, OutputArgs, ReleaseArgs, RunArgs,
-    ServerArgs,
+    AcquireArgs, BenchArgs, Cli, Command, DemoArgs, ExtendArgs, InspectArgs, OutputArgs,
+    ReleaseArgs, RunArgs, ServerArgs,
 };
 pub use exit::Exit;
 
@@ -71,6 +72,7 @@ pub async fn run(cli: Cli) -> ExitCode {
 
 async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     let given = cli.servers();
+    let given_urls = given.url.clone();
     let servers = Servers::resolve(given.url, given.node_timeout);
     match cli.command {
         Command::Demo(args) => {
@@ -89,6 +91,14 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Extend(args) => extend::run(&servers, args).await,
         Command::Inspect(args) => inspect::run(&servers, args).await,
         Command::Run(args) => return run::run(&servers, args).await,
+        Command::Bench(args) => {
+            if !given_urls.is_empty() {
+                return Err(
+                    Usage("bench starts its own servers: --url does not apply".into()).into(),
+                );
+            }
+            bench::run(args).await
+        }
     }
     .map(|()| Exit::Success.into())
 }

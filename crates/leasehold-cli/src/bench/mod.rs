@@ -1,0 +1,725 @@
+//! `leasehold bench`: leasehold against its peers and against the server's own limit, side by
+//! side in one run, so that ratios hold on a noisy machine.
+//!
+//! Every workload gets a fresh server from the harness; systems take turns within each
+//! repetition (the order rotates), and medians of the repetitions are reported. Results go to
+//! `<out>/latest.json`, `<out>/latest.md` and SVG plots beside them.
+
+mod peers;
+mod plot;
+mod redis_benchmark;
+mod stats;
+mod workloads;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::Context;
+use leasehold_harness::{Flavor, Server, ServerBinary, ServerOptions};
+use serde_json::{Value, json};
+
+use crate::cli::BenchArgs;
+use peers::{Peer, PeerRun};
+use stats::{Summary, median};
+use workloads::{Flavour, on_runtime};
+
+/// Workload sizes: the full settings, or `--quick` ones.
+#[derive(Debug, Clone, serde::Serialize)]
+struct Settings {
+    reps: usize,
+    w1_cycles: u64,
+    w2_tasks: usize,
+    w2_secs: f64,
+    w3_workers: usize,
+    w3_hold_ms: f64,
+    w3_secs: f64,
+    w4_cycles: u64,
+    w4_nodes: Vec<usize>,
+    w5_leases: usize,
+    w5_ttl_ms: u64,
+    w5_secs: f64,
+}
+
+impl Settings {
+    fn new(quick: bool, reps: Option<usize>) -> Self {
+        if quick {
+            Settings {
+                reps: reps.unwrap_or(1),
+                w1_cycles: 2_000,
+                w2_tasks: 64,
+                w2_secs: 2.0,
+                w3_workers: 16,
+                w3_hold_ms: 1.0,
+                w3_secs: 2.0,
+                w4_cycles: 300,
+                w4_nodes: vec![1, 3, 5],
+                w5_leases: 2_000,
+                w5_ttl_ms: 2_000,
+                w5_secs: 7.0,
+            }
+        } else {
+            Settings {
+                reps: reps.unwrap_or(3),
+                w1_cycles: 20_000,
+                w2_tasks: 64,
+                w2_secs: 10.0,
+                w3_workers: 16,
+                w3_hold_ms: 1.0,
+                w3_secs: 10.0,
+                w4_cycles: 2_000,
+                w4_nodes: vec![1, 3, 5],
+                w5_leases: 10_000,
+                w5_ttl_ms: 2_000,
+                w5_secs: 60.0,
+            }
+        }
+    }
+}
+
+/// Named CDF curves for one plot: (system, [(latency us, fraction)]).
+type Curves = Vec<(String, Vec<(f64, f64)>)>;
+
+/// Results: workload -> system -> summary, plus the CDFs kept for the plots.
+#[derive(Default)]
+struct Results {
+    workloads: BTreeMap<String, BTreeMap<String, Value>>,
+    cdfs: BTreeMap<String, Curves>,
+    notes: Vec<String>,
+}
+
+impl Results {
+    fn put(&mut self, workload: &str, system: &str, summary: &Summary) {
+        let value = serde_json::to_value(summary).unwrap_or(Value::Null);
+        self.workloads
+            .entry(workload.to_string())
+            .or_default()
+            .insert(system.to_string(), value);
+    }
+
+    fn get(&self, workload: &str, system: &str, field: &str) -> Option<f64> {
+        self.workloads
+            .get(workload)?
+            .get(system)?
+            .get(field)?
+            .as_f64()
+    }
+}
+
+/// The median summary of several repetitions: each number is the median of its own values.
+fn median_summary(runs: &[Summary]) -> Summary {
+    let mut out = runs.last().cloned().unwrap_or_default();
+    out.ops_per_s = median(&mut runs.iter().map(|s| s.ops_per_s).collect::<Vec<_>>());
+    let med_u = |f: fn(&Summary) -> Option<u64>| {
+        let mut v: Vec<f64> = runs.iter().filter_map(f).map(|x| x as f64).collect();
+        (!v.is_empty()).then(|| median(&mut v) as u64)
+    };
+    out.p50_us = med_u(|s| s.p50_us);
+    out.p99_us = med_u(|s| s.p99_us);
+    out = out.with("repetitions", runs.len() as u64);
+    out
+}
+
+fn pick_server(flavor: Option<Flavor>) -> anyhow::Result<ServerBinary> {
+    let found = match flavor {
+        Some(f) => leasehold_harness::find(f),
+        None => leasehold_harness::find(Flavor::Redis8)
+            .or_else(|| leasehold_harness::discover().into_iter().next()),
+    };
+    found.context("no redis/valkey server installed (run scripts/install-servers)")
+}
+
+fn say(msg: impl AsRef<str>) {
+    eprintln!("[bench] {}", msg.as_ref());
+}
+
+pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    let settings = Settings::new(args.quick, args.reps);
+    let bin = pick_server(args.server)?;
+    let repo = std::env::current_dir()?;
+    let (peers, missing) = if args.no_peers {
+        (Vec::new(), vec![])
+    } else {
+        peers::discover(&repo)
+    };
+    let wanted = |w: &str| {
+        args.workloads.is_empty() || args.workloads.iter().any(|x| x.eq_ignore_ascii_case(w))
+    };
+    say(format!(
+        "server {}; peers: {}",
+        bin.label(),
+        peers
+            .iter()
+            .map(|p| p.system)
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
+    let mut results = Results::default();
+    if !missing.is_empty() {
+        results.notes.push(format!(
+            "peers not installed (run bench/install-peers): {}",
+            missing.join(", ")
+        ));
+    }
+    let started = std::time::Instant::now();
+    if wanted("W1") {
+        w1(&bin, &settings, &peers, &mut results).await?;
+    }
+    if wanted("W2") {
+        w2(&bin, &settings, &peers, &mut results).await?;
+    }
+    if wanted("W3") {
+        w3(&bin, &settings, &peers, &mut results).await?;
+    }
+    if wanted("W4") {
+        w4(&bin, &settings, &peers, &mut results).await?;
+    }
+    if wanted("W5") {
+        w5(&bin, &settings, &mut results).await?;
+    }
+    let meta = json!({
+        "server": bin.label(),
+        "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        "quick": args.quick,
+        "settings": settings,
+        "elapsed_s": started.elapsed().as_secs_f64(),
+        "leasehold_version": env!("CARGO_PKG_VERSION"),
+        "notes": results.notes,
+    });
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("cannot create {}", args.out.display()))?;
+    let doc = json!({ "meta": meta, "workloads": results.workloads, "targets": targets(&results) });
+    let json_path = args.out.join("latest.json");
+    std::fs::write(&json_path, serde_json::to_string_pretty(&doc)?)?;
+    let md = markdown(&doc);
+    std::fs::write(args.out.join("latest.md"), &md)?;
+    plots(&args.out, &results)?;
+    println!("{md}");
+    say(format!(
+        "wrote {} and latest.md, plots in {}",
+        json_path.display(),
+        args.out.display()
+    ));
+    Ok(())
+}
+
+fn fresh(bin: &ServerBinary) -> anyhow::Result<Server> {
+    Server::start(bin, &ServerOptions::new()).context("cannot start a server")
+}
+
+async fn peer_runs(
+    peers: &[Peer],
+    run: &PeerRun<'_>,
+    results: &mut Results,
+    out: &mut BTreeMap<String, Vec<Summary>>,
+    suffix: &str,
+) {
+    for peer in peers {
+        match peer.run(run).await {
+            Ok(Some(s)) => out
+                .entry(format!("{}{suffix}", peer.system))
+                .or_default()
+                .push(s),
+            Ok(None) => {}
+            Err(e) => results
+                .notes
+                .push(format!("{} {}: {e:#}", peer.system, run.workload)),
+        }
+    }
+}
+
+async fn w1(
+    bin: &ServerBinary,
+    st: &Settings,
+    peers: &[Peer],
+    results: &mut Results,
+) -> anyhow::Result<()> {
+    say(format!(
+        "W1 uncontended: {} cycles x {} repetitions",
+        st.w1_cycles, st.reps
+    ));
+    let server = fresh(bin)?;
+    let url = server.url();
+    let mut runs: BTreeMap<String, Vec<Summary>> = BTreeMap::new();
+    let mut cdf_src: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+    for rep in 0..st.reps {
+        // In-process systems, in a rotating order.
+        let mut order = vec![
+            ("leasehold", Flavour::MultiThread, false),
+            ("floor", Flavour::MultiThread, true),
+            ("leasehold_current_thread", Flavour::CurrentThread, false),
+            ("floor_current_thread", Flavour::CurrentThread, true),
+        ];
+        let turns = rep % order.len();
+        order.rotate_left(turns);
+        for (name, flavour, floor) in order {
+            let (u, c, p) = (url.clone(), st.w1_cycles, format!("w1:{name}:{rep}"));
+            let (summary, cdf) = on_runtime(flavour, move || async move {
+                if floor {
+                    workloads::w1_floor(u, c, p).await
+                } else {
+                    workloads::w1_leasehold(u, c, p).await
+                }
+            })?;
+            cdf_src.insert(name.to_string(), cdf);
+            runs.entry(name.to_string())
+                .or_default()
+                .push(summary.with("runtime", flavour.name()));
+        }
+        let run = PeerRun {
+            urls: std::slice::from_ref(&url),
+            workload: "W1",
+            tuned: false,
+            prefix: &format!("w1:peer:{rep}"),
+            cycles: Some(st.w1_cycles),
+            duration: None,
+        };
+        peer_runs(peers, &run, results, &mut runs, "").await;
+    }
+    for (name, r) in &runs {
+        results.put("W1", name, &median_summary(r));
+    }
+    match redis_benchmark::pair(bin, &server, 1, st.w1_cycles).await {
+        Ok(s) => results.put("W1", "redis-benchmark", &s),
+        Err(e) => results.notes.push(format!("redis-benchmark W1: {e:#}")),
+    }
+    results
+        .cdfs
+        .insert("W1".into(), cdf_src.into_iter().collect());
+    Ok(())
+}
+
+async fn w2(
+    bin: &ServerBinary,
+    st: &Settings,
+    peers: &[Peer],
+    results: &mut Results,
+) -> anyhow::Result<()> {
+    say(format!(
+        "W2 throughput: {} tasks for {} s",
+        st.w2_tasks, st.w2_secs
+    ));
+    let server = fresh(bin)?;
+    let url = server.url();
+    let d = Duration::from_secs_f64(st.w2_secs);
+    let mut runs: BTreeMap<String, Vec<Summary>> = BTreeMap::new();
+    for (name, floor) in [("leasehold", false), ("floor", true)] {
+        let (u, t, p) = (url.clone(), st.w2_tasks, format!("w2:{name}"));
+        let s = on_runtime(Flavour::MultiThread, move || {
+            workloads::w2(u, t, d, p, floor)
+        })?;
+        runs.entry(name.to_string()).or_default().push(s);
+    }
+    let run = PeerRun {
+        urls: std::slice::from_ref(&url),
+        workload: "W2",
+        tuned: false,
+        prefix: "w2:peer",
+        cycles: None,
+        duration: Some(d),
+    };
+    peer_runs(peers, &run, results, &mut runs, "").await;
+    for (name, r) in &runs {
+        results.put("W2", name, &median_summary(r));
+    }
+    match redis_benchmark::pair(bin, &server, st.w2_tasks, 100_000).await {
+        Ok(s) => results.put("W2", "redis-benchmark", &s),
+        Err(e) => results.notes.push(format!("redis-benchmark W2: {e:#}")),
+    }
+    Ok(())
+}
+
+async fn w3(
+    bin: &ServerBinary,
+    st: &Settings,
+    peers: &[Peer],
+    results: &mut Results,
+) -> anyhow::Result<()> {
+    say(format!(
+        "W3 contention: {} workers on one key, {} ms holds, {} s",
+        st.w3_workers, st.w3_hold_ms, st.w3_secs
+    ));
+    let server = fresh(bin)?;
+    let url = server.url();
+    let d = Duration::from_secs_f64(st.w3_secs);
+    let hold = Duration::from_secs_f64(st.w3_hold_ms / 1000.0);
+    let mut runs: BTreeMap<String, Vec<Summary>> = BTreeMap::new();
+    let (u, w) = (url.clone(), st.w3_workers);
+    let (s, cdf) = on_runtime(Flavour::MultiThread, move || {
+        workloads::w3_leasehold(u, w, hold, d, "w3:leasehold".into())
+    })?;
+    runs.entry("leasehold".into()).or_default().push(s);
+    results
+        .cdfs
+        .insert("W3".into(), vec![("leasehold (handoff)".into(), cdf)]);
+    for tuned in [false, true] {
+        let run = PeerRun {
+            urls: std::slice::from_ref(&url),
+            workload: "W3",
+            tuned,
+            prefix: if tuned { "w3:tuned" } else { "w3:default" },
+            cycles: None,
+            duration: Some(d),
+        };
+        peer_runs(
+            peers,
+            &run,
+            results,
+            &mut runs,
+            if tuned { "_tuned" } else { "" },
+        )
+        .await;
+    }
+    for (name, r) in &runs {
+        results.put("W3", name, &median_summary(r));
+    }
+    Ok(())
+}
+
+async fn w4(
+    bin: &ServerBinary,
+    st: &Settings,
+    peers: &[Peer],
+    results: &mut Results,
+) -> anyhow::Result<()> {
+    say(format!(
+        "W4 Redlock: N = {:?}, {} cycles",
+        st.w4_nodes, st.w4_cycles
+    ));
+    let mut per_system: BTreeMap<String, Value> = BTreeMap::new();
+    for &n in &st.w4_nodes {
+        let servers: Vec<Server> = (0..n).map(|_| fresh(bin)).collect::<anyhow::Result<_>>()?;
+        let urls: Vec<String> = servers.iter().map(Server::url).collect();
+        let mut runs: BTreeMap<String, Vec<Summary>> = BTreeMap::new();
+        let (u, c) = (urls.clone(), st.w4_cycles);
+        let s = on_runtime(Flavour::MultiThread, move || {
+            workloads::w4_leasehold(u, c, format!("w4:{n}"))
+        })?;
+        runs.entry("leasehold".into()).or_default().push(s);
+        let run = PeerRun {
+            urls: &urls,
+            workload: "W4",
+            tuned: false,
+            prefix: &format!("w4:peer:{n}"),
+            cycles: Some(st.w4_cycles),
+            duration: None,
+        };
+        peer_runs(peers, &run, results, &mut runs, "").await;
+        for (name, r) in runs {
+            let s = median_summary(&r);
+            let entry = per_system.entry(name).or_insert_with(|| json!({}));
+            entry[format!("n{n}")] = serde_json::to_value(&s)?;
+            if n == 3 {
+                entry["ops_per_s"] = json!(s.ops_per_s);
+                entry["p50_us"] = json!(s.p50_us);
+                entry["p99_us"] = json!(s.p99_us);
+            }
+        }
+    }
+    results
+        .workloads
+        .insert("W4".into(), per_system.into_iter().collect());
+    Ok(())
+}
+
+async fn w5(bin: &ServerBinary, st: &Settings, results: &mut Results) -> anyhow::Result<()> {
+    say(format!(
+        "W5 held leases: {} auto-extended leases (TTL {} ms) for {} s",
+        st.w5_leases, st.w5_ttl_ms, st.w5_secs
+    ));
+    let server = fresh(bin)?;
+    let (u, n, ttl, d) = (
+        server.url(),
+        st.w5_leases,
+        Duration::from_millis(st.w5_ttl_ms),
+        Duration::from_secs_f64(st.w5_secs),
+    );
+    let s = on_runtime(Flavour::MultiThread, move || {
+        workloads::w5_leasehold(u, n, ttl, d, "w5".into())
+    })?;
+    results.put("W5", "leasehold", &s);
+    Ok(())
+}
+
+/// The targets, each with the measured ratio and whether it is met.
+fn targets(r: &Results) -> Value {
+    let mut out = Vec::new();
+    let mut check = |name: &str, value: Option<f64>, bound: f64, at_most: bool, what: &str| {
+        let met = value.map(|v| if at_most { v <= bound } else { v >= bound });
+        out.push(json!({ "target": name, "measured": value, "bound": bound, "at_most": at_most, "met": met, "what": what }));
+    };
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+        _ => None,
+    };
+    let best_peer = |w: &str, field: &str| {
+        ["rslock", "redis-py", "python-redis-lock", "node-redlock"]
+            .iter()
+            .filter_map(|p| r.get(w, p, field))
+            .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))))
+    };
+    check(
+        "W1 p50 / floor p50 (multi_thread)",
+        ratio(
+            r.get("W1", "leasehold", "p50_us"),
+            r.get("W1", "floor", "p50_us"),
+        ),
+        1.15,
+        true,
+        "leasehold p50 <= 1.15 x the in-process floor",
+    );
+    check(
+        "W1 p50 / floor p50 (current_thread)",
+        ratio(
+            r.get("W1", "leasehold_current_thread", "p50_us"),
+            r.get("W1", "floor_current_thread", "p50_us"),
+        ),
+        1.15,
+        true,
+        "same, current_thread runtime",
+    );
+    check(
+        "W1 cycles/s / best peer",
+        ratio(
+            r.get("W1", "leasehold", "ops_per_s"),
+            best_peer("W1", "ops_per_s"),
+        ),
+        0.97,
+        false,
+        "cycles/s >= 0.97 x the best peer",
+    );
+    check(
+        "W2 cycles/s / floor",
+        ratio(
+            r.get("W2", "leasehold", "ops_per_s"),
+            r.get("W2", "floor", "ops_per_s"),
+        ),
+        0.9,
+        false,
+        ">= 0.9 x the in-process floor",
+    );
+    check(
+        "W2 cycles/s / best peer",
+        ratio(
+            r.get("W2", "leasehold", "ops_per_s"),
+            best_peer("W2", "ops_per_s"),
+        ),
+        1.0,
+        false,
+        ">= the best peer",
+    );
+    let best_w3 = [
+        "rslock",
+        "redis-py",
+        "python-redis-lock",
+        "node-redlock",
+        "rslock_tuned",
+        "redis-py_tuned",
+        "python-redis-lock_tuned",
+        "node-redlock_tuned",
+    ]
+    .iter()
+    .filter_map(|p| r.get("W3", p, "ops_per_s"))
+    .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
+    check(
+        "W3 acquisitions/s / best peer",
+        ratio(r.get("W3", "leasehold", "ops_per_s"), best_w3),
+        0.95,
+        false,
+        ">= 0.95 x the best peer",
+    );
+    check(
+        "W3 cross-worker handoff p50 (us)",
+        r.get("W3", "leasehold", "handoff_p50_us"),
+        150.0,
+        true,
+        "<= 150 us",
+    );
+    let w4 = |n: &str| {
+        r.workloads
+            .get("W4")?
+            .get("leasehold")?
+            .get(n)?
+            .get("p50_us")?
+            .as_f64()
+    };
+    check(
+        "W4 p50 N=5 / N=1",
+        ratio(w4("n5"), w4("n1")),
+        1.5,
+        true,
+        "concurrent fan-out",
+    );
+    check(
+        "W5 leases lost",
+        r.get("W5", "leasehold", "leases_lost"),
+        0.0,
+        true,
+        "0 lost",
+    );
+    check(
+        "W5 renewal round trips per renewal",
+        ratio(
+            r.get("W5", "leasehold", "renewal_round_trips_per_s"),
+            r.get("W5", "leasehold", "ops_per_s"),
+        ),
+        1.0 / 50.0,
+        true,
+        "<= renewals/s / 50 (batched)",
+    );
+    Value::Array(out)
+}
+
+fn markdown(doc: &Value) -> String {
+    let mut md = String::new();
+    let meta = &doc["meta"];
+    md.push_str(&format!(
+        "# leasehold benchmarks\n\nServer {} on {} cores{}; generated by `scripts/bench`{}. Medians of {} interleaved repetitions where it says so.\n\n",
+        meta["server"].as_str().unwrap_or("?"),
+        meta["cores"],
+        if meta["quick"].as_bool() == Some(true) { " (--quick: small counts)" } else { "" },
+        if meta["quick"].as_bool() == Some(true) { " --quick" } else { "" },
+        meta["settings"]["reps"],
+    ));
+    let fmt = |v: &Value| match v {
+        Value::Number(n) => n.as_f64().map_or(n.to_string(), |f| {
+            if f.fract() == 0.0 {
+                format!("{f:.0}")
+            } else {
+                format!("{f:.2}")
+            }
+        }),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    };
+    for (w, cols) in [
+        ("W1", vec!["ops_per_s", "p50_us", "p99_us"]),
+        ("W2", vec!["ops_per_s"]),
+        (
+            "W3",
+            vec![
+                "ops_per_s",
+                "handoff_p50_us",
+                "handoff_p99_us",
+                "same_worker_rate",
+                "min_per_worker",
+                "max_per_worker",
+                "max_wait_ms",
+                "hold_us_mean",
+            ],
+        ),
+        ("W4", vec!["ops_per_s", "p50_us", "p99_us"]),
+        (
+            "W5",
+            vec![
+                "ops_per_s",
+                "renewal_round_trips_per_s",
+                "client_cpu_percent",
+                "leases_lost",
+            ],
+        ),
+    ] {
+        let Some(systems) = doc["workloads"][w].as_object() else {
+            continue;
+        };
+        md.push_str(&format!(
+            "## {w}\n\n| system | {} |\n|---|{}\n",
+            cols.join(" | "),
+            "---|".repeat(cols.len())
+        ));
+        for (name, s) in systems {
+            let row: Vec<String> = cols.iter().map(|c| fmt(&s[*c])).collect();
+            md.push_str(&format!("| {name} | {} |\n", row.join(" | ")));
+        }
+        if w == "W4" {
+            md.push_str(
+                "\n(ops/s and latencies at N=3; per-N figures in latest.json under n1, n3, n5)\n",
+            );
+        }
+        md.push('\n');
+    }
+    md.push_str("## Targets\n\n| target | measured | bound | met |\n|---|---|---|---|\n");
+    for t in doc["targets"].as_array().into_iter().flatten() {
+        let met = match t["met"].as_bool() {
+            Some(true) => "yes",
+            Some(false) => "**no**",
+            None => "not measured",
+        };
+        md.push_str(&format!(
+            "| {} ({}) | {} | {} {} | {met} |\n",
+            t["target"].as_str().unwrap_or(""),
+            t["what"].as_str().unwrap_or(""),
+            fmt(&t["measured"]),
+            if t["at_most"].as_bool() == Some(true) {
+                "<="
+            } else {
+                ">="
+            },
+            fmt(&t["bound"]),
+        ));
+    }
+    if let Some(notes) = doc["meta"]["notes"].as_array().filter(|n| !n.is_empty()) {
+        md.push_str("\n## Notes\n\n");
+        for n in notes {
+            md.push_str(&format!("- {}\n", n.as_str().unwrap_or("")));
+        }
+    }
+    md.push_str("\nPlots: [W1 latency CDF](w1_latency_cdf.svg), [W3 handoff CDF](w3_handoff_cdf.svg), [W2 throughput](w2_throughput.svg), [W3 throughput](w3_throughput.svg), [Redlock latency against N](w4_redlock_latency.svg).\n");
+    md
+}
+
+fn plots(dir: &std::path::Path, r: &Results) -> anyhow::Result<()> {
+    if let Some(series) = r.cdfs.get("W1") {
+        plot::cdf(
+            &dir.join("w1_latency_cdf.svg"),
+            "W1: acquire + release latency (in-process systems)",
+            series,
+        )?;
+    }
+    if let Some(series) = r.cdfs.get("W3") {
+        plot::cdf(
+            &dir.join("w3_handoff_cdf.svg"),
+            "W3: handoff latency, release -> acquisition by another worker",
+            series,
+        )?;
+    }
+    for (w, file, title) in [
+        (
+            "W2",
+            "w2_throughput.svg",
+            "W2: cycles/s, 64 tasks on distinct keys",
+        ),
+        (
+            "W3",
+            "w3_throughput.svg",
+            "W3: acquisitions/s, 16 workers on one key",
+        ),
+    ] {
+        if let Some(systems) = r.workloads.get(w) {
+            let bars: Vec<(String, f64)> = systems
+                .iter()
+                .filter_map(|(n, s)| Some((n.clone(), s.get("ops_per_s")?.as_f64()?)))
+                .collect();
+            plot::bars(&dir.join(file), title, "per second", &bars)?;
+        }
+    }
+    if let Some(systems) = r.workloads.get("W4") {
+        let series: Curves = systems
+            .iter()
+            .map(|(name, s)| {
+                let pts = [1.0, 3.0, 5.0]
+                    .iter()
+                    .filter_map(|n| Some((*n, s.get(format!("n{n}"))?.get("p50_us")?.as_f64()?)))
+                    .collect();
+                (name.clone(), pts)
+            })
+            .collect();
+        plot::lines(
+            &dir.join("w4_redlock_latency.svg"),
+            "W4: Redlock acquire + release p50 against N",
+            "nodes",
+            "p50 (us)",
+            &series,
+        )?;
+    }
+    Ok(())
+}

@@ -1,0 +1,406 @@
+//! The workloads, run in this process: leasehold itself and the floor (the same commands through
+//! `redis` with no lock logic).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use leasehold::{LockClient, LockOptions, Redlock, RedlockOptions};
+
+use super::stats::{Latencies, Summary};
+
+/// Which tokio runtime a workload runs on (W1 compares each flavour with itself).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flavour {
+    MultiThread,
+    CurrentThread,
+}
+
+impl Flavour {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Flavour::MultiThread => "multi_thread",
+            Flavour::CurrentThread => "current_thread",
+        }
+    }
+}
+
+/// Runs `work` on a fresh runtime of `flavour` in a thread of its own, so the runner's runtime
+/// does not share the cores' attention with it.
+pub(crate) fn on_runtime<F, Fut, T>(flavour: Flavour, work: F) -> anyhow::Result<T>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+    T: Send + 'static,
+{
+    std::thread::spawn(move || {
+        let rt = match flavour {
+            Flavour::MultiThread => tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build(),
+            Flavour::CurrentThread => tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build(),
+        }
+        .context("cannot build a runtime")?;
+        rt.block_on(work())
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("benchmark thread panicked"))?
+}
+
+/// W1 for leasehold: one task, `cycles` try_acquire + release on distinct keys.
+pub(crate) async fn w1_leasehold(
+    url: String,
+    cycles: u64,
+    prefix: String,
+) -> anyhow::Result<(Summary, Vec<(f64, f64)>)> {
+    let client = LockClient::connect(&url).await?;
+    let opts = LockOptions::new(Duration::from_secs(10));
+    let mut lat = Latencies::new();
+    // Warm-up: connection, scripts, allocator.
+    for i in 0..200 {
+        let g = client
+            .try_acquire(&format!("{prefix}:warm:{i}"), &opts)
+            .await?;
+        g.acquired().context("warm-up key busy")?.release().await?;
+    }
+    let start = Instant::now();
+    for i in 0..cycles {
+        let t = Instant::now();
+        let g = client.try_acquire(&format!("{prefix}:{i}"), &opts).await?;
+        g.acquired().context("distinct key busy")?.release().await?;
+        lat.record(t.elapsed());
+    }
+    let summary = Summary::from_latencies(cycles, start.elapsed(), &lat)
+        .with("release", client.release_strategy().to_string());
+    Ok((summary, lat.cdf()))
+}
+
+/// W1 floor: the same two round trips with no lock logic (`SET NX PX`, `DEL`).
+pub(crate) async fn w1_floor(
+    url: String,
+    cycles: u64,
+    prefix: String,
+) -> anyhow::Result<(Summary, Vec<(f64, f64)>)> {
+    let mut conn = redis::Client::open(url)?.get_connection_manager().await?;
+    let mut lat = Latencies::new();
+    let cycle = |conn: &mut redis::aio::ConnectionManager, key: String| {
+        let mut conn = conn.clone();
+        async move {
+            let ok: Option<String> = redis::cmd("SET")
+                .arg(&key)
+                .arg("v")
+                .arg("NX")
+                .arg("PX")
+                .arg(10_000)
+                .query_async(&mut conn)
+                .await?;
+            anyhow::ensure!(ok.is_some(), "distinct key busy");
+            let _: i64 = redis::cmd("DEL").arg(&key).query_async(&mut conn).await?;
+            anyhow::Ok(())
+        }
+    };
+    for i in 0..200 {
+        cycle(&mut conn, format!("{prefix}:warm:{i}")).await?;
+    }
+    let start = Instant::now();
+    for i in 0..cycles {
+        let t = Instant::now();
+        cycle(&mut conn, format!("{prefix}:{i}")).await?;
+        lat.record(t.elapsed());
+    }
+    let summary =
+        Summary::from_latencies(cycles, start.elapsed(), &lat).with("commands", "SET NX PX + DEL");
+    Ok((summary, lat.cdf()))
+}
+
+/// W2 for leasehold or the floor: `tasks` concurrent tasks on distinct keys for `secs`.
+pub(crate) async fn w2(
+    url: String,
+    tasks: usize,
+    duration: Duration,
+    prefix: String,
+    floor: bool,
+) -> anyhow::Result<Summary> {
+    let client = LockClient::connect(&url).await?;
+    let conn = redis::Client::open(url.as_str())?
+        .get_connection_manager()
+        .await?;
+    let done = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut handles = Vec::new();
+    for t in 0..tasks {
+        let (client, mut conn, done, stop, prefix) = (
+            client.clone(),
+            conn.clone(),
+            done.clone(),
+            stop.clone(),
+            prefix.clone(),
+        );
+        handles.push(tokio::spawn(async move {
+            let opts = LockOptions::new(Duration::from_secs(10));
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let key = format!("{prefix}:{t}:{i}");
+                if floor {
+                    let _: Option<String> = redis::cmd("SET")
+                        .arg(&key)
+                        .arg("v")
+                        .arg("NX")
+                        .arg("PX")
+                        .arg(10_000)
+                        .query_async(&mut conn)
+                        .await?;
+                    let _: i64 = redis::cmd("DEL").arg(&key).query_async(&mut conn).await?;
+                } else {
+                    let g = client.try_acquire(&key, &opts).await?;
+                    g.acquired().context("distinct key busy")?.release().await?;
+                }
+                i += 1;
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+            anyhow::Ok(())
+        }));
+    }
+    let start = Instant::now();
+    tokio::time::sleep(duration).await;
+    stop.store(true, Ordering::Relaxed);
+    let counted = done.load(Ordering::Relaxed);
+    let elapsed = start.elapsed();
+    for h in handles {
+        h.await??;
+    }
+    Ok(Summary {
+        ops_per_s: counted as f64 / elapsed.as_secs_f64(),
+        ..Default::default()
+    }
+    .with("tasks", tasks as u64))
+}
+
+/// Holds for `hold` by spinning on the monotonic clock (a timer sleep of 1 ms really holds
+/// about 2 ms); returns how long it held.
+fn busy_hold(hold: Duration) -> Duration {
+    let start = Instant::now();
+    while start.elapsed() < hold {
+        std::hint::spin_loop();
+    }
+    start.elapsed()
+}
+
+struct Event {
+    worker: usize,
+    acquired: Instant,
+    released: Instant,
+}
+
+/// W3 for leasehold: `workers` on ONE key, each holding `hold`, for `duration`.
+pub(crate) async fn w3_leasehold(
+    url: String,
+    workers: usize,
+    hold: Duration,
+    duration: Duration,
+    key: String,
+) -> anyhow::Result<(Summary, Vec<(f64, f64)>)> {
+    let client = LockClient::connect(&url).await?;
+    let events = Arc::new(Mutex::new(Vec::<Event>::new()));
+    let max_wait = Arc::new(AtomicU64::new(0));
+    let held = Arc::new(AtomicU64::new(0));
+    let deadline = Instant::now() + duration;
+    let mut handles = Vec::new();
+    for w in 0..workers {
+        let (client, events, max_wait, held, key) = (
+            client.clone(),
+            events.clone(),
+            max_wait.clone(),
+            held.clone(),
+            key.clone(),
+        );
+        handles.push(tokio::spawn(async move {
+            let opts = LockOptions::new(Duration::from_secs(10)).wait(Duration::from_secs(120));
+            while Instant::now() < deadline {
+                let asked = Instant::now();
+                let g = client.acquire(&key, &opts).await?;
+                let acquired = Instant::now();
+                let waited = acquired - asked;
+                max_wait.fetch_max(waited.as_micros() as u64, Ordering::Relaxed);
+                held.fetch_add(busy_hold(hold).as_nanos() as u64, Ordering::Relaxed);
+                let released = Instant::now();
+                g.release().await?;
+                events.lock().unwrap().push(Event {
+                    worker: w,
+                    acquired,
+                    released,
+                });
+            }
+            anyhow::Ok(())
+        }));
+    }
+    let start = Instant::now();
+    for h in handles {
+        h.await??;
+    }
+    let elapsed = start.elapsed();
+    let events = std::mem::take(&mut *events.lock().unwrap());
+    Ok(contention_summary(
+        events,
+        workers,
+        elapsed,
+        held.load(Ordering::Relaxed),
+        max_wait.load(Ordering::Relaxed),
+    ))
+}
+
+/// Handoff figures from the acquisitions in time order: a handoff is an acquisition by a worker
+/// other than the one whose release came just before it.
+fn contention_summary(
+    mut events: Vec<Event>,
+    workers: usize,
+    elapsed: Duration,
+    held_ns: u64,
+    max_wait_us: u64,
+) -> (Summary, Vec<(f64, f64)>) {
+    events.sort_by_key(|e| e.acquired);
+    let mut handoff = Latencies::new();
+    let mut same = 0u64;
+    let mut per_worker = vec![0u64; workers];
+    for (i, e) in events.iter().enumerate() {
+        per_worker[e.worker] += 1;
+        if i == 0 {
+            continue;
+        }
+        let prev = &events[i - 1];
+        if prev.worker == e.worker {
+            same += 1;
+        } else {
+            handoff.record(e.acquired.saturating_duration_since(prev.released));
+        }
+    }
+    let n = events.len() as u64;
+    let summary = Summary {
+        ops_per_s: n as f64 / elapsed.as_secs_f64(),
+        ..Default::default()
+    }
+    .with("handoff_p50_us", handoff.quantile(0.5))
+    .with("handoff_p99_us", handoff.quantile(0.99))
+    .with(
+        "same_worker_rate",
+        if n > 1 {
+            same as f64 / (n - 1) as f64
+        } else {
+            0.0
+        },
+    )
+    .with(
+        "min_per_worker",
+        per_worker.iter().copied().min().unwrap_or(0),
+    )
+    .with(
+        "max_per_worker",
+        per_worker.iter().copied().max().unwrap_or(0),
+    )
+    .with("max_wait_ms", max_wait_us as f64 / 1000.0)
+    .with(
+        "hold_us_mean",
+        if n > 0 {
+            held_ns as f64 / n as f64 / 1000.0
+        } else {
+            0.0
+        },
+    )
+    .with("acquisitions", n);
+    (summary, handoff.cdf())
+}
+
+/// W4 for leasehold: Redlock over `urls`, `cycles` acquire + release.
+pub(crate) async fn w4_leasehold(
+    urls: Vec<String>,
+    cycles: u64,
+    prefix: String,
+) -> anyhow::Result<Summary> {
+    let refs: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let redlock = Redlock::connect(&refs, RedlockOptions::new()).await?;
+    let opts = LockOptions::new(Duration::from_secs(10));
+    let mut lat = Latencies::new();
+    for i in 0..100 {
+        let g = redlock
+            .try_acquire(&format!("{prefix}:warm:{i}"), &opts)
+            .await?;
+        g.acquired().context("warm-up key busy")?.release().await?;
+    }
+    let start = Instant::now();
+    for i in 0..cycles {
+        let t = Instant::now();
+        let g = redlock.try_acquire(&format!("{prefix}:{i}"), &opts).await?;
+        g.acquired().context("distinct key busy")?.release().await?;
+        lat.record(t.elapsed());
+    }
+    Ok(Summary::from_latencies(cycles, start.elapsed(), &lat).with("nodes", urls.len() as u64))
+}
+
+/// W5: `leases` auto-extended leases on one client for `duration`.
+pub(crate) async fn w5_leasehold(
+    url: String,
+    leases: usize,
+    ttl: Duration,
+    duration: Duration,
+    prefix: String,
+) -> anyhow::Result<Summary> {
+    let client = LockClient::connect(&url).await?;
+    let opts = LockOptions::new(ttl).auto_extend(true);
+    let mut guards = Vec::with_capacity(leases);
+    for i in 0..leases {
+        guards.push(
+            client
+                .try_acquire(&format!("{prefix}:{i}"), &opts)
+                .await?
+                .acquired()
+                .context("lease key busy")?,
+        );
+    }
+    let (rounds0, renewals0) = (
+        client.renewal_stats().rounds(),
+        client.renewal_stats().renewals(),
+    );
+    let cpu0 = cpu_time();
+    let start = Instant::now();
+    tokio::time::sleep(duration).await;
+    let elapsed = start.elapsed();
+    let cpu = cpu_time().saturating_sub(cpu0);
+    let stats = client.renewal_stats();
+    let held = guards.iter().filter(|g| g.is_held()).count();
+    for g in guards {
+        let _ = g.release().await;
+    }
+    Ok(Summary {
+        ops_per_s: (stats.renewals() - renewals0) as f64 / elapsed.as_secs_f64(),
+        ..Default::default()
+    }
+    .with(
+        "renewal_round_trips_per_s",
+        (stats.rounds() - rounds0) as f64 / elapsed.as_secs_f64(),
+    )
+    .with(
+        "client_cpu_percent",
+        100.0 * cpu.as_secs_f64() / elapsed.as_secs_f64(),
+    )
+    .with("leases", leases as u64)
+    .with("leases_lost", (leases - held) as u64)
+    .with("ttl_ms", ttl.as_millis() as u64))
+}
+
+/// This process's user + system CPU time.
+fn cpu_time() -> Duration {
+    use nix::sys::resource::{UsageWho, getrusage};
+    match getrusage(UsageWho::RUSAGE_SELF) {
+        Ok(u) => {
+            let t = |tv: nix::sys::time::TimeVal| {
+                Duration::new(tv.tv_sec() as u64, tv.tv_usec() as u32 * 1000)
+            };
+            t(u.user_time()) + t(u.system_time())
+        }
+        Err(_) => Duration::ZERO,
+    }
+}
