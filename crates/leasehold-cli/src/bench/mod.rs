@@ -243,21 +243,28 @@ async fn w1(
     let mut cdf_src: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
     for rep in 0..st.reps {
         // In-process systems, in a rotating order.
+        // (system, runtime, floor?, release notifications?)
         let mut order = vec![
-            ("leasehold", Flavour::MultiThread, false),
-            ("floor", Flavour::MultiThread, true),
-            ("leasehold_current_thread", Flavour::CurrentThread, false),
-            ("floor_current_thread", Flavour::CurrentThread, true),
+            ("leasehold", Flavour::MultiThread, false, true),
+            ("floor", Flavour::MultiThread, true, false),
+            (
+                "leasehold_current_thread",
+                Flavour::CurrentThread,
+                false,
+                true,
+            ),
+            ("floor_current_thread", Flavour::CurrentThread, true, false),
+            ("leasehold_no_notify", Flavour::MultiThread, false, false),
         ];
         let turns = rep % order.len();
         order.rotate_left(turns);
-        for (name, flavour, floor) in order {
+        for (name, flavour, floor, notify) in order {
             let (u, c, p) = (url.clone(), st.w1_cycles, format!("w1:{name}:{rep}"));
             let (summary, cdf) = on_runtime(flavour, move || async move {
                 if floor {
                     workloads::w1_floor(u, c, p).await
                 } else {
-                    workloads::w1_leasehold(u, c, p).await
+                    workloads::w1_leasehold(u, c, p, notify).await
                 }
             })?;
             cdf_src.insert(name.to_string(), cdf);
@@ -302,10 +309,14 @@ async fn w2(
     let url = server.url();
     let d = Duration::from_secs_f64(st.w2_secs);
     let mut runs: BTreeMap<String, Vec<Summary>> = BTreeMap::new();
-    for (name, floor) in [("leasehold", false), ("floor", true)] {
+    for (name, floor, notify) in [
+        ("leasehold", false, true),
+        ("floor", true, false),
+        ("leasehold_no_notify", false, false),
+    ] {
         let (u, t, p) = (url.clone(), st.w2_tasks, format!("w2:{name}"));
         let s = on_runtime(Flavour::MultiThread, move || {
-            workloads::w2(u, t, d, p, floor)
+            workloads::w2(u, t, d, p, floor, notify)
         })?;
         runs.entry(name.to_string()).or_default().push(s);
     }

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use leasehold::{LockClient, LockOptions, Redlock, RedlockOptions};
+use leasehold::{ClientOptions, LockClient, LockOptions, Redlock, RedlockOptions};
 
 use super::stats::{Latencies, Summary};
 
@@ -56,8 +56,10 @@ pub(crate) async fn w1_leasehold(
     url: String,
     cycles: u64,
     prefix: String,
+    notify: bool,
 ) -> anyhow::Result<(Summary, Vec<(f64, f64)>)> {
-    let client = LockClient::connect(&url).await?;
+    let options = ClientOptions::new().notify_waiters(notify);
+    let client = LockClient::connect_with(&url, options).await?;
     let opts = LockOptions::new(Duration::from_secs(10));
     let mut lat = Latencies::new();
     // Warm-up: connection, scripts, allocator.
@@ -124,8 +126,10 @@ pub(crate) async fn w2(
     duration: Duration,
     prefix: String,
     floor: bool,
+    notify: bool,
 ) -> anyhow::Result<Summary> {
-    let client = LockClient::connect(&url).await?;
+    let options = ClientOptions::new().notify_waiters(notify);
+    let client = LockClient::connect_with(&url, options).await?;
     let conn = redis::Client::open(url.as_str())?
         .get_connection_manager()
         .await?;
