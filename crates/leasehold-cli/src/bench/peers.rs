@@ -133,8 +133,14 @@ impl Peer {
             .rev()
             .find(|l| l.trim_start().starts_with('{'))
             .with_context(|| format!("{} printed no JSON for {}", self.system, run.workload))?;
-        let value: serde_json::Value = serde_json::from_str(line)
+        let mut value: serde_json::Value = serde_json::from_str(line)
             .with_context(|| format!("{} printed bad JSON: {line}", self.system))?;
+        // Adapters report fractional microseconds; the table keeps whole ones.
+        for field in ["p50_us", "p99_us"] {
+            if let Some(us) = value.get(field).and_then(serde_json::Value::as_f64) {
+                value[field] = serde_json::json!(us.round() as u64);
+            }
+        }
         if value.get("skipped").is_some() {
             return Ok(None);
         }
