@@ -109,6 +109,19 @@ function pctUs(sortedNs, q) {
   return Math.round(Number(sortedNs[rank - 1]) / 100) / 10;
 }
 
+// [latency_us, q] at q = 0.01, 0.02, ..., 1.00: the nearest-rank value at each quantile (rank
+// computed in integers, so exact); [] without samples.
+function cdfUs(sortedNs) {
+  const n = sortedNs.length;
+  if (n === 0) return [];
+  const out = [];
+  for (let k = 1; k <= 100; k++) {
+    const rank = Math.min(Math.max(Math.ceil((k * n) / 100), 1), n);
+    out.push([Math.round(Number(sortedNs[rank - 1]) / 100) / 10, k / 100]);
+  }
+  return out;
+}
+
 const sortBig = (arr) => arr.sort((x, y) => (x < y ? -1 : x > y ? 1 : 0));
 
 function retrySettings(a, waitForever) {
@@ -202,6 +215,7 @@ async function sequential(a, redlock, defaultCycles) {
     ops_per_s: Math.round((lat.length / elapsed) * 10) / 10,
     p50_us: pctUs(lat, 0.5),
     p99_us: pctUs(lat, 0.99),
+    ...(a.workload === "W1" ? { cdf: cdfUs(lat) } : {}),
   };
 }
 
@@ -313,6 +327,7 @@ function contentionStats(all, start, deadline) {
     handoffs: handoffs.length,
     handoff_p50_us: pctUs(handoffs, 0.5),
     handoff_p99_us: pctUs(handoffs, 0.99),
+    cdf: cdfUs(handoffs),
     same_worker_rate: n > 1 ? Math.round((same / (n - 1)) * 1e4) / 1e4 : 0,
     min_per_worker: Math.min(...perWorker),
     max_per_worker: Math.max(...perWorker),

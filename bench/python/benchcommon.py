@@ -58,6 +58,19 @@ def pct_us(sorted_ns: list[int], q: float) -> float:
     return round(sorted_ns[rank - 1] / 1e3, 1)
 
 
+def cdf_us(sorted_ns: list[int]) -> list[list[float]]:
+    """[latency_us, q] at q = 0.01, 0.02, ..., 1.00: the nearest-rank value at each quantile
+    (rank computed in integers, so exact); [] without samples."""
+    n = len(sorted_ns)
+    if n == 0:
+        return []
+    out = []
+    for k in range(1, 101):
+        rank = min(max(-(-k * n // 100), 1), n)
+        out.append([round(sorted_ns[rank - 1] / 1e3, 1), k / 100])
+    return out
+
+
 def parse_args(system: str) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=f"leasehold benchmark adapter for {system}")
     p.add_argument("--url", help="redis://127.0.0.1:PORT/ (W1-W3)")
@@ -139,6 +152,7 @@ def w1(peer: Peer, a: argparse.Namespace) -> dict:
         ops_per_s=round(len(lat) / elapsed, 1),
         p50_us=pct_us(lat, 0.50),
         p99_us=pct_us(lat, 0.99),
+        cdf=cdf_us(lat),
     )
     return d
 
@@ -306,6 +320,7 @@ def contention_stats(all_acq: list, start: int, deadline: int) -> dict:
         "handoffs": len(handoffs),
         "handoff_p50_us": pct_us(handoffs, 0.50),
         "handoff_p99_us": pct_us(handoffs, 0.99),
+        "cdf": cdf_us(handoffs),
         "same_worker_rate": round(same / (n - 1), 4) if n > 1 else 0.0,
         "min_per_worker": min(per_worker),
         "max_per_worker": max(per_worker),

@@ -126,6 +126,22 @@ fn pct_us(sorted_ns: &[u64], q: f64) -> f64 {
     round1(sorted_ns[rank - 1] as f64 / 1e3)
 }
 
+/// The distribution of sorted nanoseconds: `[latency_us, q]` at q = 0.01, 0.02, ..., 1.00, each
+/// the nearest-rank value at that quantile (rank computed in integers, so exact).
+fn cdf_us(sorted_ns: &[u64]) -> Value {
+    let n = sorted_ns.len();
+    if n == 0 {
+        return json!([]);
+    }
+    let points: Vec<Value> = (1..=100usize)
+        .map(|k| {
+            let rank = (k * n).div_ceil(100).clamp(1, n);
+            json!([round1(sorted_ns[rank - 1] as f64 / 1e3), k as f64 / 100.0])
+        })
+        .collect();
+    Value::Array(points)
+}
+
 fn round1(x: f64) -> f64 {
     (x * 10.0).round() / 10.0
 }
@@ -237,6 +253,9 @@ async fn sequential(a: &Args, urls: Vec<String>, default_cycles: u64) -> Result<
     );
     m.insert("p50_us".into(), json!(pct_us(&lat, 0.50)));
     m.insert("p99_us".into(), json!(pct_us(&lat, 0.99)));
+    if a.workload == "W1" {
+        m.insert("cdf".into(), cdf_us(&lat));
+    }
     Ok(Value::Object(m))
 }
 
@@ -418,6 +437,7 @@ fn contention_stats(
     m.insert("handoffs".into(), json!(handoffs.len()));
     m.insert("handoff_p50_us".into(), json!(pct_us(&handoffs, 0.50)));
     m.insert("handoff_p99_us".into(), json!(pct_us(&handoffs, 0.99)));
+    m.insert("cdf".into(), cdf_us(&handoffs));
     m.insert(
         "same_worker_rate".into(),
         json!(if n > 1 {

@@ -93,6 +93,7 @@ leasehold_harness::server_test!(async fn a_stopped_node_does_not_block_acquisiti
     // Generous: the frozen node's requests go on in the background, the live ones must not
     // time out on a loaded machine.
     let r = redlock(&nodes, Duration::from_secs(5)).await;
+    common::preload_scripts(&nodes[0]);
     nodes[0].command(&["CONFIG", "RESETSTAT"]).unwrap(); // count only what follows
     nodes[0].pause().unwrap();
     let g = tokio::time::timeout(HANG_GUARD, r.try_acquire("k", &LockOptions::new(LONG)))
@@ -142,6 +143,7 @@ leasehold_harness::server_test!(async fn validity_spent_means_not_acquired(bin) 
     let mut nodes = servers(&bin, 3, &ServerOptions::new());
     let r = redlock(&nodes, Duration::from_secs(20)).await;
     nodes[0].kill();
+    common::preload_scripts(&nodes[1]);
     nodes[1].command(&["CONFIG", "RESETSTAT"]).unwrap(); // count only what follows
     nodes[1].pause().unwrap();
     let task = {

@@ -30,6 +30,7 @@ fn calls(server: &Server, cmd: &str) -> u64 {
 /// its first attempt (observed on the server: the waiting attempt is the acquire script); then
 /// the holder releases. Only a notification can wake the waiter before its deadline.
 async fn waiter_after_release(server: &Server, notify: bool) -> Result<(), Error> {
+    common::preload_scripts(server); // so the first counted EVALSHA is the real attempt
     let options = ClientOptions::new().notify_waiters(notify);
     let holder = LockClient::connect_with(&server.url(), options.clone())
         .await

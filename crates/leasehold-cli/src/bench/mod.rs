@@ -206,6 +206,15 @@ fn fresh(bin: &ServerBinary) -> anyhow::Result<Server> {
     Server::start(bin, &ServerOptions::new()).context("cannot start a server")
 }
 
+/// `[[us, fraction], ...]` from an adapter's JSON.
+fn cdf_points(value: &Value) -> Option<Vec<(f64, f64)>> {
+    value
+        .as_array()?
+        .iter()
+        .map(|p| Some((p.get(0)?.as_f64()?.max(1.0), p.get(1)?.as_f64()?)))
+        .collect()
+}
+
 async fn peer_runs(
     peers: &[Peer],
     run: &PeerRun<'_>,
@@ -215,10 +224,16 @@ async fn peer_runs(
 ) {
     for peer in peers {
         match peer.run(run).await {
-            Ok(Some(s)) => out
-                .entry(format!("{}{suffix}", peer.system))
-                .or_default()
-                .push(s),
+            Ok(Some(mut s)) => {
+                let name = format!("{}{suffix}", peer.system);
+                // The adapter's latency CDF goes to the plots, not into the table.
+                if let Some(points) = s.extra.remove("cdf").and_then(|c| cdf_points(&c)) {
+                    let curves = results.cdfs.entry(run.workload.to_string()).or_default();
+                    curves.retain(|(n, _)| *n != name);
+                    curves.push((name.clone(), points));
+                }
+                out.entry(name).or_default().push(s)
+            }
             Ok(None) => {}
             Err(e) => results
                 .notes
@@ -289,9 +304,7 @@ async fn w1(
         Ok(s) => results.put("W1", "redis-benchmark", &s),
         Err(e) => results.notes.push(format!("redis-benchmark W1: {e:#}")),
     }
-    results
-        .cdfs
-        .insert("W1".into(), cdf_src.into_iter().collect());
+    results.cdfs.entry("W1".into()).or_default().extend(cdf_src);
     Ok(())
 }
 

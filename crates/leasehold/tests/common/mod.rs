@@ -69,3 +69,24 @@ async fn until_exists(server: &Server, key: &str, want: bool, bound: Duration) {
 
 /// A generous bound for events that take milliseconds, for a noisy 2-core machine.
 pub const GENEROUS: Duration = Duration::from_secs(20);
+
+/// Loads every script the library uses, so that `INFO commandstats` counts one call per
+/// operation: an `EVALSHA` refused with NOSCRIPT is counted as a call too, and the reload that
+/// follows it would make "the operation ran" indistinguishable from "it was refused".
+pub fn preload_scripts(server: &Server) {
+    use leasehold::{fencing, redlock, strategy};
+    for script in [
+        strategy::ACQUIRE_LUA,
+        strategy::RELEASE_LUA,
+        strategy::RELEASE_NOTIFY_LUA,
+        strategy::EXTEND_LUA,
+        redlock::REDLOCK_ACQUIRE_LUA,
+        redlock::RAISE_FENCE_LUA,
+        fencing::FENCED_WRITE_LUA,
+    ] {
+        let reply = server
+            .command(&["SCRIPT", "LOAD", script])
+            .expect("SCRIPT LOAD");
+        assert!(!reply.is_error(), "{reply:?}");
+    }
+}
