@@ -211,7 +211,9 @@ leasehold_harness::server_test!(async fn redlock_lease_is_lost_without_a_majorit
     let opts = LockOptions::new(Duration::from_secs(2)).auto_extend(true);
     let g = r.try_acquire("k", &opts).await.unwrap().acquired().unwrap();
     g.extend(Duration::from_secs(3)).await.unwrap();
-    assert!(nodes.iter().all(|s| common::pttl(s, "k") > 2000), "extended on every node");
+    // Extended on a majority when extend returns (the last node may still be on its way).
+    let extended = nodes.iter().filter(|s| common::pttl(s, "k") > 2000).count();
+    assert!(extended >= r.quorum(), "extended on {extended} nodes");
     nodes[0].kill();
     nodes[1].kill();
     tokio::time::timeout(HANG_GUARD, g.lost()).await.expect("loss not reported");

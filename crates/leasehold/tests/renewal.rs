@@ -21,10 +21,10 @@ async fn wait_for_renewals(client: &LockClient, at_least: u64) {
     .expect("renewals did not happen");
 }
 
-// A 500 ms lock kept alive through several renewals: still ours, key still there.
+// A 1.5 s lock kept alive through several renewals: still ours, key still there.
 leasehold_harness::server_test!(async fn auto_extend_keeps_the_lock_past_its_ttl(bin) {
     let (server, client) = start(&bin).await;
-    let opts = LockOptions::new(Duration::from_millis(500)).auto_extend(true);
+    let opts = LockOptions::new(Duration::from_millis(1500)).auto_extend(true);
     let g = client.try_acquire("alive", &opts).await.unwrap().acquired().unwrap();
     wait_for_renewals(&client, 6).await; // six renewals at TTL/3: well past one TTL
     assert!(g.is_held());
@@ -113,9 +113,9 @@ leasehold_harness::server_test!(async fn lost_fires_when_no_renewal_succeeds_in_
 // the cap this test would hang (the lease would be renewed forever).
 leasehold_harness::server_test!(async fn max_hold_stops_renewal(bin) {
     let (server, client) = start(&bin).await;
-    let opts = LockOptions::new(Duration::from_millis(400))
+    let opts = LockOptions::new(Duration::from_millis(1000))
         .auto_extend(true)
-        .max_hold(Duration::from_millis(600));
+        .max_hold(Duration::from_millis(1500));
     let g = client.try_acquire("capped", &opts).await.unwrap().acquired().unwrap();
     tokio::time::timeout(HANG_GUARD, g.lost()).await.expect("cap not honoured");
     assert_eq!(g.loss_reason(), Some(LossReason::Expired));
