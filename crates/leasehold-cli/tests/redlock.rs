@@ -4,15 +4,10 @@
 mod support;
 
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
 
 use leasehold_harness::{Server, ServerBinary, ServerOptions, server_test};
-use support::{Run, leasehold, leasehold_env};
-
-/// Only guards against a hang: every wait below ends on an observed event.
-const HANG_GUARD: Duration = Duration::from_secs(90);
+use support::{Run, Running, leasehold, leasehold_env, wait_for_file};
 
 /// `--node-timeout` for every run: a node's answer counts (and the command waits for the
 /// stragglers before it exits) within this bound, generous so that a loaded test machine does
@@ -272,78 +267,11 @@ fn the_same_server_twice_is_a_usage_error() {
     leasehold(&["--node-timeout", "0s", "inspect", "k"]).expect(64);
 }
 
-/// A background `leasehold --url ... run ...`, its stderr in a file.
-struct Running {
-    child: Child,
-    stderr: PathBuf,
-}
-
-impl Running {
-    fn start(servers: &[Server], dir: &Path, args: &[&str]) -> Running {
-        let stderr = dir.join("leasehold.err");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_leasehold"));
-        for s in servers {
-            cmd.args(["--url", &s.url()]);
-        }
-        let child = cmd
-            .args(["--node-timeout", NODE_TIMEOUT, "run"])
-            .args(args)
-            .env_remove("LEASEHOLD_URL")
-            .env_remove("REDIS_URL")
-            .env_remove("LEASEHOLD_TOKEN")
-            .current_dir(dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&stderr).unwrap())
-            .spawn()
-            .unwrap();
-        Running { child, stderr }
-    }
-
-    /// Waits for leasehold to exit; returns its status code and stderr.
-    fn wait(mut self) -> (i32, String) {
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                let stderr = std::fs::read_to_string(&self.stderr).unwrap_or_default();
-                return (status.code().expect("leasehold killed by a signal"), stderr);
-            }
-            assert!(start.elapsed() < HANG_GUARD, "leasehold run did not finish");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Waits until the child has written `path` (a whole line).
-fn wait_for_file(path: &Path) -> String {
-    let start = Instant::now();
-    loop {
-        if let Ok(s) = std::fs::read_to_string(path)
-            && s.ends_with('\n')
-        {
-            return s;
-        }
-        assert!(
-            start.elapsed() < HANG_GUARD,
-            "{} never appeared",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 server_test!(async fn run_passes_the_exit_status_and_releases_on_every_node(bin) {
     let servers = three(&bin);
     let dir = tempfile::tempdir().unwrap();
     for (script, code) in [("exit 0", 0), ("exit 7", 7)] {
-        let (status, stderr) = Running::start(&servers, dir.path(), &["job", "--", "sh", "-c", script]).wait();
+        let (status, stderr) = Running::start(&run_args(&servers), dir.path(), &["job", "--", "sh", "-c", script]).wait();
         assert_eq!(status, code, "{script}: {stderr}");
         for s in &servers {
             assert_eq!(get(s, "job"), None, "lock left on node {} after {script}", node(s));
@@ -351,7 +279,7 @@ server_test!(async fn run_passes_the_exit_status_and_releases_on_every_node(bin)
     }
     // By the time the command starts, every node holds the token it was given.
     let script = "echo \"$LEASEHOLD_TOKEN ${LEASEHOLD_FENCING_TOKEN:-none}\" > env.txt; while [ ! -e go ]; do sleep 0.02; done";
-    let run = Running::start(&servers, dir.path(), &["job", "--fencing", "--", "sh", "-c", script]);
+    let run = Running::start(&run_args(&servers), dir.path(), &["job", "--fencing", "--", "sh", "-c", script]);
     let env = wait_for_file(&dir.path().join("env.txt"));
     let fields: Vec<&str> = env.split_whitespace().collect();
     assert_eq!(fields[1], "1");
@@ -371,7 +299,7 @@ server_test!(async fn losing_the_majority_during_run_is_76(bin) {
     let servers = three(&bin);
     let dir = tempfile::tempdir().unwrap();
     let script = "echo \"$$ $LEASEHOLD_TOKEN\" > pid; exec sleep 600";
-    let run = Running::start(&servers, dir.path(), &["job", "--ttl", "1s", "--", "sh", "-c", script]);
+    let run = Running::start(&run_args(&servers), dir.path(), &["job", "--ttl", "1s", "--", "sh", "-c", script]);
     let started = wait_for_file(&dir.path().join("pid"));
     let (pid, token) = started.trim().split_once(' ').unwrap();
     let pid: i32 = pid.parse().unwrap();
@@ -389,3 +317,13 @@ server_test!(async fn losing_the_majority_during_run_is_76(bin) {
     // The remaining node's copy was released on the way out.
     assert_eq!(get(&servers[2], "job"), None);
 });
+
+/// `--url` for each node and the node timeout, before `run`.
+fn run_args(servers: &[Server]) -> Vec<String> {
+    let mut args: Vec<String> = servers
+        .iter()
+        .flat_map(|s| ["--url".to_string(), s.url()])
+        .collect();
+    args.extend(["--node-timeout".to_string(), NODE_TIMEOUT.to_string()]);
+    args
+}

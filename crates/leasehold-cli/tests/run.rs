@@ -2,96 +2,16 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use leasehold_harness::{Server, ServerOptions, server_test};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use support::leasehold;
+use support::{Running, leasehold, wait_for_file};
 
 /// Only guards against a hang: every wait below ends on an observed event.
 const HANG_GUARD: Duration = Duration::from_secs(90);
-
-/// A background `leasehold --url URL run ...`, its output in files.
-struct Running {
-    child: Child,
-    dir: PathBuf,
-}
-
-impl Running {
-    fn start(url: &str, dir: &Path, args: &[&str]) -> Running {
-        let name = format!("run-{}", std::process::id() ^ rand_suffix());
-        let out = std::fs::File::create(dir.join(format!("{name}.out"))).unwrap();
-        let err_path = dir.join(format!("{name}.err"));
-        let err = std::fs::File::create(&err_path).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
-            .args(["--url", url, "run"])
-            .args(args)
-            .env_remove("LEASEHOLD_URL")
-            .env_remove("REDIS_URL")
-            .env_remove("LEASEHOLD_TOKEN")
-            .current_dir(dir)
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .unwrap();
-        Running {
-            child,
-            dir: err_path,
-        }
-    }
-
-    fn pid(&self) -> Pid {
-        Pid::from_raw(self.child.id() as i32)
-    }
-
-    /// Waits for leasehold to exit; returns its status code and stderr.
-    fn wait(mut self) -> (i32, String) {
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                let stderr = std::fs::read_to_string(&self.dir).unwrap_or_default();
-                return (status.code().expect("leasehold killed by a signal"), stderr);
-            }
-            assert!(start.elapsed() < HANG_GUARD, "leasehold run did not finish");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn rand_suffix() -> u32 {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static N: AtomicU32 = AtomicU32::new(1);
-    N.fetch_add(1, Ordering::Relaxed) << 16
-}
-
-/// Waits until `path` exists (the child writes it when it has started).
-fn wait_for_file(path: &Path) -> String {
-    let start = Instant::now();
-    loop {
-        if let Ok(s) = std::fs::read_to_string(path)
-            && s.ends_with('\n')
-        {
-            return s;
-        }
-        assert!(
-            start.elapsed() < HANG_GUARD,
-            "{} never appeared",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
 
 fn exists(server: &Server, key: &str) -> bool {
     server.command(&["EXISTS", key]).unwrap().as_integer() == Some(1)
@@ -116,7 +36,7 @@ server_test!(async fn exit_status_passes_through_and_the_lock_is_released(bin) {
     let (server, dir) = setup(&bin);
     let url = server.url();
     for (script, code) in [("exit 0", 0), ("exit 7", 7), ("kill -USR1 $$", 128 + 10)] {
-        let run = Running::start(&url, dir.path(), &["job", "--", "sh", "-c", script]);
+        let run = Running::start(&["--url", url.as_str()], dir.path(), &["job", "--", "sh", "-c", script]);
         let (status, stderr) = run.wait();
         assert_eq!(status, code, "{script}: {stderr}");
         assert!(!exists(&server, "job"), "lock left behind after {script}");
@@ -134,7 +54,7 @@ server_test!(async fn the_child_gets_key_token_and_fencing_number(bin) {
             args.push("--fencing");
         }
         args.extend(["--", "sh", "-c", script]);
-        let run = Running::start(&server.url(), dir.path(), &args);
+        let run = Running::start(&["--url", server.url().as_str()], dir.path(), &args);
         let env = wait_for_file(&dir.path().join("env.txt"));
         let fields: Vec<&str> = env.split_whitespace().collect();
         assert_eq!(fields[0], "jobs:env");
@@ -150,7 +70,7 @@ server_test!(async fn the_child_gets_key_token_and_fencing_number(bin) {
 
 server_test!(async fn child_killed_with_sigkill_releases_the_lock(bin) {
     let (server, dir) = setup(&bin);
-    let run = Running::start(&server.url(), dir.path(), &["job", "--", "sh", "-c", "echo $$ > pid; exec sleep 600"]);
+    let run = Running::start(&["--url", server.url().as_str()], dir.path(), &["job", "--", "sh", "-c", "echo $$ > pid; exec sleep 600"]);
     let pid: i32 = wait_for_file(&dir.path().join("pid")).trim().parse().unwrap();
     assert!(exists(&server, "job"));
     kill(Pid::from_raw(pid), Signal::SIGKILL).unwrap();
@@ -164,9 +84,9 @@ server_test!(async fn sigterm_to_leasehold_is_forwarded_then_the_lock_released(b
     let (server, dir) = setup(&bin);
     for (signal, code) in [(Signal::SIGTERM, 143), (Signal::SIGINT, 130), (Signal::SIGHUP, 129)] {
         let _ = std::fs::remove_file(dir.path().join("started"));
-        let run = Running::start(&server.url(), dir.path(), &["job", "--", "sh", "-c", "echo up > started; exec sleep 600"]);
+        let run = Running::start(&["--url", server.url().as_str()], dir.path(), &["job", "--", "sh", "-c", "echo up > started; exec sleep 600"]);
         wait_for_file(&dir.path().join("started"));
-        kill(run.pid(), signal).unwrap();
+        kill(Pid::from_raw(run.pid() as i32), signal).unwrap();
         let (status, stderr) = run.wait();
         assert_eq!(status, code, "{signal}: {stderr}");
         assert!(!exists(&server, "job"), "lock left behind after {signal}");
@@ -179,7 +99,7 @@ server_test!(async fn losing_the_lock_terminates_the_command(bin) {
     let (server, dir) = setup(&bin);
     for tamper in [&["DEL", "job"][..], &["SET", "job", "someone-else"][..]] {
         let _ = std::fs::remove_file(dir.path().join("pid"));
-        let run = Running::start(&server.url(), dir.path(), &["job", "--ttl", "1s", "--", "sh", "-c", "echo $$ > pid; exec sleep 600"]);
+        let run = Running::start(&["--url", server.url().as_str()], dir.path(), &["job", "--ttl", "1s", "--", "sh", "-c", "echo $$ > pid; exec sleep 600"]);
         let pid: i32 = wait_for_file(&dir.path().join("pid")).trim().parse().unwrap();
         server.command(tamper).unwrap();
         let (status, stderr) = run.wait();
@@ -194,7 +114,7 @@ server_test!(async fn losing_the_lock_terminates_the_command(bin) {
 server_test!(async fn a_command_ignoring_sigterm_is_killed_after_the_grace(bin) {
     let (server, dir) = setup(&bin);
     let script = "trap '' TERM; echo $$ > pid; while :; do sleep 0.05; done";
-    let run = Running::start(&server.url(), dir.path(), &["job", "--ttl", "1s", "--kill-grace", "200ms", "--", "sh", "-c", script]);
+    let run = Running::start(&["--url", server.url().as_str()], dir.path(), &["job", "--ttl", "1s", "--kill-grace", "200ms", "--", "sh", "-c", script]);
     let pid: i32 = wait_for_file(&dir.path().join("pid")).trim().parse().unwrap();
     server.command(&["DEL", "job"]).unwrap();
     let (status, stderr) = run.wait();
@@ -206,12 +126,12 @@ server_test!(async fn a_command_ignoring_sigterm_is_killed_after_the_grace(bin) 
 // Two `run --wait` on one key serialize: the second command starts only after the first ended.
 server_test!(async fn two_waiting_runs_serialize(bin) {
     let (server, dir) = setup(&bin);
-    let first = Running::start(&server.url(), dir.path(), &["job", "--wait", "60s", "--", "sh", "-c",
+    let first = Running::start(&["--url", server.url().as_str()], dir.path(), &["job", "--wait", "60s", "--", "sh", "-c",
         "echo 'A start' >> order; while [ ! -e release-a ]; do sleep 0.02; done; echo 'A end' >> order"]);
     wait_for_file(&dir.path().join("order"));
     // The second run subscribes to the key's release channel before its first attempt: once it
     // is subscribed and A still holds the lock, B is waiting.
-    let second = Running::start(&server.url(), dir.path(), &["job", "--wait", "60s", "--", "sh", "-c",
+    let second = Running::start(&["--url", server.url().as_str()], dir.path(), &["job", "--wait", "60s", "--", "sh", "-c",
         "echo 'B start' >> order; echo 'B end' >> order"]);
     let channel = leasehold::release_channel("job");
     let start = Instant::now();

@@ -3,7 +3,8 @@
 #![allow(dead_code)]
 
 use std::io::Read;
-use std::process::{Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -101,5 +102,76 @@ pub fn assert_lines_in_order(text: &str, expected: &[&str]) {
             lines.any(|l| l == *want),
             "line {want:?} missing (or out of order) in:\n{text}"
         );
+    }
+}
+
+/// A background `leasehold <global args> run <args>` in `dir`; stdout is discarded, stderr kept
+/// in a file of its own (several may run at once in one directory). Killed on drop.
+pub struct Running {
+    child: Child,
+    stderr: PathBuf,
+}
+
+impl Running {
+    pub fn start<S: AsRef<std::ffi::OsStr>>(global: &[S], dir: &Path, args: &[&str]) -> Running {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let stderr = dir.join(format!(
+            "leasehold-{}.err",
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+            .args(global)
+            .arg("run")
+            .args(args)
+            .env_remove("LEASEHOLD_URL")
+            .env_remove("REDIS_URL")
+            .env_remove("LEASEHOLD_TOKEN")
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&stderr).expect("stderr file"))
+            .spawn()
+            .expect("spawn leasehold run");
+        Running { child, stderr }
+    }
+
+    /// The leasehold process's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits for leasehold to exit (bounded); returns its status code and stderr.
+    pub fn wait(mut self) -> (i32, String) {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait for leasehold") {
+                let stderr = std::fs::read_to_string(&self.stderr).unwrap_or_default();
+                return (status.code().expect("leasehold killed by a signal"), stderr);
+            }
+            assert!(start.elapsed() < BOUND, "leasehold run did not finish");
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Waits until the child has written `path` (a whole line) and returns it.
+pub fn wait_for_file(path: &Path) -> String {
+    let start = Instant::now();
+    loop {
+        if let Ok(s) = std::fs::read_to_string(path)
+            && s.ends_with('\n')
+        {
+            return s;
+        }
+        assert!(start.elapsed() < BOUND, "{} never appeared", path.display());
+        thread::sleep(Duration::from_millis(10));
     }
 }
