@@ -83,7 +83,7 @@ impl Command {
             Command::Inspect(a) => &a.servers,
             Command::Run(a) => &a.servers,
             // The benchmark starts its own servers.
-            Command::Bench(_) => &NO_SERVERS,
+            Command::Bench(_) | Command::Check(_) | Command::CheckWorker(_) => &NO_SERVERS,
         }
     }
 }
@@ -93,7 +93,7 @@ static NO_SERVERS: ServerArgs = ServerArgs {
     node_timeout: None,
 };
 
-/// The subcommands. (`check` is planned.)
+/// The subcommands.
 #[derive(Debug, Subcommand)]
 #[non_exhaustive]
 pub enum Command {
@@ -136,6 +136,94 @@ pub enum Command {
     /// libraries installed by bench/install-peers, and writes latest.json, latest.md and SVG
     /// plots to --out. scripts/bench installs the peers and runs this.
     Bench(BenchArgs),
+    /// Fault injection against a fenced register: do the locks keep the data correct?
+    ///
+    /// Spawns worker processes that loop acquire -> read a register -> work -> write register+1
+    /// with their fencing token -> release, injects faults on a seeded schedule (pause: SIGSTOP
+    /// the holder for twice the TTL; kill: kill -9 the holder), and reports overlapping critical
+    /// sections, stale writes attempted and accepted, lost increments, and the longest idle gap,
+    /// with report.json and timeline.svg in --out. Exit 1 if, with fencing on, a stale write was
+    /// accepted or an increment lost.
+    Check(CheckArgs),
+    /// One worker process of `check` (internal).
+    #[command(hide = true)]
+    CheckWorker(CheckWorkerArgs),
+}
+
+/// Arguments of `leasehold check`.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Worker processes.
+    #[arg(long, default_value_t = 4)]
+    pub workers: u64,
+    /// How long to run.
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration, default_value = "20s")]
+    pub duration: Duration,
+    /// The lock's TTL.
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration, default_value = "300ms")]
+    pub ttl: Duration,
+    /// How long each worker works while holding the lock.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "20ms")]
+    pub work: Duration,
+    /// Faults to inject, in turn (pause, kill).
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub faults: Vec<String>,
+    /// Seed of the fault schedule.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Where the register lives (redis).
+    #[arg(long, default_value = "redis")]
+    pub register: String,
+    /// How workers release: `token` (the library) or `del` (the seed's bug, to show it).
+    #[arg(long, default_value = "token", value_parser = ["token", "del"])]
+    pub release: String,
+    /// Write the register without the fencing token (to show what fencing prevents).
+    #[arg(long)]
+    pub no_fencing: bool,
+    /// Output directory (report.json, timeline.svg, logs/).
+    #[arg(long, value_name = "DIR", default_value = "check-results")]
+    pub out: std::path::PathBuf,
+}
+
+/// Arguments of the internal `check-worker`.
+#[derive(Debug, Args)]
+pub struct CheckWorkerArgs {
+    /// The lock server.
+    #[arg(long)]
+    pub lock_url: String,
+    /// The register's server.
+    #[arg(long)]
+    pub register_url: String,
+    /// The lock key.
+    #[arg(long)]
+    pub key: String,
+    /// The register's key.
+    #[arg(long)]
+    pub register_key: String,
+    /// This worker's number.
+    #[arg(long)]
+    pub id: u64,
+    /// The lock's TTL.
+    #[arg(long, value_parser = parse_positive_duration)]
+    pub ttl: Duration,
+    /// Work per critical section.
+    #[arg(long, value_parser = parse_duration)]
+    pub work: Duration,
+    /// The event log (JSON lines).
+    #[arg(long)]
+    pub log: std::path::PathBuf,
+    /// Where to record `token worker pid` at each acquisition.
+    #[arg(long)]
+    pub holders: std::path::PathBuf,
+    /// Stop when this file exists.
+    #[arg(long)]
+    pub stop_file: std::path::PathBuf,
+    /// Write without the fencing token.
+    #[arg(long)]
+    pub no_fencing: bool,
+    /// Release with a plain DEL.
+    #[arg(long)]
+    pub release_del: bool,
 }
 
 /// Arguments of `leasehold bench`.

@@ -36,6 +36,7 @@
 
 mod acquire;
 mod bench;
+mod check;
 mod cli;
 mod demo;
 mod exit;
@@ -50,8 +51,8 @@ mod target;
 use std::process::ExitCode;
 
 pub use cli::{
-    AcquireArgs, BenchArgs, Cli, Command, DemoArgs, ExtendArgs, InspectArgs, OutputArgs,
-    ReleaseArgs, RunArgs, ServerArgs,
+    AcquireArgs, BenchArgs, CheckArgs, CheckWorkerArgs, Cli, Command, DemoArgs, ExtendArgs,
+    InspectArgs, OutputArgs, ReleaseArgs, RunArgs, ServerArgs,
 };
 pub use exit::Exit;
 
@@ -99,6 +100,15 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             bench::run(args).await
         }
+        Command::Check(args) => {
+            if !given_urls.is_empty() {
+                return Err(
+                    Usage("check starts its own servers: --url does not apply".into()).into(),
+                );
+            }
+            return check::run(args).await;
+        }
+        Command::CheckWorker(args) => check::worker::run(args).await,
     }
     .map(|()| Exit::Success.into())
 }
