@@ -22,6 +22,14 @@
 //! token, is ever accepted afterwards. Assumption: all writers go through the fenced write, and
 //! numbers stay below 2^53 (Lua numbers are doubles).
 //!
+//! **Read-modify-write needs the number at first contact.** A write check alone lets this
+//! happen: A (number 1) reads v; A's lease expires; B (number 2) reads v; A writes v+1 (accepted:
+//! the register has seen nothing above 1); B writes v+1 (accepted: 2 > 1) and A's increment is
+//! lost. [`FencedStore::read_fenced`] applies the same rule to the read and *claims* the number,
+//! so once B has read, A's write is refused. Guarantee: if every holder reads with
+//! `read_fenced` and writes with `write`, the writes that are accepted apply in fencing order and
+//! none is based on a value another accepted write has since replaced.
+//!
 //! The resource stores a SHA-1 of the writer's token, not the token itself: the token is a
 //! capability to release the lock, and the resource only needs equality.
 
@@ -100,6 +108,34 @@ return {1, ARGV[1]}";
 
 static FENCED_WRITE: LazyLock<Script> = LazyLock::new(|| Script::new(FENCED_WRITE_LUA));
 
+/// The fenced read: the same check as the write, and on success the number is claimed (the
+/// register remembers it as the highest seen) before the value is returned.
+pub const FENCED_READ_LUA: &str = "\
+local n = tonumber(ARGV[1])
+local writer = redis.sha1hex(ARGV[2])
+local seen = redis.call('hget', KEYS[1], 'fence')
+if seen then
+  local s = tonumber(seen)
+  if n < s then return {0, seen} end
+  if n == s and redis.call('hget', KEYS[1], 'writer') ~= writer then return {0, seen} end
+end
+redis.call('hset', KEYS[1], 'fence', ARGV[1], 'writer', writer)
+return {1, redis.call('hget', KEYS[1], 'value')}";
+
+static FENCED_READ: LazyLock<Script> = LazyLock::new(|| Script::new(FENCED_READ_LUA));
+
+/// The outcome of a fenced read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FencedRead {
+    /// The number is now the register's highest; here is the value (None if never written).
+    Accepted(Option<Vec<u8>>),
+    /// Refused: the register has seen `highest` (greater, or equal from another holder).
+    Rejected {
+        /// The highest number the register has seen.
+        highest: u64,
+    },
+}
+
 /// A Redis hash used as a fenced register: the protected resource's side of fencing.
 ///
 /// It can live on the lock's server or (better: lock faults then cannot touch it) on another.
@@ -151,6 +187,40 @@ impl FencedStore {
             FencedWrite::Accepted
         } else {
             FencedWrite::Rejected { highest }
+        })
+    }
+
+    /// Reads `key` for a read-modify-write under the lock: refused like a write if `fence` is
+    /// stale, and on success it *claims* the number, so that any holder with a lower number can
+    /// no longer write (see the module docs).
+    ///
+    /// # Errors
+    /// [`Error::Server`] (`WRONGTYPE`), [`Error::Connection`].
+    pub async fn read_fenced(&self, key: &str, fence: &Fence) -> Result<FencedRead> {
+        crate::token::validate_key(key)?;
+        let mut conn = self.conn.clone();
+        let (ok, payload): (i64, redis::Value) = FENCED_READ
+            .key(key)
+            .arg(fence.number)
+            .arg(fence.token.expose())
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| Error::from_redis(Operation::FencedWrite, e))?;
+        let text = |v: redis::Value| -> Option<Vec<u8>> {
+            match v {
+                redis::Value::BulkString(b) => Some(b),
+                redis::Value::SimpleString(s) => Some(s.into_bytes()),
+                redis::Value::Int(n) => Some(n.to_string().into_bytes()),
+                _ => None,
+            }
+        };
+        Ok(if ok == 1 {
+            FencedRead::Accepted(text(payload))
+        } else {
+            let highest = text(payload)
+                .and_then(|b| String::from_utf8_lossy(&b).parse().ok())
+                .unwrap_or(0);
+            FencedRead::Rejected { highest }
         })
     }
 

@@ -18,7 +18,7 @@ pub mod waiting;
 pub use client::{LockClient, LockState, TryAcquire};
 pub use connection::ClientConnection;
 pub use error::{Error, Operation, Result};
-pub use fencing::{Fence, FencedStore, FencedValue, FencedWrite};
+pub use fencing::{Fence, FencedRead, FencedStore, FencedValue, FencedWrite};
 pub use guard::{Lease, LockGuard, LossReason, clock_drift};
 pub use options::{Backoff, ClientOptions, LockOptions, MAX_TTL, MIN_TTL, OnLoss};
 pub use redlock::{NodeOutcome, NodeReport, NodeReports, Redlock, RedlockOptions};

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use leasehold::{Fence, FencedStore, FencedWrite, LockOptions, LockToken};
+use leasehold::{Fence, FencedRead, FencedStore, FencedWrite, LockOptions, LockToken};
 
 const LONG: Duration = Duration::from_secs(60);
 
@@ -95,4 +95,35 @@ leasehold_harness::server_test!(async fn equal_number_from_another_token_is_reje
     server.command(&["SET", "str", "x"]).unwrap();
     let err = store.write("str", &Fence::new(1, LockToken::random()), "v").await.unwrap_err();
     assert!(matches!(err, leasehold::Error::Server { .. }), "{err:?}");
+});
+
+// The lost update a write check alone allows, and the fenced read that prevents it: A (1) reads,
+// B (2) reads, A writes. Without the claim on read, A's write is accepted and B's increment then
+// overwrites it; with read_fenced, A's write is refused once B has read.
+leasehold_harness::server_test!(async fn fenced_read_claims_the_number(bin) {
+    let (_server, client) = start(&bin).await;
+    let store = FencedStore::new(client.connection());
+    let a = Fence::new(1, LockToken::new("holder-a").unwrap());
+    let b = Fence::new(2, LockToken::new("holder-b").unwrap());
+
+    // Plain reads: the lost update happens.
+    assert!(store.write("plain", &Fence::new(0, LockToken::new("init").unwrap()), 10).await.unwrap().is_accepted());
+    let _ = store.read("plain").await.unwrap();
+    let _ = store.read("plain").await.unwrap();
+    assert!(store.write("plain", &a, 11).await.unwrap().is_accepted(), "A's write passes the write check");
+    assert!(store.write("plain", &b, 11).await.unwrap().is_accepted());
+    assert_eq!(store.read("plain").await.unwrap().unwrap().value, b"11", "two increments, one survives");
+
+    // Fenced reads: A's write is refused after B has read.
+    assert!(store.write("fenced", &Fence::new(0, LockToken::new("init").unwrap()), 10).await.unwrap().is_accepted());
+    assert_eq!(store.read_fenced("fenced", &a).await.unwrap(), FencedRead::Accepted(Some(b"10".to_vec())));
+    assert_eq!(store.read_fenced("fenced", &b).await.unwrap(), FencedRead::Accepted(Some(b"10".to_vec())));
+    assert_eq!(store.write("fenced", &a, 11).await.unwrap(), FencedWrite::Rejected { highest: 2 });
+    assert!(store.write("fenced", &b, 11).await.unwrap().is_accepted());
+    // A stale reader is refused too, and an equal number from another token.
+    assert_eq!(store.read_fenced("fenced", &a).await.unwrap(), FencedRead::Rejected { highest: 2 });
+    let other = Fence::new(2, LockToken::new("holder-c").unwrap());
+    assert_eq!(store.read_fenced("fenced", &other).await.unwrap(), FencedRead::Rejected { highest: 2 });
+    // A register never written reads as None.
+    assert_eq!(store.read_fenced("empty", &a).await.unwrap(), FencedRead::Accepted(None));
 });

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use anyhow::Context;
-use leasehold::{Fence, FencedStore, LockClient, LockOptions};
+use leasehold::{Fence, FencedRead, FencedStore, LockClient, LockOptions};
 use serde_json::json;
 
 use crate::cli::CheckWorkerArgs;
@@ -63,11 +63,27 @@ pub(crate) async fn run(args: CheckWorkerArgs) -> anyhow::Result<()> {
                 format!("{} {w} {}\n", guard.token().expose(), std::process::id()).as_bytes(),
             )?;
 
-        let value = match store.read(&args.register_key).await? {
-            Some(v) => String::from_utf8_lossy(&v.value)
-                .parse::<u64>()
-                .unwrap_or(0),
-            None => 0,
+        let parse = |b: &[u8]| String::from_utf8_lossy(b).parse::<u64>().unwrap_or(0);
+        let fence_of_guard = Fence::new(fence, guard.token().clone());
+        let value = if args.no_fencing {
+            store
+                .read(&args.register_key)
+                .await?
+                .map_or(0, |v| parse(&v.value))
+        } else {
+            // Claim the number at first contact, so a superseded holder's write is refused.
+            match store
+                .read_fenced(&args.register_key, &fence_of_guard)
+                .await?
+            {
+                FencedRead::Accepted(v) => v.as_deref().map_or(0, parse),
+                FencedRead::Rejected { highest } => {
+                    log.event(json!({"ev": "read", "w": w, "t": now_ms(), "rejected": true, "highest": highest}))?;
+                    let held = guard.release().await.is_ok();
+                    log.event(json!({"ev": "released", "w": w, "t": now_ms(), "held": held}))?;
+                    continue;
+                }
+            }
         };
         log.event(json!({"ev": "read", "w": w, "t": now_ms(), "value": value}))?;
         tokio::time::sleep(args.work).await;
@@ -83,11 +99,7 @@ pub(crate) async fn run(args: CheckWorkerArgs) -> anyhow::Result<()> {
             true
         } else {
             store
-                .write(
-                    &args.register_key,
-                    &Fence::new(fence, guard.token().clone()),
-                    value + 1,
-                )
+                .write(&args.register_key, &fence_of_guard, value + 1)
                 .await?
                 .is_accepted()
         };
