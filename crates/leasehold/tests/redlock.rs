@@ -111,26 +111,27 @@ leasehold_harness::server_test!(async fn a_stopped_node_does_not_block_acquisiti
 });
 
 // A slow node that the majority needs: the time it costs comes off the validity. Node 0 is
-// down, node 1 frozen until after node 2 has granted; the acquisition cannot finish before node
-// 1 is resumed, so the validity left is at most ttl - drift - (resume - call).
+// down, node 1 frozen until after node 2 has granted. The attempt's clock started before node 2
+// had the key (`seen`) and cannot finish before node 1 is resumed, so the validity left is at
+// most ttl - drift - (resumed - seen).
 leasehold_harness::server_test!(async fn a_slow_node_shrinks_the_validity(bin) {
     let mut nodes = servers(&bin, 3, &ServerOptions::new());
     let r = redlock(&nodes, Duration::from_secs(20)).await;
     let ttl = Duration::from_secs(30);
     nodes[0].kill();
     nodes[1].pause().unwrap();
-    let called = Instant::now();
     let task = {
         let r = r.clone();
         tokio::spawn(async move { r.try_acquire("k", &LockOptions::new(ttl)).await })
     };
     common::until_present(&nodes[2], "k", HANG_GUARD).await; // the requests are out
+    let seen = Instant::now();
     tokio::time::sleep(Duration::from_millis(300)).await; // node 1 stays slow a while
     let resumed = Instant::now();
     nodes[1].resume().unwrap();
     let g = tokio::time::timeout(HANG_GUARD, task).await.expect("hung").unwrap().unwrap().acquired().expect("acquired");
     let drift = RedlockOptions::new().drift_for(ttl);
-    let bound = (ttl - drift).saturating_sub(resumed - called);
+    let bound = (ttl - drift).saturating_sub(resumed - seen);
     assert!(g.lease().remaining() <= bound, "{:?} > {bound:?}", g.lease().remaining());
     assert!(g.lease().remaining() < ttl - drift - Duration::from_millis(300));
     g.release().await.unwrap();
