@@ -165,14 +165,25 @@ pub struct CheckArgs {
     /// How long each worker works while holding the lock.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "20ms")]
     pub work: Duration,
-    /// Faults to inject, in turn (pause, kill).
+    /// Faults to inject, in turn: pause, kill (a holder); restart (the lock server: with
+    /// AOF and without, in turn; or restart-aof / restart-noaof), stall (SIGSTOP the lock
+    /// server), failover (promote its replica); with --nodes > 1 restart and stall hit a
+    /// minority of the nodes.
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub faults: Vec<String>,
+    /// Lock servers: 1 (a plain lock), or an odd number >= 3 (Redlock over them).
+    #[arg(long, default_value_t = 1)]
+    pub nodes: usize,
+    /// The server of the matrix to run the locks on (default redis8 if installed, else the
+    /// newest installed).
+    #[arg(long, value_name = "FLAVOR")]
+    pub server: Option<Flavor>,
     /// Seed of the fault schedule.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Where the register lives (redis).
-    #[arg(long, default_value = "redis")]
+    /// Where the register lives: redis (the library's FencedStore), or postgres (a real
+    /// PostgreSQL, one row updated only by a holder whose number is not below the row's).
+    #[arg(long, default_value = "redis", value_parser = ["redis", "postgres"])]
     pub register: String,
     /// How workers release: `token` (the library) or `del` (the seed's bug, to show it).
     #[arg(long, default_value = "token", value_parser = ["token", "del"])]
@@ -188,18 +199,22 @@ pub struct CheckArgs {
 /// Arguments of the internal `check-worker`.
 #[derive(Debug, Args)]
 pub struct CheckWorkerArgs {
-    /// The lock server.
+    /// A file listing the lock servers' URLs, one per line (re-read after errors: a failover
+    /// changes it).
     #[arg(long)]
-    pub lock_url: String,
+    pub lock_urls: std::path::PathBuf,
+    /// The register's kind (redis or postgres).
+    #[arg(long, value_parser = ["redis", "postgres"])]
+    pub register: String,
     /// The register's server.
     #[arg(long)]
     pub register_url: String,
+    /// Seeds this worker's work-time jitter.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
     /// The lock key.
     #[arg(long)]
     pub key: String,
-    /// The register's key.
-    #[arg(long)]
-    pub register_key: String,
     /// This worker's number.
     #[arg(long)]
     pub id: u64,

@@ -41,6 +41,25 @@ pub enum HarnessError {
     #[error("timed out: {0}")]
     Timeout(String),
 
+    /// A program the harness needs is not installed (e.g. PostgreSQL's server binaries).
+    #[error("{0} (run scripts/install-servers)")]
+    NotInstalled(String),
+
+    /// Preparing a server failed before it was started (system user lookup, ownership of its
+    /// directory, `initdb`).
+    #[error(
+        "setting up {what} failed: {reason}\n\
+         --- tail of the log ---\n{log_tail}"
+    )]
+    Setup {
+        /// What was being set up, e.g. `PostgreSQL in /tmp/leasehold-postgres-1a2b3c`.
+        what: String,
+        /// What went wrong.
+        reason: String,
+        /// The last lines of the tool's output, if any.
+        log_tail: String,
+    },
+
     /// A file is not a redis/valkey server binary the harness understands.
     #[error("{}: not a usable redis/valkey server binary ({reason})", path.display())]
     UnknownBinary {

@@ -7,6 +7,8 @@
 //! * [`Server`] owns one server process with its own temporary directory and a free
 //!   loopback port; it can be killed, stopped, paused, resumed, restarted on the same port,
 //!   given a replica and promoted. Dropping it kills the process (also on panic unwinding).
+//! * [`Postgres`] owns one PostgreSQL server (from the system's packages, found by
+//!   [`find_postgres`]) with a fresh `initdb` cluster in its own temporary directory.
 //! * [`SilentServer`] is a TCP listener that accepts connections and never answers.
 //! * [`server_test!`] declares one `#[tokio::test]` per matrix flavor.
 //!
@@ -19,6 +21,7 @@
 mod discover;
 mod error;
 mod macros;
+mod postgres;
 mod resp;
 mod server;
 mod silent;
@@ -28,6 +31,7 @@ pub use discover::{
     discover_uncached, find, require_full_matrix, servers_cache_dir,
 };
 pub use error::HarnessError;
+pub use postgres::{POSTGRES_DATABASE, POSTGRES_USER, Postgres, find_postgres, postgres_for_test};
 pub use resp::RespValue;
 pub use server::{Server, ServerOptions};
 pub use silent::SilentServer;

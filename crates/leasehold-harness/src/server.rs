@@ -436,7 +436,7 @@ static RESERVED: std::sync::Mutex<std::collections::BTreeSet<u16>> =
 
 /// A port that was free a moment ago and that no live `Server` of this process owns; it stays
 /// reserved until [`release_port`].
-fn free_port() -> Result<u16, HarnessError> {
+pub(crate) fn free_port() -> Result<u16, HarnessError> {
     // Kept bound while we pick, so the kernel hands out different ports meanwhile.
     let mut held = Vec::new();
     loop {
@@ -451,7 +451,8 @@ fn free_port() -> Result<u16, HarnessError> {
     }
 }
 
-fn release_port(port: u16) {
+/// Gives back a port from [`free_port`].
+pub(crate) fn release_port(port: u16) {
     RESERVED
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -666,8 +667,13 @@ fn probe(port: u16, password: Option<&str>, pid: u32) -> Probe {
 }
 
 fn log_tail(dir: &Path, lines: usize) -> String {
+    log_files_tail(dir, &[SERVER_LOG, STDIO_LOG], lines)
+}
+
+/// The last `lines` lines of each of the files `names` in `dir`, each under a `[name]` header.
+pub(crate) fn log_files_tail(dir: &Path, names: &[&str], lines: usize) -> String {
     let mut out = String::new();
-    for name in [SERVER_LOG, STDIO_LOG] {
+    for name in names {
         let Ok(text) = fs::read_to_string(dir.join(name)) else {
             continue;
         };

@@ -119,7 +119,7 @@ fn median_summary(runs: &[Summary]) -> Summary {
     out
 }
 
-fn pick_server(flavor: Option<Flavor>) -> anyhow::Result<ServerBinary> {
+pub(crate) fn pick_server(flavor: Option<Flavor>) -> anyhow::Result<ServerBinary> {
     let found = match flavor {
         Some(f) => leasehold_harness::find(f),
         None => leasehold_harness::find(Flavor::Redis8)

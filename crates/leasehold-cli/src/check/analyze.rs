@@ -14,6 +14,9 @@ pub(crate) struct Hold {
     pub(crate) start: f64,
     pub(crate) end: f64,
     pub(crate) fence: u64,
+    /// When the worker asked for the lock: the lease cannot outlive `asked + ttl` (the server
+    /// set its TTL after that), so this bounds the lease's validity.
+    pub(crate) asked: f64,
 }
 
 /// A write at the register.
@@ -31,7 +34,10 @@ pub(crate) struct Write {
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Fault {
     pub(crate) kind: String,
+    /// The worker a `pause` or `kill` hit.
     pub(crate) worker: Option<u64>,
+    /// The lock nodes a server fault hit (indexes).
+    pub(crate) nodes: Vec<usize>,
     pub(crate) start: f64,
     pub(crate) end: f64,
 }
@@ -40,6 +46,7 @@ pub(crate) struct Fault {
 pub(crate) struct Counts {
     pub(crate) acquisitions: u64,
     pub(crate) overlaps: u64,
+    pub(crate) overlaps_within_ttl: u64,
     pub(crate) stale_writes_attempted: u64,
     pub(crate) stale_writes_accepted: u64,
 }
@@ -49,6 +56,14 @@ pub(crate) struct Analysis {
     pub(crate) acquisitions: u64,
     pub(crate) writes_acknowledged: u64,
     pub(crate) overlaps: u64,
+    /// Overlaps while both leases were still within their TTL: two holders the lock server
+    /// itself let in at once. Impossible with a token-checked release unless the server lost
+    /// the lock (a restart without persistence, a failover).
+    pub(crate) overlaps_within_ttl: u64,
+    /// Reads refused by the register (a later holder had claimed a higher number first).
+    pub(crate) stale_reads_rejected: u64,
+    /// Lock operations that failed (server down, stalled, moved).
+    pub(crate) lock_errors: u64,
     pub(crate) stale_writes_attempted: u64,
     pub(crate) stale_writes_accepted: u64,
     pub(crate) lost_increments: i64,
@@ -60,6 +75,16 @@ pub(crate) struct Analysis {
     pub(crate) writes: Vec<Write>,
     #[serde(skip)]
     pub(crate) overlap_spans: Vec<(f64, f64)>,
+}
+
+/// See where it is used.
+const CLOCK_ALLOWANCE_MS: f64 = 1.0;
+
+/// One pair of overlapping critical sections.
+struct Overlap {
+    start: f64,
+    end: f64,
+    within_ttl: bool,
 }
 
 /// Reads every `*.log` in `dir` and analyses them against the register's final value.
@@ -89,6 +114,8 @@ pub(crate) fn analyze(
     let mut acquisitions_at: Vec<(f64, u64)> = Vec::new();
     let mut writes = Vec::new();
     let mut highest: Option<(u64, u64)> = None;
+    let mut stale_reads_rejected = 0;
+    let mut lock_errors = 0;
     for e in &events {
         let w = e["w"].as_u64().unwrap_or(0);
         match e["ev"].as_str() {
@@ -104,12 +131,14 @@ pub(crate) fn analyze(
                         start: t(e),
                         end: t(e),
                         fence: e["fence"].as_u64().unwrap_or(0),
+                        asked: e["asked"].as_f64().unwrap_or(t(e)),
                     },
                 );
             }
             Some("write") => {
-                // Stale: the register had already taken a write with a higher number, or with
-                // the same number from another worker (what fencing must refuse).
+                // Stale: a holder with a higher number (or the same number, another worker)
+                // had already been at the register, by a read or a write: this writer was
+                // superseded, and fencing must refuse it.
                 let fence = e["fence"].as_u64().unwrap_or(0);
                 let stale = highest.is_some_and(|(n, by)| fence < n || (fence == n && by != w));
                 let accepted = e["accepted"].as_bool().unwrap_or(false);
@@ -123,6 +152,17 @@ pub(crate) fn analyze(
                     stale,
                 });
             }
+            Some("read") if e["rejected"].as_bool() == Some(true) => stale_reads_rejected += 1,
+            Some("read") => {
+                // A read that went through (fenced or not) is this holder's first contact
+                // with the register: from then on, lower numbers are superseded.
+                if let Some(fence) = e["fence"].as_u64()
+                    && highest.is_none_or(|(n, _)| fence > n)
+                {
+                    highest = Some((fence, w));
+                }
+            }
+            Some("error") => lock_errors += 1,
             Some("released") => {
                 if let Some(h) = open.remove(&w) {
                     holds.push(Hold { end: t(e), ..h });
@@ -146,14 +186,22 @@ pub(crate) fn analyze(
     }
     holds.sort_by(|a, b| a.start.total_cmp(&b.start));
 
-    let mut overlap_spans = Vec::new();
+    let mut overlaps = Vec::new();
     for (i, a) in holds.iter().enumerate() {
         for b in &holds[i + 1..] {
             if b.start >= a.end {
                 break;
             }
             if a.worker != b.worker {
-                overlap_spans.push((b.start, a.end.min(b.end)));
+                let end = a.end.min(b.end);
+                let valid_until = (a.asked + ttl_ms).min(b.asked + ttl_ms).min(end);
+                overlaps.push(Overlap {
+                    start: b.start,
+                    end,
+                    // 1 ms of allowance: the server expires keys by its own clock, the logs
+                    // use CLOCK_MONOTONIC, and the two may run at slightly different rates.
+                    within_ttl: b.start < valid_until - CLOCK_ALLOWANCE_MS,
+                });
             }
         }
     }
@@ -184,11 +232,14 @@ pub(crate) fn analyze(
             .or_default()
             .acquisitions += 1;
     }
-    for (start, _) in &overlap_spans {
-        per_fault
-            .entry(in_fault(*start).unwrap_or("none").into())
-            .or_default()
-            .overlaps += 1;
+    for o in &overlaps {
+        let c = per_fault
+            .entry(in_fault(o.start).unwrap_or("none").into())
+            .or_default();
+        c.overlaps += 1;
+        if o.within_ttl {
+            c.overlaps_within_ttl += 1;
+        }
     }
     for w in writes.iter().filter(|w| w.stale) {
         let c = per_fault
@@ -203,7 +254,10 @@ pub(crate) fn analyze(
     Ok(Analysis {
         acquisitions: acquisitions_at.len() as u64,
         writes_acknowledged: acknowledged,
-        overlaps: overlap_spans.len() as u64,
+        overlaps: overlaps.len() as u64,
+        overlaps_within_ttl: overlaps.iter().filter(|o| o.within_ttl).count() as u64,
+        stale_reads_rejected,
+        lock_errors,
         stale_writes_attempted: writes.iter().filter(|w| w.stale).count() as u64,
         stale_writes_accepted: writes.iter().filter(|w| w.stale && w.accepted).count() as u64,
         lost_increments: acknowledged as i64 - final_value as i64,
@@ -211,6 +265,6 @@ pub(crate) fn analyze(
         per_fault,
         holds,
         writes,
-        overlap_spans,
+        overlap_spans: overlaps.iter().map(|o| (o.start, o.end)).collect(),
     })
 }

@@ -7,6 +7,9 @@ use plotters::prelude::*;
 
 use super::analyze::{Analysis, Fault};
 
+/// Empty rows above the workers, where the legend goes.
+const LEGEND_ROWS: u64 = 5;
+
 pub(crate) fn draw(
     path: &Path,
     a: &Analysis,
@@ -16,7 +19,8 @@ pub(crate) fn draw(
 ) -> anyhow::Result<()> {
     let workers = a.holds.iter().map(|h| h.worker).max().unwrap_or(0) + 1;
     let secs = |t: f64| (t - t0) / 1000.0;
-    let root = SVGBackend::new(path, (1200, 120 + 28 * workers as u32)).into_drawing_area();
+    let root = SVGBackend::new(path, (1200, 120 + 28 * (workers + LEGEND_ROWS) as u32))
+        .into_drawing_area();
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(&root)
         .caption(
@@ -26,54 +30,97 @@ pub(crate) fn draw(
         .margin(10)
         .x_label_area_size(35)
         .y_label_area_size(60)
-        .build_cartesian_2d(0.0..secs(t1).max(0.1), 0.0..workers as f64)?;
+        .build_cartesian_2d(0.0..secs(t1).max(0.1), 0.0..(workers + LEGEND_ROWS) as f64)?;
     chart
         .configure_mesh()
         .x_desc("seconds")
         .y_desc("worker")
-        .y_labels(workers as usize + 1)
+        .y_labels((workers + LEGEND_ROWS) as usize + 1)
+        .y_label_formatter(&|y| {
+            if *y < workers as f64 {
+                format!("{}", *y as u64)
+            } else {
+                String::new()
+            }
+        })
         .draw()?;
     let shade = |kind: &str| match kind {
-        "pause" => RGBColor(255, 200, 120).mix(0.35),
-        _ => RGBColor(200, 160, 255).mix(0.35),
+        "pause" => RGBColor(255, 190, 100),
+        "kill" => RGBColor(190, 150, 255),
+        "stall" => RGBColor(120, 200, 255),
+        "failover" => RGBColor(120, 220, 140),
+        _ => RGBColor(200, 200, 200), // restarts
     };
-    chart.draw_series(faults.iter().map(|f| {
-        Rectangle::new(
-            [(secs(f.start), 0.0), (secs(f.end), workers as f64)],
-            shade(&f.kind).filled(),
-        )
-    }))?;
-    chart.draw_series(a.holds.iter().map(|h| {
-        let y = h.worker as f64;
-        Rectangle::new(
-            [
-                (secs(h.start), y + 0.2),
-                (secs(h.end).max(secs(h.start) + 0.002), y + 0.8),
-            ],
-            RGBColor(31, 119, 180).filled(),
-        )
-    }))?;
-    chart.draw_series(a.overlap_spans.iter().map(|(s, e)| {
-        Rectangle::new(
-            [
-                (secs(*s), 0.0),
-                (secs(*e).max(secs(*s) + 0.004), workers as f64),
-            ],
-            RED.mix(0.25).filled(),
-        )
-    }))?;
-    chart.draw_series(
-        a.writes
-            .iter()
-            .filter(|w| !w.accepted)
-            .map(|w| Cross::new((secs(w.t), w.worker as f64 + 0.5), 5, RED.stroke_width(2))),
-    )?;
-    chart.draw_series(
-        a.writes
-            .iter()
-            .filter(|w| w.accepted && w.stale)
-            .map(|w| TriangleMarker::new((secs(w.t), w.worker as f64 + 0.5), 6, BLACK.filled())),
-    )?;
+    let mut kinds: Vec<&str> = faults.iter().map(|f| f.kind.as_str()).collect();
+    kinds.sort_unstable();
+    kinds.dedup();
+    for kind in kinds {
+        let color = shade(kind);
+        chart
+            .draw_series(faults.iter().filter(|f| f.kind == kind).map(|f| {
+                Rectangle::new(
+                    [(secs(f.start), 0.0), (secs(f.end), workers as f64)],
+                    color.mix(0.35).filled(),
+                )
+            }))?
+            .label(kind)
+            .legend(move |(x, y)| {
+                Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.mix(0.6).filled())
+            });
+    }
+    chart
+        .draw_series(a.holds.iter().map(|h| {
+            let y = h.worker as f64;
+            Rectangle::new(
+                [
+                    (secs(h.start), y + 0.2),
+                    (secs(h.end).max(secs(h.start) + 0.002), y + 0.8),
+                ],
+                RGBColor(31, 119, 180).filled(),
+            )
+        }))?
+        .label("holding the lock")
+        .legend(|(x, y)| {
+            Rectangle::new(
+                [(x, y - 5), (x + 12, y + 5)],
+                RGBColor(31, 119, 180).filled(),
+            )
+        });
+    chart
+        .draw_series(a.overlap_spans.iter().map(|(s, e)| {
+            Rectangle::new(
+                [
+                    (secs(*s), 0.0),
+                    (secs(*e).max(secs(*s) + 0.004), workers as f64),
+                ],
+                RED.mix(0.25).filled(),
+            )
+        }))?
+        .label("overlap")
+        .legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], RED.mix(0.4).filled()));
+    chart
+        .draw_series(
+            a.writes
+                .iter()
+                .filter(|w| !w.accepted)
+                .map(|w| Cross::new((secs(w.t), w.worker as f64 + 0.5), 5, RED.stroke_width(2))),
+        )?
+        .label("write refused")
+        .legend(|(x, y)| Cross::new((x + 6, y), 5, RED.stroke_width(2)));
+    chart
+        .draw_series(
+            a.writes.iter().filter(|w| w.accepted && w.stale).map(|w| {
+                TriangleMarker::new((secs(w.t), w.worker as f64 + 0.5), 6, BLACK.filled())
+            }),
+        )?
+        .label("stale write accepted")
+        .legend(|(x, y)| TriangleMarker::new((x + 6, y), 6, BLACK.filled()));
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()?;
     root.present()?;
     Ok(())
 }

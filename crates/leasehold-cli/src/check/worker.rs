@@ -2,15 +2,25 @@
 //! acquire -> read the register -> work -> write register+1 (fenced) -> release, and logs every
 //! step as a JSON line stamped with the machine-wide monotonic clock (so the coordinator can
 //! order the events of all processes).
+//!
+//! Lock-server faults (restart, stall, failover, Redlock node faults) make operations fail; the
+//! worker logs the error and carries on, re-reading the file that lists the lock servers' URLs
+//! (a failover changes them). Register errors end the worker: the register has no faults, and an
+//! ambiguous write there would spoil the count of lost increments.
 
 use std::io::Write;
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
-use leasehold::{Fence, FencedRead, FencedStore, LockClient, LockOptions};
+use leasehold::{Fence, LockGuard, LockOptions};
+use rand::{Rng, SeedableRng};
 use serde_json::json;
 
+use super::register::{ReadOutcome, Register};
 use crate::cli::CheckWorkerArgs;
+use crate::locks::Locks;
+use crate::target::Servers;
 
 /// Milliseconds on CLOCK_MONOTONIC, shared by every process of the machine.
 pub(crate) fn now_ms() -> f64 {
@@ -32,24 +42,82 @@ impl Log {
     }
 }
 
+/// The lock servers as the coordinator last listed them, and our connection to them.
+struct LockSide {
+    urls: Vec<String>,
+    locks: Locks,
+    /// Plain connections for `--release del` (one per server).
+    raw: Vec<redis::aio::MultiplexedConnection>,
+}
+
+fn read_urls(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+async fn connect(urls: Vec<String>, release_del: bool) -> anyhow::Result<LockSide> {
+    let locks = Servers::resolve(urls.clone(), None).connect().await?;
+    let mut raw = Vec::new();
+    if release_del {
+        for url in &urls {
+            raw.push(
+                redis::Client::open(url.as_str())?
+                    .get_multiplexed_async_connection()
+                    .await?,
+            );
+        }
+    }
+    Ok(LockSide { urls, locks, raw })
+}
+
+/// A short pause after a failed lock operation, so a dead server is not hammered.
+const RETRY_AFTER: Duration = Duration::from_millis(20);
+
 pub(crate) async fn run(args: CheckWorkerArgs) -> anyhow::Result<()> {
-    let client = LockClient::connect(&args.lock_url).await?;
-    let register = redis::Client::open(args.register_url.as_str())?
-        .get_connection_manager()
-        .await?;
-    let store = FencedStore::new(register.clone());
+    let mut register = Register::connect(args.register.parse()?, &args.register_url).await?;
     let mut log = Log(std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(&args.log)
         .context("cannot open the worker log")?);
     let w = args.id;
+    // Work times vary around --work (0.5x to 1.5x): with work close to the TTL, some critical
+    // sections outlive their lease, which is what `--release del` needs to go wrong.
+    let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed ^ (w + 1).wrapping_mul(0x9e37));
     let opts = LockOptions::new(args.ttl)
         .fencing(true)
         .wait(Duration::from_secs(3600));
+    let mut side: Option<LockSide> = None;
     while !args.stop_file.exists() {
+        let urls = read_urls(&args.lock_urls);
+        if side.as_ref().is_none_or(|s| s.urls != urls) {
+            side = None;
+            match connect(urls, args.release_del).await {
+                Ok(s) => side = Some(s),
+                Err(e) => {
+                    log.event(json!({"ev": "error", "w": w, "t": now_ms(), "op": "connect", "error": format!("{e:#}")}))?;
+                    tokio::time::sleep(RETRY_AFTER).await;
+                    continue;
+                }
+            }
+        }
+        let Some(s) = side.as_mut() else { continue };
         let asked = now_ms();
-        let guard = client.acquire(&args.key, &opts).await?;
+        let guard = match s.locks.acquire(&args.key, &opts).await {
+            Ok(guard) => guard,
+            Err(e) => {
+                log.event(json!({"ev": "error", "w": w, "t": now_ms(), "op": "acquire", "error": e.to_string()}))?;
+                // The servers may have moved (failover): read the list again next time.
+                side = None;
+                tokio::time::sleep(RETRY_AFTER).await;
+                continue;
+            }
+        };
         let fence = guard.fencing_token().unwrap_or(0);
         log.event(
             json!({"ev": "acquired", "w": w, "t": now_ms(), "asked": asked, "fence": fence}),
@@ -63,61 +131,42 @@ pub(crate) async fn run(args: CheckWorkerArgs) -> anyhow::Result<()> {
                 format!("{} {w} {}\n", guard.token().expose(), std::process::id()).as_bytes(),
             )?;
 
-        let parse = |b: &[u8]| String::from_utf8_lossy(b).parse::<u64>().unwrap_or(0);
-        let fence_of_guard = Fence::new(fence, guard.token().clone());
-        let value = if args.no_fencing {
-            store
-                .read(&args.register_key)
-                .await?
-                .map_or(0, |v| parse(&v.value))
-        } else {
-            // Claim the number at first contact, so a superseded holder's write is refused.
-            match store
-                .read_fenced(&args.register_key, &fence_of_guard)
-                .await?
-            {
-                FencedRead::Accepted(v) => v.as_deref().map_or(0, parse),
-                FencedRead::Rejected { highest } => {
-                    log.event(json!({"ev": "read", "w": w, "t": now_ms(), "rejected": true, "highest": highest}))?;
-                    let held = guard.release().await.is_ok();
-                    log.event(json!({"ev": "released", "w": w, "t": now_ms(), "held": held}))?;
-                    continue;
-                }
+        let fenced = Fence::new(fence, guard.token().clone());
+        let fenced = (!args.no_fencing).then_some(&fenced);
+        let value = match register.read(fenced).await? {
+            ReadOutcome::Value(v) => v,
+            ReadOutcome::Rejected { highest } => {
+                // A later holder already reached the register: this lease is stale.
+                log.event(json!({"ev": "read", "w": w, "t": now_ms(), "rejected": true, "highest": highest}))?;
+                let held = release(s, &args, guard).await;
+                log.event(json!({"ev": "released", "w": w, "t": now_ms(), "held": held}))?;
+                continue;
             }
         };
-        log.event(json!({"ev": "read", "w": w, "t": now_ms(), "value": value}))?;
-        tokio::time::sleep(args.work).await;
+        log.event(json!({"ev": "read", "w": w, "t": now_ms(), "value": value, "fence": fence}))?;
+        let work = args.work.mul_f64(rng.random_range(0.5..1.5));
+        tokio::time::sleep(work).await;
 
-        let accepted = if args.no_fencing {
-            let mut conn = register.clone();
-            let _: i64 = redis::cmd("HSET")
-                .arg(&args.register_key)
-                .arg("value")
-                .arg(value + 1)
-                .query_async(&mut conn)
-                .await?;
-            true
-        } else {
-            store
-                .write(&args.register_key, &fence_of_guard, value + 1)
-                .await?
-                .is_accepted()
-        };
+        let accepted = register.write(fenced, value + 1).await?;
         log.event(json!({"ev": "write", "w": w, "t": now_ms(), "value": value + 1, "fence": fence, "accepted": accepted}))?;
 
-        let held = if args.release_del {
-            // The seed's bug, on purpose: a plain DEL, whoever holds the key now.
-            let mut conn = client.connection();
-            let _: i64 = redis::cmd("DEL")
-                .arg(&args.key)
-                .query_async(&mut conn)
-                .await?;
-            let _ = guard.detach();
-            true
-        } else {
-            guard.release().await.is_ok()
-        };
+        let held = release(s, &args, guard).await;
         log.event(json!({"ev": "released", "w": w, "t": now_ms(), "held": held}))?;
     }
     Ok(())
+}
+
+/// Releases the lock: with the library (token-checked), or with `--release del` a plain DEL on
+/// every server, whoever holds the key now (the seed's bug, on purpose). Whether the release
+/// found the lock still ours (always "true" for DEL, which cannot tell).
+async fn release(side: &mut LockSide, args: &CheckWorkerArgs, guard: LockGuard) -> bool {
+    if args.release_del {
+        for conn in &mut side.raw {
+            let _: Result<i64, _> = redis::cmd("DEL").arg(&args.key).query_async(conn).await;
+        }
+        let _ = guard.detach();
+        true
+    } else {
+        guard.release().await.is_ok()
+    }
 }

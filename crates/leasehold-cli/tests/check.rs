@@ -1,0 +1,183 @@
+//! `leasehold check` against real servers of every flavor: the CI smoke check (pause + kill on
+//! one node: nothing stale accepted with fencing; a plain-DEL release lets two holders in at
+//! once), and one short run of every other fault (restart with and without AOF, stall,
+//! failover, Redlock node faults) and of the PostgreSQL register.
+//!
+//! The assertions are about safety (stale writes accepted, lost increments, overlaps while
+//! both leases were valid) and about the checker having seen what it claims (faults injected,
+//! acquisitions made), never about timing.
+
+mod support;
+
+use std::path::Path;
+
+use leasehold_harness::{ServerBinary, server_test};
+use serde_json::Value;
+use support::leasehold;
+
+/// Runs `leasehold check --server <flavor> args... --out <dir>` and returns its report; panics
+/// with the output unless it exits with `code`.
+fn check(bin: &ServerBinary, dir: &Path, args: &[&str], code: i32) -> Value {
+    let flavor = bin.flavor().expect("a matrix flavor").name();
+    let out = dir.to_str().unwrap();
+    let mut all = vec!["check", "--server", flavor, "--out", out, "--workers", "4"];
+    all.extend(args);
+    let run = leasehold(&all).expect(code);
+    let report = std::fs::read_to_string(dir.join("report.json")).expect("report.json");
+    assert!(dir.join("timeline.svg").exists(), "no timeline.svg");
+    let report: Value = serde_json::from_str(&report).expect("report.json is JSON");
+    eprintln!("{}", run.stdout);
+    report
+}
+
+fn n(report: &Value, field: &str) -> i64 {
+    report[field]
+        .as_i64()
+        .unwrap_or_else(|| panic!("{field} missing from {report:#}"))
+}
+
+/// The faults the run really injected, by kind.
+fn injected(report: &Value, kind: &str) -> usize {
+    report["faults"]
+        .as_array()
+        .expect("faults")
+        .iter()
+        .filter(|f| f["kind"] == kind)
+        .count()
+}
+
+/// Fencing on: whatever happened to the lock, the register took no stale write and lost no
+/// increment, and no worker failed.
+#[track_caller]
+fn assert_safe(report: &Value) {
+    assert_eq!(n(report, "stale_writes_accepted"), 0, "{report:#}");
+    assert_eq!(n(report, "lost_increments"), 0, "{report:#}");
+    assert!(n(report, "acquisitions") > 0, "{report:#}");
+    assert!(n(report, "writes_acknowledged") > 0, "{report:#}");
+    assert_eq!(report["worker_errors"], serde_json::json!([]), "{report:#}");
+}
+
+server_test!(async fn smoke_pause_kill_with_fencing(bin) {
+    let dir = tempfile::tempdir().unwrap();
+    let report = check(
+        &bin,
+        dir.path(),
+        &["--duration", "6s", "--ttl", "200ms", "--work", "30ms", "--faults", "pause,kill", "--seed", "7"],
+        0,
+    );
+    assert_safe(&report);
+    assert!(injected(&report, "pause") >= 1 && injected(&report, "kill") >= 1, "{report:#}");
+    // A token-checked lock on a server that never lost its data never let two holders in while
+    // both leases were valid; every overlap is a frozen holder running past its TTL.
+    assert_eq!(n(&report, "overlaps_within_ttl"), 0, "{report:#}");
+});
+
+server_test!(async fn smoke_release_with_del_lets_two_holders_in(bin) {
+    let dir = tempfile::tempdir().unwrap();
+    // No faults: work times around the TTL (0.5x..1.5x) are enough for the seed's bug.
+    let report = check(
+        &bin,
+        dir.path(),
+        &["--duration", "5s", "--ttl", "200ms", "--work", "200ms", "--release", "del", "--seed", "7"],
+        0,
+    );
+    assert_eq!(report["faults"], serde_json::json!([]), "{report:#}");
+    assert!(n(&report, "overlaps_within_ttl") >= 1, "{report:#}");
+    // Fencing still keeps the data right.
+    assert_safe(&report);
+});
+
+server_test!(async fn server_faults_restart_stall_failover(bin) {
+    let dir = tempfile::tempdir().unwrap();
+    let report = check(
+        &bin,
+        dir.path(),
+        &[
+            "--duration", "12s", "--ttl", "500ms", "--work", "100ms",
+            "--faults", "restart,stall,failover,restart", "--seed", "3",
+        ],
+        0,
+    );
+    assert_safe(&report);
+    for kind in ["restart-aof", "restart-noaof", "stall", "failover"] {
+        assert!(injected(&report, kind) >= 1, "no {kind} in {report:#}");
+    }
+});
+
+server_test!(async fn redlock_minority_faults(bin) {
+    let dir = tempfile::tempdir().unwrap();
+    let report = check(
+        &bin,
+        dir.path(),
+        &[
+            "--nodes", "5", "--duration", "8s", "--ttl", "300ms", "--work", "30ms",
+            "--faults", "restart,stall,pause", "--seed", "5",
+        ],
+        0,
+    );
+    assert_safe(&report);
+    for kind in ["restart", "stall", "pause"] {
+        assert!(injected(&report, kind) >= 1, "no {kind} in {report:#}");
+    }
+    // Each node fault hit a minority (2 of 5).
+    for f in report["faults"].as_array().unwrap() {
+        if f["kind"] != "pause" {
+            assert_eq!(f["nodes"].as_array().unwrap().len(), 2, "{f}");
+        }
+    }
+    // A minority's faults never let a second holder in while the first lease was valid.
+    assert_eq!(n(&report, "overlaps_within_ttl"), 0, "{report:#}");
+});
+
+server_test!(async fn postgres_register_refuses_stale_writers(bin) {
+    let dir = tempfile::tempdir().unwrap();
+    if leasehold_harness::find_postgres().is_none() {
+        assert!(
+            !leasehold_harness::require_full_matrix(),
+            "no PostgreSQL server found, and the full matrix is required (run scripts/install-servers)"
+        );
+        eprintln!("skipping: no PostgreSQL server found (run scripts/install-servers)");
+        return;
+    }
+    let report = check(
+        &bin,
+        dir.path(),
+        &[
+            "--register", "postgres", "--duration", "6s", "--ttl", "200ms", "--work", "30ms",
+            "--faults", "pause,kill,restart-noaof", "--seed", "11",
+        ],
+        0,
+    );
+    assert_safe(&report);
+    assert_eq!(report["settings"]["register"], "postgres");
+    assert!(injected(&report, "pause") >= 1, "{report:#}");
+});
+
+// Without fencing, a paused holder's late write goes through: the checker sees it.
+server_test!([redis8] async fn no_fencing_with_pauses_loses_increments(bin) {
+    let dir = tempfile::tempdir().unwrap();
+    let report = check(
+        &bin,
+        dir.path(),
+        &["--duration", "6s", "--ttl", "200ms", "--work", "20ms", "--faults", "pause", "--no-fencing", "--seed", "7"],
+        0,
+    );
+    assert!(injected(&report, "pause") >= 1, "{report:#}");
+    assert!(n(&report, "stale_writes_accepted") >= 1, "{report:#}");
+    assert!(n(&report, "lost_increments") >= 1, "{report:#}");
+});
+
+#[test]
+fn bad_options_are_usage_errors() {
+    for args in [
+        &["check", "--faults", "meteor"][..],
+        &["check", "--nodes", "4"],
+        &["check", "--nodes", "0"],
+        &["check", "--nodes", "3", "--faults", "failover"],
+        &["check", "--workers", "0"],
+        &["check", "--register", "sqlite"],
+    ] {
+        let run = leasehold(args);
+        assert_eq!(run.code, 64, "{args:?}: {run:?}");
+    }
+}
