@@ -174,6 +174,10 @@ pub struct CheckArgs {
     /// Lock servers: 1 (a plain lock), or an odd number >= 3 (Redlock over them).
     #[arg(long, default_value_t = 1)]
     pub nodes: usize,
+    /// Require N replicas to acknowledge each acquisition (WAIT N, bounded by TTL/4) before it
+    /// counts; the lock server then runs with a replica. The mitigation of the failover hazard.
+    #[arg(long, value_name = "N")]
+    pub replica_ack: Option<u32>,
     /// The server of the matrix to run the locks on (default redis8 if installed, else the
     /// newest installed).
     #[arg(long, value_name = "FLAVOR")]
@@ -209,6 +213,9 @@ pub struct CheckWorkerArgs {
     /// The register's server.
     #[arg(long)]
     pub register_url: String,
+    /// Require this many replicas to acknowledge each acquisition.
+    #[arg(long)]
+    pub replica_ack: Option<u32>,
     /// Seeds this worker's work-time jitter.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,

@@ -176,6 +176,8 @@ fn bad_options_are_usage_errors() {
         &["check", "--nodes", "3", "--faults", "failover"],
         &["check", "--workers", "0"],
         &["check", "--register", "sqlite"],
+        &["check", "--replica-ack", "2"],
+        &["check", "--nodes", "3", "--replica-ack", "1"],
     ] {
         let run = leasehold(args);
         assert_eq!(run.code, 64, "{args:?}: {run:?}");

@@ -6,17 +6,18 @@ use std::path::Path;
 use serde::Serialize;
 use serde_json::Value;
 
-/// A critical section as its worker saw it: from acquisition to its release (or to the end of
-/// the log, for a worker killed or stopped inside it).
+/// A critical section as its worker saw it: from the acquisition's reply to the release
+/// request (for a worker killed inside it: to the kill; stopped: to the end of the run).
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Hold {
     pub(crate) worker: u64,
     pub(crate) start: f64,
     pub(crate) end: f64,
     pub(crate) fence: u64,
-    /// When the worker asked for the lock: the lease cannot outlive `asked + ttl` (the server
-    /// set its TTL after that), so this bounds the lease's validity.
-    pub(crate) asked: f64,
+    /// The end of the lease's validity as the library computed it (from when the successful
+    /// attempt was sent, minus the drift allowance): the server keeps the key at least that
+    /// long, unless it loses it (a restart without persistence, a failover).
+    pub(crate) valid_until: f64,
 }
 
 /// A write at the register.
@@ -24,6 +25,8 @@ pub(crate) struct Hold {
 pub(crate) struct Write {
     pub(crate) worker: u64,
     pub(crate) t: f64,
+    /// The value written (what the worker read, plus one).
+    pub(crate) value: u64,
     pub(crate) accepted: bool,
     /// A number lower than one the register had already accepted (or equal, from another
     /// worker): a write from a holder that had been superseded.
@@ -66,6 +69,13 @@ pub(crate) struct Analysis {
     pub(crate) lock_errors: u64,
     pub(crate) stale_writes_attempted: u64,
     pub(crate) stale_writes_accepted: u64,
+    /// Writes whose result the worker never saw (killed meanwhile, or an error reply).
+    pub(crate) writes_in_doubt: u64,
+    /// Of those, the ones the register's value shows were applied.
+    pub(crate) writes_in_doubt_applied: u64,
+    /// Acknowledged writes (plus in-doubt writes that were applied) minus the register's final
+    /// value: increments that a stale write overwrote. Negative would mean the register moved
+    /// more than the writes explain.
     pub(crate) lost_increments: i64,
     pub(crate) max_gap_ms: f64,
     pub(crate) per_fault: BTreeMap<String, Counts>,
@@ -115,6 +125,9 @@ pub(crate) fn analyze(
     let mut writes = Vec::new();
     let mut highest: Option<(u64, u64)> = None;
     let mut stale_reads_rejected = 0;
+    // Writes started and never answered (the worker was killed) or answered by an error.
+    let mut pending: BTreeMap<u64, (u64, bool)> = BTreeMap::new();
+    let mut in_doubt: Vec<u64> = Vec::new();
     let mut lock_errors = 0;
     for e in &events {
         let w = e["w"].as_u64().unwrap_or(0);
@@ -131,16 +144,27 @@ pub(crate) fn analyze(
                         start: t(e),
                         end: t(e),
                         fence: e["fence"].as_u64().unwrap_or(0),
-                        asked: e["asked"].as_f64().unwrap_or(t(e)),
+                        valid_until: e["valid_until"].as_f64().unwrap_or(t(e)),
                     },
                 );
             }
-            Some("write") => {
+            Some("writing") => {
                 // Stale: a holder with a higher number (or the same number, another worker)
-                // had already been at the register, by a read or a write: this writer was
-                // superseded, and fencing must refuse it.
+                // had already been at the register, by a read or a write, before this write
+                // was sent: this writer was superseded, and fencing must refuse it. (Events
+                // are logged after their replies, so "already" errs on the side of not stale.)
                 let fence = e["fence"].as_u64().unwrap_or(0);
                 let stale = highest.is_some_and(|(n, by)| fence < n || (fence == n && by != w));
+                pending.insert(w, (e["value"].as_u64().unwrap_or(0), stale));
+            }
+            Some("write") => {
+                let value = e["value"].as_u64().unwrap_or(0);
+                let stale = pending.remove(&w).is_some_and(|(_, stale)| stale);
+                if e["in_doubt"].as_bool() == Some(true) {
+                    in_doubt.push(value);
+                    continue;
+                }
+                let fence = e["fence"].as_u64().unwrap_or(0);
                 let accepted = e["accepted"].as_bool().unwrap_or(false);
                 if accepted && highest.is_none_or(|(n, _)| fence >= n) {
                     highest = Some((fence, w));
@@ -148,6 +172,7 @@ pub(crate) fn analyze(
                 writes.push(Write {
                     worker: w,
                     t: t(e),
+                    value,
                     accepted,
                     stale,
                 });
@@ -162,8 +187,10 @@ pub(crate) fn analyze(
                     highest = Some((fence, w));
                 }
             }
-            Some("error") => lock_errors += 1,
-            Some("released") => {
+            Some("error") if e["op"] != "read" => lock_errors += 1,
+            // The critical section ends when the worker asks for the release (the server may
+            // free the lock before the worker logs the reply).
+            Some("releasing") | Some("released") => {
                 if let Some(h) = open.remove(&w) {
                     holds.push(Hold { end: t(e), ..h });
                 }
@@ -171,17 +198,13 @@ pub(crate) fn analyze(
             _ => {}
         }
     }
-    // Killed or still stopped inside its critical section: it lasted until the end of the run
-    // (a killed one only until its lease ran out, but then it wrote nothing either).
+    // Killed or still stopped inside its critical section: a killed one's section ended when
+    // it was killed, a stopped one's lasts until the end of the run.
     for (_, h) in open {
-        let end = if faults
+        let end = faults
             .iter()
-            .any(|f| f.kind == "kill" && f.worker == Some(h.worker))
-        {
-            (h.start + ttl_ms).min(end_of_run)
-        } else {
-            end_of_run
-        };
+            .find(|f| f.kind == "kill" && f.worker == Some(h.worker) && f.end >= h.start)
+            .map_or(end_of_run, |f| f.start.max(h.start));
         holds.push(Hold { end, ..h });
     }
     holds.sort_by(|a, b| a.start.total_cmp(&b.start));
@@ -194,7 +217,7 @@ pub(crate) fn analyze(
             }
             if a.worker != b.worker {
                 let end = a.end.min(b.end);
-                let valid_until = (a.asked + ttl_ms).min(b.asked + ttl_ms).min(end);
+                let valid_until = a.valid_until.min(b.valid_until).min(end);
                 overlaps.push(Overlap {
                     start: b.start,
                     end,
@@ -250,7 +273,22 @@ pub(crate) fn analyze(
             c.stale_writes_accepted += 1;
         }
     }
+    in_doubt.extend(pending.into_values().map(|(value, _)| value));
     let acknowledged = writes.iter().filter(|w| w.accepted).count() as u64;
+    // An in-doubt write was applied if the register went through its value and no
+    // acknowledged write wrote that value (each applied write moves the register up by one).
+    let acknowledged_values: std::collections::BTreeSet<u64> = writes
+        .iter()
+        .filter(|w| w.accepted)
+        .map(|w| w.value)
+        .collect();
+    let mut applied_in_doubt: Vec<u64> = in_doubt
+        .iter()
+        .copied()
+        .filter(|v| *v <= final_value && !acknowledged_values.contains(v))
+        .collect();
+    applied_in_doubt.sort_unstable();
+    applied_in_doubt.dedup();
     Ok(Analysis {
         acquisitions: acquisitions_at.len() as u64,
         writes_acknowledged: acknowledged,
@@ -260,11 +298,177 @@ pub(crate) fn analyze(
         lock_errors,
         stale_writes_attempted: writes.iter().filter(|w| w.stale).count() as u64,
         stale_writes_accepted: writes.iter().filter(|w| w.stale && w.accepted).count() as u64,
-        lost_increments: acknowledged as i64 - final_value as i64,
+        writes_in_doubt: in_doubt.len() as u64,
+        writes_in_doubt_applied: applied_in_doubt.len() as u64,
+        lost_increments: (acknowledged + applied_in_doubt.len() as u64) as i64 - final_value as i64,
         max_gap_ms: max_gap,
         per_fault,
         holds,
         writes,
         overlap_spans: overlaps.iter().map(|o| (o.start, o.end)).collect(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Writes `events` (each with its worker `w`) as worker logs and analyses them.
+    fn run(events: &[Value], final_value: u64, faults: &[Fault]) -> Analysis {
+        let dir = tempfile::tempdir().unwrap();
+        let mut by_worker: BTreeMap<u64, String> = BTreeMap::new();
+        for e in events {
+            let line = by_worker.entry(e["w"].as_u64().unwrap()).or_default();
+            line.push_str(&format!("{e}\n"));
+        }
+        for (w, text) in by_worker {
+            std::fs::write(dir.path().join(format!("worker-{w}.log")), text).unwrap();
+        }
+        analyze(dir.path(), final_value, faults, 300.0, 10_000.0).unwrap()
+    }
+
+    fn acquired(w: u64, t: f64, valid_until: f64, fence: u64) -> Value {
+        json!({"ev": "acquired", "w": w, "t": t, "asked": t, "valid_until": valid_until, "fence": fence})
+    }
+    fn read(w: u64, t: f64, value: u64, fence: u64) -> Value {
+        json!({"ev": "read", "w": w, "t": t, "value": value, "fence": fence})
+    }
+    fn writing(w: u64, t: f64, value: u64, fence: u64) -> Value {
+        json!({"ev": "writing", "w": w, "t": t, "value": value, "fence": fence})
+    }
+    fn write(w: u64, t: f64, value: u64, fence: u64, accepted: bool) -> Value {
+        json!({"ev": "write", "w": w, "t": t, "value": value, "fence": fence, "accepted": accepted})
+    }
+    fn releasing(w: u64, t: f64) -> Value {
+        json!({"ev": "releasing", "w": w, "t": t})
+    }
+
+    #[test]
+    fn sequential_holders_are_clean() {
+        let a = run(
+            &[
+                acquired(0, 0.0, 290.0, 1),
+                read(0, 1.0, 0, 1),
+                writing(0, 2.0, 1, 1),
+                write(0, 3.0, 1, 1, true),
+                releasing(0, 4.0),
+                acquired(1, 5.0, 295.0, 2),
+                read(1, 6.0, 1, 2),
+                writing(1, 7.0, 2, 2),
+                write(1, 8.0, 2, 2, true),
+                releasing(1, 9.0),
+            ],
+            2,
+            &[],
+        );
+        assert_eq!(
+            (a.acquisitions, a.overlaps, a.stale_writes_attempted),
+            (2, 0, 0)
+        );
+        assert_eq!((a.writes_acknowledged, a.lost_increments), (2, 0));
+    }
+
+    #[test]
+    fn a_paused_holder_overlaps_its_successor_and_its_refused_write_is_stale() {
+        let a = run(
+            &[
+                acquired(0, 0.0, 290.0, 1),
+                read(0, 1.0, 0, 1),
+                // 0 is frozen past its validity; 1 gets the lock after it expired.
+                acquired(1, 301.0, 590.0, 2),
+                read(1, 302.0, 0, 2),
+                writing(1, 303.0, 1, 2),
+                write(1, 304.0, 1, 2, true),
+                writing(0, 600.0, 1, 1),
+                write(0, 601.0, 1, 1, false),
+                releasing(0, 602.0),
+                releasing(1, 603.0),
+            ],
+            1,
+            &[],
+        );
+        assert_eq!(a.overlaps, 1);
+        assert_eq!(
+            a.overlaps_within_ttl, 0,
+            "0's lease had ended when 1 got in"
+        );
+        assert_eq!((a.stale_writes_attempted, a.stale_writes_accepted), (1, 0));
+        assert_eq!(a.lost_increments, 0);
+    }
+
+    #[test]
+    fn two_valid_leases_at_once_and_an_accepted_stale_write_are_seen() {
+        let a = run(
+            &[
+                acquired(0, 0.0, 290.0, 1),
+                read(0, 1.0, 0, 1),
+                acquired(1, 10.0, 300.0, 2),
+                read(1, 11.0, 0, 2),
+                writing(1, 12.0, 1, 2),
+                write(1, 13.0, 1, 2, true),
+                // A register without fencing takes 0's late write: 1's increment is lost.
+                writing(0, 20.0, 1, 1),
+                write(0, 21.0, 1, 1, true),
+                releasing(0, 22.0),
+                releasing(1, 23.0),
+            ],
+            1,
+            &[],
+        );
+        assert_eq!((a.overlaps, a.overlaps_within_ttl), (1, 1));
+        assert_eq!((a.stale_writes_attempted, a.stale_writes_accepted), (1, 1));
+        assert_eq!(a.lost_increments, 1);
+    }
+
+    #[test]
+    fn a_write_in_doubt_counts_if_the_register_shows_it() {
+        let events = [
+            acquired(0, 0.0, 290.0, 1),
+            read(0, 1.0, 0, 1),
+            writing(0, 2.0, 1, 1),
+            // killed here: no result
+        ];
+        let kill = Fault {
+            kind: "kill".into(),
+            worker: Some(0),
+            nodes: vec![],
+            start: 3.0,
+            end: 4.0,
+        };
+        let applied = run(&events, 1, std::slice::from_ref(&kill));
+        assert_eq!(
+            (applied.writes_in_doubt, applied.writes_in_doubt_applied),
+            (1, 1)
+        );
+        assert_eq!(applied.lost_increments, 0);
+        let not_applied = run(&events, 0, std::slice::from_ref(&kill));
+        assert_eq!(not_applied.writes_in_doubt_applied, 0);
+        assert_eq!(not_applied.lost_increments, 0);
+        // The killed worker's section ends at the kill.
+        assert_eq!(applied.holds[0].end, 3.0);
+    }
+
+    #[test]
+    fn a_write_sent_before_a_later_read_is_not_called_stale() {
+        // 0's write reaches the register first, but its reply is logged after 1's read.
+        let a = run(
+            &[
+                acquired(0, 0.0, 290.0, 1),
+                read(0, 1.0, 0, 1),
+                writing(0, 2.0, 1, 1),
+                releasing(0, 2.5),
+                acquired(1, 3.0, 290.0, 2),
+                read(1, 4.0, 1, 2),
+                write(0, 5.0, 1, 1, true),
+                writing(1, 6.0, 2, 2),
+                write(1, 7.0, 2, 2, true),
+                releasing(1, 8.0),
+            ],
+            2,
+            &[],
+        );
+        assert_eq!(a.stale_writes_attempted, 0);
+        assert_eq!(a.lost_increments, 0);
+    }
 }

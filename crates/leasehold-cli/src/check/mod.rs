@@ -84,7 +84,7 @@ impl LockServers {
         let nodes = (0..args.nodes)
             .map(|_| Server::start(bin, &options))
             .collect::<Result<Vec<_>, _>>()?;
-        let replica = if args.faults.iter().any(|f| f == "failover") {
+        let replica = if args.faults.iter().any(|f| f == "failover") || args.replica_ack.is_some() {
             Some(nodes[0].start_replica(&options)?)
         } else {
             None
@@ -142,6 +142,15 @@ pub(crate) async fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCod
         return Err(Usage(
             "failover needs one master with a replica (--nodes 1); Redlock nodes are independent masters"
                 .into(),
+        )
+        .into());
+    }
+    if args.nodes > 1 && args.replica_ack.is_some() {
+        return Err(Usage("--replica-ack applies to one lock server (--nodes 1)".into()).into());
+    }
+    if args.replica_ack.is_some_and(|n| n != 1) {
+        return Err(Usage(
+            "--replica-ack: the lock server runs one replica, so N must be 1".into(),
         )
         .into());
     }
@@ -214,6 +223,9 @@ pub(crate) async fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCod
         if args.release == "del" {
             cmd.arg("--release-del");
         }
+        if let Some(n) = args.replica_ack {
+            cmd.args(["--replica-ack", &n.to_string()]);
+        }
         Ok(cmd.spawn()?)
     };
     let mut workers = Workers {
@@ -256,7 +268,7 @@ pub(crate) async fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCod
         }
         let mut kind = args.faults[next_kind % args.faults.len()].clone();
         next_kind += 1;
-        let start = now_ms();
+        let mut start = now_ms();
         let mut worker = None;
         let mut nodes = Vec::new();
         match kind.as_str() {
@@ -265,6 +277,7 @@ pub(crate) async fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCod
                     continue;
                 };
                 worker = Some(id);
+                start = now_ms();
                 if kind == "pause" {
                     // Longer than the TTL: the lease runs out while the holder is frozen.
                     let _ = kill(pid, Signal::SIGSTOP);
@@ -376,6 +389,8 @@ pub(crate) async fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCod
         "lost_increments": a.lost_increments,
         "max_gap_ms": a.max_gap_ms,
         "writes_acknowledged": a.writes_acknowledged,
+        "writes_in_doubt": a.writes_in_doubt,
+        "writes_in_doubt_applied": a.writes_in_doubt_applied,
         "register_final_value": final_value,
         "lock_errors": a.lock_errors,
         "worker_errors": worker_errors,
@@ -386,6 +401,7 @@ pub(crate) async fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCod
             "ttl_ms": args.ttl.as_millis() as u64, "work_ms": args.work.as_millis() as u64,
             "faults": args.faults, "seed": args.seed, "register": args.register,
             "release": args.release, "fencing": !args.no_fencing, "server": bin.label(),
+            "replica_ack": args.replica_ack,
         },
     });
     std::fs::write(
@@ -515,7 +531,7 @@ fn print_table(a: &analyze::Analysis, out: &Path) {
         );
     }
     println!(
-        "| all | {} | {} | {} | {} | {} |\nstale reads rejected: {}, lock errors: {}\nlost increments: {} (acknowledged writes {}), longest gap with nobody holding: {:.0} ms\nreport: {}, timeline: {}",
+        "| all | {} | {} | {} | {} | {} |\nstale reads rejected: {}, lock errors: {}\nlost increments: {} (acknowledged writes {}, in doubt {} of which applied {}), longest gap with nobody holding: {:.0} ms\nreport: {}, timeline: {}",
         a.acquisitions,
         a.overlaps,
         a.overlaps_within_ttl,
@@ -525,6 +541,8 @@ fn print_table(a: &analyze::Analysis, out: &Path) {
         a.lock_errors,
         a.lost_increments,
         a.writes_acknowledged,
+        a.writes_in_doubt,
+        a.writes_in_doubt_applied,
         a.max_gap_ms,
         out.join("report.json").display(),
         out.join("timeline.svg").display()

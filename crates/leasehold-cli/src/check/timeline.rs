@@ -22,6 +22,9 @@ pub(crate) fn draw(
     let root = SVGBackend::new(path, (1200, 120 + 28 * (workers + LEGEND_ROWS) as u32))
         .into_drawing_area();
     root.fill(&WHITE)?;
+    // Worker w's row is centred on y = w; the legend sits in the empty rows above them.
+    let bottom_of_legend = workers as f64 - 0.5;
+    let top = (workers + LEGEND_ROWS) as f64 - 0.5;
     let mut chart = ChartBuilder::on(&root)
         .caption(
             "leasehold check: critical sections per worker",
@@ -30,15 +33,15 @@ pub(crate) fn draw(
         .margin(10)
         .x_label_area_size(35)
         .y_label_area_size(60)
-        .build_cartesian_2d(0.0..secs(t1).max(0.1), 0.0..(workers + LEGEND_ROWS) as f64)?;
+        .build_cartesian_2d(0.0..secs(t1).max(0.1), -0.5..top)?;
     chart
         .configure_mesh()
         .x_desc("seconds")
         .y_desc("worker")
         .y_labels((workers + LEGEND_ROWS) as usize + 1)
         .y_label_formatter(&|y| {
-            if *y < workers as f64 {
-                format!("{}", *y as u64)
+            if *y > -0.1 && *y < workers as f64 - 0.5 && (*y - y.round()).abs() < 0.01 {
+                format!("{}", y.round() as u64)
             } else {
                 String::new()
             }
@@ -59,7 +62,7 @@ pub(crate) fn draw(
         chart
             .draw_series(faults.iter().filter(|f| f.kind == kind).map(|f| {
                 Rectangle::new(
-                    [(secs(f.start), 0.0), (secs(f.end), workers as f64)],
+                    [(secs(f.start), -0.5), (secs(f.end), bottom_of_legend)],
                     color.mix(0.35).filled(),
                 )
             }))?
@@ -73,8 +76,8 @@ pub(crate) fn draw(
             let y = h.worker as f64;
             Rectangle::new(
                 [
-                    (secs(h.start), y + 0.2),
-                    (secs(h.end).max(secs(h.start) + 0.002), y + 0.8),
+                    (secs(h.start), y - 0.3),
+                    (secs(h.end).max(secs(h.start) + 0.002), y + 0.3),
                 ],
                 RGBColor(31, 119, 180).filled(),
             )
@@ -90,8 +93,8 @@ pub(crate) fn draw(
         .draw_series(a.overlap_spans.iter().map(|(s, e)| {
             Rectangle::new(
                 [
-                    (secs(*s), 0.0),
-                    (secs(*e).max(secs(*s) + 0.004), workers as f64),
+                    (secs(*s), -0.5),
+                    (secs(*e).max(secs(*s) + 0.004), bottom_of_legend),
                 ],
                 RED.mix(0.25).filled(),
             )
@@ -103,15 +106,16 @@ pub(crate) fn draw(
             a.writes
                 .iter()
                 .filter(|w| !w.accepted)
-                .map(|w| Cross::new((secs(w.t), w.worker as f64 + 0.5), 5, RED.stroke_width(2))),
+                .map(|w| Cross::new((secs(w.t), w.worker as f64), 5, RED.stroke_width(2))),
         )?
         .label("write refused")
         .legend(|(x, y)| Cross::new((x + 6, y), 5, RED.stroke_width(2)));
     chart
         .draw_series(
-            a.writes.iter().filter(|w| w.accepted && w.stale).map(|w| {
-                TriangleMarker::new((secs(w.t), w.worker as f64 + 0.5), 6, BLACK.filled())
-            }),
+            a.writes
+                .iter()
+                .filter(|w| w.accepted && w.stale)
+                .map(|w| TriangleMarker::new((secs(w.t), w.worker as f64), 6, BLACK.filled())),
         )?
         .label("stale write accepted")
         .legend(|(x, y)| TriangleMarker::new((x + 6, y), 6, BLACK.filled()));

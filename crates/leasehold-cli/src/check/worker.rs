@@ -5,8 +5,9 @@
 //!
 //! Lock-server faults (restart, stall, failover, Redlock node faults) make operations fail; the
 //! worker logs the error and carries on, re-reading the file that lists the lock servers' URLs
-//! (a failover changes them). Register errors end the worker: the register has no faults, and an
-//! ambiguous write there would spoil the count of lost increments.
+//! (a failover changes them). The register has no faults, but a worker stopped in the middle of
+//! a request sees its reply timer fire when it resumes: a failed read gives the lock up, a
+//! failed write is logged as in doubt (it may have been applied) and the analysis counts it so.
 
 use std::io::Write;
 use std::path::Path;
@@ -89,9 +90,12 @@ pub(crate) async fn run(args: CheckWorkerArgs) -> anyhow::Result<()> {
     // Work times vary around --work (0.5x to 1.5x): with work close to the TTL, some critical
     // sections outlive their lease, which is what `--release del` needs to go wrong.
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed ^ (w + 1).wrapping_mul(0x9e37));
-    let opts = LockOptions::new(args.ttl)
+    let mut opts = LockOptions::new(args.ttl)
         .fencing(true)
         .wait(Duration::from_secs(3600));
+    if let Some(n) = args.replica_ack {
+        opts = opts.replica_ack(n, args.ttl / 4);
+    }
     let mut side: Option<LockSide> = None;
     while !args.stop_file.exists() {
         let urls = read_urls(&args.lock_urls);
@@ -119,9 +123,11 @@ pub(crate) async fn run(args: CheckWorkerArgs) -> anyhow::Result<()> {
             }
         };
         let fence = guard.fencing_token().unwrap_or(0);
-        log.event(
-            json!({"ev": "acquired", "w": w, "t": now_ms(), "asked": asked, "fence": fence}),
-        )?;
+        // The lease's validity as the library computes it (from when the successful attempt
+        // was sent, minus the clock-drift allowance): the server cannot free the lock before.
+        let now = now_ms();
+        let valid_until = now + guard.lease().remaining().as_secs_f64() * 1000.0;
+        log.event(json!({"ev": "acquired", "w": w, "t": now, "asked": asked, "valid_until": valid_until, "fence": fence}))?;
         // Who holds which token, for the coordinator's fault injection.
         std::fs::OpenOptions::new()
             .create(true)
@@ -133,13 +139,18 @@ pub(crate) async fn run(args: CheckWorkerArgs) -> anyhow::Result<()> {
 
         let fenced = Fence::new(fence, guard.token().clone());
         let fenced = (!args.no_fencing).then_some(&fenced);
-        let value = match register.read(fenced).await? {
-            ReadOutcome::Value(v) => v,
-            ReadOutcome::Rejected { highest } => {
+        let value = match register.read(fenced).await {
+            Ok(ReadOutcome::Value(v)) => v,
+            Err(e) => {
+                // E.g. a reply timer that fired while this process was stopped.
+                log.event(json!({"ev": "error", "w": w, "t": now_ms(), "op": "read", "error": format!("{e:#}")}))?;
+                release(s, &args, guard, &mut log).await?;
+                continue;
+            }
+            Ok(ReadOutcome::Rejected { highest }) => {
                 // A later holder already reached the register: this lease is stale.
                 log.event(json!({"ev": "read", "w": w, "t": now_ms(), "rejected": true, "highest": highest}))?;
-                let held = release(s, &args, guard).await;
-                log.event(json!({"ev": "released", "w": w, "t": now_ms(), "held": held}))?;
+                release(s, &args, guard, &mut log).await?;
                 continue;
             }
         };
@@ -147,20 +158,35 @@ pub(crate) async fn run(args: CheckWorkerArgs) -> anyhow::Result<()> {
         let work = args.work.mul_f64(rng.random_range(0.5..1.5));
         tokio::time::sleep(work).await;
 
-        let accepted = register.write(fenced, value + 1).await?;
-        log.event(json!({"ev": "write", "w": w, "t": now_ms(), "value": value + 1, "fence": fence, "accepted": accepted}))?;
+        // Logged before the write: a worker killed (or a reply lost) between the write and its
+        // result leaves a write in doubt, which the analysis must account for.
+        log.event(
+            json!({"ev": "writing", "w": w, "t": now_ms(), "value": value + 1, "fence": fence}),
+        )?;
+        match register.write(fenced, value + 1).await {
+            Ok(accepted) => log.event(json!({"ev": "write", "w": w, "t": now_ms(), "value": value + 1, "fence": fence, "accepted": accepted}))?,
+            Err(e) => log.event(json!({"ev": "write", "w": w, "t": now_ms(), "value": value + 1, "fence": fence, "in_doubt": true, "error": format!("{e:#}")}))?,
+        }
 
-        let held = release(s, &args, guard).await;
-        log.event(json!({"ev": "released", "w": w, "t": now_ms(), "held": held}))?;
+        release(s, &args, guard, &mut log).await?;
     }
     Ok(())
 }
 
 /// Releases the lock: with the library (token-checked), or with `--release del` a plain DEL on
-/// every server, whoever holds the key now (the seed's bug, on purpose). Whether the release
-/// found the lock still ours (always "true" for DEL, which cannot tell).
-async fn release(side: &mut LockSide, args: &CheckWorkerArgs, guard: LockGuard) -> bool {
-    if args.release_del {
+/// every server, whoever holds the key now (the seed's bug, on purpose). Logs `releasing` first
+/// (the critical section ends there: the server may act on the release before this process
+/// gets to log its result) and `released` with whether the lock was still ours (always true
+/// for DEL, which cannot tell).
+async fn release(
+    side: &mut LockSide,
+    args: &CheckWorkerArgs,
+    guard: LockGuard,
+    log: &mut Log,
+) -> anyhow::Result<()> {
+    let w = args.id;
+    log.event(json!({"ev": "releasing", "w": w, "t": now_ms()}))?;
+    let held = if args.release_del {
         for conn in &mut side.raw {
             let _: Result<i64, _> = redis::cmd("DEL").arg(&args.key).query_async(conn).await;
         }
@@ -168,5 +194,6 @@ async fn release(side: &mut LockSide, args: &CheckWorkerArgs, guard: LockGuard) 
         true
     } else {
         guard.release().await.is_ok()
-    }
+    };
+    log.event(json!({"ev": "released", "w": w, "t": now_ms(), "held": held}))
 }
