@@ -139,11 +139,13 @@ pub enum Command {
     /// Fault injection against a fenced register: do the locks keep the data correct?
     ///
     /// Spawns worker processes that loop acquire -> read a register -> work -> write register+1
-    /// with their fencing token -> release, injects faults on a seeded schedule (pause: SIGSTOP
-    /// the holder for twice the TTL; kill: kill -9 the holder), and reports overlapping critical
-    /// sections, stale writes attempted and accepted, lost increments, and the longest idle gap,
-    /// with report.json and timeline.svg in --out. Exit 1 if, with fencing on, a stale write was
-    /// accepted or an increment lost.
+    /// with their fencing token -> release, against lock servers and a register (redis, or a
+    /// real PostgreSQL) that it starts itself, injects faults on a seeded schedule (see
+    /// --faults), and reports overlapping critical sections (and those where both leases were
+    /// still valid), stale writes attempted and accepted, lost increments, and the longest idle
+    /// gap, per fault, with report.json and timeline.svg in --out. Exit 1 if, with fencing on, a
+    /// stale write was accepted or an increment lost (or a worker failed). docs/safety.md shows
+    /// every scenario.
     Check(CheckArgs),
     /// One worker process of `check` (internal).
     #[command(hide = true)]

@@ -7,6 +7,9 @@ use plotters::prelude::*;
 
 use super::analyze::{Analysis, Fault};
 
+/// The narrowest a fault period is drawn, in seconds.
+const MIN_FAULT_WIDTH_S: f64 = 0.06;
+
 /// Empty rows above the workers, where the legend goes.
 const LEGEND_ROWS: u64 = 5;
 
@@ -52,7 +55,8 @@ pub(crate) fn draw(
         "kill" => RGBColor(190, 150, 255),
         "stall" => RGBColor(120, 200, 255),
         "failover" => RGBColor(120, 220, 140),
-        _ => RGBColor(200, 200, 200), // restarts
+        "restart-noaof" => RGBColor(110, 110, 110),
+        _ => RGBColor(190, 190, 190), // restarts that keep their data
     };
     let mut kinds: Vec<&str> = faults.iter().map(|f| f.kind.as_str()).collect();
     kinds.sort_unstable();
@@ -62,7 +66,14 @@ pub(crate) fn draw(
         chart
             .draw_series(faults.iter().filter(|f| f.kind == kind).map(|f| {
                 Rectangle::new(
-                    [(secs(f.start), -0.5), (secs(f.end), bottom_of_legend)],
+                    // A kill or a restart takes milliseconds: keep it visible.
+                    [
+                        (secs(f.start), -0.5),
+                        (
+                            secs(f.end).max(secs(f.start) + MIN_FAULT_WIDTH_S),
+                            bottom_of_legend,
+                        ),
+                    ],
                     color.mix(0.35).filled(),
                 )
             }))?
