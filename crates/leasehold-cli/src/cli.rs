@@ -197,6 +197,11 @@ pub struct CheckArgs {
     /// Write the register without the fencing token (to show what fencing prevents).
     #[arg(long)]
     pub no_fencing: bool,
+    /// Do not raise the fencing counter when the register refuses a number below its highest
+    /// (by default a refused worker raises it, so a counter that went back in a restart or a
+    /// failover catches up at once instead of one refused holder at a time).
+    #[arg(long)]
+    pub no_raise_counter: bool,
     /// Output directory (report.json, timeline.svg, logs/).
     #[arg(long, value_name = "DIR", default_value = "check-results")]
     pub out: std::path::PathBuf,
@@ -218,6 +223,9 @@ pub struct CheckWorkerArgs {
     /// Require this many replicas to acknowledge each acquisition.
     #[arg(long)]
     pub replica_ack: Option<u32>,
+    /// After a refused read, raise the fencing counter to the register's highest number.
+    #[arg(long)]
+    pub raise_counter: bool,
     /// Seeds this worker's work-time jitter.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,

@@ -50,6 +50,14 @@ impl Locks {
         }
     }
 
+    /// Raises the fencing counter of `key` to at least `at_least` (Redlock: on a majority).
+    pub(crate) async fn raise_fencing_counter(&self, key: &str, at_least: u64) -> Result<u64> {
+        match self {
+            Locks::Single(c) => c.raise_fencing_counter(key, at_least).await,
+            Locks::Redlock(r, _) => r.raise_fencing_counter(key, at_least).await,
+        }
+    }
+
     /// Before the process exits: lets the nodes that had not answered yet catch up.
     ///
     /// A Redlock operation returns as soon as a majority answered; its requests to the other

@@ -14,8 +14,8 @@ use crate::options::{ClientOptions, LockOptions, ttl_millis};
 use crate::renewal::{Registration, RenewalStats, Renewer};
 use crate::server::ServerInfo;
 use crate::strategy::{
-    ACQUIRE_SCRIPT, EXTEND_SCRIPT, ExtendStrategy, RELEASE_NOTIFY_SCRIPT, RELEASE_SCRIPT,
-    ReleaseStrategy, extend_cmd, release_cmd,
+    ACQUIRE_SCRIPT, EXTEND_SCRIPT, ExtendStrategy, RAISE_COUNTER_SCRIPT, RELEASE_NOTIFY_SCRIPT,
+    RELEASE_SCRIPT, ReleaseStrategy, extend_cmd, release_cmd,
 };
 use crate::token::{LockToken, fence_key, release_channel, validate_key};
 use crate::waiting::Notifier;
@@ -450,6 +450,33 @@ impl LockClient {
             holder,
             ttl: (pttl >= 0).then(|| Duration::from_millis(pttl as u64)),
             fencing_counter: counter,
+        })
+    }
+
+    /// Raises `key`'s fencing counter to at least `at_least` (it never lowers it) and returns
+    /// the counter's value afterwards.
+    ///
+    /// For the holder whose number the protected resource refused at first contact
+    /// ([`FencedRead::Rejected`](crate::FencedRead::Rejected) with `highest` above the number it
+    /// was given): the counter went back, through a restart without persistence or a failover to
+    /// a replica that missed the last increments. Until it climbs past `highest` again, every
+    /// holder is refused; raising it to `highest` makes the next acquisition draw `highest + 1`.
+    ///
+    /// **Safe** because the counter only moves up: every number issued afterwards is still
+    /// greater than every number issued before, which is all fencing needs. It touches no lock.
+    pub async fn raise_fencing_counter(&self, key: &str, at_least: u64) -> Result<u64> {
+        validate_key(key)?;
+        let counter = fence_key(key);
+        let value: String = self
+            .idempotent(Operation::RaiseFencingCounter, |mut conn| {
+                let mut inv = RAISE_COUNTER_SCRIPT.key(&counter);
+                inv.arg(at_least);
+                async move { inv.invoke_async(&mut conn).await }
+            })
+            .await?;
+        value.parse().map_err(|_| Error::UnexpectedReply {
+            op: Operation::RaiseFencingCounter,
+            detail: format!("the fencing counter {counter:?} holds {value:?}, not a number"),
         })
     }
 

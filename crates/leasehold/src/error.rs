@@ -18,6 +18,8 @@ pub enum Operation {
     Inspect,
     /// A fenced write or read at the protected resource.
     FencedWrite,
+    /// Raising a fencing counter.
+    RaiseFencingCounter,
 }
 
 impl std::fmt::Display for Operation {
@@ -29,6 +31,7 @@ impl std::fmt::Display for Operation {
             Operation::Extend => "extend",
             Operation::Inspect => "inspect",
             Operation::FencedWrite => "fenced write",
+            Operation::RaiseFencingCounter => "raise fencing counter",
         })
     }
 }

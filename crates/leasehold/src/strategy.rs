@@ -85,6 +85,18 @@ if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
 end
 return {0, redis.call('pttl', KEYS[1])}";
 
+/// Raise a fencing counter to at least `ARGV[1]`, never lower it; reply: the counter afterwards
+/// (as a string: counters are compared as integers, returned exactly).
+pub const RAISE_COUNTER_LUA: &str = "\
+local current = redis.call('get', KEYS[1])
+if current == false or tonumber(current) < tonumber(ARGV[1]) then
+  redis.call('set', KEYS[1], ARGV[1])
+  return ARGV[1]
+end
+return current";
+
+pub(crate) static RAISE_COUNTER_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(RAISE_COUNTER_LUA));
 pub(crate) static RELEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
 pub(crate) static RELEASE_NOTIFY_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(RELEASE_NOTIFY_LUA));

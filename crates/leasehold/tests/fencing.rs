@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use common::*;
 use leasehold::{Fence, FencedRead, FencedStore, FencedWrite, LockOptions, LockToken};
+use leasehold_harness::{Server, ServerOptions};
 
 const LONG: Duration = Duration::from_secs(60);
 
@@ -126,4 +127,53 @@ leasehold_harness::server_test!(async fn fenced_read_claims_the_number(bin) {
     assert_eq!(store.read_fenced("fenced", &other).await.unwrap(), FencedRead::Rejected { highest: 2 });
     // A register never written reads as None.
     assert_eq!(store.read_fenced("empty", &a).await.unwrap(), FencedRead::Accepted(None));
+});
+
+// The counter only moves up, and the next acquisition draws the raised number + 1.
+leasehold_harness::server_test!(async fn raising_the_counter_never_lowers_it(bin) {
+    let (server, client) = start(&bin).await;
+    let opts = LockOptions::new(LONG).fencing(true);
+    let g = client.try_acquire("raised", &opts).await.unwrap().acquired().unwrap();
+    assert_eq!(g.fencing_token(), Some(1));
+    g.release().await.unwrap();
+    assert_eq!(client.raise_fencing_counter("raised", 100).await.unwrap(), 100);
+    let g = client.try_acquire("raised", &opts).await.unwrap().acquired().unwrap();
+    assert_eq!(g.fencing_token(), Some(101));
+    g.release().await.unwrap();
+    assert_eq!(client.raise_fencing_counter("raised", 50).await.unwrap(), 101, "never lowered");
+    assert_eq!(get(&server, "{raised}:fence").as_deref(), Some("101"));
+    // A counter that does not exist yet is created at the value.
+    assert_eq!(client.raise_fencing_counter("fresh", 7).await.unwrap(), 7);
+    assert!(client.raise_fencing_counter("", 1).await.is_err(), "empty key refused");
+});
+
+// A restart without persistence sends the counter back to 0: the resource refuses the new
+// holder (it has seen a higher number), and stays refusing until the counter passes it. Raising
+// the counter to the number the resource reported lets the next holder in at once.
+leasehold_harness::server_test!(async fn a_counter_lost_in_a_restart_is_raised_past_the_resource(bin) {
+    let (mut server, client) = start(&bin).await;
+    let register = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let store = FencedStore::new(
+        redis::Client::open(register.url()).unwrap().get_connection_manager().await.unwrap(),
+    );
+    let opts = LockOptions::new(LONG).fencing(true);
+    for _ in 0..5 {
+        let g = client.try_acquire("job", &opts).await.unwrap().acquired().unwrap();
+        assert!(store.write("res", &g.fence().unwrap(), "v").await.unwrap().is_accepted());
+        g.release().await.unwrap();
+    }
+    server.restart().unwrap();
+    let client = leasehold::LockClient::connect(&server.url()).await.unwrap();
+    let g = client.try_acquire("job", &opts).await.unwrap().acquired().unwrap();
+    assert_eq!(g.fencing_token(), Some(1), "the counter was lost");
+    let FencedRead::Rejected { highest } = store.read_fenced("res", &g.fence().unwrap()).await.unwrap() else {
+        panic!("a number below the resource's highest must be refused");
+    };
+    assert_eq!(highest, 5);
+    assert_eq!(client.raise_fencing_counter("job", highest).await.unwrap(), 5);
+    g.release().await.unwrap();
+    let g = client.try_acquire("job", &opts).await.unwrap().acquired().unwrap();
+    assert_eq!(g.fencing_token(), Some(6));
+    assert!(matches!(store.read_fenced("res", &g.fence().unwrap()).await.unwrap(), FencedRead::Accepted(_)));
+    g.release().await.unwrap();
 });

@@ -301,3 +301,23 @@ leasehold_harness::server_test!(async fn redlock_fencing_tokens_strictly_increas
         assert!(w[0] < w[1], "fencing tokens not strictly increasing: {} then {}", w[0], w[1]);
     }
 });
+
+// Raising the counters on a majority is enough: every later acquisition's majority shares a
+// raised node, so its number exceeds the raised value; with a majority down it is refused.
+leasehold_harness::server_test!(async fn raising_the_counters_needs_a_majority(bin) {
+    let mut nodes = servers(&bin, 3, &ServerOptions::new());
+    let r = redlock(&nodes, Duration::from_secs(2)).await;
+    let opts = LockOptions::new(LONG).fencing(true);
+    assert_eq!(r.raise_fencing_counter("k", 40).await.unwrap(), 40);
+    let g = r.try_acquire("k", &opts).await.unwrap().acquired().unwrap();
+    assert_eq!(g.fencing_token(), Some(41));
+    g.release().await.unwrap();
+    nodes[0].kill();
+    assert_eq!(r.raise_fencing_counter("k", 60).await.unwrap(), 60, "a minority down");
+    let g = r.try_acquire("k", &opts).await.unwrap().acquired().unwrap();
+    assert_eq!(g.fencing_token(), Some(61));
+    g.release().await.unwrap();
+    nodes[1].kill();
+    let err = r.raise_fencing_counter("k", 80).await.unwrap_err();
+    assert!(matches!(err, Error::NoQuorum { needed: 2, .. }), "{err:?}");
+});

@@ -220,6 +220,9 @@ pub(crate) async fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCod
         if args.no_fencing {
             cmd.arg("--no-fencing");
         }
+        if !args.no_raise_counter {
+            cmd.arg("--raise-counter");
+        }
         if args.release == "del" {
             cmd.arg("--release-del");
         }
@@ -401,7 +404,7 @@ pub(crate) async fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCod
             "ttl_ms": args.ttl.as_millis() as u64, "work_ms": args.work.as_millis() as u64,
             "faults": args.faults, "seed": args.seed, "register": args.register,
             "release": args.release, "fencing": !args.no_fencing, "server": bin.label(),
-            "replica_ack": args.replica_ack,
+            "replica_ack": args.replica_ack, "raise_counter": !args.no_raise_counter,
         },
     });
     std::fs::write(

@@ -148,8 +148,17 @@ pub(crate) async fn run(args: CheckWorkerArgs) -> anyhow::Result<()> {
                 continue;
             }
             Ok(ReadOutcome::Rejected { highest }) => {
-                // A later holder already reached the register: this lease is stale.
+                // A later holder already reached the register: this lease is stale. If the
+                // register has seen a number the counter has not reached (the counter went
+                // back: a restart without persistence, a failover), raise the counter, so the
+                // next holder is not refused too.
                 log.event(json!({"ev": "read", "w": w, "t": now_ms(), "rejected": true, "highest": highest}))?;
+                if highest > fence
+                    && args.raise_counter
+                    && let Err(e) = s.locks.raise_fencing_counter(&args.key, highest).await
+                {
+                    log.event(json!({"ev": "error", "w": w, "t": now_ms(), "op": "raise", "error": e.to_string()}))?;
+                }
                 release(s, &args, guard, &mut log).await?;
                 continue;
             }
