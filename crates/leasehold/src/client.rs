@@ -9,7 +9,7 @@ use tracing::Instrument;
 
 use crate::connection::ClientConnection;
 use crate::error::{Error, Operation, Result};
-use crate::guard::{Backend, Lease, LockGuard};
+use crate::guard::{Backend, Lease, LockGuard, clock_drift};
 use crate::options::{ClientOptions, LockOptions, ttl_millis};
 use crate::renewal::{Registration, RenewalStats, Renewer};
 use crate::server::ServerInfo;
@@ -257,6 +257,16 @@ impl LockClient {
             let result = self.attempt_with(key, &token, ttl_ms, options, false).await;
             let span = tracing::Span::current();
             match result? {
+                Attempt::Acquired { .. }
+                    if self.expired_on_arrival(key, &token, started, options).await =>
+                {
+                    span.record("outcome", "expired on arrival");
+                    Err(Error::ExpiredOnArrival {
+                        key: key.to_string(),
+                        elapsed: started.elapsed(),
+                        ttl: options.ttl(),
+                    })
+                }
                 Attempt::Acquired { fencing } => {
                     span.record("outcome", "acquired");
                     Ok(TryAcquire::Acquired(
@@ -317,6 +327,12 @@ impl LockClient {
                 let span = tracing::Span::current();
                 span.record("attempts", attempts);
                 let remaining = match attempt {
+                    // Granted, but too late to be a lease: released; try again (no wait).
+                    Attempt::Acquired { .. }
+                        if self.expired_on_arrival(key, &token, started, options).await =>
+                    {
+                        Some(Duration::ZERO)
+                    }
                     Attempt::Acquired { fencing } => {
                         span.record("outcome", "acquired");
                         return Ok(self.guard(key, token, fencing, started, options));
@@ -513,6 +529,35 @@ impl LockClient {
             .get()
             .map(|r| r.stats.clone())
             .unwrap_or_default()
+    }
+
+    /// Whether a granted attempt's reply came after the lease's validity was over (the
+    /// validity a [`Lease`] would compute: TTL minus the drift allowance, from `started`, when
+    /// the request was sent). If so the lock is released again, token-checked (harmless if the
+    /// key already expired): the server may have freed it already, so it is not a lock.
+    ///
+    /// Without this, a reply delayed past the TTL (a stalled server that had already processed
+    /// the `SET`, a long GC pause of ours) would hand out a guard that was never valid for a
+    /// moment, while another client may already hold the key. `leasehold check --faults stall`
+    /// found it.
+    async fn expired_on_arrival(
+        &self,
+        key: &str,
+        token: &LockToken,
+        started: Instant,
+        options: &LockOptions,
+    ) -> bool {
+        let ttl = options.ttl();
+        if started.elapsed() < ttl.saturating_sub(clock_drift(ttl)) {
+            return false;
+        }
+        tracing::warn!(
+            key,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "lock granted after its validity ended; releasing"
+        );
+        let _ = self.release_raw(key, token.expose()).await;
+        true
     }
 
     /// One acquisition as `options` ask: the attempt, then the replicas' acknowledgement.

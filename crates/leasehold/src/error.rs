@@ -109,6 +109,24 @@ pub enum Error {
         attempts: u32,
     },
 
+    /// The server granted the lock, but its reply came so late that the lease's validity
+    /// (TTL minus the drift allowance, counted from when the request was sent) was already
+    /// over: the key may be gone on the server, or about to be, and someone else may hold it.
+    /// Not a lock: it was released (token-checked) again. A waiting `acquire` retries instead.
+    #[error(
+        "lock {key:?} granted, but the reply took {} ms, past the lease's validity (TTL {} ms); released",
+        elapsed.as_millis(),
+        ttl.as_millis()
+    )]
+    ExpiredOnArrival {
+        /// The lock key.
+        key: String,
+        /// From sending the request to its reply (and the replicas' acknowledgement, if asked).
+        elapsed: Duration,
+        /// The TTL asked for.
+        ttl: Duration,
+    },
+
     /// The lock was granted but fewer replicas than required acknowledged it in time (see
     /// [`LockOptions::replica_ack`](crate::LockOptions::replica_ack)); it was released again.
     #[error(

@@ -11,7 +11,7 @@ use leasehold::{
     ClientOptions, Error, ExtendStrategy, LockClient, LockOptions, LockToken, ReleaseStrategy,
     ServerKind, TryAcquire,
 };
-use leasehold_harness::Flavor;
+use leasehold_harness::{Flavor, Server, ServerOptions};
 
 const LONG: Duration = Duration::from_secs(60);
 
@@ -296,5 +296,32 @@ leasehold_harness::server_test!(async fn inspect_reports_holder_ttl_and_counter(
     assert!(s.ttl.unwrap() <= LONG && s.ttl.unwrap() > Duration::from_secs(30));
     assert_eq!(s.fencing_counter, Some(1));
     assert_eq!(g.fencing_token(), Some(1));
+    g.release().await.unwrap();
+});
+
+// A reply that comes after the lease's validity is not a lock: the server already applied the
+// SET (and may have expired it: someone else may hold the key now), so the guard would never have
+// been valid for a moment. try_acquire says so and gives the key back; a waiting acquire keeps
+// trying. The replies are held back by a relay in front of the real server.
+leasehold_harness::server_test!(async fn a_grant_that_arrives_after_its_validity_is_not_a_lock(bin) {
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let link = leasehold_harness::SlowLink::start(server.addr()).unwrap();
+    let client = LockClient::connect(&link.url()).await.unwrap();
+    let ttl = Duration::from_millis(100);
+    link.set_reply_delay(Duration::from_millis(300));
+    let err = client.try_acquire("late", &LockOptions::new(ttl)).await.map(|_| ()).unwrap_err();
+    let Error::ExpiredOnArrival { elapsed, .. } = &err else { panic!("{err:?}") };
+    assert!(*elapsed >= Duration::from_millis(300), "{err}");
+    // Every attempt of a waiting acquire arrives late too: none is handed out.
+    let err = client
+        .acquire("late", &LockOptions::new(ttl).wait(Duration::from_millis(700)))
+        .await
+        .map(|_| ())
+        .unwrap_err();
+    assert!(matches!(err, Error::NotAcquired { .. }), "{err:?}");
+    // With prompt replies the same client locks as usual, and the key holds its token.
+    link.set_reply_delay(Duration::ZERO);
+    let g = client.acquire("late", &LockOptions::new(LONG).wait(Duration::from_secs(10))).await.unwrap();
+    assert_eq!(get(&server, "late").as_deref(), Some(g.token().expose()));
     g.release().await.unwrap();
 });
