@@ -56,6 +56,8 @@ pub(crate) struct Counts {
 
 #[derive(Debug, Serialize)]
 pub(crate) struct Analysis {
+    /// Every operation the workers completed or saw fail.
+    pub(crate) operations: u64,
     pub(crate) acquisitions: u64,
     pub(crate) writes_acknowledged: u64,
     pub(crate) overlaps: u64,
@@ -117,6 +119,17 @@ pub(crate) fn analyze(
         }
     }
     let t = |v: &Value| v["t"].as_f64().unwrap_or(0.0);
+    // Operations that completed (or failed): acquisitions, reads, writes, releases, errors;
+    // not the `writing` / `releasing` marks logged before a request.
+    let operations = events
+        .iter()
+        .filter(|e| {
+            matches!(
+                e["ev"].as_str(),
+                Some("acquired" | "read" | "write" | "released" | "error")
+            )
+        })
+        .count() as u64;
     events.sort_by(|a, b| t(a).total_cmp(&t(b)));
 
     let mut open: BTreeMap<u64, Hold> = BTreeMap::new();
@@ -290,6 +303,7 @@ pub(crate) fn analyze(
     applied_in_doubt.sort_unstable();
     applied_in_doubt.dedup();
     Ok(Analysis {
+        operations,
         acquisitions: acquisitions_at.len() as u64,
         writes_acknowledged: acknowledged,
         overlaps: overlaps.len() as u64,

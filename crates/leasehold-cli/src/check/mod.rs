@@ -383,6 +383,7 @@ pub(crate) async fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCod
     let final_value = register.value().await?;
     let a = analyze::analyze(&logs, final_value, &faults, ttl_ms, now_ms())?;
     let report = json!({
+        "operations": a.operations,
         "acquisitions": a.acquisitions,
         "overlaps": a.overlaps,
         "overlaps_within_ttl": a.overlaps_within_ttl,
@@ -534,12 +535,13 @@ fn print_table(a: &analyze::Analysis, out: &Path) {
         );
     }
     println!(
-        "| all | {} | {} | {} | {} | {} |\nstale reads rejected: {}, lock errors: {}\nlost increments: {} (acknowledged writes {}, in doubt {} of which applied {}), longest gap with nobody holding: {:.0} ms\nreport: {}, timeline: {}",
+        "| all | {} | {} | {} | {} | {} |\noperations: {}, stale reads rejected: {}, lock errors: {}\nlost increments: {} (acknowledged writes {}, in doubt {} of which applied {}), longest gap with nobody holding: {:.0} ms\nreport: {}, timeline: {}",
         a.acquisitions,
         a.overlaps,
         a.overlaps_within_ttl,
         a.stale_writes_attempted,
         a.stale_writes_accepted,
+        a.operations,
         a.stale_reads_rejected,
         a.lock_errors,
         a.lost_increments,
