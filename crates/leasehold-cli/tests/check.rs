@@ -93,7 +93,7 @@ server_test!(async fn server_faults_restart_stall_failover(bin) {
         &bin,
         dir.path(),
         &[
-            "--duration", "12s", "--ttl", "500ms", "--work", "100ms",
+            "--duration", "15s", "--ttl", "500ms", "--work", "100ms",
             "--faults", "restart,stall,failover,restart", "--seed", "3",
         ],
         0,
@@ -159,7 +159,7 @@ server_test!([redis8] async fn no_fencing_with_pauses_loses_increments(bin) {
     let report = check(
         &bin,
         dir.path(),
-        &["--duration", "6s", "--ttl", "200ms", "--work", "20ms", "--faults", "pause", "--no-fencing", "--seed", "7"],
+        &["--duration", "8s", "--ttl", "200ms", "--work", "20ms", "--faults", "pause", "--no-fencing", "--seed", "7"],
         0,
     );
     assert!(injected(&report, "pause") >= 1, "{report:#}");
