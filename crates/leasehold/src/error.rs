@@ -142,7 +142,10 @@ pub enum Error {
     },
 
     /// Too few Redlock nodes answered for a majority (unreachable, timed out, or failing).
-    #[error("no quorum for lock {key:?}: {needed} nodes needed; {nodes}")]
+    #[error(
+        "no quorum {}: {needed} nodes needed; {nodes}",
+        if key.is_empty() { "to connect".to_string() } else { format!("for lock {key:?}") }
+    )]
     NoQuorum {
         /// The lock key (empty when connecting).
         key: String,

@@ -321,3 +321,18 @@ leasehold_harness::server_test!(async fn raising_the_counters_needs_a_majority(b
     let err = r.raise_fencing_counter("k", 80).await.unwrap_err();
     assert!(matches!(err, Error::NoQuorum { needed: 2, .. }), "{err:?}");
 });
+
+// Connecting needs a majority reachable; the error says so and names every node.
+leasehold_harness::server_test!(async fn connecting_without_a_majority_says_so(bin) {
+    let mut nodes = servers(&bin, 3, &ServerOptions::new());
+    let urls: Vec<String> = nodes.iter().map(Server::url).collect();
+    nodes[0].kill();
+    nodes[1].kill();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let err = Redlock::connect(&urls, RedlockOptions::new()).await.map(|_| ()).unwrap_err();
+    let text = err.to_string();
+    assert!(text.starts_with("no quorum to connect: 2 nodes needed"), "{text}");
+    for node in &nodes {
+        assert!(text.contains(&format!("127.0.0.1:{}", node.port())), "{text}");
+    }
+});
