@@ -164,7 +164,8 @@ pub struct CheckArgs {
     /// The lock's TTL.
     #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration, default_value = "300ms")]
     pub ttl: Duration,
-    /// How long each worker works while holding the lock.
+    /// How long each worker works while holding the lock (each critical section: 0.5 to 1.5
+    /// times this, seeded).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "20ms")]
     pub work: Duration,
     /// Faults to inject, in turn: pause, kill (a holder); restart (the lock server: with
@@ -184,7 +185,7 @@ pub struct CheckArgs {
     /// newest installed).
     #[arg(long, value_name = "FLAVOR")]
     pub server: Option<Flavor>,
-    /// Seed of the fault schedule.
+    /// Seed of the fault schedule and of the work times.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Where the register lives: redis (the library's FencedStore), or postgres (a real
