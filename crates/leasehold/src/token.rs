@@ -14,10 +14,16 @@ use crate::error::{Error, Result};
 pub struct LockToken(Arc<str>);
 
 impl LockToken {
-    /// A fresh token: a UUID v4 (122 random bits from the operating system's CSPRNG via `uuid`),
-    /// in its 32-hex-digit form.
+    /// A fresh token: a UUID v4 (122 random bits) in its 32-hex-digit form.
+    ///
+    /// The bits come from `rand`'s thread-local generator, a cryptographically secure one (ChaCha)
+    /// seeded and periodically reseeded from the operating system: unpredictable like the OS
+    /// generator, without a system call per token (acquisitions are on the hot path).
     pub fn random() -> Self {
-        LockToken(uuid::Uuid::new_v4().simple().to_string().into())
+        use rand::Rng;
+        let uuid = uuid::Builder::from_random_bytes(rand::rng().random()).into_uuid();
+        let mut hex = [0u8; uuid::fmt::Simple::LENGTH];
+        LockToken(Arc::from(&*uuid.simple().encode_lower(&mut hex)))
     }
 
     /// Wraps a token received from elsewhere (another process, the CLI).
@@ -131,6 +137,29 @@ mod tests {
         assert!(!format!("{a:?}").contains(a.expose()));
         assert!(!a.to_string().contains(a.expose()));
         assert!(LockToken::new("").is_err());
+    }
+
+    #[test]
+    fn tokens_are_version_4_uuids_and_do_not_repeat() {
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..10_000 {
+            let t = LockToken::random();
+            let hex = t.expose();
+            assert!(
+                hex.bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)),
+                "{hex}"
+            );
+            let uuid = uuid::Uuid::parse_str(hex).expect("a UUID");
+            assert_eq!(uuid.get_version_num(), 4, "{hex}");
+            assert_eq!(uuid.get_variant(), uuid::Variant::RFC4122, "{hex}");
+            assert!(seen.insert(hex.to_string()), "repeated token {hex}");
+        }
+        // Different threads draw different tokens (each has its own generator, seeded apart).
+        let other = std::thread::spawn(|| LockToken::random().expose().to_string())
+            .join()
+            .unwrap();
+        assert!(!seen.contains(&other));
     }
 
     #[test]
