@@ -265,7 +265,8 @@ pub struct BenchArgs {
     /// Small counts and short durations (a smoke run of a minute or two).
     #[arg(long)]
     pub quick: bool,
-    /// Interleaved repetitions of W1 whose medians are reported (default 3, 1 with --quick).
+    /// Interleaved repetitions of W1 and W2 whose medians are reported (default 3, 1 with
+    /// --quick).
     #[arg(long, value_name = "N")]
     pub reps: Option<usize>,
     /// The server of the matrix to measure against (default redis8: it has DELEX).

@@ -315,33 +315,40 @@ async fn w2(
     results: &mut Results,
 ) -> anyhow::Result<()> {
     say(format!(
-        "W2 throughput: {} tasks for {} s",
-        st.w2_tasks, st.w2_secs
+        "W2 throughput: {} tasks for {} s x {} repetitions",
+        st.w2_tasks, st.w2_secs, st.reps
     ));
     let server = fresh(bin)?;
     let url = server.url();
     let d = Duration::from_secs_f64(st.w2_secs);
     let mut runs: BTreeMap<String, Vec<Summary>> = BTreeMap::new();
-    for (name, floor, notify) in [
-        ("leasehold", false, true),
-        ("floor", true, false),
-        ("leasehold_no_notify", false, false),
-    ] {
-        let (u, t, p) = (url.clone(), st.w2_tasks, format!("w2:{name}"));
-        let s = on_runtime(Flavour::MultiThread, move || {
-            workloads::w2(u, t, d, p, floor, notify)
-        })?;
-        runs.entry(name.to_string()).or_default().push(s);
+    // Medians of interleaved repetitions, as for W1: one 10 s run per system let a single
+    // disturbed run (another process waking up on a 2-core machine) decide a ratio.
+    for rep in 0..st.reps {
+        let mut order = vec![
+            ("leasehold", false, true),
+            ("floor", true, false),
+            ("leasehold_no_notify", false, false),
+        ];
+        let turns = rep % order.len();
+        order.rotate_left(turns);
+        for (name, floor, notify) in order {
+            let (u, t, p) = (url.clone(), st.w2_tasks, format!("w2:{name}:{rep}"));
+            let s = on_runtime(Flavour::MultiThread, move || {
+                workloads::w2(u, t, d, p, floor, notify)
+            })?;
+            runs.entry(name.to_string()).or_default().push(s);
+        }
+        let run = PeerRun {
+            urls: std::slice::from_ref(&url),
+            workload: "W2",
+            tuned: false,
+            prefix: &format!("w2:peer:{rep}"),
+            cycles: None,
+            duration: Some(d),
+        };
+        peer_runs(peers, &run, results, &mut runs, "").await;
     }
-    let run = PeerRun {
-        urls: std::slice::from_ref(&url),
-        workload: "W2",
-        tuned: false,
-        prefix: "w2:peer",
-        cycles: None,
-        duration: Some(d),
-    };
-    peer_runs(peers, &run, results, &mut runs, "").await;
     for (name, r) in &runs {
         results.put("W2", name, &median_summary(r));
     }
