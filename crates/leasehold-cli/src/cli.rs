@@ -45,7 +45,9 @@ pub struct Cli {
 /// must mean both servers, not B alone.)
 #[derive(Debug, Clone, Default, Args)]
 pub struct ServerArgs {
-    /// The server, as `redis://[user:password@]host:port/db` (or `valkey://...`).
+    /// The server, as `redis://[user:password@]host:port/db` (or `valkey://...`; `rediss://` for
+    /// TLS). Also `redis-cluster://host:port[,host:port...]` for a Redis Cluster and
+    /// `redis-sentinel://host:port[,host:port...]#master` for a Sentinel-monitored primary.
     ///
     /// Give it two or more times (before or after the subcommand: they add up) for Redlock over
     /// those servers (independent masters, not replicas of each other): a lock is taken when a
@@ -59,6 +61,21 @@ pub struct ServerArgs {
     /// below the TTL: a slow node costs an acquisition this much of its validity at most.
     #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration)]
     pub node_timeout: Option<Duration>,
+
+    /// The --url(s) are nodes of one Redis Cluster (seeds: the client learns the rest), not
+    /// Redlock masters. Same as one `redis-cluster://host:port,host:port` URL.
+    #[arg(long, conflicts_with = "sentinel_master")]
+    pub cluster: bool,
+
+    /// The --url(s) are sentinels; lock on the primary they name NAME (and follow it through
+    /// failovers). Same as one `redis-sentinel://host:port,host:port#NAME` URL.
+    #[arg(long, value_name = "NAME")]
+    pub sentinel_master: Option<String>,
+
+    /// For rediss:// (TLS): trust the certificate authority in this PEM file instead of the
+    /// system's roots.
+    #[arg(long, value_name = "PATH", env = "LEASEHOLD_TLS_CA_FILE")]
+    pub tls_ca_file: Option<std::path::PathBuf>,
 }
 
 impl Cli {
@@ -68,6 +85,15 @@ impl Cli {
         ServerArgs {
             url: self.servers.url.iter().chain(&sub.url).cloned().collect(),
             node_timeout: sub.node_timeout.or(self.servers.node_timeout),
+            cluster: sub.cluster || self.servers.cluster,
+            sentinel_master: sub
+                .sentinel_master
+                .clone()
+                .or_else(|| self.servers.sentinel_master.clone()),
+            tls_ca_file: sub
+                .tls_ca_file
+                .clone()
+                .or_else(|| self.servers.tls_ca_file.clone()),
         }
     }
 }
@@ -91,6 +117,9 @@ impl Command {
 static NO_SERVERS: ServerArgs = ServerArgs {
     url: Vec::new(),
     node_timeout: None,
+    cluster: false,
+    sentinel_master: None,
+    tls_ca_file: None,
 };
 
 /// The subcommands.

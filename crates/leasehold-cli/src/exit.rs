@@ -66,6 +66,9 @@ fn classify(cause: &(dyn std::error::Error + 'static)) -> Option<Exit> {
             leasehold::Error::InvalidArgument { .. } => Exit::Usage,
             leasehold::Error::Connection { .. } => Exit::Unavailable,
             leasehold::Error::Authentication { .. } => Exit::NoPermission,
+            leasehold::Error::PermissionDenied { .. } => Exit::NoPermission,
+            // The URL names another topology than the server has: the invocation is wrong.
+            leasehold::Error::Topology { .. } => Exit::Usage,
             leasehold::Error::NotHeld { .. } => Exit::NotHeld,
             leasehold::Error::NotAcquired { .. } => Exit::NotAcquired,
             leasehold::Error::Server { source, .. } => server_reply(source),

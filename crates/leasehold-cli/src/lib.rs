@@ -74,13 +74,17 @@ pub async fn run(cli: Cli) -> ExitCode {
 async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     let given = cli.servers();
     let given_urls = given.url.clone();
-    let servers = Servers::resolve(given.url, given.node_timeout);
+    let servers = Servers::resolve(given.url, given.node_timeout).topology(
+        given.cluster,
+        given.sentinel_master,
+        given.tls_ca_file,
+    )?;
     match cli.command {
         Command::Demo(args) => {
             let Some(target) = servers.single() else {
                 return Err(Usage(
                     "the demo talks to one server: give at most one --url (or one URL in \
-                     $LEASEHOLD_URL)"
+                     $LEASEHOLD_URL), without --cluster or --sentinel-master"
                         .into(),
                 )
                 .into());

@@ -24,6 +24,19 @@ pub(crate) enum Source {
 pub(crate) struct Target {
     pub(crate) url: String,
     pub(crate) source: Source,
+    /// `--tls-ca-file`.
+    pub(crate) tls_ca_file: Option<std::path::PathBuf>,
+}
+
+/// What the URLs name together.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Topology {
+    /// One server per URL: one URL is a plain lock, several are a Redlock set.
+    PerUrl,
+    /// `--cluster`: seeds of one Redis Cluster.
+    Cluster,
+    /// `--sentinel-master NAME`: sentinels of the primary NAME.
+    Sentinel(String),
 }
 
 /// The URL when neither `--url` nor the environment names one.
@@ -36,6 +49,10 @@ pub(crate) struct Servers {
     pub(crate) source: Source,
     /// `--node-timeout` (Redlock only; the library's default when absent).
     pub(crate) node_timeout: Option<Duration>,
+    /// What the URLs name.
+    pub(crate) topology: Topology,
+    /// `--tls-ca-file`.
+    pub(crate) tls_ca_file: Option<std::path::PathBuf>,
 }
 
 impl Servers {
@@ -55,22 +72,90 @@ impl Servers {
             urls,
             source,
             node_timeout,
+            topology: Topology::PerUrl,
+            tls_ca_file: None,
         }
     }
 
-    /// The one server, unless several were given.
+    /// `--cluster`, `--sentinel-master` and `--tls-ca-file`.
+    ///
+    /// # Errors
+    /// [`Usage`] for both `--cluster` and `--sentinel-master`, or for a master name without
+    /// sentinels to ask.
+    pub(crate) fn topology(
+        mut self,
+        cluster: bool,
+        sentinel_master: Option<String>,
+        tls_ca_file: Option<std::path::PathBuf>,
+    ) -> Result<Servers, Usage> {
+        self.topology = match (cluster, sentinel_master) {
+            (true, Some(_)) => {
+                return Err(Usage(
+                    "--cluster and --sentinel-master exclude each other".into(),
+                ));
+            }
+            (true, None) => Topology::Cluster,
+            (false, Some(name)) if name.trim().is_empty() => {
+                return Err(Usage("--sentinel-master needs a master name".into()));
+            }
+            (false, Some(name)) => Topology::Sentinel(name),
+            (false, None) => Topology::PerUrl,
+        };
+        self.tls_ca_file = tls_ca_file;
+        Ok(self)
+    }
+
+    /// The one server, unless several were given (or the URLs name a cluster or sentinels).
     pub(crate) fn single(&self) -> Option<Target> {
-        match self.urls.as_slice() {
-            [url] => Some(Target {
+        match (self.urls.as_slice(), &self.topology) {
+            ([url], Topology::PerUrl) => Some(Target {
                 url: url.clone(),
                 source: self.source,
+                tls_ca_file: self.tls_ca_file.clone(),
             }),
             _ => None,
         }
     }
 
-    /// Connects: a [`LockClient`] for one server, a [`Redlock`] over several.
+    /// The client options every connection of this command starts from.
+    pub(crate) fn client_options(&self) -> ClientOptions {
+        let options = ClientOptions::new();
+        match &self.tls_ca_file {
+            Some(path) => options.tls_ca_file(path),
+            None => options,
+        }
+    }
+
+    /// Connects: a [`LockClient`] for one server, a cluster or a Sentinel-monitored primary, a
+    /// [`Redlock`] over several servers.
     pub(crate) async fn connect(&self) -> anyhow::Result<Locks> {
+        let shown = || {
+            self.urls
+                .iter()
+                .map(|u| redact(u))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        match &self.topology {
+            Topology::Cluster => {
+                return LockClient::connect_cluster(&self.urls, self.client_options())
+                    .await
+                    .map(Locks::Single)
+                    .with_context(|| format!("cannot use the cluster at {}", shown()));
+            }
+            Topology::Sentinel(master) => {
+                return LockClient::connect_sentinel(&self.urls, master, self.client_options())
+                    .await
+                    .map(Locks::Single)
+                    .with_context(|| {
+                        format!(
+                            "cannot use the primary {master:?} of the sentinels {}",
+                            shown()
+                        )
+                    });
+            }
+            Topology::PerUrl => {}
+        }
         if let Some(target) = self.single() {
             return Ok(Locks::Single(target.connect().await?));
         }
@@ -187,8 +272,12 @@ impl Target {
         self.connect_with(ClientOptions::new()).await
     }
 
-    /// Connects with `options`.
+    /// Connects with `options` (and `--tls-ca-file`).
     pub(crate) async fn connect_with(&self, options: ClientOptions) -> anyhow::Result<LockClient> {
+        let options = match &self.tls_ca_file {
+            Some(path) => options.tls_ca_file(path),
+            None => options,
+        };
         LockClient::connect_with(&self.url, options)
             .await
             .with_context(|| format!("cannot use the server at {}", self.shown()))

@@ -1,5 +1,6 @@
 //! Finding server binaries and sorting them into the test matrix.
 
+use std::collections::HashMap;
 use std::collections::HashSet;
 use std::env;
 use std::fmt;
@@ -8,7 +9,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::str::FromStr;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use crate::HarnessError;
 
@@ -257,6 +258,35 @@ impl ServerBinary {
             ServerKind::Redis => self.version.major >= 7,
             ServerKind::Valkey => true,
         }
+    }
+}
+
+impl ServerBinary {
+    /// Whether the server was built with TLS support, i.e. links OpenSSL (`BUILD_TLS=yes`):
+    /// the executable names `libssl` (dynamic linking) or contains OpenSSL's own
+    /// `SSL_CTX_new` (static linking). The answer is cached per path.
+    pub fn supports_tls(&self) -> bool {
+        static CACHE: OnceLock<Mutex<HashMap<PathBuf, bool>>> = OnceLock::new();
+        let cache = CACHE.get_or_init(Default::default);
+        if let Some(known) = cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&self.server)
+        {
+            return *known;
+        }
+        let found = fs::read(&self.server)
+            .map(|bytes| {
+                [&b"libssl"[..], &b"SSL_CTX_new"[..]]
+                    .iter()
+                    .any(|needle| bytes.windows(needle.len()).any(|w| w == *needle))
+            })
+            .unwrap_or(false);
+        cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(self.server.clone(), found);
+        found
     }
 }
 

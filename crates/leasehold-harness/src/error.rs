@@ -60,6 +60,20 @@ pub enum HarnessError {
         log_tail: String,
     },
 
+    /// The server binary lacks a feature the test asked for (e.g. TLS).
+    #[error("{binary}: {reason}")]
+    Unsupported {
+        /// The binary, e.g. `redis 8.6.3 (/root/.cache/leasehold/servers/redis-8.6.3/redis-server)`.
+        binary: String,
+        /// What is missing.
+        reason: String,
+    },
+
+    /// A harness method was called with an argument that does not fit (an index out of
+    /// range, a slot above 16383, a node in the wrong role, ...).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+
     /// A file is not a redis/valkey server binary the harness understands.
     #[error("{}: not a usable redis/valkey server binary ({reason})", path.display())]
     UnknownBinary {

@@ -19,15 +19,19 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod cluster;
 mod discover;
 mod error;
 mod macros;
 mod postgres;
 mod resp;
+mod sentinel;
 mod server;
 mod silent;
 mod slow_link;
+mod tls;
 
+pub use cluster::{CLUSTER_SLOTS, Cluster, ClusterOptions};
 pub use discover::{
     Flavor, ParseError, ServerBinary, ServerKind, Version, binary_for_test, discover,
     discover_uncached, find, require_full_matrix, servers_cache_dir,
@@ -35,6 +39,8 @@ pub use discover::{
 pub use error::HarnessError;
 pub use postgres::{POSTGRES_DATABASE, POSTGRES_USER, Postgres, find_postgres, postgres_for_test};
 pub use resp::RespValue;
+pub use sentinel::{DEFAULT_MASTER_NAME, SentinelOptions, SentinelSet};
 pub use server::{Server, ServerOptions};
 pub use silent::SilentServer;
 pub use slow_link::SlowLink;
+pub use tls::TlsFiles;

@@ -6,6 +6,7 @@ use std::io::{BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -13,7 +14,7 @@ use nix::sys::signal::{self, Signal};
 use nix::unistd::Pid;
 use tempfile::TempDir;
 
-use crate::{HarnessError, RespValue, ServerBinary};
+use crate::{HarnessError, RespValue, ServerBinary, TlsFiles};
 
 /// How long a server may take to answer after being spawned.
 const READY_TIMEOUT: Duration = Duration::from_secs(15);
@@ -34,6 +35,10 @@ const LOG_TAIL_LINES: usize = 30;
 
 const SERVER_LOG: &str = "server.log";
 const STDIO_LOG: &str = "stdio.log";
+/// The configuration file of a sentinel, in its directory.
+const SENTINEL_CONF: &str = "sentinel.conf";
+/// The cluster state file of a cluster node, in its directory.
+const NODES_CONF: &str = "nodes.conf";
 
 /// How to configure a [`Server`]. Builder style:
 /// `ServerOptions::new().aof(true).requirepass("secret")`.
@@ -41,6 +46,7 @@ const STDIO_LOG: &str = "stdio.log";
 pub struct ServerOptions {
     aof: bool,
     requirepass: Option<String>,
+    tls: Option<TlsFiles>,
     args: Vec<String>,
 }
 
@@ -61,6 +67,16 @@ impl ServerOptions {
     /// [`Server::url`] does not contain it.
     pub fn requirepass(mut self, password: impl Into<String>) -> Self {
         self.requirepass = Some(password.into());
+        self
+    }
+
+    /// Also listens with TLS, on a second free port ([`Server::tls_port`]), with the
+    /// certificate and key of `files`: `--tls-port Q --tls-cert-file --tls-key-file
+    /// --tls-ca-cert-file --tls-auth-clients no`. The plain port stays open (the harness'
+    /// own connections use it). Starting fails with [`HarnessError::Unsupported`] if the
+    /// binary was built without TLS.
+    pub fn tls(mut self, files: &TlsFiles) -> Self {
+        self.tls = Some(files.clone());
         self
     }
 
@@ -89,6 +105,72 @@ impl ServerOptions {
     pub fn password(&self) -> Option<&str> {
         self.requirepass.as_deref()
     }
+
+    /// The certificate files set with [`ServerOptions::tls`].
+    pub fn tls_files(&self) -> Option<&TlsFiles> {
+        self.tls.as_ref()
+    }
+}
+
+/// What kind of process a [`Server`] is; decides the extra ports and arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// A plain data server.
+    Standalone,
+    /// A cluster node: `--cluster-enabled yes --cluster-config-file <dir>/nodes.conf
+    /// --cluster-port <bus port>` (the bus port is a second free port).
+    ClusterNode,
+    /// A sentinel: `<dir>/sentinel.conf --sentinel`. The file is written from the port,
+    /// the directory and these lines (the `sentinel ...` directives) on a fresh start, and
+    /// kept on restart (sentinel rewrites it with its state).
+    Sentinel {
+        /// Configuration lines after the harness' own (`port`, `bind`, `dir`, `logfile`).
+        config: String,
+    },
+}
+
+/// The ports of one server: the main one, and the optional TLS and cluster-bus ports.
+#[derive(Debug, Clone, Copy)]
+struct Ports {
+    port: u16,
+    tls: Option<u16>,
+    bus: Option<u16>,
+}
+
+impl Ports {
+    /// Reserves the ports a server of `mode` with `opts` needs.
+    fn reserve(mode: &Mode, opts: &ServerOptions) -> Result<Ports, HarnessError> {
+        let mut ports = Ports {
+            port: free_port()?,
+            tls: None,
+            bus: None,
+        };
+        if opts.tls.is_some() && !matches!(mode, Mode::Sentinel { .. }) {
+            match free_port() {
+                Ok(p) => ports.tls = Some(p),
+                Err(e) => {
+                    ports.release();
+                    return Err(e);
+                }
+            }
+        }
+        if mode == &Mode::ClusterNode {
+            match free_port() {
+                Ok(p) => ports.bus = Some(p),
+                Err(e) => {
+                    ports.release();
+                    return Err(e);
+                }
+            }
+        }
+        Ok(ports)
+    }
+
+    fn release(self) {
+        release_port(self.port);
+        self.tls.map(release_port);
+        self.bus.map(release_port);
+    }
 }
 
 /// A running redis/valkey server process on `127.0.0.1`, with its own temporary directory.
@@ -100,16 +182,21 @@ pub struct Server {
     options: ServerOptions,
     /// Arguments the harness adds on top of `options` (replication), kept for restarts.
     extra_args: Vec<String>,
-    port: u16,
+    mode: Mode,
+    ports: Ports,
     dir: TempDir,
     child: Option<Child>,
+    /// Set by [`Server::pause`], cleared by [`Server::resume`] and whenever the process ends.
+    paused: AtomicBool,
 }
 
 impl fmt::Debug for Server {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Server")
             .field("binary", &self.binary.label())
-            .field("port", &self.port)
+            .field("port", &self.ports.port)
+            .field("tls_port", &self.ports.tls)
+            .field("mode", &self.mode)
             .field("pid", &self.pid())
             .field("dir", &self.dir.path())
             .finish()
@@ -134,69 +221,107 @@ impl Server {
     /// it answers.
     ///
     /// Arguments: `--port P --bind 127.0.0.1 --dir D --save "" --appendonly no|yes
-    /// --daemonize no --logfile D/server.log --protected-mode no --repl-diskless-sync-delay 0`,
-    /// plus `--enable-debug-command yes` where supported, the options' password and raw args
-    /// (raw args come last, so they can override the harness' choices).
+    /// --daemonize no --logfile D/server.log --protected-mode no --repl-diskless-sync-delay 0
+    /// --repl-diskless-load on-empty-db`, plus `--enable-debug-command yes` where supported,
+    /// the options' password, the TLS arguments of [`ServerOptions::tls`] and raw args (raw
+    /// args come last, so they can override the harness' choices).
     /// If the process dies during start-up (e.g. another process took the port), it is
     /// retried on a new port, up to 5 times.
     pub fn start(bin: &ServerBinary, opts: &ServerOptions) -> Result<Server, HarnessError> {
-        Self::start_with(bin, opts, Vec::new())
+        Self::start_with(bin, opts, Vec::new(), Mode::Standalone)
     }
 
-    fn start_with(
+    /// Starts a process of `mode` with `extra_args` (added before the options' raw args and
+    /// kept for restarts); see [`Server::start`].
+    pub(crate) fn start_with(
         bin: &ServerBinary,
         opts: &ServerOptions,
         extra_args: Vec<String>,
+        mode: Mode,
     ) -> Result<Server, HarnessError> {
+        if opts.tls.is_some() && !matches!(mode, Mode::Sentinel { .. }) && !bin.supports_tls() {
+            return Err(HarnessError::Unsupported {
+                binary: bin.to_string(),
+                reason: "built without TLS support (no OpenSSL linked in); rebuild it with \
+                         BUILD_TLS=yes (scripts/install-servers does)"
+                    .to_owned(),
+            });
+        }
         let dir = tempfile::Builder::new()
-            .prefix("leasehold-server-")
+            .prefix(match mode {
+                Mode::Standalone => "leasehold-server-",
+                Mode::ClusterNode => "leasehold-cluster-node-",
+                Mode::Sentinel { .. } => "leasehold-sentinel-",
+            })
             .tempdir()?;
         let mut last = None;
         for _ in 0..START_ATTEMPTS {
-            let port = free_port()?;
-            // Fresh logs per attempt, so an error shows this attempt's output only.
-            let _ = fs::remove_file(dir.path().join(SERVER_LOG));
-            let _ = fs::remove_file(dir.path().join(STDIO_LOG));
-            match launch(bin, opts, &extra_args, port, dir.path()) {
+            let ports = Ports::reserve(&mode, opts)?;
+            // Fresh files per attempt, so an error shows this attempt's output only.
+            for name in [SERVER_LOG, STDIO_LOG, SENTINEL_CONF, NODES_CONF] {
+                let _ = fs::remove_file(dir.path().join(name));
+            }
+            match launch(bin, opts, &extra_args, &mode, ports, dir.path()) {
                 Ok(child) => {
                     return Ok(Server {
                         binary: bin.clone(),
                         options: opts.clone(),
                         extra_args,
-                        port,
+                        mode,
+                        ports,
                         dir,
                         child: Some(child),
+                        paused: AtomicBool::new(false),
                     });
                 }
                 Err(LaunchError {
                     error,
                     retry_on_other_port: true,
                 }) => {
-                    release_port(port);
+                    ports.release();
                     last = Some(error)
                 }
                 Err(LaunchError { error, .. }) => {
-                    release_port(port);
+                    ports.release();
                     return Err(error);
                 }
             }
         }
-        Err(last.expect("at least one start attempt"))
+        Err(last.unwrap_or_else(|| HarnessError::Timeout("no start attempt was made".into())))
     }
 
     /// `redis://127.0.0.1:PORT/` (never contains the password).
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        format!("redis://127.0.0.1:{}/", self.ports.port)
     }
 
     /// The TCP port; stays the same across [`Server::restart`].
     pub fn port(&self) -> u16 {
-        self.port
+        self.ports.port
     }
 
     /// `127.0.0.1:PORT`.
     pub fn addr(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.port))
+        SocketAddr::from(([127, 0, 0, 1], self.ports.port))
+    }
+
+    /// The TLS port, if started with [`ServerOptions::tls`]; stays the same across
+    /// [`Server::restart`].
+    pub fn tls_port(&self) -> Option<u16> {
+        self.ports.tls
+    }
+
+    /// `rediss://127.0.0.1:TLS_PORT/`, if started with [`ServerOptions::tls`] (never
+    /// contains the password). The certificate is valid for `127.0.0.1` and `localhost`.
+    pub fn tls_url(&self) -> Option<String> {
+        self.ports
+            .tls
+            .map(|port| format!("rediss://127.0.0.1:{port}/"))
+    }
+
+    /// The cluster bus port (`--cluster-port`) of a cluster node.
+    pub(crate) fn bus_port(&self) -> Option<u16> {
+        self.ports.bus
     }
 
     /// The binary this server runs.
@@ -244,6 +369,7 @@ impl Server {
 
     /// Kills the process with SIGKILL (a crash) and reaps it. No-op if not running.
     pub fn kill(&mut self) {
+        self.paused.store(false, Ordering::SeqCst);
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
@@ -253,6 +379,7 @@ impl Server {
     /// Graceful shutdown: SIGTERM (and SIGCONT, in case it is paused), up to 5 s to exit,
     /// then SIGKILL. The process is reaped either way. No-op if not running.
     pub fn stop(&mut self) {
+        self.paused.store(false, Ordering::SeqCst);
         let Some(mut child) = self.child.take() else {
             return;
         };
@@ -275,12 +402,27 @@ impl Server {
     /// Freezes the process (SIGSTOP): connections are still accepted by the kernel, but
     /// nothing is answered until [`Server::resume`].
     pub fn pause(&self) -> Result<(), HarnessError> {
-        self.signal(Signal::SIGSTOP)
+        self.signal(Signal::SIGSTOP)?;
+        self.paused.store(true, Ordering::SeqCst);
+        Ok(())
     }
 
     /// Continues a paused process (SIGCONT).
     pub fn resume(&self) -> Result<(), HarnessError> {
-        self.signal(Signal::SIGCONT)
+        self.signal(Signal::SIGCONT)?;
+        self.paused.store(false, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Whether the process was paused with [`Server::pause`] and not resumed since.
+    pub fn is_paused(&self) -> bool {
+        self.paused.load(Ordering::SeqCst)
+    }
+
+    /// Whether the process is started and not paused (it may still have exited on its own;
+    /// see [`Server::is_running`]). Cluster and sentinel helpers only talk to live servers.
+    pub fn is_live(&self) -> bool {
+        self.child.is_some() && !self.is_paused()
     }
 
     fn signal(&self, sig: Signal) -> Result<(), HarnessError> {
@@ -302,7 +444,8 @@ impl Server {
                 &self.binary,
                 &self.options,
                 &self.extra_args,
-                self.port,
+                &self.mode,
+                self.ports,
                 self.dir.path(),
             ) {
                 Ok(child) => {
@@ -316,39 +459,48 @@ impl Server {
                 Err(LaunchError { error, .. }) => return Err(error),
             }
         }
-        Err(last.expect("at least one restart attempt"))
+        Err(last.unwrap_or_else(|| HarnessError::Timeout("no restart attempt was made".into())))
     }
 
     /// Starts a replica of this server (same binary, `--replicaof 127.0.0.1 <port>`, plus
     /// `--masterauth` if this server has a password) and waits until it reports
     /// `master_link_status:up`.
     pub fn start_replica(&self, opts: &ServerOptions) -> Result<Server, HarnessError> {
+        if self.mode != Mode::Standalone {
+            return Err(HarnessError::InvalidArgument(format!(
+                "start_replica needs a standalone server, not a {:?} process",
+                self.mode
+            )));
+        }
         let mut extra = vec![
             "--replicaof".to_owned(),
             "127.0.0.1".to_owned(),
-            self.port.to_string(),
+            self.ports.port.to_string(),
         ];
         if let Some(pass) = self.options.password() {
             extra.push("--masterauth".to_owned());
             extra.push(pass.to_owned());
         }
-        let replica = Server::start_with(&self.binary, opts, extra)?;
-        let deadline = Instant::now() + REPLICATION_TIMEOUT;
+        let replica = Server::start_with(&self.binary, opts, extra, Mode::Standalone)?;
+        replica.wait_for_master_link(REPLICATION_TIMEOUT)?;
+        Ok(replica)
+    }
+
+    /// Waits until `INFO replication` reports `master_link_status:up`.
+    pub(crate) fn wait_for_master_link(&self, timeout: Duration) -> Result<(), HarnessError> {
+        let replica = self;
+        let deadline = Instant::now() + timeout;
         loop {
             let info = replica.info("replication")?;
-            if info
-                .lines()
-                .any(|l| matches!(l.trim(), "master_link_status:up" | "primary_link_status:up"))
-            {
-                return Ok(replica);
+            if master_link_up(&info) {
+                return Ok(());
             }
             if Instant::now() >= deadline {
                 return Err(HarnessError::Timeout(format!(
-                    "replica on port {} did not link to its master on port {} within {:?}\n\
+                    "replica on port {} did not link to its master within {:?}\n\
                      --- replica INFO replication ---\n{}\n--- replica log ---\n{}",
-                    replica.port,
-                    self.port,
-                    REPLICATION_TIMEOUT,
+                    replica.ports.port,
+                    timeout,
                     info.trim(),
                     replica.log_tail(LOG_TAIL_LINES)
                 )));
@@ -404,29 +556,76 @@ impl Server {
         if self.child.is_none() {
             return Err(HarnessError::NotRunning);
         }
-        let stream =
-            connect(self.port, timeout).map_err(|e| HarnessError::from_io(e, "connecting"))?;
+        let stream = connect(self.ports.port, timeout)
+            .map_err(|e| HarnessError::from_io(e, "connecting"))?;
         send_commands(stream, self.options.password(), commands)
     }
 
     /// `INFO <section>` as text.
     pub fn info(&self, section: &str) -> Result<String, HarnessError> {
-        match self.command(&["INFO", section])? {
+        self.info_timeout(section, COMMAND_TIMEOUT)
+    }
+
+    /// `INFO <section>` as text, waiting at most `timeout` per socket operation.
+    pub(crate) fn info_timeout(
+        &self,
+        section: &str,
+        timeout: Duration,
+    ) -> Result<String, HarnessError> {
+        match self.command_timeout(&["INFO", section], timeout)? {
             RespValue::Bulk(Some(bytes)) => Ok(String::from_utf8_lossy(&bytes).into_owned()),
             other => Err(HarnessError::Server(format!("INFO {section}: {other}"))),
         }
     }
+
+    /// Sends one command whose arguments are raw bytes (e.g. keys that are not UTF-8) over a
+    /// fresh connection; like [`Server::command`] otherwise.
+    pub fn command_bytes(&self, args: &[&[u8]]) -> Result<RespValue, HarnessError> {
+        if self.child.is_none() {
+            return Err(HarnessError::NotRunning);
+        }
+        let stream = connect(self.ports.port, COMMAND_TIMEOUT)
+            .map_err(|e| HarnessError::from_io(e, "connecting"))?;
+        let mut replies = send_commands(stream, self.options.password(), &[args])?;
+        replies
+            .pop()
+            .ok_or_else(|| HarnessError::Protocol("no reply".into()))
+    }
+
+    /// Creates or changes an ACL user: `ACL SETUSER <user> <rules...>`, e.g.
+    /// `server.acl_setuser("locker", &["on", ">pw", "~lock:*", "+@all"])`.
+    pub fn acl_setuser(&self, user: &str, rules: &[&str]) -> Result<(), HarnessError> {
+        let mut args = vec!["ACL", "SETUSER", user];
+        args.extend_from_slice(rules);
+        match self.command(&args)? {
+            reply if reply.is_ok() => Ok(()),
+            reply => Err(HarnessError::Server(format!("ACL SETUSER {user}: {reply}"))),
+        }
+    }
+}
+
+/// Whether `INFO replication` text says the link to the master is up (`master_link_status`,
+/// or valkey's `primary_link_status`).
+pub(crate) fn master_link_up(info: &str) -> bool {
+    info.lines()
+        .any(|l| matches!(l.trim(), "master_link_status:up" | "primary_link_status:up"))
+}
+
+/// The `role:` of `INFO replication` text (`master` or `slave`).
+pub(crate) fn info_role(info: &str) -> Option<&str> {
+    info.lines().find_map(|l| l.trim().strip_prefix("role:"))
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
         self.kill();
-        release_port(self.port);
+        self.ports.release();
     }
 }
 
 fn nix_pid(child: &Child) -> Pid {
-    Pid::from_raw(i32::try_from(child.id()).expect("pid fits in i32"))
+    // Linux pids are at most 2^22; i32::MAX is never a live process.
+    Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX))
 }
 
 /// Ports owned by a live `Server` of this process, also while that server is killed or stopped:
@@ -468,10 +667,10 @@ fn connect(port: u16, timeout: Duration) -> std::io::Result<TcpStream> {
 }
 
 /// Writes `[AUTH password] commands...` in one go and returns the replies to `commands`.
-fn send_commands(
+fn send_commands<A: AsRef<[u8]>>(
     mut stream: TcpStream,
     password: Option<&str>,
-    commands: &[&[&str]],
+    commands: &[&[A]],
 ) -> Result<Vec<RespValue>, HarnessError> {
     let mut out = Vec::new();
     if let Some(pass) = password {
@@ -500,7 +699,8 @@ fn spawn(
     bin: &ServerBinary,
     opts: &ServerOptions,
     extra_args: &[String],
-    port: u16,
+    mode: &Mode,
+    ports: Ports,
     dir: &Path,
 ) -> Result<Child, HarnessError> {
     let stdio = OpenOptions::new()
@@ -508,33 +708,66 @@ fn spawn(
         .append(true)
         .open(dir.join(STDIO_LOG))?;
     let mut cmd = Command::new(&bin.server);
-    cmd.arg("--port")
-        .arg(port.to_string())
-        .arg("--bind")
-        .arg("127.0.0.1")
-        .arg("--dir")
-        .arg(dir)
-        .arg("--save")
-        .arg("")
-        .arg("--appendonly")
-        .arg(if opts.aof { "yes" } else { "no" });
-    if opts.aof {
-        cmd.arg("--appendfsync").arg("always");
-    }
-    cmd.arg("--daemonize")
-        .arg("no")
-        .arg("--logfile")
-        .arg(dir.join(SERVER_LOG))
-        .arg("--protected-mode")
-        .arg("no")
-        // Replicas sync at once instead of waiting 5 s for more replicas to join.
-        .arg("--repl-diskless-sync-delay")
-        .arg("0");
-    if bin.supports_debug_command() {
-        cmd.arg("--enable-debug-command").arg("yes");
-    }
-    if let Some(pass) = &opts.requirepass {
-        cmd.arg("--requirepass").arg(pass);
+    if let Mode::Sentinel { config } = mode {
+        let conf = dir.join(SENTINEL_CONF);
+        // A restart keeps the file: sentinel rewrote it with its identity and state.
+        if !conf.exists() {
+            fs::write(&conf, sentinel_config(opts, ports.port, dir, config))?;
+        }
+        cmd.arg(&conf).arg("--sentinel");
+    } else {
+        cmd.arg("--port")
+            .arg(ports.port.to_string())
+            .arg("--bind")
+            .arg("127.0.0.1")
+            .arg("--dir")
+            .arg(dir)
+            .arg("--save")
+            .arg("")
+            .arg("--appendonly")
+            .arg(if opts.aof { "yes" } else { "no" });
+        if opts.aof {
+            cmd.arg("--appendfsync").arg("always");
+        }
+        cmd.arg("--daemonize")
+            .arg("no")
+            .arg("--logfile")
+            .arg(dir.join(SERVER_LOG))
+            .arg("--protected-mode")
+            .arg("no")
+            // Replicas sync at once instead of waiting 5 s for more replicas to join.
+            .arg("--repl-diskless-sync-delay")
+            .arg("0")
+            // An empty replica loads the initial sync from the socket: valkey 9 otherwise
+            // notices a finished RDB download only in its once-a-second replication cron.
+            .arg("--repl-diskless-load")
+            .arg("on-empty-db");
+        if bin.supports_debug_command() {
+            cmd.arg("--enable-debug-command").arg("yes");
+        }
+        if let Some(pass) = &opts.requirepass {
+            cmd.arg("--requirepass").arg(pass);
+        }
+        if let (Some(tls_port), Some(tls)) = (ports.tls, &opts.tls) {
+            cmd.arg("--tls-port")
+                .arg(tls_port.to_string())
+                .arg("--tls-cert-file")
+                .arg(tls.server_cert())
+                .arg("--tls-key-file")
+                .arg(tls.server_key())
+                .arg("--tls-ca-cert-file")
+                .arg(tls.ca_cert())
+                .arg("--tls-auth-clients")
+                .arg("no");
+        }
+        if let (Mode::ClusterNode, Some(bus)) = (mode, ports.bus) {
+            cmd.arg("--cluster-enabled")
+                .arg("yes")
+                .arg("--cluster-config-file")
+                .arg(dir.join(NODES_CONF))
+                .arg("--cluster-port")
+                .arg(bus.to_string());
+        }
     }
     cmd.args(extra_args)
         .args(&opts.args)
@@ -544,10 +777,53 @@ fn spawn(
         .stderr(stdio);
     cmd.spawn().map_err(|e| HarnessError::StartFailed {
         binary: bin.label(),
-        port,
+        port: ports.port,
         reason: format!("cannot spawn {}: {e}", bin.server.display()),
         log_tail: String::new(),
     })
+}
+
+/// The initial `sentinel.conf`: the harness' settings, then `lines` (the `sentinel ...`
+/// directives).
+fn sentinel_config(opts: &ServerOptions, port: u16, dir: &Path, lines: &str) -> String {
+    let mut conf = format!(
+        "port {port}\n\
+         bind 127.0.0.1\n\
+         protected-mode no\n\
+         daemonize no\n\
+         dir {}\n\
+         logfile {}\n",
+        conf_quote(&dir.to_string_lossy()),
+        conf_quote(&dir.join(SERVER_LOG).to_string_lossy()),
+    );
+    if let Some(pass) = &opts.requirepass {
+        conf.push_str(&format!("requirepass {}\n", conf_quote(pass)));
+    }
+    conf.push_str(lines);
+    if !conf.ends_with('\n') {
+        conf.push('\n');
+    }
+    conf
+}
+
+/// Quotes one argument of a redis configuration file line (a double-quoted string with the
+/// escapes `sdssplitargs` understands).
+pub(crate) fn conf_quote(arg: &str) -> String {
+    let mut out = String::with_capacity(arg.len() + 2);
+    out.push('"');
+    for byte in arg.bytes() {
+        match byte {
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            b'\n' => out.push_str("\\n"),
+            b'\r' => out.push_str("\\r"),
+            b'\t' => out.push_str("\\t"),
+            0x20..=0x7e => out.push(char::from(byte)),
+            _ => out.push_str(&format!("\\x{byte:02x}")),
+        }
+    }
+    out.push('"');
+    out
 }
 
 /// Spawns the server and waits until it answers; on failure the process is killed and reaped.
@@ -555,13 +831,16 @@ fn launch(
     bin: &ServerBinary,
     opts: &ServerOptions,
     extra_args: &[String],
-    port: u16,
+    mode: &Mode,
+    ports: Ports,
     dir: &Path,
 ) -> Result<Child, LaunchError> {
-    let mut child = spawn(bin, opts, extra_args, port, dir).map_err(|error| LaunchError {
-        error,
-        retry_on_other_port: false,
-    })?;
+    let port = ports.port;
+    let mut child =
+        spawn(bin, opts, extra_args, mode, ports, dir).map_err(|error| LaunchError {
+            error,
+            retry_on_other_port: false,
+        })?;
     let failed = |child: &mut Child, reason: String, retry: bool| {
         let _ = child.kill();
         let _ = child.wait();
@@ -701,6 +980,13 @@ mod tests {
     fn server_is_send_and_sync() {
         fn is<T: Send + Sync>() {}
         is::<Server>();
+    }
+
+    #[test]
+    fn quotes_config_arguments() {
+        assert_eq!(conf_quote("plain"), r#""plain""#);
+        assert_eq!(conf_quote("a b\"c\\d\n\u{1}"), r#""a b\"c\\d\n\x01""#);
+        assert_eq!(conf_quote("ü"), r#""\xc3\xbc""#);
     }
 
     #[test]

@@ -8,16 +8,18 @@ use redis::Value;
 use tracing::Instrument;
 
 use crate::connection::ClientConnection;
+use crate::endpoint::Endpoint;
 use crate::error::{Error, Operation, Result};
 use crate::guard::{Backend, Lease, LockGuard, clock_drift};
 use crate::options::{ClientOptions, LockOptions, ttl_millis};
 use crate::renewal::{Registration, RenewalStats, Renewer};
 use crate::server::ServerInfo;
+use crate::slot::{fence_key, release_channel};
 use crate::strategy::{
     ACQUIRE_SCRIPT, EXTEND_SCRIPT, ExtendStrategy, RAISE_COUNTER_SCRIPT, RELEASE_NOTIFY_SCRIPT,
-    RELEASE_SCRIPT, ReleaseStrategy, extend_cmd, release_cmd,
+    RELEASE_SCRIPT, RELEASE_SNOTIFY_SCRIPT, ReleaseStrategy, extend_cmd, release_cmd,
 };
-use crate::token::{LockToken, fence_key, release_channel, validate_key};
+use crate::token::{LockToken, validate_key};
 use crate::waiting::Notifier;
 
 /// The outcome of one acquisition attempt.
@@ -111,12 +113,16 @@ fn timeout_error(op: Operation, what: &str) -> Error {
 }
 
 impl LockClient {
-    /// Connects to `url` (`redis://[user:password@]host:port/db`, also `valkey://`; credentials
-    /// in the URL for `requirepass` or an ACL user) with default [`ClientOptions`].
+    /// Connects to `url` with default [`ClientOptions`]. Any form [`Endpoint::parse`] accepts:
+    /// `redis://[user:password@]host:port/db` (also `valkey://`, and `rediss://` for TLS) for
+    /// one server, `redis-cluster://host:port[,host:port…]` for a Redis Cluster,
+    /// `redis-sentinel://host:port[,host:port…]#master` for a Sentinel-monitored primary.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a malformed URL, [`Error::Authentication`] for refused
-    /// credentials, [`Error::Connection`] if the server cannot be reached or does not answer
+    /// credentials, [`Error::Topology`] when the server is not what the URL says (a cluster
+    /// URL to a server without cluster support, a plain URL to a cluster node, an unknown
+    /// Sentinel master name), [`Error::Connection`] if no server can be reached or none answers
     /// within the connect timeout (5 s by default).
     pub async fn connect(url: &str) -> Result<Self> {
         Self::connect_with(url, ClientOptions::default()).await
@@ -128,22 +134,52 @@ impl LockClient {
     /// As [`LockClient::connect`]; also [`Error::InvalidArgument`] when a forced strategy is not
     /// offered by the server.
     pub async fn connect_with(url: &str, options: ClientOptions) -> Result<Self> {
-        let client = redis::Client::open(url).map_err(|e| Error::invalid("url", e.to_string()))?;
-        let config = redis::aio::ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(options.connect_timeout))
-            .set_response_timeout(Some(options.response_timeout))
-            .set_number_of_retries(1);
+        Self::connect_to(&Endpoint::parse(url)?, options).await
+    }
+
+    /// Connects to a Redis Cluster through one or more of its nodes (`redis://host:port/`).
+    /// Every key a lock operation touches lives in the lock key's slot (see [`crate::slot`]).
+    ///
+    /// # Errors
+    /// As [`LockClient::connect`].
+    pub async fn connect_cluster<S: AsRef<str>>(
+        seeds: &[S],
+        options: ClientOptions,
+    ) -> Result<Self> {
+        let seeds = seeds.iter().map(|s| s.as_ref().to_string());
+        Self::connect_to(&Endpoint::cluster(seeds), options).await
+    }
+
+    /// Connects to the primary that the sentinels (`redis://host:port/`) name `master`, and
+    /// follows it through failovers.
+    ///
+    /// # Errors
+    /// As [`LockClient::connect`].
+    pub async fn connect_sentinel<S: AsRef<str>>(
+        sentinels: &[S],
+        master: &str,
+        options: ClientOptions,
+    ) -> Result<Self> {
+        let sentinels = sentinels.iter().map(|s| s.as_ref().to_string());
+        Self::connect_to(&Endpoint::sentinel(sentinels, master), options).await
+    }
+
+    /// Connects to `endpoint`.
+    ///
+    /// # Errors
+    /// As [`LockClient::connect`].
+    pub async fn connect_to(endpoint: &Endpoint, options: ClientOptions) -> Result<Self> {
         let bound = options.connect_timeout;
-        let notifier = options
-            .notify_waiters
-            .then(|| Notifier::new(client.clone(), options.connect_timeout));
-        let connect = async {
-            let manager = client
-                .get_connection_manager_with_config(config)
-                .await
-                .map_err(|e| Error::from_redis(Operation::Connect, e))?;
-            Self::build(manager.into(), options, notifier).await
-        };
+        let root_cert = crate::topology::read_ca_file(options.tls_ca_file.as_deref())?;
+        // Boxed: the connection futures of every topology nest deep enough to overflow the
+        // compiler's layout depth limit in callers that embed this one.
+        let connect = Box::pin(async {
+            let (conn, source) = crate::topology::open(endpoint, &options, root_cert).await?;
+            let notifier = options
+                .notify_waiters
+                .then(|| Notifier::new(source, options.connect_timeout));
+            Self::build(conn, options, notifier).await
+        });
         // The client's own timeouts bound each step; this bounds them all together.
         tokio::time::timeout(bound, connect).await.map_err(|_| {
             timeout_error(Operation::Connect, "no answer within the connect timeout")
@@ -190,6 +226,15 @@ impl LockClient {
         notifier: Option<Notifier>,
     ) -> Result<Self> {
         let server = ServerInfo::detect(&mut conn).await?;
+        if server.cluster_enabled && !conn.is_cluster() {
+            return Err(Error::Topology {
+                reason: format!(
+                    "the server ({server}) is a Redis Cluster node: connect with \
+                     redis-cluster://host:port (the CLI: --cluster), or keys of other slots \
+                     would be refused with MOVED"
+                ),
+            });
+        }
         let release = server.release_strategy(options.release)?;
         let extend = server.extend_strategy(options.extend)?;
         let notify_waiters = options.notify_waiters && server.can_publish;
@@ -586,11 +631,13 @@ impl LockClient {
         // Ours until confirmed: if this future is dropped during WAIT, give the lock back.
         let mut cleanup = AbandonedAttempt::arm(self, key, token);
         let mut conn = self.inner.conn.clone();
-        let acked: Result<i64> = redis::cmd("WAIT")
-            .arg(wanted)
-            .arg(timeout.as_millis() as u64)
-            .query_async(&mut conn)
+        // WAIT counts the writes of this connection; on a cluster, of the key master's one.
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(wanted).arg(timeout.as_millis() as u64);
+        let acked: Result<i64> = conn
+            .query_on_key_master(key, wait)
             .await
+            .and_then(|v| redis::from_redis_value(v).map_err(redis::RedisError::from))
             .map_err(|e| Error::from_redis(Operation::Acquire, e));
         cleanup.disarm();
         let acked = match acked {
@@ -628,7 +675,8 @@ impl LockClient {
     ) -> Result<Attempt> {
         let mut cleanup = AbandonedAttempt::arm(self, key, token);
         let mut conn = self.inner.conn.clone();
-        let result = if fencing || want_remaining {
+        let scripted = fencing || want_remaining;
+        let result = if scripted {
             let mut inv = ACQUIRE_SCRIPT.key(key);
             if fencing {
                 inv.key(fence_key(key));
@@ -671,6 +719,13 @@ impl LockClient {
                 if !err.is_ambiguous() {
                     cleanup.disarm();
                 }
+                // A script that failed part-way (an ACL refusing its INCR, say) has already
+                // done its SET: scripts do not roll back. Give the token back at once, so the
+                // failure leaves no orphaned lock (token-checked: harmless if nothing was set).
+                if scripted && matches!(err, Error::Server { .. } | Error::PermissionDenied { .. })
+                {
+                    let _ = self.release_raw(key, token.expose()).await;
+                }
                 // An ambiguous failure keeps the cleanup armed: it fires on drop below.
                 Err(err)
             }
@@ -680,6 +735,7 @@ impl LockClient {
     pub(crate) async fn release_raw(&self, key: &str, token: &str) -> Result<bool> {
         let notify = self.inner.notify_waiters;
         let channel = notify.then(|| release_channel(key));
+        let sharded = self.inner.conn.is_cluster();
         let deleted: i64 = self
             .idempotent(Operation::Release, |mut conn| {
                 let channel = channel.as_deref();
@@ -691,7 +747,7 @@ impl LockClient {
                             let mut pipe = redis::pipe();
                             pipe.ignore_errors()
                                 .add_command(cmd)
-                                .cmd("PUBLISH")
+                                .cmd(if sharded { "SPUBLISH" } else { "PUBLISH" })
                                 .arg(channel)
                                 .arg(key);
                             // The release's own reply decides; a refused notification is
@@ -705,7 +761,12 @@ impl LockClient {
                         }
                         (Some(cmd), None) => cmd.query_async(&mut conn).await,
                         (None, Some(channel)) => {
-                            RELEASE_NOTIFY_SCRIPT
+                            let script = if sharded {
+                                &*RELEASE_SNOTIFY_SCRIPT
+                            } else {
+                                &*RELEASE_NOTIFY_SCRIPT
+                            };
+                            script
                                 .key(key)
                                 .arg(token)
                                 .arg(channel)
@@ -755,7 +816,13 @@ impl LockClient {
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
     {
         match run(self.inner.conn.clone()).await {
-            Err(e) if e.is_connection_dropped() || e.is_connection_refusal() => {
+            // READONLY: a failover demoted the server we spoke to; a Sentinel connection has
+            // switched to the new primary meanwhile.
+            Err(e)
+                if e.is_connection_dropped()
+                    || e.is_connection_refusal()
+                    || e.code() == Some("READONLY") =>
+            {
                 tracing::debug!(%op, error = %e, "connection dropped; retrying once");
                 run(self.inner.conn.clone()).await
             }

@@ -69,6 +69,28 @@ pub enum Error {
         source: redis::RedisError,
     },
 
+    /// The server's ACL does not let our user run a command, or touch a key or channel it needs
+    /// (`NOPERM`). docs/acl.md lists the least-privilege rule leasehold needs.
+    #[error(
+        "{op}: permission denied by the server's ACL: {source} (see docs/acl.md for the rule leasehold needs)"
+    )]
+    PermissionDenied {
+        /// The operation that was refused.
+        op: Operation,
+        /// The server's error.
+        #[source]
+        source: redis::RedisError,
+    },
+
+    /// The server is not the topology the endpoint names: a cluster endpoint that reaches a
+    /// server without cluster support, a standalone endpoint that reaches a cluster node, or a
+    /// Sentinel master name the sentinels do not know.
+    #[error("{reason}")]
+    Topology {
+        /// What was expected and what was found.
+        reason: String,
+    },
+
     /// The server refused our credentials (wrong password, unknown ACL user, or none given).
     #[error("authentication refused by the server: {source}")]
     Authentication {
@@ -210,6 +232,9 @@ impl Error {
         {
             return Error::Authentication { source: err };
         }
+        if is_acl_refusal(&err) {
+            return Error::PermissionDenied { op, source: err };
+        }
         if err.is_io_error()
             || err.is_timeout()
             || err.is_connection_dropped()
@@ -238,6 +263,17 @@ impl Error {
             _ => Error::Server { op, source: err },
         }
     }
+}
+
+/// `NOPERM`, or a refusal inside one of our scripts, which the server reports as a plain `ERR`
+/// ("ACL failure in script: ..." on Redis 8 and Valkey, "The user executing the script can't
+/// ..." on Redis 7).
+fn is_acl_refusal(err: &redis::RedisError) -> bool {
+    if err.code() == Some("NOPERM") {
+        return true;
+    }
+    let text = err.detail().unwrap_or_default();
+    text.contains("ACL failure in script") || text.contains("The user executing the script can't")
 }
 
 /// The library's result type.

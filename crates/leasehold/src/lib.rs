@@ -4,6 +4,7 @@
 
 mod client;
 mod connection;
+pub mod endpoint;
 mod error;
 pub mod fencing;
 mod guard;
@@ -11,12 +12,15 @@ mod options;
 pub mod redlock;
 pub mod renewal;
 mod server;
+pub mod slot;
 pub mod strategy;
 mod token;
+mod topology;
 pub mod waiting;
 
 pub use client::{LockClient, LockState, TryAcquire};
-pub use connection::ClientConnection;
+pub use connection::{ClientConnection, SentinelConnection};
+pub use endpoint::Endpoint;
 pub use error::{Error, Operation, Result};
 pub use fencing::{Fence, FencedRead, FencedStore, FencedValue, FencedWrite};
 pub use guard::{Lease, LockGuard, LossReason, clock_drift};
@@ -24,5 +28,6 @@ pub use options::{Backoff, ClientOptions, LockOptions, MAX_TTL, MIN_TTL, OnLoss}
 pub use redlock::{NodeOutcome, NodeReport, NodeReports, Redlock, RedlockOptions};
 pub use renewal::RenewalStats;
 pub use server::{ServerInfo, ServerKind};
+pub use slot::{fence_key, key_slot, release_channel};
 pub use strategy::{ExtendStrategy, ReleaseStrategy};
-pub use token::{LockToken, MAX_KEY_LEN, fence_key, release_channel};
+pub use token::{LockToken, MAX_KEY_LEN};

@@ -293,6 +293,7 @@ pub struct ClientOptions {
     pub(crate) release: ReleaseStrategy,
     pub(crate) extend: ExtendStrategy,
     pub(crate) notify_waiters: bool,
+    pub(crate) tls_ca_file: Option<std::path::PathBuf>,
 }
 
 impl Default for ClientOptions {
@@ -305,6 +306,7 @@ impl Default for ClientOptions {
             release: ReleaseStrategy::Auto,
             extend: ExtendStrategy::Auto,
             notify_waiters: true,
+            tls_ca_file: None,
         }
     }
 }
@@ -348,6 +350,15 @@ impl ClientOptions {
     /// Forces an extend strategy instead of the fastest one the server offers.
     pub fn extend_strategy(mut self, strategy: ExtendStrategy) -> Self {
         self.extend = strategy;
+        self
+    }
+
+    /// For `rediss://` (TLS) endpoints: trust the certificate authority in this PEM file (a
+    /// private CA) instead of the system's roots. Connecting fails with
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) if the file cannot be read or
+    /// holds no certificate.
+    pub fn tls_ca_file(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.tls_ca_file = Some(path.into());
         self
     }
 }

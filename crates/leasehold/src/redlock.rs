@@ -67,7 +67,8 @@ use crate::client::{LockClient, TryAcquire};
 use crate::error::{Error, Result};
 use crate::guard::{Backend, Lease, LockGuard, LossReason};
 use crate::options::{ClientOptions, LockOptions, ttl_millis};
-use crate::token::{LockToken, fence_key, validate_key};
+use crate::slot::fence_key;
+use crate::token::{LockToken, validate_key};
 
 /// Phase 1: `SET NX PX`, and the node's fencing counter when it was set and a counter key is
 /// given. Reply `{1, counter}` or `{0, pttl}`.

@@ -16,14 +16,21 @@
 //!
 //! **Cost.** One task per client; every tick sends one pipeline carrying every lease that is due
 //! (a lease due within a quarter of its interval rides along early), so 10 000 leases cost a few
-//! round trips per renewal period, not 10 000.
+//! round trips per renewal period, not 10 000. On a Redis Cluster a pipeline must not cross
+//! masters, so a tick sends one pipeline *per master*, grouped by the slot owners the renewer
+//! learned from `CLUSTER SLOTS`; a lease whose slot moved meanwhile (`MOVED`/`ASK`, or its master
+//! unreachable) is renewed on its own through the routed connection, which follows the
+//! redirection, and the slot owners are read again before the next tick.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use futures_util::future::join_all;
 use redis::Value;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::SingleNodeRoutingInfo;
 use tokio::sync::mpsc;
 
 use crate::connection::ClientConnection;
@@ -97,6 +104,45 @@ enum Outcome {
     Renewed,
     NotHeld,
     Retry,
+    /// `NOSCRIPT`: load the extend script, then retry (only inside a batch).
+    Reload,
+    /// `MOVED`/`ASK`/`TRYAGAIN`/`CLUSTERDOWN`: the slot is elsewhere or moving (only inside a
+    /// cluster batch).
+    Redirected,
+}
+
+impl Outcome {
+    /// What the renewer loop acts on.
+    fn settled(self) -> Outcome {
+        match self {
+            Outcome::Reload | Outcome::Redirected => Outcome::Retry,
+            other => other,
+        }
+    }
+}
+
+/// What one extend reply says about its lease.
+fn outcome_of(key: &str, reply: Value) -> Outcome {
+    match reply {
+        Value::Okay | Value::Int(1) => Outcome::Renewed,
+        Value::SimpleString(s) if s == "OK" => Outcome::Renewed,
+        Value::Nil | Value::Int(0) => Outcome::NotHeld,
+        Value::ServerError(e) if e.code() == "NOSCRIPT" => Outcome::Reload,
+        Value::ServerError(e)
+            if matches!(e.code(), "MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN") =>
+        {
+            Outcome::Redirected
+        }
+        // WRONGTYPE and the like: the key is not our lock any more.
+        Value::ServerError(e) => {
+            tracing::warn!(key, error = %e.details().unwrap_or(e.code()), "renewal refused by the server");
+            Outcome::NotHeld
+        }
+        other => {
+            tracing::warn!(key, reply = ?other, "unexpected renewal reply");
+            Outcome::Retry
+        }
+    }
 }
 
 async fn run(
@@ -107,6 +153,7 @@ async fn run(
 ) {
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<(Instant, Vec<(u64, Outcome)>)>();
     let mut entries: HashMap<u64, Entry> = HashMap::new();
+    let owners = SlotOwners::default();
     let mut next_id = 0u64;
     let mut open = true;
     // When the next scan is needed. Events only pull it earlier; the O(n) scan runs at timer
@@ -140,7 +187,7 @@ async fn run(
                             }
                         }
                         // Try again soon; the validity deadline still bounds the wait.
-                        Outcome::Retry => {
+                        Outcome::Retry | Outcome::Reload | Outcome::Redirected => {
                             e.due = Instant::now() + (e.interval / 8).max(Duration::from_millis(5));
                         }
                     }
@@ -218,37 +265,60 @@ async fn run(
         if batch.is_empty() {
             continue;
         }
-        stats.rounds.fetch_add(1, Ordering::Relaxed);
         let mut conn = conn.clone();
         let done = done_tx.clone();
+        let stats = stats.clone();
+        let owners = owners.clone();
         tokio::spawn(async move {
             let started = Instant::now();
-            let outcomes = renew_batch(&mut conn, strategy, &batch).await;
+            let outcomes = match &mut conn {
+                ClientConnection::Cluster(cluster) => {
+                    renew_cluster_batch(cluster, &owners, strategy, &batch, &stats).await
+                }
+                single => {
+                    stats.rounds.fetch_add(1, Ordering::Relaxed);
+                    renew_batch(single, strategy, &batch).await
+                }
+            };
             let _ = done.send((started, outcomes));
         });
     }
+}
+
+type Batch = [(u64, String, String, u64)];
+
+/// The extend command of one lease (the native one, or `EVALSHA` of the extend script).
+fn renewal_cmd(strategy: ExtendStrategy, key: &str, token: &str, ttl_ms: u64) -> redis::Cmd {
+    extend_cmd(strategy, key, token, ttl_ms).unwrap_or_else(|| {
+        let mut c = redis::cmd("EVALSHA");
+        c.arg(EXTEND_SCRIPT.get_hash())
+            .arg(1)
+            .arg(key)
+            .arg(token)
+            .arg(ttl_ms);
+        c
+    })
+}
+
+fn renewal_pipeline<'a>(
+    strategy: ExtendStrategy,
+    leases: impl Iterator<Item = &'a (u64, String, String, u64)>,
+) -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    for (_, key, token, ttl_ms) in leases {
+        pipe.add_command(renewal_cmd(strategy, key, token, *ttl_ms));
+    }
+    pipe
 }
 
 /// One pipeline for the whole batch; each reply decides its lease.
 async fn renew_batch(
     conn: &mut ClientConnection,
     strategy: ExtendStrategy,
-    batch: &[(u64, String, String, u64)],
+    batch: &Batch,
 ) -> Vec<(u64, Outcome)> {
-    let mut pipe = redis::pipe();
-    pipe.ignore_errors();
-    for (_, key, token, ttl_ms) in batch {
-        match extend_cmd(strategy, key, token, *ttl_ms) {
-            Some(cmd) => pipe.add_command(cmd),
-            None => pipe
-                .cmd("EVALSHA")
-                .arg(EXTEND_SCRIPT.get_hash())
-                .arg(1)
-                .arg(key)
-                .arg(token)
-                .arg(*ttl_ms),
-        };
-    }
+    let pipe = renewal_pipeline(strategy, batch.iter());
     let replies: Vec<Value> = match pipe.query_async(conn).await {
         Ok(r) => r,
         Err(e) => {
@@ -261,29 +331,174 @@ async fn renew_batch(
         .iter()
         .zip(replies)
         .map(|((id, key, ..), reply)| {
-            let outcome = match reply {
-                Value::Okay | Value::Int(1) => Outcome::Renewed,
-                Value::SimpleString(s) if s == "OK" => Outcome::Renewed,
-                Value::Nil | Value::Int(0) => Outcome::NotHeld,
-                Value::ServerError(e) if e.code() == "NOSCRIPT" => {
-                    reload = true;
-                    Outcome::Retry
-                }
-                // WRONGTYPE and the like: the key is not our lock any more.
-                Value::ServerError(e) => {
-                    tracing::warn!(key, error = %e.details().unwrap_or(e.code()), "renewal refused by the server");
-                    Outcome::NotHeld
-                }
-                other => {
-                    tracing::warn!(key, reply = ?other, "unexpected renewal reply");
-                    Outcome::Retry
-                }
-            };
-            (*id, outcome)
+            let outcome = outcome_of(key, reply);
+            reload |= matches!(outcome, Outcome::Reload);
+            (*id, outcome.settled())
         })
         .collect();
     if reload {
         let _ = EXTEND_SCRIPT.prepare_invoke().load_async(conn).await;
     }
     outcomes
+}
+
+/// The renewer's view of which master owns each slot, from `CLUSTER SLOTS`; cleared when a reply
+/// shows it is out of date.
+#[derive(Clone, Default)]
+struct SlotOwners(Arc<std::sync::Mutex<Option<Arc<Vec<Option<(String, u16)>>>>>>);
+
+impl SlotOwners {
+    fn get(&self) -> Option<Arc<Vec<Option<(String, u16)>>>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn set(&self, map: Option<Arc<Vec<Option<(String, u16)>>>>) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = map;
+    }
+
+    async fn fetch(conn: &mut ClusterConnection) -> Option<Arc<Vec<Option<(String, u16)>>>> {
+        let reply: Value = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query_async(conn)
+            .await
+            .ok()?;
+        let mut owners = vec![None; crate::slot::SLOTS as usize];
+        let Value::Array(ranges) = reply else {
+            return None;
+        };
+        for range in ranges {
+            let Value::Array(fields) = range else {
+                continue;
+            };
+            let (Some(Value::Int(start)), Some(Value::Int(end)), Some(Value::Array(master))) =
+                (fields.first(), fields.get(1), fields.get(2))
+            else {
+                continue;
+            };
+            let host = match master.first() {
+                Some(Value::BulkString(h)) => String::from_utf8_lossy(h).into_owned(),
+                Some(Value::SimpleString(h)) => h.clone(),
+                _ => continue,
+            };
+            let Some(Value::Int(port)) = master.get(1) else {
+                continue;
+            };
+            if host.is_empty() {
+                continue;
+            }
+            for slot in (*start).max(0)..=(*end).min(crate::slot::SLOTS as i64 - 1) {
+                owners[slot as usize] = Some((host.clone(), *port as u16));
+            }
+        }
+        Some(Arc::new(owners))
+    }
+}
+
+/// A cluster tick: one pipeline per master (sent side by side), then the leases whose slot was
+/// elsewhere one by one through the routed connection (which follows `MOVED`/`ASK`).
+async fn renew_cluster_batch(
+    conn: &mut ClusterConnection,
+    owners: &SlotOwners,
+    strategy: ExtendStrategy,
+    batch: &Batch,
+    stats: &RenewalStats,
+) -> Vec<(u64, Outcome)> {
+    let map = match owners.get() {
+        Some(m) => Some(m),
+        None => {
+            let fetched = SlotOwners::fetch(conn).await;
+            owners.set(fetched.clone());
+            fetched
+        }
+    };
+    let mut groups: HashMap<Option<(String, u16)>, Vec<usize>> = HashMap::new();
+    for (i, (_, key, ..)) in batch.iter().enumerate() {
+        let owner = map
+            .as_ref()
+            .and_then(|m| m[crate::slot::key_slot(key) as usize].clone());
+        groups.entry(owner).or_default().push(i);
+    }
+    let mut outcomes: Vec<Option<Outcome>> = (0..batch.len()).map(|_| None).collect();
+    let mut unrouted = groups.remove(&None).unwrap_or_default();
+    let sends = groups.into_iter().map(|(owner, members)| {
+        let mut conn = conn.clone();
+        let (host, port) = owner.expect("the unrouted group was taken out");
+        let pipe = renewal_pipeline(strategy, members.iter().map(|&i| &batch[i]));
+        async move {
+            let route = SingleNodeRoutingInfo::ByAddress { host, port };
+            let replies = conn.route_pipeline(pipe, 0, members.len(), route).await;
+            (members, replies)
+        }
+    });
+    let mut reload = false;
+    let mut stale = false;
+    for (members, replies) in join_all(sends).await {
+        stats.rounds.fetch_add(1, Ordering::Relaxed);
+        match replies {
+            Ok(replies) if replies.len() == members.len() => {
+                for (i, reply) in members.into_iter().zip(replies) {
+                    match outcome_of(&batch[i].1, reply) {
+                        Outcome::Redirected => {
+                            stale = true;
+                            unrouted.push(i);
+                        }
+                        Outcome::Reload => {
+                            reload = true;
+                            outcomes[i] = Some(Outcome::Retry);
+                        }
+                        o => outcomes[i] = Some(o),
+                    }
+                }
+            }
+            // The master is unreachable or answered oddly: its leases go one by one, routed
+            // afresh (a promoted replica may own them now).
+            other => {
+                if let Err(e) = other {
+                    tracing::debug!(error = %e, "cluster renewal pipeline failed; renewing one by one");
+                }
+                stale = true;
+                unrouted.extend(members);
+            }
+        }
+    }
+    if stale || map.is_none() {
+        owners.set(None);
+    }
+    // Routed one by one: the cluster connection follows MOVED/ASK and refreshes its own map.
+    let singles = unrouted.into_iter().map(|i| {
+        let mut conn = conn.clone();
+        let (_, key, token, ttl_ms) = &batch[i];
+        let cmd = renewal_cmd(strategy, key, token, *ttl_ms);
+        async move {
+            let reply: redis::RedisResult<Value> = cmd.query_async(&mut conn).await;
+            (i, reply)
+        }
+    });
+    for (i, reply) in join_all(singles).await {
+        stats.rounds.fetch_add(1, Ordering::Relaxed);
+        let key = &batch[i].1;
+        outcomes[i] = Some(match reply {
+            Ok(v) => outcome_of(key, v).settled(),
+            Err(e) if e.code() == Some("NOSCRIPT") => {
+                reload = true;
+                Outcome::Retry
+            }
+            // The key holds something else than a lock: not ours any more.
+            Err(e) if e.code() == Some("WRONGTYPE") => {
+                tracing::warn!(key, error = %e, "renewal refused by the server");
+                Outcome::NotHeld
+            }
+            // Unreachable, redirected too often, or the slot is migrating: try again; the
+            // validity deadline bounds the retries.
+            Err(_) => Outcome::Retry,
+        });
+    }
+    if reload {
+        let _ = EXTEND_SCRIPT.prepare_invoke().load_async(conn).await;
+    }
+    batch
+        .iter()
+        .zip(outcomes)
+        .map(|((id, ..), o)| (*id, o.unwrap_or(Outcome::Retry)))
+        .collect()
 }

@@ -45,9 +45,11 @@ pub struct ServerInfo {
     pub has_delifeq: bool,
     /// `SET key value PX ms IFEQ value` is accepted.
     pub has_set_ifeq: bool,
-    /// `PUBLISH` on leasehold's release channels is allowed (an ACL user may lack channel
-    /// permissions; release notifications are then off).
+    /// `PUBLISH` (`SPUBLISH` on a cluster) on leasehold's release channels is allowed (an ACL
+    /// user may lack channel permissions; release notifications are then off).
     pub can_publish: bool,
+    /// The server runs in cluster mode (`cluster_enabled:1`).
+    pub cluster_enabled: bool,
 }
 
 impl std::fmt::Display for ServerInfo {
@@ -57,10 +59,17 @@ impl std::fmt::Display for ServerInfo {
 }
 
 impl ServerInfo {
-    /// Probes the server in one round trip: `INFO server`, the three conditional commands, and
-    /// whether we may publish release notifications.
+    /// Probes the server in one round trip: `INFO server`, the three conditional commands,
+    /// whether we may publish release notifications, and `INFO cluster`. On a cluster every
+    /// probe is in one slot, so the pipeline goes to one master (capabilities are assumed to be
+    /// the same on every node of a cluster).
     pub(crate) async fn detect(conn: &mut ClientConnection) -> Result<ServerInfo> {
         let probe = format!("leasehold:probe:{}", uuid::Uuid::new_v4().simple());
+        let publish = if conn.is_cluster() {
+            "SPUBLISH"
+        } else {
+            "PUBLISH"
+        };
         let mut pipe = redis::pipe();
         pipe.ignore_errors()
             .cmd("INFO")
@@ -79,17 +88,19 @@ impl ServerInfo {
             .arg(1)
             .arg("IFEQ")
             .arg("x")
-            .cmd("PUBLISH")
-            .arg(crate::token::release_channel(&probe))
-            .arg("");
+            .cmd(publish)
+            .arg(crate::slot::release_channel(&probe))
+            .arg("")
+            .cmd("INFO")
+            .arg("cluster");
         let replies: Vec<Value> = pipe
             .query_async(conn)
             .await
             .map_err(|e| Error::from_redis(Operation::Connect, e))?;
-        if replies.len() != 5 {
+        if replies.len() != 6 {
             return Err(Error::UnexpectedReply {
                 op: Operation::Connect,
-                detail: format!("{} replies to 5 probes", replies.len()),
+                detail: format!("{} replies to 6 probes", replies.len()),
             });
         }
         // Authentication failures surface on the first command; report them as such.
@@ -98,11 +109,15 @@ impl ServerInfo {
         {
             return Err(Error::from_redis(Operation::Connect, e.clone().into()));
         }
-        let info = match &replies[0] {
+        let text = |v: &Value| match v {
             Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
             Value::VerbatimString { text, .. } => text.clone(),
             _ => String::new(),
         };
+        let info = text(&replies[0]);
+        let cluster_enabled = text(&replies[5])
+            .lines()
+            .any(|l| l.trim() == "cluster_enabled:1");
         let field = |name: &str| {
             info.lines()
                 .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
@@ -120,6 +135,29 @@ impl ServerInfo {
         } else {
             (ServerKind::Unknown, String::from("?"))
         };
+        // An ACL refusal is not a missing feature: say so once, at connect time, so a slower
+        // fallback (Lua instead of DELEX) or an unknown server is never silent.
+        for (reply, what, consequence) in [
+            (
+                &replies[0],
+                "INFO",
+                "the server's kind and version are unknown",
+            ),
+            (&replies[1], "DELEX", "releases use the Lua script"),
+            (&replies[2], "DELIFEQ", "releases use the Lua script"),
+            (&replies[3], "SET ... IFEQ", "extends use the Lua script"),
+            (
+                &replies[5],
+                "INFO cluster",
+                "cluster mode cannot be detected",
+            ),
+        ] {
+            if let Value::ServerError(e) = reply
+                && e.code() == "NOPERM"
+            {
+                tracing::info!(command = what, "refused by the server's ACL: {consequence}");
+            }
+        }
         let accepted = |v: &Value| !matches!(v, Value::ServerError(_));
         Ok(ServerInfo {
             kind,
@@ -128,6 +166,7 @@ impl ServerInfo {
             has_delifeq: accepted(&replies[2]),
             has_set_ifeq: accepted(&replies[3]),
             can_publish: accepted(&replies[4]),
+            cluster_enabled,
         })
     }
 

@@ -71,6 +71,10 @@ pub const RELEASE_LUA: &str =
 /// never turn a completed release into an error (scripts do not roll back).
 pub const RELEASE_NOTIFY_LUA: &str = "if redis.call('get',KEYS[1])==ARGV[1] then redis.call('del',KEYS[1]) redis.pcall('publish',ARGV[2],KEYS[1]) return 1 end return 0";
 
+/// [`RELEASE_NOTIFY_LUA`] for a Redis Cluster: `SPUBLISH`, on a channel in the key's slot (see
+/// [`crate::slot`]), so the notification stays on the key's shard.
+pub const RELEASE_SNOTIFY_LUA: &str = "if redis.call('get',KEYS[1])==ARGV[1] then redis.call('del',KEYS[1]) redis.pcall('spublish',ARGV[2],KEYS[1]) return 1 end return 0";
+
 /// Extend: reset the TTL only while the key holds our token.
 pub const EXTEND_LUA: &str = "if redis.call('get',KEYS[1])==ARGV[1] then return redis.call('pexpire',KEYS[1],ARGV[2]) end return 0";
 
@@ -100,6 +104,8 @@ pub(crate) static RAISE_COUNTER_SCRIPT: LazyLock<Script> =
 pub(crate) static RELEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
 pub(crate) static RELEASE_NOTIFY_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(RELEASE_NOTIFY_LUA));
+pub(crate) static RELEASE_SNOTIFY_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(RELEASE_SNOTIFY_LUA));
 pub(crate) static EXTEND_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_LUA));
 pub(crate) static ACQUIRE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
 

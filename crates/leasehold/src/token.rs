@@ -1,4 +1,4 @@
-//! Lock tokens, key validation and the fencing counter's key.
+//! Lock tokens and key validation.
 
 use std::fmt;
 use std::sync::Arc;
@@ -81,52 +81,9 @@ pub(crate) fn validate_key(key: &str) -> Result<()> {
     Ok(())
 }
 
-/// The Redis Cluster hash tag of `key`, if it has one: the bytes between the first `{` and the
-/// first `}` after it, when that span is not empty.
-fn hash_tag(key: &str) -> Option<&str> {
-    let open = key.find('{')?;
-    let close = key[open + 1..].find('}')? + open + 1;
-    (close > open + 1).then(|| &key[open + 1..close])
-}
-
-/// The key of the fencing counter that belongs to lock `key`.
-///
-/// It must live in the same Redis Cluster hash slot as the lock key so that one script can touch
-/// both atomically:
-/// - a key with a hash tag keeps it: `a{user:1}b` -> `a{user:1}b:fence`;
-/// - a key without one is wrapped, `{key}:fence`, whose tag is the whole key and so hashes
-///   exactly like `key` itself.
-///
-/// A key with no valid tag that contains `}` cannot be wrapped (its tag would end early); it
-/// gets `key:fence`, which is correct on a single node and on a Redlock set (each node is a
-/// single node) but would be a cross-slot pair in Redis Cluster.
-pub fn fence_key(key: &str) -> String {
-    if hash_tag(key).is_some() || key.contains('}') {
-        format!("{key}:fence")
-    } else {
-        format!("{{{key}}}:fence")
-    }
-}
-
-/// The channel on which a release of `key` may be announced (used by waiters).
-pub fn release_channel(key: &str) -> String {
-    format!("leasehold:released:{key}")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn fence_key_keeps_the_slot() {
-        assert_eq!(fence_key("lock:a"), "{lock:a}:fence");
-        assert_eq!(hash_tag(&fence_key("lock:a")), Some("lock:a"));
-        assert_eq!(fence_key("a{user:1}b"), "a{user:1}b:fence");
-        assert_eq!(hash_tag(&fence_key("a{user:1}b")), Some("user:1"));
-        // `{}` is not a tag, so the whole key is hashed; wrapping it would cut the tag short.
-        assert_eq!(hash_tag("a{}b"), None);
-        assert_eq!(fence_key("a{}b"), "a{}b:fence");
-    }
 
     #[test]
     fn tokens_are_random_and_redacted() {

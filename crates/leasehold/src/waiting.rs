@@ -7,6 +7,11 @@
 //! notification arrives **or** a timeout (the holder's remaining TTL, capped by the backoff and
 //! the deadline) passes, then retries.
 //!
+//! On a Redis Cluster the release publishes with `SPUBLISH` on the same channel, which hashes to
+//! the lock key's slot (see [`crate::slot`]), and waiters `SSUBSCRIBE`: the message travels only
+//! within the key's shard instead of being broadcast over the whole cluster bus, and the
+//! subscriber follows the slot when it moves (the cluster connection re-subscribes).
+//!
 //! Pub/sub is at-most-once (a message published while the subscriber reconnects is lost), so
 //! a notification is only ever a hint to retry early: correctness never depends on it, and the
 //! timeout path always stays. A waiter that cannot subscribe (no URL to open a subscriber
@@ -20,10 +25,24 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use tokio::sync::{mpsc, oneshot, watch};
 
+/// Where the subscriber connection goes.
+pub(crate) enum SubscriberSource {
+    /// One server.
+    Client(redis::Client),
+    /// The current primary of a Sentinel set (asked again each time the subscriber reconnects).
+    Sentinel(crate::connection::SentinelConnection),
+    /// A cluster: one RESP3 cluster connection with sharded subscriptions.
+    Cluster {
+        seeds: Vec<String>,
+        root_cert: Option<Vec<u8>>,
+        connect_timeout: Duration,
+    },
+}
+
 /// The shared subscriber connection of one client, opened on first use and reopened after it
 /// breaks.
 pub(crate) struct Notifier {
-    client: redis::Client,
+    source: SubscriberSource,
     timeout: Duration,
     hub: tokio::sync::Mutex<Option<Arc<Hub>>>,
 }
@@ -56,9 +75,9 @@ pub(crate) struct Subscription {
 }
 
 impl Notifier {
-    pub(crate) fn new(client: redis::Client, timeout: Duration) -> Self {
+    pub(crate) fn new(source: SubscriberSource, timeout: Duration) -> Self {
         Notifier {
-            client,
+            source,
             timeout,
             hub: tokio::sync::Mutex::new(None),
         }
@@ -106,8 +125,7 @@ impl Notifier {
         if let Some(hub) = current.as_ref().filter(|h| h.alive.load(Ordering::Acquire)) {
             return Some(hub.clone());
         }
-        let pubsub = match tokio::time::timeout(self.timeout, self.client.get_async_pubsub()).await
-        {
+        let subscriber = match tokio::time::timeout(self.timeout, self.open()).await {
             Ok(Ok(p)) => p,
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, "cannot open the subscriber connection; waiters poll");
@@ -118,7 +136,7 @@ impl Notifier {
         let (commands, rx) = mpsc::unbounded_channel();
         let channels: Channels = Arc::default();
         let alive = Arc::new(AtomicBool::new(true));
-        tokio::spawn(run(pubsub, rx, channels.clone(), alive.clone()));
+        tokio::spawn(run(subscriber, rx, channels.clone(), alive.clone()));
         let hub = Arc::new(Hub {
             commands,
             channels,
@@ -129,38 +147,117 @@ impl Notifier {
     }
 }
 
+impl Notifier {
+    async fn open(&self) -> redis::RedisResult<Subscriber> {
+        match &self.source {
+            SubscriberSource::Client(client) => {
+                Ok(Subscriber::Single(client.get_async_pubsub().await?))
+            }
+            SubscriberSource::Sentinel(conn) => Ok(Subscriber::Single(
+                conn.current_client().get_async_pubsub().await?,
+            )),
+            SubscriberSource::Cluster {
+                seeds,
+                root_cert,
+                connect_timeout,
+            } => {
+                let (tx, pushes) = mpsc::unbounded_channel();
+                let client = crate::topology::cluster_client(
+                    seeds,
+                    root_cert,
+                    *connect_timeout,
+                    *connect_timeout,
+                    Some(tx),
+                )
+                .map_err(|e| redis::RedisError::from(std::io::Error::other(e.to_string())))?;
+                let conn = client.get_async_connection().await?;
+                Ok(Subscriber::Cluster { conn, pushes })
+            }
+        }
+    }
+}
+
+/// An open subscriber connection.
+enum Subscriber {
+    /// `SUBSCRIBE` on one server.
+    Single(redis::aio::PubSub),
+    /// `SSUBSCRIBE` through a RESP3 cluster connection; messages arrive as pushes.
+    Cluster {
+        conn: redis::cluster_async::ClusterConnection,
+        pushes: mpsc::UnboundedReceiver<redis::PushInfo>,
+    },
+}
+
+/// Wakes the waiters of `channel` (a message was published on it).
+fn wake(channels: &Channels, channel: &[u8]) {
+    let channels = channels.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(c) = std::str::from_utf8(channel)
+        .ok()
+        .and_then(|n| channels.get(n))
+    {
+        c.tx.send_modify(|generation| *generation = generation.wrapping_add(1));
+    }
+}
+
 async fn run(
-    pubsub: redis::aio::PubSub,
+    subscriber: Subscriber,
     mut commands: mpsc::UnboundedReceiver<Command>,
     channels: Channels,
     alive: Arc<AtomicBool>,
 ) {
-    let (mut sink, mut stream) = pubsub.split();
-    loop {
-        tokio::select! {
-            command = commands.recv() => match command {
-                // Every handle on the hub is gone: close the connection.
-                None => return,
-                Some(Command::Subscribe(channel, done)) => {
-                    let _ = done.send(sink.subscribe(&channel).await.is_ok());
+    match subscriber {
+        Subscriber::Single(pubsub) => {
+            let (mut sink, mut stream) = pubsub.split();
+            loop {
+                tokio::select! {
+                    command = commands.recv() => match command {
+                        // Every handle on the hub is gone: close the connection.
+                        None => return,
+                        Some(Command::Subscribe(channel, done)) => {
+                            let _ = done.send(sink.subscribe(&channel).await.is_ok());
+                        }
+                        Some(Command::Unsubscribe(channel)) => {
+                            let _ = sink.unsubscribe(&channel).await;
+                        }
+                    },
+                    message = stream.next() => match message {
+                        Some(m) => wake(&channels, m.get_channel_name().as_bytes()),
+                        None => {
+                            alive.store(false, Ordering::Release);
+                            return;
+                        }
+                    },
                 }
-                Some(Command::Unsubscribe(channel)) => {
-                    let _ = sink.unsubscribe(&channel).await;
-                }
-            },
-            message = stream.next() => match message {
-                Some(m) => {
-                    let channels = channels.lock().unwrap_or_else(|p| p.into_inner());
-                    if let Some(c) = channels.get(m.get_channel_name()) {
-                        c.tx.send_modify(|generation| *generation = generation.wrapping_add(1));
-                    }
-                }
-                None => {
-                    alive.store(false, Ordering::Release);
-                    return;
-                }
-            },
+            }
         }
+        Subscriber::Cluster {
+            mut conn,
+            mut pushes,
+        } => loop {
+            tokio::select! {
+                command = commands.recv() => match command {
+                    None => return,
+                    Some(Command::Subscribe(channel, done)) => {
+                        let _ = done.send(conn.ssubscribe(&channel).await.is_ok());
+                    }
+                    Some(Command::Unsubscribe(channel)) => {
+                        let _ = conn.sunsubscribe(&channel).await;
+                    }
+                },
+                push = pushes.recv() => match push {
+                    Some(redis::PushInfo { kind: redis::PushKind::SMessage, data }) => {
+                        if let Some(redis::Value::BulkString(channel)) = data.first() {
+                            wake(&channels, channel);
+                        }
+                    }
+                    Some(_) => {}
+                    None => {
+                        alive.store(false, Ordering::Release);
+                        return;
+                    }
+                },
+            }
+        },
     }
 }
 

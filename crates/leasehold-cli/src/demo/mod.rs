@@ -111,6 +111,7 @@ pub(crate) async fn run(target: &Target, args: DemoArgs) -> anyhow::Result<()> {
             let target = Target {
                 url: l.server.url(),
                 source: Source::Flag,
+                tls_ca_file: None,
             };
             session(&target, Some(l), &mut stop).await
         }
