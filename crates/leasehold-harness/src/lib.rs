@@ -7,6 +7,14 @@
 //! * [`Server`] owns one server process with its own temporary directory and a free
 //!   loopback port; it can be killed, stopped, paused, resumed, restarted on the same port,
 //!   given a replica and promoted. Dropping it kills the process (also on panic unwinding).
+//!   [`ServerOptions::tls`] adds a TLS port with certificates from [`TlsFiles`], a
+//!   throwaway CA and server certificate for `127.0.0.1`/`localhost` made with `openssl`.
+//! * [`Cluster`] is a Redis Cluster of such servers (default 3 masters with 1 replica each),
+//!   built with cluster commands only; it can fail over (killing a master and taking over
+//!   with a replica, or gracefully), migrate a slot step by step and wait until stable.
+//! * [`SentinelSet`] is a primary with replicas and sentinels (default 1 replica, 3
+//!   sentinels, quorum 2) monitoring it as `leasehold`; it can force a failover or kill the
+//!   primary and wait for the sentinels to promote a replica.
 //! * [`Postgres`] owns one PostgreSQL server (from the system's packages, found by
 //!   [`find_postgres`]) with a fresh `initdb` cluster in its own temporary directory.
 //! * [`SilentServer`] is a TCP listener that accepts connections and never answers.

@@ -517,6 +517,11 @@ impl SentinelSet {
     /// down-after + 4 × failover-timeout + 30 s.
     pub fn failover(&self) -> Result<SocketAddr, HarnessError> {
         let old = self.primary_addr()?;
+        if !self.data.iter().any(|n| n.is_live() && n.addr() != old) {
+            return Err(HarnessError::InvalidArgument(
+                "the primary has no live replica to promote".into(),
+            ));
+        }
         let deadline = Instant::now() + self.failover_bound();
         loop {
             self.request_failover(deadline)?;

@@ -113,7 +113,7 @@ impl ServerOptions {
 }
 
 /// What kind of process a [`Server`] is; decides the extra ports and arguments.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub(crate) enum Mode {
     /// A plain data server.
     Standalone,
@@ -127,6 +127,17 @@ pub(crate) enum Mode {
         /// Configuration lines after the harness' own (`port`, `bind`, `dir`, `logfile`).
         config: String,
     },
+}
+
+/// Without the sentinel configuration, which may contain a password.
+impl fmt::Debug for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Mode::Standalone => "Standalone",
+            Mode::ClusterNode => "ClusterNode",
+            Mode::Sentinel { .. } => "Sentinel",
+        })
+    }
 }
 
 /// The ports of one server: the main one, and the optional TLS and cluster-bus ports.
@@ -168,8 +179,9 @@ impl Ports {
 
     fn release(self) {
         release_port(self.port);
-        self.tls.map(release_port);
-        self.bus.map(release_port);
+        for port in [self.tls, self.bus].into_iter().flatten() {
+            release_port(port);
+        }
     }
 }
 

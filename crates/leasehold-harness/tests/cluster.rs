@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use leasehold_harness::{
     CLUSTER_SLOTS, Cluster, ClusterOptions, HarnessError, RespValue, Server, ServerOptions,
+    TlsFiles,
 };
 
 fn bulk(s: &str) -> RespValue {
@@ -210,12 +211,18 @@ leasehold_harness::server_test!(async fn slot_migration_in_steps(bin) {
 });
 
 leasehold_harness::server_test!(async fn password_protected_cluster(bin) {
+    let tls = TlsFiles::temporary().unwrap();
     let options = ClusterOptions::new()
         .masters(3)
         .replicas_per_master(1)
         .node_timeout(Duration::from_millis(3000))
-        .server(ServerOptions::new().requirepass("cluster pass"));
+        .server(ServerOptions::new().requirepass("cluster pass").tls(&tls));
     let mut cluster = Cluster::start(&bin, &options).unwrap();
+    // Every node also listens with TLS.
+    for node in cluster.nodes() {
+        let port = node.tls_port().unwrap();
+        assert_eq!(node.tls_url(), Some(format!("rediss://127.0.0.1:{port}/")));
+    }
     let timeout = cluster.node(0).unwrap().command(&["CONFIG", "GET", "cluster-node-timeout"]).unwrap();
     assert_eq!(timeout, RespValue::Array(Some(vec![bulk("cluster-node-timeout"), bulk("3000")])));
     // Replicas authenticated to their masters (wait_until_stable checked the links).

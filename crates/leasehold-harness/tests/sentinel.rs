@@ -143,6 +143,7 @@ leasehold_harness::server_test!(async fn kill_primary_and_wait(bin) {
 
     // No replica left to promote.
     assert!(matches!(set.kill_primary_and_wait(), Err(HarnessError::InvalidArgument(_))));
+    assert!(matches!(set.failover(), Err(HarnessError::InvalidArgument(_))));
 
     // The old primary comes back and the sentinels make it a replica of the new one.
     set.data_node_mut(0).unwrap().restart().unwrap();

@@ -311,6 +311,7 @@ mod tests {
             has_delifeq,
             has_set_ifeq,
             can_publish: true,
+            cluster_enabled: false,
         }
     }
 
