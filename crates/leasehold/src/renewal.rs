@@ -133,6 +133,13 @@ fn outcome_of(key: &str, reply: Value) -> Outcome {
         {
             Outcome::Redirected
         }
+        // The server cannot take writes right now (a failover demoted it, it is loading, its
+        // primary is down): not an answer about the key. Retry; the Sentinel connection moves
+        // to the new primary, and the validity deadline bounds the retries.
+        Value::ServerError(e) if matches!(e.code(), "READONLY" | "LOADING" | "MASTERDOWN") => {
+            tracing::debug!(key, error = %e.code(), "renewal not possible on this server now; retrying");
+            Outcome::Retry
+        }
         // WRONGTYPE and the like: the key is not our lock any more.
         Value::ServerError(e) => {
             tracing::warn!(key, error = %e.details().unwrap_or(e.code()), "renewal refused by the server");
@@ -345,18 +352,21 @@ async fn renew_batch(
 /// The renewer's view of which master owns each slot, from `CLUSTER SLOTS`; cleared when a reply
 /// shows it is out of date.
 #[derive(Clone, Default)]
-struct SlotOwners(Arc<std::sync::Mutex<Option<Arc<Vec<Option<(String, u16)>>>>>>);
+struct SlotOwners(Arc<std::sync::Mutex<Option<OwnerMap>>>);
+
+/// The master (`host`, `port`) of every slot, where known.
+type OwnerMap = Arc<Vec<Option<(String, u16)>>>;
 
 impl SlotOwners {
-    fn get(&self) -> Option<Arc<Vec<Option<(String, u16)>>>> {
+    fn get(&self) -> Option<OwnerMap> {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    fn set(&self, map: Option<Arc<Vec<Option<(String, u16)>>>>) {
+    fn set(&self, map: Option<OwnerMap>) {
         *self.0.lock().unwrap_or_else(|p| p.into_inner()) = map;
     }
 
-    async fn fetch(conn: &mut ClusterConnection) -> Option<Arc<Vec<Option<(String, u16)>>>> {
+    async fn fetch(conn: &mut ClusterConnection) -> Option<OwnerMap> {
         let reply: Value = redis::cmd("CLUSTER")
             .arg("SLOTS")
             .query_async(conn)
@@ -501,4 +511,50 @@ async fn renew_cluster_batch(
         .zip(outcomes)
         .map(|((id, ..), o)| (*id, o.unwrap_or(Outcome::Retry)))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error(line: &str) -> Value {
+        // Parse a real RESP error line, as the server would send it.
+        let parsed: Value =
+            redis::parse_redis_value(format!("-{line}\r\n").as_bytes()).expect("a RESP error");
+        match parsed {
+            Value::ServerError(e) => Value::ServerError(e),
+            other => panic!("not an error: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn only_an_answer_about_the_key_loses_a_lease() {
+        assert!(matches!(outcome_of("k", Value::Okay), Outcome::Renewed));
+        assert!(matches!(outcome_of("k", Value::Int(1)), Outcome::Renewed));
+        assert!(matches!(outcome_of("k", Value::Nil), Outcome::NotHeld));
+        assert!(matches!(outcome_of("k", Value::Int(0)), Outcome::NotHeld));
+        assert!(matches!(
+            outcome_of("k", error("WRONGTYPE Operation against a key")),
+            Outcome::NotHeld
+        ));
+        // A demoted primary (a Sentinel failover), a loading or cut-off server: retry.
+        for line in [
+            "READONLY You can't write against a read only replica.",
+            "LOADING Redis is loading the dataset in memory",
+            "MASTERDOWN Link with MASTER is down",
+        ] {
+            assert!(
+                matches!(outcome_of("k", error(line)), Outcome::Retry),
+                "{line}"
+            );
+        }
+        assert!(matches!(
+            outcome_of("k", error("MOVED 3999 127.0.0.1:6381")),
+            Outcome::Redirected
+        ));
+        assert!(matches!(
+            outcome_of("k", error("NOSCRIPT No matching script")),
+            Outcome::Reload
+        ));
+    }
 }

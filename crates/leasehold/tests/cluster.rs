@@ -255,7 +255,7 @@ leasehold_harness::server_test!(async fn a_slot_migrates_under_a_held_lock(bin) 
     let holder = connect(&cluster, ClientOptions::new()).await;
     let waiter = connect(&cluster, ClientOptions::new()).await;
     let g = holder
-        .try_acquire(key, &LockOptions::new(Duration::from_secs(3)).auto_extend(true).fencing(true))
+        .try_acquire(key, &LockOptions::new(Duration::from_secs(6)).auto_extend(true).fencing(true))
         .await
         .unwrap()
         .acquired()
@@ -315,7 +315,8 @@ leasehold_harness::server_test!(async fn failover_inside_the_cluster(bin) {
     let master = cluster.master_index_for_key(kept_key).unwrap();
     let replica = cluster.replicas_of(master).unwrap()[0];
     let client = connect(&cluster, ClientOptions::new()).await;
-    let opts = LockOptions::new(Duration::from_secs(4)).auto_extend(true);
+    // TTLs that outlast the failover on a loaded machine: only a missing key may lose a lease.
+    let opts = LockOptions::new(Duration::from_secs(10)).auto_extend(true);
     let kept = client.try_acquire(kept_key, &opts).await.unwrap().acquired().unwrap();
     // The replica has it: WAIT for its acknowledgement, through the harness.
     let ack = cluster.node(master).unwrap().commands(&[&["WAIT", "1", "10000"]]).unwrap();
