@@ -150,17 +150,18 @@ impl FencedStore {
         FencedStore { conn: conn.into() }
     }
 
-    /// Connects to the resource's server.
+    /// Connects to the resource's server: any URL form of [`Endpoint`](crate::Endpoint)
+    /// (one server, a cluster, a Sentinel-monitored primary; `rediss://` with the system's
+    /// roots). Each fenced key is one hash, so it is legal on a cluster.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a bad URL, [`Error::Connection`].
+    /// [`Error::InvalidArgument`] for a bad URL, [`Error::Connection`],
+    /// [`Error::Topology`].
     pub async fn connect(url: &str) -> Result<Self> {
-        let client = redis::Client::open(url).map_err(|e| Error::invalid("url", e.to_string()))?;
-        let manager = client
-            .get_connection_manager()
-            .await
-            .map_err(|e| Error::from_redis(Operation::Connect, e))?;
-        Ok(FencedStore::new(manager))
+        let endpoint = crate::Endpoint::parse(url)?;
+        let (conn, _) =
+            crate::topology::open(&endpoint, &crate::ClientOptions::default(), None).await?;
+        Ok(FencedStore::new(conn))
     }
 
     /// Writes `value` into the hash `key` if `fence` is not stale (see the module docs).

@@ -166,6 +166,10 @@ leasehold_harness::server_test!(async fn every_operation_on_every_key_shape(bin)
     assert_eq!(store.write("resource:{res}", &g.fence().unwrap(), "v").await.unwrap(), FencedWrite::Accepted);
     let stale = leasehold::Fence::new(0, g.token().clone());
     assert!(matches!(store.write("resource:{res}", &stale, "old").await.unwrap(), FencedWrite::Rejected { .. }));
+    // A resource store of its own, by the cluster URL form.
+    let hosts: Vec<String> = cluster.urls().iter().map(|u| u.trim_start_matches("redis://").trim_end_matches('/').to_string()).collect();
+    let own = FencedStore::connect(&format!("redis-cluster://{}", hosts.join(","))).await.unwrap();
+    assert_eq!(own.read("resource:{res}").await.unwrap().unwrap().value, b"v");
     g.release().await.unwrap();
 });
 
