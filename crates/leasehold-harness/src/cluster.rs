@@ -851,7 +851,11 @@ impl Cluster {
         self.check_live(from)?;
         self.check_live(to)?;
         let source = &self.nodes[from];
-        let port = self.nodes[to].port().to_string();
+        // With TLS the nodes talk TLS among themselves (`--tls-cluster yes`), MIGRATE included.
+        let port = self.nodes[to]
+            .tls_port()
+            .unwrap_or_else(|| self.nodes[to].port())
+            .to_string();
         let slot_s = slot.to_string();
         let batch = MIGRATE_BATCH.to_string();
         let deadline = Instant::now() + self.stable_timeout();

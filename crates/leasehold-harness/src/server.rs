@@ -779,6 +779,14 @@ fn spawn(
                 .arg(dir.join(NODES_CONF))
                 .arg("--cluster-port")
                 .arg(bus.to_string());
+            if opts.tls.is_some() {
+                // TLS on the bus and for replication too; then the topology a client reads
+                // over a TLS connection (CLUSTER SLOTS, MOVED) names the nodes' TLS ports.
+                cmd.arg("--tls-cluster")
+                    .arg("yes")
+                    .arg("--tls-replication")
+                    .arg("yes");
+            }
         }
     }
     cmd.args(extra_args)

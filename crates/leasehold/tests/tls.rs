@@ -100,3 +100,30 @@ leasehold_harness::server_test!(async fn bad_ca_files_are_invalid_arguments(bin)
     let err = LockClient::connect_with(&url, ClientOptions::new().tls_ca_file(files.server_key())).await.unwrap_err();
     assert!(matches!(err, Error::InvalidArgument { .. }), "{err:?}");
 });
+
+// A cluster whose nodes speak TLS (bus and replication too): `rediss-cluster://` with the
+// private CA reaches every master through the TLS ports the topology names.
+leasehold_harness::server_test!(async fn a_cluster_over_tls(bin) {
+    use leasehold_harness::{Cluster, ClusterOptions};
+    let files = TlsFiles::temporary().expect("certificates are generated");
+    let cluster = Cluster::start(&bin, &ClusterOptions::new().server(ServerOptions::new().tls(&files))).expect("TLS cluster starts");
+    let ports: Vec<String> = cluster
+        .masters()
+        .unwrap()
+        .iter()
+        .map(|m| format!("127.0.0.1:{}", m.tls_port().expect("a TLS port")))
+        .collect();
+    let url = format!("rediss-cluster://{}", ports.join(","));
+    let client = LockClient::connect_with(&url, ClientOptions::new().tls_ca_file(files.ca_cert())).await.expect("connects over TLS");
+    let mut masters = std::collections::HashSet::new();
+    for i in 0..30 {
+        let key = format!("tls:{i}");
+        masters.insert(cluster.master_index_for_key(&key).unwrap());
+        let g = client.try_acquire(&key, &LockOptions::new(LONG).fencing(true)).await.unwrap().acquired().unwrap();
+        let owner = cluster.master_for_key(&key).unwrap();
+        let stored = owner.command(&["GET", &key]).unwrap();
+        assert_eq!(stored.as_bytes(), Some(g.token().expose().as_bytes()));
+        g.release().await.unwrap();
+    }
+    assert_eq!(masters.len(), 3);
+});
