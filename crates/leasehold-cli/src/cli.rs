@@ -200,9 +200,17 @@ pub struct CheckArgs {
     /// Faults to inject, in turn: pause, kill (a holder); restart (the lock server: with
     /// AOF and without, in turn; or restart-aof / restart-noaof), stall (SIGSTOP the lock
     /// server), failover (promote its replica); with --nodes > 1 restart and stall hit a
-    /// minority of the nodes.
+    /// minority of the nodes. With --topology cluster: pause, kill, failover (the lock
+    /// slot's master killed, its replica takes over), migrate (the lock's slot moved to
+    /// another master). With --topology sentinel: pause, kill, failover (SENTINEL FAILOVER),
+    /// kill-primary (the sentinels promote the replica).
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub faults: Vec<String>,
+    /// Where the lock lives: standalone (one server, or Redlock with --nodes), cluster (a
+    /// Redis Cluster of 3 masters with a replica each), or sentinel (a primary, its replica
+    /// and 3 sentinels). The register always lives on a server of its own.
+    #[arg(long, default_value = "standalone", value_parser = ["standalone", "cluster", "sentinel"])]
+    pub topology: String,
     /// Lock servers: 1 (a plain lock), or an odd number >= 3 (Redlock over them).
     #[arg(long, default_value_t = 1)]
     pub nodes: usize,
@@ -301,12 +309,18 @@ pub struct BenchArgs {
     /// The server of the matrix to measure against (default redis8: it has DELEX).
     #[arg(long, value_name = "FLAVOR")]
     pub server: Option<Flavor>,
-    /// Only these workloads (W1,W2,W3,W4,W5).
+    /// Only these workloads (W1,W1T,W2,W3,W4,W5). W1T is W1 on the other topologies: leasehold
+    /// on a Redis Cluster (3 masters + 1 replica each) and through Sentinel (a primary, a
+    /// replica, 3 sentinels), interleaved with standalone repetitions.
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub workloads: Vec<String>,
-    /// Where to write latest.json, latest.md and the plots.
+    /// Where to write the results and the plots.
     #[arg(long, value_name = "DIR", default_value = "bench/results")]
     pub out: std::path::PathBuf,
+    /// The file name (without extension) of the JSON and markdown results in --out, e.g.
+    /// `--workloads W1T --name topologies` for a partial run that leaves latest.* alone.
+    #[arg(long, value_name = "STEM", default_value = "latest")]
+    pub name: String,
     /// Leave the peer libraries out.
     #[arg(long)]
     pub no_peers: bool,
@@ -382,7 +396,10 @@ pub struct DemoArgs {
     /// replica that had not received the lock, so two clients hold it at once; the fenced write
     /// keeps the stale holder out, and a replica-acknowledged acquisition fails instead. It
     /// starts its own throwaway servers (master, replica, resource), so it cannot be combined
-    /// with --url.
+    /// with --url. `failover-sentinel`: the same with real sentinels (a primary, a replica, 3
+    /// sentinels) doing the promotion; the clients connect through them and follow it without
+    /// being rebuilt, and the holder that lost the lock in the failover is told so by its
+    /// auto-extension (about 20 s: it waits for a renewal). Throwaway servers too, no --url.
     #[arg(long, value_enum, value_name = "SCENARIO", default_value_t = Scenario::Walkthrough)]
     pub scenario: Scenario,
 }
@@ -396,6 +413,8 @@ pub enum Scenario {
     Walkthrough,
     /// A failover to a replica that missed the lock: two holders, and what stops them.
     Failover,
+    /// The same with real sentinels promoting the replica, and clients that follow them.
+    FailoverSentinel,
 }
 
 /// Output options shared by the lock subcommands.

@@ -1,6 +1,7 @@
 //! `leasehold check` against real servers of every flavor: the CI smoke check (pause + kill on
 //! one node: nothing stale accepted with fencing; a plain-DEL release lets two holders in at
-//! once), and one short run of every other fault (restart with and without AOF, stall,
+//! once; a Redis Cluster and a Sentinel set with their failovers and, on the cluster, a slot
+//! migration), and one short run of every other fault (restart with and without AOF, stall,
 //! failover, Redlock node faults) and of the PostgreSQL register.
 //!
 //! The assertions are about safety (stale writes accepted, lost increments, overlaps while
@@ -85,6 +86,53 @@ server_test!(async fn smoke_release_with_del_lets_two_holders_in(bin) {
     assert!(n(&report, "overlaps_within_ttl") >= 1, "{report:#}");
     // Fencing still keeps the data right.
     assert_safe(&report);
+});
+
+server_test!(async fn smoke_cluster_pause_kill_failover_migrate(bin) {
+    let dir = tempfile::tempdir().unwrap();
+    // 3 masters with a replica each; the lock's master is killed while it holds a lock its
+    // replica never got, and the lock's slot moves to another master.
+    let report = check(
+        &bin,
+        dir.path(),
+        &[
+            "--topology", "cluster", "--duration", "10s", "--ttl", "300ms", "--work", "30ms",
+            "--faults", "pause,kill,failover,migrate", "--seed", "7",
+        ],
+        0,
+    );
+    assert_safe(&report);
+    assert_eq!(report["settings"]["topology"], "cluster");
+    for kind in ["pause", "kill", "failover", "migrate"] {
+        assert!(injected(&report, kind) >= 1, "no {kind} in {report:#}");
+    }
+    // Each failover and migration moved the slot from one node to another.
+    for f in report["faults"].as_array().unwrap() {
+        if f["kind"] == "failover" || f["kind"] == "migrate" {
+            let nodes = f["nodes"].as_array().unwrap();
+            assert!(nodes.len() == 2 && nodes[0] != nodes[1], "{f}");
+        }
+    }
+});
+
+server_test!(async fn smoke_sentinel_pause_kill_failover_kill_primary(bin) {
+    let dir = tempfile::tempdir().unwrap();
+    // A primary, its replica and 3 sentinels: a graceful SENTINEL FAILOVER, and the primary
+    // killed while it holds a lock its replica never got (the sentinels promote the replica).
+    let report = check(
+        &bin,
+        dir.path(),
+        &[
+            "--topology", "sentinel", "--duration", "12s", "--ttl", "300ms", "--work", "30ms",
+            "--faults", "pause,kill,failover,kill-primary", "--seed", "7",
+        ],
+        0,
+    );
+    assert_safe(&report);
+    assert_eq!(report["settings"]["topology"], "sentinel");
+    for kind in ["pause", "kill", "failover", "kill-primary"] {
+        assert!(injected(&report, kind) >= 1, "no {kind} in {report:#}");
+    }
 });
 
 server_test!(async fn server_faults_restart_stall_failover(bin) {
@@ -178,6 +226,23 @@ fn bad_options_are_usage_errors() {
         &["check", "--register", "sqlite"],
         &["check", "--replica-ack", "2"],
         &["check", "--nodes", "3", "--replica-ack", "1"],
+        &["check", "--topology", "mesh"],
+        &["check", "--topology", "cluster", "--nodes", "3"],
+        &["check", "--topology", "sentinel", "--nodes", "5"],
+        &["check", "--topology", "cluster", "--faults", "restart"],
+        &["check", "--topology", "cluster", "--faults", "kill-primary"],
+        &[
+            "check",
+            "--topology",
+            "sentinel",
+            "--faults",
+            "migrate,pause",
+        ],
+        &["check", "--topology", "sentinel", "--faults", "stall"],
+        &["check", "--faults", "migrate"],
+        &["check", "--faults", "pause,kill-primary"],
+        &["check", "--topology", "cluster", "--release", "del"],
+        &["check", "--topology", "sentinel", "--replica-ack", "2"],
     ] {
         let run = leasehold(args);
         assert_eq!(run.code, 64, "{args:?}: {run:?}");

@@ -195,3 +195,114 @@ fn demo_failover_refuses_a_url() {
     let out = leasehold(&["demo", "--scenario", "nonsense"]).expect(64);
     assert!(out.stderr.contains("walkthrough"), "{}", out.stderr);
 }
+
+/// Every `127.0.0.1:PORT` in `line`, in order.
+fn addrs(line: &str) -> Vec<String> {
+    line.match_indices("127.0.0.1:")
+        .map(|(i, p)| {
+            let digits: String = line[i + p.len()..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            format!("{p}{digits}")
+        })
+        .collect()
+}
+
+/// The line of `text` that starts with `prefix`, or a failure showing the whole output.
+#[track_caller]
+fn line_starting<'a>(text: &'a str, prefix: &str) -> &'a str {
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no line starting with {prefix:?} in:\n{text}"))
+}
+
+// The Sentinel variant: real sentinels promote the replica that missed the lock; the clients,
+// connected through them and never rebuilt, follow; B gets A's number; the fenced write keeps A
+// out; A's auto-extension reports the loss; replica_ack refuses the acquisition instead.
+server_test!(async fn demo_failover_sentinel_follows_the_sentinels_and_shows_the_mitigations(bin) {
+    let flavor = bin.flavor().unwrap();
+    let out = leasehold(&["demo", "--scenario", "failover-sentinel", "--server", flavor.name()]).expect(0);
+    let text = out.stdout.as_str();
+    let servers = line_starting(text, "# servers: ");
+    assert!(
+        servers.starts_with(&format!("# servers: {}, throwaway processes started for this demo (--server {flavor})", bin.label())),
+        "{text}"
+    );
+    let [primary, replica] = <[String; 2]>::try_from(addrs(servers)[..2].to_vec()).unwrap();
+    let second = line_starting(text, "# 2) the same with replica_ack(1, 500 ms)");
+    let [primary2, replica2] = <[String; 2]>::try_from(addrs(second)[..2].to_vec()).unwrap();
+
+    // The clients connect through the sentinels, which name the primary.
+    let connects: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("# A and B connect through the sentinels, a client each: redis-sentinel://127.0.0.1:"))
+        .collect();
+    assert_eq!(connects.len(), 2, "{text}");
+    for (line, p) in connects.iter().zip([&primary, &primary2]) {
+        let port = p.rsplit(':').next().unwrap();
+        assert!(line.contains(&format!("#leasehold; a sentinel answers SENTINEL GET-MASTER-ADDR-BY-NAME leasehold -> [\"127.0.0.1\", \"{port}\"]")), "{text}");
+        assert!(line.ends_with(&format!("A's client talks to {p}, B's to {p}")), "{text}");
+    }
+    let cut = "# the replica is frozen (SIGSTOP) and its link cut on the primary: CLIENT KILL TYPE \
+               replica -> (integer) 1; the primary's INFO now says connected_slaves:0";
+    assert_eq!(text.lines().filter(|l| *l == cut).count(), 2, "{text}");
+
+    // The sentinels promoted the replica each time, and B's client followed them.
+    let promoted: Vec<&str> = text.lines().filter(|l| l.starts_with("# promoted ")).collect();
+    assert_eq!(promoted.len(), 2, "{text}");
+    for (line, r) in promoted.iter().zip([&replica, &replica2]) {
+        let port = r.rsplit(':').next().unwrap();
+        assert!(line.ends_with(&format!("leasehold -> [\"127.0.0.1\", \"{port}\"]; the replica's INFO says role:master")), "{text}");
+    }
+    let followed: Vec<&str> = text.lines().filter(|l| l.starts_with("# B's client (the same one, not rebuilt) had talked to ")).collect();
+    assert_eq!(followed.len(), 2, "{text}");
+    for (line, (p, r)) in followed.iter().zip([(&primary, &replica), (&primary2, &replica2)]) {
+        assert!(line.contains(&format!("had talked to {p}")), "{text}");
+        assert!(line.ends_with(&format!("now talks to {r}")), "{text}");
+    }
+
+    let lost = format!(
+        "A's lease reported lost: true | reason: the key no longer holds our token | A's client \
+         now talks to {replica} | A holds a valid lease: false"
+    );
+    assert_lines_in_order(text, &[
+        "# 1) without replica acknowledgement (the default)",
+        "A acquires b3:lock:payment on the primary: true | fencing number: 1 | auto-extended: TTL 30 s, renewed every 15 s",
+        "the new primary: GET b3:lock:payment -> (nil) | GET {b3:lock:payment}:fence -> (nil)",
+        "B acquires b3:lock:payment on the new primary: true | fencing number: 1",
+        "A holds a valid lease: true | the new primary holds B's token: true | two holders at once: true",
+        "B writes to the resource with fencing number 1 -> accepted",
+        "A (stale) writes to the resource with fencing number 1 -> rejected (the resource's highest number: 1)",
+        "resource value = B (written with fencing number 1)",
+        &lost,
+        "A releases: NotHeld (lock \"b3:lock:payment\" is not held by this token (expired, released, \
+         or taken by another holder)) | the new primary still holds B's token: true",
+        "A acquires b3:lock:payment on the primary: false | NotReplicated: 0 of 1 replicas \
+         acknowledged within 500 ms; the library released the lock again",
+        "the primary: GET b3:lock:payment -> (nil) | GET {b3:lock:payment}:fence -> \"1\"",
+        "B acquires b3:lock:payment on the new primary: true | fencing number: 1",
+        "A holds a valid lease: false | the new primary holds B's token: true | two holders at once: false",
+    ]);
+    let last = text.lines().last().unwrap_or_default();
+    assert!(last.starts_with(&format!("# stopped the throwaway servers ({} on 127.0.0.1 ports ", bin.label())), "{text}");
+});
+
+#[test]
+fn demo_failover_sentinel_refuses_a_url() {
+    let out = leasehold(&[
+        "demo",
+        "--scenario",
+        "failover-sentinel",
+        "--url",
+        "redis://127.0.0.1:1/",
+    ])
+    .expect(64);
+    assert!(
+        out.stderr
+            .starts_with("leasehold: --scenario failover-sentinel"),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stdout.is_empty(), "{}", out.stdout);
+}

@@ -192,6 +192,10 @@ async fn run(
                             if e.lease.mark_lost(LossReason::NotHeld) {
                                 stats.lost.fetch_add(1, Ordering::Relaxed);
                             }
+                            // Lost for good: stop renewing it (kept, it would be resent at
+                            // every scan until its validity ran out).
+                            entries.remove(&id);
+                            continue;
                         }
                         // Try again soon; the validity deadline still bounds the wait.
                         Outcome::Retry | Outcome::Reload | Outcome::Redirected => {
@@ -237,7 +241,7 @@ async fn run(
         // The scan: drop released leases, declare overdue ones lost, renew what is due.
         let now = Instant::now();
         entries.retain(|_, e| {
-            if e.lease.is_ended() {
+            if e.lease.is_ended() || e.lease.loss_reason().is_some() {
                 return false;
             }
             if now >= e.lease.valid_until() {

@@ -3,7 +3,11 @@
 //!
 //! Every workload gets a fresh server from the harness; systems take turns within each
 //! repetition (the order rotates), and medians of the repetitions are reported. Results go to
-//! `<out>/latest.json`, `<out>/latest.md` and SVG plots beside them.
+//! `<out>/latest.json`, `<out>/latest.md` (`--name` changes the stem) and SVG plots beside them.
+//!
+//! W1T runs W1 on the other topologies the library speaks to: a Redis Cluster (3 masters with a
+//! replica each) and a Sentinel-monitored primary (a replica, 3 sentinels), each reached through
+//! its URL form, taking turns with a standalone server in every repetition.
 
 mod peers;
 mod plot;
@@ -15,7 +19,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::Context;
-use leasehold_harness::{Flavor, Server, ServerBinary, ServerOptions};
+use leasehold_harness::{
+    Cluster, ClusterOptions, Flavor, SentinelOptions, SentinelSet, Server, ServerBinary,
+    ServerOptions,
+};
 use serde_json::{Value, json};
 
 use crate::cli::BenchArgs;
@@ -133,6 +140,13 @@ fn say(msg: impl AsRef<str>) {
 }
 
 pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if args.name.is_empty() || args.name.contains(['/', '\\']) || args.name.starts_with('.') {
+        return Err(crate::exit::Usage(format!(
+            "--name {:?}: give a plain file name stem such as latest or topologies",
+            args.name
+        ))
+        .into());
+    }
     let settings = Settings::new(args.quick, args.reps);
     let bin = pick_server(args.server)?;
     let repo = std::env::current_dir()?;
@@ -164,6 +178,9 @@ pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<()> {
     if wanted("W1") {
         w1(&bin, &settings, &peers, &mut results).await?;
     }
+    if wanted("W1T") {
+        w1t(&bin, &settings, &mut results).await?;
+    }
     if wanted("W2") {
         w2(&bin, &settings, &peers, &mut results).await?;
     }
@@ -180,6 +197,7 @@ pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<()> {
         "server": bin.label(),
         "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         "quick": args.quick,
+        "workloads": args.workloads,
         "settings": settings,
         "elapsed_s": started.elapsed().as_secs_f64(),
         "leasehold_version": env!("CARGO_PKG_VERSION"),
@@ -188,15 +206,16 @@ pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
     let doc = json!({ "meta": meta, "workloads": results.workloads, "targets": targets(&results) });
-    let json_path = args.out.join("latest.json");
+    let json_path = args.out.join(format!("{}.json", args.name));
     std::fs::write(&json_path, serde_json::to_string_pretty(&doc)?)?;
     let md = markdown(&doc);
-    std::fs::write(args.out.join("latest.md"), &md)?;
+    std::fs::write(args.out.join(format!("{}.md", args.name)), &md)?;
     plots(&args.out, &results)?;
     println!("{md}");
     say(format!(
-        "wrote {} and latest.md, plots in {}",
+        "wrote {} and {}.md, plots in {}",
         json_path.display(),
+        args.name,
         args.out.display()
     ));
     Ok(())
@@ -305,6 +324,101 @@ async fn w1(
         Err(e) => results.notes.push(format!("redis-benchmark W1: {e:#}")),
     }
     results.cdfs.entry("W1".into()).or_default().extend(cdf_src);
+    Ok(())
+}
+
+/// `redis-cluster://` for the nodes started as masters: the seeds the client discovers the rest
+/// from.
+fn cluster_url(cluster: &Cluster) -> String {
+    let seeds: Vec<String> = cluster.nodes()[..cluster.options().master_count()]
+        .iter()
+        .map(|n| n.addr().to_string())
+        .collect();
+    format!("redis-cluster://{}", seeds.join(","))
+}
+
+/// `redis-sentinel://` for every sentinel of `set`, naming its master.
+fn sentinel_url(set: &SentinelSet) -> String {
+    let hosts: Vec<String> = set
+        .sentinel_addrs()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    format!("redis-sentinel://{}#{}", hosts.join(","), set.master_name())
+}
+
+/// W1T: W1 for leasehold through each topology's URL form, standalone, cluster and Sentinel
+/// taking turns in every repetition (the order rotates), so that the p50 ratios to standalone
+/// compare runs made under the same load. All servers run throughout (the cluster's and the
+/// sentinels' background chatter is the same for every system); the cluster's masters and the
+/// Sentinel primary replicate every write to their replica, as deployed. Two more systems split
+/// the difference: a cluster of 3 masters without replicas (the cluster client and cluster mode
+/// alone), and the Sentinel primary through a plain `redis://` URL (replication alone, without
+/// the Sentinel connection).
+async fn w1t(bin: &ServerBinary, st: &Settings, results: &mut Results) -> anyhow::Result<()> {
+    say(format!(
+        "W1T topologies: {} cycles x {} repetitions on standalone, a cluster (3 masters + 1 \
+         replica each) and Sentinel (primary + replica + 3 sentinels)",
+        st.w1_cycles, st.reps
+    ));
+    let standalone = fresh(bin)?;
+    let b = bin.clone();
+    let cluster = tokio::task::spawn_blocking(move || Cluster::start(&b, &ClusterOptions::new()))
+        .await?
+        .context("cannot start a cluster")?;
+    let b = bin.clone();
+    let bare = tokio::task::spawn_blocking(move || {
+        Cluster::start(&b, &ClusterOptions::new().replicas_per_master(0))
+    })
+    .await?
+    .context("cannot start a cluster without replicas")?;
+    let b = bin.clone();
+    let sentinels =
+        tokio::task::spawn_blocking(move || SentinelSet::start(&b, &SentinelOptions::new()))
+            .await?
+            .context("cannot start a Sentinel set")?;
+    // The first three are what the targets compare; the last two split each topology's cost
+    // into the client's and the servers' (replication on a 2-core machine is not free).
+    let systems = [
+        ("leasehold_standalone", standalone.url()),
+        ("leasehold_cluster", cluster_url(&cluster)),
+        ("leasehold_sentinel", sentinel_url(&sentinels)),
+        ("leasehold_cluster_no_replicas", cluster_url(&bare)),
+        (
+            "leasehold_sentinel_primary_direct",
+            sentinels.primary().context("the Sentinel primary")?.url(),
+        ),
+    ];
+    let mut runs: BTreeMap<String, Vec<Summary>> = BTreeMap::new();
+    let mut cdf_src: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+    for rep in 0..st.reps {
+        let mut order = systems.to_vec();
+        order.rotate_left(rep % systems.len());
+        for (name, url) in order {
+            let (u, c, p) = (url.clone(), st.w1_cycles, format!("w1t:{name}:{rep}"));
+            let (summary, cdf) = on_runtime(Flavour::MultiThread, move || {
+                workloads::w1_leasehold(u, c, p, true)
+            })
+            .with_context(|| format!("W1T {name} ({url})"))?;
+            cdf_src.insert(name.to_string(), cdf);
+            runs.entry(name.to_string())
+                .or_default()
+                .push(summary.with("url", url.as_str()));
+        }
+    }
+    for (name, r) in &runs {
+        results.put("W1T", name, &median_summary(r));
+    }
+    results
+        .cdfs
+        .insert("W1T".into(), cdf_src.into_iter().collect());
+    tokio::task::spawn_blocking(move || {
+        drop(cluster);
+        drop(bare);
+        drop(sentinels);
+        drop(standalone);
+    })
+    .await?;
     Ok(())
 }
 
@@ -519,6 +633,26 @@ fn targets(r: &Results) -> Value {
         "cycles/s >= 0.97 x the best peer",
     );
     check(
+        "W1 p50 cluster / standalone",
+        ratio(
+            r.get("W1T", "leasehold_cluster", "p50_us"),
+            r.get("W1T", "leasehold_standalone", "p50_us"),
+        ),
+        1.15,
+        true,
+        "W1T: leasehold on a cluster, 3 masters + 1 replica each, p50 <= 1.15 x standalone",
+    );
+    check(
+        "W1 p50 sentinel / standalone",
+        ratio(
+            r.get("W1T", "leasehold_sentinel", "p50_us"),
+            r.get("W1T", "leasehold_standalone", "p50_us"),
+        ),
+        1.15,
+        true,
+        "W1T: leasehold through Sentinel, primary + replica, p50 <= 1.15 x standalone",
+    );
+    check(
         "W2 cycles/s / floor",
         ratio(
             r.get("W2", "leasehold", "ops_per_s"),
@@ -604,11 +738,18 @@ fn markdown(doc: &Value) -> String {
     let mut md = String::new();
     let meta = &doc["meta"];
     md.push_str(&format!(
-        "# leasehold benchmarks\n\nServer {} on {} cores{}; generated by `scripts/bench`{}. Medians of {} interleaved repetitions where it says so.\n\n",
+        "# leasehold benchmarks\n\nServer {} on {} cores{}; generated by `scripts/bench`{}{}. Medians of {} interleaved repetitions where it says so.\n\n",
         meta["server"].as_str().unwrap_or("?"),
         meta["cores"],
         if meta["quick"].as_bool() == Some(true) { " (--quick: small counts)" } else { "" },
         if meta["quick"].as_bool() == Some(true) { " --quick" } else { "" },
+        match meta["workloads"].as_array().filter(|w| !w.is_empty()) {
+            Some(w) => format!(
+                " (only {})",
+                w.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(", ")
+            ),
+            None => String::new(),
+        },
         meta["settings"]["reps"],
     ));
     let fmt = |v: &Value| match v {
@@ -624,6 +765,7 @@ fn markdown(doc: &Value) -> String {
     };
     for (w, cols) in [
         ("W1", vec!["ops_per_s", "p50_us", "p99_us"]),
+        ("W1T", vec!["ops_per_s", "p50_us", "p99_us"]),
         ("W2", vec!["ops_per_s"]),
         (
             "W3",
@@ -661,6 +803,15 @@ fn markdown(doc: &Value) -> String {
             let row: Vec<String> = cols.iter().map(|c| fmt(&s[*c])).collect();
             md.push_str(&format!("| {name} | {} |\n", row.join(" | ")));
         }
+        if w == "W1T" {
+            md.push_str(
+                "\n(W1 through each topology's URL: standalone `redis://`, a cluster of 3 masters \
+                 with 1 replica each `redis-cluster://`, a primary with 1 replica and 3 sentinels \
+                 `redis-sentinel://`; all servers run throughout. To split the cost: \
+                 `cluster_no_replicas` is a cluster of 3 masters without replicas, \
+                 `sentinel_primary_direct` the Sentinel primary through a plain `redis://` URL)\n",
+            );
+        }
         if w == "W4" {
             md.push_str(
                 "\n(ops/s and latencies at N=3; per-N figures in latest.json under n1, n3, n5)\n",
@@ -669,7 +820,12 @@ fn markdown(doc: &Value) -> String {
         md.push('\n');
     }
     md.push_str("## Targets\n\n| target | measured | bound | met |\n|---|---|---|---|\n");
+    // A run of some workloads only lists the targets it measured.
+    let partial = meta["workloads"].as_array().is_some_and(|w| !w.is_empty());
     for t in doc["targets"].as_array().into_iter().flatten() {
+        if partial && t["measured"].is_null() {
+            continue;
+        }
         let met = match t["met"].as_bool() {
             Some(true) => "yes",
             Some(false) => "**no**",
@@ -694,7 +850,22 @@ fn markdown(doc: &Value) -> String {
             md.push_str(&format!("- {}\n", n.as_str().unwrap_or("")));
         }
     }
-    md.push_str("\nPlots: [W1 latency CDF](w1_latency_cdf.svg), [W3 handoff CDF](w3_handoff_cdf.svg), [W2 throughput](w2_throughput.svg), [W3 throughput](w3_throughput.svg), [Redlock latency against N](w4_redlock_latency.svg).\n");
+    // Only the plots this run drew.
+    let links: Vec<String> = [
+        ("W1", "W1 latency CDF", "w1_latency_cdf.svg"),
+        ("W1T", "W1T latency CDF", "w1t_latency_cdf.svg"),
+        ("W3", "W3 handoff CDF", "w3_handoff_cdf.svg"),
+        ("W2", "W2 throughput", "w2_throughput.svg"),
+        ("W3", "W3 throughput", "w3_throughput.svg"),
+        ("W4", "Redlock latency against N", "w4_redlock_latency.svg"),
+    ]
+    .iter()
+    .filter(|(w, ..)| doc["workloads"].get(*w).is_some())
+    .map(|(_, title, file)| format!("[{title}]({file})"))
+    .collect();
+    if !links.is_empty() {
+        md.push_str(&format!("\nPlots: {}.\n", links.join(", ")));
+    }
     md
 }
 
@@ -703,6 +874,13 @@ fn plots(dir: &std::path::Path, r: &Results) -> anyhow::Result<()> {
         plot::cdf(
             &dir.join("w1_latency_cdf.svg"),
             "W1: acquire + release latency (in-process systems)",
+            series,
+        )?;
+    }
+    if let Some(series) = r.cdfs.get("W1T") {
+        plot::cdf(
+            &dir.join("w1t_latency_cdf.svg"),
+            "W1T: acquire + release latency, standalone / cluster / Sentinel",
             series,
         )?;
     }

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use super::faults::{LOCK_KEY, LockServers, Rng};
+use super::faults::Rng;
+use super::servers::LockServers;
 
 /// The running workers, and how to start another.
 pub(crate) struct Fleet {
@@ -65,20 +66,15 @@ impl Fleet {
         self.spawn()
     }
 
-    /// The holder right now (the lock key's token on the first node that answers, looked up in
-    /// the holders file the workers append to), or a random live worker when nobody holds it.
+    /// The holder right now (the lock key's token where the lock lives, looked up in the
+    /// holders file the workers append to), or a random live worker when nobody holds it.
     pub(crate) fn holder(
         &self,
         lock: &LockServers,
         holders: &Path,
         rng: &mut Rng,
     ) -> Option<(u64, Pid)> {
-        let token = lock.nodes.iter().find_map(|n| {
-            n.command_timeout(&["GET", LOCK_KEY], Duration::from_millis(200))
-                .ok()?
-                .as_bytes()
-                .map(|b| String::from_utf8_lossy(b).into_owned())
-        });
+        let token = lock.holder_token();
         let table = std::fs::read_to_string(holders).unwrap_or_default();
         if let Some(token) = token
             && let Some((id, pid)) = table.lines().rev().find_map(|l| {
@@ -124,6 +120,18 @@ impl Fleet {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
+        self.children.clear();
         Ok(errors)
+    }
+}
+
+impl Drop for Fleet {
+    /// A run that failed before [`Fleet::stop`] (a fault that could not be injected, say) does
+    /// not leave its workers behind: whatever is still running is killed and reaped.
+    fn drop(&mut self) {
+        for (_, child) in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }

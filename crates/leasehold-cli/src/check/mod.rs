@@ -6,14 +6,22 @@
 //! Afterwards the logs (stamped with CLOCK_MONOTONIC) are analysed: overlapping critical
 //! sections, stale writes attempted and accepted, lost increments, the longest idle gap.
 //!
-//! Modules: `fleet` (the worker processes), `faults` (the lock servers and the faults),
-//! `worker` (one worker), `register` (what the lock protects), `analyze` and `timeline`.
+//! Modules: `fleet` (the worker processes), `faults` (the schedule and the injector),
+//! `servers` (the lock servers of `--topology`, dispatching to `standalone`, `cluster` and
+//! `sentinel`, each with its server faults), `hazard` (the un-replicated lock a failover
+//! fault waits for), `worker` (one worker), `register` (what the lock protects), `analyze` and
+//! `timeline`.
 //! What each scenario shows, with a real run's numbers, is in docs/safety.md.
 
 mod analyze;
+mod cluster;
 mod faults;
 mod fleet;
+mod hazard;
 pub(crate) mod register;
+mod sentinel;
+mod servers;
+mod standalone;
 mod timeline;
 pub(crate) mod worker;
 
@@ -27,9 +35,10 @@ use serde_json::json;
 
 use crate::cli::CheckArgs;
 use crate::exit::Usage;
-use faults::{FAULTS, Injector, LOCK_KEY, LockServers, Rng};
+use faults::{FAULTS, Injector, LOCK_KEY, Rng};
 use fleet::Fleet;
 use register::{Register, RegisterKind};
+use servers::{LockServers, Topology};
 use worker::now_ms;
 
 /// Refuses option combinations that cannot run.
@@ -39,6 +48,35 @@ fn validate(args: &CheckArgs) -> Result<(), Usage> {
             return Err(Usage(format!(
                 "unknown fault {f:?} (have: {})",
                 FAULTS.join(", ")
+            )));
+        }
+    }
+    let topology = Topology::of(args);
+    if let Some(f) = args
+        .faults
+        .iter()
+        .find(|f| !topology.faults().contains(&f.as_str()))
+    {
+        return Err(Usage(format!(
+            "fault {f:?} does not apply to --topology {} (it takes: {})",
+            topology.name(),
+            topology.faults().join(", ")
+        )));
+    }
+    if topology != Topology::Standalone {
+        if args.nodes != 1 {
+            return Err(Usage(format!(
+                "--nodes {}: --topology {} runs its own servers; --nodes is for standalone \
+                 servers (1, or Redlock over an odd number >= 3)",
+                args.nodes,
+                topology.name()
+            )));
+        }
+        if args.release == "del" {
+            return Err(Usage(format!(
+                "--release del sends a plain DEL to each server: use it with --topology \
+                 standalone, not {}",
+                topology.name()
             )));
         }
     }
@@ -144,15 +182,16 @@ pub(crate) async fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCod
 
     let mut fleet = Fleet::new(
         std::env::current_exe()?,
-        worker_args(&args, &lock.urls_file, &register_url, &logs),
+        worker_args(&args, lock.urls_file(), &register_url, &logs),
         &logs,
     );
     for _ in 0..args.workers {
         fleet.spawn()?;
     }
     eprintln!(
-        "[check] {} workers, {} lock node(s) ({}), ttl {:?}, work {:?} (x0.5..1.5), faults {:?}, seed {}, register: {}",
+        "[check] {} workers, lock: {} ({} node(s), {}), ttl {:?}, work {:?} (x0.5..1.5), faults {:?}, seed {}, register: {}",
         args.workers,
+        args.topology,
         args.nodes,
         bin.label(),
         args.ttl,
@@ -210,7 +249,7 @@ pub(crate) async fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCod
         "per_fault": a.per_fault,
         "faults": faults,
         "settings": {
-            "workers": args.workers, "nodes": args.nodes, "duration_ms": args.duration.as_millis() as u64,
+            "workers": args.workers, "topology": args.topology, "nodes": args.nodes, "duration_ms": args.duration.as_millis() as u64,
             "ttl_ms": args.ttl.as_millis() as u64, "work_ms": args.work.as_millis() as u64,
             "faults": args.faults, "seed": args.seed, "register": args.register,
             "release": args.release, "fencing": !args.no_fencing, "server": bin.label(),

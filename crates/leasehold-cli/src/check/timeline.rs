@@ -55,6 +55,8 @@ pub(crate) fn draw(
         "kill" => RGBColor(190, 150, 255),
         "stall" => RGBColor(120, 200, 255),
         "failover" => RGBColor(120, 220, 140),
+        "kill-primary" => RGBColor(230, 120, 120),
+        "migrate" => RGBColor(240, 220, 90),
         "restart-noaof" => RGBColor(110, 110, 110),
         _ => RGBColor(190, 190, 190), // restarts that keep their data
     };

@@ -3,9 +3,10 @@
 //! step as a JSON line stamped with the machine-wide monotonic clock (so the coordinator can
 //! order the events of all processes).
 //!
-//! Lock-server faults (restart, stall, failover, Redlock node faults) make operations fail; the
-//! worker logs the error and carries on, re-reading the file that lists the lock servers' URLs
-//! (a failover changes them). The register has no faults, but a worker stopped in the middle of
+//! Lock-server faults (restart, stall, failover, Redlock node faults, cluster and Sentinel
+//! failovers, slot migrations) make operations fail; the worker logs the error and carries on,
+//! reconnecting with the URLs in the file that lists the lock servers (a standalone failover
+//! changes them; a cluster's or Sentinel's one URL stays: the client follows the topology). The register has no faults, but a worker stopped in the middle of
 //! a request sees its reply timer fire when it resumes: a failed read gives the lock up, a
 //! failed write is logged as in doubt (it may have been applied) and the analysis counts it so.
 

@@ -24,7 +24,7 @@ use super::{LOCK_KEY, RESOURCE_KEY, Stop, TTL_LONG};
 use crate::exit::Interrupted;
 
 /// How long an acknowledged acquisition waits for its replica (`WAIT 1 <ms>`).
-const ACK_TIMEOUT: Duration = Duration::from_millis(500);
+pub(super) const ACK_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// A lock server and its replica.
 struct Pair {
@@ -119,7 +119,7 @@ async fn scenario(servers: &mut Servers, label: &str, why: &str) -> anyhow::Resu
 
 /// Runs a harness call (synchronous socket I/O or process control) without stalling the other
 /// tasks of a multi-threaded runtime.
-fn blocking<T>(f: impl FnOnce() -> T) -> T {
+pub(super) fn blocking<T>(f: impl FnOnce() -> T) -> T {
     match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
         Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
         _ => f(),
@@ -127,23 +127,29 @@ fn blocking<T>(f: impl FnOnce() -> T) -> T {
 }
 
 /// One command through the harness's own connection, its reply as redis-cli would show it.
-fn reply(server: &Server, args: &[&str]) -> anyhow::Result<RespValue> {
+pub(super) fn reply(server: &Server, args: &[&str]) -> anyhow::Result<RespValue> {
     blocking(|| server.command(args)).with_context(|| format!("sending {}", args.join(" ")))
 }
 
 /// Freezes the replica and cuts its link on the master, narrating the real replies.
 fn hold_back_replication(pair: &Pair) -> anyhow::Result<()> {
-    blocking(|| pair.replica.pause()).context("freezing the replica")?;
-    let killed = reply(&pair.master, &["CLIENT", "KILL", "TYPE", "replica"])?;
-    let info = blocking(|| pair.master.info("replication")).context("INFO replication")?;
+    freeze_replica(&pair.master, &pair.replica, "master")
+}
+
+/// Freezes `replica` (SIGSTOP) and cuts its link on `master` (`CLIENT KILL TYPE replica`),
+/// narrating the real replies; `word` is what the narration calls the master.
+pub(super) fn freeze_replica(master: &Server, replica: &Server, word: &str) -> anyhow::Result<()> {
+    blocking(|| replica.pause()).context("freezing the replica")?;
+    let killed = reply(master, &["CLIENT", "KILL", "TYPE", "replica"])?;
+    let info = blocking(|| master.info("replication")).context("INFO replication")?;
     let connected = info
         .lines()
         .map(str::trim)
         .find(|l| l.starts_with("connected_slaves:"))
         .unwrap_or("connected_slaves: (not reported)");
     say!(
-        "# the replica is frozen (SIGSTOP) and its link cut on the master: CLIENT KILL TYPE \
-         replica -> {killed}; the master's INFO now says {connected}"
+        "# the replica is frozen (SIGSTOP) and its link cut on the {word}: CLIENT KILL TYPE \
+         replica -> {killed}; the {word}'s INFO now says {connected}"
     );
     Ok(())
 }
@@ -161,7 +167,7 @@ fn fail_over(pair: &mut Pair) -> anyhow::Result<()> {
 }
 
 /// `GET key` and `GET <fence counter>` on `server`, as one narrated line.
-fn show_lock(server: &Server, who: &str) -> anyhow::Result<()> {
+pub(super) fn show_lock(server: &Server, who: &str) -> anyhow::Result<()> {
     let fence = fence_key(LOCK_KEY);
     let lock = reply(server, &["GET", LOCK_KEY])?;
     let counter = reply(server, &["GET", &fence])?;
@@ -205,19 +211,56 @@ fn two_holders(pair: &Pair, a: Option<&LockGuard>, b: Option<&LockGuard>) -> any
     Ok(())
 }
 
-fn number(guard: &LockGuard) -> String {
+pub(super) fn number(guard: &LockGuard) -> String {
     guard
         .fencing_token()
         .map_or_else(|| "none".to_string(), |n| n.to_string())
 }
 
-fn shown(write: FencedWrite) -> String {
+pub(super) fn shown(write: FencedWrite) -> String {
     match write {
         FencedWrite::Accepted => "accepted".to_string(),
         FencedWrite::Rejected { highest } => {
             format!("rejected (the resource's highest number: {highest})")
         }
     }
+}
+
+/// B, then A (stale), write to the fenced resource with the numbers they were given; prints
+/// each outcome and what the resource holds.
+pub(super) async fn fenced_writes(
+    store: &FencedStore,
+    a: Option<&LockGuard>,
+    b: Option<&LockGuard>,
+) -> anyhow::Result<()> {
+    let fences = (a.and_then(LockGuard::fence), b.and_then(LockGuard::fence));
+    if let (Some(fence_a), Some(fence_b)) = fences {
+        say!(
+            "# the counter's last INCR was lost with the lock; at the resource the first writer \
+             of a number owns it, and an equal number from another token is refused"
+        );
+        let wrote = store.write(RESOURCE_KEY, &fence_b, "B").await?;
+        say!(
+            "B writes to the resource with fencing number {} -> {}",
+            fence_b.number(),
+            shown(wrote)
+        );
+        let wrote = store.write(RESOURCE_KEY, &fence_a, "A (stale)").await?;
+        say!(
+            "A (stale) writes to the resource with fencing number {} -> {}",
+            fence_a.number(),
+            shown(wrote)
+        );
+        match store.read(RESOURCE_KEY).await? {
+            Some(v) => say!(
+                "resource value = {} (written with fencing number {})",
+                String::from_utf8_lossy(&v.value),
+                v.fence
+            ),
+            None => say!("resource value = (none)"),
+        }
+    }
+    Ok(())
 }
 
 /// 1) The default: no acknowledgement; the failover makes two holders; fencing keeps A out.
@@ -245,36 +288,7 @@ async fn without_ack(pair: &mut Pair, store: &FencedStore) -> anyhow::Result<()>
     let (_locks_b, b) = b_acquires(pair).await?;
     two_holders(pair, a.as_ref(), b.as_ref())?;
 
-    let fences = (
-        a.as_ref().and_then(LockGuard::fence),
-        b.as_ref().and_then(LockGuard::fence),
-    );
-    if let (Some(fence_a), Some(fence_b)) = fences {
-        say!(
-            "# the counter's last INCR was lost with the lock; at the resource the first writer \
-             of a number owns it, and an equal number from another token is refused"
-        );
-        let wrote = store.write(RESOURCE_KEY, &fence_b, "B").await?;
-        say!(
-            "B writes to the resource with fencing number {} -> {}",
-            fence_b.number(),
-            shown(wrote)
-        );
-        let wrote = store.write(RESOURCE_KEY, &fence_a, "A (stale)").await?;
-        say!(
-            "A (stale) writes to the resource with fencing number {} -> {}",
-            fence_a.number(),
-            shown(wrote)
-        );
-        match store.read(RESOURCE_KEY).await? {
-            Some(v) => say!(
-                "resource value = {} (written with fencing number {})",
-                String::from_utf8_lossy(&v.value),
-                v.fence
-            ),
-            None => say!("resource value = (none)"),
-        }
-    }
+    fenced_writes(store, a.as_ref(), b.as_ref()).await?;
     if let Some(b) = b {
         b.release().await.context("B releasing")?;
     }

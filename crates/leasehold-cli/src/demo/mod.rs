@@ -10,6 +10,8 @@
 //!
 //! `--scenario failover` runs [`failover`] instead: a lock server fails over to a replica that
 //! missed the lock, on throwaway servers only (it kills and promotes them; no `--url`).
+//! `--scenario failover-sentinel` runs [`failover_sentinel`]: the same hazard with real
+//! sentinels doing the promotion and clients connected through them, which follow it.
 //!
 //! Without a URL the demo starts a throwaway server through the test harness and stops it at the
 //! end. On a server it did not start, it refuses to run if any of its keys already exists (it
@@ -24,6 +26,7 @@ macro_rules! say {
 }
 
 mod failover;
+mod failover_sentinel;
 mod helper;
 mod transcript;
 mod walkthrough;
@@ -70,13 +73,19 @@ struct Local {
 
 pub(crate) async fn run(target: &Target, args: DemoArgs) -> anyhow::Result<()> {
     let mut stop = Stop::listen();
-    if args.scenario == Scenario::Failover {
+    if matches!(
+        args.scenario,
+        Scenario::Failover | Scenario::FailoverSentinel
+    ) {
         if target.source == Source::Flag {
-            return Err(Usage(
-                "--scenario failover starts servers of its own (it kills and promotes them); \
+            let name = match args.scenario {
+                Scenario::FailoverSentinel => "failover-sentinel",
+                _ => "failover",
+            };
+            return Err(Usage(format!(
+                "--scenario {name} starts servers of its own (it kills and promotes them); \
                  it cannot be combined with --url"
-                    .into(),
-            )
+            ))
             .into());
         }
         let (bin, why) = match args.server {
@@ -87,6 +96,9 @@ pub(crate) async fn run(target: &Target, args: DemoArgs) -> anyhow::Result<()> {
             Source::Env(var) if args.server.is_none() => format!("{why}; ${var} is not used"),
             _ => why,
         };
+        if args.scenario == Scenario::FailoverSentinel {
+            return failover_sentinel::run(bin, why, &mut stop).await;
+        }
         return failover::run(bin, why, &mut stop).await;
     }
     let local = match (args.server, target.source) {
