@@ -16,8 +16,9 @@ use crate::renewal::{Registration, RenewalStats, Renewer};
 use crate::server::ServerInfo;
 use crate::slot::{fence_key, release_channel};
 use crate::strategy::{
-    ACQUIRE_SCRIPT, EXTEND_SCRIPT, ExtendStrategy, RAISE_COUNTER_SCRIPT, RELEASE_NOTIFY_SCRIPT,
-    RELEASE_SCRIPT, RELEASE_SNOTIFY_SCRIPT, ReleaseStrategy, extend_cmd, release_cmd,
+    ACQUIRE_LUA, ACQUIRE_SCRIPT, EXTEND_SCRIPT, ExtendStrategy, RAISE_COUNTER_SCRIPT,
+    RELEASE_NOTIFY_SCRIPT, RELEASE_SCRIPT, RELEASE_SNOTIFY_SCRIPT, ReleaseStrategy, extend_cmd,
+    release_cmd,
 };
 use crate::token::{LockToken, validate_key};
 use crate::waiting::Notifier;
@@ -338,8 +339,13 @@ impl LockClient {
     /// the deadline. Each attempt uses a fresh token, so a cleanup of an abandoned attempt can never
     /// release a later, successful one. Cancellation: see [`LockClient::try_acquire`].
     ///
+    /// A topology in motion ([`Error::is_topology_in_motion`]: a slot migrating, a failover)
+    /// is ridden out like a busy lock until the deadline, and so is a broken connection on a
+    /// cluster or through Sentinel, whose client follows the new primary meanwhile.
+    ///
     /// # Errors
-    /// [`Error::NotAcquired`] when the lock stayed busy until the deadline; otherwise as
+    /// [`Error::NotAcquired`] when the lock stayed busy until the deadline; the last failure
+    /// when the topology was still in motion at the deadline; otherwise as
     /// [`LockClient::try_acquire`].
     pub async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
         validate_key(key)?;
@@ -366,9 +372,23 @@ impl LockClient {
                 if let Some(s) = subscription.as_mut() {
                     s.mark_seen();
                 }
-                let attempt = self
+                let (attempt, failure) = match self
                     .attempt_with(key, &token, ttl_ms, options, deadline.is_some())
-                    .await?;
+                    .await
+                {
+                    Ok(attempt) => (attempt, None),
+                    // While the deadline allows, ride out a topology in motion (a slot
+                    // migrating, a failover): the request was refused, so it is retried as if
+                    // busy, with backoff. On a cluster or through Sentinel a broken connection
+                    // is part of a failover too (the client follows the new topology); an
+                    // ambiguous attempt's token was given back by its cleanup, and the next
+                    // attempt has a new token. At the deadline the last failure is returned.
+                    Err(e) if deadline.is_some() && self.retries_while_waiting(&e) => {
+                        tracing::debug!(key, error = %e, "topology in motion; retrying");
+                        (Attempt::Busy { remaining: None }, Some(e))
+                    }
+                    Err(e) => return Err(e),
+                };
                 let span = tracing::Span::current();
                 span.record("attempts", attempts);
                 let remaining = match attempt {
@@ -384,15 +404,17 @@ impl LockClient {
                     }
                     Attempt::Busy { remaining } => remaining,
                 };
-                let not_acquired = |now: Instant| Error::NotAcquired {
-                    key: key.to_string(),
-                    waited: now - begun,
-                    attempts,
+                let not_acquired = |now: Instant, failure: Option<Error>| {
+                    failure.unwrap_or_else(|| Error::NotAcquired {
+                        key: key.to_string(),
+                        waited: now - begun,
+                        attempts,
+                    })
                 };
                 let now = Instant::now();
                 let Some(deadline) = deadline.filter(|d| now < *d) else {
                     span.record("outcome", "busy");
-                    return Err(not_acquired(now));
+                    return Err(not_acquired(now, failure));
                 };
                 let mut delay = options.backoff_policy().delay(attempts - 1);
                 if let Some(r) = remaining {
@@ -412,7 +434,7 @@ impl LockClient {
                 let now = Instant::now();
                 if now >= deadline {
                     span.record("outcome", "busy");
-                    return Err(not_acquired(now));
+                    return Err(not_acquired(now, failure));
                 }
             }
         }
@@ -576,6 +598,16 @@ impl LockClient {
             .unwrap_or_default()
     }
 
+    /// Whether a waiting acquisition retries after `e` (see [`LockClient::acquire`]).
+    fn retries_while_waiting(&self, e: &Error) -> bool {
+        e.is_topology_in_motion()
+            || (matches!(e, Error::Connection { .. })
+                && matches!(
+                    self.inner.conn,
+                    ClientConnection::Cluster(_) | ClientConnection::Sentinel(_)
+                ))
+    }
+
     /// Whether a granted attempt's reply came after the lease's validity was over (the
     /// validity a [`Lease`] would compute: TTL minus the drift allowance, from `started`, when
     /// the request was sent). If so the lock is released again, token-checked (harmless if the
@@ -605,7 +637,8 @@ impl LockClient {
         true
     }
 
-    /// One acquisition as `options` ask: the attempt, then the replicas' acknowledgement.
+    /// One acquisition as `options` ask: the attempt, and with
+    /// [`LockOptions::replica_ack`] the replicas' acknowledgement.
     async fn attempt_with(
         &self,
         key: &str,
@@ -614,40 +647,88 @@ impl LockClient {
         options: &LockOptions,
         want_remaining: bool,
     ) -> Result<Attempt> {
-        let attempt = self
-            .attempt(
-                key,
-                token,
-                ttl_ms,
-                options.fencing_enabled(),
-                want_remaining,
-            )
-            .await?;
-        let (Attempt::Acquired { .. }, Some((wanted, timeout))) =
-            (&attempt, options.replica_ack_required())
-        else {
-            return Ok(attempt);
-        };
-        // Ours until confirmed: if this future is dropped during WAIT, give the lock back.
+        let fencing = options.fencing_enabled();
+        match options.replica_ack_required() {
+            None => {
+                self.attempt(key, token, ttl_ms, fencing, want_remaining)
+                    .await
+            }
+            Some(ack) => {
+                self.attempt_replicated(key, token, ttl_ms, fencing, want_remaining, ack)
+                    .await
+            }
+        }
+    }
+
+    /// An acquisition confirmed by `wanted` replicas: the acquisition and `WAIT` in one
+    /// pipeline, on one connection, to the key's master.
+    ///
+    /// Guarantee: a lock is granted only if `WAIT` counted the write that took it. `WAIT` counts
+    /// the writes of the connection it arrives on, so it must never reach a server apart from its
+    /// acquisition. Sent separately, a cluster client that lost the master during `WAIT` retried
+    /// the `WAIT` alone on the promoted replica's fresh connection, which acknowledged at once a
+    /// write it never had (`leasehold check --topology cluster --replica-ack 1` found two
+    /// overlaps). As one pipeline, a retry repeats both: the acquisition runs again on the new
+    /// master (busy if our key reached it, so not granted twice) and `WAIT` counts that write.
+    async fn attempt_replicated(
+        &self,
+        key: &str,
+        token: &LockToken,
+        ttl_ms: u64,
+        fencing: bool,
+        want_remaining: bool,
+        (wanted, timeout): (u32, Duration),
+    ) -> Result<Attempt> {
+        let scripted = fencing || want_remaining;
+        // Ours until confirmed: if this future is dropped, or the reply is lost, give it back.
         let mut cleanup = AbandonedAttempt::arm(self, key, token);
         let mut conn = self.inner.conn.clone();
-        // WAIT counts the writes of this connection; on a cluster, of the key master's one.
-        let mut wait = redis::cmd("WAIT");
-        wait.arg(wanted).arg(timeout.as_millis() as u64);
-        let acked: Result<i64> = conn
-            .query_on_key_master(key, wait)
-            .await
-            .and_then(|v| redis::from_redis_value(v).map_err(redis::RedisError::from))
-            .map_err(|e| Error::from_redis(Operation::Acquire, e));
-        cleanup.disarm();
-        let acked = match acked {
-            Ok(n) => n.max(0) as u32,
-            Err(e) => {
-                let _ = self.release_raw(key, token.expose()).await;
-                return Err(e);
+        let mut by_body = false;
+        let replies = loop {
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors()
+                .add_command(acquire_cmd(key, token, ttl_ms, fencing, scripted, by_body))
+                .cmd("WAIT")
+                .arg(wanted)
+                .arg(timeout.as_millis() as u64);
+            let replies = conn.pipeline_on_key_master(key, pipe).await;
+            match &replies {
+                // The script is not cached on this node (a restart, a failover, a new shard):
+                // nothing was written; send its body.
+                Ok(r)
+                    if !by_body
+                        && matches!(r.first(), Some(Value::ServerError(e)) if e.code() == "NOSCRIPT") =>
+                {
+                    by_body = true;
+                }
+                _ => break replies,
             }
         };
-        if acked >= wanted {
+        let parsed = replies.and_then(|mut r| {
+            let wait = r.pop().unwrap_or(Value::Nil);
+            let acquire = r.pop().unwrap_or(Value::Nil);
+            let attempt = parse_acquire(acquire, fencing)?;
+            let acked = match wait {
+                Value::ServerError(e) => return Err(redis::RedisError::from(e)),
+                v => redis::from_redis_value::<i64>(v).map_err(redis::RedisError::from)?,
+            };
+            Ok((attempt, acked.max(0) as u32))
+        });
+        let (attempt, acked) = match parsed {
+            Ok(ok) => ok,
+            Err(e) => {
+                let err = Error::from_redis(Operation::Acquire, e);
+                if !err.is_ambiguous() {
+                    cleanup.disarm();
+                    // The acquisition may have succeeded before the error (a refused WAIT, a
+                    // script refused half-way): token-checked, harmless if nothing was set.
+                    let _ = self.release_raw(key, token.expose()).await;
+                }
+                return Err(err);
+            }
+        };
+        cleanup.disarm();
+        if matches!(attempt, Attempt::Busy { .. }) || acked >= wanted {
             return Ok(attempt);
         }
         tracing::warn!(
@@ -829,6 +910,65 @@ impl LockClient {
             other => other,
         }
         .map_err(|e| Error::from_redis(op, e))
+    }
+}
+
+/// The acquisition as one command: `SET key token NX PX ttl`, or (`scripted`: with fencing, or
+/// asking the holder's PTTL on busy) the acquire script, by its hash or (`by_body`) its body.
+fn acquire_cmd(
+    key: &str,
+    token: &LockToken,
+    ttl_ms: u64,
+    fencing: bool,
+    scripted: bool,
+    by_body: bool,
+) -> redis::Cmd {
+    if !scripted {
+        let mut c = redis::cmd("SET");
+        c.arg(key)
+            .arg(token.expose())
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl_ms);
+        return c;
+    }
+    let mut c = if by_body {
+        let mut c = redis::cmd("EVAL");
+        c.arg(ACQUIRE_LUA);
+        c
+    } else {
+        let mut c = redis::cmd("EVALSHA");
+        c.arg(ACQUIRE_SCRIPT.get_hash());
+        c
+    };
+    if fencing {
+        c.arg(2).arg(key).arg(fence_key(key));
+    } else {
+        c.arg(1).arg(key);
+    }
+    c.arg(token.expose()).arg(ttl_ms);
+    c
+}
+
+/// The reply of [`acquire_cmd`]: `OK`/nil of `SET NX`, or the script's `{ok, n}`.
+fn parse_acquire(reply: Value, fencing: bool) -> redis::RedisResult<Attempt> {
+    match reply {
+        Value::ServerError(e) => Err(redis::RedisError::from(e)),
+        Value::Nil => Ok(Attempt::Busy { remaining: None }),
+        Value::Okay => Ok(Attempt::Acquired { fencing: None }),
+        Value::SimpleString(s) if s == "OK" => Ok(Attempt::Acquired { fencing: None }),
+        other => {
+            let (ok, n): (i64, i64) = redis::from_redis_value(other)?;
+            Ok(if ok == 1 {
+                Attempt::Acquired {
+                    fencing: fencing.then_some(n as u64),
+                }
+            } else {
+                Attempt::Busy {
+                    remaining: (n >= 0).then(|| Duration::from_millis(n as u64)),
+                }
+            })
+        }
     }
 }
 

@@ -8,7 +8,7 @@ use redis::aio::{
     ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
 };
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
 use redis::sentinel::SentinelClient;
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
@@ -77,20 +77,24 @@ impl ClientConnection {
         matches!(self, ClientConnection::Cluster(_))
     }
 
-    /// Sends `cmd` to the master that owns `key`'s slot (on a cluster; elsewhere there is only
-    /// one server). For keyless commands whose meaning depends on the node and the connection,
-    /// such as `WAIT` after a write of `key`.
-    pub(crate) async fn query_on_key_master(&mut self, key: &str, cmd: Cmd) -> RedisResult<Value> {
+    /// Sends `pipe` to the master that owns `key`'s slot as one request on one connection (on a
+    /// cluster; elsewhere there is only one server), and returns every reply. For pipelines
+    /// that end in a keyless command whose meaning depends on the connection, such as `WAIT`
+    /// after a write of `key`: a retry after a redirection or a lost connection repeats the
+    /// whole pipeline, never the keyless command alone.
+    pub(crate) async fn pipeline_on_key_master(
+        &mut self,
+        key: &str,
+        pipe: Pipeline,
+    ) -> RedisResult<Vec<Value>> {
+        let count = pipe.len();
         match self {
             ClientConnection::Cluster(c) => {
                 let route = Route::new(crate::slot::key_slot(key), SlotAddr::Master);
-                c.route_command(
-                    cmd,
-                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
-                )
-                .await
+                c.route_pipeline(pipe, 0, count, SingleNodeRoutingInfo::SpecificNode(route))
+                    .await
             }
-            other => cmd.query_async(other).await,
+            other => pipe.query_async(other).await,
         }
     }
 }

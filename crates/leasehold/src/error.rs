@@ -210,6 +210,27 @@ impl Error {
         )
     }
 
+    /// True if the server is moving: a slot being migrated (`TRYAGAIN`), a cluster or a
+    /// Sentinel set in the middle of a failover (`CLUSTERDOWN`, `MASTERDOWN`, `READONLY` from a
+    /// demoted primary), a server loading its data set (`LOADING`). The command was refused,
+    /// not applied, and the same request succeeds once the topology settles: a waiting
+    /// [`acquire`](crate::LockClient::acquire) retries these until its deadline.
+    pub fn is_topology_in_motion(&self) -> bool {
+        let source = match self {
+            Error::Server { source, .. } => source,
+            Error::Connection {
+                ambiguous: false,
+                source,
+                ..
+            } => source,
+            _ => return false,
+        };
+        matches!(
+            source.code(),
+            Some("TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN" | "READONLY" | "LOADING")
+        )
+    }
+
     /// True if the error means the lock was not (or no longer) held by the caller.
     pub fn is_not_held(&self) -> bool {
         matches!(self, Error::NotHeld { .. })

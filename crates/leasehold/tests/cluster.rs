@@ -307,6 +307,66 @@ leasehold_harness::server_test!(async fn a_slot_migrates_under_a_held_lock(bin) 
     g2.release().await.unwrap();
 });
 
+// A waiter rides out TRYAGAIN. Half-way through a migration, with the lock key already on the
+// target and its fence key still on the source, a fencing acquisition (a script over both keys)
+// is refused with TRYAGAIN for as long as the keys are split. The waiter keeps waiting (the
+// source counts its refusals) instead of failing after the cluster client's few retries, and
+// takes the lock, with the next fencing number, once the migration is over and the lock released.
+leasehold_harness::server_test!(async fn a_waiter_rides_out_a_split_migration(bin) {
+    let cluster = start_cluster(&bin);
+    let key = "lock:{split}";
+    let slot = cluster.keyslot(key).unwrap();
+    let from = cluster.master_index_for_slot(slot).unwrap();
+    let to = cluster.master_indices().unwrap().into_iter().find(|m| *m != from).unwrap();
+    let holder = connect(&cluster, ClientOptions::new()).await;
+    let waiter = connect(&cluster, ClientOptions::new()).await;
+    let fenced = LockOptions::new(LONG).fencing(true);
+    let g = holder.try_acquire(key, &fenced).await.unwrap().acquired().unwrap();
+    let first = g.fencing_token().unwrap();
+
+    cluster.begin_migration(slot, from, to).unwrap();
+    let source = cluster.node(from).unwrap();
+    let target = cluster.node(to).unwrap();
+    let port = target.tls_port().unwrap_or_else(|| target.port()).to_string();
+    let mut migrate = vec!["MIGRATE", "127.0.0.1", port.as_str(), key, "0", "10000"];
+    if let Some(pw) = source.options().password() {
+        migrate.extend(["AUTH", pw]);
+    }
+    let reply = source.command(&migrate).unwrap();
+    assert!(reply.is_ok(), "MIGRATE of the lock key alone: {reply:?}");
+    let tryagain = || {
+        let stats = source.info("errorstats").unwrap();
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix("errorstat_TRYAGAIN:count="))
+            .map_or(0, |n| n.trim().parse::<u64>().unwrap())
+    };
+    let before = tryagain();
+
+    let task = tokio::spawn(async move {
+        let opts = LockOptions::new(LONG).fencing(true).wait(Duration::from_secs(120)).backoff(
+            Backoff::new(Duration::from_millis(20), Duration::from_millis(100)),
+        );
+        waiter.acquire(key, &opts).await
+    });
+    // Many more refusals than the cluster client's own retries (2) would absorb.
+    until("the waiter is refused with TRYAGAIN again and again", HANG_GUARD, || {
+        tryagain() >= before + 10
+    })
+    .await;
+    assert!(!task.is_finished(), "the waiter gave up during the migration: {:?}", task.await);
+
+    let rest = cluster.migrate_keys(slot, from, to).unwrap();
+    assert_eq!(rest, 1, "the fence key");
+    cluster.finish_migration(slot, to).unwrap();
+    assert!(g.is_held());
+    g.release().await.expect("release after the migration");
+    let g2 = tokio::time::timeout(HANG_GUARD, task).await.expect("hung").unwrap().expect("the waiter acquired");
+    assert!(g2.fencing_token().unwrap() > first, "fencing numbers went back across the migration");
+    assert_eq!(get(cluster.node(to).unwrap(), key).as_deref(), Some(g2.token().expose()));
+    g2.release().await.unwrap();
+});
+
 // A master that holds a lock's slot is killed and its replica promoted. A lease whose key had
 // reached the replica keeps renewing on the new master; a lease whose key had not (the replica
 // was frozen and its link cut before the acquisition) is reported lost, not silently kept; the
@@ -377,6 +437,55 @@ leasehold_harness::server_test!(async fn failover_inside_the_cluster(bin) {
     assert_eq!(get(cluster.node(new_master).unwrap(), lost_key).as_deref(), Some(again.token().expose()));
     again.release().await.unwrap();
     kept.release().await.unwrap();
+});
+
+// replica_ack: WAIT counts the writes of the connection it arrives on, so it must never be
+// answered apart from its acquisition. The replica is frozen (WAIT blocks), then the client's
+// connection is killed on the master while WAIT waits. The cluster client reconnects and
+// retries; sent on its own, the retried WAIT found a fresh connection without writes and
+// "acknowledged" at once a lock no replica had. Sent in one pipeline with the acquisition, the
+// retry repeats both: the key is already there, so the attempt is busy, never granted.
+leasehold_harness::server_test!(async fn replica_ack_is_never_answered_by_another_connection(bin) {
+    let cluster = start_cluster(&bin);
+    let key = "lock:{replica-ack}";
+    let master = cluster.master_index_for_key(key).unwrap();
+    let replica = cluster.replicas_of(master).unwrap()[0];
+    let client = connect(&cluster, ClientOptions::new()).await;
+    cluster.node(replica).unwrap().pause().unwrap();
+    let attempt = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .try_acquire(key, &LockOptions::new(LONG).replica_ack(1, Duration::from_secs(40)))
+                .await
+        }
+    });
+    let master_node = cluster.node(master).unwrap();
+    // The client whose command is a blocked WAIT (observed, not slept for).
+    let mut waiting_id = None;
+    until("the acquisition blocks in WAIT", HANG_GUARD, || {
+        let list = master_node.command(&["CLIENT", "LIST"]).unwrap();
+        let text = String::from_utf8_lossy(list.as_bytes().unwrap_or_default()).to_string();
+        waiting_id = text
+            .lines()
+            .find(|l| l.contains(" cmd=wait"))
+            .and_then(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
+            .map(str::to_string);
+        waiting_id.is_some()
+    })
+    .await;
+    let id = waiting_id.unwrap();
+    let killed = master_node.command(&["CLIENT", "KILL", "ID", &id]).unwrap();
+    assert_eq!(killed.as_integer(), Some(1), "{killed:?}");
+    let outcome = tokio::time::timeout(HANG_GUARD, attempt).await.expect("hung").unwrap();
+    cluster.node(replica).unwrap().resume().unwrap();
+    match outcome {
+        Ok(TryAcquire::Acquired(guard)) => panic!(
+            "granted without a replica's acknowledgement of its write (token {})",
+            guard.token().expose()
+        ),
+        Ok(TryAcquire::Busy { .. }) | Err(_) => {}
+    }
 });
 
 // Bad input: a cluster URL to a server without cluster support, and a plain URL to a cluster

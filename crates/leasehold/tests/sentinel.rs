@@ -104,6 +104,9 @@ leasehold_harness::server_test!(async fn a_lease_lost_in_a_failover_is_reported(
 
     // The primary dies first, then the replica wakes (it cannot reach a dead primary to fetch
     // the key) and the sentinels promote it.
+    // A client that stays idle through the failover: its first request after it meets the
+    // dead primary's connection.
+    let idle = LockClient::connect(&sentinel_url(&set)).await.expect("connects through the sentinels");
     let old = set.primary_addr().unwrap();
     set.data_node_mut(primary).unwrap().kill();
     set.data_node(replica).unwrap().resume().unwrap();
@@ -116,6 +119,13 @@ leasehold_harness::server_test!(async fn a_lease_lost_in_a_failover_is_reported(
     assert_ne!(old, new);
     let promoted = set.data_node(replica).unwrap();
     assert_eq!(get(promoted, "lock:lost"), None, "the replica got the key after all");
+    // A waiting acquisition rides out the broken connection and lands on the new primary.
+    let first = tokio::time::timeout(HANG_GUARD, idle.acquire("lock:idle", &LockOptions::new(LONG).wait(Duration::from_secs(30))))
+        .await
+        .expect("hung")
+        .expect("the idle client's first acquisition after the failover");
+    assert_eq!(get(promoted, "lock:idle").as_deref(), Some(first.token().expose()));
+    first.release().await.unwrap();
 
     tokio::time::timeout(HANG_GUARD, lost.lost()).await.expect("the lost lease was not reported");
     assert!(!lost.is_held());
