@@ -210,7 +210,8 @@ impl Error {
         )
     }
 
-    /// True if the server is moving: a slot being migrated (`TRYAGAIN`), a cluster or a
+    /// True if the server is moving: a slot being migrated (`TRYAGAIN`, or a `MOVED`/`ASK`
+    /// redirection still pending after the cluster client's own retries), a cluster or a
     /// Sentinel set in the middle of a failover (`CLUSTERDOWN`, `MASTERDOWN`, `READONLY` from a
     /// demoted primary), a server loading its data set (`LOADING`). The command was refused,
     /// not applied, and the same request succeeds once the topology settles: a waiting
@@ -227,7 +228,15 @@ impl Error {
         };
         matches!(
             source.code(),
-            Some("TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN" | "READONLY" | "LOADING")
+            Some(
+                "TRYAGAIN"
+                    | "ASK"
+                    | "MOVED"
+                    | "CLUSTERDOWN"
+                    | "MASTERDOWN"
+                    | "READONLY"
+                    | "LOADING"
+            )
         )
     }
 
