@@ -20,6 +20,8 @@ const QUERY_TIMEOUT: Duration = Duration::from_secs(5);
 const LOG_TAIL_LINES: usize = 25;
 /// Extra time on top of the computed bounds of the waits.
 const MARGIN: Duration = Duration::from_secs(30);
+/// How long a replica may take to link to the primary at start.
+const REPLICATION_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Timer settings applied to every sentinel with `SENTINEL DEBUG` (redis >= 7, valkey), so
 /// tests do not wait for production intervals: sentinels find each other within a fraction
@@ -120,6 +122,15 @@ impl SentinelOptions {
 
     /// The options of the data nodes (primary and replicas). A password becomes the
     /// replicas' and the primary's `--masterauth` and the sentinels' `sentinel auth-pass`.
+    ///
+    /// With TLS files ([`ServerOptions::tls`]) the data nodes replicate over TLS: every data
+    /// node runs with `--tls-replication yes` and the replicas follow the primary's TLS port
+    /// (so each replica announces its TLS port to its primary). The sentinels monitor the
+    /// TLS ports and speak TLS to the data nodes and to each other (each sentinel gets a TLS
+    /// port too, with `tls-replication yes` and the same certificate files); clients still
+    /// ask the sentinels on their plain ports ([`SentinelSet::sentinel_addrs`]), and
+    /// `SENTINEL GET-MASTER-ADDR-BY-NAME` names the primary's TLS port. The harness' own
+    /// commands keep using every data node's plain port.
     pub fn server(mut self, options: ServerOptions) -> Self {
         self.server = options;
         self
@@ -274,23 +285,47 @@ impl SentinelSet {
             extra.push("--masterauth".to_owned());
             extra.push(pass.to_owned());
         }
-        let primary = Server::start_with(bin, &options.server, extra, Mode::Standalone)?;
+        let tls = options.server.tls_files();
+        if tls.is_some() {
+            // Replicas (and the primary, once the sentinels demote it) replicate over TLS.
+            extra.push("--tls-replication".to_owned());
+            extra.push("yes".to_owned());
+        }
+        let primary = Server::start_with(bin, &options.server, extra.clone(), Mode::Standalone)?;
         let mut data = vec![primary];
         for _ in 0..options.replicas {
-            let replica = data[0].start_replica(&options.server)?;
+            let replica = match data[0].tls_port() {
+                None => data[0].start_replica(&options.server)?,
+                Some(tls_port) => {
+                    let mut args = vec![
+                        "--replicaof".to_owned(),
+                        "127.0.0.1".to_owned(),
+                        tls_port.to_string(),
+                    ];
+                    args.extend(extra.iter().cloned());
+                    let replica = Server::start_with(bin, &options.server, args, Mode::Standalone)?;
+                    replica.wait_for_master_link(REPLICATION_TIMEOUT)?;
+                    replica
+                }
+            };
             data.push(replica);
         }
 
-        let config = options.sentinel_config(data[0].port());
+        let config = options.sentinel_config(announced_port(&data[0]));
+        // With TLS data nodes the sentinels get the certificate files too (see
+        // `SentinelOptions::server`); never the data nodes' password or raw arguments.
+        let sentinel_options = match tls {
+            Some(files) => ServerOptions::new().tls(files),
+            None => ServerOptions::new(),
+        };
         let results: Vec<Result<Server, HarnessError>> = thread::scope(|scope| {
             let handles: Vec<_> = (0..options.sentinels)
                 .map(|_| {
                     let mode = Mode::Sentinel {
                         config: config.clone(),
                     };
-                    scope.spawn(move || {
-                        Server::start_with(bin, &ServerOptions::new(), Vec::new(), mode)
-                    })
+                    let sentinel_options = &sentinel_options;
+                    scope.spawn(move || Server::start_with(bin, sentinel_options, Vec::new(), mode))
                 })
                 .collect();
             handles
@@ -342,11 +377,12 @@ impl SentinelSet {
             deadline,
             |s| {
                 let primary = s.primary_addr()?;
+                let primary_port = announced_port(&s.data[s.data_index(primary)?]);
                 let want_replicas: Vec<u16> = s
                     .data
                     .iter()
                     .filter(|n| n.is_live() && n.port() != primary.port())
-                    .map(Server::port)
+                    .map(announced_port)
                     .collect();
                 for (i, sentinel) in s.live_sentinels() {
                     let master = s.sentinel_fields(sentinel, "MASTER")?;
@@ -357,7 +393,7 @@ impl SentinelSet {
                     if flags != "master" {
                         return Ok(Some(format!("sentinel {i}: master flags {flags:?}")));
                     }
-                    if field(master, "port") != primary.port().to_string() {
+                    if field(master, "port") != primary_port.to_string() {
                         return Ok(Some(format!(
                             "sentinel {i} monitors port {}, the primary is {primary}",
                             field(master, "port")
@@ -402,6 +438,18 @@ impl SentinelSet {
     /// `redis://127.0.0.1:PORT/` of every sentinel, in index order (also of killed ones).
     pub fn sentinel_urls(&self) -> Vec<String> {
         self.sentinels.iter().map(Server::url).collect()
+    }
+
+    /// The URL leasehold connects with: `<scheme>://127.0.0.1:S1,127.0.0.1:S2,…#<master>`,
+    /// naming every sentinel (their plain ports) and the master (`scheme`: `redis-sentinel`, or
+    /// `rediss-sentinel` for TLS to the data nodes).
+    pub fn lock_url(&self, scheme: &str) -> String {
+        let hosts: Vec<String> = self
+            .sentinels
+            .iter()
+            .map(|s| s.addr().to_string())
+            .collect();
+        format!("{scheme}://{}#{}", hosts.join(","), self.master_name())
     }
 
     /// `127.0.0.1:PORT` of every sentinel, in index order (also of killed ones).
@@ -482,7 +530,9 @@ impl SentinelSet {
     }
 
     /// The primary's address according to the first live sentinel that answers
-    /// `SENTINEL GET-MASTER-ADDR-BY-NAME`.
+    /// `SENTINEL GET-MASTER-ADDR-BY-NAME`, as the data node's plain address
+    /// ([`Server::addr`]): with TLS data nodes the sentinels name the TLS port, which is
+    /// mapped back to its node (its TLS address is `primary()?.tls_port()`).
     pub fn primary_addr(&self) -> Result<SocketAddr, HarnessError> {
         let mut last = None;
         for (_, sentinel) in self.live_sentinels() {
@@ -510,7 +560,8 @@ impl SentinelSet {
     /// Forces a failover with `SENTINEL FAILOVER <name>` (retried while the sentinel finds
     /// no suitable replica yet), then waits until every live sentinel reports the same new
     /// primary address, that server reports `role:master`, and every other live data node
-    /// replicates it with its link up. Returns the new primary's address.
+    /// replicates it with its link up. Returns the new primary's (plain) address, as
+    /// [`SentinelSet::primary_addr`].
     ///
     /// A forced failover that the sentinel aborts (it is not retried by sentinel itself) is
     /// requested again after 2 × failover-timeout, within the overall bound of
@@ -567,7 +618,7 @@ impl SentinelSet {
 
     /// Kills the current primary with SIGKILL and waits until the sentinels have elected
     /// and promoted a replica (bounded by down-after + 4 × failover-timeout + 30 s), as in
-    /// [`SentinelSet::failover`]. Returns the new primary's address.
+    /// [`SentinelSet::failover`]. Returns the new primary's (plain) address.
     pub fn kill_primary_and_wait(&mut self) -> Result<SocketAddr, HarnessError> {
         let old = self.primary_addr()?;
         let index = self.data_index(old)?;
@@ -633,15 +684,17 @@ impl SentinelSet {
 
     /// Why the live data nodes other than `primary` are not (yet) its linked replicas.
     fn replication_problem(&self, primary: SocketAddr) -> Result<Option<String>, HarnessError> {
-        let port = format!("master_port:{}", primary.port());
+        // Replicas follow the port the sentinels know: the TLS one with TLS data nodes.
+        let followed = announced_port(&self.data[self.data_index(primary)?]);
+        let port = format!("master_port:{followed}");
         for (i, node) in self.data.iter().enumerate() {
             if !node.is_live() || node.port() == primary.port() {
                 continue;
             }
             let info = node.info_timeout("replication", QUERY_TIMEOUT)?;
-            let follows = info.lines().any(|l| {
-                l.trim() == port || l.trim() == format!("primary_port:{}", primary.port())
-            });
+            let follows = info
+                .lines()
+                .any(|l| l.trim() == port || l.trim() == format!("primary_port:{followed}"));
             if info_role(&info) != Some("slave") || !follows || !master_link_up(&info) {
                 return Ok(Some(format!(
                     "data node {i} (port {}) is not a linked replica of {primary} yet",
@@ -667,10 +720,14 @@ impl SentinelSet {
             .filter(|(_, s)| s.is_live())
     }
 
+    /// The data node at `addr`: its plain address, or its TLS port on the same host.
     fn data_index(&self, addr: SocketAddr) -> Result<usize, HarnessError> {
         self.data
             .iter()
-            .position(|n| n.addr() == addr)
+            .position(|n| {
+                n.addr() == addr
+                    || (n.addr().ip() == addr.ip() && n.tls_port() == Some(addr.port()))
+            })
             .ok_or_else(|| {
                 HarnessError::Server(format!(
                     "the sentinels name {addr}, which is none of the data nodes"
@@ -678,7 +735,8 @@ impl SentinelSet {
             })
     }
 
-    /// `SENTINEL GET-MASTER-ADDR-BY-NAME <name>` on `sentinel`.
+    /// `SENTINEL GET-MASTER-ADDR-BY-NAME <name>` on `sentinel`, with a data node's TLS port
+    /// mapped to its plain address (an address of no data node is returned as is).
     fn addr_from(&self, sentinel: &Server) -> Result<SocketAddr, HarnessError> {
         let name = &self.options.master_name;
         let reply = sentinel.command_timeout(
@@ -693,8 +751,12 @@ impl SentinelSet {
             }
             _ => None,
         });
-        parsed.ok_or_else(|| {
+        let addr = parsed.ok_or_else(|| {
             HarnessError::Server(format!("SENTINEL GET-MASTER-ADDR-BY-NAME {name}: {reply}"))
+        })?;
+        Ok(match self.data_index(addr) {
+            Ok(i) => self.data[i].addr(),
+            Err(_) => addr,
         })
     }
 
@@ -784,10 +846,23 @@ impl SentinelSet {
             } else {
                 "(not live)".to_owned()
             };
-            out.push_str(&format!("--- data node {i} (port {}): {role}\n", n.port()));
+            let tls = n
+                .tls_port()
+                .map(|p| format!(", TLS port {p}"))
+                .unwrap_or_default();
+            out.push_str(&format!(
+                "--- data node {i} (port {}{tls}): {role}\n",
+                n.port()
+            ));
         }
         out
     }
+}
+
+/// The port the sentinels know a data node by: its TLS port if it has one (then it
+/// replicates over TLS and announces that port), else its plain port.
+fn announced_port(node: &Server) -> u16 {
+    node.tls_port().unwrap_or_else(|| node.port())
 }
 
 fn field<'a>(fields: &'a Fields, name: &str) -> &'a str {

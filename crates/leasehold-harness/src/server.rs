@@ -122,7 +122,10 @@ pub(crate) enum Mode {
     ClusterNode,
     /// A sentinel: `<dir>/sentinel.conf --sentinel`. The file is written from the port,
     /// the directory and these lines (the `sentinel ...` directives) on a fresh start, and
-    /// kept on restart (sentinel rewrites it with its state).
+    /// kept on restart (sentinel rewrites it with its state). With [`ServerOptions::tls`]
+    /// the sentinel also listens with TLS and speaks TLS to the instances it monitors (data
+    /// nodes and other sentinels): `tls-port`, the certificate files and
+    /// `tls-replication yes`; clients still reach it on the plain port.
     Sentinel {
         /// Configuration lines after the harness' own (`port`, `bind`, `dir`, `logfile`).
         config: String,
@@ -156,7 +159,7 @@ impl Ports {
             tls: None,
             bus: None,
         };
-        if opts.tls.is_some() && !matches!(mode, Mode::Sentinel { .. }) {
+        if opts.tls.is_some() {
             match free_port() {
                 Ok(p) => ports.tls = Some(p),
                 Err(e) => {
@@ -251,7 +254,7 @@ impl Server {
         extra_args: Vec<String>,
         mode: Mode,
     ) -> Result<Server, HarnessError> {
-        if opts.tls.is_some() && !matches!(mode, Mode::Sentinel { .. }) && !bin.supports_tls() {
+        if opts.tls.is_some() && !bin.supports_tls() {
             return Err(HarnessError::Unsupported {
                 binary: bin.to_string(),
                 reason: "built without TLS support (no OpenSSL linked in); rebuild it with \
@@ -724,7 +727,7 @@ fn spawn(
         let conf = dir.join(SENTINEL_CONF);
         // A restart keeps the file: sentinel rewrote it with its identity and state.
         if !conf.exists() {
-            fs::write(&conf, sentinel_config(opts, ports.port, dir, config))?;
+            fs::write(&conf, sentinel_config(opts, ports, dir, config))?;
         }
         cmd.arg(&conf).arg("--sentinel");
     } else {
@@ -803,21 +806,37 @@ fn spawn(
     })
 }
 
-/// The initial `sentinel.conf`: the harness' settings, then `lines` (the `sentinel ...`
-/// directives).
-fn sentinel_config(opts: &ServerOptions, port: u16, dir: &Path, lines: &str) -> String {
+/// The initial `sentinel.conf`: the harness' settings (with TLS ones if `opts` has TLS
+/// files), then `lines` (the `sentinel ...` directives).
+fn sentinel_config(opts: &ServerOptions, ports: Ports, dir: &Path, lines: &str) -> String {
     let mut conf = format!(
-        "port {port}\n\
+        "port {}\n\
          bind 127.0.0.1\n\
          protected-mode no\n\
          daemonize no\n\
          dir {}\n\
          logfile {}\n",
+        ports.port,
         conf_quote(&dir.to_string_lossy()),
         conf_quote(&dir.join(SERVER_LOG).to_string_lossy()),
     );
     if let Some(pass) = &opts.requirepass {
         conf.push_str(&format!("requirepass {}\n", conf_quote(pass)));
+    }
+    if let (Some(tls_port), Some(tls)) = (ports.tls, &opts.tls) {
+        // Sentinel connects to every instance it monitors (data nodes, other sentinels) with
+        // TLS when tls-replication is on, and announces its TLS port to the other sentinels.
+        conf.push_str(&format!(
+            "tls-port {tls_port}\n\
+             tls-cert-file {}\n\
+             tls-key-file {}\n\
+             tls-ca-cert-file {}\n\
+             tls-auth-clients no\n\
+             tls-replication yes\n",
+            conf_quote(&tls.server_cert().to_string_lossy()),
+            conf_quote(&tls.server_key().to_string_lossy()),
+            conf_quote(&tls.ca_cert().to_string_lossy()),
+        ));
     }
     conf.push_str(lines);
     if !conf.ends_with('\n') {

@@ -2,29 +2,16 @@
 //! follows failovers without being rebuilt; a lease whose key the new primary lacks is reported
 //! lost; `replica_ack` composes with it; bad input is a clear error.
 
-use std::net::SocketAddr;
+mod common;
+
 use std::time::{Duration, Instant};
 
+use common::get;
 use leasehold::{ClientOptions, Error, LockClient, LockOptions};
-use leasehold_harness::{SentinelOptions, SentinelSet, Server};
+use leasehold_harness::{SentinelOptions, SentinelSet};
 
 const LONG: Duration = Duration::from_secs(60);
 const HANG_GUARD: Duration = Duration::from_secs(60);
-
-fn sentinel_url(set: &SentinelSet) -> String {
-    let hosts: Vec<String> = set
-        .sentinel_addrs()
-        .iter()
-        .map(SocketAddr::to_string)
-        .collect();
-    format!("redis-sentinel://{}#{}", hosts.join(","), set.master_name())
-}
-
-fn get(server: &Server, key: &str) -> Option<String> {
-    let v = server.command(&["GET", key]).expect("GET");
-    v.as_bytes()
-        .map(|b| String::from_utf8_lossy(b).into_owned())
-}
 
 async fn until(what: &str, mut cond: impl FnMut() -> bool) {
     let start = Instant::now();
@@ -47,7 +34,7 @@ async fn renewals_reach(client: &LockClient, n: u64) {
 // renewing there, and new locks are taken there.
 leasehold_harness::server_test!(async fn the_client_follows_a_sentinel_failover(bin) {
     let set = SentinelSet::start(&bin, &SentinelOptions::new()).expect("sentinel set starts");
-    let client = LockClient::connect(&sentinel_url(&set)).await.expect("connects through the sentinels");
+    let client = LockClient::connect(&set.lock_url("redis-sentinel")).await.expect("connects through the sentinels");
     let before = set.primary_addr().unwrap();
     // replica_ack composes: WAIT on the primary the sentinels named. The TTL outlasts the
     // failover (seconds on a loaded machine: writes are paused on the old primary meanwhile, so
@@ -79,7 +66,7 @@ leasehold_harness::server_test!(async fn the_client_follows_a_sentinel_failover(
 // before the cut keeps renewing; a replica-acknowledged acquisition during the cut is refused.
 leasehold_harness::server_test!(async fn a_lease_lost_in_a_failover_is_reported(bin) {
     let mut set = SentinelSet::start(&bin, &SentinelOptions::new()).expect("sentinel set starts");
-    let client = LockClient::connect(&sentinel_url(&set)).await.unwrap();
+    let client = LockClient::connect(&set.lock_url("redis-sentinel")).await.unwrap();
     // TTLs that outlast the failover on a loaded machine: only a missing key may lose a lease.
     let opts = LockOptions::new(Duration::from_secs(10)).auto_extend(true);
     let kept = client
@@ -106,7 +93,7 @@ leasehold_harness::server_test!(async fn a_lease_lost_in_a_failover_is_reported(
     // the key) and the sentinels promote it.
     // A client that stays idle through the failover: its first request after it meets the
     // dead primary's connection.
-    let idle = LockClient::connect(&sentinel_url(&set)).await.expect("connects through the sentinels");
+    let idle = LockClient::connect(&set.lock_url("redis-sentinel")).await.expect("connects through the sentinels");
     let old = set.primary_addr().unwrap();
     set.data_node_mut(primary).unwrap().kill();
     set.data_node(replica).unwrap().resume().unwrap();

@@ -1,8 +1,12 @@
-//! TLS (`rediss://`): every flavor started with a throwaway CA and server certificate made at
-//! test time; the client trusts that CA through `ClientOptions::tls_ca_file`.
+//! TLS (`rediss://`, `rediss-cluster://`, `rediss-sentinel://`): every flavor started with a
+//! throwaway CA and server certificate made at test time; the client trusts that CA through
+//! `ClientOptions::tls_ca_file`.
+
+mod common;
 
 use std::time::Duration;
 
+use common::get;
 use leasehold::{Backoff, ClientOptions, Error, LockClient, LockOptions};
 use leasehold_harness::{Server, ServerOptions, TlsFiles};
 
@@ -126,4 +130,88 @@ leasehold_harness::server_test!(async fn a_cluster_over_tls(bin) {
         g.release().await.unwrap();
     }
     assert_eq!(masters.len(), 3);
+});
+
+/// A Sentinel set whose data nodes speak TLS (and replicate over it); the sentinels monitor the
+/// TLS ports and answer clients in plain text.
+fn tls_sentinel_set(
+    bin: &leasehold_harness::ServerBinary,
+) -> (leasehold_harness::SentinelSet, TlsFiles) {
+    use leasehold_harness::{SentinelOptions, SentinelSet};
+    let files = TlsFiles::temporary().expect("certificates are generated");
+    let options = SentinelOptions::new().server(ServerOptions::new().tls(&files));
+    let set = SentinelSet::start(bin, &options).expect("a Sentinel set with TLS data nodes starts");
+    (set, files)
+}
+
+// `rediss-sentinel://`: plain text to the sentinels, TLS with the private CA to the primary
+// they name (its TLS port). Acquire with fencing, extend and release land on the primary; after
+// a forced failover a waiting acquisition through the same client lands on the new primary.
+leasehold_harness::server_test!(async fn sentinel_over_tls(bin) {
+    let (set, files) = tls_sentinel_set(&bin);
+    let primary = set.primary().unwrap();
+    let tls_port = primary.tls_port().expect("a TLS port");
+    // The sentinels name the primary's TLS port, not its plain one.
+    let named = set.sentinel(0).unwrap().command(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", set.master_name()]).unwrap();
+    let named_port = named.as_array().and_then(|a| a.get(1)).and_then(|p| p.as_str()).map(str::to_owned);
+    assert_eq!(named_port, Some(tls_port.to_string()), "{named}");
+
+    let url = set.lock_url("rediss-sentinel");
+    let client = LockClient::connect_with(&url, ClientOptions::new().tls_ca_file(files.ca_cert()))
+        .await
+        .expect("connects through the sentinels, TLS to the primary");
+    let key = "tls:sentinel";
+    let g = client.try_acquire(key, &LockOptions::new(LONG).fencing(true)).await.unwrap().acquired().unwrap();
+    assert_eq!(g.fencing_token(), Some(1));
+    assert_eq!(get(primary, key).as_deref(), Some(g.token().expose()), "the key is on the primary");
+    g.extend(Duration::from_secs(300)).await.expect("extended over TLS");
+    let pttl = primary.command(&["PTTL", key]).unwrap().as_integer().unwrap();
+    assert!(pttl > LONG.as_millis() as i64, "extend reached the primary: PTTL {pttl}");
+    g.release().await.expect("released over TLS");
+    assert_eq!(get(primary, key), None);
+
+    // The fencing counter must be on the replica before it is promoted, or the next number
+    // would start over (replication is asynchronous; this observes it, bounded).
+    let before = set.primary_addr().unwrap();
+    let replica = set.data_nodes().iter().find(|n| n.addr() != before).expect("a replica");
+    let start = std::time::Instant::now();
+    while get(replica, &leasehold::fence_key(key)).as_deref() != Some("1") {
+        assert!(start.elapsed() < HANG_GUARD, "the fencing counter did not reach the replica");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    let after = set.failover().expect("failover over TLS replication");
+    assert_ne!(before, after);
+    let new_primary = set.primary().unwrap();
+    assert_eq!(new_primary.addr(), after);
+    let opts = LockOptions::new(LONG).fencing(true).wait(Duration::from_secs(30));
+    let h = tokio::time::timeout(HANG_GUARD, client.acquire(key, &opts))
+        .await
+        .expect("hung")
+        .expect("acquired on the new primary through the same client");
+    assert_eq!(h.fencing_token(), Some(2));
+    assert_eq!(get(new_primary, key).as_deref(), Some(h.token().expose()), "the key is on the new primary");
+    h.release().await.unwrap();
+    assert_eq!(get(new_primary, key), None);
+});
+
+// Plain `redis-sentinel://` to the same set: the sentinels answer, but name a TLS port, and
+// plain text to it fails (an error within the connect timeout, not a hang).
+leasehold_harness::server_test!(async fn plain_sentinel_url_to_tls_data_nodes_fails(bin) {
+    let (set, files) = tls_sentinel_set(&bin);
+    let bound = Duration::from_secs(2);
+    let options = ClientOptions::new().connect_timeout(bound).response_timeout(bound).tls_ca_file(files.ca_cert());
+    let url = set.lock_url("redis-sentinel");
+    let started = std::time::Instant::now();
+    let err = tokio::time::timeout(HANG_GUARD, LockClient::connect_with(&url, options))
+        .await
+        .expect("hung")
+        .expect_err("plain text to a TLS port");
+    eprintln!("plain redis-sentinel:// to TLS data nodes: {err} (after {:?})", started.elapsed());
+    assert!(matches!(err, Error::Connection { .. }), "{err:?}");
+    // Bounded by the connect and response timeouts (plus slack on a loaded machine).
+    assert!(started.elapsed() < bound * 5, "took {:?}", started.elapsed());
+    // Nothing was written: the harness sees an empty primary.
+    let primary = set.primary().unwrap();
+    assert_eq!(primary.command(&["DBSIZE"]).unwrap().as_integer(), Some(0));
 });

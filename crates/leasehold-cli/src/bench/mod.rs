@@ -337,16 +337,6 @@ fn cluster_url(cluster: &Cluster) -> String {
     format!("redis-cluster://{}", seeds.join(","))
 }
 
-/// `redis-sentinel://` for every sentinel of `set`, naming its master.
-fn sentinel_url(set: &SentinelSet) -> String {
-    let hosts: Vec<String> = set
-        .sentinel_addrs()
-        .iter()
-        .map(ToString::to_string)
-        .collect();
-    format!("redis-sentinel://{}#{}", hosts.join(","), set.master_name())
-}
-
 /// W1T: W1 for leasehold through each topology's URL form, standalone, cluster and Sentinel
 /// taking turns in every repetition (the order rotates), so that the p50 ratios to standalone
 /// compare runs made under the same load. All servers run throughout (the cluster's and the
@@ -382,7 +372,7 @@ async fn w1t(bin: &ServerBinary, st: &Settings, results: &mut Results) -> anyhow
     let systems = [
         ("leasehold_standalone", standalone.url()),
         ("leasehold_cluster", cluster_url(&cluster)),
-        ("leasehold_sentinel", sentinel_url(&sentinels)),
+        ("leasehold_sentinel", sentinels.lock_url("redis-sentinel")),
         ("leasehold_cluster_no_replicas", cluster_url(&bare)),
         (
             "leasehold_sentinel_primary_direct",

@@ -17,7 +17,6 @@
 //! 2. With `replica_ack(1, ...)`: the same partition makes A's acquisition fail
 //!    (`NotReplicated`), so the failover leaves one holder.
 
-use std::net::SocketAddr;
 use std::thread::ScopedJoinHandle;
 use std::time::{Duration, Instant};
 
@@ -153,16 +152,6 @@ fn node(set: &SentinelSet, i: usize) -> anyhow::Result<&Server> {
     set.data_node(i).context("no such data node")
 }
 
-/// `redis-sentinel://` naming every sentinel of `set` and its master.
-fn sentinel_url(set: &SentinelSet) -> String {
-    let hosts: Vec<String> = set
-        .sentinel_addrs()
-        .iter()
-        .map(SocketAddr::to_string)
-        .collect();
-    format!("redis-sentinel://{}#{}", hosts.join(","), set.master_name())
-}
-
 /// What a sentinel answers when asked for the primary.
 fn ask_sentinel(set: &SentinelSet) -> anyhow::Result<String> {
     let sentinel = set.sentinel(0).context("no sentinel")?;
@@ -188,7 +177,7 @@ fn talks_to(client: &LockClient) -> String {
 /// A's and B's clients, each connected through the sentinels before anything happens; they are
 /// never rebuilt.
 async fn connect_clients(set: &SentinelSet) -> anyhow::Result<(LockClient, LockClient)> {
-    let url = sentinel_url(set);
+    let url = set.lock_url("redis-sentinel");
     let locks_a = LockClient::connect(&url)
         .await
         .context("A connecting through the sentinels")?;
