@@ -1,5 +1,5 @@
-//! Test support for `leasehold`: starts **real** redis / valkey server processes on
-//! loopback and tears them down again.
+//! Test support for `leasehold`: starts **real** redis / valkey (and PostgreSQL, etcd)
+//! server processes on loopback and tears them down again.
 //!
 //! * [`discover`] / [`find`] locate server binaries (from `LEASEHOLD_SERVERS`, the
 //!   `scripts/install-servers` cache and `PATH`) and classify them into the test matrix
@@ -17,6 +17,10 @@
 //!   primary and wait for the sentinels to promote a replica.
 //! * [`Postgres`] owns one PostgreSQL server (from the system's packages, found by
 //!   [`find_postgres`]) with a fresh `initdb` cluster in its own temporary directory.
+//! * [`Etcd`] owns one etcd member (from the system's packages, found by [`find_etcd`]) with
+//!   its data dir in its own temporary directory; [`EtcdCluster`] bootstraps several (default
+//!   [`DEFAULT_ETCD_MEMBERS`]) into one cluster and tells which member leads. Both can kill,
+//!   pause, resume and restart members, and put/get keys through etcd's JSON gateway.
 //! * [`SilentServer`] is a TCP listener that accepts connections and never answers.
 //! * [`SlowLink`] relays to a real server and can hold its replies back.
 //! * [`server_test!`] declares one `#[tokio::test]` per matrix flavor.
@@ -30,8 +34,10 @@
 mod cluster;
 mod discover;
 mod error;
+mod etcd;
 mod macros;
 mod postgres;
+mod process;
 mod resp;
 mod sentinel;
 mod server;
@@ -45,6 +51,10 @@ pub use discover::{
     discover_uncached, find, require_full_matrix, servers_cache_dir,
 };
 pub use error::HarnessError;
+pub use etcd::{
+    DEFAULT_ETCD_MEMBERS, Etcd, EtcdCluster, EtcdStatus, etcd_cluster_for_test, etcd_for_test,
+    find_etcd,
+};
 pub use postgres::{POSTGRES_DATABASE, POSTGRES_USER, Postgres, find_postgres, postgres_for_test};
 pub use resp::RespValue;
 pub use sentinel::{DEFAULT_MASTER_NAME, SentinelOptions, SentinelSet};

@@ -6,14 +6,13 @@ use std::io::{BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+
 use std::thread;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{self, Signal};
-use nix::unistd::Pid;
 use tempfile::TempDir;
 
+use crate::process::Process;
 use crate::{HarnessError, RespValue, ServerBinary, TlsFiles};
 
 /// How long a server may take to answer after being spawned.
@@ -200,9 +199,7 @@ pub struct Server {
     mode: Mode,
     ports: Ports,
     dir: TempDir,
-    child: Option<Child>,
-    /// Set by [`Server::pause`], cleared by [`Server::resume`] and whenever the process ends.
-    paused: AtomicBool,
+    process: Process,
 }
 
 impl fmt::Debug for Server {
@@ -285,8 +282,7 @@ impl Server {
                         mode,
                         ports,
                         dir,
-                        child: Some(child),
-                        paused: AtomicBool::new(false),
+                        process: Process::new(child),
                     });
                 }
                 Err(LaunchError {
@@ -366,83 +362,46 @@ impl Server {
 
     /// The process id; `None` after [`Server::kill`] / [`Server::stop`].
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
+        self.process.pid()
     }
 
     /// Whether the process is alive (it may have exited on its own, e.g. after `SHUTDOWN`;
     /// a paused process counts as alive).
     pub fn is_running(&mut self) -> bool {
-        match self.child.as_mut().map(Child::try_wait) {
-            Some(Ok(None)) => true,
-            Some(_) => {
-                self.kill();
-                false
-            }
-            None => false,
-        }
+        self.process.is_running()
     }
 
     /// Kills the process with SIGKILL (a crash) and reaps it. No-op if not running.
     pub fn kill(&mut self) {
-        self.paused.store(false, Ordering::SeqCst);
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.process.kill();
     }
 
     /// Graceful shutdown: SIGTERM (and SIGCONT, in case it is paused), up to 5 s to exit,
     /// then SIGKILL. The process is reaped either way. No-op if not running.
     pub fn stop(&mut self) {
-        self.paused.store(false, Ordering::SeqCst);
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        if let Ok(None) = child.try_wait() {
-            let pid = nix_pid(&child);
-            let _ = signal::kill(pid, Signal::SIGTERM);
-            let _ = signal::kill(pid, Signal::SIGCONT);
-            let deadline = Instant::now() + STOP_GRACE;
-            while let Ok(None) = child.try_wait() {
-                if Instant::now() >= deadline {
-                    let _ = child.kill();
-                    break;
-                }
-                thread::sleep(POLL_INTERVAL);
-            }
-        }
-        let _ = child.wait();
+        self.process.stop(STOP_GRACE);
     }
 
     /// Freezes the process (SIGSTOP): connections are still accepted by the kernel, but
     /// nothing is answered until [`Server::resume`].
     pub fn pause(&self) -> Result<(), HarnessError> {
-        self.signal(Signal::SIGSTOP)?;
-        self.paused.store(true, Ordering::SeqCst);
-        Ok(())
+        self.process.pause()
     }
 
     /// Continues a paused process (SIGCONT).
     pub fn resume(&self) -> Result<(), HarnessError> {
-        self.signal(Signal::SIGCONT)?;
-        self.paused.store(false, Ordering::SeqCst);
-        Ok(())
+        self.process.resume()
     }
 
     /// Whether the process was paused with [`Server::pause`] and not resumed since.
     pub fn is_paused(&self) -> bool {
-        self.paused.load(Ordering::SeqCst)
+        self.process.is_paused()
     }
 
     /// Whether the process is started and not paused (it may still have exited on its own;
     /// see [`Server::is_running`]). Cluster and sentinel helpers only talk to live servers.
     pub fn is_live(&self) -> bool {
-        self.child.is_some() && !self.is_paused()
-    }
-
-    fn signal(&self, sig: Signal) -> Result<(), HarnessError> {
-        let child = self.child.as_ref().ok_or(HarnessError::NotRunning)?;
-        signal::kill(nix_pid(child), sig).map_err(|e| HarnessError::Io(e.into()))
+        self.process.is_live()
     }
 
     /// Crash-restarts the server: SIGKILL if it is running, then starts the same binary again
@@ -464,7 +423,7 @@ impl Server {
                 self.dir.path(),
             ) {
                 Ok(child) => {
-                    self.child = Some(child);
+                    self.process.set(child);
                     return Ok(());
                 }
                 Err(LaunchError {
@@ -546,7 +505,7 @@ impl Server {
         args: &[&str],
         timeout: Duration,
     ) -> Result<RespValue, HarnessError> {
-        if self.child.is_none() {
+        if !self.process.is_started() {
             return Err(HarnessError::NotRunning);
         }
         let mut replies = self.commands_timeout(&[args], timeout)?;
@@ -568,7 +527,7 @@ impl Server {
         commands: &[&[&str]],
         timeout: Duration,
     ) -> Result<Vec<RespValue>, HarnessError> {
-        if self.child.is_none() {
+        if !self.process.is_started() {
             return Err(HarnessError::NotRunning);
         }
         let stream = connect(self.ports.port, timeout)
@@ -596,7 +555,7 @@ impl Server {
     /// Sends one command whose arguments are raw bytes (e.g. keys that are not UTF-8) over a
     /// fresh connection; like [`Server::command`] otherwise.
     pub fn command_bytes(&self, args: &[&[u8]]) -> Result<RespValue, HarnessError> {
-        if self.child.is_none() {
+        if !self.process.is_started() {
             return Err(HarnessError::NotRunning);
         }
         let stream = connect(self.ports.port, COMMAND_TIMEOUT)
@@ -636,11 +595,6 @@ impl Drop for Server {
         self.kill();
         self.ports.release();
     }
-}
-
-fn nix_pid(child: &Child) -> Pid {
-    // Linux pids are at most 2^22; i32::MAX is never a live process.
-    Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX))
 }
 
 /// Ports owned by a live `Server` of this process, also while that server is killed or stopped:

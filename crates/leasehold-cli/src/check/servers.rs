@@ -66,7 +66,7 @@ impl Topology {
 /// The lock servers of one run.
 pub(crate) enum LockServers {
     /// One server or Redlock nodes.
-    Standalone(Standalone),
+    Standalone(Box<Standalone>),
     /// A Redis Cluster.
     Cluster(ClusterLock),
     /// A Sentinel set.
@@ -83,7 +83,7 @@ impl LockServers {
     ) -> anyhow::Result<Self> {
         Ok(match Topology::of(args) {
             Topology::Standalone => {
-                LockServers::Standalone(Standalone::start(args, bin, urls_file)?)
+                LockServers::Standalone(Box::new(Standalone::start(args, bin, urls_file)?))
             }
             Topology::Cluster => LockServers::Cluster(ClusterLock::start(bin, urls_file)?),
             Topology::Sentinel => LockServers::Sentinel(SentinelLock::start(bin, urls_file)?),
