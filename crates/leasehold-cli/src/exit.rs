@@ -71,11 +71,15 @@ fn classify(cause: &(dyn std::error::Error + 'static)) -> Option<Exit> {
             leasehold::Error::Topology { .. } => Exit::Usage,
             leasehold::Error::NotHeld { .. } => Exit::NotHeld,
             leasehold::Error::NotAcquired { .. } => Exit::NotAcquired,
-            leasehold::Error::Server { source, .. } => server_reply(source),
+            leasehold::Error::Server { .. } => e.redis_error().map_or(Exit::Software, server_reply),
             leasehold::Error::UnexpectedReply { .. } => Exit::Software,
             leasehold::Error::LockLost { .. } => Exit::LockLost,
             leasehold::Error::NoQuorum { .. } => Exit::Unavailable,
             leasehold::Error::NotReplicated { .. } => Exit::Unavailable,
+            // Asked of a backend that cannot do it, or a backend not compiled in: the
+            // invocation is wrong for this build or this URL.
+            leasehold::Error::Unsupported { .. } => Exit::Usage,
+            leasehold::Error::BackendNotCompiled { .. } => Exit::Usage,
             _ => Exit::Software,
         });
     }

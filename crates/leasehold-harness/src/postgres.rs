@@ -273,6 +273,42 @@ impl Postgres {
         let _ = child.wait();
     }
 
+    /// Stops the server (immediately, like [`Postgres::stop`]: every session ends) and starts
+    /// it again on the same port and data directory; waits until it accepts connections.
+    ///
+    /// # Errors
+    /// [`HarnessError::StartFailed`] if it does not come back.
+    pub fn restart(&mut self) -> Result<(), HarnessError> {
+        self.stop();
+        let child = self.launch(self.port).map_err(|(e, _)| e)?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// Makes TCP logins of `user` require a password (`scram-sha-256`) instead of `trust`: a
+    /// line at the top of `pg_hba.conf`, then a reload (SIGHUP). The role and its password are
+    /// the caller's to create (`CREATE ROLE … LOGIN PASSWORD …`). The reload takes effect
+    /// shortly after this returns: observe it (a login with a wrong password fails).
+    ///
+    /// # Errors
+    /// [`HarnessError::Io`] if the file cannot be written; [`HarnessError::Setup`] if the
+    /// server is not running.
+    pub fn require_password_for(&self, user: &str) -> Result<(), HarnessError> {
+        let hba = self.dir.path().join(DATA_DIR).join("pg_hba.conf");
+        let old = fs::read_to_string(&hba)?;
+        fs::write(
+            &hba,
+            format!("host all \"{user}\" 127.0.0.1/32 scram-sha-256\n{old}"),
+        )?;
+        let pid = self
+            .pid()
+            .and_then(|p| i32::try_from(p).ok())
+            .ok_or_else(|| setup_error(&self.what(), "the server is not running".into(), ""))?;
+        signal::kill(Pid::from_raw(pid), Signal::SIGHUP)
+            .map_err(|e| setup_error(&self.what(), format!("SIGHUP: {e}"), ""))?;
+        Ok(())
+    }
+
     /// The last `lines` lines of the server's log and of `initdb`'s output.
     pub fn log_tail(&self, lines: usize) -> String {
         crate::server::log_files_tail(self.dir.path(), &[SERVER_LOG, INITDB_LOG], lines)

@@ -4,13 +4,15 @@
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use futures_util::future::BoxFuture;
 use redis::Value;
 use tracing::Instrument;
 
+use crate::backend::HeldLock;
 use crate::connection::ClientConnection;
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Operation, Result};
-use crate::guard::{Backend, Lease, LockGuard, clock_drift};
+use crate::guard::{Lease, LockGuard, clock_drift};
 use crate::options::{ClientOptions, LockOptions, ttl_millis};
 use crate::renewal::{Registration, RenewalStats, Renewer};
 use crate::server::ServerInfo;
@@ -580,7 +582,7 @@ impl LockClient {
                 stop_at: options.max_hold_bound().map(|cap| started + cap),
             });
         }
-        LockGuard::new(Backend::Single(self.clone()), lease)
+        LockGuard::new(Arc::new(RedisHeld(self.clone())), lease)
     }
 
     fn renewer(&self) -> &Renewer {
@@ -1019,3 +1021,23 @@ impl Drop for AbandonedAttempt<'_> {
         });
     }
 }
+
+/// A lock held on one Redis server (standalone, a cluster's master, a Sentinel's primary).
+#[derive(Debug)]
+struct RedisHeld(LockClient);
+
+impl HeldLock for RedisHeld {
+    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.0.release(lease.key(), lease.token()))
+    }
+
+    fn extend<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Instant>> {
+        Box::pin(async move {
+            let started = Instant::now();
+            self.0.extend(lease.key(), lease.token(), ttl).await?;
+            Ok(started + ttl.saturating_sub(clock_drift(ttl)))
+        })
+    }
+}
+
+crate::backend::impl_lock_backend!(LockClient, "redis");

@@ -160,7 +160,7 @@ impl std::str::FromStr for Endpoint {
 }
 
 /// Splits `[auth@]hosts[/db][?query][#fragment]` (the query is ignored).
-fn split_multi_host(rest: &str) -> (Option<&str>, &str, Option<&str>, Option<&str>) {
+pub(crate) fn split_multi_host(rest: &str) -> (Option<&str>, &str, Option<&str>, Option<&str>) {
     let (rest, fragment) = match rest.split_once('#') {
         Some((r, f)) => (r, Some(f)),
         None => (rest, None),
@@ -178,7 +178,10 @@ fn split_multi_host(rest: &str) -> (Option<&str>, &str, Option<&str>, Option<&st
 }
 
 /// `h1:p1,h2,[::1]:p3` -> `["h1:p1", "h2:6379", "[::1]:p3"]`.
-fn parse_hosts(hosts: &str, default_port: u16) -> std::result::Result<Vec<String>, String> {
+pub(crate) fn parse_hosts(
+    hosts: &str,
+    default_port: u16,
+) -> std::result::Result<Vec<String>, String> {
     let mut out = Vec::new();
     for h in hosts.split(',') {
         let h = h.trim();
@@ -220,7 +223,7 @@ fn parse_hosts(hosts: &str, default_port: u16) -> std::result::Result<Vec<String
     Ok(out)
 }
 
-fn percent_decode(s: &str) -> String {
+pub(crate) fn percent_decode(s: &str) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

@@ -64,22 +64,23 @@ pub enum Error {
         op: Operation,
         /// Whether the server may have applied the command.
         ambiguous: bool,
-        /// The underlying client error.
+        /// The underlying client error (a `redis::RedisError` on Redis, see
+        /// [`Error::redis_error`]).
         #[source]
-        source: redis::RedisError,
+        source: BoxError,
     },
 
-    /// The server's ACL does not let our user run a command, or touch a key or channel it needs
-    /// (`NOPERM`). docs/acl.md lists the least-privilege rule leasehold needs.
+    /// The server does not let our user do what a lock needs: Redis's ACL (`NOPERM`; docs/acl.md
+    /// lists the least-privilege rule leasehold needs), etcd's RBAC, PostgreSQL's privileges.
     #[error(
-        "{op}: permission denied by the server's ACL: {source} (see docs/acl.md for the rule leasehold needs)"
+        "{op}: permission denied by the server: {source} (see docs/acl.md for the rights leasehold needs)"
     )]
     PermissionDenied {
         /// The operation that was refused.
         op: Operation,
         /// The server's error.
         #[source]
-        source: redis::RedisError,
+        source: BoxError,
     },
 
     /// The server is not the topology the endpoint names: a cluster endpoint that reaches a
@@ -96,7 +97,7 @@ pub enum Error {
     Authentication {
         /// The underlying client error.
         #[source]
-        source: redis::RedisError,
+        source: BoxError,
     },
 
     /// The server answered with an error: `WRONGTYPE` (the key holds something that is not a
@@ -107,7 +108,7 @@ pub enum Error {
         op: Operation,
         /// The underlying client error, carrying the server's message.
         #[source]
-        source: redis::RedisError,
+        source: BoxError,
     },
 
     /// The lock is no longer ours: its key is gone (expired, deleted, the server restarted
@@ -188,6 +189,28 @@ pub enum Error {
         reason: crate::guard::LossReason,
     },
 
+    /// The backend cannot do this: an operation or option it has no counterpart for (raising a
+    /// fencing counter on etcd, whose fencing numbers are its revisions; replica acknowledgement
+    /// outside Redis; ...).
+    #[error("{backend}: {what} is not supported by this backend")]
+    Unsupported {
+        /// The backend (`redis`, `redlock`, `etcd`, `postgres`).
+        backend: &'static str,
+        /// What was asked for.
+        what: String,
+    },
+
+    /// The URL names a backend this build of the library was compiled without.
+    #[error(
+        "the {scheme}:// backend is not compiled in: enable leasehold's cargo feature \"{feature}\""
+    )]
+    BackendNotCompiled {
+        /// The URL's scheme.
+        scheme: String,
+        /// The cargo feature that provides it.
+        feature: &'static str,
+    },
+
     /// The server answered something the library did not expect (a protocol or version mismatch).
     #[error("{op}: unexpected reply from the server: {detail}")]
     UnexpectedReply {
@@ -217,14 +240,11 @@ impl Error {
     /// not applied, and the same request succeeds once the topology settles: a waiting
     /// [`acquire`](crate::LockClient::acquire) retries these until its deadline.
     pub fn is_topology_in_motion(&self) -> bool {
-        let source = match self {
-            Error::Server { source, .. } => source,
-            Error::Connection {
-                ambiguous: false,
-                source,
-                ..
-            } => source,
-            _ => return false,
+        if self.is_ambiguous() {
+            return false;
+        }
+        let Some(source) = self.redis_error() else {
+            return false;
         };
         matches!(
             source.code(),
@@ -238,6 +258,18 @@ impl Error {
                     | "LOADING"
             )
         )
+    }
+
+    /// The Redis client's error behind a connection, server, ACL or authentication error, if
+    /// the backend is Redis (the server's error code is `redis_error().and_then(|e| e.code())`).
+    pub fn redis_error(&self) -> Option<&redis::RedisError> {
+        match self {
+            Error::Connection { source, .. }
+            | Error::Server { source, .. }
+            | Error::PermissionDenied { source, .. }
+            | Error::Authentication { source } => source.downcast_ref(),
+            _ => None,
+        }
     }
 
     /// True if the error means the lock was not (or no longer) held by the caller.
@@ -260,10 +292,13 @@ impl Error {
         if kind == ErrorKind::AuthenticationFailed
             || matches!(err.code(), Some("WRONGPASS") | Some("NOAUTH"))
         {
-            return Error::Authentication { source: err };
+            return Error::Authentication { source: err.into() };
         }
         if is_acl_refusal(&err) {
-            return Error::PermissionDenied { op, source: err };
+            return Error::PermissionDenied {
+                op,
+                source: err.into(),
+            };
         }
         if err.is_io_error()
             || err.is_timeout()
@@ -276,7 +311,7 @@ impl Error {
             return Error::Connection {
                 op,
                 ambiguous,
-                source: err,
+                source: err.into(),
             };
         }
         match kind {
@@ -284,13 +319,16 @@ impl Error {
             | ErrorKind::Server(ServerErrorKind::MasterDown) => Error::Connection {
                 op,
                 ambiguous: false,
-                source: err,
+                source: err.into(),
             },
             ErrorKind::UnexpectedReturnType | ErrorKind::Parse => Error::UnexpectedReply {
                 op,
                 detail: err.to_string(),
             },
-            _ => Error::Server { op, source: err },
+            _ => Error::Server {
+                op,
+                source: err.into(),
+            },
         }
     }
 }
@@ -305,6 +343,11 @@ fn is_acl_refusal(err: &redis::RedisError) -> bool {
     let text = err.detail().unwrap_or_default();
     text.contains("ACL failure in script") || text.contains("The user executing the script can't")
 }
+
+/// The boxed error behind [`Error::Connection`], [`Error::Server`], [`Error::PermissionDenied`]
+/// and [`Error::Authentication`]: the backend client's own error (`redis::RedisError`,
+/// `etcd_client::Error`, `tokio_postgres::Error`).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// The library's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::client::LockClient;
+use crate::backend::HeldLock;
 use crate::error::{Error, Result};
 use crate::fencing::Fence;
 use crate::token::LockToken;
@@ -200,53 +200,15 @@ impl Lease {
 #[derive(Debug)]
 #[must_use = "dropping the guard releases the lock"]
 pub struct LockGuard {
-    backend: Backend,
+    held: Arc<dyn HeldLock>,
     lease: Lease,
     done: bool,
 }
 
-/// Where a guard's lock lives: one server, or a Redlock set of independent servers.
-#[derive(Clone, Debug)]
-pub(crate) enum Backend {
-    Single(LockClient),
-    /// The Redlock set, and the acquisition's requests still on their way to slow nodes.
-    Redlock(crate::redlock::Redlock, Arc<Mutex<crate::redlock::Tasks>>),
-}
-
-impl Backend {
-    pub(crate) async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
-        match self {
-            Backend::Single(c) => c.release(key, token).await,
-            Backend::Redlock(r, stragglers) => {
-                let prior =
-                    std::mem::take(&mut *stragglers.lock().unwrap_or_else(|p| p.into_inner()));
-                r.release_after(prior, key, token).await
-            }
-        }
-    }
-
-    /// Extends and returns the new validity deadline.
-    pub(crate) async fn extend(
-        &self,
-        key: &str,
-        token: &LockToken,
-        ttl: Duration,
-    ) -> Result<Instant> {
-        match self {
-            Backend::Single(c) => {
-                let started = Instant::now();
-                c.extend(key, token, ttl).await?;
-                Ok(started + ttl.saturating_sub(clock_drift(ttl)))
-            }
-            Backend::Redlock(r, _) => r.extend(key, token, ttl).await,
-        }
-    }
-}
-
 impl LockGuard {
-    pub(crate) fn new(backend: Backend, lease: Lease) -> Self {
+    pub(crate) fn new(held: Arc<dyn HeldLock>, lease: Lease) -> Self {
         LockGuard {
-            backend,
+            held,
             lease,
             done: false,
         }
@@ -310,7 +272,7 @@ impl LockGuard {
     /// [`Error::NotHeld`] if the lock was lost (the guard then counts as not held);
     /// [`Error::Connection`], [`Error::Server`], [`Error::InvalidArgument`] for a bad TTL.
     pub async fn extend(&self, ttl: Duration) -> Result<()> {
-        match self.backend.extend(self.key(), self.token(), ttl).await {
+        match self.held.extend(&self.lease, ttl).await {
             Ok(valid_until) => {
                 self.lease.set_valid_until(valid_until);
                 Ok(())
@@ -339,9 +301,7 @@ impl LockGuard {
     pub async fn release(mut self) -> Result<()> {
         self.done = true;
         self.lease.end();
-        self.backend
-            .release(self.lease.key(), self.lease.token())
-            .await
+        self.held.release(&self.lease).await
     }
 }
 
@@ -363,10 +323,10 @@ impl Drop for LockGuard {
             key,
             "lock guard dropped without release(); releasing in the background"
         );
-        let backend = self.backend.clone();
-        let token = self.lease.token().clone();
+        let held = self.held.clone();
+        let lease = self.lease.clone();
         handle.spawn(async move {
-            if let Err(e) = backend.release(&key, &token).await {
+            if let Err(e) = held.release(&lease).await {
                 tracing::warn!(key, error = %e, "background release of a dropped guard failed");
             }
         });

@@ -2,13 +2,17 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod backend;
 mod client;
 mod connection;
 pub mod endpoint;
 mod error;
 pub mod fencing;
 mod guard;
+mod locker;
 mod options;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 pub mod redlock;
 pub mod renewal;
 mod server;
@@ -21,9 +25,10 @@ pub mod waiting;
 pub use client::{LockClient, LockState, TryAcquire};
 pub use connection::{ClientConnection, SentinelConnection};
 pub use endpoint::Endpoint;
-pub use error::{Error, Operation, Result};
+pub use error::{BoxError, Error, Operation, Result};
 pub use fencing::{Fence, FencedRead, FencedStore, FencedValue, FencedWrite};
 pub use guard::{Lease, LockGuard, LossReason, clock_drift};
+pub use locker::Locker;
 pub use options::{Backoff, ClientOptions, LockOptions, MAX_TTL, MIN_TTL, OnLoss};
 pub use redlock::{NodeOutcome, NodeReport, NodeReports, Redlock, RedlockOptions};
 pub use renewal::RenewalStats;

@@ -60,12 +60,13 @@ use std::sync::Arc;
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
-use futures_util::future::join_all;
+use futures_util::future::{BoxFuture, join_all};
 use redis::Script;
 
+use crate::backend::{HeldLock, LockBackend};
 use crate::client::{LockClient, TryAcquire};
 use crate::error::{Error, Result};
-use crate::guard::{Backend, Lease, LockGuard, LossReason};
+use crate::guard::{Lease, LockGuard, LossReason};
 use crate::options::{ClientOptions, LockOptions, ttl_millis};
 use crate::slot::fence_key;
 use crate::token::{LockToken, validate_key};
@@ -761,7 +762,7 @@ impl Redlock {
             // them, so it can never overtake one.
             let stragglers = Arc::new(std::sync::Mutex::new(phase1_tasks));
             return Ok(TryAcquire::Acquired(LockGuard::new(
-                Backend::Redlock(self.clone(), stragglers),
+                Arc::new(RedlockHeld(self.clone(), stragglers)),
                 lease,
             )));
         }
@@ -867,5 +868,130 @@ mod tests {
             o.drift_for(Duration::from_secs(10)),
             Duration::from_millis(102)
         );
+    }
+}
+
+/// A lock held on a Redlock set, and the acquisition's requests still on their way to slow
+/// nodes (the release waits for each, so it never overtakes that node's acquisition).
+#[derive(Debug)]
+struct RedlockHeld(Redlock, Arc<std::sync::Mutex<Tasks>>);
+
+impl HeldLock for RedlockHeld {
+    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let prior = std::mem::take(&mut *self.1.lock().unwrap_or_else(|p| p.into_inner()));
+            self.0
+                .release_after(prior, lease.key(), lease.token())
+                .await
+        })
+    }
+
+    fn extend<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Instant>> {
+        Box::pin(self.0.extend(lease.key(), lease.token(), ttl))
+    }
+}
+
+impl LockBackend for Redlock {
+    fn name(&self) -> &'static str {
+        "redlock"
+    }
+
+    fn try_acquire<'a>(
+        &'a self,
+        key: &'a str,
+        options: &'a LockOptions,
+    ) -> BoxFuture<'a, Result<TryAcquire>> {
+        Box::pin(Redlock::try_acquire(self, key, options))
+    }
+
+    fn acquire<'a>(
+        &'a self,
+        key: &'a str,
+        options: &'a LockOptions,
+    ) -> BoxFuture<'a, Result<LockGuard>> {
+        Box::pin(Redlock::acquire(self, key, options))
+    }
+
+    fn release<'a>(&'a self, key: &'a str, token: &'a LockToken) -> BoxFuture<'a, Result<()>> {
+        Box::pin(Redlock::release(self, key, token))
+    }
+
+    fn extend<'a>(
+        &'a self,
+        key: &'a str,
+        token: &'a LockToken,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move { Redlock::extend(self, key, token, ttl).await.map(|_| ()) })
+    }
+
+    fn inspect<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<crate::LockState>> {
+        Box::pin(self.inspect_majority(key))
+    }
+
+    fn raise_fencing_counter<'a>(
+        &'a self,
+        key: &'a str,
+        at_least: u64,
+    ) -> BoxFuture<'a, Result<u64>> {
+        Box::pin(Redlock::raise_fencing_counter(self, key, at_least))
+    }
+}
+
+impl Redlock {
+    /// The lock as a majority sees it: the holder whose token a majority of nodes hold (with
+    /// the shortest TTL among them), else none; the highest fencing counter of any node.
+    ///
+    /// # Errors
+    /// [`Error::NoQuorum`] if fewer than a majority answered.
+    pub async fn inspect_majority(&self, key: &str) -> Result<crate::LockState> {
+        validate_key(key)?;
+        let states = self.inspect(key).await;
+        let quorum = self.quorum();
+        let mut reports = Vec::new();
+        let mut answered = Vec::new();
+        for (node, state) in states {
+            match state {
+                Ok(state) => {
+                    reports.push(NodeReport {
+                        node,
+                        outcome: NodeOutcome::Granted,
+                    });
+                    answered.push(state);
+                }
+                Err(e) => reports.push(NodeReport {
+                    node,
+                    outcome: NodeOutcome::Failed(e.to_string()),
+                }),
+            }
+        }
+        if answered.len() < quorum {
+            return Err(Error::NoQuorum {
+                key: key.to_string(),
+                needed: quorum,
+                nodes: NodeReports(reports),
+            });
+        }
+        let holder = answered.iter().find_map(|s| {
+            let h = s.holder.as_ref()?;
+            let on = answered
+                .iter()
+                .filter(|o| o.holder.as_ref() == Some(h))
+                .count();
+            (on >= quorum).then(|| h.clone())
+        });
+        let ttl = holder.as_ref().and_then(|h| {
+            answered
+                .iter()
+                .filter(|s| s.holder.as_ref() == Some(h))
+                .filter_map(|s| s.ttl)
+                .min()
+        });
+        Ok(crate::LockState {
+            key: key.to_string(),
+            holder,
+            ttl,
+            fencing_counter: answered.iter().filter_map(|s| s.fencing_counter).max(),
+        })
     }
 }

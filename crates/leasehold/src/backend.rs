@@ -1,0 +1,151 @@
+//! The contract every lock backend meets, so [`LockGuard`](crate::LockGuard), [`Lease`],
+//! `with_lock`, auto-extension and the CLI work unchanged over Redis, Redlock, etcd and
+//! PostgreSQL.
+//!
+//! A backend is one module: a client type with inherent `try_acquire` / `acquire` / `release` /
+//! `extend` / `inspect` methods, an implementation of [`LockBackend`] (what a
+//! [`Locker`](crate::Locker) calls) and of [`HeldLock`] (what a guard calls to release and
+//! extend the one lock it holds), and one arm in [`Locker::connect`](crate::Locker::connect)
+//! for its URL scheme. docs/guarantees.md has a column per backend.
+//!
+//! What every backend guarantees (tests in each backend's test file check each point):
+//! 1. **Mutual exclusion while valid.** A successful acquisition returns a [`Lease`] whose
+//!    `valid_until` was computed from an instant taken *before* the request was sent; until
+//!    then no other acquisition of the same key succeeds, unless the backend loses state (a
+//!    Redis failover without the write, a PostgreSQL restart) or an outsider deletes the key.
+//! 2. **Token-checked release and extend.** Releasing or extending never affects a lock that a
+//!    later holder took: it is conditioned, atomically on the server, on the lock still being
+//!    ours. Otherwise it returns [`Error::NotHeld`](crate::Error::NotHeld).
+//! 3. **Loss is reported.** An auto-extended lease that stops being ours (renewal refused,
+//!    session or keep-alive lost, validity over without a renewal) fires [`Lease::lost`].
+//! 4. **Fencing numbers strictly increase** per key (on etcd: cluster-wide) with each
+//!    acquisition, and are issued atomically with it, so a resource that keeps the highest
+//!    number it saw rejects every earlier holder.
+//! 5. **Bad keys are refused before any round trip** ([`Error::InvalidArgument`](crate::Error::InvalidArgument)).
+
+use std::fmt::Debug;
+use std::time::{Duration, Instant};
+
+use futures_util::future::BoxFuture;
+
+use crate::client::{LockState, TryAcquire};
+use crate::error::Result;
+use crate::guard::{Lease, LockGuard};
+use crate::options::LockOptions;
+use crate::token::LockToken;
+
+/// A connected backend, as a [`Locker`](crate::Locker) sees it. Each method has the meaning of
+/// the [`LockClient`](crate::LockClient) method of the same name.
+pub(crate) trait LockBackend: Send + Sync + Debug + 'static {
+    /// The backend's name in messages (`redis`, `redlock`, `etcd`, `postgres`).
+    fn name(&self) -> &'static str;
+
+    fn try_acquire<'a>(
+        &'a self,
+        key: &'a str,
+        options: &'a LockOptions,
+    ) -> BoxFuture<'a, Result<TryAcquire>>;
+
+    fn acquire<'a>(
+        &'a self,
+        key: &'a str,
+        options: &'a LockOptions,
+    ) -> BoxFuture<'a, Result<LockGuard>>;
+
+    fn release<'a>(&'a self, key: &'a str, token: &'a LockToken) -> BoxFuture<'a, Result<()>>;
+
+    fn extend<'a>(
+        &'a self,
+        key: &'a str,
+        token: &'a LockToken,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<()>>;
+
+    fn inspect<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<LockState>>;
+
+    fn raise_fencing_counter<'a>(
+        &'a self,
+        key: &'a str,
+        at_least: u64,
+    ) -> BoxFuture<'a, Result<u64>>;
+}
+
+/// One held lock, as its [`LockGuard`] sees it: release it, or extend it. Cheap to clone
+/// (a guard dropped unreleased moves a clone into a background release).
+pub(crate) trait HeldLock: Send + Sync + Debug + 'static {
+    /// Releases the lock if it is still ours ([`Error::NotHeld`](crate::Error::NotHeld)
+    /// otherwise).
+    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>>;
+
+    /// Extends the lock to `ttl` from now if it is still ours, and returns the new validity
+    /// deadline (counted from before the request was sent, minus the drift allowance).
+    fn extend<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Instant>>;
+}
+
+/// Implements [`LockBackend`] for a client type whose inherent `try_acquire`, `acquire`,
+/// `release`, `extend`, `inspect` and `raise_fencing_counter` have the `LockClient`
+/// signatures: `impl_lock_backend!(Type, "name");`.
+macro_rules! impl_lock_backend {
+    ($client:ty, $name:literal) => {
+        impl $crate::backend::LockBackend for $client {
+            fn name(&self) -> &'static str {
+                $name
+            }
+
+            fn try_acquire<'a>(
+                &'a self,
+                key: &'a str,
+                options: &'a $crate::LockOptions,
+            ) -> ::futures_util::future::BoxFuture<'a, $crate::Result<$crate::TryAcquire>> {
+                Box::pin(<$client>::try_acquire(self, key, options))
+            }
+
+            fn acquire<'a>(
+                &'a self,
+                key: &'a str,
+                options: &'a $crate::LockOptions,
+            ) -> ::futures_util::future::BoxFuture<'a, $crate::Result<$crate::LockGuard>> {
+                Box::pin(<$client>::acquire(self, key, options))
+            }
+
+            fn release<'a>(
+                &'a self,
+                key: &'a str,
+                token: &'a $crate::LockToken,
+            ) -> ::futures_util::future::BoxFuture<'a, $crate::Result<()>> {
+                Box::pin(<$client>::release(self, key, token))
+            }
+
+            fn extend<'a>(
+                &'a self,
+                key: &'a str,
+                token: &'a $crate::LockToken,
+                ttl: ::std::time::Duration,
+            ) -> ::futures_util::future::BoxFuture<'a, $crate::Result<()>> {
+                Box::pin(<$client>::extend(self, key, token, ttl))
+            }
+
+            fn inspect<'a>(
+                &'a self,
+                key: &'a str,
+            ) -> ::futures_util::future::BoxFuture<'a, $crate::Result<$crate::LockState>> {
+                Box::pin(<$client>::inspect(self, key))
+            }
+
+            fn raise_fencing_counter<'a>(
+                &'a self,
+                key: &'a str,
+                at_least: u64,
+            ) -> ::futures_util::future::BoxFuture<'a, $crate::Result<u64>> {
+                Box::pin(<$client>::raise_fencing_counter(self, key, at_least))
+            }
+        }
+
+        impl From<$client> for $crate::Locker {
+            fn from(client: $client) -> Self {
+                $crate::Locker::from_backend(::std::sync::Arc::new(client))
+            }
+        }
+    };
+}
+pub(crate) use impl_lock_backend;

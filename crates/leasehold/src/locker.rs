@@ -1,0 +1,232 @@
+//! [`Locker`]: one lock API over every backend, chosen by the URL's scheme.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::backend::LockBackend;
+use crate::client::{LockClient, LockState, TryAcquire};
+use crate::error::{Error, Result};
+use crate::guard::{Lease, LockGuard};
+use crate::options::{ClientOptions, LockOptions};
+use crate::redlock::{Redlock, RedlockOptions};
+use crate::token::LockToken;
+
+/// A connection to any lock backend; cheap to clone (clones share it).
+///
+/// | scheme | backend | cargo feature |
+/// |---|---|---|
+/// | `redis://`, `rediss://`, `valkey://`, `redis-cluster://`, `redis-sentinel://`, … | [`LockClient`] (see [`Endpoint`](crate::Endpoint)) | always |
+/// | `redlock://[user:password@]host:port,host:port,…` (`rediss-redlock://`: TLS) | [`Redlock`] over independent servers | always |
+/// | `etcd://host:port[,host:port…]` | `etcd::EtcdClient` (etcd v3) | `etcd` |
+/// | `postgres://…`, `postgresql://…` | `postgres::PostgresClient` | `postgres` |
+///
+/// Every backend hands out the same [`LockGuard`] and [`Lease`], so code written against a
+/// `Locker` (or against `LockGuard`) runs unchanged when the URL changes. What each backend
+/// guarantees, and where they differ, is in docs/guarantees.md.
+#[derive(Clone, Debug)]
+pub struct Locker {
+    backend: Arc<dyn LockBackend>,
+}
+
+/// The URL schemes [`Locker::connect`] knows, for messages.
+const SCHEMES: &str = "redis, rediss, valkey, valkeys, redis-cluster, rediss-cluster, \
+     redis-sentinel, rediss-sentinel, redlock, rediss-redlock, etcd, postgres, postgresql";
+
+impl Locker {
+    /// Connects to the backend `url` names, with default [`ClientOptions`].
+    ///
+    /// # Errors
+    /// See [`Locker::connect_with`].
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, ClientOptions::default()).await
+    }
+
+    /// Connects to the backend `url` names (see [`Locker`] for the schemes).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an unknown scheme or a malformed URL;
+    /// [`Error::BackendNotCompiled`] for a backend whose cargo feature is off; otherwise the
+    /// backend's own connect errors ([`Error::Connection`] for a server that cannot be
+    /// reached, [`Error::Authentication`] for refused credentials).
+    pub async fn connect_with(url: &str, options: ClientOptions) -> Result<Self> {
+        let Some((scheme, rest)) = url.split_once("://") else {
+            return Err(Error::invalid(
+                "url",
+                format!("{url:?} has no scheme (expected one of: {SCHEMES})"),
+            ));
+        };
+        match scheme.to_ascii_lowercase().as_str() {
+            "redis" | "rediss" | "valkey" | "valkeys" | "redis+unix" | "unix" | "redis-cluster"
+            | "rediss-cluster" | "valkey-cluster" | "valkeys-cluster" | "redis-sentinel"
+            | "rediss-sentinel" | "valkey-sentinel" | "valkeys-sentinel" => {
+                Ok(LockClient::connect_with(url, options).await?.into())
+            }
+            s @ ("redlock" | "rediss-redlock") => {
+                let nodes = redlock_nodes(s == "rediss-redlock", rest)?;
+                let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
+                Ok(Redlock::connect(&nodes, RedlockOptions::default())
+                    .await?
+                    .into())
+            }
+            "etcd" => {
+                #[cfg(feature = "etcd")]
+                return Ok(crate::etcd::EtcdClient::connect_with(url, options)
+                    .await?
+                    .into());
+                #[cfg(not(feature = "etcd"))]
+                return Err(Error::BackendNotCompiled {
+                    scheme: "etcd".into(),
+                    feature: "etcd",
+                });
+            }
+            s @ ("postgres" | "postgresql") => {
+                #[cfg(feature = "postgres")]
+                {
+                    let _ = s;
+                    return Ok(crate::postgres::PostgresClient::connect_with(url, options)
+                        .await?
+                        .into());
+                }
+                #[cfg(not(feature = "postgres"))]
+                return Err(Error::BackendNotCompiled {
+                    scheme: s.into(),
+                    feature: "postgres",
+                });
+            }
+            other => Err(Error::invalid(
+                "url",
+                format!("unknown scheme {other:?} in {url:?} (expected one of: {SCHEMES})"),
+            )),
+        }
+    }
+
+    /// The backend's name: `redis`, `redlock`, `etcd` or `postgres`.
+    pub fn backend(&self) -> &'static str {
+        self.backend.name()
+    }
+
+    /// One attempt to take `key`, without waiting (see [`LockClient::try_acquire`]).
+    ///
+    /// # Errors
+    /// As the backend's `try_acquire`.
+    pub async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
+        self.backend.try_acquire(key, options).await
+    }
+
+    /// Takes `key`, waiting until `options.wait_bound()` (see [`LockClient::acquire`]).
+    ///
+    /// # Errors
+    /// [`Error::NotAcquired`] when the lock stayed busy until the deadline; otherwise as the
+    /// backend's `acquire`.
+    pub async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
+        self.backend.acquire(key, options).await
+    }
+
+    /// Waits for `key`, runs `work`, and releases the lock whatever happens (see
+    /// [`LockClient::with_lock`]).
+    ///
+    /// # Errors
+    /// As [`LockClient::with_lock`].
+    pub async fn with_lock<T, F, Fut>(&self, key: &str, options: &LockOptions, work: F) -> Result<T>
+    where
+        F: FnOnce(Lease) -> Fut,
+        Fut: std::future::Future<Output = T>,
+    {
+        let guard = self.acquire(key, options).await?;
+        crate::guard::run_with_lock(guard, options, work).await
+    }
+
+    /// Releases `key` if `token` still holds it.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if it does not; connection and server errors.
+    pub async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
+        self.backend.release(key, token).await
+    }
+
+    /// Resets `key`'s TTL to `ttl` if `token` still holds it.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if it does not; connection and server errors.
+    pub async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<()> {
+        self.backend.extend(key, token, ttl).await
+    }
+
+    /// Who holds `key`, for how long, and its fencing counter (Redlock: as a majority sees it).
+    ///
+    /// # Errors
+    /// Connection and server errors.
+    pub async fn inspect(&self, key: &str) -> Result<LockState> {
+        self.backend.inspect(key).await
+    }
+
+    /// Raises `key`'s fencing counter to at least `at_least` (see
+    /// [`LockClient::raise_fencing_counter`]).
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] on etcd (its fencing numbers are its revisions, which only move
+    /// up); connection and server errors.
+    pub async fn raise_fencing_counter(&self, key: &str, at_least: u64) -> Result<u64> {
+        self.backend.raise_fencing_counter(key, at_least).await
+    }
+}
+
+/// `[user:password@]h1:p1,h2:p2,...` -> one `redis://` (or `rediss://`) URL per node.
+fn redlock_nodes(tls: bool, rest: &str) -> Result<Vec<String>> {
+    let (auth, hosts, db, _) = crate::endpoint::split_multi_host(rest);
+    let hosts = crate::endpoint::parse_hosts(hosts, 6379)
+        .map_err(|e| Error::invalid("url", format!("redlock URL: {e}")))?;
+    let scheme = if tls { "rediss" } else { "redis" };
+    let auth = auth.map(|a| format!("{a}@")).unwrap_or_default();
+    let db = db.filter(|d| !d.is_empty()).unwrap_or("0");
+    Ok(hosts
+        .into_iter()
+        .map(|h| format!("{scheme}://{auth}{h}/{db}"))
+        .collect())
+}
+
+impl Locker {
+    /// A locker over a backend (each backend module's `From<Client> for Locker` uses this).
+    pub(crate) fn from_backend(backend: Arc<dyn LockBackend>) -> Locker {
+        Locker { backend }
+    }
+}
+
+impl From<Redlock> for Locker {
+    fn from(redlock: Redlock) -> Self {
+        Locker {
+            backend: Arc::new(redlock),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redlock_urls_name_every_node_with_the_same_credentials() {
+        assert_eq!(
+            redlock_nodes(false, "u:p@127.0.0.1:7000,[::1]:7001,h/2").unwrap(),
+            [
+                "redis://u:p@127.0.0.1:7000/2",
+                "redis://u:p@[::1]:7001/2",
+                "redis://u:p@h:6379/2"
+            ]
+        );
+        assert_eq!(redlock_nodes(true, "a:1").unwrap(), ["rediss://a:1/0"]);
+        assert!(redlock_nodes(false, "").is_err());
+    }
+
+    #[tokio::test]
+    async fn unknown_and_missing_schemes_are_refused_before_any_connection() {
+        for url in ["mysql://127.0.0.1:1/", "127.0.0.1:6379", "zk://h:2181"] {
+            let err = Locker::connect(url).await.unwrap_err();
+            assert!(
+                matches!(err, Error::InvalidArgument { what: "url", .. }),
+                "{url}: {err}"
+            );
+            assert!(err.to_string().contains("etcd, postgres"), "{err}");
+        }
+    }
+}

@@ -1,0 +1,730 @@
+#![cfg(feature = "etcd")]
+//! The etcd backend ([`leasehold::etcd::EtcdClient`]) against real etcd members started by the
+//! harness: one member, or a cluster of three. Each test checks a claim of the module docs of
+//! `leasehold::etcd`; nothing here sleeps and hopes: every wait observes state (an entry's
+//! presence or absence, the holder `inspect` reports, a loss signal) and is bounded only to keep
+//! a broken build from hanging.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use leasehold::etcd::EtcdClient;
+use leasehold::{
+    ClientOptions, Error, LockOptions, LockToken, Locker, LossReason, MAX_KEY_LEN, Operation,
+    TryAcquire, clock_drift,
+};
+use leasehold_harness::{Etcd, EtcdCluster, etcd_cluster_for_test, etcd_for_test};
+
+/// Bound of every wait that should end much sooner.
+const GENEROUS: Duration = Duration::from_secs(20);
+const POLL: Duration = Duration::from_millis(20);
+
+fn url(etcd: &Etcd) -> String {
+    format!("etcd://{}", etcd.addr())
+}
+
+fn cluster_url(cluster: &EtcdCluster) -> String {
+    let hosts: Vec<String> = cluster
+        .members()
+        .iter()
+        .map(|m| m.addr().to_string())
+        .collect();
+    format!("etcd://{}", hosts.join(","))
+}
+
+async fn client(etcd: &Etcd) -> EtcdClient {
+    EtcdClient::connect(&url(etcd)).await.expect("connect")
+}
+
+/// A plain etcd client, for looking at (and tampering with) the keys from outside.
+async fn raw(endpoints: &[String]) -> etcd_client::Client {
+    etcd_client::Client::connect(endpoints, None)
+        .await
+        .expect("raw etcd client")
+}
+
+/// The tokens of `key`'s queue entries (holder first) and their create revisions.
+async fn entries(raw: &etcd_client::Client, key: &str) -> Vec<(String, i64)> {
+    let mut prefix = key.as_bytes().to_vec();
+    prefix.push(0);
+    let options = etcd_client::GetOptions::new().with_prefix().with_sort(
+        etcd_client::SortTarget::Create,
+        etcd_client::SortOrder::Ascend,
+    );
+    let resp = raw
+        .kv_client()
+        .get(prefix.clone(), Some(options))
+        .await
+        .expect("get");
+    resp.kvs()
+        .iter()
+        .map(|kv| {
+            let token = String::from_utf8(kv.key()[prefix.len()..].to_vec()).unwrap();
+            assert_eq!(kv.value(), token.as_bytes(), "an entry stores its token");
+            (token, kv.create_revision())
+        })
+        .collect()
+}
+
+/// Polls `check` until it is true; panics after `bound`.
+async fn until<F, Fut>(what: &str, bound: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + bound;
+    while !check().await {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+async fn entry_count_is(raw: &etcd_client::Client, key: &str, n: usize) {
+    until(&format!("{key} has {n} entries"), GENEROUS, || async {
+        entries(raw, key).await.len() == n
+    })
+    .await;
+}
+
+/// `f`, retried while it fails with a connection error (a member just killed), for looking at
+/// a cluster from the test's side.
+async fn retrying<T, F, Fut>(mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = leasehold::Result<T>>,
+{
+    let deadline = Instant::now() + GENEROUS;
+    loop {
+        match f().await {
+            Ok(v) => return v,
+            Err(e @ Error::Connection { .. }) if Instant::now() < deadline => {
+                eprintln!("retrying after: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn acquire_busy_release_fencing_and_token_checks() {
+    let Some(etcd) = etcd_for_test() else { return };
+    let raw = raw(&[etcd.endpoint()]).await;
+    let a = client(&etcd).await;
+    let b = client(&etcd).await;
+    let opts = LockOptions::new(Duration::from_secs(10)).fencing(true);
+
+    let g1 = a
+        .try_acquire("k", &opts)
+        .await
+        .unwrap()
+        .acquired()
+        .expect("A acquires");
+    let f1 = g1.fencing_token().expect("fencing on");
+    assert!(g1.is_held());
+    let busy = b.try_acquire("k", &opts).await.unwrap();
+    assert!(matches!(busy, TryAcquire::Busy { .. }), "B must be refused");
+    // A busy attempt writes nothing: the only entry is A's, and its revision is the number.
+    assert_eq!(
+        entries(&raw, "k").await,
+        [(g1.token().expose().to_string(), f1 as i64)]
+    );
+
+    let state = b.inspect("k").await.unwrap();
+    assert_eq!(state.holder.as_deref(), Some(g1.token().expose()));
+    assert_eq!(state.fencing_counter, Some(f1));
+    let ttl = state.ttl.expect("the entry has a lease");
+    assert!(
+        ttl <= Duration::from_secs(10) && ttl >= Duration::from_secs(5),
+        "{ttl:?}"
+    );
+
+    // Token checks: a wrong token neither releases nor extends.
+    let wrong = LockToken::new("not-the-token").unwrap();
+    assert!(b.release("k", &wrong).await.unwrap_err().is_not_held());
+    assert!(
+        b.extend("k", &wrong, Duration::from_secs(30))
+            .await
+            .unwrap_err()
+            .is_not_held()
+    );
+    assert_eq!(entries(&raw, "k").await.len(), 1);
+
+    // Extend from "another process" (no state, only the token): a new lease, same entry.
+    b.extend("k", g1.token(), Duration::from_secs(30))
+        .await
+        .unwrap();
+    let state = b.inspect("k").await.unwrap();
+    assert!(state.ttl.unwrap() > Duration::from_secs(20), "{state:?}");
+    assert_eq!(state.fencing_counter, Some(f1), "a put keeps the revision");
+    // The guard's own extend still works (the entry is still ours, by revision).
+    g1.extend(Duration::from_secs(12)).await.unwrap();
+    assert!(g1.is_held());
+
+    g1.release().await.unwrap();
+    assert!(entries(&raw, "k").await.is_empty());
+    let state = b.inspect("k").await.unwrap();
+    assert_eq!(
+        (state.holder, state.ttl, state.fencing_counter),
+        (None, None, None)
+    );
+
+    // B takes it; a release by token from elsewhere frees it; numbers strictly increase.
+    let g2 = b
+        .try_acquire("k", &opts)
+        .await
+        .unwrap()
+        .acquired()
+        .expect("B acquires");
+    let f2 = g2.fencing_token().unwrap();
+    assert!(f2 > f1, "{f2} > {f1}");
+    let lease = g2.detach();
+    a.release("k", lease.token()).await.unwrap();
+    assert!(
+        a.release("k", lease.token())
+            .await
+            .unwrap_err()
+            .is_not_held()
+    );
+    let g3 = a
+        .try_acquire("k", &opts)
+        .await
+        .unwrap()
+        .acquired()
+        .expect("A again");
+    assert!(g3.fencing_token().unwrap() > f2);
+    // The old guard's token no longer does anything to the new holder.
+    assert!(
+        b.extend("k", lease.token(), Duration::from_secs(5))
+            .await
+            .unwrap_err()
+            .is_not_held()
+    );
+    g3.release().await.unwrap();
+
+    // Fencing off: no number; a TTL below etcd's minimum is raised to it.
+    let g4 = a
+        .try_acquire("k", &LockOptions::new(Duration::from_millis(300)))
+        .await
+        .unwrap()
+        .acquired()
+        .unwrap();
+    assert_eq!(g4.fencing_token(), None);
+    let ttl = a.inspect("k").await.unwrap().ttl.unwrap();
+    assert!(ttl <= Duration::from_secs(2), "{ttl:?}");
+    g4.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn waiting_is_fifo_and_wakes_only_the_head() {
+    let Some(etcd) = etcd_for_test() else { return };
+    let raw = raw(&[etcd.endpoint()]).await;
+    let holder = client(&etcd).await;
+    let opts = LockOptions::new(Duration::from_secs(10)).fencing(true);
+    let first = holder
+        .try_acquire("q", &opts)
+        .await
+        .unwrap()
+        .acquired()
+        .unwrap();
+
+    let (acquired_tx, mut acquired) = tokio::sync::mpsc::unbounded_channel();
+    let mut release = Vec::new();
+    let mut tasks = Vec::new();
+    for i in 0..3 {
+        let c = client(&etcd).await;
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        release.push(Some(tx));
+        let acquired_tx = acquired_tx.clone();
+        let opts = opts.clone().wait(GENEROUS);
+        tasks.push(tokio::spawn(async move {
+            let guard = c.acquire("q", &opts).await.expect("waiter acquires");
+            acquired_tx
+                .send((i, guard.fencing_token().unwrap()))
+                .unwrap();
+            let _ = rx.await;
+            guard.release().await.expect("waiter releases");
+        }));
+        // Enqueued, in this order, before the next one starts.
+        entry_count_is(&raw, "q", i + 2).await;
+    }
+    let queue = entries(&raw, "q").await;
+    assert!(queue.windows(2).all(|w| w[0].1 < w[1].1));
+
+    let mut last = first.fencing_token().unwrap();
+    first.release().await.unwrap();
+    for expected in 0..3 {
+        let (who, fencing) = tokio::time::timeout(GENEROUS, acquired.recv())
+            .await
+            .expect("the next waiter acquires")
+            .unwrap();
+        assert_eq!(who, expected, "granted out of order");
+        assert!(
+            fencing > last,
+            "fencing numbers increase: {fencing} > {last}"
+        );
+        assert_eq!(
+            fencing as i64,
+            queue[expected + 1].1,
+            "the number is the entry's revision"
+        );
+        last = fencing;
+        // Only the head was woken: the others are still queued, none acquired.
+        assert!(acquired.try_recv().is_err());
+        assert_eq!(entries(&raw, "q").await.len(), 3 - expected);
+        release[expected].take().unwrap().send(()).unwrap();
+        entry_count_is(&raw, "q", 2 - expected).await;
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert!(entries(&raw, "q").await.is_empty());
+}
+
+#[tokio::test]
+async fn a_cancelled_waiter_leaves_nothing_behind() {
+    let Some(etcd) = etcd_for_test() else { return };
+    let raw = raw(&[etcd.endpoint()]).await;
+    let holder = client(&etcd).await;
+    let waiter = client(&etcd).await;
+    let opts = LockOptions::new(Duration::from_secs(10));
+    let first = holder
+        .try_acquire("c", &opts)
+        .await
+        .unwrap()
+        .acquired()
+        .unwrap();
+
+    // W1 waits, then is dropped mid-wait.
+    let w1 = {
+        let waiter = waiter.clone();
+        let opts = opts.clone().wait(GENEROUS);
+        tokio::spawn(async move { waiter.acquire("c", &opts).await })
+    };
+    entry_count_is(&raw, "c", 2).await;
+    let w1_token = entries(&raw, "c").await[1].0.clone();
+    // W2 queues behind W1.
+    let w2 = {
+        let waiter = waiter.clone();
+        let opts = opts.clone().wait(GENEROUS);
+        tokio::spawn(async move { waiter.acquire("c", &opts).await })
+    };
+    entry_count_is(&raw, "c", 3).await;
+    w1.abort();
+    assert!(w1.await.unwrap_err().is_cancelled());
+    entry_count_is(&raw, "c", 2).await;
+    assert!(
+        entries(&raw, "c").await.iter().all(|(t, _)| *t != w1_token),
+        "W1's entry is gone"
+    );
+
+    // A waiter whose deadline passes removes its entry too.
+    let t0 = Instant::now();
+    let err = waiter
+        .acquire("c", &opts.clone().wait(Duration::from_millis(300)))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NotAcquired { .. }), "{err}");
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    assert_eq!(entries(&raw, "c").await.len(), 2);
+
+    // The queue is not stalled: W2 gets the lock as soon as the holder releases.
+    first.release().await.unwrap();
+    let g2 = tokio::time::timeout(GENEROUS, w2)
+        .await
+        .expect("W2 acquires")
+        .unwrap()
+        .unwrap();
+    assert_eq!(entries(&raw, "c").await.len(), 1);
+    g2.release().await.unwrap();
+    assert!(entries(&raw, "c").await.is_empty());
+}
+
+#[tokio::test]
+async fn auto_extend_outlives_the_ttl_and_plain_locks_expire() {
+    let Some(etcd) = etcd_for_test() else { return };
+    let raw = raw(&[etcd.endpoint()]).await;
+    let c = client(&etcd).await;
+    let other = client(&etcd).await;
+
+    // Auto-extended: TTL 3 s, renewed every 1.5 s. etcd reports the remaining TTL in whole
+    // seconds (truncated), so each renewal shows as a rise from 1 to 2.
+    let ttl = Duration::from_secs(3);
+    let opts = LockOptions::new(ttl)
+        .auto_extend(true)
+        .renew_every(Duration::from_millis(1500));
+    let g = c.acquire("auto", &opts).await.unwrap();
+    let began = Instant::now();
+    let mut rises = 0;
+    let mut last = c.inspect("auto").await.unwrap().ttl.unwrap();
+    let deadline = began + GENEROUS;
+    while rises < 3 || began.elapsed() <= ttl {
+        assert!(Instant::now() < deadline, "the lease was not renewed three times");
+        tokio::time::sleep(POLL).await;
+        let state = c.inspect("auto").await.unwrap();
+        assert_eq!(state.holder.as_deref(), Some(g.token().expose()), "holder changed");
+        let now = state.ttl.expect("a lease");
+        if now > last {
+            rises += 1;
+        }
+        last = now;
+    }
+    assert!(g.is_held(), "an auto-extended lock stays held");
+    assert_eq!(g.loss_reason(), None);
+    assert!(
+        other
+            .try_acquire("auto", &opts)
+            .await
+            .unwrap()
+            .acquired()
+            .is_none()
+    );
+    g.release().await.unwrap();
+    assert!(entries(&raw, "auto").await.is_empty());
+
+    // Not auto-extended: gone after its TTL (etcd's minimum, 2 s), and the guard says so.
+    let plain = c
+        .try_acquire("plain", &LockOptions::new(Duration::from_secs(2)))
+        .await
+        .unwrap()
+        .acquired()
+        .unwrap();
+    entry_count_is(&raw, "plain", 0).await;
+    tokio::time::timeout(GENEROUS, plain.lost())
+        .await
+        .expect("plain lock reports its expiry");
+    assert_eq!(plain.loss_reason(), Some(LossReason::Expired));
+    assert!(plain.release().await.unwrap_err().is_not_held());
+
+    // Auto-extended with a hold cap: renewed until the cap, then it expires and says so.
+    let capped = c
+        .acquire(
+            "capped",
+            &LockOptions::new(Duration::from_secs(2))
+                .auto_extend(true)
+                .max_hold(Duration::from_millis(500)),
+        )
+        .await
+        .unwrap();
+    entry_count_is(&raw, "capped", 0).await;
+    tokio::time::timeout(GENEROUS, capped.lost())
+        .await
+        .expect("capped lock reports its expiry");
+    assert_eq!(capped.loss_reason(), Some(LossReason::Expired));
+}
+
+#[tokio::test]
+async fn loss_is_reported_when_the_entry_is_deleted() {
+    let Some(etcd) = etcd_for_test() else { return };
+    let raw = raw(&[etcd.endpoint()]).await;
+    let c = client(&etcd).await;
+    let opts = LockOptions::new(Duration::from_secs(2)).auto_extend(true);
+    let g = c.acquire("gone", &opts).await.unwrap();
+    let keep = c.acquire("kept", &opts).await.unwrap();
+    raw.kv_client()
+        .delete(
+            "gone\0",
+            Some(etcd_client::DeleteOptions::new().with_prefix()),
+        )
+        .await
+        .unwrap();
+    tokio::time::timeout(GENEROUS, g.lost())
+        .await
+        .expect("loss reported");
+    assert_eq!(g.loss_reason(), Some(LossReason::NotHeld));
+    assert!(!g.is_held());
+    assert!(g.release().await.unwrap_err().is_not_held());
+    // The other lock on the same session is untouched.
+    assert!(keep.is_held() && keep.loss_reason().is_none());
+    assert_eq!(entries(&raw, "kept").await.len(), 1);
+    keep.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn loss_is_reported_when_etcd_stalls_past_the_ttl() {
+    let Some(etcd) = etcd_for_test() else { return };
+    let c = EtcdClient::connect_with(
+        &url(&etcd),
+        ClientOptions::new().response_timeout(Duration::from_secs(1)),
+    )
+    .await
+    .unwrap();
+    let opts = LockOptions::new(Duration::from_secs(2))
+        .auto_extend(true)
+        .fencing(true);
+    let g = c.acquire("stall", &opts).await.unwrap();
+    let f1 = g.fencing_token().unwrap();
+    etcd.pause().unwrap();
+    let lost = tokio::time::timeout(GENEROUS, g.lost()).await;
+    etcd.resume().unwrap();
+    lost.expect("loss reported while etcd is frozen");
+    assert_eq!(g.loss_reason(), Some(LossReason::Expired));
+    // Once etcd runs again the old entry goes with its lease, and the lock is free again.
+    let g2 = c
+        .acquire("stall", &opts.clone().wait(GENEROUS))
+        .await
+        .unwrap();
+    assert!(g2.fencing_token().unwrap() > f1);
+    g2.release().await.unwrap();
+    drop(g);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_keeps_leases_through_leader_loss_and_expires_a_stalled_holder() {
+    let Some(mut cluster) = etcd_cluster_for_test(3) else {
+        return;
+    };
+    let options = ClientOptions::new().response_timeout(Duration::from_secs(1));
+    let c = EtcdClient::connect_with(&cluster_url(&cluster), options.clone())
+        .await
+        .unwrap();
+    let ttl = Duration::from_secs(5);
+    let opts = LockOptions::new(ttl).auto_extend(true).fencing(true);
+    let g = c.acquire("ha", &opts).await.unwrap();
+    let fencing = g.fencing_token().unwrap();
+    // "A renewal sent after `t` succeeded": the validity is counted from the send.
+    let renewed_after = |t: Instant| g.valid_until() > t + ttl - clock_drift(ttl);
+
+    // A follower frozen: renewals go on through the others.
+    let leader = tokio::task::block_in_place(|| cluster.wait_until_healthy()).unwrap();
+    let follower = (leader + 1) % 3;
+    cluster.member(follower).unwrap().pause().unwrap();
+    let paused_at = Instant::now();
+    until("a renewal after the follower froze", GENEROUS, || async {
+        assert!(g.is_held(), "lost while a follower was frozen");
+        renewed_after(paused_at)
+    })
+    .await;
+    cluster.member(follower).unwrap().resume().unwrap();
+    tokio::task::block_in_place(|| cluster.wait_until_healthy()).unwrap();
+
+    // The leader killed: a new one is elected, and the lease (etcd's and ours) survives.
+    let leader = tokio::task::block_in_place(|| cluster.wait_until_healthy()).unwrap();
+    cluster.member_mut(leader).unwrap().kill();
+    let new_leader = tokio::task::block_in_place(|| cluster.wait_until_healthy()).unwrap();
+    assert_ne!(new_leader, leader);
+    let elected = Instant::now();
+    until("a renewal under the new leader", GENEROUS, || async {
+        assert!(
+            g.is_held(),
+            "lost across the leader change: {:?}",
+            g.loss_reason()
+        );
+        renewed_after(elected)
+    })
+    .await;
+    let state = retrying(|| c.inspect("ha")).await;
+    assert_eq!(state.holder.as_deref(), Some(g.token().expose()));
+    assert_eq!(state.fencing_counter, Some(fencing));
+    assert_eq!(g.loss_reason(), None);
+    retrying(|| async { g.extend(ttl).await }).await;
+    g.release().await.unwrap();
+
+    // A holder that stops renewing (a lock without auto-extension) loses the lock after its
+    // TTL; another client gets it then, with a higher number, and not before.
+    let other = EtcdClient::connect_with(&cluster_url(&cluster), options)
+        .await
+        .unwrap();
+    let plain = LockOptions::new(Duration::from_secs(2)).fencing(true);
+    let stalled = retrying(|| async {
+        match c.try_acquire("stall", &plain).await? {
+            TryAcquire::Acquired(g) => Ok(g),
+            TryAcquire::Busy { .. } => panic!("nobody else holds it"),
+        }
+    })
+    .await;
+    let next = other
+        .acquire("stall", &plain.clone().wait(GENEROUS))
+        .await
+        .unwrap();
+    let acquired_at = Instant::now();
+    assert!(
+        stalled.valid_until() <= acquired_at,
+        "granted while the first was still valid"
+    );
+    assert!(next.fencing_token().unwrap() > stalled.fencing_token().unwrap());
+    assert!(stalled.release().await.unwrap_err().is_not_held());
+    next.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn bad_input_and_connection_errors() {
+    let Some(etcd) = etcd_for_test() else { return };
+    let c = client(&etcd).await;
+    // Frozen: any request would hang until the 5 s response timeout, so a prompt answer
+    // proves none was sent.
+    etcd.pause().unwrap();
+    let long = "x".repeat(MAX_KEY_LEN + 1);
+    let token = LockToken::new("t").unwrap();
+    let opts = LockOptions::new(Duration::from_secs(5)).wait(Duration::from_secs(5));
+    for key in ["", "a\0b", long.as_str()] {
+        let t0 = Instant::now();
+        let errors = [
+            c.try_acquire(key, &opts).await.map(drop).unwrap_err(),
+            c.acquire(key, &opts).await.map(drop).unwrap_err(),
+            c.release(key, &token).await.unwrap_err(),
+            c.extend(key, &token, Duration::from_secs(1))
+                .await
+                .unwrap_err(),
+            c.inspect(key).await.map(drop).unwrap_err(),
+        ];
+        for e in errors {
+            assert!(
+                matches!(e, Error::InvalidArgument { what: "key", .. }),
+                "{key:.8?}: {e}"
+            );
+        }
+        assert!(t0.elapsed() < Duration::from_secs(1), "a request was sent");
+    }
+    let e = c
+        .try_acquire("k", &LockOptions::new(Duration::ZERO))
+        .await
+        .map(drop)
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidArgument { what: "ttl", .. }),
+        "{e}"
+    );
+    let e = c
+        .try_acquire(
+            "k",
+            &LockOptions::new(Duration::from_secs(1)).replica_ack(1, Duration::from_secs(1)),
+        )
+        .await
+        .map(drop)
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Unsupported {
+                backend: "etcd",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    etcd.resume().unwrap();
+
+    // A closed port: a prompt, unambiguous connection error.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let t0 = Instant::now();
+    let e = EtcdClient::connect_with(
+        &format!("etcd://127.0.0.1:{port}"),
+        ClientOptions::new().connect_timeout(Duration::from_secs(2)),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Connection {
+                op: Operation::Connect,
+                ambiguous: false,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(4), "{:?}", t0.elapsed());
+    for bad in ["etcd://", "etcd://h:1/path", "etcd://:pw@h:1"] {
+        let e = EtcdClient::connect(bad).await.unwrap_err();
+        assert!(
+            matches!(e, Error::InvalidArgument { what: "url", .. }),
+            "{bad}: {e}"
+        );
+    }
+
+    // Authentication: root with a password, a user without rights, then auth on.
+    let raw = raw(&[etcd.endpoint()]).await;
+    let mut auth = raw.auth_client();
+    auth.user_add("root", "rootpw", None).await.unwrap();
+    auth.user_grant_role("root", "root").await.unwrap();
+    auth.role_add("nothing").await.unwrap();
+    auth.user_add("nobody", "pw", None).await.unwrap();
+    auth.user_grant_role("nobody", "nothing").await.unwrap();
+    auth.auth_enable().await.unwrap();
+    let addr = etcd.addr();
+    let e = EtcdClient::connect(&format!("etcd://root:wrong@{addr}"))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::Authentication { .. }), "{e}");
+    let e = EtcdClient::connect(&format!("etcd://ghost:pw@{addr}"))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::Authentication { .. }), "{e}");
+    let root = EtcdClient::connect(&format!("etcd://root:rootpw@{addr}"))
+        .await
+        .unwrap();
+    assert!(!format!("{root:?}").contains("rootpw"), "{root:?}");
+    let g = root
+        .try_acquire("k", &LockOptions::new(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    g.acquired().unwrap().release().await.unwrap();
+    let nobody = EtcdClient::connect(&format!("etcd://nobody:pw@{addr}"))
+        .await
+        .unwrap();
+    let e = nobody
+        .try_acquire("k", &LockOptions::new(Duration::from_secs(5)))
+        .await
+        .map(drop)
+        .unwrap_err();
+    assert!(matches!(e, Error::PermissionDenied { .. }), "{e}");
+}
+
+#[tokio::test]
+async fn locker_end_to_end() {
+    let Some(etcd) = etcd_for_test() else { return };
+    let locker = Locker::connect(&url(&etcd)).await.unwrap();
+    assert_eq!(locker.backend(), "etcd");
+    let opts = LockOptions::new(Duration::from_secs(5))
+        .wait(Duration::from_secs(5))
+        .fencing(true)
+        .auto_extend(true);
+    let (number, token) = locker
+        .with_lock("job", &opts, |lease| async move {
+            (lease.fencing_token().unwrap(), lease.token().clone())
+        })
+        .await
+        .unwrap();
+    let state = locker.inspect("job").await.unwrap();
+    assert_eq!(state.holder, None, "with_lock released");
+    assert!(
+        locker
+            .release("job", &token)
+            .await
+            .unwrap_err()
+            .is_not_held()
+    );
+
+    let guard = locker.acquire("job", &opts).await.unwrap();
+    assert!(guard.fencing_token().unwrap() > number);
+    let state = locker.inspect("job").await.unwrap();
+    assert_eq!(state.holder.as_deref(), Some(guard.token().expose()));
+    assert!(matches!(
+        locker.try_acquire("job", &opts).await.unwrap(),
+        TryAcquire::Busy { .. }
+    ));
+    locker
+        .extend("job", guard.token(), Duration::from_secs(10))
+        .await
+        .unwrap();
+    let lease = guard.detach();
+    locker.release("job", lease.token()).await.unwrap();
+    assert_eq!(locker.inspect("job").await.unwrap().holder, None);
+    let e = locker.raise_fencing_counter("job", 10).await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Unsupported {
+                backend: "etcd",
+                ..
+            }
+        ),
+        "{e}"
+    );
+}
