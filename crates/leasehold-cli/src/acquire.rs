@@ -4,7 +4,7 @@ use leasehold::{LockOptions, TryAcquire};
 use serde::Serialize;
 
 use crate::cli::AcquireArgs;
-use crate::exit::Busy;
+use crate::exit::{Busy, Usage};
 use crate::locks::{Locks, Outcome};
 use crate::output::{emit, millis};
 use crate::target::Servers;
@@ -24,6 +24,15 @@ pub(crate) async fn run(servers: &Servers, args: AcquireArgs) -> anyhow::Result<
 }
 
 async fn acquire(locks: &Locks, args: AcquireArgs) -> anyhow::Result<()> {
+    if locks.backend() == "postgres" {
+        // A session lock ends with its session, which ends with this process.
+        return Err(Usage(
+            "a PostgreSQL lock lives as long as its session, so it cannot outlive this command: \
+             use `leasehold run` to hold it while a command runs"
+                .into(),
+        )
+        .into());
+    }
     let options = LockOptions::new(args.ttl).fencing(args.fencing);
     let guard = match args.wait {
         Some(wait) => locks.acquire(&args.key, &options.wait(wait)).await?,

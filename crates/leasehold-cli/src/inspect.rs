@@ -1,7 +1,7 @@
 //! `leasehold inspect`: who holds a lock, for how long, and its fencing counter (Redlock: on
 //! each node, and whether a majority agrees).
 
-use leasehold::{LockClient, LockState, NodeOutcome, Redlock};
+use leasehold::{LockState, NodeOutcome, Redlock};
 use serde::Serialize;
 
 use crate::cli::InspectArgs;
@@ -58,13 +58,13 @@ struct NodeState<'a> {
 
 pub(crate) async fn run(servers: &Servers, args: InspectArgs) -> anyhow::Result<()> {
     match servers.connect().await? {
-        Locks::Single(client) => single(&client, args).await,
+        Locks::Single(client) => single(client.inspect(&args.key).await?, args),
         Locks::Redlock(redlock, _) => nodes(&redlock, args).await,
+        Locks::Other(locker) => single(locker.inspect(&args.key).await?, args),
     }
 }
 
-async fn single(client: &LockClient, args: InspectArgs) -> anyhow::Result<()> {
-    let state = client.inspect(&args.key).await?;
+fn single(state: LockState, args: InspectArgs) -> anyhow::Result<()> {
     let result = Inspected::of(&state);
     let text = format!("key: {}\n{}", state.key, describe(&state, "\n"));
     emit(args.output.json, &result, &text)

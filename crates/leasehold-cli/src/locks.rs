@@ -1,11 +1,11 @@
-//! One lock interface over a single server ([`LockClient`]) and a Redlock set ([`Redlock`]):
-//! both hand out the same [`LockGuard`], so `acquire`, `release`, `extend` and `run` do not care
-//! which one they talk to.
+//! One lock interface over a single server ([`LockClient`]), a Redlock set ([`Redlock`]) and the
+//! other backends ([`Locker`]: etcd, PostgreSQL): all hand out the same [`LockGuard`], so
+//! `acquire`, `release`, `extend` and `run` do not care which one they talk to.
 
 use std::time::{Duration, Instant};
 
 use leasehold::{
-    LockClient, LockGuard, LockOptions, LockState, LockToken, Redlock, Result, TryAcquire,
+    LockClient, LockGuard, LockOptions, LockState, LockToken, Locker, Redlock, Result, TryAcquire,
 };
 
 /// Where the locks live.
@@ -15,14 +15,26 @@ pub(crate) enum Locks {
     Single(LockClient),
     /// A Redlock set, and its per-node timeout.
     Redlock(Redlock, Duration),
+    /// Another backend, through the library's one lock API (`etcd://`, `postgres://`).
+    Other(Locker),
 }
 
 impl Locks {
+    /// The backend's name: `redis`, `redlock`, `etcd` or `postgres`.
+    pub(crate) fn backend(&self) -> &'static str {
+        match self {
+            Locks::Single(_) => "redis",
+            Locks::Redlock(..) => "redlock",
+            Locks::Other(l) => l.backend(),
+        }
+    }
+
     /// One attempt; busy is an outcome.
     pub(crate) async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
         match self {
             Locks::Single(c) => c.try_acquire(key, options).await,
             Locks::Redlock(r, _) => r.try_acquire(key, options).await,
+            Locks::Other(l) => l.try_acquire(key, options).await,
         }
     }
 
@@ -31,6 +43,7 @@ impl Locks {
         match self {
             Locks::Single(c) => c.acquire(key, options).await,
             Locks::Redlock(r, _) => r.acquire(key, options).await,
+            Locks::Other(l) => l.acquire(key, options).await,
         }
     }
 
@@ -39,6 +52,7 @@ impl Locks {
         match self {
             Locks::Single(c) => c.release(key, token).await,
             Locks::Redlock(r, _) => r.release(key, token).await,
+            Locks::Other(l) => l.release(key, token).await,
         }
     }
 
@@ -47,6 +61,7 @@ impl Locks {
         match self {
             Locks::Single(c) => c.extend(key, token, ttl).await,
             Locks::Redlock(r, _) => r.extend(key, token, ttl).await.map(|_| ()),
+            Locks::Other(l) => l.extend(key, token, ttl).await,
         }
     }
 
@@ -55,6 +70,7 @@ impl Locks {
         match self {
             Locks::Single(c) => c.raise_fencing_counter(key, at_least).await,
             Locks::Redlock(r, _) => r.raise_fencing_counter(key, at_least).await,
+            Locks::Other(l) => l.raise_fencing_counter(key, at_least).await,
         }
     }
 

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use leasehold::{ClientOptions, LockClient, NodeOutcome, Redlock, RedlockOptions};
+use leasehold::{ClientOptions, LockClient, Locker, NodeOutcome, Redlock, RedlockOptions};
 
 use crate::exit::{NoMajority, Usage};
 use crate::locks::Locks;
@@ -127,8 +127,25 @@ impl Servers {
     }
 
     /// Connects: a [`LockClient`] for one server, a cluster or a Sentinel-monitored primary, a
-    /// [`Redlock`] over several servers.
+    /// [`Redlock`] over several servers (or one `redlock://` URL), a [`Locker`] for the other
+    /// backends (`etcd://`, `postgres://`).
     pub(crate) async fn connect(&self) -> anyhow::Result<Locks> {
+        if let Some(other) = self.other_backend()? {
+            return Locker::connect_with(&other, self.client_options())
+                .await
+                .map(Locks::Other)
+                .with_context(|| format!("cannot use the server at {}", redact(&other)));
+        }
+        if let [url] = self.urls.as_slice()
+            && is_redlock_url(url)
+        {
+            let nodes = leasehold::redlock::node_urls(url)?;
+            let expanded = Servers {
+                urls: nodes,
+                ..self.clone()
+            };
+            return Box::pin(expanded.connect()).await;
+        }
         let shown = || {
             self.urls
                 .iter()
@@ -198,6 +215,46 @@ impl Servers {
                     .collect::<Vec<_>>()
                     .join(", ")
             ))),
+        }
+    }
+}
+
+/// The URL schemes served by a backend other than Redis (through [`Locker`]).
+const OTHER_SCHEMES: [&str; 3] = ["etcd", "postgres", "postgresql"];
+
+fn scheme_of(url: &str) -> Option<String> {
+    url.split_once("://").map(|(s, _)| s.to_ascii_lowercase())
+}
+
+fn is_redlock_url(url: &str) -> bool {
+    matches!(
+        scheme_of(url).as_deref(),
+        Some("redlock" | "rediss-redlock")
+    )
+}
+
+impl Servers {
+    /// The one `etcd://` or `postgres://` URL, if that is what was given.
+    ///
+    /// # Errors
+    /// [`Usage`] for such a URL beside others, or with `--cluster` / `--sentinel-master`.
+    fn other_backend(&self) -> Result<Option<String>, Usage> {
+        let others: Vec<&String> = self
+            .urls
+            .iter()
+            .filter(|u| scheme_of(u).is_some_and(|s| OTHER_SCHEMES.contains(&s.as_str())))
+            .collect();
+        match (others.as_slice(), self.urls.len(), &self.topology) {
+            ([], _, _) => Ok(None),
+            ([url], 1, Topology::PerUrl) => Ok(Some((*url).clone())),
+            ([url], 1, _) => Err(Usage(format!(
+                "{} is not a Redis server: --cluster and --sentinel-master do not apply",
+                redact(url)
+            ))),
+            _ => Err(Usage(
+                "an etcd:// or postgres:// URL names the whole backend: give it alone (one --url)"
+                    .into(),
+            )),
         }
     }
 }

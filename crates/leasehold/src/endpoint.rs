@@ -112,7 +112,8 @@ impl Endpoint {
             }
             other => Err(bad(format!(
                 "unknown scheme {other:?} in {url:?} (expected redis, rediss, valkey, valkeys, \
-                 redis-cluster, rediss-cluster, redis-sentinel or rediss-sentinel)"
+                 redis-cluster, rediss-cluster, redis-sentinel or rediss-sentinel; other \
+                 backends, through leasehold::Locker: redlock, etcd, postgres)"
             ))),
         }
     }

@@ -7,6 +7,8 @@ mod client;
 mod connection;
 pub mod endpoint;
 mod error;
+#[cfg(feature = "etcd")]
+pub mod etcd;
 pub mod fencing;
 mod guard;
 mod locker;

@@ -17,7 +17,7 @@ use crate::token::LockToken;
 /// |---|---|---|
 /// | `redis://`, `rediss://`, `valkey://`, `redis-cluster://`, `redis-sentinel://`, … | [`LockClient`] (see [`Endpoint`](crate::Endpoint)) | always |
 /// | `redlock://[user:password@]host:port,host:port,…` (`rediss-redlock://`: TLS) | [`Redlock`] over independent servers | always |
-/// | `etcd://host:port[,host:port…]` | `etcd::EtcdClient` (etcd v3) | `etcd` |
+/// | `etcd://[user:password@]host:port[,host:port…]` | `etcd::EtcdClient` (etcd v3) | `etcd` |
 /// | `postgres://…`, `postgresql://…` | `postgres::PostgresClient` | `postgres` |
 ///
 /// Every backend hands out the same [`LockGuard`] and [`Lease`], so code written against a
@@ -49,7 +49,7 @@ impl Locker {
     /// backend's own connect errors ([`Error::Connection`] for a server that cannot be
     /// reached, [`Error::Authentication`] for refused credentials).
     pub async fn connect_with(url: &str, options: ClientOptions) -> Result<Self> {
-        let Some((scheme, rest)) = url.split_once("://") else {
+        let Some((scheme, _)) = url.split_once("://") else {
             return Err(Error::invalid(
                 "url",
                 format!("{url:?} has no scheme (expected one of: {SCHEMES})"),
@@ -61,8 +61,8 @@ impl Locker {
             | "rediss-sentinel" | "valkey-sentinel" | "valkeys-sentinel" => {
                 Ok(LockClient::connect_with(url, options).await?.into())
             }
-            s @ ("redlock" | "rediss-redlock") => {
-                let nodes = redlock_nodes(s == "rediss-redlock", rest)?;
+            "redlock" | "rediss-redlock" => {
+                let nodes = crate::redlock::node_urls(url)?;
                 let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
                 Ok(Redlock::connect(&nodes, RedlockOptions::default())
                     .await?
@@ -171,20 +171,6 @@ impl Locker {
     }
 }
 
-/// `[user:password@]h1:p1,h2:p2,...` -> one `redis://` (or `rediss://`) URL per node.
-fn redlock_nodes(tls: bool, rest: &str) -> Result<Vec<String>> {
-    let (auth, hosts, db, _) = crate::endpoint::split_multi_host(rest);
-    let hosts = crate::endpoint::parse_hosts(hosts, 6379)
-        .map_err(|e| Error::invalid("url", format!("redlock URL: {e}")))?;
-    let scheme = if tls { "rediss" } else { "redis" };
-    let auth = auth.map(|a| format!("{a}@")).unwrap_or_default();
-    let db = db.filter(|d| !d.is_empty()).unwrap_or("0");
-    Ok(hosts
-        .into_iter()
-        .map(|h| format!("{scheme}://{auth}{h}/{db}"))
-        .collect())
-}
-
 impl Locker {
     /// A locker over a backend (each backend module's `From<Client> for Locker` uses this).
     pub(crate) fn from_backend(backend: Arc<dyn LockBackend>) -> Locker {
@@ -204,18 +190,36 @@ impl From<Redlock> for Locker {
 mod tests {
     use super::*;
 
-    #[test]
-    fn redlock_urls_name_every_node_with_the_same_credentials() {
-        assert_eq!(
-            redlock_nodes(false, "u:p@127.0.0.1:7000,[::1]:7001,h/2").unwrap(),
-            [
-                "redis://u:p@127.0.0.1:7000/2",
-                "redis://u:p@[::1]:7001/2",
-                "redis://u:p@h:6379/2"
-            ]
-        );
-        assert_eq!(redlock_nodes(true, "a:1").unwrap(), ["rediss://a:1/0"]);
-        assert!(redlock_nodes(false, "").is_err());
+    /// Runs where the features are off: `cargo test -p leasehold --lib` (scripts/test does).
+    #[cfg(not(all(feature = "etcd", feature = "postgres")))]
+    #[tokio::test]
+    async fn a_backend_not_compiled_in_names_its_feature() {
+        for (url, feature, on) in [
+            ("etcd://127.0.0.1:2379", "etcd", cfg!(feature = "etcd")),
+            (
+                "postgres://u@127.0.0.1/db",
+                "postgres",
+                cfg!(feature = "postgres"),
+            ),
+            (
+                "postgresql://u@127.0.0.1/db",
+                "postgres",
+                cfg!(feature = "postgres"),
+            ),
+        ] {
+            if on {
+                continue;
+            }
+            let err = Locker::connect(url).await.unwrap_err();
+            assert!(
+                matches!(err, Error::BackendNotCompiled { feature: f, .. } if f == feature),
+                "{url}: {err}"
+            );
+            assert!(
+                err.to_string().contains(&format!("feature \"{feature}\"")),
+                "{err}"
+            );
+        }
     }
 
     #[tokio::test]

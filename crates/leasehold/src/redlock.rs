@@ -282,6 +282,36 @@ enum Wait {
     All,
 }
 
+/// The node URLs a `redlock://[user:password@]host:port,host:port,…[/db]` URL names (one
+/// `redis://` URL per node, `rediss://` for `rediss-redlock://`; the credentials and database
+/// apply to every node; the port defaults to 6379).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for another scheme, no host, or a bad port.
+pub fn node_urls(url: &str) -> Result<Vec<String>> {
+    let tls = match url.split_once("://") {
+        Some((s, _)) if s.eq_ignore_ascii_case("redlock") => false,
+        Some((s, _)) if s.eq_ignore_ascii_case("rediss-redlock") => true,
+        _ => {
+            return Err(Error::invalid(
+                "url",
+                format!("{url:?} is not a redlock:// or rediss-redlock:// URL"),
+            ));
+        }
+    };
+    let rest = url.split_once("://").map_or("", |(_, r)| r);
+    let (auth, hosts, db, _) = crate::endpoint::split_multi_host(rest);
+    let hosts = crate::endpoint::parse_hosts(hosts, 6379)
+        .map_err(|e| Error::invalid("url", format!("redlock URL: {e}")))?;
+    let scheme = if tls { "rediss" } else { "redis" };
+    let auth = auth.map(|a| format!("{a}@")).unwrap_or_default();
+    let db = db.filter(|d| !d.is_empty()).unwrap_or("0");
+    Ok(hosts
+        .into_iter()
+        .map(|h| format!("{scheme}://{auth}{h}/{db}"))
+        .collect())
+}
+
 impl Redlock {
     /// A Redlock over the servers at `urls` (independent masters, not replicas of each other).
     /// Nodes are connected concurrently; a node that cannot be reached now is retried at every
@@ -853,6 +883,24 @@ impl Redlock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn redlock_urls_name_every_node_with_the_same_credentials() {
+        assert_eq!(
+            node_urls("redlock://u:p@127.0.0.1:7000,[::1]:7001,h/2").unwrap(),
+            [
+                "redis://u:p@127.0.0.1:7000/2",
+                "redis://u:p@[::1]:7001/2",
+                "redis://u:p@h:6379/2"
+            ]
+        );
+        assert_eq!(
+            node_urls("rediss-redlock://a:1").unwrap(),
+            ["rediss://a:1/0"]
+        );
+        assert!(node_urls("redlock://").is_err());
+        assert!(node_urls("redis://a:1").is_err());
+    }
 
     #[test]
     fn labels_hide_credentials() {

@@ -66,6 +66,18 @@ async fn entries(raw: &etcd_client::Client, key: &str) -> Vec<(String, i64)> {
         .collect()
 }
 
+/// Guarantee 1's premise: the validity a holder believes in (read *before* `inspect`) never
+/// ends after etcd's expiry of the lease (`reported`: etcd's remaining TTL, truncated to whole
+/// seconds, read after it; the expiry only moves later in between).
+fn assert_valid_within_server_lease(believed: Instant, reported: Duration) {
+    let server_expiry_bound = Instant::now() + reported + Duration::from_secs(1);
+    assert!(
+        believed <= server_expiry_bound,
+        "validity {:?} beyond etcd's lease ({reported:?} left)",
+        believed.saturating_duration_since(Instant::now())
+    );
+}
+
 /// Polls `check` until it is true; panics after `bound`.
 async fn until<F, Fut>(what: &str, bound: Duration, mut check: F)
 where
@@ -130,7 +142,9 @@ async fn acquire_busy_release_fencing_and_token_checks() {
         [(g1.token().expose().to_string(), f1 as i64)]
     );
 
+    let believed = g1.valid_until();
     let state = b.inspect("k").await.unwrap();
+    assert_valid_within_server_lease(believed, state.ttl.unwrap());
     assert_eq!(state.holder.as_deref(), Some(g1.token().expose()));
     assert_eq!(state.fencing_counter, Some(f1));
     let ttl = state.ttl.expect("the entry has a lease");
@@ -359,11 +373,20 @@ async fn auto_extend_outlives_the_ttl_and_plain_locks_expire() {
     let mut last = c.inspect("auto").await.unwrap().ttl.unwrap();
     let deadline = began + GENEROUS;
     while rises < 3 || began.elapsed() <= ttl {
-        assert!(Instant::now() < deadline, "the lease was not renewed three times");
+        assert!(
+            Instant::now() < deadline,
+            "the lease was not renewed three times"
+        );
         tokio::time::sleep(POLL).await;
+        let believed = g.valid_until();
         let state = c.inspect("auto").await.unwrap();
-        assert_eq!(state.holder.as_deref(), Some(g.token().expose()), "holder changed");
+        assert_eq!(
+            state.holder.as_deref(),
+            Some(g.token().expose()),
+            "holder changed"
+        );
         let now = state.ttl.expect("a lease");
+        assert_valid_within_server_lease(believed, now);
         if now > last {
             rises += 1;
         }
@@ -379,6 +402,14 @@ async fn auto_extend_outlives_the_ttl_and_plain_locks_expire() {
             .acquired()
             .is_none()
     );
+    // Extending an auto-extended lock moves it onto the session of the new TTL: same entry,
+    // a longer lease, still renewed.
+    let revision = entries(&raw, "auto").await[0].1;
+    g.extend(Duration::from_secs(8)).await.unwrap();
+    let state = c.inspect("auto").await.unwrap();
+    assert!(state.ttl.unwrap() >= Duration::from_secs(6), "{state:?}");
+    assert_eq!(state.fencing_counter, Some(revision as u64));
+    assert!(g.is_held() && g.lease().remaining() > Duration::from_secs(5));
     g.release().await.unwrap();
     assert!(entries(&raw, "auto").await.is_empty());
 
@@ -478,7 +509,8 @@ async fn cluster_keeps_leases_through_leader_loss_and_expires_a_stalled_holder()
     let c = EtcdClient::connect_with(&cluster_url(&cluster), options.clone())
         .await
         .unwrap();
-    let ttl = Duration::from_secs(5);
+    // Long enough to ride out an election (1-2 s with etcd's defaults) on a loaded machine.
+    let ttl = Duration::from_secs(6);
     let opts = LockOptions::new(ttl).auto_extend(true).fencing(true);
     let g = c.acquire("ha", &opts).await.unwrap();
     let fencing = g.fencing_token().unwrap();
@@ -497,6 +529,22 @@ async fn cluster_keeps_leases_through_leader_loss_and_expires_a_stalled_holder()
     .await;
     cluster.member(follower).unwrap().resume().unwrap();
     tokio::task::block_in_place(|| cluster.wait_until_healthy()).unwrap();
+
+    // A follower killed: no effect either. Then it comes back.
+    let leader = tokio::task::block_in_place(|| cluster.wait_until_healthy()).unwrap();
+    let follower = (leader + 2) % 3;
+    cluster.member_mut(follower).unwrap().kill();
+    let killed_at = Instant::now();
+    until(
+        "a renewal after a follower was killed",
+        GENEROUS,
+        || async {
+            assert!(g.is_held(), "lost while a follower was down");
+            renewed_after(killed_at)
+        },
+    )
+    .await;
+    tokio::task::block_in_place(|| cluster.member_mut(follower).unwrap().restart()).unwrap();
 
     // The leader killed: a new one is elected, and the lease (etcd's and ours) survives.
     let leader = tokio::task::block_in_place(|| cluster.wait_until_healthy()).unwrap();

@@ -5,6 +5,9 @@
 //! repetition (the order rotates), and medians of the repetitions are reported. Results go to
 //! `<out>/latest.json`, `<out>/latest.md` (`--name` changes the stem) and SVG plots beside them.
 //!
+//! WB runs W1, W3 and W5 through the one lock API (`leasehold::Locker`) on each backend: Redis,
+//! etcd (one member, and a 3-member cluster) and PostgreSQL, taking turns in every repetition.
+//!
 //! W1T runs W1 on the other topologies the library speaks to: a Redis Cluster (3 masters with a
 //! replica each) and a Sentinel-monitored primary (a replica, 3 sentinels), each reached through
 //! its URL form, taking turns with a standalone server in every repetition.
@@ -45,6 +48,11 @@ struct Settings {
     w5_leases: usize,
     w5_ttl_ms: u64,
     w5_secs: f64,
+    wb_cycles: u64,
+    wb_w3_secs: f64,
+    wb_leases: usize,
+    wb_ttl_ms: u64,
+    wb_w5_secs: f64,
 }
 
 impl Settings {
@@ -63,6 +71,11 @@ impl Settings {
                 w5_leases: 2_000,
                 w5_ttl_ms: 2_000,
                 w5_secs: 7.0,
+                wb_cycles: 200,
+                wb_w3_secs: 2.0,
+                wb_leases: 20,
+                wb_ttl_ms: 3_000,
+                wb_w5_secs: 4.0,
             }
         } else {
             Settings {
@@ -78,6 +91,11 @@ impl Settings {
                 w5_leases: 10_000,
                 w5_ttl_ms: 2_000,
                 w5_secs: 60.0,
+                wb_cycles: 2_000,
+                wb_w3_secs: 5.0,
+                wb_leases: 50,
+                wb_ttl_ms: 3_000,
+                wb_w5_secs: 15.0,
             }
         }
     }
@@ -192,6 +210,11 @@ pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<()> {
     }
     if wanted("W5") {
         w5(&bin, &settings, &mut results).await?;
+    }
+    // The other backends: only when asked for (`--workloads WB`), so a plain run's figures
+    // and time stay what they were.
+    if args.workloads.iter().any(|w| w.eq_ignore_ascii_case("WB")) {
+        wb(&bin, &settings, &mut results).await?;
     }
     let meta = json!({
         "server": bin.label(),
@@ -407,6 +430,93 @@ async fn w1t(bin: &ServerBinary, st: &Settings, results: &mut Results) -> anyhow
         drop(bare);
         drop(sentinels);
         drop(standalone);
+    })
+    .await?;
+    Ok(())
+}
+
+/// WB: W1, W3 and W5 through [`leasehold::Locker`] on every backend, the systems taking turns
+/// within each repetition (the order rotates). All servers run throughout.
+async fn wb(bin: &ServerBinary, st: &Settings, results: &mut Results) -> anyhow::Result<()> {
+    say(format!(
+        "WB backends: W1 {} cycles, W3 {} workers {} s, W5 {} leases {} s, x {} repetitions on \
+         Redis, etcd (1 and 3 members) and PostgreSQL",
+        st.wb_cycles, st.w3_workers, st.wb_w3_secs, st.wb_leases, st.wb_w5_secs, st.reps
+    ));
+    let redis = fresh(bin)?;
+    let (etcd, etcd3, pg) = tokio::task::spawn_blocking(|| {
+        anyhow::Ok((
+            leasehold_harness::Etcd::start().context("cannot start etcd")?,
+            leasehold_harness::EtcdCluster::start(3).context("cannot start an etcd cluster")?,
+            leasehold_harness::Postgres::start().context("cannot start PostgreSQL")?,
+        ))
+    })
+    .await??;
+    let etcd3_url = format!(
+        "etcd://{}",
+        etcd3
+            .members()
+            .iter()
+            .map(|m| m.addr().to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let systems = [
+        ("redis", redis.url()),
+        ("etcd", format!("etcd://{}", etcd.addr())),
+        ("etcd_3_members", etcd3_url),
+        ("postgres", pg.url()),
+    ];
+    let hold = Duration::from_secs_f64(st.w3_hold_ms / 1000.0);
+    let mut runs: BTreeMap<(&str, String), Vec<Summary>> = BTreeMap::new();
+    let mut cdfs: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+    for rep in 0..st.reps {
+        let mut order = systems.to_vec();
+        order.rotate_left(rep % systems.len());
+        for (name, url) in &order {
+            let (u, c, p) = (url.clone(), st.wb_cycles, format!("wb1:{name}:{rep}"));
+            let (s, cdf) = on_runtime(Flavour::MultiThread, move || workloads::w1_locker(u, c, p))
+                .with_context(|| format!("WB W1 {name}"))?;
+            cdfs.insert(name.to_string(), cdf);
+            runs.entry(("W1B", name.to_string())).or_default().push(s);
+        }
+        for (name, url) in &order {
+            let (u, w, d, k) = (
+                url.clone(),
+                st.w3_workers,
+                Duration::from_secs_f64(st.wb_w3_secs),
+                format!("wb3:{name}:{rep}"),
+            );
+            let (s, _) = on_runtime(Flavour::MultiThread, move || async move {
+                let locker = leasehold::Locker::connect(&u).await?;
+                workloads::w3_locker(locker, w, hold, d, k).await
+            })
+            .with_context(|| format!("WB W3 {name}"))?;
+            runs.entry(("W3B", name.to_string())).or_default().push(s);
+        }
+        for (name, url) in &order {
+            let (u, n, ttl, d, p) = (
+                url.clone(),
+                st.wb_leases,
+                Duration::from_millis(st.wb_ttl_ms),
+                Duration::from_secs_f64(st.wb_w5_secs),
+                format!("wb5:{name}:{rep}"),
+            );
+            let s = on_runtime(Flavour::MultiThread, move || {
+                workloads::w5_locker(u, n, ttl, d, p)
+            })
+            .with_context(|| format!("WB W5 {name}"))?;
+            runs.entry(("W5B", name.to_string())).or_default().push(s);
+        }
+    }
+    for ((workload, name), r) in &runs {
+        results.put(workload, name, &median_summary(r));
+    }
+    results
+        .cdfs
+        .insert("W1B".into(), cdfs.into_iter().collect());
+    tokio::task::spawn_blocking(move || {
+        drop((etcd, etcd3, pg, redis));
     })
     .await?;
     Ok(())
@@ -771,6 +881,23 @@ fn markdown(doc: &Value) -> String {
             ],
         ),
         ("W4", vec!["ops_per_s", "p50_us", "p99_us"]),
+        ("W1B", vec!["ops_per_s", "p50_us", "p99_us"]),
+        (
+            "W3B",
+            vec![
+                "ops_per_s",
+                "handoff_p50_us",
+                "handoff_p99_us",
+                "same_worker_rate",
+                "min_per_worker",
+                "max_per_worker",
+                "max_wait_ms",
+            ],
+        ),
+        (
+            "W5B",
+            vec!["leases", "ttl_ms", "client_cpu_percent", "leases_lost"],
+        ),
         (
             "W5",
             vec![
@@ -800,6 +927,14 @@ fn markdown(doc: &Value) -> String {
                  `redis-sentinel://`; all servers run throughout. To split the cost: \
                  `cluster_no_replicas` is a cluster of 3 masters without replicas, \
                  `sentinel_primary_direct` the Sentinel primary through a plain `redis://` URL)\n",
+            );
+        }
+        if w == "W1B" {
+            md.push_str(
+                "\n(WB: W1, W3 and W5 through `leasehold::Locker` on each backend, the systems \
+                 taking turns in every repetition: Redis standalone, etcd with one member and \
+                 with three, PostgreSQL session advisory locks. W3B is W3's contention on one key \
+                 with its fairness columns; W5B holds auto-extended leases and counts the lost)\n",
             );
         }
         if w == "W4" {
@@ -844,6 +979,7 @@ fn markdown(doc: &Value) -> String {
     let links: Vec<String> = [
         ("W1", "W1 latency CDF", "w1_latency_cdf.svg"),
         ("W1T", "W1T latency CDF", "w1t_latency_cdf.svg"),
+        ("W1B", "W1B latency CDF", "w1b_latency_cdf.svg"),
         ("W3", "W3 handoff CDF", "w3_handoff_cdf.svg"),
         ("W2", "W2 throughput", "w2_throughput.svg"),
         ("W3", "W3 throughput", "w3_throughput.svg"),
@@ -864,6 +1000,13 @@ fn plots(dir: &std::path::Path, r: &Results) -> anyhow::Result<()> {
         plot::cdf(
             &dir.join("w1_latency_cdf.svg"),
             "W1: acquire + release latency (in-process systems)",
+            series,
+        )?;
+    }
+    if let Some(series) = r.cdfs.get("W1B") {
+        plot::cdf(
+            &dir.join("w1b_latency_cdf.svg"),
+            "W1B: acquire + release latency, Redis / etcd / PostgreSQL",
             series,
         )?;
     }

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use leasehold::{ClientOptions, LockClient, LockOptions, Redlock, RedlockOptions};
+use leasehold::{ClientOptions, LockClient, LockOptions, Locker, Redlock, RedlockOptions};
 
 use super::stats::{Latencies, Summary};
 
@@ -78,6 +78,34 @@ pub(crate) async fn w1_leasehold(
     }
     let summary = Summary::from_latencies(cycles, start.elapsed(), &lat)
         .with("release", client.release_strategy().to_string());
+    Ok((summary, lat.cdf()))
+}
+
+/// W1 through the one lock API ([`Locker`], any backend): `cycles` try_acquire + release on
+/// distinct keys, after `cycles / 10` (at least 20) warm-up cycles.
+pub(crate) async fn w1_locker(
+    url: String,
+    cycles: u64,
+    prefix: String,
+) -> anyhow::Result<(Summary, Vec<(f64, f64)>)> {
+    let locker = Locker::connect(&url).await?;
+    let opts = LockOptions::new(Duration::from_secs(10));
+    let mut lat = Latencies::new();
+    for i in 0..(cycles / 10).max(20) {
+        let g = locker
+            .try_acquire(&format!("{prefix}:warm:{i}"), &opts)
+            .await?;
+        g.acquired().context("warm-up key busy")?.release().await?;
+    }
+    let start = Instant::now();
+    for i in 0..cycles {
+        let t = Instant::now();
+        let g = locker.try_acquire(&format!("{prefix}:{i}"), &opts).await?;
+        g.acquired().context("distinct key busy")?.release().await?;
+        lat.record(t.elapsed());
+    }
+    let summary =
+        Summary::from_latencies(cycles, start.elapsed(), &lat).with("backend", locker.backend());
     Ok((summary, lat.cdf()))
 }
 
@@ -209,6 +237,18 @@ pub(crate) async fn w3_leasehold(
     key: String,
 ) -> anyhow::Result<(Summary, Vec<(f64, f64)>)> {
     let client = LockClient::connect(&url).await?;
+    w3_locker(client.into(), workers, hold, duration, key).await
+}
+
+/// W3 through the one lock API ([`Locker`], any backend): `workers` on ONE key, each holding
+/// `hold`, for `duration`; the handoff and fairness figures of [`contention_summary`].
+pub(crate) async fn w3_locker(
+    client: Locker,
+    workers: usize,
+    hold: Duration,
+    duration: Duration,
+    key: String,
+) -> anyhow::Result<(Summary, Vec<(f64, f64)>)> {
     let events = Arc::new(Mutex::new(Vec::<Event>::new()));
     let max_wait = Arc::new(AtomicU64::new(0));
     let held = Arc::new(AtomicU64::new(0));
@@ -344,6 +384,51 @@ pub(crate) async fn w4_leasehold(
     Ok(Summary::from_latencies(cycles, start.elapsed(), &lat).with("nodes", urls.len() as u64))
 }
 
+/// What holding leases for a while showed.
+struct Held {
+    elapsed: Duration,
+    cpu: Duration,
+    lost: usize,
+}
+
+/// Takes `leases` auto-extended leases through `locker`, holds them for `duration` (`before`
+/// runs once they are all held, to read counters), and releases them.
+async fn hold_leases(
+    locker: &Locker,
+    leases: usize,
+    ttl: Duration,
+    duration: Duration,
+    prefix: &str,
+    before: impl FnOnce(),
+) -> anyhow::Result<Held> {
+    let opts = LockOptions::new(ttl).auto_extend(true);
+    let mut guards = Vec::with_capacity(leases);
+    for i in 0..leases {
+        guards.push(
+            locker
+                .try_acquire(&format!("{prefix}:{i}"), &opts)
+                .await?
+                .acquired()
+                .context("lease key busy")?,
+        );
+    }
+    before();
+    let cpu0 = cpu_time();
+    let start = Instant::now();
+    tokio::time::sleep(duration).await;
+    let elapsed = start.elapsed();
+    let cpu = cpu_time().saturating_sub(cpu0);
+    let held = guards.iter().filter(|g| g.is_held()).count();
+    for g in guards {
+        let _ = g.release().await;
+    }
+    Ok(Held {
+        elapsed,
+        cpu,
+        lost: leases - held,
+    })
+}
+
 /// W5: `leases` auto-extended leases on one client for `duration`.
 pub(crate) async fn w5_leasehold(
     url: String,
@@ -353,46 +438,53 @@ pub(crate) async fn w5_leasehold(
     prefix: String,
 ) -> anyhow::Result<Summary> {
     let client = LockClient::connect(&url).await?;
-    let opts = LockOptions::new(ttl).auto_extend(true);
-    let mut guards = Vec::with_capacity(leases);
-    for i in 0..leases {
-        guards.push(
-            client
-                .try_acquire(&format!("{prefix}:{i}"), &opts)
-                .await?
-                .acquired()
-                .context("lease key busy")?,
-        );
-    }
-    let (rounds0, renewals0) = (
-        client.renewal_stats().rounds(),
-        client.renewal_stats().renewals(),
-    );
-    let cpu0 = cpu_time();
-    let start = Instant::now();
-    tokio::time::sleep(duration).await;
-    let elapsed = start.elapsed();
-    let cpu = cpu_time().saturating_sub(cpu0);
     let stats = client.renewal_stats();
-    let held = guards.iter().filter(|g| g.is_held()).count();
-    for g in guards {
-        let _ = g.release().await;
-    }
+    let mut at_start = (0, 0);
+    let held = hold_leases(
+        &client.clone().into(),
+        leases,
+        ttl,
+        duration,
+        &prefix,
+        || at_start = (stats.rounds(), stats.renewals()),
+    )
+    .await?;
+    let secs = held.elapsed.as_secs_f64();
     Ok(Summary {
-        ops_per_s: (stats.renewals() - renewals0) as f64 / elapsed.as_secs_f64(),
+        ops_per_s: (stats.renewals() - at_start.1) as f64 / secs,
         ..Default::default()
     }
     .with(
         "renewal_round_trips_per_s",
-        (stats.rounds() - rounds0) as f64 / elapsed.as_secs_f64(),
+        (stats.rounds() - at_start.0) as f64 / secs,
     )
-    .with(
-        "client_cpu_percent",
-        100.0 * cpu.as_secs_f64() / elapsed.as_secs_f64(),
-    )
+    .with("client_cpu_percent", 100.0 * held.cpu.as_secs_f64() / secs)
     .with("leases", leases as u64)
-    .with("leases_lost", (leases - held) as u64)
+    .with("leases_lost", held.lost as u64)
     .with("ttl_ms", ttl.as_millis() as u64))
+}
+
+/// W5 through the one lock API ([`Locker`], any backend): `leases` auto-extended leases for
+/// `duration`; how many were lost, and the client's CPU (the renewal counters are the Redis
+/// client's own, so they are not reported here).
+pub(crate) async fn w5_locker(
+    url: String,
+    leases: usize,
+    ttl: Duration,
+    duration: Duration,
+    prefix: String,
+) -> anyhow::Result<Summary> {
+    let locker = Locker::connect(&url).await?;
+    let held = hold_leases(&locker, leases, ttl, duration, &prefix, || {}).await?;
+    Ok(Summary::default()
+        .with(
+            "client_cpu_percent",
+            100.0 * held.cpu.as_secs_f64() / held.elapsed.as_secs_f64(),
+        )
+        .with("leases", leases as u64)
+        .with("leases_lost", held.lost as u64)
+        .with("ttl_ms", ttl.as_millis() as u64)
+        .with("backend", locker.backend()))
 }
 
 /// This process's user + system CPU time.
