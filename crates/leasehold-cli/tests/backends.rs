@@ -184,3 +184,30 @@ fn a_wrong_postgres_password_is_77() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
+
+#[test]
+fn a_wrong_etcd_password_is_77() {
+    let Some(etcd) = etcd_for_test() else { return };
+    etcd.enable_auth("rootpw").unwrap();
+    let url = |password: &str| format!("etcd://root:{password}@{}", etcd.addr());
+    let out = leasehold(&["--url", &url("wrong"), "inspect", "k"]).expect(77);
+    assert!(
+        !out.stderr.contains("wrong"),
+        "the password is not shown: {}",
+        out.stderr
+    );
+    // The right one gets in, and the lock commands work as that user.
+    let acquired = leasehold(&[
+        "--url",
+        &url("rootpw"),
+        "acquire",
+        "k",
+        "--ttl",
+        "30s",
+        "--json",
+    ])
+    .expect(0)
+    .json();
+    let token = acquired["token"].as_str().unwrap().to_string();
+    leasehold(&["--url", &url("rootpw"), "release", "k", "--token", &token]).expect(0);
+}

@@ -409,6 +409,24 @@ impl Etcd {
             .ok_or_else(|| malformed(&self.endpoint(), "value is not base64"))
     }
 
+    /// Turns authentication on: the user `root` (role `root`) with `password`, then
+    /// `auth enable`. Afterwards every request needs credentials, including this harness's own
+    /// [`Etcd::put`] and [`Etcd::get`], which then fail.
+    ///
+    /// # Errors
+    /// [`HarnessError::Server`] if etcd refuses a step.
+    pub fn enable_auth(&self, password: &str) -> Result<(), HarnessError> {
+        let user = serde_json::json!({ "name": "root", "password": password }).to_string();
+        self.call("/v3/auth/user/add", &user, REQUEST_TIMEOUT)?;
+        self.call(
+            "/v3/auth/user/grant",
+            r#"{"user":"root","role":"root"}"#,
+            REQUEST_TIMEOUT,
+        )?;
+        self.call("/v3/auth/enable", "{}", REQUEST_TIMEOUT)
+            .map(drop)
+    }
+
     /// One JSON gateway call: POSTs `body` to `path`, returns the parsed reply of a `200`;
     /// any other status is a [`HarnessError::Server`] with etcd's message.
     fn call(&self, path: &str, body: &str, timeout: Duration) -> Result<Json, HarnessError> {

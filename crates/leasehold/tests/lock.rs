@@ -325,3 +325,19 @@ leasehold_harness::server_test!(async fn a_grant_that_arrives_after_its_validity
     assert_eq!(get(&server, "late").as_deref(), Some(g.token().expose()));
     g.release().await.unwrap();
 });
+
+// The one lock API over a plain URL is the Redis client itself.
+leasehold_harness::server_test!(async fn the_locker_takes_a_redis_url(bin) {
+    let server = leasehold_harness::Server::start(&bin, &leasehold_harness::ServerOptions::new()).unwrap();
+    let locker = leasehold::Locker::connect(&server.url()).await.unwrap();
+    assert_eq!(locker.backend(), "redis");
+    let opts = leasehold::LockOptions::new(std::time::Duration::from_secs(30)).fencing(true);
+    let guard = locker.acquire("k", &opts).await.unwrap();
+    assert_eq!(common::get(&server, "k").as_deref(), Some(guard.token().expose()));
+    assert_eq!(guard.fencing_token(), Some(1));
+    let token = guard.detach().token().clone();
+    locker.extend("k", &token, std::time::Duration::from_secs(60)).await.unwrap();
+    assert!(common::pttl(&server, "k") > 30_000);
+    locker.release("k", &token).await.unwrap();
+    assert!(matches!(locker.release("k", &token).await, Err(leasehold::Error::NotHeld { .. })));
+});

@@ -336,3 +336,27 @@ leasehold_harness::server_test!(async fn connecting_without_a_majority_says_so(b
         assert!(text.contains(&format!("127.0.0.1:{}", node.port())), "{text}");
     }
 });
+
+// The one lock API over a `redlock://` URL: the same guard, a majority of the nodes holding the
+// token, the fencing number raised on a majority, and `inspect` as the majority sees it.
+leasehold_harness::server_test!(async fn the_locker_takes_a_redlock_url(bin) {
+    let nodes = servers(&bin, 3, &ServerOptions::new());
+    let hosts: Vec<String> = nodes.iter().map(|s| format!("127.0.0.1:{}", s.port())).collect();
+    let locker = leasehold::Locker::connect(&format!("redlock://{}", hosts.join(","))).await.unwrap();
+    assert_eq!(locker.backend(), "redlock");
+    let opts = LockOptions::new(LONG).fencing(true);
+    let guard = locker.try_acquire("k", &opts).await.unwrap().acquired().unwrap();
+    let token = guard.token().expose().to_string();
+    assert!(holders(&nodes, "k").iter().filter(|h| h.as_deref() == Some(token.as_str())).count() >= 2);
+    let state = locker.inspect("k").await.unwrap();
+    assert_eq!(state.holder.as_deref(), Some(token.as_str()));
+    assert_eq!(state.fencing_counter, guard.fencing_token());
+    assert!(!locker.try_acquire("k", &opts).await.unwrap().is_acquired());
+    guard.release().await.unwrap();
+    assert_eq!(locker.inspect("k").await.unwrap().holder, None);
+    let n = locker
+        .with_lock("k", &opts, |lease| async move { lease.fencing_token().unwrap() })
+        .await
+        .unwrap();
+    assert!(n > state.fencing_counter.unwrap());
+});
