@@ -211,3 +211,31 @@ fn a_wrong_etcd_password_is_77() {
     let token = acquired["token"].as_str().unwrap().to_string();
     leasehold(&["--url", &url("rootpw"), "release", "k", "--token", &token]).expect(0);
 }
+
+#[test]
+fn postgres_lease_rows_outlive_the_command() {
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    let url = format!("{}?lock=lease", pg.url());
+    let lh = |args: &[&str]| {
+        let mut all = vec!["--url", url.as_str()];
+        all.extend(args);
+        leasehold(&all)
+    };
+    let acquired = lh(&["acquire", "jobs:row", "--ttl", "30s", "--fencing", "--json"])
+        .expect(0)
+        .json();
+    let token = acquired["token"].as_str().unwrap().to_string();
+    assert_eq!(acquired["fencing_token"], 1);
+    let state = lh(&["inspect", "jobs:row", "--json"]).expect(0).json();
+    assert_eq!(state["held"], true);
+    assert_eq!(state["token"], token.as_str());
+    assert!(state["ttl_ms"].as_u64().unwrap() <= 30_000);
+    lh(&["acquire", "jobs:row", "--ttl", "30s"]).expect(75);
+    lh(&["extend", "jobs:row", "--token", &token, "--ttl", "1m"]).expect(0);
+    lh(&["release", "jobs:row", "--token", &token]).expect(0);
+    lh(&["release", "jobs:row", "--token", &token]).expect(1);
+    let bad = format!("{}?lock=forever", pg.url());
+    leasehold(&["--url", &bad, "inspect", "k"]).expect(64);
+}

@@ -18,7 +18,7 @@ use crate::token::LockToken;
 /// | `redis://`, `rediss://`, `valkey://`, `redis-cluster://`, `redis-sentinel://`, … | [`LockClient`] (see [`Endpoint`](crate::Endpoint)) | always |
 /// | `redlock://[user:password@]host:port,host:port,…` (`rediss-redlock://`: TLS) | [`Redlock`] over independent servers | always |
 /// | `etcd://[user:password@]host:port[,host:port…]` | `etcd::EtcdClient` (etcd v3) | `etcd` |
-/// | `postgres://…`, `postgresql://…` | `postgres::PostgresClient` | `postgres` |
+/// | `postgres://…`, `postgresql://…` | `postgres::PostgresClient` (session advisory locks); with `?lock=lease`, `postgres::PostgresLeaseClient` (rows with a token and an expiry) | `postgres` |
 ///
 /// Every backend hands out the same [`LockGuard`] and [`Lease`], so code written against a
 /// `Locker` (or against `LockGuard`) runs unchanged when the URL changes. What each backend
@@ -83,6 +83,13 @@ impl Locker {
                 #[cfg(feature = "postgres")]
                 {
                     let _ = s;
+                    if crate::postgres::wants_lease_rows(url)? {
+                        return Ok(crate::postgres::PostgresLeaseClient::connect_with(
+                            url, options,
+                        )
+                        .await?
+                        .into());
+                    }
                     return Ok(crate::postgres::PostgresClient::connect_with(url, options)
                         .await?
                         .into());
@@ -100,7 +107,8 @@ impl Locker {
         }
     }
 
-    /// The backend's name: `redis`, `redlock`, `etcd` or `postgres`.
+    /// The backend's name: `redis`, `redlock`, `etcd`, `postgres` (session locks) or
+    /// `postgres-lease` (lease rows).
     pub fn backend(&self) -> &'static str {
         self.backend.name()
     }

@@ -442,3 +442,174 @@ async fn bad_input_is_refused_with_clear_errors() {
         Err(e) => panic!("right password: {e}"),
     }
 }
+
+// -- lease rows (`?lock=lease`) -------------------------------------------------------------
+
+fn lease_url(pg: &Postgres) -> String {
+    format!("{}?lock=lease", pg.url())
+}
+
+#[tokio::test]
+async fn lease_rows_outlive_their_client_and_are_token_checked() {
+    use leasehold::postgres::PostgresLeaseClient;
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    let a = PostgresLeaseClient::connect(&lease_url(&pg)).await.unwrap();
+    let b = PostgresLeaseClient::connect(&lease_url(&pg)).await.unwrap();
+    let opts = LockOptions::new(Duration::from_secs(30)).fencing(true);
+
+    let first = a
+        .try_acquire("row", &opts)
+        .await
+        .unwrap()
+        .acquired()
+        .unwrap();
+    let n1 = first.fencing_token().unwrap();
+    match b.try_acquire("row", &opts).await.unwrap() {
+        TryAcquire::Busy { remaining } => {
+            let r = remaining.expect("the holder's remaining lease");
+            assert!(
+                r <= Duration::from_secs(30) && r > Duration::from_secs(20),
+                "{r:?}"
+            );
+        }
+        TryAcquire::Acquired(_) => panic!("two holders"),
+    }
+    let state = b.inspect("row").await.unwrap();
+    assert_eq!(state.holder.as_deref(), Some(first.token().expose()));
+    assert_eq!(state.fencing_counter, Some(n1));
+    // Another client (another process, the CLI) extends and releases with the token alone.
+    let token = first.detach().token().clone();
+    assert!(matches!(
+        b.release("row", &LockToken::random()).await,
+        Err(Error::NotHeld { .. })
+    ));
+    b.extend("row", &token, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(b.inspect("row").await.unwrap().ttl.unwrap() > Duration::from_secs(30));
+    drop(a);
+    b.release("row", &token).await.unwrap();
+    assert!(matches!(
+        b.release("row", &token).await,
+        Err(Error::NotHeld { .. })
+    ));
+    let second = b
+        .try_acquire("row", &opts)
+        .await
+        .unwrap()
+        .acquired()
+        .unwrap();
+    assert!(second.fencing_token().unwrap() > n1);
+
+    // A lease that is not extended expires on the server's clock: a waiter gets it after.
+    let short = LockOptions::new(Duration::from_millis(300)).fencing(true);
+    second.release().await.unwrap();
+    let lapsing = b
+        .try_acquire("row", &short)
+        .await
+        .unwrap()
+        .acquired()
+        .unwrap();
+    let n = lapsing.fencing_token().unwrap();
+    let next = b.acquire("row", &opts.clone().wait(BOUND)).await.unwrap();
+    assert!(next.fencing_token().unwrap() > n);
+    assert!(matches!(
+        lapsing.release().await,
+        Err(Error::NotHeld { .. })
+    ));
+    next.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn lease_row_waiters_are_woken_by_the_release() {
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    let locker = Locker::connect(&lease_url(&pg)).await.unwrap();
+    assert_eq!(locker.backend(), "postgres-lease");
+    let opts = LockOptions::new(Duration::from_secs(60));
+    let holder = locker.acquire("wake", &opts).await.unwrap();
+    // A backoff far longer than the test's bound: only the notification can wake the waiter
+    // in time (its holder's lease is 60 s, so no expiry wakes it either).
+    let waiting = opts
+        .clone()
+        .wait(Duration::from_secs(120))
+        .backoff(leasehold::Backoff::constant(Duration::from_secs(120)));
+    let waiter = {
+        let locker = locker.clone();
+        tokio::spawn(async move { locker.acquire("wake", &waiting).await })
+    };
+    // Observe in the server that the waiter is listening and was refused (its last statement
+    // asked for the holder's remaining lease, which only a busy attempt does): from now on only
+    // a notification wakes it before its 120 s backoff.
+    let admin = admin(&pg).await;
+    until("waiter listening and refused", || async {
+        let n: i64 = admin
+            .query_one(
+                "SELECT count(*) FILTER (WHERE query = 'LISTEN leasehold_release')
+                      + count(*) FILTER (WHERE state = 'idle' AND query LIKE 'SELECT (extract(epoch FROM expires_at%')
+                   FROM pg_stat_activity",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        n == 2
+    })
+    .await;
+    holder.release().await.unwrap();
+    let got = tokio::time::timeout(BOUND, waiter)
+        .await
+        .expect("woken by the release, not the backoff")
+        .unwrap()
+        .unwrap();
+    got.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_auto_extended_lease_row_is_kept_and_its_loss_reported() {
+    use leasehold::postgres::PostgresLeaseClient;
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    let admin = admin(&pg).await;
+    let client = PostgresLeaseClient::connect(&lease_url(&pg)).await.unwrap();
+    let ttl = Duration::from_millis(600);
+    let guard = client
+        .acquire("kept", &LockOptions::new(ttl).auto_extend(true))
+        .await
+        .unwrap();
+    let t0: std::time::SystemTime = admin
+        .query_one("SELECT clock_timestamp()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    until("five TTLs on the server's clock", || async {
+        let now: std::time::SystemTime = admin
+            .query_one("SELECT clock_timestamp()", &[])
+            .await
+            .unwrap()
+            .get(0);
+        now.duration_since(t0).unwrap_or_default() > ttl * 5
+    })
+    .await;
+    assert!(guard.is_held());
+    assert_eq!(
+        client.inspect("kept").await.unwrap().holder.as_deref(),
+        Some(guard.token().expose())
+    );
+    // Taken away from outside: the next renewal finds it gone and reports the loss.
+    admin
+        .execute(
+            "UPDATE leasehold_leases SET token = 'intruder' WHERE key = 'kept'",
+            &[],
+        )
+        .await
+        .unwrap();
+    tokio::time::timeout(BOUND, guard.lost())
+        .await
+        .expect("loss reported");
+    assert_eq!(guard.loss_reason(), Some(LossReason::NotHeld));
+}

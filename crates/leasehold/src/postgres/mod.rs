@@ -45,6 +45,10 @@
 //! tool when the protected data lives in the same database and the lock should die with the
 //! worker's connection.
 
+mod lease;
+
+pub use lease::PostgresLeaseClient;
+
 use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
@@ -173,7 +177,7 @@ impl Session {
 }
 
 /// Classifies a PostgreSQL client error. `sent`: the statement may have reached the server.
-fn pg_error(op: Operation, sent: bool, e: tokio_postgres::Error) -> Error {
+pub(crate) fn pg_error(op: Operation, sent: bool, e: tokio_postgres::Error) -> Error {
     if let Some(db) = e.as_db_error() {
         let code = db.code();
         if *code == SqlState::INVALID_PASSWORD
@@ -211,7 +215,7 @@ fn pg_error(op: Operation, sent: bool, e: tokio_postgres::Error) -> Error {
     }
 }
 
-fn timeout_error(op: Operation, sent: bool) -> Error {
+pub(crate) fn timeout_error(op: Operation, sent: bool) -> Error {
     Error::Connection {
         op,
         ambiguous: sent,
@@ -219,7 +223,7 @@ fn timeout_error(op: Operation, sent: bool) -> Error {
     }
 }
 
-fn validate_pg_key(key: &str) -> Result<()> {
+pub(crate) fn validate_pg_key(key: &str) -> Result<()> {
     validate_key(key)?;
     if key.len() > MAX_PG_KEY_LEN {
         return Err(Error::invalid(
@@ -240,7 +244,40 @@ fn validate_pg_key(key: &str) -> Result<()> {
     Ok(())
 }
 
-fn millis_text(d: Duration) -> String {
+/// `url` without its `lock=…` query parameter (leasehold's, not PostgreSQL's: `lock=lease`
+/// picks [`PostgresLeaseClient`], `lock=session` the default [`PostgresClient`]).
+pub(crate) fn without_lock_param(url: &str) -> String {
+    let Some((base, query)) = url.split_once('?') else {
+        return url.to_string();
+    };
+    let rest: Vec<&str> = query
+        .split('&')
+        .filter(|p| !p.is_empty() && p.split('=').next() != Some("lock"))
+        .collect();
+    if rest.is_empty() {
+        base.to_string()
+    } else {
+        format!("{base}?{}", rest.join("&"))
+    }
+}
+
+/// Whether a `postgres://` URL asks for lease rows (`lock=lease`), or for session locks.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for another `lock=` value.
+pub(crate) fn wants_lease_rows(url: &str) -> Result<bool> {
+    let query = url.split_once('?').map_or("", |(_, q)| q);
+    match query.split('&').find_map(|p| p.strip_prefix("lock=")) {
+        None | Some("session") => Ok(false),
+        Some("lease") => Ok(true),
+        Some(other) => Err(Error::invalid(
+            "url",
+            format!("lock={other:?}: use lock=session (the default) or lock=lease"),
+        )),
+    }
+}
+
+pub(crate) fn millis_text(d: Duration) -> String {
     // 0 would mean "no limit" to PostgreSQL: never below 1 ms.
     d.as_millis().clamp(1, i32::MAX as u128).to_string()
 }
@@ -264,7 +301,8 @@ impl PostgresClient {
     /// cannot be reached within the connect timeout; [`Error::Authentication`] for refused
     /// credentials; [`Error::PermissionDenied`] if the table cannot be created.
     pub async fn connect_with(url: &str, options: ClientOptions) -> Result<Self> {
-        let mut config = tokio_postgres::Config::from_str(url)
+        let url = without_lock_param(url);
+        let mut config = tokio_postgres::Config::from_str(&url)
             .map_err(|e| Error::invalid("url", format!("{e} in a PostgreSQL URL")))?;
         config.connect_timeout(options.connect_timeout);
         config.keepalives(true);

@@ -1,0 +1,565 @@
+//! Lease rows on PostgreSQL: [`PostgresLeaseClient`], a lock that is a row with a token and an
+//! expiry (`postgres://…?lock=lease`), for locks that must outlive a connection.
+//!
+//! # How a lock is held
+//! The table `leasehold_leases (key, token, expires_at, fence)` has a row per key. Acquiring is
+//! one statement: an upsert that takes the row only if it has no token or its expiry has
+//! passed (by the server's `clock_timestamp()`), sets our token and `expires_at = now + ttl`,
+//! increments `fence` and returns it. Release and extend are `UPDATE … WHERE token = $token AND
+//! expires_at > clock_timestamp()`: token-checked, atomic, and never on an expired lease. A
+//! release also sends `NOTIFY leasehold_release` with the key, in the same statement; waiters
+//! `LISTEN` on one connection per client and retry when their key is released (or after a
+//! backoff with jitter, never longer than the holder's remaining lease).
+//!
+//! # Guarantees, and under which assumptions
+//! * **Mutual exclusion while valid.** The upsert's `WHERE` is evaluated on the row's latest
+//!   version under the row lock (`ON CONFLICT DO UPDATE`), so two acquisitions never both take
+//!   an unexpired row. `expires_at` is set by the server when the statement runs, after the
+//!   request was sent; the lease's local validity counts from before the send, minus the drift
+//!   allowance, so it ends first (assuming the server's clock does not run more than 1% fast
+//!   and does not jump).
+//! * **Token-checked release and extend**, as above: a later holder's token differs.
+//! * **Fencing numbers strictly increase per key**, committed with the acquisition (durable,
+//!   unlike the session lock's advisory lock).
+//! * **Loss is reported**: an auto-extension whose `UPDATE` matches no row (expired, taken,
+//!   released from elsewhere) declares the lease lost; so does the validity running out.
+//! * Unlike a session lock, a lease row survives its process (the CLI's `acquire` / `release`
+//!   from another process work) and costs no connection while held; a crashed holder's lock is
+//!   free after its TTL, not at once.
+
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::future::BoxFuture;
+use tokio::sync::broadcast;
+use tokio_postgres::{AsyncMessage, NoTls};
+
+use super::{pg_error, timeout_error, validate_pg_key};
+use crate::backend::HeldLock;
+use crate::client::{LockState, TryAcquire};
+use crate::error::{Error, Operation, Result};
+use crate::guard::{Lease, LockGuard, LossReason, clock_drift};
+use crate::options::{ClientOptions, LockOptions, ttl_millis};
+use crate::token::LockToken;
+
+const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS leasehold_leases (
+    key text PRIMARY KEY,
+    token text,
+    expires_at timestamptz NOT NULL,
+    fence bigint NOT NULL
+)";
+
+/// Takes the row if it is free or expired; no row returned: busy.
+const ACQUIRE: &str = "\
+INSERT INTO leasehold_leases AS t (key, token, expires_at, fence)
+VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 millisecond', 1)
+ON CONFLICT (key) DO UPDATE
+   SET token = EXCLUDED.token, expires_at = EXCLUDED.expires_at, fence = t.fence + 1
+ WHERE t.token IS NULL OR t.expires_at <= clock_timestamp()
+RETURNING fence";
+
+/// The remaining lease of a busy key, in ms (no row: free or expired by now).
+const REMAINING: &str = "\
+SELECT (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint
+  FROM leasehold_leases WHERE key = $1 AND token IS NOT NULL AND expires_at > clock_timestamp()";
+
+/// Release, and the notification for waiters, in one statement: one row iff released.
+const RELEASE: &str = "\
+WITH r AS (
+  UPDATE leasehold_leases SET token = NULL
+   WHERE key = $1 AND token = $2 AND expires_at > clock_timestamp()
+  RETURNING key)
+SELECT pg_notify('leasehold_release', key) FROM r";
+
+const EXTEND: &str = "\
+UPDATE leasehold_leases SET expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond'
+ WHERE key = $1 AND token = $2 AND expires_at > clock_timestamp()";
+
+const INSPECT: &str = "\
+SELECT CASE WHEN expires_at > clock_timestamp() THEN token END,
+       CASE WHEN token IS NOT NULL AND expires_at > clock_timestamp()
+            THEN (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint END,
+       fence
+  FROM leasehold_leases WHERE key = $1";
+
+const RAISE: &str = "\
+INSERT INTO leasehold_leases AS t (key, token, expires_at, fence) VALUES ($1, NULL, clock_timestamp(), $2)
+ON CONFLICT (key) DO UPDATE SET fence = GREATEST(t.fence, EXCLUDED.fence)
+RETURNING fence";
+
+/// Locks as lease rows on one PostgreSQL server. Cheap to clone.
+#[derive(Clone)]
+pub struct PostgresLeaseClient {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: tokio_postgres::Config,
+    options: ClientOptions,
+    /// The shared connection (requests are pipelined on it); replaced when it closes.
+    conn: tokio::sync::Mutex<Option<Arc<tokio_postgres::Client>>>,
+    /// Released keys, from the LISTEN connection (opened by the first waiter).
+    releases: Mutex<Option<broadcast::Sender<String>>>,
+    /// Auto-extended leases' stop signals, by (key, token).
+    renewing: Mutex<HashMap<(String, LockToken), tokio_util::sync::CancellationToken>>,
+}
+
+impl std::fmt::Debug for PostgresLeaseClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let c = &self.inner.config;
+        f.debug_struct("PostgresLeaseClient")
+            .field("hosts", &c.get_hosts())
+            .field("ports", &c.get_ports())
+            .field("user", &c.get_user())
+            .field("dbname", &c.get_dbname())
+            .finish_non_exhaustive()
+    }
+}
+
+fn unexpected(op: Operation) -> impl Fn(tokio_postgres::Error) -> Error {
+    move |e| Error::UnexpectedReply {
+        op,
+        detail: e.to_string(),
+    }
+}
+
+impl PostgresLeaseClient {
+    /// Connects with default [`ClientOptions`].
+    ///
+    /// # Errors
+    /// See [`PostgresLeaseClient::connect_with`].
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, ClientOptions::default()).await
+    }
+
+    /// Connects to the server `url` names (a `postgres://` URL; a `lock=lease` parameter is
+    /// accepted and ignored) and creates the table `leasehold_leases` if it is missing.
+    ///
+    /// # Errors
+    /// As [`PostgresClient::connect_with`](super::PostgresClient::connect_with).
+    pub async fn connect_with(url: &str, options: ClientOptions) -> Result<Self> {
+        let url = super::without_lock_param(url);
+        let mut config = tokio_postgres::Config::from_str(&url)
+            .map_err(|e| Error::invalid("url", format!("{e} in a PostgreSQL URL")))?;
+        config.connect_timeout(options.connect_timeout);
+        if config.get_application_name().is_none() {
+            config.application_name("leasehold");
+        }
+        let client = PostgresLeaseClient {
+            inner: Arc::new(Inner {
+                config,
+                options,
+                conn: tokio::sync::Mutex::new(None),
+                releases: Mutex::new(None),
+                renewing: Mutex::new(HashMap::new()),
+            }),
+        };
+        let conn = client.conn().await?;
+        match client
+            .timed(Operation::Connect, conn.batch_execute(CREATE_TABLE))
+            .await
+        {
+            Ok(()) => Ok(client),
+            // Two clients creating the table at once: the table is there either way.
+            Err(Error::Server { source, .. })
+                if source
+                    .downcast_ref::<tokio_postgres::Error>()
+                    .and_then(|e| e.code())
+                    .is_some_and(|c| {
+                        *c == tokio_postgres::error::SqlState::UNIQUE_VIOLATION
+                            || *c == tokio_postgres::error::SqlState::DUPLICATE_TABLE
+                    }) =>
+            {
+                Ok(client)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn connect_raw(
+        &self,
+    ) -> Result<(
+        tokio_postgres::Client,
+        tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>,
+    )> {
+        let bound = self.inner.options.connect_timeout;
+        match tokio::time::timeout(bound, self.inner.config.connect(NoTls)).await {
+            Ok(r) => r.map_err(|e| pg_error(Operation::Connect, false, e)),
+            Err(_) => Err(timeout_error(Operation::Connect, false)),
+        }
+    }
+
+    /// The shared connection, (re)opened if needed.
+    async fn conn(&self) -> Result<Arc<tokio_postgres::Client>> {
+        let mut slot = self.inner.conn.lock().await;
+        if let Some(c) = slot.as_ref().filter(|c| !c.is_closed()) {
+            return Ok(c.clone());
+        }
+        let (client, connection) = self.connect_raw().await?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "PostgreSQL connection ended");
+            }
+        });
+        let client = Arc::new(client);
+        *slot = Some(client.clone());
+        Ok(client)
+    }
+
+    async fn timed<T>(
+        &self,
+        op: Operation,
+        fut: impl std::future::Future<Output = std::result::Result<T, tokio_postgres::Error>>,
+    ) -> Result<T> {
+        match tokio::time::timeout(self.inner.options.response_timeout, fut).await {
+            Ok(r) => r.map_err(|e| pg_error(op, true, e)),
+            Err(_) => Err(timeout_error(op, true)),
+        }
+    }
+
+    /// A receiver of released keys: the LISTEN connection is opened on first use.
+    async fn releases(&self) -> Result<broadcast::Receiver<String>> {
+        if let Some(tx) = self
+            .inner
+            .releases
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
+            return Ok(tx.subscribe());
+        }
+        let (client, mut connection) = self.connect_raw().await?;
+        let client = Arc::new(client);
+        let (tx, rx) = broadcast::channel(1024);
+        let sender = tx.clone();
+        let inner = Arc::downgrade(&self.inner);
+        // The client lives as long as the task reads the connection's notifications.
+        let keep = client.clone();
+        tokio::spawn(async move {
+            let _client = keep;
+            let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+            use futures_util::StreamExt;
+            while let Some(message) = messages.next().await {
+                match message {
+                    Ok(AsyncMessage::Notification(n)) => {
+                        let _ = sender.send(n.payload().to_string());
+                    }
+                    Ok(_) => {}
+                    Err(_) => break,
+                }
+            }
+            // The connection ended: the next waiter opens a new one.
+            if let Some(inner) = inner.upgrade() {
+                *inner.releases.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            }
+        });
+        client
+            .batch_execute("LISTEN leasehold_release")
+            .await
+            .map_err(|e| pg_error(Operation::Acquire, true, e))?;
+        *self
+            .inner
+            .releases
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(tx);
+        Ok(rx)
+    }
+
+    /// One attempt to take `key`: one statement.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad key or TTL; [`Error::Unsupported`] for
+    /// `replica_ack`; connection and server errors.
+    pub async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
+        self.check(key, options)?;
+        self.attempt(key, options).await
+    }
+
+    fn check(&self, key: &str, options: &LockOptions) -> Result<()> {
+        validate_pg_key(key)?;
+        ttl_millis(options.ttl())?;
+        if options.replica_ack_required().is_some() {
+            return Err(Error::Unsupported {
+                backend: "postgres",
+                what: "replica acknowledgement (replica_ack)".into(),
+            });
+        }
+        Ok(())
+    }
+
+    async fn attempt(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
+        let conn = self.conn().await?;
+        let token = LockToken::random();
+        let ttl = options.ttl();
+        let ttl_ms = ttl.as_millis() as i64;
+        let started = Instant::now();
+        let row = self
+            .timed(
+                Operation::Acquire,
+                conn.query_opt(ACQUIRE, &[&key, &token.expose(), &ttl_ms]),
+            )
+            .await?;
+        let Some(row) = row else {
+            let remaining = self
+                .timed(Operation::Acquire, conn.query_opt(REMAINING, &[&key]))
+                .await?
+                .and_then(|r| r.get::<_, Option<i64>>(0))
+                .map(|ms| Duration::from_millis(ms.max(0) as u64));
+            return Ok(TryAcquire::Busy { remaining });
+        };
+        let fence: i64 = row.try_get(0).map_err(unexpected(Operation::Acquire))?;
+        if started.elapsed() >= ttl.saturating_sub(clock_drift(ttl)) {
+            let _ = self.release(key, &token).await;
+            return Err(Error::ExpiredOnArrival {
+                key: key.to_string(),
+                elapsed: started.elapsed(),
+                ttl,
+            });
+        }
+        let fencing = options.fencing_enabled().then_some(fence as u64);
+        let lease = Lease::new(key, token.clone(), fencing, started, ttl);
+        if options.auto_extend_enabled() {
+            self.keep_alive(lease.clone(), options);
+        }
+        let held = Arc::new(LeaseRowHeld(self.clone()));
+        Ok(TryAcquire::Acquired(LockGuard::new(held, lease)))
+    }
+
+    /// Takes `key`, waiting until `options.wait_bound()`: between attempts it sleeps until the
+    /// key is released (`LISTEN`) or for the backoff delay, never past the holder's remaining
+    /// lease nor the deadline.
+    ///
+    /// # Errors
+    /// [`Error::NotAcquired`] at the deadline; as [`PostgresLeaseClient::try_acquire`].
+    pub async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
+        self.check(key, options)?;
+        let begun = Instant::now();
+        let deadline = options.wait_bound().map(|w| begun + w);
+        // Subscribed before the first attempt, so a release right after it is not missed.
+        let mut released = match deadline {
+            Some(_) => Some(self.releases().await?),
+            None => None,
+        };
+        let mut attempts = 0u32;
+        loop {
+            attempts += 1;
+            let remaining = match self.attempt(key, options).await? {
+                TryAcquire::Acquired(guard) => return Ok(guard),
+                TryAcquire::Busy { remaining } => remaining,
+            };
+            let now = Instant::now();
+            let Some(deadline) = deadline.filter(|d| now < *d) else {
+                return Err(Error::NotAcquired {
+                    key: key.to_string(),
+                    waited: now - begun,
+                    attempts,
+                });
+            };
+            let mut delay = options.backoff_policy().delay(attempts - 1);
+            if let Some(r) = remaining {
+                delay = delay.min(r + Duration::from_millis(1));
+            }
+            let sleep = tokio::time::sleep(delay.min(deadline - now));
+            tokio::pin!(sleep);
+            let rx = released.as_mut().expect("subscribed when waiting");
+            loop {
+                tokio::select! {
+                    _ = &mut sleep => break,
+                    got = rx.recv() => match got {
+                        Ok(k) if k == key => break,
+                        Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                        Err(broadcast::error::RecvError::Closed) => {
+                            (&mut sleep).await;
+                            break;
+                        }
+                    },
+                }
+            }
+        }
+    }
+
+    /// Waits for `key`, runs `work`, releases whatever happens.
+    ///
+    /// # Errors
+    /// As [`LockClient::with_lock`](crate::LockClient::with_lock).
+    pub async fn with_lock<T, F, Fut>(&self, key: &str, options: &LockOptions, work: F) -> Result<T>
+    where
+        F: FnOnce(Lease) -> Fut,
+        Fut: std::future::Future<Output = T>,
+    {
+        let guard = self.acquire(key, options).await?;
+        crate::guard::run_with_lock(guard, options, work).await
+    }
+
+    /// Releases `key` if `token` holds it (from any process), and wakes its waiters.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if it does not (expired, released, or another token's).
+    pub async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
+        validate_pg_key(key)?;
+        self.stop_renewing(key, token);
+        let conn = self.conn().await?;
+        let rows = self
+            .timed(
+                Operation::Release,
+                conn.query(RELEASE, &[&key, &token.expose()]),
+            )
+            .await?;
+        if rows.is_empty() {
+            return Err(Error::NotHeld {
+                key: key.to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Extends `key` to `ttl` from now if `token` holds it (from any process).
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if it does not.
+    pub async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<()> {
+        validate_pg_key(key)?;
+        let ttl_ms = ttl_millis(ttl)? as i64;
+        let conn = self.conn().await?;
+        let n = self
+            .timed(
+                Operation::Extend,
+                conn.execute(EXTEND, &[&key, &token.expose(), &ttl_ms]),
+            )
+            .await?;
+        if n == 0 {
+            return Err(Error::NotHeld {
+                key: key.to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The holder's token, its remaining lease and the fencing counter.
+    ///
+    /// # Errors
+    /// Connection and server errors.
+    pub async fn inspect(&self, key: &str) -> Result<LockState> {
+        validate_pg_key(key)?;
+        let conn = self.conn().await?;
+        let row = self
+            .timed(Operation::Inspect, conn.query_opt(INSPECT, &[&key]))
+            .await?;
+        let bad = unexpected(Operation::Inspect);
+        let Some(row) = row else {
+            return Ok(LockState {
+                key: key.to_string(),
+                holder: None,
+                ttl: None,
+                fencing_counter: None,
+            });
+        };
+        let holder: Option<String> = row.try_get(0).map_err(&bad)?;
+        let ttl: Option<i64> = row.try_get(1).map_err(&bad)?;
+        let fence: i64 = row.try_get(2).map_err(&bad)?;
+        Ok(LockState {
+            key: key.to_string(),
+            holder,
+            ttl: ttl.map(|ms| Duration::from_millis(ms.max(0) as u64)),
+            fencing_counter: Some(fence as u64),
+        })
+    }
+
+    /// Raises `key`'s fencing counter to at least `at_least`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] above `i64::MAX`; connection and server errors.
+    pub async fn raise_fencing_counter(&self, key: &str, at_least: u64) -> Result<u64> {
+        validate_pg_key(key)?;
+        let n = i64::try_from(at_least)
+            .map_err(|_| Error::invalid("fencing number", "above PostgreSQL's bigint"))?;
+        let conn = self.conn().await?;
+        let row = self
+            .timed(
+                Operation::RaiseFencingCounter,
+                conn.query_one(RAISE, &[&key, &n]),
+            )
+            .await?;
+        let fence: i64 = row
+            .try_get(0)
+            .map_err(unexpected(Operation::RaiseFencingCounter))?;
+        Ok(fence as u64)
+    }
+
+    fn stop_renewing(&self, key: &str, token: &LockToken) {
+        if let Some(stop) = self
+            .inner
+            .renewing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&(key.to_string(), token.clone()))
+        {
+            stop.cancel();
+        }
+    }
+
+    /// Extends `lease` every renewal interval until it ends, is lost, or reaches `max_hold`.
+    fn keep_alive(&self, lease: Lease, options: &LockOptions) {
+        let stop = tokio_util::sync::CancellationToken::new();
+        self.inner
+            .renewing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(
+                (lease.key().to_string(), lease.token().clone()),
+                stop.clone(),
+            );
+        let client = Arc::downgrade(&self.inner);
+        let (every, ttl) = (options.renew_interval(), options.ttl());
+        let stop_at = options.max_hold_bound().map(|cap| Instant::now() + cap);
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(every) => {}
+                }
+                let Some(inner) = client.upgrade() else {
+                    return;
+                };
+                let client = PostgresLeaseClient { inner };
+                if lease.is_ended() || stop_at.is_some_and(|s| Instant::now() >= s) {
+                    client.stop_renewing(lease.key(), lease.token());
+                    return;
+                }
+                let started = Instant::now();
+                match client.extend(lease.key(), lease.token(), ttl).await {
+                    Ok(()) => lease.renewed(started, ttl),
+                    Err(Error::NotHeld { .. }) => {
+                        lease.mark_lost(LossReason::NotHeld);
+                        client.stop_renewing(lease.key(), lease.token());
+                        return;
+                    }
+                    // Retried at the next tick; Lease::lost reports a validity that runs out.
+                    Err(e) => tracing::debug!(key = lease.key(), error = %e, "renewal failed"),
+                }
+            }
+        });
+    }
+}
+
+/// A lock held as a lease row.
+#[derive(Debug)]
+struct LeaseRowHeld(PostgresLeaseClient);
+
+impl HeldLock for LeaseRowHeld {
+    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.0.release(lease.key(), lease.token()))
+    }
+
+    fn extend<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Instant>> {
+        Box::pin(async move {
+            let started = Instant::now();
+            self.0.extend(lease.key(), lease.token(), ttl).await?;
+            Ok(started + ttl.saturating_sub(clock_drift(ttl)))
+        })
+    }
+}
+
+crate::backend::impl_lock_backend!(PostgresLeaseClient, "postgres-lease");
