@@ -30,16 +30,33 @@
 //! **Leases and sessions.** Every entry is attached to an etcd lease, so a crashed client's
 //! entries disappear after its TTL. The client keeps one *session* per TTL in whole seconds
 //! (rounded up; etcd raises it to its minimum, about 2 s with default election settings, and
-//! the TTL etcd returns is the one used): one etcd lease and *one* keep-alive stream, created
-//! lazily and shared by every auto-extended lock and every waiting entry of that TTL. So 10 000
-//! auto-extended locks of one TTL cost one keep-alive per renewal interval, not 10 000.
+//! the TTL etcd returns is the one used): one etcd lease, created lazily and shared by every
+//! auto-extended lock and every waiting entry of that TTL. So 10 000 auto-extended locks of one
+//! TTL cost one keep-alive per renewal interval, not 10 000.
 //! Each tick (every TTL/3, or the smallest [`LockOptions::renew_every`] of its locks) the
 //! session
 //! 1. sends a keep-alive; the reply moves the validity of every lock on the session to
-//!    `send time + granted TTL - clock_drift`;
+//!    `send time + granted TTL - clock_drift`, the send time being that of the request the
+//!    reply answers;
 //! 2. checks, in one transaction per 64 locks, that every entry still exists with its
 //!    `create_revision` *and on this lease* (`Else` gets the entries, which says which ones
 //!    failed); those leases are declared lost ([`LossReason::NotHeld`]).
+//!
+//! **One keep-alive stream per client.** The keep-alives of every session, whatever its TTL,
+//! go out on *one* gRPC `LeaseKeepAlive` stream per client (shared by its clones), opened by
+//! the first keep-alive and kept until the client and its sessions are gone. etcd answers a
+//! stream's requests one at a time, in order, each reply naming its lease; so each request is
+//! queued, with its send time, under its lease id, and a reply answers the oldest request of
+//! its lease still queued *on that stream*: two sessions' ticks can interleave freely, and a
+//! session's validity only moves on a reply to a request it sent, from that request's send
+//! time (and only forward). When the stream ends (a member killed, a leader change, a
+//! `require_leader` refusal), or stays silent for a whole keep-alive wait, it is closed: every
+//! request still waiting on it fails (its session retries, every interval/8), and the next
+//! keep-alive opens *one* new stream (a mutex makes opening exclusive), on whichever member the
+//! channel picks. Replies on the new stream answer only requests sent on it, so nothing sent
+//! on the old one is ever counted again. A request whose session stopped waiting while the
+//! stream lived on (it was slow, not silent) stays queued until its late reply arrives, which
+//! is dropped: the replies after it still meet their own requests.
 //!
 //! If keep-alives fail until the session's validity is over, every lock on it is declared lost
 //! ([`LossReason::Expired`]; [`LossReason::NotHeld`] when etcd answers that the lease is gone),
@@ -65,21 +82,26 @@
 //!    receipt time plus the TTL, which is later, and a new leader only pushes expiries further
 //!    (when elected it restarts every lease from its full TTL, or from a checkpointed remaining
 //!    TTL, plus an election's worth; never earlier). A lock on a session gets the session's
-//!    validity (from its last keep-alive), not one counted from its own acquisition. So until
-//!    `valid_until` the entry is there unless something outside deleted it, assuming the
-//!    leader's clock does not run more than 1% fast ([`clock_drift`]). *Tests:*
-//!    `etcd_backend.rs`: `acquire_busy_release_fencing_and_token_checks` (a second client is
-//!    refused; the validity never ends after etcd's expiry), `auto_extend_outlives_the_ttl_and_plain_locks_expire`
+//!    validity (from its last keep-alive), not one counted from its own acquisition. On the
+//!    shared keep-alive stream a reply is matched to the very request it answers (same lease,
+//!    same stream, oldest first: etcd answers in order), so the instant is that request's send
+//!    time, never another session's or an older stream's. So until `valid_until` the entry is
+//!    there unless something outside deleted it, assuming the leader's clock does not run more
+//!    than 1% fast ([`clock_drift`]). *Tests:* `etcd_backend.rs`:
+//!    `acquire_busy_release_fencing_and_token_checks` (a second client is refused; the validity
+//!    never ends after etcd's expiry), `auto_extend_outlives_the_ttl_and_plain_locks_expire`
 //!    (the same, at every renewal), `cluster_keeps_leases_through_leader_loss_and_expires_a_stalled_holder`
 //!    (another client gets the lock only once the stalled holder's validity is over, with a
-//!    higher number).
+//!    higher number); the unit tests `keep_alive_replies_meet_their_own_requests` (routing by
+//!    lease, interleaved requests, a late reply) and `a_session_is_renewed_only_forward_and_not_revived`.
 //! 2. **Token-checked release and extend.** Both are transactions guarded by the entry's value
 //!    (our token) or its `create_revision`; a later holder's entry has another name and
 //!    another revision, so it is never touched. *Test:* `acquire_busy_release_fencing_and_token_checks`.
 //! 3. **Loss is reported.** An auto-extended lock whose entry vanished (or moved off the
 //!    session lease) is declared lost at the next tick's check; one whose keep-alives fail is
 //!    declared lost when its validity runs out. A loss is final: a session whose validity
-//!    lapsed ends even if etcd answers again (its locks are not revived), and the entry of a
+//!    lapsed ends even if etcd answers again (its locks are not revived: a reply to a request
+//!    sent after the validity ran out ends the session too), and the entry of a
 //!    lock declared lost while its session lives on is deleted (by revision and lease), so it
 //!    cannot stay held, kept alive, with nobody believing they hold it. *Tests:*
 //!    `loss_is_reported_when_the_entry_is_deleted`, `loss_is_reported_when_etcd_stalls_past_the_ttl`
@@ -95,7 +117,10 @@
 //!
 //! FIFO fairness and cancellation are checked by `waiting_is_fifo_and_wakes_only_the_head` and
 //! `a_cancelled_waiter_leaves_nothing_behind`; auto-extension and expiry by
-//! `auto_extend_outlives_the_ttl_and_plain_locks_expire`.
+//! `auto_extend_outlives_the_ttl_and_plain_locks_expire`; the one keep-alive stream by
+//! `one_keep_alive_stream_carries_every_ttl` (two TTLs, two leases, and etcd's own metrics
+//! count one `LeaseKeepAlive` stream; after a member restart, one open stream again and no
+//! loss).
 //!
 //! # Assumptions and limits
 //!
@@ -109,15 +134,23 @@
 //!   and leaves the old lease to expire on its own (it may be a session lease shared with
 //!   other locks, so it is never revoked); an auto-extended guard of that lock then reports
 //!   the lock lost, since its session no longer keeps it alive.
-//! * Each waiting acquisition opens its own watch stream while it waits; keep-alives use one
-//!   stream per session (per TTL in use). A waiter whose session is lost queues again, at the
-//!   back.
+//! * Each waiting acquisition opens its own watch stream while it waits. A waiter whose
+//!   session is lost queues again, at the back.
+//! * The keep-alive stream is shared, so its trouble is shared: while it is stuck, every
+//!   session's keep-alives fail, until the first session whose keep-alive wait (its interval,
+//!   at least 250 ms, at most the response timeout) passes in silence replaces it; a request
+//!   still waiting on the old stream then fails and is retried on the new one. etcd serves a
+//!   stream's requests one after another, so one slow renewal (a follower forwarding to a
+//!   leader) delays the others on it. An opening that gets no answer within the opener's wait
+//!   is abandoned (etcd then counts it as started and ended); at most one stream is open at a
+//!   time. The stream stays open while the client or any of its sessions lives, even with no
+//!   lock (as etcd's own Go client does).
 //! * Plain `http` to the members: no TLS (etcd-client is built without its TLS features).
 //! * The gRPC channel balances over every member of the URL and keeps a dead one in its set;
 //!   a request refused by it (never sent) is sent again, a few times, to reach a live one.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
@@ -163,6 +196,8 @@ struct Inner {
     user: Option<String>,
     response_timeout: Duration,
     sessions: Arc<Sessions>,
+    /// The one keep-alive stream of the client (all clones, all sessions).
+    keep_alives: Arc<KeepAlives>,
 }
 
 /// The client's sessions by TTL in whole seconds. An async mutex: creating a session (a lease
@@ -424,8 +459,9 @@ where
 // ----------------------------------------------------------------------------------------
 // Sessions
 
-/// One etcd lease kept alive by one keep-alive stream, shared by the client's auto-extended
-/// locks and waiting entries of one TTL.
+/// One etcd lease, shared by the client's auto-extended locks and waiting entries of one TTL,
+/// and kept alive by its own task through the client's one keep-alive stream
+/// ([`KeepAlives`]).
 struct Session {
     /// The TTL asked for, in seconds (the key in [`Sessions`]).
     secs: i64,
@@ -439,7 +475,7 @@ struct Session {
 }
 
 struct SessionState {
-    /// When the last successful grant or keep-alive was *sent*.
+    /// When the grant, or the keep-alive whose reply was applied last, was *sent*.
     renewed_at: Instant,
     /// The TTL etcd granted.
     granted: Duration,
@@ -505,12 +541,22 @@ impl Session {
         self.state().locks.remove(&rev)
     }
 
-    /// A keep-alive sent at `sent` was answered with `ttl`: every lock's validity moves.
-    /// Returns the locks it dropped because their lease was declared lost meanwhile (by
-    /// [`Lease::lost`] seeing its validity run out while a keep-alive was in flight): their
-    /// entries are still on the lease, which is kept alive, so they must be deleted.
-    fn renewed(&self, sent: Instant, ttl: Duration) -> Vec<(i64, Vec<u8>)> {
+    /// A keep-alive of this session's lease sent at `sent` was answered with `ttl`: every
+    /// lock's validity moves to `sent + ttl - drift` (only forward: a reply to an older
+    /// request than the last one applied changes nothing). Returns the locks it dropped
+    /// because their lease was declared lost meanwhile (by [`Lease::lost`] seeing its validity
+    /// run out while a keep-alive was in flight): their entries are still on the lease, which
+    /// is kept alive, so they must be deleted. `None` if the session's validity had already
+    /// run out when the request was sent (or the session ended): it is not revived.
+    fn renewed(&self, sent: Instant, ttl: Duration) -> Option<Vec<(i64, Vec<u8>)>> {
         let mut st = self.state();
+        let until = st.renewed_at + st.granted.saturating_sub(clock_drift(st.granted));
+        if self.dead.is_cancelled() || sent >= until {
+            return None;
+        }
+        if sent <= st.renewed_at {
+            return Some(Vec::new());
+        }
         st.renewed_at = sent;
         st.granted = ttl;
         let mut lost = Vec::new();
@@ -527,7 +573,7 @@ impl Session {
         for t in st.locks.values() {
             t.lease.renewed(sent, ttl);
         }
-        lost
+        Some(lost)
     }
 
     /// Ends the session and declares every lock on it lost.
@@ -552,66 +598,283 @@ impl Drop for SessionRef {
     }
 }
 
-/// The keep-alive stream of a session, opened on first use and after any failure.
-type KeepAlive = (ec::LeaseKeeper, ec::LeaseKeepAliveStream);
+// ----------------------------------------------------------------------------------------
+// The keep-alive stream
+
+/// The client's one keep-alive stream: the keep-alives of every session (every TTL) go out on
+/// it, and each reply is routed back to the request it answers by its lease id. Opened on
+/// first use (by the first keep-alive) and again, once, after it broke or got stuck.
+struct KeepAlives {
+    etcd: ec::Client,
+    /// The current stream. An async mutex: a stream is opened under it, so sessions that find
+    /// none at the same time open one, not one each.
+    current: tokio::sync::Mutex<Option<Arc<Generation>>>,
+    /// Streams opened so far (the number of the current one).
+    opened: AtomicU64,
+}
+
+/// One opened keep-alive stream. Its replies answer only requests sent on it: a reply never
+/// moves a validity with the send time of a request sent on an earlier stream.
+struct Generation {
+    number: u64,
+    state: Mutex<GenerationState>,
+    /// Stops the task reading the replies.
+    stop: CancellationToken,
+}
+
+struct GenerationState {
+    /// The stream's request side (each request goes out through a keeper made for its lease
+    /// id, sharing this one's sender); `None` once the stream is closed (it ended, got stuck,
+    /// or the client is gone), which also ends the request side.
+    keeper: Option<ec::LeaseKeeper>,
+    /// Requests sent and not answered yet, by lease, oldest first: etcd answers a stream's
+    /// requests one at a time, in order (or ends the stream), so a reply for lease `L` answers
+    /// the oldest request for `L` still waiting. A request whose sender stopped waiting stays
+    /// queued until its (late) reply arrives, which is then dropped, so the replies after it
+    /// still meet their own requests.
+    waiting: HashMap<i64, VecDeque<Waiting>>,
+    /// When the last reply arrived.
+    last_reply: Option<Instant>,
+}
+
+/// A request sent on a stream: when, and where its reply goes.
+struct Waiting {
+    sent: Instant,
+    reply: tokio::sync::oneshot::Sender<Answer>,
+}
+
+/// A reply to one keep-alive request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Answer {
+    /// When the request it answers was sent.
+    sent: Instant,
+    /// The lease's new TTL in seconds; 0 (or less): the lease is gone.
+    ttl: i64,
+}
 
 enum KeepAliveOutcome {
-    Renewed(Duration),
+    /// The request sent at `sent` renewed the lease, to `ttl` (`None`: the TTL it was granted
+    /// with, when the reply was read by the stream's opening).
+    Renewed {
+        sent: Instant,
+        ttl: Option<Duration>,
+    },
     /// etcd says the lease does not exist (expired or revoked).
     Gone,
     Failed,
 }
 
-async fn keep_alive_once(
-    etcd: &ec::Client,
-    stream: &mut Option<KeepAlive>,
-    session: &Session,
-    wait: Duration,
-) -> KeepAliveOutcome {
-    let Some((keeper, replies)) = stream.as_mut() else {
-        // Opening the stream sends the first keep-alive and reads its reply.
-        let mut leases = etcd.lease_client();
-        return match tokio::time::timeout(wait, leases.keep_alive(session.id)).await {
-            Ok(Ok(opened)) => {
-                *stream = Some(opened);
-                KeepAliveOutcome::Renewed(session.state().granted)
+impl Generation {
+    fn new(number: u64, keeper: ec::LeaseKeeper) -> Self {
+        Generation {
+            number,
+            state: Mutex::new(GenerationState {
+                keeper: Some(keeper),
+                waiting: HashMap::new(),
+                last_reply: None,
+            }),
+            stop: CancellationToken::new(),
+        }
+    }
+
+    fn is_open(&self) -> bool {
+        lock(&self.state).keeper.is_some()
+    }
+
+    /// Queues a request for `lease` as sent now: a keeper that sends it on this stream, the
+    /// send time, and where its reply will come. `None` if the stream is closed.
+    fn enqueue(
+        &self,
+        lease: i64,
+    ) -> Option<(
+        ec::LeaseKeeper,
+        Instant,
+        tokio::sync::oneshot::Receiver<Answer>,
+    )> {
+        let mut st = lock(&self.state);
+        let sender = st.keeper.as_ref()?.sender.clone();
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let sent = Instant::now();
+        st.waiting
+            .entry(lease)
+            .or_default()
+            .push_back(Waiting { sent, reply });
+        Some((ec::LeaseKeeper { id: lease, sender }, sent, answer))
+    }
+
+    /// A reply for `lease` arrived: it answers the oldest request for `lease` still waiting.
+    fn answer(&self, lease: i64, ttl: i64) {
+        let waiting = {
+            let mut st = lock(&self.state);
+            st.last_reply = Some(Instant::now());
+            let queue = st.waiting.get_mut(&lease);
+            let first = queue.and_then(|q| q.pop_front());
+            if st.waiting.get(&lease).is_some_and(|q| q.is_empty()) {
+                st.waiting.remove(&lease);
             }
-            Ok(Err(ec::Error::LeaseKeepAliveError(e))) if e.contains("not found") => {
-                KeepAliveOutcome::Gone
-            }
-            Ok(Err(e)) => {
-                tracing::debug!(lease = session.id, error = %e, "etcd keep-alive stream failed to open");
-                KeepAliveOutcome::Failed
-            }
-            Err(_) => KeepAliveOutcome::Failed,
+            first
         };
-    };
-    let exchange = async {
-        keeper.keep_alive().await?;
-        replies.message().await
-    };
-    match tokio::time::timeout(wait, exchange).await {
-        Ok(Ok(Some(reply))) if reply.ttl() > 0 => {
-            KeepAliveOutcome::Renewed(Duration::from_secs(reply.ttl() as u64))
+        match waiting {
+            // The sender may have stopped waiting (a late reply): then it is dropped.
+            Some(w) => drop(w.reply.send(Answer { sent: w.sent, ttl })),
+            None => tracing::debug!(
+                lease,
+                stream = self.number,
+                "unexpected etcd keep-alive reply"
+            ),
         }
-        Ok(Ok(Some(_))) => KeepAliveOutcome::Gone,
-        Ok(Ok(None)) => KeepAliveOutcome::Failed,
-        Ok(Err(e)) => {
-            tracing::debug!(lease = session.id, error = %e, "etcd keep-alive failed");
-            KeepAliveOutcome::Failed
-        }
-        Err(_) => KeepAliveOutcome::Failed,
+    }
+
+    /// Whether no reply arrived on the stream since `t`.
+    fn silent_since(&self, t: Instant) -> bool {
+        lock(&self.state).last_reply.is_none_or(|r| r < t)
+    }
+
+    /// Closes the stream: no more requests on it, and every request still waiting fails.
+    fn close(&self) {
+        let waiting = {
+            let mut st = lock(&self.state);
+            st.keeper = None;
+            std::mem::take(&mut st.waiting)
+        };
+        drop(waiting);
+        self.stop.cancel();
     }
 }
 
-/// One session's keep-alive task. Runs until the session is lost or retired.
+impl KeepAlives {
+    fn new(etcd: ec::Client) -> Self {
+        KeepAlives {
+            etcd,
+            current: tokio::sync::Mutex::new(None),
+            opened: AtomicU64::new(0),
+        }
+    }
+
+    /// Sends one keep-alive for `lease` and waits (at most `wait`) for its reply, on the
+    /// current stream, or on a new one if there is none open.
+    async fn keep_alive(&self, lease: i64, wait: Duration) -> KeepAliveOutcome {
+        let deadline = tokio::time::Instant::now() + wait;
+        let generation = {
+            let Ok(mut current) = tokio::time::timeout_at(deadline, self.current.lock()).await
+            else {
+                return KeepAliveOutcome::Failed;
+            };
+            match current.as_ref() {
+                Some(g) if g.is_open() => g.clone(),
+                _ => {
+                    *current = None;
+                    // Opening the stream sends the first keep-alive (this one) and reads its
+                    // reply.
+                    let sent = Instant::now();
+                    let mut leases = self.etcd.lease_client();
+                    return match tokio::time::timeout_at(deadline, leases.keep_alive(lease)).await {
+                        Ok(Ok((keeper, replies))) => {
+                            let number = self.opened.fetch_add(1, Ordering::SeqCst) + 1;
+                            let generation = Arc::new(Generation::new(number, keeper));
+                            tokio::spawn(read_replies(generation.clone(), replies));
+                            *current = Some(generation);
+                            tracing::debug!(stream = number, "etcd keep-alive stream opened");
+                            KeepAliveOutcome::Renewed { sent, ttl: None }
+                        }
+                        Ok(Err(ec::Error::LeaseKeepAliveError(e))) if e.contains("not found") => {
+                            KeepAliveOutcome::Gone
+                        }
+                        Ok(Err(e)) => {
+                            tracing::debug!(lease, error = %e, "etcd keep-alive stream failed to open");
+                            KeepAliveOutcome::Failed
+                        }
+                        Err(_) => KeepAliveOutcome::Failed,
+                    };
+                }
+            }
+        };
+        let Some((mut keeper, sent, answer)) = generation.enqueue(lease) else {
+            return KeepAliveOutcome::Failed;
+        };
+        if !matches!(
+            tokio::time::timeout_at(deadline, keeper.keep_alive()).await,
+            Ok(Ok(()))
+        ) {
+            // The request half is gone (the stream ended) or stuck.
+            generation.close();
+            return KeepAliveOutcome::Failed;
+        }
+        match tokio::time::timeout_at(deadline, answer).await {
+            Ok(Ok(a)) if a.ttl > 0 => KeepAliveOutcome::Renewed {
+                sent: a.sent,
+                ttl: Some(Duration::from_secs(a.ttl as u64)),
+            },
+            Ok(Ok(_)) => KeepAliveOutcome::Gone,
+            // The stream ended (or was closed) before answering.
+            Ok(Err(_)) => KeepAliveOutcome::Failed,
+            Err(_) => {
+                // Nothing at all came back since the request left: the stream is stuck (a
+                // frozen member, a lost connection); the next keep-alive opens another. If
+                // other replies did come, it is only slow: the reply, when it comes, is dropped.
+                if generation.silent_since(sent) {
+                    tracing::debug!(
+                        stream = generation.number,
+                        "etcd keep-alive stream silent; replacing it"
+                    );
+                    generation.close();
+                }
+                KeepAliveOutcome::Failed
+            }
+        }
+    }
+}
+
+impl Drop for KeepAlives {
+    fn drop(&mut self) {
+        if let Some(g) = self.current.get_mut().take() {
+            g.close();
+        }
+    }
+}
+
+/// Reads a stream's replies and routes each to its request, until the stream ends or is
+/// closed.
+async fn read_replies(generation: Arc<Generation>, mut replies: ec::LeaseKeepAliveStream) {
+    loop {
+        let message = tokio::select! {
+            m = replies.message() => m,
+            _ = generation.stop.cancelled() => break,
+        };
+        match message {
+            Ok(Some(reply)) => generation.answer(reply.id(), reply.ttl()),
+            Ok(None) => {
+                tracing::debug!(stream = generation.number, "etcd keep-alive stream ended");
+                break;
+            }
+            Err(e) => {
+                tracing::debug!(stream = generation.number, error = %e, "etcd keep-alive stream failed");
+                break;
+            }
+        }
+    }
+    generation.close();
+}
+
+/// One session's keep-alive task (its keep-alives go out on the client's one stream). Runs
+/// until the session is lost or retired.
 async fn run_session(
     etcd: ec::Client,
+    keep_alives: Arc<KeepAlives>,
     session: Arc<Session>,
     sessions: Arc<Sessions>,
     response_timeout: Duration,
 ) {
-    let mut stream: Option<KeepAlive> = None;
+    // The validity lapsed before a keep-alive that could renew it was sent: the locks may have
+    // been lost meanwhile (and their guards may have said so). Not revived: the session ends.
+    let lapsed = || async {
+        tracing::warn!(
+            lease = session.id,
+            "no etcd keep-alive succeeded within the lease's TTL; its locks are lost"
+        );
+        end_session(&sessions, &session, LossReason::Expired).await;
+        revoke_in_background(&etcd, session.id, response_timeout);
+    };
     let mut next = {
         let st = session.state();
         st.renewed_at + st.interval
@@ -633,22 +896,18 @@ async fn run_session(
         } else {
             idle_since = None;
         }
-        let sent = Instant::now();
-        if sent >= session.valid_until() {
-            // The validity lapsed before this keep-alive was sent: the locks may have been
-            // lost meanwhile (and their guards may have said so). Not revived: the session ends.
-            tracing::warn!(
-                lease = session.id,
-                "no etcd keep-alive succeeded within the lease's TTL; its locks are lost"
-            );
-            end_session(&sessions, &session, LossReason::Expired).await;
-            revoke_in_background(&etcd, session.id, response_timeout);
+        if Instant::now() >= session.valid_until() {
+            lapsed().await;
             return;
         }
         let wait = response_timeout.min(interval.max(Duration::from_millis(250)));
-        match keep_alive_once(&etcd, &mut stream, &session, wait).await {
-            KeepAliveOutcome::Renewed(ttl) => {
-                let lost = session.renewed(sent, ttl);
+        match keep_alives.keep_alive(session.id, wait).await {
+            KeepAliveOutcome::Renewed { sent, ttl } => {
+                let ttl = ttl.unwrap_or_else(|| session.state().granted);
+                let Some(lost) = session.renewed(sent, ttl) else {
+                    lapsed().await;
+                    return;
+                };
                 if !lost.is_empty() {
                     delete_entries(&etcd, session.id, &lost, response_timeout).await;
                 }
@@ -660,15 +919,9 @@ async fn run_session(
                 return;
             }
             KeepAliveOutcome::Failed => {
-                stream = None;
                 let now = Instant::now();
                 if now >= session.valid_until() {
-                    tracing::warn!(
-                        lease = session.id,
-                        "no etcd keep-alive succeeded within the lease's TTL; its locks are lost"
-                    );
-                    end_session(&sessions, &session, LossReason::Expired).await;
-                    revoke_in_background(&etcd, session.id, response_timeout);
+                    lapsed().await;
                     return;
                 }
                 next = now + (interval / 8).max(Duration::from_millis(20));
@@ -1172,11 +1425,12 @@ impl EtcdClient {
         tracing::debug!(endpoints = ?parsed.endpoints, "leasehold connected to etcd");
         Ok(EtcdClient {
             inner: Arc::new(Inner {
-                etcd,
                 endpoints: parsed.endpoints,
                 user: parsed.user.map(|(name, _)| name),
                 response_timeout,
                 sessions: Arc::new(tokio::sync::Mutex::new(HashMap::new())),
+                keep_alives: Arc::new(KeepAlives::new(etcd.clone())),
+                etcd,
             }),
         })
     }
@@ -1761,6 +2015,7 @@ impl EtcdClient {
         map.insert(secs, session.clone());
         tokio::spawn(run_session(
             self.inner.etcd.clone(),
+            self.inner.keep_alives.clone(),
             session.clone(),
             self.inner.sessions.clone(),
             self.inner.response_timeout,
@@ -1907,6 +2162,90 @@ mod tests {
         assert!(ttl_secs(Duration::ZERO).is_err());
         let t = LockToken::new("tok").unwrap();
         assert_eq!(entry_key("k", &t), b"k\0tok");
+    }
+
+    /// Replies on one stream meet their own requests: by lease, oldest first, each with the
+    /// send time of the request it answers, however the sessions' requests interleave. A
+    /// late reply (its sender stopped waiting) is dropped without shifting the later ones.
+    /// Closing fails every request still waiting and sends nothing more.
+    #[tokio::test]
+    async fn keep_alive_replies_meet_their_own_requests() {
+        let (sender, mut on_the_wire) = tokio::sync::mpsc::channel(8);
+        let generation = Generation::new(1, ec::LeaseKeeper { id: 0, sender });
+        let (mut k1, _, a1) = generation.enqueue(10).unwrap();
+        let (mut k2, b_sent, b) = generation.enqueue(20).unwrap();
+        let (mut k3, a2_sent, a2) = generation.enqueue(10).unwrap();
+        for k in [&mut k1, &mut k2, &mut k3] {
+            k.keep_alive().await.unwrap();
+        }
+        let ids: Vec<i64> = (0..3).map(|_| on_the_wire.try_recv().unwrap().id).collect();
+        assert_eq!(ids, [10, 20, 10]);
+        assert!(generation.silent_since(a2_sent));
+        generation.answer(20, 5);
+        assert_eq!(
+            b.await.unwrap(),
+            Answer {
+                sent: b_sent,
+                ttl: 5
+            }
+        );
+        assert!(!generation.silent_since(a2_sent));
+        // Lease 10's first request was given up: its late reply is dropped, and the next reply
+        // answers the second request, with the second request's send time.
+        drop(a1);
+        generation.answer(10, 3);
+        assert_eq!(lock(&generation.state).waiting[&10].len(), 1);
+        generation.answer(10, 0);
+        assert_eq!(
+            a2.await.unwrap(),
+            Answer {
+                sent: a2_sent,
+                ttl: 0
+            }
+        );
+        assert!(lock(&generation.state).waiting.is_empty());
+        // A reply nobody asked for changes nothing.
+        generation.answer(30, 3);
+        let (_, _, c) = generation.enqueue(10).unwrap();
+        generation.close();
+        assert!(c.await.is_err(), "a closed stream answers nothing");
+        assert!(generation.enqueue(10).is_none() && !generation.is_open());
+        assert!(generation.stop.is_cancelled());
+    }
+
+    /// A session's validity only moves forward, and never once it has run out.
+    #[test]
+    fn a_session_is_renewed_only_forward_and_not_revived() {
+        let t0 = Instant::now();
+        let granted = Duration::from_secs(2);
+        let session = Session {
+            secs: 2,
+            id: 1,
+            waiters: AtomicUsize::new(0),
+            state: Mutex::new(SessionState {
+                renewed_at: t0,
+                granted,
+                interval: Duration::from_millis(500),
+                locks: HashMap::new(),
+            }),
+            dead: CancellationToken::new(),
+        };
+        let until = |at: Instant| at + granted - clock_drift(granted);
+        assert_eq!(session.valid_until(), until(t0));
+        let t1 = t0 + Duration::from_secs(1);
+        assert_eq!(session.renewed(t1, granted), Some(Vec::new()));
+        assert_eq!(session.valid_until(), until(t1));
+        // A reply to a request sent before the last one applied: nothing moves.
+        assert_eq!(session.renewed(t0, granted), Some(Vec::new()));
+        assert_eq!(session.valid_until(), until(t1));
+        // Sent after the validity ran out: not revived.
+        assert_eq!(session.renewed(until(t1), granted), None);
+        assert_eq!(session.valid_until(), until(t1));
+        session.dead.cancel();
+        assert_eq!(
+            session.renewed(t1 + Duration::from_millis(1), granted),
+            None
+        );
     }
 
     /// The cleanup of entries whose locks were declared lost while their session lives on

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use leasehold::etcd::EtcdClient;
 use leasehold::{
-    ClientOptions, Error, LockOptions, LockToken, Locker, LossReason, MAX_KEY_LEN, Operation,
-    TryAcquire, clock_drift,
+    ClientOptions, Error, LockGuard, LockOptions, LockToken, Locker, LossReason, MAX_KEY_LEN,
+    Operation, TryAcquire, clock_drift,
 };
 use leasehold_harness::{Etcd, EtcdCluster, etcd_cluster_for_test, etcd_for_test};
 
@@ -593,6 +593,173 @@ async fn cluster_keeps_leases_through_leader_loss_and_expires_a_stalled_holder()
     assert!(next.fencing_token().unwrap() > stalled.fencing_token().unwrap());
     assert!(stalled.release().await.unwrap_err().is_not_held());
     next.release().await.unwrap();
+}
+
+/// etcd's own count of `LeaseKeepAlive` streams: its gRPC metrics, served on the client port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct KeepAliveStreams {
+    /// Streams opened (`grpc_server_started_total`).
+    started: u64,
+    /// Streams ended, whatever their status (`grpc_server_handled_total`, all codes).
+    ended: u64,
+    /// Keep-alive requests received, on all streams (`grpc_server_msg_received_total`).
+    requests: u64,
+}
+
+impl KeepAliveStreams {
+    fn open(&self) -> u64 {
+        self.started - self.ended
+    }
+}
+
+/// Reads `GET /metrics` (HTTP/1.0, over a plain TCP connection) from `etcd` and sums the
+/// `LeaseKeepAlive` series of the three counters. Panics if etcd does not expose them.
+async fn keep_alive_streams(etcd: &Etcd) -> KeepAliveStreams {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let fetch = async {
+        let mut conn = tokio::net::TcpStream::connect(etcd.addr()).await?;
+        conn.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+            .await?;
+        let mut text = String::new();
+        conn.read_to_string(&mut text).await?;
+        Ok::<_, std::io::Error>(text)
+    };
+    let text = tokio::time::timeout(GENEROUS, fetch)
+        .await
+        .expect("metrics in time")
+        .expect("GET /metrics");
+    assert!(text.starts_with("HTTP/1.0 200"), "{:.200}", text);
+    let sum = |counter: &str| -> u64 {
+        let series: Vec<u64> = text
+            .lines()
+            .filter(|l| {
+                l.starts_with(&format!("{counter}{{"))
+                    && l.contains("grpc_method=\"LeaseKeepAlive\"")
+            })
+            .map(|l| {
+                let value = l.rsplit(' ').next().unwrap();
+                value.parse::<f64>().unwrap_or_else(|_| panic!("{l}")) as u64
+            })
+            .collect();
+        assert!(
+            !series.is_empty(),
+            "etcd exposes no {counter} for LeaseKeepAlive"
+        );
+        series.iter().sum()
+    };
+    KeepAliveStreams {
+        started: sum("grpc_server_started_total"),
+        ended: sum("grpc_server_handled_total"),
+        requests: sum("grpc_server_msg_received_total"),
+    }
+}
+
+/// Waits until the validity of every guard moved forward `n` times: each move is the reply to
+/// a keep-alive of that guard's lease. Fails if a guard is lost meanwhile.
+async fn renewed_times(guards: &[&LockGuard], n: usize) {
+    let mut last: Vec<Instant> = guards.iter().map(|g| g.valid_until()).collect();
+    let mut seen = vec![0; guards.len()];
+    let deadline = Instant::now() + GENEROUS;
+    while seen.iter().any(|&s| s < n) {
+        assert!(Instant::now() < deadline, "renewals seen: {seen:?}");
+        for (i, g) in guards.iter().enumerate() {
+            assert!(g.is_held(), "{} lost: {:?}", g.key(), g.loss_reason());
+            let until = g.valid_until();
+            if until > last[i] {
+                seen[i] += 1;
+                last[i] = until;
+            }
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// The sessions of two TTLs (two etcd leases) of one client are kept alive over ONE
+/// `LeaseKeepAlive` stream, as etcd itself counts them; when the member restarts (the stream
+/// breaks), ONE new stream carries both again, and neither lock is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_keep_alive_stream_carries_every_ttl() {
+    let Some(mut etcd) = etcd_for_test() else {
+        return;
+    };
+    let raw = raw(&[etcd.endpoint()]).await;
+    let c = client(&etcd).await;
+    let before = keep_alive_streams(&etcd).await;
+    assert_eq!((before.started, before.requests), (0, 0), "{before:?}");
+
+    // Renewed every 500 ms, so both renew several times within a second or two; TTLs long
+    // enough to ride out the restart below (1.3-1.9 s seen) with a margin.
+    let every = Duration::from_millis(500);
+    let (short_ttl, long_ttl) = (Duration::from_secs(4), Duration::from_secs(6));
+    let short = c
+        .acquire(
+            "ka-short",
+            &LockOptions::new(short_ttl)
+                .auto_extend(true)
+                .renew_every(every),
+        )
+        .await
+        .unwrap();
+    let long = c
+        .acquire(
+            "ka-long",
+            &LockOptions::new(long_ttl)
+                .auto_extend(true)
+                .renew_every(every),
+        )
+        .await
+        .unwrap();
+    let acquired = Instant::now();
+    // Two TTLs: two sessions, two etcd leases.
+    let lease_of = |key: &'static str| {
+        let mut kv = raw.kv_client();
+        async move {
+            let mut prefix = key.as_bytes().to_vec();
+            prefix.push(0);
+            let options = etcd_client::GetOptions::new().with_prefix();
+            let resp = kv.get(prefix, Some(options)).await.unwrap();
+            assert_eq!(resp.kvs().len(), 1, "{key}");
+            resp.kvs()[0].lease()
+        }
+    };
+    let (short_lease, long_lease) = (lease_of("ka-short").await, lease_of("ka-long").await);
+    assert_ne!(short_lease, long_lease, "one session per TTL");
+
+    renewed_times(&[&short, &long], 3).await;
+    // etcd saw the renewals too: 2.2 s after the grants, a lease never renewed would have
+    // less than TTL - 2 s left (etcd truncates to whole seconds); a renewed one has more.
+    tokio::time::sleep_until((acquired + Duration::from_millis(2200)).into()).await;
+    for (key, ttl) in [("ka-short", short_ttl), ("ka-long", long_ttl)] {
+        let left = c.inspect(key).await.unwrap().ttl.unwrap();
+        assert!(left + Duration::from_secs(2) >= ttl, "{key}: {left:?} left");
+    }
+    let seen = keep_alive_streams(&etcd).await;
+    eprintln!("before the restart: {seen:?}");
+    assert!(seen.requests >= 6, "keep-alives received by etcd: {seen:?}");
+    assert_eq!(
+        (seen.started, seen.ended),
+        (1, 0),
+        "one keep-alive stream for both TTLs"
+    );
+
+    // The stream breaks: the member is killed and restarted (its counters start afresh).
+    // Opening attempts that etcd, still starting, leaves unanswered for a keep-alive wait are
+    // abandoned (etcd counts them as started, then ended); one stream is open in the end.
+    let t0 = Instant::now();
+    tokio::task::block_in_place(|| etcd.restart()).unwrap();
+    eprintln!("etcd restarted in {:?}", t0.elapsed());
+    renewed_times(&[&short, &long], 3).await;
+    until("one keep-alive stream open", GENEROUS, || async {
+        keep_alive_streams(&etcd).await.open() == 1
+    })
+    .await;
+    let seen = keep_alive_streams(&etcd).await;
+    eprintln!("after the restart: {seen:?}");
+    assert_eq!(seen.open(), 1, "{seen:?}");
+    assert!(seen.requests >= 6, "{seen:?}");
+    assert_eq!((short.loss_reason(), long.loss_reason()), (None, None));
+    short.release().await.unwrap();
+    long.release().await.unwrap();
 }
 
 #[tokio::test]

@@ -466,6 +466,7 @@ async fn wb(bin: &ServerBinary, st: &Settings, results: &mut Results) -> anyhow:
         ("etcd", format!("etcd://{}", etcd.addr())),
         ("etcd_3_members", etcd3_url),
         ("postgres", pg.url()),
+        ("postgres_lease_rows", format!("{}?lock=lease", pg.url())),
     ];
     let hold = Duration::from_secs_f64(st.w3_hold_ms / 1000.0);
     let mut runs: BTreeMap<(&str, String), Vec<Summary>> = BTreeMap::new();
@@ -933,7 +934,7 @@ fn markdown(doc: &Value) -> String {
             md.push_str(
                 "\n(WB: W1, W3 and W5 through `leasehold::Locker` on each backend, the systems \
                  taking turns in every repetition: Redis standalone, etcd with one member and \
-                 with three, PostgreSQL session advisory locks. W3B is W3's contention on one key \
+                 with three, PostgreSQL session advisory locks and lease rows (`?lock=lease`). W3B is W3's contention on one key \
                  with its fairness columns; W5B holds auto-extended leases and counts the lost)\n",
             );
         }
