@@ -203,9 +203,19 @@ pub struct CheckArgs {
     /// minority of the nodes. With --topology cluster: pause, kill, failover (the lock
     /// slot's master killed, its replica takes over), migrate (the lock's slot moved to
     /// another master). With --topology sentinel: pause, kill, failover (SENTINEL FAILOVER),
-    /// kill-primary (the sentinels promote the replica).
+    /// kill-primary (the sentinels promote the replica). With --backend etcd: pause, kill,
+    /// member-kill (a follower killed, restarted 2 TTLs later), member-pause (a member
+    /// SIGSTOPped for 2 TTLs), leader-kill (the leader killed, restarted 2 TTLs later). With
+    /// --backend postgres: pause, kill, restart (the server restarted: every session, and so
+    /// every lock, ends at once).
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub faults: Vec<String>,
+    /// The lock backend: redis (the servers of --topology and --nodes), etcd (a 3-member etcd
+    /// cluster; fencing numbers are etcd revisions), or postgres (a PostgreSQL server of its
+    /// own: session advisory locks). --topology, --nodes, --release del and --replica-ack are
+    /// for redis only.
+    #[arg(long, default_value = "redis", value_parser = ["redis", "etcd", "postgres"])]
+    pub backend: String,
     /// Where the lock lives: standalone (one server, or Redlock with --nodes), cluster (a
     /// Redis Cluster of 3 masters with a replica each), or sentinel (a primary, its replica
     /// and 3 sentinels). The register always lives on a server of its own.
@@ -219,7 +229,8 @@ pub struct CheckArgs {
     #[arg(long, value_name = "N")]
     pub replica_ack: Option<u32>,
     /// The server of the matrix to run the locks on (default redis8 if installed, else the
-    /// newest installed).
+    /// newest installed); with --backend etcd or postgres, only the register's (--register
+    /// redis).
     #[arg(long, value_name = "FLAVOR")]
     pub server: Option<Flavor>,
     /// Seed of the fault schedule and of the work times.

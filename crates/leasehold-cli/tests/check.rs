@@ -248,3 +248,116 @@ fn bad_options_are_usage_errors() {
         assert_eq!(run.code, 64, "{args:?}: {run:?}");
     }
 }
+
+/// Whether `what` (etcd, PostgreSQL) is missing, so the test skips; panics instead when the
+/// full matrix is required.
+fn skip_without(what: &str, found: bool) -> bool {
+    if found {
+        return false;
+    }
+    assert!(
+        !leasehold_harness::require_full_matrix(),
+        "no {what} server found, and the full matrix is required (run scripts/install-servers)"
+    );
+    eprintln!("skipping: no {what} server found (run scripts/install-servers)");
+    true
+}
+
+// `--backend etcd`: the lock on a 3-member etcd cluster (the register on redis8), with a
+// holder paused and killed, a follower killed, a member frozen and the leader killed. The
+// fencing numbers are etcd revisions (not 1, 2, 3...): the analysis must not mind.
+server_test!([redis8] async fn backend_etcd_pause_kill_member_faults(bin) {
+    if skip_without("etcd", leasehold_harness::find_etcd().is_some()) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let report = check(
+        &bin,
+        dir.path(),
+        &[
+            "--backend", "etcd", "--duration", "20s", "--ttl", "1s", "--work", "30ms",
+            "--faults", "pause,kill,member-kill,member-pause,leader-kill", "--seed", "7",
+        ],
+        0,
+    );
+    assert_safe(&report);
+    assert_eq!(report["settings"]["backend"], "etcd");
+    // Workers cannot raise etcd's counter (its revisions): they are not asked to.
+    assert_eq!(report["settings"]["raise_counter"], false);
+    for kind in ["pause", "kill", "member-kill", "member-pause", "leader-kill"] {
+        assert!(injected(&report, kind) >= 1, "no {kind} in {report:#}");
+    }
+    for f in report["faults"].as_array().unwrap() {
+        if f["kind"] != "pause" && f["kind"] != "kill" {
+            let nodes = f["nodes"].as_array().unwrap();
+            assert!(nodes.len() == 1 && nodes[0].as_u64().unwrap() < 3, "{f}");
+        }
+    }
+    eprintln!("lock errors: {}", n(&report, "lock_errors"));
+});
+
+// `--backend postgres`: the lock on a PostgreSQL server of its own (session advisory locks),
+// with a holder paused and killed and the server restarted (every lock ends at once).
+server_test!([redis8] async fn backend_postgres_pause_kill_restart(bin) {
+    if skip_without("PostgreSQL", leasehold_harness::find_postgres().is_some()) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let report = check(
+        &bin,
+        dir.path(),
+        &[
+            "--backend", "postgres", "--duration", "10s", "--ttl", "1s", "--work", "30ms",
+            "--faults", "pause,kill,restart", "--seed", "7",
+        ],
+        0,
+    );
+    assert_safe(&report);
+    assert_eq!(report["settings"]["backend"], "postgres");
+    assert_eq!(report["settings"]["raise_counter"], true);
+    for kind in ["pause", "kill", "restart"] {
+        assert!(injected(&report, kind) >= 1, "no {kind} in {report:#}");
+    }
+    eprintln!("lock errors: {}", n(&report, "lock_errors"));
+});
+
+#[test]
+fn backend_options_are_usage_errors() {
+    for args in [
+        &["check", "--backend", "etcd", "--topology", "cluster"][..],
+        &["check", "--backend", "etcd", "--topology", "sentinel"],
+        &["check", "--backend", "postgres", "--faults", "failover"],
+        &[
+            "check",
+            "--backend",
+            "postgres",
+            "--faults",
+            "pause,member-kill",
+        ],
+        &["check", "--backend", "etcd", "--faults", "restart"],
+        &["check", "--backend", "etcd", "--faults", "stall"],
+        &["check", "--backend", "etcd", "--nodes", "3"],
+        &["check", "--backend", "postgres", "--release", "del"],
+        &["check", "--backend", "etcd", "--replica-ack", "1"],
+        &["check", "--backend", "zookeeper"],
+        &["check", "--faults", "leader-kill"],
+        &["check", "--topology", "cluster", "--faults", "member-pause"],
+    ] {
+        let run = leasehold(args);
+        assert_eq!(run.code, 64, "{args:?}: {run:?}");
+    }
+    // An unknown fault for the backend is listed with the ones it takes.
+    let run = leasehold(&["check", "--backend", "postgres", "--faults", "failover"]);
+    assert!(
+        run.stderr.contains("pause, kill, restart"),
+        "{}",
+        run.stderr
+    );
+    let run = leasehold(&["check", "--backend", "etcd", "--faults", "restart"]);
+    assert!(
+        run.stderr
+            .contains("pause, kill, member-kill, member-pause, leader-kill"),
+        "{}",
+        run.stderr
+    );
+}

@@ -359,8 +359,14 @@ fn is_auth_failure(message: &str) -> bool {
 
 /// Classifies an etcd client error. `write`: whether the request may have changed something
 /// (then a lost reply is ambiguous).
+/// etcd refused a write naming a lease that no longer exists.
+fn lease_gone(e: &Error) -> bool {
+    matches!(e, Error::Server { source, .. } if source.to_string().contains("requested lease not found"))
+}
+
 fn from_etcd(op: Operation, write: bool, err: ec::Error) -> Error {
     const CANCELLED: i32 = 1;
+    const UNKNOWN: i32 = 2;
     const INVALID_ARGUMENT: i32 = 3;
     const DEADLINE_EXCEEDED: i32 = 4;
     const PERMISSION_DENIED: i32 = 7;
@@ -384,7 +390,11 @@ fn from_etcd(op: Operation, write: bool, err: ec::Error) -> Error {
                     source: err.into(),
                 };
             }
-            if matches!(code, UNAVAILABLE | DEADLINE_EXCEEDED | CANCELLED) {
+            // tonic reports a connection reset or broken pipe mid-call (a member killed) as
+            // Unknown "transport error": a broken connection, not a server's answer.
+            if matches!(code, UNAVAILABLE | DEADLINE_EXCEEDED | CANCELLED)
+                || (code == UNKNOWN && message.contains("transport error"))
+            {
                 return Error::Connection {
                     op,
                     ambiguous,
@@ -1748,6 +1758,14 @@ impl EtcdClient {
                             Some(kv) => break kv.create_revision(),
                             None => continue 'session,
                         }
+                    }
+                    // The session's lease died (etcd: "requested lease not found") before its
+                    // keep-alive said so: nothing was written; queue again on a live session.
+                    Err(e) if lease_gone(&e) => {
+                        if backoff(&mut failures).await {
+                            continue 'session;
+                        }
+                        return Err(e);
                     }
                     Err(e) if transient(&e) => {
                         if session.0.dead.is_cancelled() {

@@ -41,6 +41,10 @@ pub(crate) struct Fault {
     pub(crate) worker: Option<u64>,
     /// The lock nodes a server fault hit (indexes).
     pub(crate) nodes: Vec<usize>,
+    /// The role of the etcd member an etcd fault hit (`leader`, `follower`); absent for the
+    /// other faults.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) role: Option<String>,
     pub(crate) start: f64,
     pub(crate) end: f64,
 }
@@ -447,6 +451,7 @@ mod tests {
             kind: "kill".into(),
             worker: Some(0),
             nodes: vec![],
+            role: None,
             start: 3.0,
             end: 4.0,
         };
@@ -461,6 +466,39 @@ mod tests {
         assert_eq!(not_applied.lost_increments, 0);
         // The killed worker's section ends at the kill.
         assert_eq!(applied.holds[0].end, 3.0);
+    }
+
+    #[test]
+    fn large_gapped_fencing_numbers_like_etcd_revisions_are_fine() {
+        // etcd's numbers are revisions: large, increasing, never consecutive per key.
+        let (a, b, c) = (1_000_017, 1_000_042, 1_000_043);
+        let r = run(
+            &[
+                acquired(0, 0.0, 290.0, a),
+                read(0, 1.0, 0, a),
+                writing(0, 2.0, 1, a),
+                write(0, 3.0, 1, a, true),
+                releasing(0, 4.0),
+                acquired(1, 5.0, 295.0, b),
+                read(1, 6.0, 1, b),
+                // 1 is frozen past its validity; 2 gets in with the next revision.
+                acquired(2, 301.0, 590.0, c),
+                read(2, 302.0, 1, c),
+                writing(2, 303.0, 2, c),
+                write(2, 304.0, 2, c, true),
+                releasing(2, 305.0),
+                // 1 resumes: its write carries a number below the register's.
+                writing(1, 400.0, 2, b),
+                write(1, 401.0, 2, b, false),
+                releasing(1, 402.0),
+            ],
+            2,
+            &[],
+        );
+        assert_eq!(r.acquisitions, 3);
+        assert_eq!((r.overlaps, r.overlaps_within_ttl), (1, 0));
+        assert_eq!((r.stale_writes_attempted, r.stale_writes_accepted), (1, 0));
+        assert_eq!((r.writes_acknowledged, r.lost_increments), (2, 0));
     }
 
     #[test]

@@ -12,8 +12,8 @@ use super::fleet::Fleet;
 use super::servers::LockServers;
 use super::worker::now_ms;
 
-/// Every fault kind `--faults` takes, whatever the topology (`Topology::faults` says which
-/// apply to which).
+/// Every fault kind `--faults` takes, whatever the backend and topology (`Backend::faults`
+/// and `Topology::faults` say which apply to which).
 pub(crate) const FAULTS: &[&str] = &[
     "pause",
     "kill",
@@ -24,7 +24,14 @@ pub(crate) const FAULTS: &[&str] = &[
     "failover",
     "migrate",
     "kill-primary",
+    "member-kill",
+    "member-pause",
+    "leader-kill",
 ];
+
+/// How long a `pause` or `kill` waits for the holder the etcd or PostgreSQL backend names to
+/// show up in the holders file (redis: not at all, as always).
+const HOLDER_LOG_WAIT_MS: f64 = 250.0;
 
 /// The lock key the workers fight over.
 pub(crate) const LOCK_KEY: &str = "check:lock";
@@ -66,8 +73,8 @@ impl Injector {
         }
     }
 
-    /// Injects one fault of `kind` (one of the topology's faults) and records it; a `pause` or
-    /// `kill` when no worker is left does nothing.
+    /// Injects one fault of `kind` (one of the backend's or topology's faults) and records it;
+    /// a `pause` or `kill` when no worker is left does nothing.
     pub(crate) async fn inject(
         &mut self,
         kind: &str,
@@ -83,7 +90,19 @@ impl Injector {
         let mut nodes = Vec::new();
         match kind.as_str() {
             "pause" | "kill" => {
-                let Some((id, pid)) = fleet.holder(lock, holders, rng) else {
+                let token = lock.holder_token().await;
+                if !lock.is_redis()
+                    && let Some(token) = &token
+                {
+                    // etcd's holder is the first entry of the lock's queue, which a waiter
+                    // owns a few round trips (a lease grant, a guarded put) before its
+                    // acquisition returns and it logs its token: give it that long.
+                    let deadline = now_ms() + HOLDER_LOG_WAIT_MS;
+                    while fleet.with_token(token, holders).is_none() && now_ms() < deadline {
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                    }
+                }
+                let Some((id, pid)) = fleet.holder(token, holders, rng) else {
                     return Ok(());
                 };
                 worker = Some(id);
@@ -99,10 +118,17 @@ impl Injector {
             }
             _ => (kind, nodes) = lock.inject(&kind, ttl, rng).await?,
         }
+        // A server fault's member role (etcd); a pause or kill has none.
+        let role = if nodes.is_empty() {
+            None
+        } else {
+            lock.last_role().map(String::from)
+        };
         self.faults.push(Fault {
             kind,
             worker,
             nodes,
+            role,
             start,
             end: now_ms(),
         });

@@ -10,7 +10,6 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use super::faults::Rng;
-use super::servers::LockServers;
 
 /// The running workers, and how to start another.
 pub(crate) struct Fleet {
@@ -66,31 +65,37 @@ impl Fleet {
         self.spawn()
     }
 
-    /// The holder right now (the lock key's token where the lock lives, looked up in the
-    /// holders file the workers append to), or a random live worker when nobody holds it.
+    /// The holder right now (`token`: the lock key's token where the lock lives, from
+    /// `LockServers::holder_token`, looked up in the holders file the workers append to), or
+    /// a random live worker when nobody holds it.
     pub(crate) fn holder(
         &self,
-        lock: &LockServers,
+        token: Option<String>,
         holders: &Path,
         rng: &mut Rng,
     ) -> Option<(u64, Pid)> {
-        let token = lock.holder_token();
-        let table = std::fs::read_to_string(holders).unwrap_or_default();
-        if let Some(token) = token
-            && let Some((id, pid)) = table.lines().rev().find_map(|l| {
-                let mut f = l.split_whitespace();
-                (f.next()? == token)
-                    .then(|| Some((f.next()?.parse().ok()?, f.next()?.parse().ok()?)))?
-            })
-            && self.children.iter().any(|(w, _)| *w == id)
-        {
-            return Some((id, Pid::from_raw(pid)));
+        if let Some(found) = token.and_then(|t| self.with_token(&t, holders)) {
+            return Some(found);
         }
         if self.children.is_empty() {
             return None;
         }
         let (id, child) = &self.children[rng.below(self.children.len())];
         Some((*id, Pid::from_raw(child.id() as i32)))
+    }
+
+    /// The live worker that logged `token` in the holders file, if any.
+    pub(crate) fn with_token(&self, token: &str, holders: &Path) -> Option<(u64, Pid)> {
+        let table = std::fs::read_to_string(holders).unwrap_or_default();
+        let (id, pid) = table.lines().rev().find_map(|l| {
+            let mut f = l.split_whitespace();
+            (f.next()? == token)
+                .then(|| Some((f.next()?.parse().ok()?, f.next()?.parse().ok()?)))?
+        })?;
+        self.children
+            .iter()
+            .any(|(w, _)| *w == id)
+            .then(|| (id, Pid::from_raw(pid)))
     }
 
     /// After the stop file was written: continues any stopped worker and waits for each to

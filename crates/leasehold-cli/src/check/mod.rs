@@ -7,17 +7,19 @@
 //! sections, stale writes attempted and accepted, lost increments, the longest idle gap.
 //!
 //! Modules: `fleet` (the worker processes), `faults` (the schedule and the injector),
-//! `servers` (the lock servers of `--topology`, dispatching to `standalone`, `cluster` and
-//! `sentinel`, each with its server faults), `hazard` (the un-replicated lock a failover
-//! fault waits for), `worker` (one worker), `register` (what the lock protects), `analyze` and
-//! `timeline`.
+//! `servers` (the lock servers of `--backend` and `--topology`, dispatching to `standalone`,
+//! `cluster`, `sentinel`, `etcd` and `postgres`, each with its server faults), `hazard` (the
+//! un-replicated lock a failover fault waits for), `worker` (one worker), `register` (what the
+//! lock protects), `analyze` and `timeline`.
 //! What each scenario shows, with a real run's numbers, is in docs/safety.md.
 
 mod analyze;
 mod cluster;
+mod etcd;
 mod faults;
 mod fleet;
 mod hazard;
+mod postgres;
 pub(crate) mod register;
 mod sentinel;
 mod servers;
@@ -38,7 +40,7 @@ use crate::exit::Usage;
 use faults::{FAULTS, Injector, LOCK_KEY, Rng};
 use fleet::Fleet;
 use register::{Register, RegisterKind};
-use servers::{LockServers, Topology};
+use servers::{Backend, LockServers, Topology};
 use worker::now_ms;
 
 /// Refuses option combinations that cannot run.
@@ -51,14 +53,73 @@ fn validate(args: &CheckArgs) -> Result<(), Usage> {
             )));
         }
     }
+    match Backend::of(args) {
+        Backend::Redis => validate_redis(args)?,
+        other => validate_other(other, args)?,
+    }
+    if args.workers == 0 {
+        return Err(Usage("--workers must be at least 1".into()));
+    }
+    Ok(())
+}
+
+/// `--backend etcd` or `postgres`: the backend runs its own servers, and takes only its own
+/// faults; the redis-only options are refused.
+fn validate_other(backend: Backend, args: &CheckArgs) -> Result<(), Usage> {
+    let name = backend.name();
+    let faults = backend.faults(Topology::of(args));
+    if let Some(f) = args.faults.iter().find(|f| !faults.contains(&f.as_str())) {
+        return Err(Usage(format!(
+            "fault {f:?} does not apply to --backend {name} (it takes: {})",
+            faults.join(", ")
+        )));
+    }
+    if Topology::of(args) != Topology::Standalone {
+        return Err(Usage(format!(
+            "--topology {}: --backend {name} runs its own servers; --topology is for the redis \
+             backend",
+            args.topology
+        )));
+    }
+    if args.nodes != 1 {
+        return Err(Usage(format!(
+            "--nodes {}: --backend {name} runs its own servers; --nodes is for the redis backend \
+             (Redlock)",
+            args.nodes
+        )));
+    }
+    if args.release == "del" {
+        return Err(Usage(format!(
+            "--release del sends a plain DEL to redis servers: it does not apply to --backend \
+             {name}"
+        )));
+    }
+    if args.replica_ack.is_some() {
+        return Err(Usage(format!(
+            "--replica-ack waits for redis replicas: it does not apply to --backend {name}"
+        )));
+    }
+    Ok(())
+}
+
+/// `--backend redis`: the faults of the topology, and the shapes of servers that exist.
+fn validate_redis(args: &CheckArgs) -> Result<(), Usage> {
     let topology = Topology::of(args);
     if let Some(f) = args
         .faults
         .iter()
         .find(|f| !topology.faults().contains(&f.as_str()))
     {
+        // A fault of the etcd cluster's members says where it belongs.
+        let etcd = Backend::Etcd.faults(topology);
+        let hint =
+            if etcd.contains(&f.as_str()) && !Topology::Standalone.faults().contains(&f.as_str()) {
+                format!("; --backend etcd takes: {}", etcd.join(", "))
+            } else {
+                String::new()
+            };
         return Err(Usage(format!(
-            "fault {f:?} does not apply to --topology {} (it takes: {})",
+            "fault {f:?} does not apply to --topology {} (it takes: {}){hint}",
             topology.name(),
             topology.faults().join(", ")
         )));
@@ -102,10 +163,14 @@ fn validate(args: &CheckArgs) -> Result<(), Usage> {
             "--replica-ack: the lock server runs one replica, so N must be 1".into(),
         ));
     }
-    if args.workers == 0 {
-        return Err(Usage("--workers must be at least 1".into()));
-    }
     Ok(())
+}
+
+/// Whether the workers raise the fencing counter after a refused read: by default, unless
+/// the backend cannot (etcd's numbers are its revisions: `raise_fencing_counter` is
+/// `Unsupported` there).
+fn raises_counter(args: &CheckArgs) -> bool {
+    !args.no_raise_counter && Backend::of(args) != Backend::Etcd
 }
 
 /// The arguments every `check-worker` gets (all but its id and log file).
@@ -138,7 +203,7 @@ fn worker_args(
     if args.no_fencing {
         v.push("--no-fencing".into());
     }
-    if !args.no_raise_counter {
+    if raises_counter(args) {
         v.push("--raise-counter".into());
     }
     if args.release == "del" {
@@ -153,14 +218,20 @@ fn worker_args(
 
 pub(crate) async fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCode> {
     validate(&args)?;
-    let bin = crate::bench::pick_server(args.server)?;
+    let backend = Backend::of(&args);
+    // A redis/valkey server: for the redis backend's servers and the redis register.
+    let bin = if backend == Backend::Redis || args.register != "postgres" {
+        Some(crate::bench::pick_server(args.server)?)
+    } else {
+        None
+    };
     let out = args.out.clone();
     std::fs::create_dir_all(&out)?;
     let logs = out.join("logs");
     let _ = std::fs::remove_dir_all(&logs);
     std::fs::create_dir_all(&logs)?;
     let holders = logs.join("holders");
-    let mut lock = LockServers::start(&args, &bin, logs.join("lock-urls"))?;
+    let mut lock = LockServers::start(&args, bin.as_ref(), logs.join("lock-urls")).await?;
 
     // The register, on a server no fault touches.
     let (_register_redis, _register_pg, register_url, register_kind) = match args.register.as_str()
@@ -172,7 +243,10 @@ pub(crate) async fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCod
             (None, Some(pg), url, RegisterKind::Postgres)
         }
         _ => {
-            let server = Server::start(&bin, &ServerOptions::new())?;
+            let bin = bin
+                .as_ref()
+                .context("the redis register needs a redis/valkey server")?;
+            let server = Server::start(bin, &ServerOptions::new())?;
             let url = server.url();
             (Some(server), None, url, RegisterKind::Redis)
         }
@@ -188,18 +262,39 @@ pub(crate) async fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCod
     for _ in 0..args.workers {
         fleet.spawn()?;
     }
+    let server_label = bin.as_ref().map(|b| b.label());
+    let lock_shown = match backend {
+        Backend::Redis => format!(
+            "{} ({} node(s), {})",
+            args.topology,
+            args.nodes,
+            server_label.as_deref().unwrap_or("-")
+        ),
+        Backend::Etcd => format!("{} members", backend.lock_nodes(&args)),
+        Backend::Postgres => "one PostgreSQL server".into(),
+    };
     eprintln!(
-        "[check] {} workers, lock: {} ({} node(s), {}), ttl {:?}, work {:?} (x0.5..1.5), faults {:?}, seed {}, register: {}",
+        "[check] {} workers, backend: {}, lock: {}, ttl {:?}, work {:?} (x0.5..1.5), faults {:?}, seed {}, register: {}",
         args.workers,
-        args.topology,
-        args.nodes,
-        bin.label(),
+        backend.name(),
+        lock_shown,
         args.ttl,
         args.work,
         args.faults,
         args.seed,
         args.register,
     );
+
+    if backend == Backend::Etcd
+        && (args.ttl < Duration::from_secs(2) || args.ttl.subsec_nanos() != 0)
+    {
+        eprintln!(
+            "[check] note: etcd leases are whole seconds, at least 2 s with etcd's default \
+             election timeout: the workers' leases last longer than --ttl {:?} (the faults \
+             and the analysis still count in --ttl)",
+            args.ttl
+        );
+    }
 
     let t0 = now_ms();
     let end = t0 + args.duration.as_secs_f64() * 1000.0;
@@ -249,11 +344,15 @@ pub(crate) async fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCod
         "per_fault": a.per_fault,
         "faults": faults,
         "settings": {
-            "workers": args.workers, "topology": args.topology, "nodes": args.nodes, "duration_ms": args.duration.as_millis() as u64,
+            "backend": backend.name(),
+            "workers": args.workers,
+            // Redis only: the other backends run their own servers (`nodes`: how many).
+            "topology": (backend == Backend::Redis).then_some(&args.topology),
+            "nodes": backend.lock_nodes(&args), "duration_ms": args.duration.as_millis() as u64,
             "ttl_ms": args.ttl.as_millis() as u64, "work_ms": args.work.as_millis() as u64,
             "faults": args.faults, "seed": args.seed, "register": args.register,
-            "release": args.release, "fencing": !args.no_fencing, "server": bin.label(),
-            "replica_ack": args.replica_ack, "raise_counter": !args.no_raise_counter,
+            "release": args.release, "fencing": !args.no_fencing, "server": server_label,
+            "replica_ack": args.replica_ack, "raise_counter": raises_counter(&args),
         },
     });
     std::fs::write(

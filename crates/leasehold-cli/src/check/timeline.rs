@@ -58,6 +58,9 @@ pub(crate) fn draw(
         "kill-primary" => RGBColor(230, 120, 120),
         "migrate" => RGBColor(240, 220, 90),
         "restart-noaof" => RGBColor(110, 110, 110),
+        "member-kill" => RGBColor(230, 150, 200),
+        "member-pause" => RGBColor(150, 230, 230),
+        "leader-kill" => RGBColor(230, 120, 120),
         _ => RGBColor(190, 190, 190), // restarts that keep their data
     };
     let mut kinds: Vec<&str> = faults.iter().map(|f| f.kind.as_str()).collect();
