@@ -47,7 +47,7 @@ server_test!(async fn topology_mismatch_is_a_usage_error(bin) {
     let run = leasehold(&["--url", &cluster.url(), "acquire", "k", "--ttl", "30s"]).expect(64);
     assert!(run.stderr.contains("--cluster"), "{}", run.stderr);
     leasehold(&["--cluster", "--sentinel-master", "m", "acquire", "k", "--ttl", "30s"]).expect(64);
-    let run = leasehold(&["--url", "etcd://127.0.0.1:2379", "acquire", "k", "--ttl", "30s"]).expect(64);
+    let run = leasehold(&["--url", "zookeeper://127.0.0.1:2181", "acquire", "k", "--ttl", "30s"]).expect(64);
     assert!(run.stderr.contains("unknown scheme"), "{}", run.stderr);
 });
 
