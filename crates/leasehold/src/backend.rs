@@ -54,6 +54,8 @@ pub(crate) trait LockBackend: Send + Sync + Debug + 'static {
 
     fn release<'a>(&'a self, key: &'a str, token: &'a LockToken) -> BoxFuture<'a, Result<()>>;
 
+    fn release_fair<'a>(&'a self, key: &'a str, token: &'a LockToken) -> BoxFuture<'a, Result<()>>;
+
     fn extend<'a>(
         &'a self,
         key: &'a str,
@@ -83,7 +85,7 @@ pub(crate) trait HeldLock: Send + Sync + Debug + 'static {
 }
 
 /// Implements [`LockBackend`] for a client type whose inherent `try_acquire`, `acquire`,
-/// `release`, `extend`, `inspect` and `raise_fencing_counter` have the `LockClient`
+/// `release`, `release_fair`, `extend`, `inspect` and `raise_fencing_counter` have the `LockClient`
 /// signatures: `impl_lock_backend!(Type, "name");`.
 macro_rules! impl_lock_backend {
     ($client:ty, $name:literal) => {
@@ -114,6 +116,14 @@ macro_rules! impl_lock_backend {
                 token: &'a $crate::LockToken,
             ) -> ::futures_util::future::BoxFuture<'a, $crate::Result<()>> {
                 Box::pin(<$client>::release(self, key, token))
+            }
+
+            fn release_fair<'a>(
+                &'a self,
+                key: &'a str,
+                token: &'a $crate::LockToken,
+            ) -> ::futures_util::future::BoxFuture<'a, $crate::Result<()>> {
+                Box::pin(<$client>::release_fair(self, key, token))
             }
 
             fn extend<'a>(

@@ -92,6 +92,8 @@ struct ClientInner {
     extend: ExtendStrategy,
     /// Started on the first auto-extended lease.
     renewer: OnceLock<Renewer>,
+    /// The renewer's counters, from the start (a handle taken early must see its counts).
+    renewal_stats: Arc<RenewalStats>,
     notify_waiters: bool,
     /// The subscriber for release notifications; needs a URL to open its own connection.
     notifier: Option<Notifier>,
@@ -253,6 +255,7 @@ impl LockClient {
                 release,
                 extend,
                 renewer: OnceLock::new(),
+                renewal_stats: Arc::default(),
                 notify_waiters,
                 notifier,
             }),
@@ -296,6 +299,9 @@ impl LockClient {
     /// [`Error::InvalidArgument`] for an empty key or a TTL outside 1 ms ..= 7 days;
     /// [`Error::Connection`] (ambiguous once the command was sent), [`Error::Server`].
     pub async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
+        if options.fair_enabled() {
+            return self.fair_try_acquire(key, options).await;
+        }
         validate_key(key)?;
         let ttl_ms = ttl_millis(options.ttl())?;
         let span = tracing::debug_span!("leasehold.acquire", key, outcome = tracing::field::Empty);
@@ -350,6 +356,9 @@ impl LockClient {
     /// when the topology was still in motion at the deadline; otherwise as
     /// [`LockClient::try_acquire`].
     pub async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
+        if options.fair_enabled() {
+            return self.fair_acquire(key, options).await;
+        }
         validate_key(key)?;
         let ttl_ms = ttl_millis(options.ttl())?;
         let span = tracing::debug_span!(
@@ -574,6 +583,18 @@ impl LockClient {
         options: &LockOptions,
     ) -> LockGuard {
         let lease = Lease::new(key, token, fencing, started, options.ttl());
+        self.guard_for(lease, started, options, Arc::new(RedisHeld(self.clone())))
+    }
+
+    /// A guard for `lease` (acquired by a request sent at `started`) that releases through
+    /// `held`; registered for renewal if `options` ask for it.
+    pub(crate) fn guard_for(
+        &self,
+        lease: Lease,
+        started: Instant,
+        options: &LockOptions,
+        held: Arc<dyn HeldLock>,
+    ) -> LockGuard {
         if options.auto_extend_enabled() {
             self.renewer().register(Registration {
                 lease: lease.clone(),
@@ -582,26 +603,37 @@ impl LockClient {
                 stop_at: options.max_hold_bound().map(|cap| started + cap),
             });
         }
-        LockGuard::new(Arc::new(RedisHeld(self.clone())), lease)
+        LockGuard::new(held, lease)
+    }
+
+    /// The subscriber for release notifications, if this client has one.
+    pub(crate) fn notifier(&self) -> Option<&Notifier> {
+        self.inner.notifier.as_ref()
+    }
+
+    /// Whether releases publish a notification.
+    pub(crate) fn notifies_waiters(&self) -> bool {
+        self.inner.notify_waiters
     }
 
     fn renewer(&self) -> &Renewer {
-        self.inner
-            .renewer
-            .get_or_init(|| Renewer::spawn(self.inner.conn.clone(), self.inner.extend))
+        self.inner.renewer.get_or_init(|| {
+            Renewer::spawn(
+                self.inner.conn.clone(),
+                self.inner.extend,
+                self.inner.renewal_stats.clone(),
+            )
+        })
     }
 
-    /// Counters of this client's renewer (all zero until a lease is auto-extended).
+    /// Counters of this client's renewer (all zero until a lease is auto-extended). The handle
+    /// is live: taken before the first auto-extended lease, it still counts every renewal.
     pub fn renewal_stats(&self) -> Arc<RenewalStats> {
-        self.inner
-            .renewer
-            .get()
-            .map(|r| r.stats.clone())
-            .unwrap_or_default()
+        self.inner.renewal_stats.clone()
     }
 
     /// Whether a waiting acquisition retries after `e` (see [`LockClient::acquire`]).
-    fn retries_while_waiting(&self, e: &Error) -> bool {
+    pub(crate) fn retries_while_waiting(&self, e: &Error) -> bool {
         e.is_topology_in_motion()
             || (matches!(e, Error::Connection { .. })
                 && matches!(
@@ -893,7 +925,7 @@ impl LockClient {
     /// restarted) server. Repeating is safe because the operation only acts while the key holds
     /// our token; at worst a release whose first reply was lost reports "not held", which is
     /// true by then. Timeouts are not retried: the bound the caller set would double.
-    async fn idempotent<T, F, Fut>(&self, op: Operation, mut run: F) -> Result<T>
+    pub(crate) async fn idempotent<T, F, Fut>(&self, op: Operation, mut run: F) -> Result<T>
     where
         F: FnMut(ClientConnection) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,

@@ -9,6 +9,7 @@ pub mod endpoint;
 mod error;
 #[cfg(feature = "etcd")]
 pub mod etcd;
+pub mod fair;
 pub mod fencing;
 mod guard;
 mod locker;
@@ -35,6 +36,6 @@ pub use options::{Backoff, ClientOptions, LockOptions, MAX_TTL, MIN_TTL, OnLoss}
 pub use redlock::{NodeOutcome, NodeReport, NodeReports, Redlock, RedlockOptions};
 pub use renewal::RenewalStats;
 pub use server::{ServerInfo, ServerKind};
-pub use slot::{fence_key, key_slot, release_channel};
+pub use slot::{fair_queue_key, fair_waiters_key, fence_key, key_slot, release_channel};
 pub use strategy::{ExtendStrategy, ReleaseStrategy};
 pub use token::{LockToken, MAX_KEY_LEN};

@@ -152,6 +152,17 @@ impl Locker {
         self.backend.release(key, token).await
     }
 
+    /// Releases a [fair](LockOptions::fair) lock `key` if `token` still holds it, handing it to
+    /// the longest waiter (on Redis; the same as [`release`](Locker::release) on etcd and
+    /// PostgreSQL session locks, whose waiting is already in arrival order).
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if it does not; [`Error::Unsupported`] on Redlock and PostgreSQL
+    /// lease rows; connection and server errors.
+    pub async fn release_fair(&self, key: &str, token: &LockToken) -> Result<()> {
+        self.backend.release_fair(key, token).await
+    }
+
     /// Resets `key`'s TTL to `ttl` if `token` still holds it.
     ///
     /// # Errors

@@ -112,6 +112,7 @@ pub struct LockOptions {
     max_hold: Option<Duration>,
     on_loss: OnLoss,
     replica_ack: Option<(u32, Duration)>,
+    fair: bool,
 }
 
 /// What [`with_lock`](crate::LockClient::with_lock) does when the lease is lost while the work
@@ -142,6 +143,7 @@ impl Default for LockOptions {
             max_hold: None,
             on_loss: OnLoss::Cancel,
             replica_ack: None,
+            fair: false,
         }
     }
 }
@@ -282,6 +284,26 @@ impl LockOptions {
     /// The replica acknowledgement required, if any.
     pub fn replica_ack_required(&self) -> Option<(u32, Duration)> {
         self.replica_ack
+    }
+
+    /// Takes the lock in arrival order, with direct handoff (see [`crate::fair`]): a waiting
+    /// acquisition joins a queue on the server, and a release hands the lock to the
+    /// longest-waiting live waiter in the same atomic step and wakes only that waiter. No
+    /// barging (a newcomer never overtakes a queue), no herd.
+    ///
+    /// On Redis every holder and waiter of a key must use the same mode: a plain acquisition
+    /// ignores the queue. etcd and PostgreSQL session locks already queue in arrival order, so
+    /// the flag changes nothing there; Redlock and PostgreSQL lease rows refuse it
+    /// ([`Error::Unsupported`](crate::Error::Unsupported)), and so does its combination with
+    /// [`replica_ack`](LockOptions::replica_ack).
+    pub fn fair(mut self, on: bool) -> Self {
+        self.fair = on;
+        self
+    }
+
+    /// Whether the lock is taken in arrival order.
+    pub fn fair_enabled(&self) -> bool {
+        self.fair
     }
 }
 

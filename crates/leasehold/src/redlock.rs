@@ -385,6 +385,7 @@ impl Redlock {
     pub async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
         validate_key(key)?;
         ttl_millis(options.ttl())?;
+        refuse_fair(options)?;
         self.attempt(key, options).await
     }
 
@@ -396,6 +397,7 @@ impl Redlock {
     pub async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
         validate_key(key)?;
         ttl_millis(options.ttl())?;
+        refuse_fair(options)?;
         let begun = Instant::now();
         let deadline = options.wait_bound().map(|w| begun + w);
         let mut attempts = 0u32;
@@ -443,6 +445,14 @@ impl Redlock {
     {
         let guard = self.acquire(key, options).await?;
         crate::guard::run_with_lock(guard, options, work).await
+    }
+
+    /// A fair release: Redlock has no fair mode ([`Error::Unsupported`]).
+    ///
+    /// # Errors
+    /// Always [`Error::Unsupported`].
+    pub async fn release_fair(&self, _key: &str, _token: &LockToken) -> Result<()> {
+        Err(fair_unsupported())
     }
 
     /// Deletes `key` on every node where it holds `token`.
@@ -964,6 +974,10 @@ impl LockBackend for Redlock {
         Box::pin(Redlock::release(self, key, token))
     }
 
+    fn release_fair<'a>(&'a self, key: &'a str, token: &'a LockToken) -> BoxFuture<'a, Result<()>> {
+        Box::pin(Redlock::release_fair(self, key, token))
+    }
+
     fn extend<'a>(
         &'a self,
         key: &'a str,
@@ -1042,4 +1056,19 @@ impl Redlock {
             fencing_counter: answered.iter().filter_map(|s| s.fencing_counter).max(),
         })
     }
+}
+
+fn fair_unsupported() -> Error {
+    Error::Unsupported {
+        backend: "redlock",
+        what: "a fair lock (a queue would need a majority of its own)".into(),
+    }
+}
+
+/// Redlock keeps no queue: [`LockOptions::fair`] is refused.
+fn refuse_fair(options: &LockOptions) -> Result<()> {
+    if options.fair_enabled() {
+        return Err(fair_unsupported());
+    }
+    Ok(())
 }

@@ -73,15 +73,19 @@ pub(crate) struct Registration {
 /// lease are gone.
 pub(crate) struct Renewer {
     tx: mpsc::UnboundedSender<Registration>,
-    pub(crate) stats: Arc<RenewalStats>,
 }
 
 impl Renewer {
-    pub(crate) fn spawn(conn: ClientConnection, strategy: ExtendStrategy) -> Renewer {
+    /// Starts the renewal task, counting into `stats` (the client's, so a handle taken before
+    /// the first auto-extended lease counts too).
+    pub(crate) fn spawn(
+        conn: ClientConnection,
+        strategy: ExtendStrategy,
+        stats: Arc<RenewalStats>,
+    ) -> Renewer {
         let (tx, rx) = mpsc::unbounded_channel();
-        let stats = Arc::new(RenewalStats::default());
-        tokio::spawn(run(conn, strategy, rx, stats.clone()));
-        Renewer { tx, stats }
+        tokio::spawn(run(conn, strategy, rx, stats));
+        Renewer { tx }
     }
 
     pub(crate) fn register(&self, registration: Registration) {

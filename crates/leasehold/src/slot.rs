@@ -106,6 +106,19 @@ pub fn fence_key(key: &str) -> String {
     format!("{}:fence", slot_name(key))
 }
 
+/// The queue of a [fair](crate::fair) lock's waiters (a sorted set of tickets in arrival
+/// order): [`slot_name`]`(key) + ":queue"`, in the lock key's slot.
+pub fn fair_queue_key(key: &str) -> String {
+    format!("{}:queue", slot_name(key))
+}
+
+/// The entries of a [fair](crate::fair) lock's waiters (a hash from ticket to the waiter's
+/// token, expiry, handoff window, fencing flag and last attempt):
+/// [`slot_name`]`(key) + ":waiters"`, in the lock key's slot.
+pub fn fair_waiters_key(key: &str) -> String {
+    format!("{}:waiters", slot_name(key))
+}
+
 /// The channel on which a release of `key` is announced to waiters:
 /// `leasehold:released:` + [`slot_name`]`(key)` (`leasehold:released:{lock:a}`). It hashes to
 /// the key's slot, so on a cluster the release script can `SPUBLISH` it on the key's shard.
@@ -154,6 +167,8 @@ mod tests {
             let slot = key_slot(key);
             assert_eq!(key_slot(&fence_key(key)), slot, "fence key of {key:?}");
             assert_eq!(key_slot(&release_channel(key)), slot, "channel of {key:?}");
+            assert_eq!(key_slot(&fair_queue_key(key)), slot, "queue of {key:?}");
+            assert_eq!(key_slot(&fair_waiters_key(key)), slot, "waiters of {key:?}");
             assert!(fence_key(key).contains(key), "{key:?}");
             assert!(release_channel(key).contains(key), "{key:?}");
         }

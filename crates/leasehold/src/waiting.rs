@@ -16,6 +16,10 @@
 //! a notification is only ever a hint to retry early: correctness never depends on it, and the
 //! timeout path always stays. A waiter that cannot subscribe (no URL to open a subscriber
 //! connection with, or the subscription failed) simply polls.
+//!
+//! A [fair](crate::fair) release hands the lock to one waiter and publishes a *handoff* message
+//! on the same channel (`handoff:<ticket>:<attempt>:<fencing>`): the subscriber routes it to the
+//! one waiter that registered the ticket, and wakes nobody else.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -52,6 +56,43 @@ type Channels = Arc<Mutex<HashMap<String, Channel>>>;
 struct Channel {
     tx: watch::Sender<u64>,
     refs: usize,
+    /// Fair waiters of this channel by ticket: a handoff message goes to its ticket alone.
+    tickets: HashMap<String, mpsc::UnboundedSender<Handoff>>,
+}
+
+/// The prefix of a fair release's handoff message (a plain release publishes the key).
+pub(crate) const HANDOFF_PREFIX: &str = "handoff:";
+
+/// A fair release's message to the waiter it handed the lock to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Handoff {
+    /// The waiter's attempt whose queue entry the release read (so the release came after that
+    /// attempt was sent).
+    pub(crate) attempt: u64,
+    /// The fencing number issued with the handoff (0 without fencing).
+    pub(crate) fencing: u64,
+}
+
+/// What woke a waiter.
+#[derive(Debug)]
+pub(crate) enum Wake {
+    /// A release (of any waiter's lock: retry).
+    Released,
+    /// A fair release handed the lock to this waiter.
+    HandedOff(Handoff),
+}
+
+/// Parses `ticket:attempt:fencing` (the handoff message after its prefix).
+fn parse_handoff(rest: &[u8]) -> Option<(&str, Handoff)> {
+    let rest = std::str::from_utf8(rest).ok()?;
+    let mut parts = rest.split(':');
+    let ticket = parts.next()?;
+    let attempt = parts.next()?.parse().ok()?;
+    let fencing = parts.next()?.parse().ok()?;
+    parts
+        .next()
+        .is_none()
+        .then_some((ticket, Handoff { attempt, fencing }))
 }
 
 enum Command {
@@ -72,6 +113,8 @@ pub(crate) struct Subscription {
     hub: Arc<Hub>,
     channel: String,
     rx: watch::Receiver<u64>,
+    /// A fair waiter's ticket and its handoff messages.
+    ticket: Option<(String, mpsc::UnboundedReceiver<Handoff>)>,
 }
 
 impl Notifier {
@@ -86,25 +129,43 @@ impl Notifier {
     /// Subscribes to `channel`, waiting for the server's confirmation. `None` if that fails
     /// (the waiter then polls).
     pub(crate) async fn subscribe(&self, channel: String) -> Option<Subscription> {
+        self.subscribe_as(channel, None).await
+    }
+
+    /// Subscribes to `channel` as the fair waiter `ticket`: handoff messages for the ticket go
+    /// to this subscription alone (and are registered before this returns, so none published
+    /// after it can be missed).
+    pub(crate) async fn subscribe_ticket(
+        &self,
+        channel: String,
+        ticket: String,
+    ) -> Option<Subscription> {
+        self.subscribe_as(channel, Some(ticket)).await
+    }
+
+    async fn subscribe_as(&self, channel: String, ticket: Option<String>) -> Option<Subscription> {
         let hub = self.hub().await?;
-        let (rx, first) = {
+        let (rx, first, ticket) = {
             let mut channels = hub.channels.lock().unwrap_or_else(|p| p.into_inner());
-            match channels.get_mut(&channel) {
-                Some(c) => {
-                    c.refs += 1;
-                    (c.tx.subscribe(), false)
-                }
-                None => {
-                    let (tx, rx) = watch::channel(0);
-                    channels.insert(channel.clone(), Channel { tx, refs: 1 });
-                    (rx, true)
-                }
-            }
+            let first = !channels.contains_key(&channel);
+            let c = channels.entry(channel.clone()).or_insert_with(|| Channel {
+                tx: watch::channel(0).0,
+                refs: 0,
+                tickets: HashMap::new(),
+            });
+            c.refs += 1;
+            let ticket = ticket.map(|t| {
+                let (tx, rx) = mpsc::unbounded_channel();
+                c.tickets.insert(t.clone(), tx);
+                (t, rx)
+            });
+            (c.tx.subscribe(), first, ticket)
         };
         let subscription = Subscription {
             hub: hub.clone(),
             channel: channel.clone(),
             rx,
+            ticket,
         };
         if first {
             let (done, confirmed) = oneshot::channel();
@@ -188,15 +249,26 @@ enum Subscriber {
     },
 }
 
-/// Wakes the waiters of `channel` (a message was published on it).
-fn wake(channels: &Channels, channel: &[u8]) {
+/// Wakes the waiters of `channel` (`payload` was published on it): a handoff message wakes
+/// the one waiter with its ticket (nobody, if that waiter is another client's), anything else
+/// every waiter of the channel.
+fn wake(channels: &Channels, channel: &[u8], payload: &[u8]) {
     let channels = channels.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(c) = std::str::from_utf8(channel)
+    let Some(c) = std::str::from_utf8(channel)
         .ok()
         .and_then(|n| channels.get(n))
-    {
-        c.tx.send_modify(|generation| *generation = generation.wrapping_add(1));
+    else {
+        return;
+    };
+    if let Some(rest) = payload.strip_prefix(HANDOFF_PREFIX.as_bytes()) {
+        if let Some((ticket, handoff)) = parse_handoff(rest)
+            && let Some(tx) = c.tickets.get(ticket)
+        {
+            let _ = tx.send(handoff);
+        }
+        return;
     }
+    c.tx.send_modify(|generation| *generation = generation.wrapping_add(1));
 }
 
 async fn run(
@@ -221,7 +293,7 @@ async fn run(
                         }
                     },
                     message = stream.next() => match message {
-                        Some(m) => wake(&channels, m.get_channel_name().as_bytes()),
+                        Some(m) => wake(&channels, m.get_channel_name().as_bytes(), m.get_payload_bytes()),
                         None => {
                             alive.store(false, Ordering::Release);
                             return;
@@ -246,8 +318,8 @@ async fn run(
                 },
                 push = pushes.recv() => match push {
                     Some(redis::PushInfo { kind: redis::PushKind::SMessage, data }) => {
-                        if let Some(redis::Value::BulkString(channel)) = data.first() {
-                            wake(&channels, channel);
+                        if let [redis::Value::BulkString(channel), redis::Value::BulkString(payload), ..] = data.as_slice() {
+                            wake(&channels, channel, payload);
                         }
                     }
                     Some(_) => {}
@@ -274,12 +346,37 @@ impl Subscription {
             std::future::pending::<()>().await;
         }
     }
+
+    /// Resolves at the next release notification or handoff to this subscription's ticket
+    /// (never, if the subscriber connection died). Cancel-safe.
+    pub(crate) async fn next(&mut self) -> Wake {
+        let Some((_, handoffs)) = self.ticket.as_mut() else {
+            self.released().await;
+            return Wake::Released;
+        };
+        let rx = &mut self.rx;
+        let released = async {
+            if rx.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::select! {
+            () = released => Wake::Released,
+            handoff = handoffs.recv() => match handoff {
+                Some(h) => Wake::HandedOff(h),
+                None => std::future::pending().await,
+            },
+        }
+    }
 }
 
 impl Drop for Subscription {
     fn drop(&mut self) {
         let mut channels = self.hub.channels.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(c) = channels.get_mut(&self.channel) {
+            if let Some((ticket, _)) = &self.ticket {
+                c.tickets.remove(ticket);
+            }
             c.refs -= 1;
             if c.refs == 0 {
                 channels.remove(&self.channel);

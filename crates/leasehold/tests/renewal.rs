@@ -34,6 +34,19 @@ leasehold_harness::server_test!(async fn auto_extend_keeps_the_lock_past_its_ttl
     assert_eq!(get(&server, "alive"), None);
 });
 
+// A stats handle taken before the first auto-extended lease (when no renewer runs yet) counts
+// that lease's renewals: the bench's W5 took it that way and reported 0 renewals.
+leasehold_harness::server_test!(async fn renewal_stats_taken_early_count_later_renewals(bin) {
+    let (_server, client) = start(&bin).await;
+    let early = client.renewal_stats();
+    let opts = LockOptions::new(Duration::from_millis(1500)).auto_extend(true);
+    let g = client.try_acquire("early-stats", &opts).await.unwrap().acquired().unwrap();
+    wait_for_renewals(&client, 2).await;
+    assert!(early.renewals() >= 2, "the early handle saw {}", early.renewals());
+    assert!(early.rounds() >= 1);
+    g.release().await.unwrap();
+});
+
 // 10 000 leases on one client, TTL 2 s, held over three renewal periods: none lost, and they
 // are renewed in batches (one pipeline per tick), not one round trip per lease.
 leasehold_harness::server_test!(async fn ten_thousand_leases_renewed_in_batches(bin) {

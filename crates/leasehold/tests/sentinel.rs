@@ -4,7 +4,9 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use common::until;
+
+use std::time::Duration;
 
 use common::get;
 use leasehold::{ClientOptions, Error, LockClient, LockOptions};
@@ -12,17 +14,6 @@ use leasehold_harness::{SentinelOptions, SentinelSet};
 
 const LONG: Duration = Duration::from_secs(60);
 const HANG_GUARD: Duration = Duration::from_secs(60);
-
-async fn until(what: &str, mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(
-            start.elapsed() < HANG_GUARD,
-            "{what}: not after {HANG_GUARD:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
 
 async fn renewals_reach(client: &LockClient, n: u64) {
     let stats = client.renewal_stats();

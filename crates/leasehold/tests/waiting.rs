@@ -2,6 +2,8 @@
 
 mod common;
 
+use common::calls;
+
 use std::time::Duration;
 
 use leasehold::{Backoff, ClientOptions, Error, LockClient, LockOptions};
@@ -9,22 +11,6 @@ use leasehold_harness::Server;
 
 const LONG: Duration = Duration::from_secs(60);
 const HANG_GUARD: Duration = Duration::from_secs(60);
-
-/// Calls of `cmd` so far, from the server's own counters.
-fn calls(server: &Server, cmd: &str) -> u64 {
-    let stats = server.info("commandstats").unwrap();
-    stats
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix(&format!("cmdstat_{cmd}:"))?
-                .split(',')
-                .next()?
-                .strip_prefix("calls=")?
-                .parse()
-                .ok()
-        })
-        .unwrap_or(0)
-}
 
 /// The holder takes the lock for a minute; a waiter with a 10 s backoff and a 5 s deadline makes
 /// its first attempt (observed on the server: the waiting attempt is the acquire script); then

@@ -286,6 +286,14 @@ impl PostgresLeaseClient {
                 what: "replica acknowledgement (replica_ack)".into(),
             });
         }
+        if options.fair_enabled() {
+            return Err(Error::Unsupported {
+                backend: "postgres",
+                what:
+                    "a fair lock on lease rows (session locks, the default, queue in arrival order)"
+                        .into(),
+            });
+        }
         Ok(())
     }
 
@@ -391,6 +399,17 @@ impl PostgresLeaseClient {
     {
         let guard = self.acquire(key, options).await?;
         crate::guard::run_with_lock(guard, options, work).await
+    }
+
+    /// Lease rows have no fair mode ([`Error::Unsupported`]).
+    ///
+    /// # Errors
+    /// Always [`Error::Unsupported`].
+    pub async fn release_fair(&self, _key: &str, _token: &LockToken) -> Result<()> {
+        Err(Error::Unsupported {
+            backend: "postgres",
+            what: "a fair lock on lease rows".into(),
+        })
     }
 
     /// Releases `key` if `token` holds it (from any process), and wakes its waiters.

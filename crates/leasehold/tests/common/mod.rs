@@ -90,3 +90,30 @@ pub fn preload_scripts(server: &Server) {
         assert!(!reply.is_error(), "{reply:?}");
     }
 }
+
+/// Calls of `cmd` so far, from the server's own counters (`INFO commandstats`).
+pub fn calls(server: &Server, cmd: &str) -> u64 {
+    let stats = server.info("commandstats").expect("INFO commandstats");
+    stats
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(&format!("cmdstat_{cmd}:"))?
+                .split(',')
+                .next()?
+                .strip_prefix("calls=")?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
+}
+
+/// Waits until `cond` holds, observing state every 10 ms (never a fixed sleep). The 60 s bound
+/// only keeps a broken test from hanging.
+pub async fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    let bound = Duration::from_secs(60);
+    let start = std::time::Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < bound, "{what}: not after {bound:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

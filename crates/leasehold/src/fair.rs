@@ -1,0 +1,619 @@
+//! Fair locks: arrival order with direct handoff ([`LockOptions::fair`]).
+//!
+//! A plain lock is taken by whoever's `SET NX` reaches the server first after a release, which
+//! is often the releaser itself (it is already running) and wakes every waiter to race for it.
+//! A fair lock keeps its waiters in a queue on the server, and the release hands the lock over:
+//!
+//! - **Queue.** A waiting acquisition picks a random *ticket* and a token for its whole wait.
+//!   Its attempt (one script) takes the lock only if the lock is free *and* no live waiter is
+//!   ahead of it; otherwise it queues the ticket ([`fair_queue_key`]: a sorted set in arrival
+//!   order) with an entry ([`fair_waiters_key`]: token, expiry, handoff window, fencing flag,
+//!   attempt number) and returns the holder's PTTL. Each later attempt refreshes the entry.
+//! - **Handoff.** The release script, if the lock still holds the releaser's token, drops the
+//!   queue's expired entries at its head, sets the lock key to the first live waiter's token
+//!   (`SET key token PX window`), issues its fencing number if it asked for one, and publishes
+//!   `handoff:<ticket>:<attempt>:<fencing>` on the key's release channel: the subscriber wakes
+//!   that waiter alone ([`crate::waiting`]). With no live waiter it deletes the key.
+//! - **Claim.** The woken waiter holds the lock from the message on (below); a waiter whose
+//!   message was lost finds the key holding its token at its next attempt, which resets the
+//!   TTL and returns its fencing number.
+//! - **Vanished waiters.** A waiter that gives up (deadline, dropped future) removes its entry,
+//!   and passes the lock on if it had just been handed it. A waiter that crashed stops
+//!   refreshing its entry, which expires after [`queue_entry_ttl`] and is then skipped. The
+//!   handoff window is at most that long too, so a lock handed to a waiter that crashed
+//!   between its last refresh and the handoff comes back after one window at most.
+//!
+//! **Safety claim.** (1) Mutual exclusion and token-checked release/extend are those of a
+//! plain lock: the lock key holds one token, the release script acts only while it holds the
+//! releaser's token, and extend is the plain token-checked extend. (2) A waiter's local
+//! validity never outlasts the key: the handoff message names the attempt whose entry the
+//! release read, so the release ran after that attempt was *sent*; the key expires `window`
+//! after the release, so `sent + window - drift` (the lease's validity) is before the expiry.
+//! A claim by a later attempt resets the TTL from when it was sent, like any extend. (3)
+//! Fencing numbers are drawn from the lock's ordinary counter by the script that hands over
+//! (or takes) the lock, so they increase with every holder, fair or not.
+//!
+//! **Fairness claim.** While waiters keep their entries alive, the lock goes to them in the
+//! order their first attempts reached the server: a free lock is only taken by the head of the
+//! queue (or anyone when it is empty), and a release passes it to the head. Assumption: every
+//! client of the key uses fair mode (a plain `SET NX` does not look at the queue).
+//!
+//! Without a subscriber connection (notifications off, or a client built from a connection) a
+//! waiter finds the handoff at its next attempt, every third of the window.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::LazyLock;
+use std::time::{Duration, Instant};
+
+use futures_util::future::BoxFuture;
+use redis::Script;
+
+use crate::backend::HeldLock;
+use crate::client::{LockClient, TryAcquire};
+use crate::error::{Error, Operation, Result};
+use crate::guard::{Lease, LockGuard, clock_drift};
+use crate::options::{LockOptions, ttl_millis};
+use crate::slot::{fair_queue_key, fair_waiters_key, fence_key, release_channel};
+use crate::token::{LockToken, validate_key};
+use crate::waiting::Wake;
+
+/// Helpers every fair script shares. `KEYS`: lock, queue, waiters, fence counter.
+const FAIR_COMMON_LUA: &str = "\
+local function now_ms()
+  local t = redis.call('time')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- The first live waiter: ticket, token, window, fencing flag, attempt. Expired or broken
+-- entries at the head are dropped (at most 100 per call, to bound the script's run time).
+local function head(now)
+  for _ = 1, 100 do
+    local first = redis.call('zrange', KEYS[2], 0, 0)[1]
+    if not first then return nil end
+    local entry = redis.call('hget', KEYS[3], first)
+    if entry then
+      local token, expiry, window, fencing, attempt =
+        string.match(entry, '^(%S+) (%d+) (%d+) (%d) (%d+)$')
+      if token and tonumber(expiry) > now then
+        return first, token, window, fencing, attempt
+      end
+    end
+    redis.call('zrem', KEYS[2], first)
+    redis.call('hdel', KEYS[3], first)
+  end
+  return nil
+end
+local function keep_alive(key, ms)
+  if redis.call('pttl', key) < ms then redis.call('pexpire', key, ms) end
+end
+-- Hands the lock (which the caller has checked is ours) to the first live waiter, or deletes
+-- it. ARGV[2]: the release channel ('' publishes nothing), ARGV[3]: publish or spublish.
+local function pass_on(now)
+  local ticket, token, window, fencing, attempt = head(now)
+  if not ticket then
+    redis.call('del', KEYS[1])
+    return 1
+  end
+  redis.call('zrem', KEYS[2], ticket)
+  redis.call('hdel', KEYS[3], ticket)
+  redis.call('set', KEYS[1], token, 'PX', window)
+  local n = 0
+  if fencing == '1' then n = redis.call('incr', KEYS[4]) end
+  redis.call('hset', KEYS[3], '~grant', ticket .. ' ' .. n)
+  keep_alive(KEYS[3], 2 * tonumber(window))
+  if ARGV[2] ~= '' then
+    redis.pcall(ARGV[3], ARGV[2], 'handoff:' .. ticket .. ':' .. attempt .. ':' .. n)
+  end
+  return 2
+end
+";
+
+/// The fair acquisition attempt. `ARGV`: token, TTL ms, ticket, handoff window ms, entry
+/// lifetime ms, `1` to queue when busy (`0`: try once), fencing `1`/`0`, attempt number.
+/// Reply: `{1, fencing number or 0}` (taken, or claimed after a handoff) or `{0, pttl}`.
+pub const FAIR_ACQUIRE_LUA: &str = "\
+local holder = redis.call('get', KEYS[1])
+if holder == ARGV[1] then
+  -- Handed to us (or taken by an earlier attempt of ours whose reply was lost): a full TTL.
+  redis.call('pexpire', KEYS[1], ARGV[2])
+  redis.call('zrem', KEYS[2], ARGV[3])
+  redis.call('hdel', KEYS[3], ARGV[3])
+  local n = 0
+  if ARGV[7] == '1' then
+    local grant = redis.call('hget', KEYS[3], '~grant')
+    local ticket, number
+    if grant then ticket, number = string.match(grant, '^(%S+) (%d+)$') end
+    if ticket == ARGV[3] and number ~= '0' then
+      n = tonumber(number)
+    else
+      n = redis.call('incr', KEYS[4])
+    end
+  end
+  return {1, n}
+end
+local now = now_ms()
+if not holder then
+  local first = head(now)
+  if not first or first == ARGV[3] then
+    redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    if first then
+      redis.call('zrem', KEYS[2], first)
+      redis.call('hdel', KEYS[3], first)
+    end
+    local n = 0
+    if ARGV[7] == '1' then n = redis.call('incr', KEYS[4]) end
+    return {1, n}
+  end
+end
+if ARGV[6] == '1' then
+  if not redis.call('zscore', KEYS[2], ARGV[3]) then
+    redis.call('zadd', KEYS[2], redis.call('hincrby', KEYS[3], '~seq', 1), ARGV[3])
+  end
+  redis.call('hset', KEYS[3], ARGV[3], ARGV[1] .. ' ' .. (now + tonumber(ARGV[5])) .. ' ' ..
+    ARGV[4] .. ' ' .. ARGV[7] .. ' ' .. ARGV[8])
+  local keep = 2 * tonumber(ARGV[5])
+  keep_alive(KEYS[2], keep)
+  keep_alive(KEYS[3], keep)
+end
+return {0, redis.call('pttl', KEYS[1])}";
+
+/// The fair release: if the lock holds `ARGV[1]`, hand it to the first live waiter (reply 2)
+/// or delete it (1); otherwise 0. `ARGV[2]`, `ARGV[3]`: channel and publish command.
+pub const FAIR_RELEASE_LUA: &str = "\
+if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
+return pass_on(now_ms())";
+
+/// A waiter leaves the queue (`ARGV[4]`: its ticket); if the lock had been handed to it
+/// (`ARGV[1]`: its token), it is passed on as by a release. Reply as the release.
+pub const FAIR_LEAVE_LUA: &str = "\
+redis.call('zrem', KEYS[2], ARGV[4])
+redis.call('hdel', KEYS[3], ARGV[4])
+if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
+return pass_on(now_ms())";
+
+static FAIR_ACQUIRE_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&format!("{FAIR_COMMON_LUA}{FAIR_ACQUIRE_LUA}")));
+static FAIR_RELEASE_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&format!("{FAIR_COMMON_LUA}{FAIR_RELEASE_LUA}")));
+static FAIR_LEAVE_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&format!("{FAIR_COMMON_LUA}{FAIR_LEAVE_LUA}")));
+
+/// The full text of every fair script, as the server runs them (for `SCRIPT LOAD`).
+pub fn fair_scripts() -> [String; 3] {
+    [
+        format!("{FAIR_COMMON_LUA}{FAIR_ACQUIRE_LUA}"),
+        format!("{FAIR_COMMON_LUA}{FAIR_RELEASE_LUA}"),
+        format!("{FAIR_COMMON_LUA}{FAIR_LEAVE_LUA}"),
+    ]
+}
+
+/// How long a waiter's queue entry lives without a refresh: the TTL, within 1 s ..= 10 s. A
+/// waiter refreshes it every third of the [handoff window](handoff_window), so only a waiter
+/// that stopped (crashed, or paused that long) loses its place.
+pub fn queue_entry_ttl(ttl: Duration) -> Duration {
+    ttl.clamp(Duration::from_secs(1), Duration::from_secs(10))
+}
+
+/// How long a handed-off lock waits for its new holder before it expires: the TTL, at most
+/// the [entry lifetime](queue_entry_ttl). A live waiter takes it within milliseconds (from the
+/// message, or at its next attempt); a crashed one costs at most this.
+pub fn handoff_window(ttl: Duration) -> Duration {
+    ttl.min(queue_entry_ttl(ttl))
+}
+
+/// Attempts whose send instants a waiter remembers (a handoff naming an older one is claimed).
+const REMEMBERED_ATTEMPTS: usize = 16;
+
+/// One fair waiter: its token and ticket for the whole wait.
+struct Waiter<'a> {
+    client: &'a LockClient,
+    key: &'a str,
+    token: LockToken,
+    ticket: String,
+}
+
+enum FairAttempt {
+    Acquired { fencing: u64 },
+    Busy { remaining: Option<Duration> },
+}
+
+impl<'a> Waiter<'a> {
+    fn new(client: &'a LockClient, key: &'a str) -> Self {
+        let token = LockToken::random();
+        // A ticket is public (it is published): its own random bits, not the token's.
+        let ticket = LockToken::random().expose()[..16].to_string();
+        Waiter {
+            client,
+            key,
+            token,
+            ticket,
+        }
+    }
+
+    fn keys(&self) -> [String; 4] {
+        [
+            self.key.to_string(),
+            fair_queue_key(self.key),
+            fair_waiters_key(self.key),
+            fence_key(self.key),
+        ]
+    }
+
+    async fn attempt(
+        &self,
+        ttl: Duration,
+        queue: bool,
+        fencing: bool,
+        attempt: u64,
+    ) -> Result<FairAttempt> {
+        let ttl_ms = ttl_millis(ttl)?;
+        let mut inv = FAIR_ACQUIRE_SCRIPT.prepare_invoke();
+        for k in self.keys() {
+            inv.key(k);
+        }
+        inv.arg(self.token.expose())
+            .arg(ttl_ms)
+            .arg(&self.ticket)
+            .arg(handoff_window(ttl).as_millis() as u64)
+            .arg(queue_entry_ttl(ttl).as_millis() as u64)
+            .arg(if queue { 1 } else { 0 })
+            .arg(if fencing { 1 } else { 0 })
+            .arg(attempt);
+        let mut conn = self.client.connection();
+        let (ok, n): (i64, i64) = inv
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| Error::from_redis(Operation::Acquire, e))?;
+        Ok(if ok == 1 {
+            FairAttempt::Acquired { fencing: n as u64 }
+        } else {
+            FairAttempt::Busy {
+                remaining: (n >= 0).then(|| Duration::from_millis(n as u64)),
+            }
+        })
+    }
+
+    /// Leaves the queue, passing the lock on if it had been handed to us.
+    async fn leave(&self) -> Result<i64> {
+        leave(self.client, self.key, &self.token, &self.ticket).await
+    }
+
+    fn guard(
+        &self,
+        fencing: Option<u64>,
+        started: Instant,
+        ttl: Duration,
+        options: &LockOptions,
+    ) -> LockGuard {
+        let lease = Lease::new(self.key, self.token.clone(), fencing, started, ttl);
+        self.client.guard_for(
+            lease,
+            started,
+            options,
+            Arc::new(FairHeld(self.client.clone())),
+        )
+    }
+}
+
+/// The fair script's release or leave, with the client's notification settings.
+async fn run_pass_on(
+    client: &LockClient,
+    script: &Script,
+    key: &str,
+    token: &str,
+    ticket: Option<&str>,
+    op: Operation,
+) -> Result<i64> {
+    let channel = if client.notifies_waiters() {
+        release_channel(key)
+    } else {
+        String::new()
+    };
+    let publish = if client.connection().is_cluster() {
+        "spublish"
+    } else {
+        "publish"
+    };
+    let keys = [
+        key.to_string(),
+        fair_queue_key(key),
+        fair_waiters_key(key),
+        fence_key(key),
+    ];
+    client
+        .idempotent(op, |mut conn| {
+            let mut inv = script.prepare_invoke();
+            for k in &keys {
+                inv.key(k);
+            }
+            inv.arg(token).arg(&channel).arg(publish);
+            if let Some(t) = ticket {
+                inv.arg(t);
+            }
+            async move { inv.invoke_async::<i64>(&mut conn).await }
+        })
+        .await
+}
+
+async fn leave(client: &LockClient, key: &str, token: &LockToken, ticket: &str) -> Result<i64> {
+    run_pass_on(
+        client,
+        &FAIR_LEAVE_SCRIPT,
+        key,
+        token.expose(),
+        Some(ticket),
+        Operation::Release,
+    )
+    .await
+}
+
+/// Leaves the queue when a wait is abandoned (its future dropped, or an error returned), so the
+/// queue does not wait for the entry to expire, and a lock handed to us meanwhile moves on.
+struct LeaveOnDrop<'a> {
+    waiter: &'a Waiter<'a>,
+    armed: bool,
+}
+
+impl Drop for LeaveOnDrop<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(
+                key = self.waiter.key,
+                "fair wait abandoned outside a runtime; its queue entry expires on its own"
+            );
+            return;
+        };
+        let client = self.waiter.client.clone();
+        let key = self.waiter.key.to_string();
+        let token = self.waiter.token.clone();
+        let ticket = self.waiter.ticket.clone();
+        handle.spawn(async move {
+            if let Err(e) = leave(&client, &key, &token, &ticket).await {
+                tracing::debug!(key, error = %e, "leaving the fair queue failed; the entry expires on its own");
+            }
+        });
+    }
+}
+
+impl LockClient {
+    /// [`LockClient::try_acquire`] with [`LockOptions::fair`]: takes the lock only if it is
+    /// free and nobody is queued for it.
+    pub(crate) async fn fair_try_acquire(
+        &self,
+        key: &str,
+        options: &LockOptions,
+    ) -> Result<TryAcquire> {
+        check_fair(key, options)?;
+        let waiter = Waiter::new(self, key);
+        let mut cleanup = LeaveOnDrop {
+            waiter: &waiter,
+            armed: true,
+        };
+        let started = Instant::now();
+        let attempt = waiter
+            .attempt(options.ttl(), false, options.fencing_enabled(), 1)
+            .await;
+        match attempt {
+            Ok(FairAttempt::Acquired { fencing }) => {
+                cleanup.armed = false;
+                if expired(started, options.ttl()) {
+                    let _ = waiter.leave().await;
+                    return Err(Error::ExpiredOnArrival {
+                        key: key.to_string(),
+                        elapsed: started.elapsed(),
+                        ttl: options.ttl(),
+                    });
+                }
+                let fencing = options.fencing_enabled().then_some(fencing);
+                Ok(TryAcquire::Acquired(waiter.guard(
+                    fencing,
+                    started,
+                    options.ttl(),
+                    options,
+                )))
+            }
+            Ok(FairAttempt::Busy { remaining }) => {
+                cleanup.armed = false;
+                Ok(TryAcquire::Busy { remaining })
+            }
+            Err(e) => {
+                // Refused outright: nothing was written. Ambiguous: the cleanup gives it back.
+                if !e.is_ambiguous() {
+                    cleanup.armed = false;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// [`LockClient::acquire`] with [`LockOptions::fair`]: queues, and waits for the handoff
+    /// (see the module docs) until the deadline.
+    pub(crate) async fn fair_acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
+        check_fair(key, options)?;
+        let Some(wait) = options.wait_bound() else {
+            return match self.fair_try_acquire(key, options).await? {
+                TryAcquire::Acquired(g) => Ok(g),
+                TryAcquire::Busy { .. } => Err(Error::NotAcquired {
+                    key: key.to_string(),
+                    waited: Duration::ZERO,
+                    attempts: 1,
+                }),
+            };
+        };
+        let ttl = options.ttl();
+        let fencing = options.fencing_enabled();
+        let window = handoff_window(ttl);
+        let refresh = (window / 3).max(Duration::from_millis(10));
+        let begun = Instant::now();
+        let deadline = begun + wait;
+        let waiter = Waiter::new(self, key);
+        let mut cleanup = LeaveOnDrop {
+            waiter: &waiter,
+            armed: true,
+        };
+        // Registered before the first attempt: no handoff to our ticket can be missed.
+        let mut subscription = match self.notifier() {
+            Some(n) => {
+                n.subscribe_ticket(release_channel(key), waiter.ticket.clone())
+                    .await
+            }
+            None => None,
+        };
+        let mut sent: VecDeque<(u64, Instant)> = VecDeque::with_capacity(REMEMBERED_ATTEMPTS);
+        let mut attempt: u64 = 0;
+        let mut failure = None;
+        loop {
+            attempt += 1;
+            let started = Instant::now();
+            if sent.len() == REMEMBERED_ATTEMPTS {
+                sent.pop_front();
+            }
+            sent.push_back((attempt, started));
+            if let Some(s) = subscription.as_mut() {
+                s.mark_seen();
+            }
+            let remaining = match waiter.attempt(ttl, true, fencing, attempt).await {
+                Ok(FairAttempt::Acquired { fencing: n }) => {
+                    if expired(started, ttl) {
+                        // Granted too late to be a lease: pass it on, queue again.
+                        let _ = waiter.leave().await;
+                        Some(Duration::ZERO)
+                    } else {
+                        cleanup.armed = false;
+                        return Ok(waiter.guard(fencing.then_some(n), started, ttl, options));
+                    }
+                }
+                Ok(FairAttempt::Busy { remaining }) => {
+                    failure = None;
+                    remaining
+                }
+                Err(e) if self.retries_while_waiting(&e) => {
+                    tracing::debug!(key, error = %e, "topology in motion; retrying");
+                    failure = Some(e);
+                    None
+                }
+                Err(e) => return Err(e),
+            };
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            // No backoff: only this waiter is woken by its handoff, so retries cannot herd.
+            // Refresh the entry in time; retry when a crashed holder's lease runs out.
+            let mut delay = refresh.min(deadline - now);
+            if let Some(r) = remaining {
+                delay = delay.min(r + Duration::from_millis(1));
+            }
+            let sleep = tokio::time::sleep(delay);
+            let woke = match subscription.as_mut() {
+                Some(s) => tokio::select! {
+                    w = s.next() => Some(w),
+                    _ = sleep => None,
+                },
+                None => {
+                    sleep.await;
+                    None
+                }
+            };
+            if let Some(Wake::HandedOff(h)) = woke {
+                let sent_at = sent.iter().find(|(a, _)| *a == h.attempt).map(|(_, t)| *t);
+                if let Some(sent_at) = sent_at.filter(|_| window == ttl) {
+                    // The release read the entry of attempt `h.attempt`, so it ran after
+                    // `sent_at`; the key expires `window` after the release.
+                    let lease = Lease::new(
+                        key,
+                        waiter.token.clone(),
+                        fencing.then_some(h.fencing),
+                        sent_at,
+                        window,
+                    );
+                    if lease.remaining() >= ttl / 2 {
+                        cleanup.armed = false;
+                        return Ok(self.guard_for(
+                            lease,
+                            sent_at,
+                            options,
+                            Arc::new(FairHeld(self.clone())),
+                        ));
+                    }
+                }
+                // Otherwise claim it: the next attempt resets the TTL (right away).
+            }
+            if Instant::now() >= deadline {
+                break;
+            }
+        }
+        cleanup.armed = false;
+        // Leave now rather than in the background: a lock handed to us meanwhile moves on.
+        let _ = waiter.leave().await;
+        Err(failure.unwrap_or_else(|| Error::NotAcquired {
+            key: key.to_string(),
+            waited: begun.elapsed(),
+            attempts: attempt.min(u32::MAX as u64) as u32,
+        }))
+    }
+
+    /// Releases a [fair](LockOptions::fair) lock that holds `token`, handing it to the first
+    /// live waiter in the same step (a guard of a fair lock does this by itself; this is for a
+    /// token received from elsewhere, like the CLI's `release --fair`). A plain
+    /// [`release`](LockClient::release) of a fair lock works too, but leaves the queue to find
+    /// out by itself.
+    ///
+    /// # Errors
+    /// As [`LockClient::release`].
+    pub async fn release_fair(&self, key: &str, token: &LockToken) -> Result<()> {
+        validate_key(key)?;
+        let n = run_pass_on(
+            self,
+            &FAIR_RELEASE_SCRIPT,
+            key,
+            token.expose(),
+            None,
+            Operation::Release,
+        )
+        .await?;
+        if n == 0 {
+            return Err(Error::NotHeld {
+                key: key.to_string(),
+            });
+        }
+        Ok(())
+    }
+}
+
+fn expired(started: Instant, ttl: Duration) -> bool {
+    started.elapsed() >= ttl.saturating_sub(clock_drift(ttl))
+}
+
+fn check_fair(key: &str, options: &LockOptions) -> Result<()> {
+    validate_key(key)?;
+    ttl_millis(options.ttl())?;
+    if options.replica_ack_required().is_some() {
+        return Err(Error::Unsupported {
+            backend: "redis",
+            what: "a fair lock with replica_ack".to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// A fair lock held on one Redis server: released by handing it on; extended as a plain lock.
+#[derive(Debug)]
+struct FairHeld(LockClient);
+
+impl HeldLock for FairHeld {
+    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.0.release_fair(lease.key(), lease.token()))
+    }
+
+    fn extend<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Instant>> {
+        Box::pin(async move {
+            let started = Instant::now();
+            self.0.extend(lease.key(), lease.token(), ttl).await?;
+            Ok(started + ttl.saturating_sub(clock_drift(ttl)))
+        })
+    }
+}

@@ -1,0 +1,392 @@
+//! Fair locks (`LockOptions::fair`): arrival order, direct handoff, no barging, no herd,
+//! vanished waiters skipped, fencing through handoffs, and a handed-off lease that never
+//! outlasts its key.
+
+mod common;
+
+use common::{calls, until};
+
+use std::time::{Duration, Instant};
+
+use leasehold::{
+    ClientOptions, Error, LockClient, LockOptions, Redlock, RedlockOptions, TryAcquire,
+    fair_queue_key, fair_waiters_key, fence_key,
+};
+use leasehold_harness::{Server, ServerOptions, SlowLink};
+use tokio::sync::{mpsc, oneshot};
+
+/// A TTL long enough that nothing expires by itself during a test; its handoff window is the
+/// 10 s maximum, so a waiter refreshes its entry only every 3.3 s.
+const LONG: Duration = Duration::from_secs(60);
+const HANG_GUARD: Duration = Duration::from_secs(60);
+
+fn fair(ttl: Duration) -> LockOptions {
+    LockOptions::new(ttl).fair(true).wait(LONG)
+}
+
+/// Waiters queued for `key`, as the server has them.
+fn queued(server: &Server, key: &str) -> i64 {
+    server
+        .command(&["ZCARD", &fair_queue_key(key)])
+        .unwrap()
+        .as_integer()
+        .unwrap()
+}
+
+/// The attempt numbers in the waiters' entries (ticket order is irrelevant).
+fn entry_attempts(server: &Server, key: &str) -> Vec<u64> {
+    let reply = server
+        .command(&["HGETALL", &fair_waiters_key(key)])
+        .unwrap();
+    let items = reply.as_array().unwrap_or(&[]).to_vec();
+    items
+        .chunks(2)
+        .filter(|kv| !kv[0].as_str().unwrap_or("~").starts_with('~'))
+        .map(|kv| {
+            let entry = String::from_utf8_lossy(kv[1].as_bytes().unwrap()).into_owned();
+            entry.rsplit(' ').next().unwrap().parse().unwrap()
+        })
+        .collect()
+}
+
+/// Loads the fair scripts, so that `INFO commandstats` counts one EVALSHA per operation.
+fn preload(server: &Server) {
+    for script in leasehold::fair::fair_scripts() {
+        assert!(
+            !server
+                .command(&["SCRIPT", "LOAD", &script])
+                .unwrap()
+                .is_error()
+        );
+    }
+}
+
+leasehold_harness::server_test!(async fn waiters_get_the_lock_in_arrival_order_by_direct_handoff(bin) {
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let key = "fair:order";
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    let g = holder.try_acquire(key, &fair(LONG)).await.unwrap().acquired().unwrap();
+    // Waiters on two clients (the handoff message is routed to its ticket across clients),
+    // each queued only once the previous one is on the server: their arrival order is known.
+    let other = LockClient::connect(&server.url()).await.unwrap();
+    let (got_tx, mut got) = mpsc::unbounded_channel();
+    let mut go = Vec::new();
+    for i in 0..4 {
+        let client = if i % 2 == 0 { holder.clone() } else { other.clone() };
+        let got_tx = got_tx.clone();
+        let (go_tx, go_rx) = oneshot::channel::<()>();
+        go.push(go_tx);
+        tokio::spawn(async move {
+            let g = client.acquire(key, &fair(LONG)).await.unwrap();
+            got_tx.send((i, g.token().expose().to_string())).unwrap();
+            let _ = go_rx.await;
+            g.release().await.unwrap();
+        });
+        until("waiter queued", || queued(&server, key) == i + 1).await;
+    }
+    // No barging: a newcomer is refused while others wait, even by the holder's own client.
+    assert!(!holder.try_acquire(key, &fair(LONG)).await.unwrap().is_acquired());
+    g.release().await.unwrap();
+    // The release set the key to the first waiter's token in the same step: it was never free
+    // for anyone to take.
+    let handed = common::get(&server, key).expect("the key was handed over, never freed");
+    for (expected, go) in (0..4).zip(go) {
+        let (i, token) = tokio::time::timeout(HANG_GUARD, got.recv()).await.unwrap().unwrap();
+        assert_eq!(i, expected, "arrival order");
+        if i == 0 {
+            assert_eq!(handed, token, "handed to the waiter that returned");
+        }
+        assert_eq!(common::get(&server, key).as_deref(), Some(token.as_str()));
+        go.send(()).unwrap();
+    }
+    until("the last release frees the key", || common::get(&server, key).is_none()).await;
+    assert_eq!(queued(&server, key), 0);
+});
+
+leasehold_harness::server_test!(async fn a_release_wakes_only_the_next_waiter(bin) {
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    preload(&server);
+    let key = "fair:herd";
+    // 10 s: the handoff window is the whole TTL, so the head needs no claim round trip.
+    let ttl = Duration::from_secs(10);
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let g = client.try_acquire(key, &fair(ttl)).await.unwrap().acquired().unwrap();
+    let (got_tx, mut got) = mpsc::unbounded_channel();
+    for i in 0..3 {
+        let (client, got_tx) = (client.clone(), got_tx.clone());
+        tokio::spawn(async move {
+            let g = client.acquire(key, &fair(ttl)).await.unwrap();
+            got_tx.send(i).unwrap();
+            g.detach();
+        });
+        until("waiter queued", || queued(&server, key) == i + 1).await;
+    }
+    let before = calls(&server, "evalsha");
+    let attempts_before = entry_attempts(&server, key);
+    let released = Instant::now();
+    g.release().await.unwrap();
+    assert_eq!(tokio::time::timeout(HANG_GUARD, got.recv()).await.unwrap(), Some(0));
+    // Nobody else ran an attempt: the two others still show their first one, and the server
+    // ran one script (the release); the head took the lock from the handoff message itself.
+    // (A waiter refreshes its entry every 3.3 s: only a machine stalled that long could blur it.)
+    if released.elapsed() < Duration::from_secs(3) {
+        assert_eq!(calls(&server, "evalsha"), before + 1, "one script: the release");
+        assert_eq!(entry_attempts(&server, key), vec![1, 1]);
+    } else {
+        eprintln!("machine stalled for over 3 s; the no-herd check is not conclusive this run");
+    }
+    assert_eq!(attempts_before, vec![1, 1, 1]);
+});
+
+leasehold_harness::server_test!(async fn a_free_lock_goes_to_the_queue_head_not_to_a_newcomer(bin) {
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let key = "fair:barging";
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let g = client.try_acquire(key, &fair(LONG)).await.unwrap().acquired().unwrap();
+    let waiter = {
+        let client = client.clone();
+        tokio::spawn(async move { client.acquire(key, &fair(LONG)).await.unwrap() })
+    };
+    until("waiter queued", || queued(&server, key) == 1).await;
+    // The lock vanishes without a release (as if its holder crashed and it expired).
+    server.command(&["DEL", key]).unwrap();
+    g.detach();
+    match client.try_acquire(key, &fair(LONG)).await.unwrap() {
+        TryAcquire::Busy { .. } => {}
+        TryAcquire::Acquired(_) => panic!("a newcomer took a free lock ahead of the queue"),
+    }
+    // The head takes it at its next attempt.
+    let w = tokio::time::timeout(HANG_GUARD, waiter).await.unwrap().unwrap();
+    assert_eq!(common::get(&server, key).as_deref(), Some(w.token().expose()));
+    w.release().await.unwrap();
+    // With nobody queued, a release frees the key and anyone may take it.
+    assert_eq!(common::get(&server, key), None);
+    assert!(client.try_acquire(key, &fair(LONG)).await.unwrap().is_acquired());
+});
+
+leasehold_harness::server_test!(async fn dropped_and_timed_out_waiters_leave_the_queue(bin) {
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let key = "fair:leave";
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let g = client.try_acquire(key, &fair(LONG)).await.unwrap().acquired().unwrap();
+    let dropped = {
+        let client = client.clone();
+        tokio::spawn(async move { client.acquire(key, &fair(LONG)).await })
+    };
+    until("waiter queued", || queued(&server, key) == 1).await;
+    dropped.abort();
+    until("the dropped waiter's entry removed", || queued(&server, key) == 0).await;
+    assert!(entry_attempts(&server, key).is_empty());
+    // A deadline: NotAcquired, and the entry is gone when it returns.
+    let opts = LockOptions::new(LONG).fair(true).wait(Duration::from_millis(300));
+    match client.acquire(key, &opts).await {
+        Err(Error::NotAcquired { .. }) => {}
+        other => panic!("expected NotAcquired, got {other:?}"),
+    }
+    assert_eq!(queued(&server, key), 0);
+    assert!(entry_attempts(&server, key).is_empty());
+    g.release().await.unwrap();
+    assert_eq!(common::get(&server, key), None, "nobody left to hand it to");
+});
+
+leasehold_harness::server_test!(async fn a_lock_handed_to_a_waiter_that_leaves_moves_on(bin) {
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let key = "fair:pass-on";
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    // This waiter hears no handoff message: it would claim the lock at its next refresh, 3.3 s
+    // after its attempt; it is dropped before that.
+    let deaf = LockClient::connect_with(&server.url(), ClientOptions::new().notify_waiters(false))
+        .await
+        .unwrap();
+    let g = holder.try_acquire(key, &fair(LONG)).await.unwrap().acquired().unwrap();
+    let first = tokio::spawn(async move { deaf.acquire(key, &fair(LONG)).await });
+    until("first waiter queued", || queued(&server, key) == 1).await;
+    let second = {
+        let holder = holder.clone();
+        tokio::spawn(async move { holder.acquire(key, &fair(LONG)).await.unwrap() })
+    };
+    until("second waiter queued", || queued(&server, key) == 2).await;
+    g.release().await.unwrap();
+    let handed = common::get(&server, key).expect("handed to the first waiter");
+    first.abort();
+    let w = tokio::time::timeout(HANG_GUARD, second).await.unwrap().unwrap();
+    assert_ne!(w.token().expose(), handed, "the second waiter holds it, not the first");
+    assert_eq!(common::get(&server, key).as_deref(), Some(w.token().expose()));
+    w.release().await.unwrap();
+});
+
+leasehold_harness::server_test!(async fn a_crashed_waiter_is_skipped(bin) {
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let key = "fair:crashed";
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let g = client.try_acquire(key, &fair(LONG)).await.unwrap().acquired().unwrap();
+    let live = {
+        let client = client.clone();
+        tokio::spawn(async move { client.acquire(key, &fair(LONG)).await.unwrap() })
+    };
+    until("live waiter queued", || queued(&server, key) == 1).await;
+    // Two waiters that crashed, ahead of the live one: one whose entry expired, and one that
+    // died just after its last refresh (its entry still looks alive; handoff window 1.5 s).
+    let (queue, waiters) = (fair_queue_key(key), fair_waiters_key(key));
+    let time = server.command(&["TIME"]).unwrap();
+    let secs: u64 = time.as_array().unwrap()[0].as_str().unwrap().parse().unwrap();
+    let alive_until = (secs + 60) * 1000;
+    server.command(&["ZADD", &queue, "-2", "expired"]).unwrap();
+    server.command(&["ZADD", &queue, "-1", "recent"]).unwrap();
+    server.command(&["HSET", &waiters, "expired", "tok-expired 1 1500 0 1"]).unwrap();
+    server
+        .command(&["HSET", &waiters, "recent", &format!("tok-recent {alive_until} 1500 0 1")])
+        .unwrap();
+    g.release().await.unwrap();
+    // The expired entry was skipped and dropped; the recent one got the lock for its window.
+    assert_eq!(common::get(&server, key).as_deref(), Some("tok-recent"));
+    assert!(common::pttl(&server, key) <= 1500);
+    assert!(server.command(&["ZSCORE", &queue, "expired"]).unwrap().is_nil());
+    // It never claims it: after the window the live waiter takes over.
+    let w = tokio::time::timeout(HANG_GUARD, live).await.unwrap().unwrap();
+    assert_eq!(common::get(&server, key).as_deref(), Some(w.token().expose()));
+    w.release().await.unwrap();
+});
+
+leasehold_harness::server_test!(async fn fencing_numbers_increase_through_handoffs(bin) {
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    // With notifications the waiter holds the lock from the handoff message; without, it
+    // claims it at its next attempt. Both get the number the release issued.
+    for notify in [true, false] {
+        let key = if notify { "fair:fence:message" } else { "fair:fence:claim" };
+        let client = LockClient::connect_with(&server.url(), ClientOptions::new().notify_waiters(notify))
+            .await
+            .unwrap();
+        let opts = fair(LONG).fencing(true);
+        let g = client.try_acquire(key, &opts).await.unwrap().acquired().unwrap();
+        let first = g.fencing_token().unwrap();
+        let waiter = {
+            let (client, opts) = (client.clone(), opts.clone());
+            tokio::spawn(async move { client.acquire(key, &opts).await.unwrap() })
+        };
+        until("waiter queued", || queued(&server, key) == 1).await;
+        g.release().await.unwrap();
+        let w = tokio::time::timeout(HANG_GUARD, waiter).await.unwrap().unwrap();
+        assert_eq!(w.fencing_token(), Some(first + 1), "notify={notify}");
+        assert_eq!(common::get(&server, &fence_key(key)), Some((first + 1).to_string()));
+        w.release().await.unwrap();
+        let again = client.try_acquire(key, &opts).await.unwrap().acquired().unwrap();
+        assert_eq!(again.fencing_token(), Some(first + 2), "notify={notify}");
+        again.release().await.unwrap();
+    }
+});
+
+leasehold_harness::server_test!(async fn a_handed_off_lease_never_outlasts_its_key(bin) {
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    preload(&server);
+    let key = "fair:validity";
+    let ttl = Duration::from_secs(10);
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    // The waiter's link holds every reply back, the handoff message included, by 300 ms: a
+    // lease counted from when the message *arrived* would end 300 ms after the key expires
+    // (three times the drift allowance). It must count from the attempt the release read.
+    let link = SlowLink::start(server.addr()).unwrap();
+    let waiter_client = LockClient::connect(&link.url()).await.unwrap();
+    let g = holder.try_acquire(key, &fair(ttl)).await.unwrap().acquired().unwrap();
+    let waiter = tokio::spawn(async move { waiter_client.acquire(key, &fair(ttl)).await.unwrap() });
+    until("waiter queued", || queued(&server, key) == 1).await;
+    link.set_reply_delay(Duration::from_millis(300));
+    let before = calls(&server, "evalsha");
+    g.release().await.unwrap();
+    let w = tokio::time::timeout(HANG_GUARD, waiter).await.unwrap().unwrap();
+    let pttl = common::pttl(&server, key);
+    let expiry_bound = Instant::now() + Duration::from_millis(pttl as u64 + 1);
+    assert!(
+        w.valid_until() <= expiry_bound,
+        "the lease ends {:?} after the key expires",
+        w.valid_until() - expiry_bound
+    );
+    // And it was the message that gave it (no claim: one script, the release).
+    assert_eq!(calls(&server, "evalsha"), before + 1);
+    link.set_reply_delay(Duration::ZERO);
+    w.release().await.unwrap();
+});
+
+leasehold_harness::server_test!(async fn with_lock_in_fair_mode_never_overlaps(bin) {
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let inside = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let max = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..6 {
+        let (client, inside, max) = (client.clone(), inside.clone(), max.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..8 {
+                client
+                    .with_lock("fair:with-lock", &fair(LONG), |_lease| async {
+                        use std::sync::atomic::Ordering::SeqCst;
+                        let now = inside.fetch_add(1, SeqCst) + 1;
+                        max.fetch_max(now, SeqCst);
+                        tokio::task::yield_now().await;
+                        inside.fetch_sub(1, SeqCst);
+                    })
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        tokio::time::timeout(HANG_GUARD, t).await.unwrap().unwrap();
+    }
+    assert_eq!(max.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(queued(&server, "fair:with-lock"), 0);
+});
+
+leasehold_harness::server_test!(async fn a_handed_off_lease_is_auto_extended(bin) {
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let key = "fair:renewed";
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    let waiter_client = LockClient::connect(&server.url()).await.unwrap();
+    let g = holder.try_acquire(key, &fair(LONG)).await.unwrap().acquired().unwrap();
+    let opts = fair(Duration::from_secs(1)).auto_extend(true);
+    let waiter = {
+        let client = waiter_client.clone();
+        tokio::spawn(async move { client.acquire(key, &opts).await.unwrap() })
+    };
+    until("waiter queued", || queued(&server, key) == 1).await;
+    g.release().await.unwrap();
+    let w = tokio::time::timeout(HANG_GUARD, waiter).await.unwrap().unwrap();
+    // Renewed three times (observed in the renewer's counters): past three 1 s TTLs.
+    let stats = waiter_client.renewal_stats();
+    until("three renewals", || stats.renewals() >= 3).await;
+    assert_eq!(common::get(&server, key).as_deref(), Some(w.token().expose()));
+    assert!(w.is_held());
+    w.release().await.unwrap();
+    assert_eq!(common::get(&server, key), None);
+});
+
+leasehold_harness::server_test!(async fn fair_mode_refuses_what_it_cannot_do(bin) {
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    match client
+        .acquire("k", &fair(LONG).replica_ack(1, Duration::from_millis(10)))
+        .await
+    {
+        Err(Error::Unsupported { .. }) => {}
+        other => panic!("fair + replica_ack: {other:?}"),
+    }
+    assert!(matches!(
+        client.try_acquire("", &fair(LONG)).await,
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert!(matches!(
+        client.try_acquire("k", &fair(Duration::ZERO)).await,
+        Err(Error::InvalidArgument { .. })
+    ));
+    let redlock = Redlock::connect(&[&server.url()], RedlockOptions::new()).await.unwrap();
+    assert!(matches!(
+        redlock.acquire("k", &fair(LONG)).await,
+        Err(Error::Unsupported { .. })
+    ));
+    // A queue key that is not a queue (the name used for something else): a clear server error.
+    server.command(&["SET", &fair_queue_key("taken"), "x"]).unwrap();
+    server.command(&["SET", "taken", "someone"]).unwrap();
+    let err = client.acquire("taken", &fair(LONG)).await.unwrap_err();
+    assert!(err.to_string().contains("WRONGTYPE"), "{err}");
+    assert_eq!(common::get(&server, "taken").as_deref(), Some("someone"));
+});
