@@ -33,7 +33,9 @@ async fn acquire(locks: &Locks, args: AcquireArgs) -> anyhow::Result<()> {
         )
         .into());
     }
-    let options = LockOptions::new(args.ttl).fencing(args.fencing);
+    let options = LockOptions::new(args.ttl)
+        .fencing(args.fencing)
+        .fair(args.fair);
     let guard = match args.wait {
         Some(wait) => locks.acquire(&args.key, &options.wait(wait)).await?,
         None => match locks.try_acquire(&args.key, &options).await? {

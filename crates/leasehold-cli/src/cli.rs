@@ -228,6 +228,10 @@ pub struct CheckArgs {
     /// counts; the lock server then runs with a replica. The mitigation of the failover hazard.
     #[arg(long, value_name = "N")]
     pub replica_ack: Option<u32>,
+    /// Workers take the lock in arrival order with direct handoff (LockOptions::fair; Redis
+    /// only, one lock server or a topology, not Redlock).
+    #[arg(long)]
+    pub fair: bool,
     /// The server of the matrix to run the locks on (default redis8 if installed, else the
     /// newest installed); with --backend etcd or postgres, only the register's (--register
     /// redis).
@@ -272,6 +276,9 @@ pub struct CheckWorkerArgs {
     /// Require this many replicas to acknowledge each acquisition.
     #[arg(long)]
     pub replica_ack: Option<u32>,
+    /// Take the lock in arrival order with direct handoff.
+    #[arg(long)]
+    pub fair: bool,
     /// After a refused read, raise the fencing counter to the register's highest number.
     #[arg(long)]
     pub raise_counter: bool,
@@ -377,6 +384,10 @@ pub struct RunArgs {
     /// Take a fencing number and export it as LEASEHOLD_FENCING_TOKEN.
     #[arg(long)]
     pub fencing: bool,
+    /// Take the lock in arrival order: wait in the server's queue, and get the lock handed over
+    /// by the release (no barging, no herd). Every holder and waiter of the key must use it.
+    #[arg(long)]
+    pub fair: bool,
     /// After SIGTERM on a lost lock, wait this long before SIGKILL.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "5s")]
     pub kill_grace: Duration,
@@ -455,6 +466,10 @@ pub struct AcquireArgs {
     /// Also take a fencing number: strictly increasing with each acquisition of this key.
     #[arg(long)]
     pub fencing: bool,
+    /// Take the lock in arrival order: wait in the server's queue, and get the lock handed over
+    /// by the release (no barging, no herd). Every holder and waiter of the key must use it.
+    #[arg(long)]
+    pub fair: bool,
     /// Output format.
     #[command(flatten)]
     pub output: OutputArgs,
@@ -476,6 +491,9 @@ pub struct ReleaseArgs {
         hide_env_values = true
     )]
     pub token: String,
+    /// The lock was taken with --fair: hand it to the first waiter in the queue.
+    #[arg(long)]
+    pub fair: bool,
     /// Output format.
     #[command(flatten)]
     pub output: OutputArgs,

@@ -56,6 +56,15 @@ impl Locks {
         }
     }
 
+    /// Releases the fair lock `key` if `token` holds it, handing it to the first waiter.
+    pub(crate) async fn release_fair(&self, key: &str, token: &LockToken) -> Result<()> {
+        match self {
+            Locks::Single(c) => c.release_fair(key, token).await,
+            Locks::Redlock(r, _) => r.release_fair(key, token).await,
+            Locks::Other(l) => l.release_fair(key, token).await,
+        }
+    }
+
     /// Resets the TTL of `key` if `token` holds it (Redlock: confirmed by a majority).
     pub(crate) async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<()> {
         match self {

@@ -18,7 +18,11 @@ struct Released<'a> {
 pub(crate) async fn run(servers: &Servers, args: ReleaseArgs) -> anyhow::Result<()> {
     let token = LockToken::new(args.token)?;
     let locks = servers.connect().await?;
-    let released = locks.release(&args.key, &token).await;
+    let released = if args.fair {
+        locks.release_fair(&args.key, &token).await
+    } else {
+        locks.release(&args.key, &token).await
+    };
     // Also when not held: a minority of Redlock nodes may still have held the token.
     locks.settle(&args.key, &token, Outcome::Released).await;
     released?;

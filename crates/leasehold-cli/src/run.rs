@@ -36,6 +36,7 @@ pub(crate) async fn run(servers: &Servers, args: RunArgs) -> anyhow::Result<Exit
     let locks = servers.connect().await?;
     let options = LockOptions::new(args.ttl)
         .fencing(args.fencing)
+        .fair(args.fair)
         .auto_extend(true);
     let acquired = if args.no_wait {
         match locks.try_acquire(&args.key, &options).await? {

@@ -73,6 +73,22 @@ server_test!(async fn smoke_pause_kill_with_fencing(bin) {
     assert_eq!(n(&report, "overlaps_within_ttl"), 0, "{report:#}");
 });
 
+server_test!(async fn smoke_fair_pause_kill_with_fencing(bin) {
+    let dir = tempfile::tempdir().unwrap();
+    // Fair mode: the lock is handed from holder to waiter by the release script; a paused or
+    // killed server and frozen holders must not let a stale write in, nor two valid holders.
+    let report = check(
+        &bin,
+        dir.path(),
+        &["--fair", "--duration", "6s", "--ttl", "200ms", "--work", "30ms", "--faults", "pause,kill", "--seed", "7"],
+        0,
+    );
+    assert_safe(&report);
+    assert_eq!(report["settings"]["fair"], true);
+    assert!(injected(&report, "pause") >= 1 && injected(&report, "kill") >= 1, "{report:#}");
+    assert_eq!(n(&report, "overlaps_within_ttl"), 0, "{report:#}");
+});
+
 server_test!(async fn smoke_release_with_del_lets_two_holders_in(bin) {
     let dir = tempfile::tempdir().unwrap();
     // No faults: work times around the TTL (0.5x..1.5x) are enough for the seed's bug.
@@ -243,6 +259,9 @@ fn bad_options_are_usage_errors() {
         &["check", "--faults", "pause,kill-primary"],
         &["check", "--topology", "cluster", "--release", "del"],
         &["check", "--topology", "sentinel", "--replica-ack", "2"],
+        &["check", "--fair", "--nodes", "3"],
+        &["check", "--fair", "--replica-ack", "1"],
+        &["check", "--fair", "--backend", "etcd"],
     ] {
         let run = leasehold(args);
         assert_eq!(run.code, 64, "{args:?}: {run:?}");

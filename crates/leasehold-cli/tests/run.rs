@@ -182,3 +182,40 @@ fn unreachable_server_exits_69() {
     let r = leasehold(&["--url", &url, "run", "job", "--", "true"]).expect(69);
     assert!(!r.stderr.is_empty());
 }
+
+// --fair: the commands run in the order they queued, each handed the lock by the previous one.
+server_test!(async fn fair_runs_go_in_arrival_order(bin) {
+    let (server, dir) = setup(&bin);
+    let url = server.url();
+    let queue = leasehold::fair_queue_key("jobs:fair");
+    let queued = || server.command(&["ZCARD", &queue]).unwrap().as_integer().unwrap();
+    let first = Running::start(
+        &["--url", url.as_str()],
+        dir.path(),
+        &["jobs:fair", "--fair", "--", "sh", "-c", "echo first >> order; while [ ! -e go ]; do sleep 0.02; done"],
+    );
+    wait_for_file(&dir.path().join("order"));
+    let mut later = Vec::new();
+    for (i, name) in ["second", "third", "fourth"].into_iter().enumerate() {
+        let script = format!("echo {name} >> order");
+        later.push(Running::start(
+            &["--url", url.as_str()],
+            dir.path(),
+            &["jobs:fair", "--fair", "--", "sh", "-c", &script],
+        ));
+        let start = Instant::now();
+        while queued() != i as i64 + 1 {
+            assert!(start.elapsed() < HANG_GUARD, "{name} never queued");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    assert_eq!(first.wait().0, 0);
+    for run in later {
+        assert_eq!(run.wait().0, 0);
+    }
+    let order = std::fs::read_to_string(dir.path().join("order")).unwrap();
+    assert_eq!(order, "first\nsecond\nthird\nfourth\n");
+    assert!(!exists(&server, "jobs:fair"));
+    assert_eq!(queued(), 0);
+});

@@ -490,7 +490,7 @@ async fn wb(bin: &ServerBinary, st: &Settings, results: &mut Results) -> anyhow:
             );
             let (s, _) = on_runtime(Flavour::MultiThread, move || async move {
                 let locker = leasehold::Locker::connect(&u).await?;
-                workloads::w3_locker(locker, w, hold, d, k).await
+                workloads::w3_locker(locker, w, hold, d, k, false).await
             })
             .with_context(|| format!("WB W3 {name}"))?;
             runs.entry(("W3B", name.to_string())).or_default().push(s);
@@ -589,14 +589,18 @@ async fn w3(
     let d = Duration::from_secs_f64(st.w3_secs);
     let hold = Duration::from_secs_f64(st.w3_hold_ms / 1000.0);
     let mut runs: BTreeMap<String, Vec<Summary>> = BTreeMap::new();
-    let (u, w) = (url.clone(), st.w3_workers);
-    let (s, cdf) = on_runtime(Flavour::MultiThread, move || {
-        workloads::w3_leasehold(u, w, hold, d, "w3:leasehold".into())
-    })?;
-    runs.entry("leasehold".into()).or_default().push(s);
-    results
-        .cdfs
-        .insert("W3".into(), vec![("leasehold (handoff)".into(), cdf)]);
+    let mut cdfs = Vec::new();
+    for fair in [false, true] {
+        let (u, w) = (url.clone(), st.w3_workers);
+        let key = if fair { "w3:fair" } else { "w3:leasehold" };
+        let (s, cdf) = on_runtime(Flavour::MultiThread, move || {
+            workloads::w3_leasehold(u, w, hold, d, key.into(), fair)
+        })?;
+        let name = if fair { "leasehold_fair" } else { "leasehold" };
+        runs.entry(name.into()).or_default().push(s);
+        cdfs.push((format!("{name} (handoff)"), cdf));
+    }
+    results.cdfs.insert("W3".into(), cdfs);
     for tuned in [false, true] {
         let run = PeerRun {
             urls: std::slice::from_ref(&url),
@@ -799,6 +803,34 @@ fn targets(r: &Results) -> Value {
         150.0,
         true,
         "<= 150 us",
+    );
+    check(
+        "W3 fair acquisitions/s / best peer",
+        ratio(r.get("W3", "leasehold_fair", "ops_per_s"), best_w3),
+        1.0,
+        false,
+        "fair mode: >= the best peer",
+    );
+    check(
+        "W3 fair max wait (ms)",
+        r.get("W3", "leasehold_fair", "max_wait_ms"),
+        60.0,
+        true,
+        "fair mode: <= 60 ms",
+    );
+    check(
+        "W3 fair same-worker rate",
+        r.get("W3", "leasehold_fair", "same_worker_rate"),
+        1.0 / 16.0,
+        true,
+        "fair mode: <= 1/16 (no re-taking by the releaser)",
+    );
+    check(
+        "W3 fair cross-worker handoff p50 (us)",
+        r.get("W3", "leasehold_fair", "handoff_p50_us"),
+        150.0,
+        true,
+        "fair mode: <= 150 us",
     );
     let w4 = |n: &str| {
         r.workloads

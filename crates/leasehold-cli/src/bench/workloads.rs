@@ -228,16 +228,18 @@ struct Event {
     released: Instant,
 }
 
-/// W3 for leasehold: `workers` on ONE key, each holding `hold`, for `duration`.
+/// W3 for leasehold: `workers` on ONE key, each holding `hold`, for `duration`; `fair` takes
+/// the lock in arrival order with direct handoff ([`LockOptions::fair`]).
 pub(crate) async fn w3_leasehold(
     url: String,
     workers: usize,
     hold: Duration,
     duration: Duration,
     key: String,
+    fair: bool,
 ) -> anyhow::Result<(Summary, Vec<(f64, f64)>)> {
     let client = LockClient::connect(&url).await?;
-    w3_locker(client.into(), workers, hold, duration, key).await
+    w3_locker(client.into(), workers, hold, duration, key, fair).await
 }
 
 /// W3 through the one lock API ([`Locker`], any backend): `workers` on ONE key, each holding
@@ -248,6 +250,7 @@ pub(crate) async fn w3_locker(
     hold: Duration,
     duration: Duration,
     key: String,
+    fair: bool,
 ) -> anyhow::Result<(Summary, Vec<(f64, f64)>)> {
     let events = Arc::new(Mutex::new(Vec::<Event>::new()));
     let max_wait = Arc::new(AtomicU64::new(0));
@@ -263,7 +266,9 @@ pub(crate) async fn w3_locker(
             key.clone(),
         );
         handles.push(tokio::spawn(async move {
-            let opts = LockOptions::new(Duration::from_secs(10)).wait(Duration::from_secs(120));
+            let opts = LockOptions::new(Duration::from_secs(10))
+                .wait(Duration::from_secs(120))
+                .fair(fair);
             while Instant::now() < deadline {
                 let asked = Instant::now();
                 let g = client.acquire(&key, &opts).await?;

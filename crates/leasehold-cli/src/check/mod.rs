@@ -99,6 +99,12 @@ fn validate_other(backend: Backend, args: &CheckArgs) -> Result<(), Usage> {
             "--replica-ack waits for redis replicas: it does not apply to --backend {name}"
         )));
     }
+    if args.fair {
+        return Err(Usage(format!(
+            "--fair is Redis's queue with direct handoff: --backend {name} waits in arrival \
+             order already"
+        )));
+    }
     Ok(())
 }
 
@@ -158,6 +164,14 @@ fn validate_redis(args: &CheckArgs) -> Result<(), Usage> {
             "--replica-ack applies to one lock server (--nodes 1)".into(),
         ));
     }
+    if args.fair && args.nodes > 1 {
+        return Err(Usage(
+            "--fair: Redlock keeps no queue; use one lock server (--nodes 1) or a topology".into(),
+        ));
+    }
+    if args.fair && args.replica_ack.is_some() {
+        return Err(Usage("--fair cannot be combined with --replica-ack".into()));
+    }
     if args.replica_ack.is_some_and(|n| n != 1) {
         return Err(Usage(
             "--replica-ack: the lock server runs one replica, so N must be 1".into(),
@@ -212,6 +226,9 @@ fn worker_args(
     if let Some(n) = args.replica_ack {
         v.push("--replica-ack".into());
         v.push(n.to_string().into());
+    }
+    if args.fair {
+        v.push("--fair".into());
     }
     v
 }
@@ -353,6 +370,7 @@ pub(crate) async fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCod
             "faults": args.faults, "seed": args.seed, "register": args.register,
             "release": args.release, "fencing": !args.no_fencing, "server": server_label,
             "replica_ack": args.replica_ack, "raise_counter": raises_counter(&args),
+            "fair": args.fair,
         },
     });
     std::fs::write(

@@ -93,6 +93,7 @@ pub(crate) async fn run(args: CheckWorkerArgs) -> anyhow::Result<()> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed ^ (w + 1).wrapping_mul(0x9e37));
     let mut opts = LockOptions::new(args.ttl)
         .fencing(true)
+        .fair(args.fair)
         .wait(Duration::from_secs(3600));
     if let Some(n) = args.replica_ack {
         opts = opts.replica_ack(n, args.ttl / 4);
