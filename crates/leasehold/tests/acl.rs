@@ -185,3 +185,55 @@ leasehold_harness::server_test!(async fn missing_rights_are_permission_errors(bi
     let err = LockClient::connect(&format!("redis://{USER}:wrong@127.0.0.1:{}/", server.port())).await.unwrap_err();
     assert!(matches!(err, Error::Authentication { .. }), "{err:?}");
 });
+
+/// What fair locks add to the rule (docs/acl.md): the queue's commands and keys.
+const FAIR_RIGHTS: &[&str] = &[
+    "+time",
+    "+zrange",
+    "+zrem",
+    "+zadd",
+    "+zscore",
+    "+hget",
+    "+hset",
+    "+hdel",
+    "+hincrby",
+    "~{lock:*}:queue",
+    "~{lock:*}:waiters",
+];
+
+// Fair locks as a user with the documented rule: a waiter queued, handed the lock with its
+// fencing number; without the queue's rights, a clear PermissionDenied.
+leasehold_harness::server_test!(async fn fair_locks_as_a_least_privilege_user(bin) {
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let mut rule = least_privilege(&server);
+    rule.extend(FAIR_RIGHTS.iter().map(|s| s.to_string()));
+    set_user(&server, USER, &rule);
+    let url = url_for(&server, USER);
+    let holder = LockClient::connect(&url).await.unwrap();
+    let waiter = LockClient::connect(&url).await.unwrap();
+    let fair = LockOptions::new(Duration::from_secs(10)).fair(true).fencing(true).wait(LONG);
+    let g = holder.try_acquire("lock:fair", &fair).await.unwrap().acquired().unwrap();
+    let task = {
+        let fair = fair.clone();
+        tokio::spawn(async move { waiter.acquire("lock:fair", &fair).await })
+    };
+    let queue = leasehold::fair_queue_key("lock:fair");
+    common::until("the waiter queues", || {
+        server.command(&["ZCARD", &queue]).unwrap().as_integer() == Some(1)
+    })
+    .await;
+    g.release().await.unwrap();
+    let w = tokio::time::timeout(HANG_GUARD, task).await.unwrap().unwrap().expect("handed over");
+    assert_eq!(w.fencing_token(), Some(2));
+    w.release().await.unwrap();
+
+    set_user(&server, "noqueue", &without(&rule, &["+zadd"]));
+    let client = LockClient::connect(&url_for(&server, "noqueue")).await.unwrap();
+    let g = holder.try_acquire("lock:fair", &fair).await.unwrap().acquired().unwrap();
+    let err = tokio::time::timeout(HANG_GUARD, client.acquire("lock:fair", &fair))
+        .await
+        .expect("no hang")
+        .unwrap_err();
+    assert!(matches!(err, Error::PermissionDenied { .. }), "{err:?}");
+    g.release().await.unwrap();
+});

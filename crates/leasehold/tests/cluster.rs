@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use leasehold::{
     Backoff, ClientOptions, Error, ExtendStrategy, FencedStore, FencedWrite, LockClient,
-    LockOptions, ReleaseStrategy, TryAcquire, fence_key, key_slot, release_channel,
+    LockOptions, ReleaseStrategy, TryAcquire, fair_queue_key, fence_key, key_slot, release_channel,
 };
 use leasehold_harness::{Cluster, ClusterOptions, Server};
 
@@ -79,6 +79,7 @@ leasehold_harness::server_test!(async fn every_operation_on_every_key_shape(bin)
         assert_eq!(key_slot(key), slot, "slot of {key:?}");
         assert_eq!(cluster.keyslot(&fence_key(key)).unwrap(), slot, "fence key of {key:?}");
         assert_eq!(cluster.keyslot(&release_channel(key)).unwrap(), slot, "channel of {key:?}");
+        assert_eq!(cluster.keyslot(&fair_queue_key(key)).unwrap(), slot, "queue of {key:?}");
         masters.insert(cluster.master_index_for_key(key).unwrap());
         let owner = cluster.master_for_key(key).unwrap();
 
@@ -111,6 +112,26 @@ leasehold_harness::server_test!(async fn every_operation_on_every_key_shape(bin)
                 .await
                 .unwrap_or_else(|e| panic!("{name} with_lock {key:?}: {e}"));
             assert_eq!(waited, Some(number + 11), "the raised counter was used");
+            assert_eq!(get(owner, key), None);
+            // Fair mode: a waiter queued on the key's shard is handed the lock by the release
+            // (the handoff message travels by SPUBLISH in the key's slot).
+            let fair = LockOptions::new(Duration::from_secs(10)).fair(true).wait(LONG);
+            let g = client.try_acquire(key, &fair).await.unwrap().acquired()
+                .unwrap_or_else(|| panic!("{name}: fair {key:?} not acquired"));
+            let waiter = {
+                let (client, key, fair) = (client.clone(), key.to_string(), fair.clone());
+                tokio::spawn(async move { client.acquire(&key, &fair).await })
+            };
+            let queue = fair_queue_key(key);
+            until("fair waiter queued", HANG_GUARD, || {
+                owner.command(&["ZCARD", &queue]).unwrap().as_integer() == Some(1)
+            })
+            .await;
+            g.release().await.unwrap_or_else(|e| panic!("{name} fair release {key:?}: {e}"));
+            let w = tokio::time::timeout(HANG_GUARD, waiter).await.unwrap().unwrap()
+                .unwrap_or_else(|e| panic!("{name} fair waiter {key:?}: {e}"));
+            assert_eq!(get(owner, key).as_deref(), Some(w.token().expose()), "{name} {key:?}");
+            w.release().await.unwrap();
             assert_eq!(get(owner, key), None);
         }
     }
