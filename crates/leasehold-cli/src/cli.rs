@@ -384,6 +384,11 @@ pub struct RunArgs {
     /// Take a fencing number and export it as LEASEHOLD_FENCING_TOKEN.
     #[arg(long)]
     pub fencing: bool,
+    /// Treat KEY as a counting semaphore of N permits: the command runs while it holds one of
+    /// them (at most N such commands at once, across machines; Redis and Valkey only). Every
+    /// holder of KEY must name the same N.
+    #[arg(long, value_name = "N", conflicts_with_all = ["fencing", "fair"])]
+    pub permits: Option<u32>,
     /// Take the lock in arrival order: wait in the server's queue, and get the lock handed over
     /// by the release (no barging, no herd). Every holder and waiter of the key must use it.
     #[arg(long)]

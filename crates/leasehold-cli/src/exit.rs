@@ -80,6 +80,8 @@ fn classify(cause: &(dyn std::error::Error + 'static)) -> Option<Exit> {
             // invocation is wrong for this build or this URL.
             leasehold::Error::Unsupported { .. } => Exit::Usage,
             leasehold::Error::BackendNotCompiled { .. } => Exit::Usage,
+            // The name is used with other settings: the invocation does not fit the data.
+            leasehold::Error::Conflict { .. } => Exit::Usage,
             _ => Exit::Software,
         });
     }

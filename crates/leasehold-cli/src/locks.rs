@@ -5,7 +5,8 @@
 use std::time::{Duration, Instant};
 
 use leasehold::{
-    LockClient, LockGuard, LockOptions, LockState, LockToken, Locker, Redlock, Result, TryAcquire,
+    LockClient, LockGuard, LockOptions, LockState, LockToken, Locker, Redlock, Result, Semaphore,
+    TryAcquire,
 };
 
 /// Where the locks live.
@@ -53,6 +54,17 @@ impl Locks {
             Locks::Single(c) => c.release(key, token).await,
             Locks::Redlock(r, _) => r.release(key, token).await,
             Locks::Other(l) => l.release(key, token).await,
+        }
+    }
+
+    /// The counting semaphore `name` of `permits` permits (Redis and Valkey only).
+    pub(crate) fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
+        match self {
+            Locks::Single(c) => c.semaphore(name, permits),
+            other => Err(leasehold::Error::Unsupported {
+                backend: other.backend(),
+                what: "a semaphore (--permits)".into(),
+            }),
         }
     }
 

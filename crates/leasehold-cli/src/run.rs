@@ -38,8 +38,16 @@ pub(crate) async fn run(servers: &Servers, args: RunArgs) -> anyhow::Result<Exit
         .fencing(args.fencing)
         .fair(args.fair)
         .auto_extend(true);
+    let semaphore = match args.permits {
+        Some(n) => Some(locks.semaphore(&args.key, n)?),
+        None => None,
+    };
     let acquired = if args.no_wait {
-        match locks.try_acquire(&args.key, &options).await? {
+        let attempt = match &semaphore {
+            Some(s) => s.try_acquire(&options).await?,
+            None => locks.try_acquire(&args.key, &options).await?,
+        };
+        match attempt {
             TryAcquire::Acquired(guard) => Ok(guard),
             TryAcquire::Busy { remaining } => Err(anyhow::Error::new(Busy {
                 key: args.key.clone(),
@@ -47,11 +55,12 @@ pub(crate) async fn run(servers: &Servers, args: RunArgs) -> anyhow::Result<Exit
             })),
         }
     } else {
-        let wait = args.wait.unwrap_or(FOREVER);
-        locks
-            .acquire(&args.key, &options.wait(wait))
-            .await
-            .map_err(anyhow::Error::new)
+        let options = options.wait(args.wait.unwrap_or(FOREVER));
+        match &semaphore {
+            Some(s) => s.acquire(&options).await,
+            None => locks.acquire(&args.key, &options).await,
+        }
+        .map_err(anyhow::Error::new)
     };
     let guard = match acquired {
         Ok(guard) => guard,

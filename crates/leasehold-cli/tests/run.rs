@@ -219,3 +219,37 @@ server_test!(async fn fair_runs_go_in_arrival_order(bin) {
     assert!(!exists(&server, "jobs:fair"));
     assert_eq!(queued(), 0);
 });
+
+// --permits N: at most N commands at once under one name; the N+1st is busy until one ends.
+server_test!(async fn permits_admit_n_commands_at_once(bin) {
+    let (server, dir) = setup(&bin);
+    let url = server.url();
+    let mut inside = Vec::new();
+    for name in ["a", "b"] {
+        let script = format!("echo in > {name}-in; while [ ! -e go ]; do sleep 0.02; done");
+        inside.push(Running::start(
+            &["--url", url.as_str()],
+            dir.path(),
+            &["jobs:pool", "--permits", "2", "--", "sh", "-c", &script],
+        ));
+        wait_for_file(&dir.path().join(format!("{name}-in")));
+    }
+    let third = leasehold(&[
+        "--url", url.as_str(), "run", "jobs:pool", "--permits", "2", "--no-wait", "--", "true",
+    ]);
+    assert_eq!(third.code, 75, "a third holder of two permits: {third:?}");
+    let other_n = leasehold(&[
+        "--url", url.as_str(), "run", "jobs:pool", "--permits", "3", "--no-wait", "--", "true",
+    ]);
+    assert_eq!(other_n.code, 64, "another number of permits while held: {other_n:?}");
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    for run in inside {
+        assert_eq!(run.wait().0, 0);
+    }
+    let again = leasehold(&[
+        "--url", url.as_str(), "run", "jobs:pool", "--permits", "2", "--no-wait", "--", "true",
+    ]);
+    assert_eq!(again.code, 0, "{again:?}");
+    let zero = leasehold(&["--url", url.as_str(), "run", "jobs:pool", "--permits", "0", "--", "true"]);
+    assert_eq!(zero.code, 64, "{zero:?}");
+});

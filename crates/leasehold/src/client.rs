@@ -14,7 +14,7 @@ use crate::endpoint::Endpoint;
 use crate::error::{Error, Operation, Result};
 use crate::guard::{Lease, LockGuard, clock_drift};
 use crate::options::{ClientOptions, LockOptions, ttl_millis};
-use crate::renewal::{Registration, RenewalStats, Renewer};
+use crate::renewal::{Registration, RenewTarget, RenewalStats, Renewer};
 use crate::server::ServerInfo;
 use crate::slot::{fence_key, release_channel};
 use crate::strategy::{
@@ -427,20 +427,14 @@ impl LockClient {
                     span.record("outcome", "busy");
                     return Err(not_acquired(now, failure));
                 };
-                let mut delay = options.backoff_policy().delay(attempts - 1);
-                if let Some(r) = remaining {
-                    // The holder's lease ends then: no point waiting longer (a crashed holder
-                    // is replaced as soon as its TTL runs out).
-                    delay = delay.min(r + Duration::from_millis(1));
-                }
-                let sleep = tokio::time::sleep(delay.min(deadline - now));
-                match subscription.as_mut() {
-                    Some(s) => tokio::select! {
-                        _ = s.released() => {}
-                        _ = sleep => {}
-                    },
-                    None => sleep.await,
-                }
+                crate::waiting::pause_between_attempts(
+                    subscription.as_mut(),
+                    options.backoff_policy(),
+                    attempts - 1,
+                    remaining,
+                    deadline - now,
+                )
+                .await;
                 // No attempt at or past the deadline: the wait bound is a promise to the caller.
                 let now = Instant::now();
                 if now >= deadline {
@@ -595,12 +589,25 @@ impl LockClient {
         options: &LockOptions,
         held: Arc<dyn HeldLock>,
     ) -> LockGuard {
+        self.guard_renewing(lease, started, options, held, RenewTarget::Lock)
+    }
+
+    /// [`guard_for`](Self::guard_for), renewing `target` (a semaphore permit's entry).
+    pub(crate) fn guard_renewing(
+        &self,
+        lease: Lease,
+        started: Instant,
+        options: &LockOptions,
+        held: Arc<dyn HeldLock>,
+        target: RenewTarget,
+    ) -> LockGuard {
         if options.auto_extend_enabled() {
             self.renewer().register(Registration {
                 lease: lease.clone(),
                 ttl: options.ttl(),
                 interval: options.renew_interval(),
                 stop_at: options.max_hold_bound().map(|cap| started + cap),
+                target,
             });
         }
         LockGuard::new(held, lease)

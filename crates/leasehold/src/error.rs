@@ -200,6 +200,16 @@ pub enum Error {
         what: String,
     },
 
+    /// The name is in use by the same primitive with other settings (a semaphore asked for with
+    /// another number of permits than its current holders use), or by another primitive.
+    #[error("{key:?}: {detail}")]
+    Conflict {
+        /// The name (lock key, semaphore name).
+        key: String,
+        /// What is in the way.
+        detail: String,
+    },
+
     /// The URL names a backend this build of the library was compiled without.
     #[error(
         "the {scheme}:// backend is not compiled in: enable leasehold's cargo feature \"{feature}\""

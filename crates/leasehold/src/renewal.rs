@@ -67,6 +67,16 @@ pub(crate) struct Registration {
     pub(crate) ttl: Duration,
     pub(crate) interval: Duration,
     pub(crate) stop_at: Option<Instant>,
+    pub(crate) target: RenewTarget,
+}
+
+/// What a renewal extends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RenewTarget {
+    /// The lock key (the lease's key) with the token-checked extend of [`crate::strategy`].
+    Lock,
+    /// A semaphore permit: the token's entry in this sorted set ([`crate::semaphore`]).
+    Permit(String),
 }
 
 /// The handle a client keeps; the task ends when the client (all clones) and every registered
@@ -96,6 +106,7 @@ impl Renewer {
 
 struct Entry {
     lease: Lease,
+    target: RenewTarget,
     ttl: Duration,
     ttl_ms: u64,
     interval: Duration,
@@ -223,6 +234,7 @@ async fn run(
                         ttl_ms: r.ttl.as_millis() as u64,
                         due,
                         lease: r.lease,
+                        target: r.target,
                         ttl: r.ttl,
                         interval: r.interval,
                         stop_at: r.stop_at,
@@ -265,11 +277,16 @@ async fn run(
             let renewing = e.stop_at.is_none_or(|s| now < s);
             if !e.in_flight && renewing && e.due <= now + e.interval / 4 {
                 e.in_flight = true;
+                let (key, permit) = match &e.target {
+                    RenewTarget::Lock => (e.lease.key().to_string(), false),
+                    RenewTarget::Permit(set) => (set.clone(), true),
+                };
                 batch.push((
                     *id,
-                    e.lease.key().to_string(),
+                    key,
                     e.lease.token().expose().to_string(),
                     e.ttl_ms,
+                    permit,
                 ));
             }
             earlier(&mut wake, e.lease.valid_until());
@@ -300,10 +317,21 @@ async fn run(
     }
 }
 
-type Batch = [(u64, String, String, u64)];
+/// Leases due: id, the key to send the renewal to, token, TTL, and whether it is a permit.
+type Batch = [(u64, String, String, u64, bool)];
 
-/// The extend command of one lease (the native one, or `EVALSHA` of the extend script).
-fn renewal_cmd(strategy: ExtendStrategy, key: &str, token: &str, ttl_ms: u64) -> redis::Cmd {
+/// The extend command of one lease (the native one, or `EVALSHA` of the extend script; for a
+/// semaphore permit, its extend script).
+fn renewal_cmd(
+    strategy: ExtendStrategy,
+    key: &str,
+    token: &str,
+    ttl_ms: u64,
+    permit: bool,
+) -> redis::Cmd {
+    if permit {
+        return crate::semaphore::permit_extend_cmd(key, token, ttl_ms);
+    }
     extend_cmd(strategy, key, token, ttl_ms).unwrap_or_else(|| {
         let mut c = redis::cmd("EVALSHA");
         c.arg(EXTEND_SCRIPT.get_hash())
@@ -317,12 +345,12 @@ fn renewal_cmd(strategy: ExtendStrategy, key: &str, token: &str, ttl_ms: u64) ->
 
 fn renewal_pipeline<'a>(
     strategy: ExtendStrategy,
-    leases: impl Iterator<Item = &'a (u64, String, String, u64)>,
+    leases: impl Iterator<Item = &'a (u64, String, String, u64, bool)>,
 ) -> redis::Pipeline {
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
-    for (_, key, token, ttl_ms) in leases {
-        pipe.add_command(renewal_cmd(strategy, key, token, *ttl_ms));
+    for (_, key, token, ttl_ms, permit) in leases {
+        pipe.add_command(renewal_cmd(strategy, key, token, *ttl_ms, *permit));
     }
     pipe
 }
@@ -352,7 +380,7 @@ async fn renew_batch(
         })
         .collect();
     if reload {
-        let _ = EXTEND_SCRIPT.prepare_invoke().load_async(conn).await;
+        load_scripts(conn).await;
     }
     outcomes
 }
@@ -485,8 +513,8 @@ async fn renew_cluster_batch(
     // Routed one by one: the cluster connection follows MOVED/ASK and refreshes its own map.
     let singles = unrouted.into_iter().map(|i| {
         let mut conn = conn.clone();
-        let (_, key, token, ttl_ms) = &batch[i];
-        let cmd = renewal_cmd(strategy, key, token, *ttl_ms);
+        let (_, key, token, ttl_ms, permit) = &batch[i];
+        let cmd = renewal_cmd(strategy, key, token, *ttl_ms, *permit);
         async move {
             let reply: redis::RedisResult<Value> = cmd.query_async(&mut conn).await;
             (i, reply)
@@ -512,13 +540,19 @@ async fn renew_cluster_batch(
         });
     }
     if reload {
-        let _ = EXTEND_SCRIPT.prepare_invoke().load_async(conn).await;
+        load_scripts(conn).await;
     }
     batch
         .iter()
         .zip(outcomes)
         .map(|((id, ..), o)| (*id, o.unwrap_or(Outcome::Retry)))
         .collect()
+}
+
+/// Loads the renewal scripts after a `NOSCRIPT` (a restart, a failover, a new shard).
+async fn load_scripts<C: redis::aio::ConnectionLike>(conn: &mut C) {
+    let _ = EXTEND_SCRIPT.prepare_invoke().load_async(conn).await;
+    let _ = crate::semaphore::load_permit_scripts(conn).await;
 }
 
 #[cfg(test)]
@@ -566,3 +600,4 @@ mod tests {
         ));
     }
 }
+

@@ -388,3 +388,28 @@ impl Drop for Subscription {
         }
     }
 }
+
+/// Sleeps between two attempts of a waiting acquisition: the backoff delay of `attempt`
+/// (0-based), never longer than the holder's `remaining` lease (plus 1 ms: a crashed holder is
+/// replaced as soon as its TTL runs out) nor than `left` until the deadline; a release
+/// notification on `subscription` ends it early.
+pub(crate) async fn pause_between_attempts(
+    subscription: Option<&mut Subscription>,
+    backoff: crate::Backoff,
+    attempt: u32,
+    remaining: Option<Duration>,
+    left: Duration,
+) {
+    let mut delay = backoff.delay(attempt);
+    if let Some(r) = remaining {
+        delay = delay.min(r + Duration::from_millis(1));
+    }
+    let sleep = tokio::time::sleep(delay.min(left));
+    match subscription {
+        Some(s) => tokio::select! {
+            _ = s.released() => {}
+            _ = sleep => {}
+        },
+        None => sleep.await,
+    }
+}
