@@ -232,6 +232,11 @@ pub struct CheckArgs {
     /// only, one lock server or a topology, not Redlock).
     #[arg(long)]
     pub fair: bool,
+    /// The semaphore workload: workers take one of N permits of one semaphore (no register
+    /// writes: N holders share it); the report's max_valid_holders must stay <= N (exit 1
+    /// otherwise). Redis only, one lock server or a topology.
+    #[arg(long, value_name = "N")]
+    pub permits: Option<u32>,
     /// The server of the matrix to run the locks on (default redis8 if installed, else the
     /// newest installed); with --backend etcd or postgres, only the register's (--register
     /// redis).
@@ -279,6 +284,9 @@ pub struct CheckWorkerArgs {
     /// Take the lock in arrival order with direct handoff.
     #[arg(long)]
     pub fair: bool,
+    /// Take one of N permits of a semaphore instead of the lock, and leave the register alone.
+    #[arg(long)]
+    pub permits: Option<u32>,
     /// After a refused read, raise the fencing counter to the register's highest number.
     #[arg(long)]
     pub raise_counter: bool,

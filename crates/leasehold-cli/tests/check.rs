@@ -89,6 +89,28 @@ server_test!(async fn smoke_fair_pause_kill_with_fencing(bin) {
     assert_eq!(n(&report, "overlaps_within_ttl"), 0, "{report:#}");
 });
 
+server_test!(async fn smoke_semaphore_pause_kill_never_more_than_n_valid_holders(bin) {
+    let dir = tempfile::tempdir().unwrap();
+    // 4 workers on a semaphore of 2 permits, holders paused and killed, the server paused and
+    // killed: never more than 2 valid permits at once (the checker exits 1 otherwise).
+    let report = check(
+        &bin,
+        dir.path(),
+        &[
+            "--permits", "2", "--duration", "6s", "--ttl", "200ms", "--work",
+            "30ms", "--faults", "pause,kill", "--seed", "7",
+        ],
+        0,
+    );
+    assert_eq!(report["settings"]["permits"], 2);
+    assert!(n(&report, "acquisitions") > 0, "{report:#}");
+    assert!(n(&report, "max_valid_holders") <= 2, "{report:#}");
+    // With 4 workers on 2 permits both were in use at some point.
+    assert_eq!(n(&report, "max_valid_holders"), 2, "{report:#}");
+    assert!(injected(&report, "pause") >= 1 && injected(&report, "kill") >= 1, "{report:#}");
+    assert_eq!(report["worker_errors"], serde_json::json!([]), "{report:#}");
+});
+
 server_test!(async fn smoke_release_with_del_lets_two_holders_in(bin) {
     let dir = tempfile::tempdir().unwrap();
     // No faults: work times around the TTL (0.5x..1.5x) are enough for the seed's bug.
@@ -262,6 +284,10 @@ fn bad_options_are_usage_errors() {
         &["check", "--fair", "--nodes", "3"],
         &["check", "--fair", "--replica-ack", "1"],
         &["check", "--fair", "--backend", "etcd"],
+        &["check", "--permits", "0"],
+        &["check", "--permits", "2", "--nodes", "3"],
+        &["check", "--permits", "2", "--fair"],
+        &["check", "--permits", "2", "--backend", "postgres"],
     ] {
         let run = leasehold(args);
         assert_eq!(run.code, 64, "{args:?}: {run:?}");

@@ -84,6 +84,12 @@ pub(crate) struct Analysis {
     /// more than the writes explain.
     pub(crate) lost_increments: i64,
     pub(crate) max_gap_ms: f64,
+    /// The most critical sections open at one instant.
+    pub(crate) max_holders: u64,
+    /// The most critical sections open at one instant while their leases were all valid: what
+    /// the lock server admitted (at most 1 for a lock, N for a semaphore of N permits, unless
+    /// the server lost its state).
+    pub(crate) max_valid_holders: u64,
     pub(crate) per_fault: BTreeMap<String, Counts>,
     #[serde(skip)]
     pub(crate) holds: Vec<Hold>,
@@ -95,6 +101,23 @@ pub(crate) struct Analysis {
 
 /// See where it is used.
 const CLOCK_ALLOWANCE_MS: f64 = 1.0;
+
+/// The most intervals `[start, end)` open at one instant (an interval ending when another
+/// starts does not overlap it).
+fn max_concurrent(intervals: impl Iterator<Item = (f64, f64)>) -> u64 {
+    let mut events: Vec<(f64, i64)> = intervals
+        .filter(|(s, e)| e > s)
+        .flat_map(|(s, e)| [(s, 1), (e, -1)])
+        .collect();
+    // At equal times, ends before starts.
+    events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let (mut open, mut max) = (0i64, 0i64);
+    for (_, d) in events {
+        open += d;
+        max = max.max(open);
+    }
+    max as u64
+}
 
 /// One pair of overlapping critical sections.
 struct Overlap {
@@ -320,6 +343,12 @@ pub(crate) fn analyze(
         writes_in_doubt_applied: applied_in_doubt.len() as u64,
         lost_increments: (acknowledged + applied_in_doubt.len() as u64) as i64 - final_value as i64,
         max_gap_ms: max_gap,
+        max_holders: max_concurrent(holds.iter().map(|h| (h.start, h.end))),
+        max_valid_holders: max_concurrent(
+            holds
+                .iter()
+                .map(|h| (h.start, h.end.min(h.valid_until) - CLOCK_ALLOWANCE_MS)),
+        ),
         per_fault,
         holds,
         writes,
@@ -385,6 +414,30 @@ mod tests {
             (2, 0, 0)
         );
         assert_eq!((a.writes_acknowledged, a.lost_increments), (2, 0));
+    }
+
+    #[test]
+    fn holders_at_once_count_only_valid_permits_for_the_bound() {
+        // Three holders at once, but the first one's lease ran out at 50 before the third
+        // came in at 60: two valid at once, three open at once.
+        let a = run(
+            &[
+                acquired(0, 0.0, 50.0, 0),
+                acquired(1, 10.0, 300.0, 0),
+                acquired(2, 60.0, 300.0, 0),
+                releasing(0, 100.0),
+                releasing(1, 110.0),
+                releasing(2, 120.0),
+                // Back to back: one ends as the next starts.
+                acquired(0, 200.0, 400.0, 0),
+                releasing(0, 210.0),
+                acquired(1, 210.0, 400.0, 0),
+                releasing(1, 220.0),
+            ],
+            0,
+            &[],
+        );
+        assert_eq!((a.max_holders, a.max_valid_holders), (3, 2));
     }
 
     #[test]

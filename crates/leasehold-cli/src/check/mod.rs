@@ -99,6 +99,11 @@ fn validate_other(backend: Backend, args: &CheckArgs) -> Result<(), Usage> {
             "--replica-ack waits for redis replicas: it does not apply to --backend {name}"
         )));
     }
+    if args.permits.is_some() {
+        return Err(Usage(format!(
+            "--permits: semaphores are Redis and Valkey only, not --backend {name}"
+        )));
+    }
     if args.fair {
         return Err(Usage(format!(
             "--fair is Redis's queue with direct handoff: --backend {name} waits in arrival \
@@ -163,6 +168,18 @@ fn validate_redis(args: &CheckArgs) -> Result<(), Usage> {
         return Err(Usage(
             "--replica-ack applies to one lock server (--nodes 1)".into(),
         ));
+    }
+    if let Some(n) = args.permits {
+        if n == 0 {
+            return Err(Usage("--permits must be at least 1".into()));
+        }
+        if args.nodes > 1 || args.fair || args.replica_ack.is_some() || args.release == "del" {
+            return Err(Usage(
+                "--permits takes one lock server (or a topology), without --fair, --replica-ack \
+                 or --release del"
+                    .into(),
+            ));
+        }
     }
     if args.fair && args.nodes > 1 {
         return Err(Usage(
@@ -229,6 +246,10 @@ fn worker_args(
     }
     if args.fair {
         v.push("--fair".into());
+    }
+    if let Some(n) = args.permits {
+        v.push("--permits".into());
+        v.push(n.to_string().into());
     }
     v
 }
@@ -352,6 +373,8 @@ pub(crate) async fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCod
         "stale_reads_rejected": a.stale_reads_rejected,
         "lost_increments": a.lost_increments,
         "max_gap_ms": a.max_gap_ms,
+        "max_holders": a.max_holders,
+        "max_valid_holders": a.max_valid_holders,
         "writes_acknowledged": a.writes_acknowledged,
         "writes_in_doubt": a.writes_in_doubt,
         "writes_in_doubt_applied": a.writes_in_doubt_applied,
@@ -371,6 +394,7 @@ pub(crate) async fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCod
             "release": args.release, "fencing": !args.no_fencing, "server": server_label,
             "replica_ack": args.replica_ack, "raise_counter": raises_counter(&args),
             "fair": args.fair,
+            "permits": args.permits,
         },
     });
     std::fs::write(
@@ -388,7 +412,16 @@ pub(crate) async fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCod
     for e in &worker_errors {
         eprintln!("[check] {e}");
     }
-    let violated = !args.no_fencing && (a.stale_writes_accepted > 0 || a.lost_increments != 0);
+    let violated = !args.no_fencing && (a.stale_writes_accepted > 0 || a.lost_increments != 0)
+        || args
+            .permits
+            .is_some_and(|n| a.max_valid_holders > u64::from(n));
+    if let Some(n) = args.permits {
+        println!(
+            "semaphore of {n} permits: at most {} holders at once, {} of them with a valid permit",
+            a.max_holders, a.max_valid_holders
+        );
+    }
     Ok(if violated || !worker_errors.is_empty() {
         std::process::ExitCode::from(1)
     } else {

@@ -91,8 +91,9 @@ pub(crate) async fn run(args: CheckWorkerArgs) -> anyhow::Result<()> {
     // Work times vary around --work (0.5x to 1.5x): with work close to the TTL, some critical
     // sections outlive their lease, which is what `--release del` needs to go wrong.
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed ^ (w + 1).wrapping_mul(0x9e37));
+    // A semaphore admits several holders: it issues no fencing number.
     let mut opts = LockOptions::new(args.ttl)
-        .fencing(true)
+        .fencing(args.permits.is_none())
         .fair(args.fair)
         .wait(Duration::from_secs(3600));
     if let Some(n) = args.replica_ack {
@@ -114,7 +115,14 @@ pub(crate) async fn run(args: CheckWorkerArgs) -> anyhow::Result<()> {
         }
         let Some(s) = side.as_mut() else { continue };
         let asked = now_ms();
-        let guard = match s.locks.acquire(&args.key, &opts).await {
+        let acquired = match args.permits {
+            Some(n) => match s.locks.semaphore(&args.key, n) {
+                Ok(semaphore) => semaphore.acquire(&opts).await,
+                Err(e) => Err(e),
+            },
+            None => s.locks.acquire(&args.key, &opts).await,
+        };
+        let guard = match acquired {
             Ok(guard) => guard,
             Err(e) => {
                 log.event(json!({"ev": "error", "w": w, "t": now_ms(), "op": "acquire", "error": e.to_string()}))?;
@@ -139,6 +147,13 @@ pub(crate) async fn run(args: CheckWorkerArgs) -> anyhow::Result<()> {
                 format!("{} {w} {}\n", guard.token().expose(), std::process::id()).as_bytes(),
             )?;
 
+        if args.permits.is_some() {
+            // The semaphore workload: hold the permit for the work time, then give it back;
+            // the analysis counts the holders whose permits were valid at once.
+            tokio::time::sleep(args.work.mul_f64(rng.random_range(0.5..1.5))).await;
+            release(s, &args, guard, &mut log).await?;
+            continue;
+        }
         let fenced = Fence::new(fence, guard.token().clone());
         let fenced = (!args.no_fencing).then_some(&fenced);
         let value = match register.read(fenced).await {
