@@ -237,3 +237,31 @@ leasehold_harness::server_test!(async fn fair_locks_as_a_least_privilege_user(bi
     assert!(matches!(err, Error::PermissionDenied { .. }), "{err:?}");
     g.release().await.unwrap();
 });
+
+// Semaphores as a user with the documented rule (docs/acl.md) and nothing more.
+leasehold_harness::server_test!(async fn semaphores_as_a_least_privilege_user(bin) {
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let mut rule = least_privilege(&server);
+    rule.extend(
+        [
+            "+time", "+zremrangebyscore", "+zcard", "+zadd", "+zrange", "+zscore", "+zrem",
+            "+zcount", "+exists", "+set", "+get", "+pexpire", "+del", "~{lock:*}:permits",
+            "~{lock:*}:limit",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+    set_user(&server, USER, &rule);
+    let client = LockClient::connect(&url_for(&server, USER)).await.unwrap();
+    let sem = client.semaphore("lock:pool", 2).unwrap();
+    let opts = LockOptions::new(Duration::from_secs(1)).auto_extend(true);
+    let a = sem.try_acquire(&opts).await.unwrap().acquired().unwrap();
+    let b = sem.try_acquire(&opts).await.unwrap().acquired().unwrap();
+    assert!(!sem.try_acquire(&opts).await.unwrap().is_acquired());
+    let stats = client.renewal_stats();
+    common::until("permits renewed as the user", || stats.renewals() >= 4).await;
+    assert_eq!(sem.holders().await.unwrap(), 2);
+    a.release().await.unwrap();
+    b.release().await.unwrap();
+    assert_eq!(sem.holders().await.unwrap(), 0);
+});

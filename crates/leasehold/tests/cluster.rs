@@ -133,6 +133,16 @@ leasehold_harness::server_test!(async fn every_operation_on_every_key_shape(bin)
             assert_eq!(get(owner, key).as_deref(), Some(w.token().expose()), "{name} {key:?}");
             w.release().await.unwrap();
             assert_eq!(get(owner, key), None);
+            // A semaphore named by the key: its keys in the key's slot, on the key's master.
+            let sem = client.semaphore(key, 1).unwrap();
+            let p = sem.try_acquire(&LockOptions::new(LONG)).await.unwrap().acquired()
+                .unwrap_or_else(|| panic!("{name}: permit of {key:?} not acquired"));
+            assert!(!sem.try_acquire(&LockOptions::new(LONG)).await.unwrap().is_acquired());
+            let permits = leasehold::semaphore::semaphore_permits_key(key);
+            assert_eq!(cluster.keyslot(&permits).unwrap(), key_slot(key), "{key:?}");
+            assert_eq!(owner.command(&["ZCARD", &permits]).unwrap().as_integer(), Some(1));
+            p.release().await.unwrap_or_else(|e| panic!("{name} permit release {key:?}: {e}"));
+            assert_eq!(sem.holders().await.unwrap(), 0);
         }
     }
     assert!(masters.len() >= 2, "the keys should spread over masters: {masters:?}");
