@@ -397,6 +397,14 @@ pub struct RunArgs {
     /// holder of KEY must name the same N.
     #[arg(long, value_name = "N", conflicts_with_all = ["fencing", "fair"])]
     pub permits: Option<u32>,
+    /// Treat KEY as a read-write lock and run the command as one of its readers (any number
+    /// at once, none while a writer holds or waits for it). Redis and Valkey only.
+    #[arg(long, conflicts_with_all = ["write", "permits", "fencing", "fair"])]
+    pub read: bool,
+    /// Treat KEY as a read-write lock and run the command as its one writer (waiting for the
+    /// readers to drain; new readers wait behind it). --fencing gives the writer a number.
+    #[arg(long, conflicts_with_all = ["permits", "fair"])]
+    pub write: bool,
     /// Take the lock in arrival order: wait in the server's queue, and get the lock handed over
     /// by the release (no barging, no herd). Every holder and waiter of the key must use it.
     #[arg(long)]

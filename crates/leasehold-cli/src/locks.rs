@@ -5,8 +5,8 @@
 use std::time::{Duration, Instant};
 
 use leasehold::{
-    LockClient, LockGuard, LockOptions, LockState, LockToken, Locker, Redlock, Result, Semaphore,
-    TryAcquire,
+    LockClient, LockGuard, LockOptions, LockState, LockToken, Locker, Redlock, Result, RwLock,
+    Semaphore, TryAcquire,
 };
 
 /// Where the locks live.
@@ -64,6 +64,17 @@ impl Locks {
             other => Err(leasehold::Error::Unsupported {
                 backend: other.backend(),
                 what: "a semaphore (--permits)".into(),
+            }),
+        }
+    }
+
+    /// The read-write lock `name` (Redis and Valkey only).
+    pub(crate) fn rwlock(&self, name: &str) -> Result<RwLock> {
+        match self {
+            Locks::Single(c) => c.rwlock(name),
+            other => Err(leasehold::Error::Unsupported {
+                backend: other.backend(),
+                what: "a read-write lock (--read, --write)".into(),
             }),
         }
     }

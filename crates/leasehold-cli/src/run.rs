@@ -29,6 +29,14 @@ pub const NOT_FOUND_EXIT: u8 = 127;
 /// Exit status when the command is found but cannot be executed.
 pub const NOT_EXECUTABLE_EXIT: u8 = 126;
 
+/// What KEY names: a lock, a semaphore (`--permits`), or a read-write lock (`--read`: a
+/// reader; `--write`: the writer).
+enum Primitive {
+    Lock,
+    Semaphore(leasehold::Semaphore),
+    RwLock(leasehold::RwLock, bool),
+}
+
 /// How long "no --wait" waits: for ever, in practice.
 const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
@@ -38,14 +46,19 @@ pub(crate) async fn run(servers: &Servers, args: RunArgs) -> anyhow::Result<Exit
         .fencing(args.fencing)
         .fair(args.fair)
         .auto_extend(true);
-    let semaphore = match args.permits {
-        Some(n) => Some(locks.semaphore(&args.key, n)?),
-        None => None,
+    let primitive = if let Some(n) = args.permits {
+        Primitive::Semaphore(locks.semaphore(&args.key, n)?)
+    } else if args.read || args.write {
+        Primitive::RwLock(locks.rwlock(&args.key)?, args.write)
+    } else {
+        Primitive::Lock
     };
     let acquired = if args.no_wait {
-        let attempt = match &semaphore {
-            Some(s) => s.try_acquire(&options).await?,
-            None => locks.try_acquire(&args.key, &options).await?,
+        let attempt = match &primitive {
+            Primitive::Semaphore(s) => s.try_acquire(&options).await?,
+            Primitive::RwLock(rw, false) => rw.try_read(&options).await?,
+            Primitive::RwLock(rw, true) => rw.try_write(&options).await?,
+            Primitive::Lock => locks.try_acquire(&args.key, &options).await?,
         };
         match attempt {
             TryAcquire::Acquired(guard) => Ok(guard),
@@ -56,9 +69,11 @@ pub(crate) async fn run(servers: &Servers, args: RunArgs) -> anyhow::Result<Exit
         }
     } else {
         let options = options.wait(args.wait.unwrap_or(FOREVER));
-        match &semaphore {
-            Some(s) => s.acquire(&options).await,
-            None => locks.acquire(&args.key, &options).await,
+        match &primitive {
+            Primitive::Semaphore(s) => s.acquire(&options).await,
+            Primitive::RwLock(rw, false) => rw.read(&options).await,
+            Primitive::RwLock(rw, true) => rw.write(&options).await,
+            Primitive::Lock => locks.acquire(&args.key, &options).await,
         }
         .map_err(anyhow::Error::new)
     };

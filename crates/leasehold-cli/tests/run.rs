@@ -253,3 +253,34 @@ server_test!(async fn permits_admit_n_commands_at_once(bin) {
     let zero = leasehold(&["--url", url.as_str(), "run", "jobs:pool", "--permits", "0", "--", "true"]);
     assert_eq!(zero.code, 64, "{zero:?}");
 });
+
+// --read / --write: readers run side by side, the writer alone.
+server_test!(async fn readers_run_together_and_the_writer_alone(bin) {
+    let (server, dir) = setup(&bin);
+    let url = server.url();
+    let mut readers = Vec::new();
+    for name in ["r1", "r2"] {
+        let script = format!("echo in > {name}-in; while [ ! -e go ]; do sleep 0.02; done");
+        readers.push(Running::start(
+            &["--url", url.as_str()],
+            dir.path(),
+            &["jobs:rw", "--read", "--", "sh", "-c", &script],
+        ));
+        wait_for_file(&dir.path().join(format!("{name}-in")));
+    }
+    let writer = leasehold(&[
+        "--url", url.as_str(), "run", "jobs:rw", "--write", "--no-wait", "--", "true",
+    ]);
+    assert_eq!(writer.code, 75, "a writer beside two readers: {writer:?}");
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    for run in readers {
+        assert_eq!(run.wait().0, 0);
+    }
+    let writer = leasehold(&[
+        "--url", url.as_str(), "run", "jobs:rw", "--write", "--fencing", "--no-wait", "--", "sh", "-c",
+        "test -n \"$LEASEHOLD_FENCING_TOKEN\"",
+    ]);
+    assert_eq!(writer.code, 0, "{writer:?}");
+    let both = leasehold(&["--url", url.as_str(), "run", "jobs:rw", "--read", "--write", "--", "true"]);
+    assert_ne!(both.code, 0, "--read with --write: {both:?}");
+});

@@ -568,7 +568,7 @@ impl LockClient {
         })
     }
 
-    fn guard(
+    pub(crate) fn guard(
         &self,
         key: &str,
         token: LockToken,

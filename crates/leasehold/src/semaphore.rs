@@ -140,7 +140,8 @@ pub fn semaphore_scripts() -> [String; 4] {
     ]
 }
 
-/// The limit key that goes with a permits key (`…:permits` -> `…:limit`).
+/// The limit key that goes with a permits key (`…:permits` -> `…:limit`; any other set, such
+/// as a read-write lock's readers, gets `…:limit` appended: a key that never exists).
 fn limit_of(permits_key: &str) -> String {
     let stem = permits_key.strip_suffix(":permits").unwrap_or(permits_key);
     format!("{stem}:limit")
@@ -439,16 +440,7 @@ impl Semaphore {
     /// [`Error::NotHeld`] if `token` holds no unexpired permit; [`Error::InvalidArgument`] for
     /// a bad TTL.
     pub async fn extend(&self, token: &LockToken, ttl: Duration) -> Result<()> {
-        let ttl_ms = ttl_millis(ttl)?;
-        let extended: i64 = self
-            .client
-            .idempotent(Operation::Extend, |mut conn| {
-                let mut inv = EXTEND.key(&self.permits_key);
-                inv.key(&self.limit_key).arg(token.expose()).arg(ttl_ms);
-                async move { inv.invoke_async(&mut conn).await }
-            })
-            .await?;
-        if extended == 1 {
+        if extend_member(&self.client, &self.permits_key, token, ttl).await? {
             Ok(())
         } else {
             Err(Error::NotHeld {
@@ -462,40 +454,72 @@ impl Semaphore {
     /// # Errors
     /// Connection and server errors.
     pub async fn holders(&self) -> Result<u32> {
-        let n: u32 = self
-            .client
-            .idempotent(Operation::Inspect, |mut conn| {
-                let inv = COUNT.key(&self.permits_key);
-                async move { inv.invoke_async(&mut conn).await }
-            })
-            .await?;
-        Ok(n)
+        count_members(&self.client, &self.permits_key).await
     }
 
     async fn release_raw(&self, token: &str) -> Result<bool> {
-        let channel = if self.client.notifies_waiters() {
-            release_channel(&self.name)
-        } else {
-            String::new()
-        };
-        let publish = if self.client.connection().is_cluster() {
-            "spublish"
-        } else {
-            "publish"
-        };
-        let released: i64 = self
-            .client
-            .idempotent(Operation::Release, |mut conn| {
-                let mut inv = RELEASE.key(&self.permits_key);
-                inv.key(&self.limit_key)
-                    .arg(token)
-                    .arg(&channel)
-                    .arg(publish);
-                async move { inv.invoke_async(&mut conn).await }
-            })
-            .await?;
-        Ok(released == 1)
+        release_member(&self.client, &self.permits_key, &self.name, token).await
     }
+}
+
+/// Removes `token`'s member from the expiring set `set` (a semaphore's permits, a read-write
+/// lock's readers) and announces it on `name`'s release channel. True if it was held and
+/// unexpired.
+pub(crate) async fn release_member(
+    client: &LockClient,
+    set: &str,
+    name: &str,
+    token: &str,
+) -> Result<bool> {
+    let channel = if client.notifies_waiters() {
+        release_channel(name)
+    } else {
+        String::new()
+    };
+    let publish = if client.connection().is_cluster() {
+        "spublish"
+    } else {
+        "publish"
+    };
+    let limit = limit_of(set);
+    let released: i64 = client
+        .idempotent(Operation::Release, |mut conn| {
+            let mut inv = RELEASE.key(set);
+            inv.key(&limit).arg(token).arg(&channel).arg(publish);
+            async move { inv.invoke_async(&mut conn).await }
+        })
+        .await?;
+    Ok(released == 1)
+}
+
+/// The unexpired members of the expiring set `set`.
+pub(crate) async fn count_members(client: &LockClient, set: &str) -> Result<u32> {
+    client
+        .idempotent(Operation::Inspect, |mut conn| {
+            let inv = COUNT.key(set);
+            async move { inv.invoke_async(&mut conn).await }
+        })
+        .await
+}
+
+/// Resets `token`'s member of the expiring set `set` to `ttl` from now, if it is there and
+/// unexpired.
+pub(crate) async fn extend_member(
+    client: &LockClient,
+    set: &str,
+    token: &LockToken,
+    ttl: Duration,
+) -> Result<bool> {
+    let ttl_ms = ttl_millis(ttl)?;
+    let limit = limit_of(set);
+    let extended: i64 = client
+        .idempotent(Operation::Extend, |mut conn| {
+            let mut inv = EXTEND.key(set);
+            inv.key(&limit).arg(token.expose()).arg(ttl_ms);
+            async move { inv.invoke_async(&mut conn).await }
+        })
+        .await?;
+    Ok(extended == 1)
 }
 
 fn expired(started: Instant, ttl: Duration) -> bool {
