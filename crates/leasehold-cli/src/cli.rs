@@ -237,6 +237,11 @@ pub struct CheckArgs {
     /// otherwise). Redis only, one lock server or a topology.
     #[arg(long, value_name = "N")]
     pub permits: Option<u32>,
+    /// The read-write lock workload: each worker's critical section is a write (one in three,
+    /// with the fenced register increment) or a read (holding only); overlaps count only pairs
+    /// with a writer, and any such overlap while both leases were valid fails the run.
+    #[arg(long, conflicts_with = "permits")]
+    pub rw: bool,
     /// The server of the matrix to run the locks on (default redis8 if installed, else the
     /// newest installed); with --backend etcd or postgres, only the register's (--register
     /// redis).
@@ -287,6 +292,10 @@ pub struct CheckWorkerArgs {
     /// Take one of N permits of a semaphore instead of the lock, and leave the register alone.
     #[arg(long)]
     pub permits: Option<u32>,
+    /// Use a read-write lock: write one time in three, read otherwise (reads leave the
+    /// register alone).
+    #[arg(long)]
+    pub rw: bool,
     /// After a refused read, raise the fencing counter to the register's highest number.
     #[arg(long)]
     pub raise_counter: bool,

@@ -111,6 +111,25 @@ server_test!(async fn smoke_semaphore_pause_kill_never_more_than_n_valid_holders
     assert_eq!(report["worker_errors"], serde_json::json!([]), "{report:#}");
 });
 
+server_test!(async fn smoke_rwlock_pause_kill_no_writer_overlaps_a_valid_holder(bin) {
+    let dir = tempfile::tempdir().unwrap();
+    // Readers and writers on one read-write lock, holders paused and killed, the server paused
+    // and killed: no writer overlaps a valid reader or writer (the run fails otherwise), and
+    // the writers' fenced increments are exact.
+    let report = check(
+        &bin,
+        dir.path(),
+        &["--rw", "--duration", "6s", "--ttl", "200ms", "--work", "30ms", "--faults", "pause,kill", "--seed", "7"],
+        0,
+    );
+    assert_eq!(report["settings"]["rw"], true);
+    assert_safe(&report);
+    assert_eq!(n(&report, "overlaps_within_ttl"), 0, "{report:#}");
+    // Readers did share the lock at some point.
+    assert!(n(&report, "max_valid_holders") >= 2, "{report:#}");
+    assert!(injected(&report, "pause") >= 1 && injected(&report, "kill") >= 1, "{report:#}");
+});
+
 server_test!(async fn smoke_release_with_del_lets_two_holders_in(bin) {
     let dir = tempfile::tempdir().unwrap();
     // No faults: work times around the TTL (0.5x..1.5x) are enough for the seed's bug.
@@ -285,6 +304,9 @@ fn bad_options_are_usage_errors() {
         &["check", "--fair", "--replica-ack", "1"],
         &["check", "--fair", "--backend", "etcd"],
         &["check", "--permits", "0"],
+        &["check", "--rw", "--nodes", "3"],
+        &["check", "--rw", "--backend", "etcd"],
+        &["check", "--rw", "--permits", "2"],
         &["check", "--permits", "2", "--nodes", "3"],
         &["check", "--permits", "2", "--fair"],
         &["check", "--permits", "2", "--backend", "postgres"],

@@ -18,6 +18,8 @@ pub(crate) struct Hold {
     /// attempt was sent, minus the drift allowance): the server keeps the key at least that
     /// long, unless it loses it (a restart without persistence, a failover).
     pub(crate) valid_until: f64,
+    /// A reader of a read-write lock (readers may overlap each other, never a writer).
+    pub(crate) reader: bool,
 }
 
 /// A write at the register.
@@ -185,6 +187,7 @@ pub(crate) fn analyze(
                         end: t(e),
                         fence: e["fence"].as_u64().unwrap_or(0),
                         valid_until: e["valid_until"].as_f64().unwrap_or(t(e)),
+                        reader: e["side"] == "read",
                     },
                 );
             }
@@ -255,7 +258,8 @@ pub(crate) fn analyze(
             if b.start >= a.end {
                 break;
             }
-            if a.worker != b.worker {
+            // Readers share the lock: only a pair with a writer (or a plain holder) counts.
+            if a.worker != b.worker && !(a.reader && b.reader) {
                 let end = a.end.min(b.end);
                 let valid_until = a.valid_until.min(b.valid_until).min(end);
                 overlaps.push(Overlap {
@@ -414,6 +418,28 @@ mod tests {
             (2, 0, 0)
         );
         assert_eq!((a.writes_acknowledged, a.lost_increments), (2, 0));
+    }
+
+    #[test]
+    fn readers_overlap_each_other_but_not_a_writer() {
+        let read = |w: u64, t: f64| json!({"ev": "acquired", "w": w, "t": t, "asked": t, "valid_until": t + 290.0, "fence": 0, "side": "read"});
+        let a = run(
+            &[
+                read(0, 0.0),
+                read(1, 10.0),
+                releasing(0, 50.0),
+                releasing(1, 60.0),
+                // A writer that came in while a reader's lease was still valid.
+                read(2, 100.0),
+                acquired(3, 120.0, 400.0, 1),
+                releasing(2, 130.0),
+                releasing(3, 140.0),
+            ],
+            0,
+            &[],
+        );
+        assert_eq!((a.overlaps, a.overlaps_within_ttl), (1, 1));
+        assert_eq!(a.max_valid_holders, 2);
     }
 
     #[test]

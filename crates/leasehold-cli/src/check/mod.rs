@@ -99,9 +99,10 @@ fn validate_other(backend: Backend, args: &CheckArgs) -> Result<(), Usage> {
             "--replica-ack waits for redis replicas: it does not apply to --backend {name}"
         )));
     }
-    if args.permits.is_some() {
+    if args.permits.is_some() || args.rw {
         return Err(Usage(format!(
-            "--permits: semaphores are Redis and Valkey only, not --backend {name}"
+            "--permits and --rw: semaphores and read-write locks are Redis and Valkey only, \
+             not --backend {name}"
         )));
     }
     if args.fair {
@@ -181,6 +182,15 @@ fn validate_redis(args: &CheckArgs) -> Result<(), Usage> {
             ));
         }
     }
+    if args.rw
+        && (args.nodes > 1 || args.fair || args.replica_ack.is_some() || args.release == "del")
+    {
+        return Err(Usage(
+            "--rw takes one lock server (or a topology), without --fair, --replica-ack or \
+             --release del"
+                .into(),
+        ));
+    }
     if args.fair && args.nodes > 1 {
         return Err(Usage(
             "--fair: Redlock keeps no queue; use one lock server (--nodes 1) or a topology".into(),
@@ -250,6 +260,9 @@ fn worker_args(
     if let Some(n) = args.permits {
         v.push("--permits".into());
         v.push(n.to_string().into());
+    }
+    if args.rw {
+        v.push("--rw".into());
     }
     v
 }
@@ -395,6 +408,7 @@ pub(crate) async fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCod
             "replica_ack": args.replica_ack, "raise_counter": raises_counter(&args),
             "fair": args.fair,
             "permits": args.permits,
+            "rw": args.rw,
         },
     });
     std::fs::write(
@@ -415,7 +429,8 @@ pub(crate) async fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCod
     let violated = !args.no_fencing && (a.stale_writes_accepted > 0 || a.lost_increments != 0)
         || args
             .permits
-            .is_some_and(|n| a.max_valid_holders > u64::from(n));
+            .is_some_and(|n| a.max_valid_holders > u64::from(n))
+        || (args.rw && a.overlaps_within_ttl > 0);
     if let Some(n) = args.permits {
         println!(
             "semaphore of {n} permits: at most {} holders at once, {} of them with a valid permit",

@@ -115,12 +115,19 @@ pub(crate) async fn run(args: CheckWorkerArgs) -> anyhow::Result<()> {
         }
         let Some(s) = side.as_mut() else { continue };
         let asked = now_ms();
-        let acquired = match args.permits {
-            Some(n) => match s.locks.semaphore(&args.key, n) {
+        let reading = args.rw && !rng.random_bool(1.0 / 3.0);
+        let acquired = match (args.permits, args.rw) {
+            (Some(n), _) => match s.locks.semaphore(&args.key, n) {
                 Ok(semaphore) => semaphore.acquire(&opts).await,
                 Err(e) => Err(e),
             },
-            None => s.locks.acquire(&args.key, &opts).await,
+            (None, true) => match s.locks.rwlock(&args.key) {
+                // Readers take no fencing number; the writer does.
+                Ok(rw) if reading => rw.read(&opts.clone().fencing(false)).await,
+                Ok(rw) => rw.write(&opts).await,
+                Err(e) => Err(e),
+            },
+            (None, false) => s.locks.acquire(&args.key, &opts).await,
         };
         let guard = match acquired {
             Ok(guard) => guard,
@@ -137,7 +144,8 @@ pub(crate) async fn run(args: CheckWorkerArgs) -> anyhow::Result<()> {
         // was sent, minus the clock-drift allowance): the server cannot free the lock before.
         let now = now_ms();
         let valid_until = now + guard.lease().remaining().as_secs_f64() * 1000.0;
-        log.event(json!({"ev": "acquired", "w": w, "t": now, "asked": asked, "valid_until": valid_until, "fence": fence}))?;
+        let side = if reading { "read" } else { "write" };
+        log.event(json!({"ev": "acquired", "w": w, "t": now, "asked": asked, "valid_until": valid_until, "fence": fence, "side": side}))?;
         // Who holds which token, for the coordinator's fault injection.
         std::fs::OpenOptions::new()
             .create(true)
@@ -147,7 +155,7 @@ pub(crate) async fn run(args: CheckWorkerArgs) -> anyhow::Result<()> {
                 format!("{} {w} {}\n", guard.token().expose(), std::process::id()).as_bytes(),
             )?;
 
-        if args.permits.is_some() {
+        if args.permits.is_some() || reading {
             // The semaphore workload: hold the permit for the work time, then give it back;
             // the analysis counts the holders whose permits were valid at once.
             tokio::time::sleep(args.work.mul_f64(rng.random_range(0.5..1.5))).await;
