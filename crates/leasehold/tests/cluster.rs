@@ -143,6 +143,16 @@ leasehold_harness::server_test!(async fn every_operation_on_every_key_shape(bin)
             assert_eq!(owner.command(&["ZCARD", &permits]).unwrap().as_integer(), Some(1));
             p.release().await.unwrap_or_else(|e| panic!("{name} permit release {key:?}: {e}"));
             assert_eq!(sem.holders().await.unwrap(), 0);
+            // A read-write lock named by the key: readers, then the writer, on the key's master.
+            let rw = client.rwlock(key).unwrap();
+            let r = rw.try_read(&LockOptions::new(LONG)).await.unwrap().acquired()
+                .unwrap_or_else(|| panic!("{name}: read {key:?}"));
+            assert!(!rw.try_write(&LockOptions::new(LONG)).await.unwrap().is_acquired());
+            r.release().await.unwrap();
+            let w = rw.try_write(&LockOptions::new(LONG)).await.unwrap().acquired()
+                .unwrap_or_else(|| panic!("{name}: write {key:?}"));
+            assert_eq!(get(owner, key).as_deref(), Some(w.token().expose()));
+            w.release().await.unwrap();
         }
     }
     assert!(masters.len() >= 2, "the keys should spread over masters: {masters:?}");
