@@ -13,6 +13,7 @@ pub mod fair;
 pub mod fencing;
 mod guard;
 mod locker;
+pub mod multi;
 mod options;
 #[cfg(feature = "postgres")]
 pub mod postgres;
@@ -34,6 +35,7 @@ pub use error::{BoxError, Error, Operation, Result};
 pub use fencing::{Fence, FencedRead, FencedStore, FencedValue, FencedWrite};
 pub use guard::{Lease, LockGuard, LossReason, clock_drift};
 pub use locker::Locker;
+pub use multi::MultiLock;
 pub use options::{Backoff, ClientOptions, LockOptions, MAX_TTL, MIN_TTL, OnLoss};
 pub use redlock::{NodeOutcome, NodeReport, NodeReports, Redlock, RedlockOptions};
 pub use renewal::RenewalStats;

@@ -77,6 +77,9 @@ pub(crate) enum RenewTarget {
     Lock,
     /// A semaphore permit: the token's entry in this sorted set ([`crate::semaphore`]).
     Permit(String),
+    /// A multi-key lock whose keys share one hash slot: all of them, in one script, or none
+    /// ([`crate::multi`]).
+    Keys(Vec<String>),
 }
 
 /// The handle a client keeps; the task ends when the client (all clones) and every registered
@@ -277,16 +280,17 @@ async fn run(
             let renewing = e.stop_at.is_none_or(|s| now < s);
             if !e.in_flight && renewing && e.due <= now + e.interval / 4 {
                 e.in_flight = true;
-                let (key, permit) = match &e.target {
-                    RenewTarget::Lock => (e.lease.key().to_string(), false),
-                    RenewTarget::Permit(set) => (set.clone(), true),
+                let key = match &e.target {
+                    RenewTarget::Lock => e.lease.key().to_string(),
+                    RenewTarget::Permit(set) => set.clone(),
+                    RenewTarget::Keys(keys) => keys.first().cloned().unwrap_or_default(),
                 };
                 batch.push((
                     *id,
                     key,
                     e.lease.token().expose().to_string(),
                     e.ttl_ms,
-                    permit,
+                    e.target.clone(),
                 ));
             }
             earlier(&mut wake, e.lease.valid_until());
@@ -317,8 +321,8 @@ async fn run(
     }
 }
 
-/// Leases due: id, the key to send the renewal to, token, TTL, and whether it is a permit.
-type Batch = [(u64, String, String, u64, bool)];
+/// Leases due: id, the key to send the renewal to (for routing), token, TTL, and what to renew.
+type Batch = [(u64, String, String, u64, RenewTarget)];
 
 /// The extend command of one lease (the native one, or `EVALSHA` of the extend script; for a
 /// semaphore permit, its extend script).
@@ -327,10 +331,12 @@ fn renewal_cmd(
     key: &str,
     token: &str,
     ttl_ms: u64,
-    permit: bool,
+    target: &RenewTarget,
 ) -> redis::Cmd {
-    if permit {
-        return crate::semaphore::permit_extend_cmd(key, token, ttl_ms);
+    match target {
+        RenewTarget::Permit(_) => return crate::semaphore::permit_extend_cmd(key, token, ttl_ms),
+        RenewTarget::Keys(keys) => return crate::multi::extend_cmd(keys, token, ttl_ms),
+        RenewTarget::Lock => {}
     }
     extend_cmd(strategy, key, token, ttl_ms).unwrap_or_else(|| {
         let mut c = redis::cmd("EVALSHA");
@@ -345,12 +351,12 @@ fn renewal_cmd(
 
 fn renewal_pipeline<'a>(
     strategy: ExtendStrategy,
-    leases: impl Iterator<Item = &'a (u64, String, String, u64, bool)>,
+    leases: impl Iterator<Item = &'a (u64, String, String, u64, RenewTarget)>,
 ) -> redis::Pipeline {
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
-    for (_, key, token, ttl_ms, permit) in leases {
-        pipe.add_command(renewal_cmd(strategy, key, token, *ttl_ms, *permit));
+    for (_, key, token, ttl_ms, target) in leases {
+        pipe.add_command(renewal_cmd(strategy, key, token, *ttl_ms, target));
     }
     pipe
 }
@@ -513,8 +519,8 @@ async fn renew_cluster_batch(
     // Routed one by one: the cluster connection follows MOVED/ASK and refreshes its own map.
     let singles = unrouted.into_iter().map(|i| {
         let mut conn = conn.clone();
-        let (_, key, token, ttl_ms, permit) = &batch[i];
-        let cmd = renewal_cmd(strategy, key, token, *ttl_ms, *permit);
+        let (_, key, token, ttl_ms, target) = &batch[i];
+        let cmd = renewal_cmd(strategy, key, token, *ttl_ms, target);
         async move {
             let reply: redis::RedisResult<Value> = cmd.query_async(&mut conn).await;
             (i, reply)
@@ -553,6 +559,7 @@ async fn renew_cluster_batch(
 async fn load_scripts<C: redis::aio::ConnectionLike>(conn: &mut C) {
     let _ = EXTEND_SCRIPT.prepare_invoke().load_async(conn).await;
     let _ = crate::semaphore::load_permit_scripts(conn).await;
+    let _ = crate::multi::load_scripts(conn).await;
 }
 
 #[cfg(test)]
