@@ -5,6 +5,7 @@
 mod backend;
 mod client;
 mod connection;
+pub mod election;
 pub mod endpoint;
 mod error;
 #[cfg(feature = "etcd")]
@@ -30,6 +31,7 @@ pub mod waiting;
 
 pub use client::{LockClient, LockState, TryAcquire};
 pub use connection::{ClientConnection, SentinelConnection};
+pub use election::{Election, Leader, LeaderWatch};
 pub use endpoint::Endpoint;
 pub use error::{BoxError, Error, Operation, Result};
 pub use fencing::{Fence, FencedRead, FencedStore, FencedValue, FencedWrite};

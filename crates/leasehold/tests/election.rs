@@ -1,0 +1,104 @@
+//! Leader election: one leader at a time, terms strictly increasing, a stalled leader replaced
+//! (and told), observers following every change, bad input.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use leasehold::{Error, LockClient, LockOptions, LossReason};
+use leasehold_harness::{Server, ServerOptions, SlowLink};
+
+const HANG_GUARD: Duration = Duration::from_secs(60);
+
+fn opts(ttl: Duration) -> LockOptions {
+    LockOptions::new(ttl)
+}
+
+leasehold_harness::server_test!(async fn one_leader_at_a_time_with_increasing_terms(bin) {
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let a = LockClient::connect(&server.url()).await.unwrap().election("svc").unwrap();
+    let b = LockClient::connect(&server.url()).await.unwrap().election("svc").unwrap();
+    assert_eq!(a.leader().await.unwrap(), None);
+    let lead_a = a.campaign("a", &opts(Duration::from_secs(10))).await.unwrap();
+    let term_a = lead_a.fencing_token().unwrap();
+    let seen = b.leader().await.unwrap().expect("a leader");
+    assert_eq!((seen.id.as_str(), seen.term), ("a", term_a));
+    let follower = tokio::spawn(async move { b.campaign("b", &opts(Duration::from_secs(10))).await });
+    // b waits while a leads; a resigns; b leads, in a later term.
+    lead_a.release().await.unwrap();
+    let lead_b = tokio::time::timeout(HANG_GUARD, follower).await.unwrap().unwrap().unwrap();
+    assert!(lead_b.fencing_token().unwrap() > term_a);
+    let seen = a.leader().await.unwrap().unwrap();
+    assert_eq!((seen.id.as_str(), Some(seen.term)), ("b", lead_b.fencing_token()));
+    lead_b.release().await.unwrap();
+    assert_eq!(a.leader().await.unwrap(), None);
+});
+
+leasehold_harness::server_test!(async fn a_stalled_leader_is_replaced_and_told(bin) {
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let link = SlowLink::start(server.addr()).unwrap();
+    let stalled = LockClient::connect(&link.url()).await.unwrap().election("svc").unwrap();
+    let follower = LockClient::connect(&server.url()).await.unwrap().election("svc").unwrap();
+    let ttl = Duration::from_secs(1);
+    let leader = stalled.campaign("stalled", &opts(ttl)).await.unwrap();
+    let term = leader.fencing_token().unwrap();
+    let waiting = tokio::spawn(async move { follower.campaign("follower", &opts(ttl)).await });
+    // The leader's renewals now take 5 s each way: its lease runs out on the server.
+    link.set_reply_delay(Duration::from_secs(5));
+    let stalled_at = Instant::now();
+    let next = tokio::time::timeout(HANG_GUARD, waiting).await.unwrap().unwrap().unwrap();
+    eprintln!("takeover {:?} after the leader stalled (TTL {ttl:?})", stalled_at.elapsed());
+    assert!(next.fencing_token().unwrap() > term, "terms strictly increase");
+    // The stalled leader is told its term is over (its validity passed without a renewal).
+    tokio::time::timeout(HANG_GUARD, leader.lost()).await.expect("the deposed leader is told");
+    assert_eq!(leader.loss_reason(), Some(LossReason::Expired));
+    assert_eq!(common::get(&server, "svc").as_deref(), Some(next.token().expose()));
+    link.set_reply_delay(Duration::ZERO);
+    next.release().await.unwrap();
+});
+
+/// The next leader the watch reports (skipping "nobody").
+async fn next_leader(watch: &mut leasehold::LeaderWatch) -> leasehold::Leader {
+    loop {
+        if let Some(l) = tokio::time::timeout(HANG_GUARD, watch.changed())
+            .await
+            .unwrap()
+            .unwrap()
+        {
+            return l;
+        }
+    }
+}
+
+leasehold_harness::server_test!(async fn observers_follow_every_change(bin) {
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let election = client.election("svc").unwrap();
+    // A long poll interval: the changes below are seen by their announcements.
+    let mut watch = election.watch(Duration::from_secs(30));
+    let first = election.campaign("first", &opts(Duration::from_secs(10))).await.unwrap();
+    let seen = next_leader(&mut watch).await;
+    assert_eq!((seen.id.as_str(), Some(seen.term)), ("first", first.fencing_token()));
+    first.release().await.unwrap();
+    let second = election.campaign("second", &opts(Duration::from_secs(10))).await.unwrap();
+    let seen = next_leader(&mut watch).await;
+    assert_eq!((seen.id.as_str(), Some(seen.term)), ("second", second.fencing_token()));
+    second.release().await.unwrap();
+});
+
+leasehold_harness::server_test!(async fn bad_input_and_conflicts(bin) {
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    assert!(matches!(client.election(""), Err(Error::InvalidArgument { .. })));
+    let election = client.election("svc").unwrap();
+    let o = opts(Duration::from_secs(10));
+    assert!(matches!(election.campaign("", &o).await, Err(Error::InvalidArgument { .. })));
+    assert!(matches!(election.campaign(&"x".repeat(300), &o).await, Err(Error::InvalidArgument { .. })));
+    assert!(matches!(election.campaign("a", &o.clone().fair(true)).await, Err(Error::Unsupported { .. })));
+    // The election's lock taken as a plain lock: the leader cannot be named.
+    let plain = client.try_acquire("svc", &o).await.unwrap().acquired().unwrap();
+    assert!(matches!(election.leader().await, Err(Error::Conflict { .. })));
+    let short = o.clone().wait(Duration::from_millis(200));
+    assert!(matches!(election.campaign("a", &short).await, Err(Error::NotAcquired { .. })));
+    plain.release().await.unwrap();
+});
