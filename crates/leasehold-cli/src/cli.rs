@@ -108,6 +108,7 @@ impl Command {
             Command::Extend(a) => &a.servers,
             Command::Inspect(a) => &a.servers,
             Command::Run(a) => &a.servers,
+            Command::Elect(a) => &a.servers,
             // The benchmark starts its own servers.
             Command::Bench(_) | Command::Check(_) | Command::CheckWorker(_) => &NO_SERVERS,
         }
@@ -158,6 +159,16 @@ pub enum Command {
     /// group gets SIGTERM, then SIGKILL after --kill-grace, and leasehold exits 76.
     #[command(after_help = RUN_EXIT_STATUSES)]
     Run(RunArgs),
+    /// Run a command only while leader of an election
+    ///
+    /// Campaigns for NAME (waiting as long as it takes), then runs CMD with LEASEHOLD_KEY,
+    /// LEASEHOLD_TOKEN, LEASEHOLD_LEADER_ID and LEASEHOLD_TERM (the term: strictly increasing
+    /// from leader to leader, a fencing number) in its environment. Leadership is renewed every
+    /// TTL/3; if it is lost, CMD's process group gets SIGTERM (SIGKILL after --kill-grace) and
+    /// leasehold exits 76. When CMD ends, leasehold resigns and exits with CMD's status. Redis
+    /// and Valkey only.
+    #[command(after_help = RUN_EXIT_STATUSES)]
+    Elect(ElectArgs),
     /// Benchmark leasehold against its peers and the server's own limit, side by side
     ///
     /// Starts fresh servers through the harness, runs the workloads W1-W5 for leasehold, the
@@ -242,6 +253,15 @@ pub struct CheckArgs {
     /// with a writer, and any such overlap while both leases were valid fails the run.
     #[arg(long, conflicts_with = "permits")]
     pub rw: bool,
+    /// The multi-lock workload: workers take two keys at once, half of them in the opposite
+    /// order (no register writes); any overlap while both leases were valid fails the run, and
+    /// a deadlock would show as no acquisitions.
+    #[arg(long, conflicts_with_all = ["permits", "rw"])]
+    pub multi: bool,
+    /// The election workload: workers campaign for leadership, and the leader writes the
+    /// register fenced by its term.
+    #[arg(long, conflicts_with_all = ["permits", "rw", "multi"])]
+    pub elect: bool,
     /// The server of the matrix to run the locks on (default redis8 if installed, else the
     /// newest installed); with --backend etcd or postgres, only the register's (--register
     /// redis).
@@ -296,6 +316,12 @@ pub struct CheckWorkerArgs {
     /// register alone).
     #[arg(long)]
     pub rw: bool,
+    /// Take two keys at once with a multi-lock (odd workers in the opposite order); no register.
+    #[arg(long)]
+    pub multi: bool,
+    /// Campaign in an election; the term fences the register writes.
+    #[arg(long)]
+    pub elect: bool,
     /// After a refused read, raise the fencing counter to the register's highest number.
     #[arg(long)]
     pub raise_counter: bool,
@@ -424,6 +450,33 @@ pub struct RunArgs {
     /// Exit with this status instead of 75 when the lock is busy or --wait elapsed.
     #[arg(long, value_name = "N")]
     pub conflict_exit_code: Option<u8>,
+    /// The command and its arguments (after `--`).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    pub command: Vec<String>,
+}
+
+/// Arguments of `leasehold elect`.
+#[derive(Debug, Args)]
+pub struct ElectArgs {
+    /// The server(s).
+    #[command(flatten)]
+    pub servers: ServerArgs,
+    /// The election's name (its lock key).
+    pub name: String,
+    /// This candidate's id, as `leader()` and the other candidates see it (default: pid-PID).
+    #[arg(long)]
+    pub id: Option<String>,
+    /// The leader's lease: how long a crashed leader keeps the others waiting.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10s")]
+    pub ttl: Duration,
+    /// After SIGTERM on a lost leadership, wait this long before SIGKILL.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "5s")]
+    pub kill_grace: Duration,
     /// The command and its arguments (after `--`).
     #[arg(
         required = true,

@@ -96,6 +96,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Extend(args) => extend::run(&servers, args).await,
         Command::Inspect(args) => inspect::run(&servers, args).await,
         Command::Run(args) => return run::run(&servers, args).await,
+        Command::Elect(args) => return run::elect(&servers, args).await,
         Command::Bench(args) => {
             if !given_urls.is_empty() {
                 return Err(

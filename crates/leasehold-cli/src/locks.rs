@@ -68,6 +68,22 @@ impl Locks {
         }
     }
 
+    /// A lock over all of `keys` (Redis and Valkey only).
+    pub(crate) fn multi_lock(&self, keys: &[&str]) -> Result<leasehold::MultiLock> {
+        match self {
+            Locks::Single(c) => c.multi_lock(keys),
+            other => Err(unsupported(other, "a multi-key lock")),
+        }
+    }
+
+    /// The election `name` (Redis and Valkey only).
+    pub(crate) fn election(&self, name: &str) -> Result<leasehold::Election> {
+        match self {
+            Locks::Single(c) => c.election(name),
+            other => Err(unsupported(other, "an election")),
+        }
+    }
+
     /// The read-write lock `name` (Redis and Valkey only).
     pub(crate) fn rwlock(&self, name: &str) -> Result<RwLock> {
         match self {
@@ -159,5 +175,12 @@ impl Outcome {
                 !ours || state.ttl.is_some_and(|left| left >= floor)
             }
         }
+    }
+}
+
+fn unsupported(locks: &Locks, what: &str) -> leasehold::Error {
+    leasehold::Error::Unsupported {
+        backend: locks.backend(),
+        what: what.into(),
     }
 }

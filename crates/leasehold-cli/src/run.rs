@@ -17,9 +17,9 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::cli::RunArgs;
+use crate::cli::{ElectArgs, RunArgs};
 use crate::exit::{Busy, Exit};
-use crate::locks::Outcome;
+use crate::locks::{Locks, Outcome};
 use crate::target::Servers;
 
 /// Exit status when the lock is lost while the command runs.
@@ -91,7 +91,7 @@ pub(crate) async fn run(servers: &Servers, args: RunArgs) -> anyhow::Result<Exit
     locks
         .settle(guard.key(), guard.token(), Outcome::Acquired)
         .await;
-    let code = supervise(&guard, &args).await;
+    let code = supervise(&guard, &args.command, args.kill_grace, &[]).await;
     let (key, token) = (guard.key().to_string(), guard.token().clone());
     let released = guard.release().await;
     locks.settle(&key, &token, Outcome::Released).await;
@@ -107,13 +107,51 @@ pub(crate) async fn run(servers: &Servers, args: RunArgs) -> anyhow::Result<Exit
     Ok(ExitCode::from(code))
 }
 
+/// `leasehold elect`: campaign for `args.name`, run the command while leader, resign after.
+pub(crate) async fn elect(servers: &Servers, args: ElectArgs) -> anyhow::Result<ExitCode> {
+    let locks = servers.connect().await?;
+    let Locks::Single(client) = &locks else {
+        return Err(Error::Unsupported {
+            backend: locks.backend(),
+            what: "an election (leasehold elect)".into(),
+        }
+        .into());
+    };
+    let election = client.election(&args.name)?;
+    let id = args
+        .id
+        .clone()
+        .unwrap_or_else(|| format!("pid-{}", std::process::id()));
+    let options = LockOptions::new(args.ttl);
+    let leadership = election.campaign(&id, &options).await?;
+    let term = leadership.fencing_token().unwrap_or(0);
+    eprintln!("leasehold: {id:?} leads {:?}, term {term}", args.name);
+    let env = [
+        ("LEASEHOLD_LEADER_ID", id.clone()),
+        ("LEASEHOLD_TERM", term.to_string()),
+    ];
+    let code = supervise(&leadership, &args.command, args.kill_grace, &env).await;
+    match leadership.release().await {
+        Ok(()) => {}
+        Err(Error::NotHeld { .. }) if code == LOST_EXIT => {}
+        Err(e) => eprintln!("leasehold: warning: could not resign: {e}"),
+    }
+    Ok(ExitCode::from(code))
+}
+
 /// Starts the command and waits for it, forwarding signals and watching the lease. Returns the
 /// exit status `leasehold` should end with.
-async fn supervise(guard: &LockGuard, args: &RunArgs) -> u8 {
-    let program = &args.command[0];
+async fn supervise(
+    guard: &LockGuard,
+    argv: &[String],
+    kill_grace: Duration,
+    env: &[(&str, String)],
+) -> u8 {
+    let program = &argv[0];
     let mut command = tokio::process::Command::new(program);
     command
-        .args(&args.command[1..])
+        .args(&argv[1..])
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .env("LEASEHOLD_KEY", guard.key())
         .env("LEASEHOLD_TOKEN", guard.token().expose())
         // Its own process group, so that a lost lock stops the command's children too.
@@ -170,13 +208,13 @@ async fn supervise(guard: &LockGuard, args: &RunArgs) -> u8 {
         guard.key()
     );
     forward(Signal::SIGTERM);
-    if tokio::time::timeout(args.kill_grace, child.wait())
+    if tokio::time::timeout(kill_grace, child.wait())
         .await
         .is_err()
     {
         eprintln!(
             "leasehold: {program:?} still running {} after SIGTERM; sending SIGKILL",
-            humantime::format_duration(args.kill_grace)
+            humantime::format_duration(kill_grace)
         );
         forward(Signal::SIGKILL);
         let _ = child.wait().await;

@@ -130,6 +130,32 @@ server_test!(async fn smoke_rwlock_pause_kill_no_writer_overlaps_a_valid_holder(
     assert!(injected(&report, "pause") >= 1 && injected(&report, "kill") >= 1, "{report:#}");
 });
 
+server_test!(async fn smoke_multi_and_elect_pause_kill(bin) {
+    // Multi-locks over two keys taken in opposite orders: no deadlock (acquisitions go on), no
+    // overlap within the TTL. Elections: the leader's writes fenced by its term stay exact.
+    let dir = tempfile::tempdir().unwrap();
+    let report = check(
+        &bin,
+        dir.path(),
+        &["--multi", "--duration", "5s", "--ttl", "200ms", "--work", "30ms", "--faults", "pause,kill", "--seed", "7"],
+        0,
+    );
+    assert_eq!(report["settings"]["multi"], true);
+    assert!(n(&report, "acquisitions") > 20, "{report:#}");
+    assert_eq!(n(&report, "overlaps_within_ttl"), 0, "{report:#}");
+    assert_eq!(report["worker_errors"], serde_json::json!([]), "{report:#}");
+    let dir = tempfile::tempdir().unwrap();
+    let report = check(
+        &bin,
+        dir.path(),
+        &["--elect", "--duration", "5s", "--ttl", "200ms", "--work", "30ms", "--faults", "pause,kill", "--seed", "7"],
+        0,
+    );
+    assert_eq!(report["settings"]["elect"], true);
+    assert_safe(&report);
+    assert_eq!(n(&report, "overlaps_within_ttl"), 0, "{report:#}");
+});
+
 server_test!(async fn smoke_release_with_del_lets_two_holders_in(bin) {
     let dir = tempfile::tempdir().unwrap();
     // No faults: work times around the TTL (0.5x..1.5x) are enough for the seed's bug.
@@ -307,6 +333,9 @@ fn bad_options_are_usage_errors() {
         &["check", "--rw", "--nodes", "3"],
         &["check", "--rw", "--backend", "etcd"],
         &["check", "--rw", "--permits", "2"],
+        &["check", "--multi", "--nodes", "3"],
+        &["check", "--elect", "--backend", "etcd"],
+        &["check", "--elect", "--rw"],
         &["check", "--permits", "2", "--nodes", "3"],
         &["check", "--permits", "2", "--fair"],
         &["check", "--permits", "2", "--backend", "postgres"],

@@ -284,3 +284,40 @@ server_test!(async fn readers_run_together_and_the_writer_alone(bin) {
     let both = leasehold(&["--url", url.as_str(), "run", "jobs:rw", "--read", "--write", "--", "true"]);
     assert_ne!(both.code, 0, "--read with --write: {both:?}");
 });
+
+// `leasehold elect`: the command runs only while leader; when the leader's leasehold is killed
+// with -9, the waiting candidate takes over in a later term.
+server_test!(async fn elect_runs_the_command_only_while_leader(bin) {
+    let (server, dir) = setup(&bin);
+    let url = server.url();
+    let first = Running::start_subcommand(
+        &["--url", url.as_str()],
+        dir.path(),
+        "elect",
+        &["svc", "--ttl", "1s", "--id", "first", "--", "sh", "-c", "echo $LEASEHOLD_TERM $$ > first; exec sleep 600"],
+    );
+    let line = wait_for_file(&dir.path().join("first"));
+    let mut fields = line.split_whitespace();
+    let term: u64 = fields.next().unwrap().parse().unwrap();
+    let child: i32 = fields.next().unwrap().parse().unwrap();
+    let second = Running::start_subcommand(
+        &["--url", url.as_str()],
+        dir.path(),
+        "elect",
+        &["svc", "--ttl", "1s", "--id", "second", "--", "sh", "-c", "echo $LEASEHOLD_LEADER_ID $LEASEHOLD_TERM > second"],
+    );
+    // While the first leads, the second only waits.
+    let record = leasehold::election::election_leader_key("svc");
+    assert_eq!(get(&server, &record), Some(format!("{term} first")));
+    assert!(!dir.path().join("second").exists(), "a follower ran its command");
+    kill(Pid::from_raw(first.pid() as i32), Signal::SIGKILL).unwrap();
+    let _ = kill(Pid::from_raw(child), Signal::SIGKILL);
+    let line = wait_for_file(&dir.path().join("second"));
+    let mut fields = line.split_whitespace();
+    assert_eq!(fields.next(), Some("second"));
+    let next: u64 = fields.next().unwrap().parse().unwrap();
+    assert!(next > term, "terms strictly increase: {term} then {next}");
+    assert_eq!(second.wait().0, 0);
+    assert!(!exists(&server, "svc"), "the second resigned when its command ended");
+    drop(first);
+});

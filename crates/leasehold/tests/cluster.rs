@@ -153,6 +153,14 @@ leasehold_harness::server_test!(async fn every_operation_on_every_key_shape(bin)
                 .unwrap_or_else(|| panic!("{name}: write {key:?}"));
             assert_eq!(get(owner, key).as_deref(), Some(w.token().expose()));
             w.release().await.unwrap();
+            // An election named by the key: its term and record in the key's slot.
+            let election = client.election(key).unwrap();
+            let lead = election.campaign(name, &LockOptions::new(LONG)).await
+                .unwrap_or_else(|e| panic!("{name}: campaign {key:?}: {e}"));
+            let leader = election.leader().await.unwrap().expect("a leader");
+            assert_eq!((leader.id.as_str(), Some(leader.term)), (name, lead.fencing_token()));
+            lead.release().await.unwrap();
+            assert_eq!(election.leader().await.unwrap(), None);
         }
     }
     assert!(masters.len() >= 2, "the keys should spread over masters: {masters:?}");

@@ -99,9 +99,9 @@ fn validate_other(backend: Backend, args: &CheckArgs) -> Result<(), Usage> {
             "--replica-ack waits for redis replicas: it does not apply to --backend {name}"
         )));
     }
-    if args.permits.is_some() || args.rw {
+    if args.permits.is_some() || args.rw || args.multi || args.elect {
         return Err(Usage(format!(
-            "--permits and --rw: semaphores and read-write locks are Redis and Valkey only, \
+            "--permits, --rw, --multi and --elect: these primitives are Redis and Valkey only, \
              not --backend {name}"
         )));
     }
@@ -182,12 +182,12 @@ fn validate_redis(args: &CheckArgs) -> Result<(), Usage> {
             ));
         }
     }
-    if args.rw
+    if (args.rw || args.multi || args.elect)
         && (args.nodes > 1 || args.fair || args.replica_ack.is_some() || args.release == "del")
     {
         return Err(Usage(
-            "--rw takes one lock server (or a topology), without --fair, --replica-ack or \
-             --release del"
+            "--rw, --multi and --elect take one lock server (or a topology), without --fair, \
+             --replica-ack or --release del"
                 .into(),
         ));
     }
@@ -263,6 +263,12 @@ fn worker_args(
     }
     if args.rw {
         v.push("--rw".into());
+    }
+    if args.multi {
+        v.push("--multi".into());
+    }
+    if args.elect {
+        v.push("--elect".into());
     }
     v
 }
@@ -409,6 +415,8 @@ pub(crate) async fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCod
             "fair": args.fair,
             "permits": args.permits,
             "rw": args.rw,
+            "multi": args.multi,
+            "elect": args.elect,
         },
     });
     std::fs::write(
@@ -430,7 +438,7 @@ pub(crate) async fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCod
         || args
             .permits
             .is_some_and(|n| a.max_valid_holders > u64::from(n))
-        || (args.rw && a.overlaps_within_ttl > 0);
+        || ((args.rw || args.multi) && a.overlaps_within_ttl > 0);
     if let Some(n) = args.permits {
         println!(
             "semaphore of {n} permits: at most {} holders at once, {} of them with a valid permit",

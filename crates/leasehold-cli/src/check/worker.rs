@@ -116,18 +116,36 @@ pub(crate) async fn run(args: CheckWorkerArgs) -> anyhow::Result<()> {
         let Some(s) = side.as_mut() else { continue };
         let asked = now_ms();
         let reading = args.rw && !rng.random_bool(1.0 / 3.0);
-        let acquired = match (args.permits, args.rw) {
-            (Some(n), _) => match s.locks.semaphore(&args.key, n) {
-                Ok(semaphore) => semaphore.acquire(&opts).await,
+        let acquired = if args.multi {
+            let second = format!("{}:second", args.key);
+            let keys = if w.is_multiple_of(2) {
+                [args.key.as_str(), second.as_str()]
+            } else {
+                [second.as_str(), args.key.as_str()]
+            };
+            match s.locks.multi_lock(&keys) {
+                Ok(lock) => lock.acquire(&opts.clone().fencing(false)).await,
                 Err(e) => Err(e),
-            },
-            (None, true) => match s.locks.rwlock(&args.key) {
-                // Readers take no fencing number; the writer does.
-                Ok(rw) if reading => rw.read(&opts.clone().fencing(false)).await,
-                Ok(rw) => rw.write(&opts).await,
+            }
+        } else if args.elect {
+            match s.locks.election(&args.key) {
+                Ok(election) => election.campaign(&format!("worker-{w}"), &opts).await,
                 Err(e) => Err(e),
-            },
-            (None, false) => s.locks.acquire(&args.key, &opts).await,
+            }
+        } else {
+            match (args.permits, args.rw) {
+                (Some(n), _) => match s.locks.semaphore(&args.key, n) {
+                    Ok(semaphore) => semaphore.acquire(&opts).await,
+                    Err(e) => Err(e),
+                },
+                (None, true) => match s.locks.rwlock(&args.key) {
+                    // Readers take no fencing number; the writer does.
+                    Ok(rw) if reading => rw.read(&opts.clone().fencing(false)).await,
+                    Ok(rw) => rw.write(&opts).await,
+                    Err(e) => Err(e),
+                },
+                (None, false) => s.locks.acquire(&args.key, &opts).await,
+            }
         };
         let guard = match acquired {
             Ok(guard) => guard,
@@ -155,7 +173,7 @@ pub(crate) async fn run(args: CheckWorkerArgs) -> anyhow::Result<()> {
                 format!("{} {w} {}\n", guard.token().expose(), std::process::id()).as_bytes(),
             )?;
 
-        if args.permits.is_some() || reading {
+        if args.permits.is_some() || reading || args.multi {
             // The semaphore workload: hold the permit for the work time, then give it back;
             // the analysis counts the holders whose permits were valid at once.
             tokio::time::sleep(args.work.mul_f64(rng.random_range(0.5..1.5))).await;

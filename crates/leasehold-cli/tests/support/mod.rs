@@ -114,6 +114,16 @@ pub struct Running {
 
 impl Running {
     pub fn start<S: AsRef<std::ffi::OsStr>>(global: &[S], dir: &Path, args: &[&str]) -> Running {
+        Self::start_subcommand(global, dir, "run", args)
+    }
+
+    /// A background `leasehold <global args> <subcommand> <args>` (`run`, `elect`).
+    pub fn start_subcommand<S: AsRef<std::ffi::OsStr>>(
+        global: &[S],
+        dir: &Path,
+        subcommand: &str,
+        args: &[&str],
+    ) -> Running {
         use std::sync::atomic::{AtomicU32, Ordering};
         static N: AtomicU32 = AtomicU32::new(0);
         let stderr = dir.join(format!(
@@ -122,7 +132,7 @@ impl Running {
         ));
         let child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
             .args(global)
-            .arg("run")
+            .arg(subcommand)
             .args(args)
             .env_remove("LEASEHOLD_URL")
             .env_remove("REDIS_URL")
