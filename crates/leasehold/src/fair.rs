@@ -98,9 +98,12 @@ local function pass_on(now)
   redis.call('hdel', KEYS[3], ticket)
   redis.call('set', KEYS[1], token, 'PX', window)
   local n = 0
-  if fencing == '1' then n = redis.call('incr', KEYS[4]) end
-  redis.call('hset', KEYS[3], '~grant', ticket .. ' ' .. n)
-  keep_alive(KEYS[3], 2 * tonumber(window))
+  if fencing == '1' then
+    -- Kept for a claim (the waiter's next attempt, if the message is lost).
+    n = redis.call('incr', KEYS[4])
+    redis.call('hset', KEYS[3], '~grant', ticket .. ' ' .. n)
+    keep_alive(KEYS[3], 2 * tonumber(window))
+  end
   if ARGV[2] ~= '' then
     redis.pcall(ARGV[3], ARGV[2], 'handoff:' .. ticket .. ':' .. attempt .. ':' .. n)
   end
