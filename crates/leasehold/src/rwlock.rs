@@ -129,12 +129,14 @@ static WRITE_LEAVE: LazyLock<Script> = LazyLock::new(|| Script::new(WRITE_LEAVE_
 /// # async fn example(locks: LockClient) -> Result<(), leasehold::Error> {
 /// let config = locks.rwlock("config")?;
 /// let opts = LockOptions::new(Duration::from_secs(10)).wait(Duration::from_secs(30));
-/// let read = config.with_read(&opts, |_lease| async { /* many readers at once */ });
-/// read.await?;
-/// let write = config.with_write(&opts.clone().fencing(true), |lease| async move {
-///     lease.fencing_token() // the one writer, with a fencing number
-/// });
-/// write.await?;
+/// config.with_read(&opts, |_lease| async { /* many readers at once */ }).await?;
+/// let fenced = opts.clone().fencing(true);
+/// let term = config
+///     .with_write(&fenced, |lease| async move {
+///         lease.fencing_token() // the one writer, with a fencing number
+///     })
+///     .await?;
+/// # let _ = term;
 /// # Ok(())
 /// # }
 /// ```
