@@ -44,6 +44,6 @@ pub use renewal::RenewalStats;
 pub use rwlock::RwLock;
 pub use semaphore::Semaphore;
 pub use server::{ServerInfo, ServerKind};
-pub use slot::{fair_queue_key, fair_waiters_key, fence_key, key_slot, release_channel};
+pub use slot::{fair_entry_key, fair_queue_key, fence_key, key_slot, release_channel};
 pub use strategy::{ExtendStrategy, ReleaseStrategy};
 pub use token::{LockToken, MAX_KEY_LEN};

@@ -112,11 +112,12 @@ pub fn fair_queue_key(key: &str) -> String {
     format!("{}:queue", slot_name(key))
 }
 
-/// The entries of a [fair](crate::fair) lock's waiters (a hash from ticket to the waiter's
-/// token, expiry, handoff window, fencing flag and last attempt):
-/// [`slot_name`]`(key) + ":waiters"`, in the lock key's slot.
-pub fn fair_waiters_key(key: &str) -> String {
-    format!("{}:waiters", slot_name(key))
+/// The entry of the [fair](crate::fair) waiter `ticket` of lock `key` (the waiter's token,
+/// handoff window, fencing flag and last attempt, expiring unless the waiter refreshes it):
+/// [`slot_name`]`(key) + ":waiter:" + ticket`, in the lock key's slot. With an empty ticket,
+/// the prefix of every entry of the lock (`lock:a` -> `{lock:a}:waiter:`).
+pub fn fair_entry_key(key: &str, ticket: &str) -> String {
+    format!("{}:waiter:{ticket}", slot_name(key))
 }
 
 /// The channel on which a release of `key` is announced to waiters:
@@ -168,7 +169,11 @@ mod tests {
             assert_eq!(key_slot(&fence_key(key)), slot, "fence key of {key:?}");
             assert_eq!(key_slot(&release_channel(key)), slot, "channel of {key:?}");
             assert_eq!(key_slot(&fair_queue_key(key)), slot, "queue of {key:?}");
-            assert_eq!(key_slot(&fair_waiters_key(key)), slot, "waiters of {key:?}");
+            assert_eq!(
+                key_slot(&fair_entry_key(key, "t")),
+                slot,
+                "entry of {key:?}"
+            );
             assert!(fence_key(key).contains(key), "{key:?}");
             assert!(release_channel(key).contains(key), "{key:?}");
         }

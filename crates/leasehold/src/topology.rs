@@ -66,7 +66,7 @@ pub(crate) fn cluster_client(
     root_cert: &Option<Vec<u8>>,
     connect_timeout: std::time::Duration,
     response_timeout: std::time::Duration,
-    resp3_pushes: Option<tokio::sync::mpsc::UnboundedSender<redis::PushInfo>>,
+    resp3_pushes: Option<impl redis::aio::AsyncPushSender>,
 ) -> Result<redis::cluster::ClusterClient> {
     let mut builder = redis::cluster::ClusterClientBuilder::new(seeds.to_vec())
         .connection_timeout(connect_timeout)
@@ -128,7 +128,7 @@ pub(crate) async fn open(
                 &root_cert,
                 options.connect_timeout,
                 options.response_timeout,
-                None,
+                None::<tokio::sync::mpsc::UnboundedSender<redis::PushInfo>>,
             )?;
             let conn = client
                 .get_async_connection()

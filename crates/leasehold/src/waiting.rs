@@ -12,6 +12,11 @@
 //! within the key's shard instead of being broadcast over the whole cluster bus, and the
 //! subscriber follows the slot when it moves (the cluster connection re-subscribes).
 //!
+//! The subscriber connection speaks RESP3 where the server allows it: messages arrive as pushes
+//! that are routed to their waiters inside the connection's own task (one task wake-up less on
+//! a handoff's path than reading them from a RESP2 subscriber's stream, which stays the
+//! fallback when `HELLO 3` is refused).
+//!
 //! Pub/sub is at-most-once (a message published while the subscriber reconnects is lost), so
 //! a notification is only ever a hint to retry early: correctness never depends on it, and the
 //! timeout path always stays. A waiter that cannot subscribe (no URL to open a subscriber
@@ -186,7 +191,13 @@ impl Notifier {
         if let Some(hub) = current.as_ref().filter(|h| h.alive.load(Ordering::Acquire)) {
             return Some(hub.clone());
         }
-        let subscriber = match tokio::time::timeout(self.timeout, self.open()).await {
+        let channels: Channels = Arc::default();
+        let alive = Arc::new(AtomicBool::new(true));
+        let router = Router {
+            channels: channels.clone(),
+            alive: alive.clone(),
+        };
+        let subscriber = match tokio::time::timeout(self.timeout, self.open(router)).await {
             Ok(Ok(p)) => p,
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, "cannot open the subscriber connection; waiters poll");
@@ -195,8 +206,6 @@ impl Notifier {
             Err(_) => return None,
         };
         let (commands, rx) = mpsc::unbounded_channel();
-        let channels: Channels = Arc::default();
-        let alive = Arc::new(AtomicBool::new(true));
         tokio::spawn(run(subscriber, rx, channels.clone(), alive.clone()));
         let hub = Arc::new(Hub {
             commands,
@@ -208,45 +217,105 @@ impl Notifier {
     }
 }
 
-impl Notifier {
-    async fn open(&self) -> redis::RedisResult<Subscriber> {
-        match &self.source {
-            SubscriberSource::Client(client) => {
-                Ok(Subscriber::Single(client.get_async_pubsub().await?))
+/// Routes the subscriber connection's RESP3 pushes where they arrive, inside the connection's
+/// own task: a handoff wakes its waiter directly, without a hop through another task (on two
+/// cores, each hop is a wake-up that can wait behind a busy thread).
+struct Router {
+    channels: Channels,
+    alive: Arc<AtomicBool>,
+}
+
+impl redis::aio::AsyncPushSender for Router {
+    fn send(&self, info: redis::PushInfo) -> Result<(), redis::aio::SendError> {
+        match info.kind {
+            redis::PushKind::Message | redis::PushKind::SMessage => {
+                if let [
+                    redis::Value::BulkString(channel),
+                    redis::Value::BulkString(payload),
+                    ..,
+                ] = info.data.as_slice()
+                {
+                    wake(&self.channels, channel, payload);
+                }
             }
-            SubscriberSource::Sentinel(conn) => Ok(Subscriber::Single(
-                conn.current_client().get_async_pubsub().await?,
-            )),
+            // Only a one-server connection reports this: a cluster connection reconnects and
+            // re-subscribes by itself.
+            redis::PushKind::Disconnection => self.alive.store(false, Ordering::Release),
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// `client` speaking RESP3 (which carries pub/sub messages as pushes on a multiplexed
+/// connection).
+fn resp3(client: &redis::Client) -> redis::RedisResult<redis::Client> {
+    let info = client.get_connection_info().clone();
+    let settings = info
+        .redis_settings()
+        .clone()
+        .set_protocol(redis::ProtocolVersion::RESP3);
+    redis::Client::open(info.set_redis_settings(settings))
+}
+
+impl Notifier {
+    async fn open(&self, router: Router) -> redis::RedisResult<Subscriber> {
+        match &self.source {
+            SubscriberSource::Client(client) => open_single(client, router, self.timeout).await,
+            SubscriberSource::Sentinel(conn) => {
+                open_single(&conn.current_client(), router, self.timeout).await
+            }
             SubscriberSource::Cluster {
                 seeds,
                 root_cert,
                 connect_timeout,
             } => {
-                let (tx, pushes) = mpsc::unbounded_channel();
+                // Cluster pushes carry no disconnection the router must act on.
                 let client = crate::topology::cluster_client(
                     seeds,
                     root_cert,
                     *connect_timeout,
                     *connect_timeout,
-                    Some(tx),
+                    Some(router),
                 )
                 .map_err(|e| redis::RedisError::from(std::io::Error::other(e.to_string())))?;
-                let conn = client.get_async_connection().await?;
-                Ok(Subscriber::Cluster { conn, pushes })
+                Ok(Subscriber::Cluster(client.get_async_connection().await?))
             }
+        }
+    }
+}
+
+/// A RESP3 connection whose pushes `router` handles; a RESP2 subscriber connection if the
+/// server refuses RESP3 (an ACL rule without `+hello`, say).
+async fn open_single(
+    client: &redis::Client,
+    router: Router,
+    timeout: Duration,
+) -> redis::RedisResult<Subscriber> {
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(timeout))
+        .set_push_sender(router);
+    match resp3(client)?
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+    {
+        Ok(conn) => Ok(Subscriber::Single(conn)),
+        Err(e) => {
+            tracing::debug!(error = %e, "RESP3 subscriber refused; subscribing over RESP2");
+            Ok(Subscriber::Resp2(client.get_async_pubsub().await?))
         }
     }
 }
 
 /// An open subscriber connection.
 enum Subscriber {
-    /// `SUBSCRIBE` on one server.
-    Single(redis::aio::PubSub),
-    /// `SSUBSCRIBE` through a RESP3 cluster connection; messages arrive as pushes.
-    Cluster {
-        conn: redis::cluster_async::ClusterConnection,
-        pushes: mpsc::UnboundedReceiver<redis::PushInfo>,
-    },
+    /// `SUBSCRIBE` on one server over RESP3: messages reach the [`Router`] as pushes.
+    Single(redis::aio::MultiplexedConnection),
+    /// `SUBSCRIBE` on one server over RESP2: messages come through the subscriber's stream.
+    Resp2(redis::aio::PubSub),
+    /// `SSUBSCRIBE` through a RESP3 cluster connection: messages reach the [`Router`] as pushes.
+    Cluster(redis::cluster_async::ClusterConnection),
 }
 
 /// Wakes the waiters of `channel` (`payload` was published on it): a handoff message wakes
@@ -271,6 +340,8 @@ fn wake(channels: &Channels, channel: &[u8], payload: &[u8]) {
     c.tx.send_modify(|generation| *generation = generation.wrapping_add(1));
 }
 
+/// Runs the hub's commands in order (messages are routed by the [`Router`], or, over RESP2,
+/// read here too).
 async fn run(
     subscriber: Subscriber,
     mut commands: mpsc::UnboundedReceiver<Command>,
@@ -278,12 +349,36 @@ async fn run(
     alive: Arc<AtomicBool>,
 ) {
     match subscriber {
-        Subscriber::Single(pubsub) => {
+        Subscriber::Single(mut conn) => {
+            // Every handle on the hub gone: the connection closes with this task.
+            while let Some(command) = commands.recv().await {
+                match command {
+                    Command::Subscribe(channel, done) => {
+                        let _ = done.send(conn.subscribe(&channel).await.is_ok());
+                    }
+                    Command::Unsubscribe(channel) => {
+                        let _ = conn.unsubscribe(&channel).await;
+                    }
+                }
+            }
+        }
+        Subscriber::Cluster(mut conn) => {
+            while let Some(command) = commands.recv().await {
+                match command {
+                    Command::Subscribe(channel, done) => {
+                        let _ = done.send(conn.ssubscribe(&channel).await.is_ok());
+                    }
+                    Command::Unsubscribe(channel) => {
+                        let _ = conn.sunsubscribe(&channel).await;
+                    }
+                }
+            }
+        }
+        Subscriber::Resp2(pubsub) => {
             let (mut sink, mut stream) = pubsub.split();
             loop {
                 tokio::select! {
                     command = commands.recv() => match command {
-                        // Every handle on the hub is gone: close the connection.
                         None => return,
                         Some(Command::Subscribe(channel, done)) => {
                             let _ = done.send(sink.subscribe(&channel).await.is_ok());
@@ -302,34 +397,6 @@ async fn run(
                 }
             }
         }
-        Subscriber::Cluster {
-            mut conn,
-            mut pushes,
-        } => loop {
-            tokio::select! {
-                command = commands.recv() => match command {
-                    None => return,
-                    Some(Command::Subscribe(channel, done)) => {
-                        let _ = done.send(conn.ssubscribe(&channel).await.is_ok());
-                    }
-                    Some(Command::Unsubscribe(channel)) => {
-                        let _ = conn.sunsubscribe(&channel).await;
-                    }
-                },
-                push = pushes.recv() => match push {
-                    Some(redis::PushInfo { kind: redis::PushKind::SMessage, data }) => {
-                        if let [redis::Value::BulkString(channel), redis::Value::BulkString(payload), ..] = data.as_slice() {
-                            wake(&channels, channel, payload);
-                        }
-                    }
-                    Some(_) => {}
-                    None => {
-                        alive.store(false, Ordering::Release);
-                        return;
-                    }
-                },
-            }
-        },
     }
 }
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use leasehold::{
     ClientOptions, Error, LockClient, LockOptions, Redlock, RedlockOptions, TryAcquire,
-    fair_queue_key, fair_waiters_key, fence_key,
+    fair_entry_key, fair_queue_key, fence_key,
 };
 use leasehold_harness::{Server, ServerOptions, SlowLink};
 use tokio::sync::{mpsc, oneshot};
@@ -33,18 +33,20 @@ fn queued(server: &Server, key: &str) -> i64 {
         .unwrap()
 }
 
-/// The attempt numbers in the waiters' entries (ticket order is irrelevant).
+/// The attempt numbers in the waiters' entries (ticket order is irrelevant; grant records for a
+/// claim are not entries).
 fn entry_attempts(server: &Server, key: &str) -> Vec<u64> {
     let reply = server
-        .command(&["HGETALL", &fair_waiters_key(key)])
+        .command(&["KEYS", &fair_entry_key(key, "*")])
         .unwrap();
-    let items = reply.as_array().unwrap_or(&[]).to_vec();
-    items
-        .chunks(2)
-        .filter(|kv| !kv[0].as_str().unwrap_or("~").starts_with('~'))
-        .map(|kv| {
-            let entry = String::from_utf8_lossy(kv[1].as_bytes().unwrap()).into_owned();
-            entry.rsplit(' ').next().unwrap().parse().unwrap()
+    let names = reply.as_array().unwrap_or(&[]).to_vec();
+    names
+        .iter()
+        .filter_map(|name| {
+            let value = server.command(&["GET", name.as_str().unwrap()]).unwrap();
+            let entry = String::from_utf8_lossy(value.as_bytes()?).into_owned();
+            (!entry.starts_with("granted "))
+                .then(|| entry.rsplit(' ').next().unwrap().parse().unwrap())
         })
         .collect()
 }
@@ -227,15 +229,12 @@ leasehold_harness::server_test!(async fn a_crashed_waiter_is_skipped(bin) {
     until("live waiter queued", || queued(&server, key) == 1).await;
     // Two waiters that crashed, ahead of the live one: one whose entry expired, and one that
     // died just after its last refresh (its entry still looks alive; handoff window 1.5 s).
-    let (queue, waiters) = (fair_queue_key(key), fair_waiters_key(key));
-    let time = server.command(&["TIME"]).unwrap();
-    let secs: u64 = time.as_array().unwrap()[0].as_str().unwrap().parse().unwrap();
-    let alive_until = (secs + 60) * 1000;
+    // The expired one's entry is gone (it expired); the recent one's lives on for a minute.
+    let queue = fair_queue_key(key);
     server.command(&["ZADD", &queue, "-2", "expired"]).unwrap();
     server.command(&["ZADD", &queue, "-1", "recent"]).unwrap();
-    server.command(&["HSET", &waiters, "expired", "tok-expired 1 1500 0 1"]).unwrap();
     server
-        .command(&["HSET", &waiters, "recent", &format!("tok-recent {alive_until} 1500 0 1")])
+        .command(&["SET", &fair_entry_key(key, "recent"), "tok-recent 1500 0 1", "PX", "60000"])
         .unwrap();
     g.release().await.unwrap();
     // The expired entry was skipped and dropped; the recent one got the lock for its window.
