@@ -450,6 +450,11 @@ pub struct RunArgs {
     /// Exit with this status instead of 75 when the lock is busy or --wait elapsed.
     #[arg(long, value_name = "N")]
     pub conflict_exit_code: Option<u8>,
+    /// Serve leasehold's metrics (acquisitions, wait and hold times, renewals, losses,
+    /// handoffs, round trips) in the Prometheus text format on this address, e.g.
+    /// 127.0.0.1:9464 (any path answers; port 0 picks a free one, printed on stderr).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
     /// The command and its arguments (after `--`).
     #[arg(
         required = true,

@@ -43,6 +43,7 @@ mod exit;
 mod extend;
 mod inspect;
 mod locks;
+mod metrics;
 mod output;
 mod release;
 mod run;

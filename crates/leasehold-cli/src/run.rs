@@ -41,6 +41,9 @@ enum Primitive {
 const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 pub(crate) async fn run(servers: &Servers, args: RunArgs) -> anyhow::Result<ExitCode> {
+    if let Some(addr) = args.metrics_addr {
+        crate::metrics::serve(addr).await?;
+    }
     let locks = servers.connect().await?;
     let options = LockOptions::new(args.ttl)
         .fencing(args.fencing)

@@ -321,3 +321,63 @@ server_test!(async fn elect_runs_the_command_only_while_leader(bin) {
     assert!(!exists(&server, "svc"), "the second resigned when its command ended");
     drop(first);
 });
+
+/// One scrape of the metrics endpoint at `addr`: the body, or `None` if nothing answers yet.
+fn scrape(addr: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .ok()?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: leasehold\r\n\r\n")
+        .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    Some(body.to_string())
+}
+
+/// The value of the sample of `metric` whose labels include every one of `labels`.
+fn sample(body: &str, metric: &str, labels: &[&str]) -> Option<f64> {
+    body.lines()
+        .filter(|l| l.starts_with(metric) && labels.iter().all(|want| l.contains(want)))
+        .find_map(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+// --metrics-addr: while the command runs, a scrape shows its acquisition, its wait, the round
+// trips and the renewals that keep its lease; no token appears in it.
+server_test!(async fn metrics_are_served_to_prometheus_while_the_command_runs(bin) {
+    let (server, dir) = setup(&bin);
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr = format!("127.0.0.1:{port}");
+    let run = Running::start(
+        &["--url", server.url().as_str()],
+        dir.path(),
+        &["jobs:metrics", "--ttl", "1s", "--metrics-addr", &addr, "--",
+          "sh", "-c", "while [ ! -e go ]; do sleep 0.02; done"],
+    );
+    let start = Instant::now();
+    // Renewed every third of the 1 s TTL: wait until the scrape has seen two renewals.
+    let body = loop {
+        assert!(start.elapsed() < HANG_GUARD, "no renewals in the metrics");
+        if let Some(body) = scrape(&addr)
+            && sample(&body, "leasehold_renewals_total", &[]).unwrap_or(0.0) >= 2.0
+        {
+            break body;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let acquired = ["outcome=\"acquired\"", "mode=\"plain\"", "backend=\"redis\""];
+    assert_eq!(sample(&body, "leasehold_acquisitions_total", &acquired), Some(1.0), "{body}");
+    assert!(sample(&body, "leasehold_wait_seconds_count", &["mode=\"plain\""]) == Some(1.0), "{body}");
+    // At least the acquisition and the two renewals went to the server.
+    assert!(sample(&body, "leasehold_round_trips_total", &[]).unwrap() >= 3.0, "{body}");
+    assert_eq!(sample(&body, "leasehold_leases_lost_total", &[]), None, "{body}");
+    let token = get(&server, "jobs:metrics").expect("held");
+    assert!(!body.contains(&token), "the token leaked into the metrics");
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    assert_eq!(run.wait().0, 0);
+    assert!(!exists(&server, "jobs:metrics"));
+});

@@ -299,42 +299,54 @@ impl LockClient {
     /// [`Error::InvalidArgument`] for an empty key or a TTL outside 1 ms ..= 7 days;
     /// [`Error::Connection`] (ambiguous once the command was sent), [`Error::Server`].
     pub async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
-        if options.fair_enabled() {
-            return self.fair_try_acquire(key, options).await;
-        }
-        validate_key(key)?;
-        let ttl_ms = ttl_millis(options.ttl())?;
-        let span = tracing::debug_span!("leasehold.acquire", key, outcome = tracing::field::Empty);
-        async {
-            let token = LockToken::random();
-            let started = Instant::now();
-            let result = self.attempt_with(key, &token, ttl_ms, options, false).await;
-            let span = tracing::Span::current();
-            match result? {
-                Attempt::Acquired { .. }
-                    if self.expired_on_arrival(key, &token, started, options).await =>
-                {
-                    span.record("outcome", "expired on arrival");
-                    Err(Error::ExpiredOnArrival {
-                        key: key.to_string(),
-                        elapsed: started.elapsed(),
-                        ttl: options.ttl(),
-                    })
-                }
-                Attempt::Acquired { fencing } => {
-                    span.record("outcome", "acquired");
-                    Ok(TryAcquire::Acquired(
-                        self.guard(key, token, fencing, started, options),
-                    ))
-                }
-                Attempt::Busy { remaining } => {
-                    span.record("outcome", "busy");
-                    Ok(TryAcquire::Busy { remaining })
+        let begun = crate::metrics::start();
+        let result: Result<TryAcquire> = async {
+            if options.fair_enabled() {
+                return self.fair_try_acquire(key, options).await;
+            }
+            validate_key(key)?;
+            let ttl_ms = ttl_millis(options.ttl())?;
+            let span =
+                tracing::debug_span!("leasehold.acquire", key, outcome = tracing::field::Empty);
+            async {
+                let token = LockToken::random();
+                let started = Instant::now();
+                let result = self.attempt_with(key, &token, ttl_ms, options, false).await;
+                let span = tracing::Span::current();
+                match result? {
+                    Attempt::Acquired { .. }
+                        if self.expired_on_arrival(key, &token, started, options).await =>
+                    {
+                        span.record("outcome", "expired on arrival");
+                        Err(Error::ExpiredOnArrival {
+                            key: key.to_string(),
+                            elapsed: started.elapsed(),
+                            ttl: options.ttl(),
+                        })
+                    }
+                    Attempt::Acquired { fencing } => {
+                        span.record("outcome", "acquired");
+                        Ok(TryAcquire::Acquired(
+                            self.guard(key, token, fencing, started, options),
+                        ))
+                    }
+                    Attempt::Busy { remaining } => {
+                        span.record("outcome", "busy");
+                        Ok(TryAcquire::Busy { remaining })
+                    }
                 }
             }
+            .instrument(span)
+            .await
         }
-        .instrument(span)
-        .await
+        .await;
+        crate::metrics::acquisition(
+            "redis",
+            options.fair_enabled(),
+            crate::metrics::Outcome::of_try(&result),
+            begun,
+        );
+        result
     }
 
     /// Takes `key`, retrying a busy lock until `options.wait_bound()` elapses (one attempt if
@@ -356,95 +368,106 @@ impl LockClient {
     /// when the topology was still in motion at the deadline; otherwise as
     /// [`LockClient::try_acquire`].
     pub async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
-        if options.fair_enabled() {
-            return self.fair_acquire(key, options).await;
-        }
-        validate_key(key)?;
-        let ttl_ms = ttl_millis(options.ttl())?;
-        let span = tracing::debug_span!(
-            "leasehold.acquire",
-            key,
-            outcome = tracing::field::Empty,
-            attempts = tracing::field::Empty
-        );
-        async {
-            let begun = Instant::now();
-            let deadline = options.wait_bound().map(|w| begun + w);
-            // Subscribed before the first attempt, so a release right after it is not missed.
-            let mut subscription = match (&self.inner.notifier, deadline) {
-                (Some(notifier), Some(_)) => notifier.subscribe(release_channel(key)).await,
-                _ => None,
-            };
-            let mut attempts: u32 = 0;
-            loop {
-                let token = LockToken::random();
-                let started = Instant::now();
-                attempts += 1;
-                if let Some(s) = subscription.as_mut() {
-                    s.mark_seen();
-                }
-                let (attempt, failure) = match self
-                    .attempt_with(key, &token, ttl_ms, options, deadline.is_some())
-                    .await
-                {
-                    Ok(attempt) => (attempt, None),
-                    // While the deadline allows, ride out a topology in motion (a slot
-                    // migrating, a failover): the request was refused, so it is retried as if
-                    // busy, with backoff. On a cluster or through Sentinel a broken connection
-                    // is part of a failover too (the client follows the new topology); an
-                    // ambiguous attempt's token was given back by its cleanup, and the next
-                    // attempt has a new token. At the deadline the last failure is returned.
-                    Err(e) if deadline.is_some() && self.retries_while_waiting(&e) => {
-                        tracing::debug!(key, error = %e, "topology in motion; retrying");
-                        (Attempt::Busy { remaining: None }, Some(e))
-                    }
-                    Err(e) => return Err(e),
+        let begun = crate::metrics::start();
+        let result: Result<LockGuard> = async {
+            if options.fair_enabled() {
+                return self.fair_acquire(key, options).await;
+            }
+            validate_key(key)?;
+            let ttl_ms = ttl_millis(options.ttl())?;
+            let span = tracing::debug_span!(
+                "leasehold.acquire",
+                key,
+                outcome = tracing::field::Empty,
+                attempts = tracing::field::Empty
+            );
+            async {
+                let begun = Instant::now();
+                let deadline = options.wait_bound().map(|w| begun + w);
+                // Subscribed before the first attempt, so a release right after it is not missed.
+                let mut subscription = match (&self.inner.notifier, deadline) {
+                    (Some(notifier), Some(_)) => notifier.subscribe(release_channel(key)).await,
+                    _ => None,
                 };
-                let span = tracing::Span::current();
-                span.record("attempts", attempts);
-                let remaining = match attempt {
-                    // Granted, but too late to be a lease: released; try again (no wait).
-                    Attempt::Acquired { .. }
-                        if self.expired_on_arrival(key, &token, started, options).await =>
+                let mut attempts: u32 = 0;
+                loop {
+                    let token = LockToken::random();
+                    let started = Instant::now();
+                    attempts += 1;
+                    if let Some(s) = subscription.as_mut() {
+                        s.mark_seen();
+                    }
+                    let (attempt, failure) = match self
+                        .attempt_with(key, &token, ttl_ms, options, deadline.is_some())
+                        .await
                     {
-                        Some(Duration::ZERO)
+                        Ok(attempt) => (attempt, None),
+                        // While the deadline allows, ride out a topology in motion (a slot
+                        // migrating, a failover): the request was refused, so it is retried as if
+                        // busy, with backoff. On a cluster or through Sentinel a broken connection
+                        // is part of a failover too (the client follows the new topology); an
+                        // ambiguous attempt's token was given back by its cleanup, and the next
+                        // attempt has a new token. At the deadline the last failure is returned.
+                        Err(e) if deadline.is_some() && self.retries_while_waiting(&e) => {
+                            tracing::debug!(key, error = %e, "topology in motion; retrying");
+                            (Attempt::Busy { remaining: None }, Some(e))
+                        }
+                        Err(e) => return Err(e),
+                    };
+                    let span = tracing::Span::current();
+                    span.record("attempts", attempts);
+                    let remaining = match attempt {
+                        // Granted, but too late to be a lease: released; try again (no wait).
+                        Attempt::Acquired { .. }
+                            if self.expired_on_arrival(key, &token, started, options).await =>
+                        {
+                            Some(Duration::ZERO)
+                        }
+                        Attempt::Acquired { fencing } => {
+                            span.record("outcome", "acquired");
+                            return Ok(self.guard(key, token, fencing, started, options));
+                        }
+                        Attempt::Busy { remaining } => remaining,
+                    };
+                    let not_acquired = |now: Instant, failure: Option<Error>| {
+                        failure.unwrap_or_else(|| Error::NotAcquired {
+                            key: key.to_string(),
+                            waited: now - begun,
+                            attempts,
+                        })
+                    };
+                    let now = Instant::now();
+                    let Some(deadline) = deadline.filter(|d| now < *d) else {
+                        span.record("outcome", "busy");
+                        return Err(not_acquired(now, failure));
+                    };
+                    crate::waiting::pause_between_attempts(
+                        subscription.as_mut(),
+                        options.backoff_policy(),
+                        attempts - 1,
+                        remaining,
+                        deadline - now,
+                    )
+                    .await;
+                    // No attempt at or past the deadline: the wait bound is a promise to the caller.
+                    let now = Instant::now();
+                    if now >= deadline {
+                        span.record("outcome", "busy");
+                        return Err(not_acquired(now, failure));
                     }
-                    Attempt::Acquired { fencing } => {
-                        span.record("outcome", "acquired");
-                        return Ok(self.guard(key, token, fencing, started, options));
-                    }
-                    Attempt::Busy { remaining } => remaining,
-                };
-                let not_acquired = |now: Instant, failure: Option<Error>| {
-                    failure.unwrap_or_else(|| Error::NotAcquired {
-                        key: key.to_string(),
-                        waited: now - begun,
-                        attempts,
-                    })
-                };
-                let now = Instant::now();
-                let Some(deadline) = deadline.filter(|d| now < *d) else {
-                    span.record("outcome", "busy");
-                    return Err(not_acquired(now, failure));
-                };
-                crate::waiting::pause_between_attempts(
-                    subscription.as_mut(),
-                    options.backoff_policy(),
-                    attempts - 1,
-                    remaining,
-                    deadline - now,
-                )
-                .await;
-                // No attempt at or past the deadline: the wait bound is a promise to the caller.
-                let now = Instant::now();
-                if now >= deadline {
-                    span.record("outcome", "busy");
-                    return Err(not_acquired(now, failure));
                 }
             }
+            .instrument(span)
+            .await
         }
-        .instrument(span)
-        .await
+        .await;
+        crate::metrics::acquisition(
+            "redis",
+            options.fair_enabled(),
+            crate::metrics::Outcome::of_acquire(&result),
+            begun,
+        );
+        result
     }
 
     /// Waits for `key` (as [`LockClient::acquire`]), runs `work`, and releases the lock

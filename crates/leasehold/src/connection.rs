@@ -101,6 +101,7 @@ impl ClientConnection {
 
 impl ConnectionLike for ClientConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        crate::metrics::round_trip();
         match self {
             ClientConnection::Manager(c) => c.req_packed_command(cmd),
             ClientConnection::Multiplexed(c) => c.req_packed_command(cmd),
@@ -115,6 +116,7 @@ impl ConnectionLike for ClientConnection {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
+        crate::metrics::round_trip();
         match self {
             ClientConnection::Manager(c) => c.req_packed_commands(pipeline, offset, count),
             ClientConnection::Multiplexed(c) => c.req_packed_commands(pipeline, offset, count),

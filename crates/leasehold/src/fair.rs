@@ -586,6 +586,9 @@ impl LockClient {
                 key: key.to_string(),
             });
         }
+        if n == 2 {
+            crate::metrics::handoff();
+        }
         Ok(())
     }
 }

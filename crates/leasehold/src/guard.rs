@@ -169,6 +169,7 @@ impl Lease {
             return false;
         }
         tracing::warn!(key = self.key(), %reason, "lock lost");
+        crate::metrics::lost(reason);
         self.state.lost.cancel();
         true
     }
@@ -203,6 +204,8 @@ pub struct LockGuard {
     held: Arc<dyn HeldLock>,
     lease: Lease,
     done: bool,
+    /// When the guard was made, for the hold-time metric (`None` without the feature).
+    since: Option<Instant>,
 }
 
 impl LockGuard {
@@ -211,6 +214,7 @@ impl LockGuard {
             held,
             lease,
             done: false,
+            since: crate::metrics::start(),
         }
     }
 
@@ -301,6 +305,7 @@ impl LockGuard {
     pub async fn release(mut self) -> Result<()> {
         self.done = true;
         self.lease.end();
+        crate::metrics::held(self.since);
         self.held.release(&self.lease).await
     }
 }
@@ -311,6 +316,7 @@ impl Drop for LockGuard {
             return;
         }
         self.lease.end();
+        crate::metrics::held(self.since);
         let key = self.lease.key().to_string();
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             tracing::warn!(

@@ -14,6 +14,7 @@ pub mod fair;
 pub mod fencing;
 mod guard;
 mod locker;
+pub mod metrics;
 pub mod multi;
 mod options;
 #[cfg(feature = "postgres")]

@@ -118,7 +118,10 @@ impl Locker {
     /// # Errors
     /// As the backend's `try_acquire`.
     pub async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
-        self.backend.try_acquire(key, options).await
+        let begun = crate::metrics::start();
+        let result = self.backend.try_acquire(key, options).await;
+        self.count(options, crate::metrics::Outcome::of_try(&result), begun);
+        result
     }
 
     /// Takes `key`, waiting until `options.wait_bound()` (see [`LockClient::acquire`]).
@@ -127,7 +130,24 @@ impl Locker {
     /// [`Error::NotAcquired`] when the lock stayed busy until the deadline; otherwise as the
     /// backend's `acquire`.
     pub async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
-        self.backend.acquire(key, options).await
+        let begun = crate::metrics::start();
+        let result = self.backend.acquire(key, options).await;
+        self.count(options, crate::metrics::Outcome::of_acquire(&result), begun);
+        result
+    }
+
+    /// Counts an acquisition in the metrics, unless the backend is a [`LockClient`], which
+    /// counts its own (used directly or through a `Locker`).
+    fn count(
+        &self,
+        options: &LockOptions,
+        outcome: crate::metrics::Outcome,
+        begun: Option<std::time::Instant>,
+    ) {
+        let backend = self.backend.name();
+        if backend != "redis" {
+            crate::metrics::acquisition(backend, options.fair_enabled(), outcome, begun);
+        }
     }
 
     /// Waits for `key`, runs `work`, and releases the lock whatever happens (see

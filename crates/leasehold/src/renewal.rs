@@ -203,6 +203,7 @@ async fn run(
                     match outcome {
                         Outcome::Renewed => {
                             stats.renewals.fetch_add(1, Ordering::Relaxed);
+                            crate::metrics::renewed();
                             e.lease.renewed(started, e.ttl);
                             e.due = started + e.interval;
                         }
