@@ -370,7 +370,7 @@ pub struct BenchArgs {
     /// The server of the matrix to measure against (default redis8: it has DELEX).
     #[arg(long, value_name = "FLAVOR")]
     pub server: Option<Flavor>,
-    /// Only these workloads (W1,W1T,W2,W3,W4,W5,WB). W1T is W1 on the other topologies: leasehold
+    /// Only these workloads (W1,W1T,W2,W3,W4,W5,W6,WB). W1T is W1 on the other topologies: leasehold
     /// on a Redis Cluster (3 masters + 1 replica each) and through Sentinel (a primary, a
     /// replica, 3 sentinels), interleaved with standalone repetitions. WB (only when named) runs
     /// W1, W3 and W5 through the one lock API on Redis, etcd (1 and 3 members) and PostgreSQL.

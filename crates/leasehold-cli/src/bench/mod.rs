@@ -53,6 +53,8 @@ struct Settings {
     wb_leases: usize,
     wb_ttl_ms: u64,
     wb_w5_secs: f64,
+    w6_waiters: Vec<usize>,
+    w6_handoffs: u64,
 }
 
 impl Settings {
@@ -76,6 +78,8 @@ impl Settings {
                 wb_leases: 20,
                 wb_ttl_ms: 3_000,
                 wb_w5_secs: 4.0,
+                w6_waiters: vec![100, 1_000],
+                w6_handoffs: 20,
             }
         } else {
             Settings {
@@ -96,6 +100,8 @@ impl Settings {
                 wb_leases: 50,
                 wb_ttl_ms: 3_000,
                 wb_w5_secs: 15.0,
+                w6_waiters: vec![100, 1_000, 5_000],
+                w6_handoffs: 30,
             }
         }
     }
@@ -210,6 +216,9 @@ pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<()> {
     }
     if wanted("W5") {
         w5(&bin, &settings, &mut results).await?;
+    }
+    if wanted("W6") {
+        w6(&bin, &settings, &mut results).await?;
     }
     // The other backends: only when asked for (`--workloads WB`), so a plain run's figures
     // and time stay what they were.
@@ -690,6 +699,26 @@ async fn w5(bin: &ServerBinary, st: &Settings, results: &mut Results) -> anyhow:
     Ok(())
 }
 
+/// W6: waiters on one key, default and fair mode, a fresh server for each count.
+async fn w6(bin: &ServerBinary, st: &Settings, results: &mut Results) -> anyhow::Result<()> {
+    say(format!(
+        "W6 herd: {:?} waiters on one key, {} handoffs each, default and fair mode",
+        st.w6_waiters, st.w6_handoffs
+    ));
+    for fair in [false, true] {
+        for &n in &st.w6_waiters {
+            let server = fresh(bin)?;
+            let (u, k) = (server.url(), st.w6_handoffs);
+            let s = on_runtime(Flavour::MultiThread, move || {
+                workloads::w6_leasehold(u, n, k, fair)
+            })?;
+            let mode = if fair { "fair" } else { "default" };
+            results.put("W6", &format!("leasehold_{mode}_{n}"), &s);
+        }
+    }
+    Ok(())
+}
+
 /// The targets, each with the measured ratio and whether it is met.
 fn targets(r: &Results) -> Value {
     let mut out = Vec::new();
@@ -847,6 +876,37 @@ fn targets(r: &Results) -> Value {
         true,
         "concurrent fan-out",
     );
+    // The herd: commands per handoff at the most waiters measured against the fewest.
+    let w6 = |mode: &str| {
+        let systems = r.workloads.get("W6")?;
+        let per = |s: &Value| {
+            Some((
+                s.get("waiters")?.as_f64()?,
+                s.get("commands_per_handoff")?.as_f64()?,
+            ))
+        };
+        let mut pts: Vec<(f64, f64)> = systems
+            .iter()
+            .filter(|(n, _)| n.starts_with(&format!("leasehold_{mode}_")))
+            .filter_map(|(_, s)| per(s))
+            .collect();
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        ratio(pts.last().map(|p| p.1), pts.first().map(|p| p.1))
+    };
+    check(
+        "W6 fair commands per handoff, most / fewest waiters",
+        w6("fair"),
+        1.1,
+        true,
+        "constant as waiters grow (fair mode: one waiter woken per release)",
+    );
+    check(
+        "W6 default commands per handoff, most / fewest waiters",
+        w6("default"),
+        1.1,
+        true,
+        "default mode: every waiter woken to race (shown, not a target of this mode)",
+    );
     check(
         "W5 leases lost",
         r.get("W5", "leasehold", "leases_lost"),
@@ -914,6 +974,15 @@ fn markdown(doc: &Value) -> String {
             ],
         ),
         ("W4", vec!["ops_per_s", "p50_us", "p99_us"]),
+        (
+            "W6",
+            vec![
+                "waiters",
+                "commands_per_handoff",
+                "ops_per_s",
+                "client_kib_per_waiter",
+            ],
+        ),
         ("W1B", vec!["ops_per_s", "p50_us", "p99_us"]),
         (
             "W3B",
@@ -1017,6 +1086,7 @@ fn markdown(doc: &Value) -> String {
         ("W2", "W2 throughput", "w2_throughput.svg"),
         ("W3", "W3 throughput", "w3_throughput.svg"),
         ("W4", "Redlock latency against N", "w4_redlock_latency.svg"),
+        ("W6", "W6 commands per handoff", "w6_herd.svg"),
     ]
     .iter()
     .filter(|(w, ..)| doc["workloads"].get(*w).is_some())
@@ -1076,6 +1146,36 @@ fn plots(dir: &std::path::Path, r: &Results) -> anyhow::Result<()> {
                 .collect();
             plot::bars(&dir.join(file), title, "per second", &bars)?;
         }
+    }
+    if let Some(systems) = r.workloads.get("W6") {
+        let mut series: BTreeMap<&str, Vec<(f64, f64)>> = BTreeMap::new();
+        for (name, s) in systems {
+            let mode = if name.contains("_fair_") {
+                "fair"
+            } else {
+                "default"
+            };
+            if let (Some(n), Some(c)) = (
+                s.get("waiters").and_then(Value::as_f64),
+                s.get("commands_per_handoff").and_then(Value::as_f64),
+            ) {
+                series.entry(mode).or_default().push((n, c));
+            }
+        }
+        let series: Vec<(String, Vec<(f64, f64)>)> = series
+            .into_iter()
+            .map(|(m, mut pts)| {
+                pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+                (format!("leasehold {m}"), pts)
+            })
+            .collect();
+        plot::lines(
+            &dir.join("w6_herd.svg"),
+            "W6: server commands per handoff against waiters on one key",
+            "waiters",
+            "server commands per handoff",
+            &series,
+        )?;
     }
     if let Some(systems) = r.workloads.get("W4") {
         let series: Curves = systems

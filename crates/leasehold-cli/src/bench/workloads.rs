@@ -505,3 +505,116 @@ fn cpu_time() -> Duration {
         Err(_) => Duration::ZERO,
     }
 }
+
+/// The calls of every command the server ran since the last `CONFIG RESETSTAT`, those run
+/// inside scripts included (`INFO commandstats`).
+async fn server_commands(conn: &mut redis::aio::MultiplexedConnection) -> anyhow::Result<u64> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await?;
+    Ok(info
+        .lines()
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum())
+}
+
+/// This process's resident memory in bytes (`/proc/self/statm`, 4 KiB pages).
+fn resident_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
+}
+
+/// W6 herd for leasehold: `waiters` tasks of one client wait for ONE key that another client
+/// holds; after they have all made their first attempt, the holder releases and each waiter
+/// that gets the lock releases it at once, until `handoffs` handoffs happened. Reports the
+/// server's commands per handoff (every command it ran, script-internal ones included) and the
+/// waiting client's resident memory per waiter. `fair` queues them (one waiter woken per
+/// release) instead of the default mode (every waiter woken, to race).
+pub(crate) async fn w6_leasehold(
+    url: String,
+    waiters: usize,
+    handoffs: u64,
+    fair: bool,
+) -> anyhow::Result<Summary> {
+    let key = "w6";
+    let holder = LockClient::connect(&url).await?;
+    let client = LockClient::connect(&url).await?;
+    let mut admin = redis::Client::open(url.as_str())?
+        .get_multiplexed_async_connection()
+        .await?;
+    let opts = LockOptions::new(Duration::from_secs(60))
+        .wait(Duration::from_secs(600))
+        .fair(fair);
+    let held = holder.acquire(key, &opts).await?;
+    let before = resident_bytes();
+    let started = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::with_capacity(waiters);
+    for _ in 0..waiters {
+        let (client, opts, started, done) =
+            (client.clone(), opts.clone(), started.clone(), done.clone());
+        tasks.push(tokio::spawn(async move {
+            started.fetch_add(1, Ordering::Relaxed);
+            let g = client.acquire(key, &opts).await?;
+            done.fetch_add(1, Ordering::Relaxed);
+            g.release().await?;
+            anyhow::Ok(())
+        }));
+    }
+    // Every waiter has made its first attempt once the server ran at least one command per
+    // waiter (and, fair, once the queue holds them all); then half a second to settle.
+    let queue = leasehold::fair_queue_key(key);
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let commands = server_commands(&mut admin).await?;
+        let queued: u64 = if fair {
+            redis::cmd("ZCARD")
+                .arg(&queue)
+                .query_async(&mut admin)
+                .await?
+        } else {
+            waiters as u64
+        };
+        if started.load(Ordering::Relaxed) == waiters as u64
+            && commands >= waiters as u64
+            && queued == waiters as u64
+        {
+            break;
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let per_waiter = resident_bytes().saturating_sub(before) as f64 / waiters as f64;
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut admin)
+        .await?;
+    let t0 = Instant::now();
+    held.release().await?;
+    while done.load(Ordering::Relaxed) < handoffs {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let elapsed = t0.elapsed();
+    let counted = done.load(Ordering::Relaxed);
+    let commands = server_commands(&mut admin).await?;
+    for t in &tasks {
+        t.abort();
+    }
+    Ok(Summary {
+        ops_per_s: counted as f64 / elapsed.as_secs_f64(),
+        ..Default::default()
+    }
+    .with("waiters", waiters as u64)
+    .with("handoffs", counted)
+    .with("commands_per_handoff", commands as f64 / counted as f64)
+    .with("client_kib_per_waiter", per_waiter / 1024.0))
+}
