@@ -198,6 +198,10 @@ pub struct CheckArgs {
     /// Worker processes.
     #[arg(long, default_value_t = 4)]
     pub workers: u64,
+    /// Serve the workers' metrics (see `leasehold run --metrics-addr`) in the Prometheus text
+    /// format on this address while the check runs, each sample labelled with its worker.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
     /// How long to run.
     #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration, default_value = "20s")]
     pub duration: Duration,
@@ -322,6 +326,9 @@ pub struct CheckWorkerArgs {
     /// Campaign in an election; the term fences the register writes.
     #[arg(long)]
     pub elect: bool,
+    /// Serve this worker's metrics on a free loopback port, written to `<log>.metrics`.
+    #[arg(long)]
+    pub metrics: bool,
     /// After a refused read, raise the fencing counter to the register's highest number.
     #[arg(long)]
     pub raise_counter: bool,

@@ -14,7 +14,7 @@ use std::path::Path;
 
 use leasehold_harness::{ServerBinary, server_test};
 use serde_json::Value;
-use support::leasehold;
+use support::{Running, leasehold, sample, scrape};
 
 /// Runs `leasehold check --server <flavor> args... --out <dir>` and returns its report; panics
 /// with the output unless it exits with `code`.
@@ -457,3 +457,38 @@ fn backend_options_are_usage_errors() {
         run.stderr
     );
 }
+
+// --metrics-addr: while the check runs, one scrape shows every worker's acquisitions, each
+// labelled with its worker; the check's verdict is unchanged.
+server_test!(async fn check_serves_the_workers_metrics(bin) {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr = format!("127.0.0.1:{port}");
+    let flavor = bin.flavor().expect("a matrix flavor").name();
+    let out = dir.path().join("out");
+    let run = Running::start_subcommand::<&str>(
+        &[],
+        dir.path(),
+        "check",
+        &["--server", flavor, "--out", out.to_str().unwrap(), "--workers", "2", "--duration", "5s",
+          "--ttl", "300ms", "--work", "20ms", "--faults", "pause", "--seed", "3",
+          "--metrics-addr", &addr],
+    );
+    let acquired = |body: &str, worker: &str| {
+        sample(body, "leasehold_acquisitions_total", &["outcome=\"acquired\"", worker]).unwrap_or(0.0)
+    };
+    let start = std::time::Instant::now();
+    loop {
+        assert!(start.elapsed() < std::time::Duration::from_secs(90), "no worker metrics");
+        if let Some(body) = scrape(&addr)
+            && acquired(&body, "worker=\"0\"") >= 1.0
+            && acquired(&body, "worker=\"1\"") >= 1.0
+        {
+            assert!(sample(&body, "leasehold_round_trips_total", &["worker=\"0\""]).unwrap() >= 1.0, "{body}");
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let (code, stderr) = run.wait();
+    assert_eq!(code, 0, "{stderr}");
+});

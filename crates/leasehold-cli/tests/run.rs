@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use leasehold_harness::{Server, ServerOptions, server_test};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use support::{Running, leasehold, wait_for_file};
+use support::{Running, leasehold, sample, scrape, wait_for_file};
 
 /// Only guards against a hang: every wait below ends on an observed event.
 const HANG_GUARD: Duration = Duration::from_secs(90);
@@ -321,30 +321,6 @@ server_test!(async fn elect_runs_the_command_only_while_leader(bin) {
     assert!(!exists(&server, "svc"), "the second resigned when its command ended");
     drop(first);
 });
-
-/// One scrape of the metrics endpoint at `addr`: the body, or `None` if nothing answers yet.
-fn scrape(addr: &str) -> Option<String> {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(addr).ok()?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .ok()?;
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: leasehold\r\n\r\n")
-        .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let (head, body) = response.split_once("\r\n\r\n")?;
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    Some(body.to_string())
-}
-
-/// The value of the sample of `metric` whose labels include every one of `labels`.
-fn sample(body: &str, metric: &str, labels: &[&str]) -> Option<f64> {
-    body.lines()
-        .filter(|l| l.starts_with(metric) && labels.iter().all(|want| l.contains(want)))
-        .find_map(|l| l.rsplit(' ').next()?.parse().ok())
-}
 
 // --metrics-addr: while the command runs, a scrape shows its acquisition, its wait, the round
 // trips and the renewals that keep its lease; no token appears in it.

@@ -270,6 +270,9 @@ fn worker_args(
     if args.elect {
         v.push("--elect".into());
     }
+    if args.metrics_addr.is_some() {
+        v.push("--metrics".into());
+    }
     v
 }
 
@@ -287,6 +290,9 @@ pub(crate) async fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCod
     let logs = out.join("logs");
     let _ = std::fs::remove_dir_all(&logs);
     std::fs::create_dir_all(&logs)?;
+    if let Some(addr) = args.metrics_addr {
+        crate::metrics::serve_workers(addr, logs.clone()).await?;
+    }
     let holders = logs.join("holders");
     let mut lock = LockServers::start(&args, bin.as_ref(), logs.join("lock-urls")).await?;
 

@@ -81,6 +81,13 @@ async fn connect(urls: Vec<String>, release_del: bool) -> anyhow::Result<LockSid
 const RETRY_AFTER: Duration = Duration::from_millis(20);
 
 pub(crate) async fn run(args: CheckWorkerArgs) -> anyhow::Result<()> {
+    if args.metrics {
+        let addr = crate::metrics::serve("127.0.0.1:0".parse()?).await?;
+        // Written whole, then renamed: the coordinator never reads half a port.
+        let file = crate::metrics::port_file(&args.log);
+        std::fs::write(file.with_extension("tmp"), addr.port().to_string())?;
+        std::fs::rename(file.with_extension("tmp"), &file)?;
+    }
     let mut register = Register::connect(args.register.parse()?, &args.register_url).await?;
     let mut log = Log(std::fs::OpenOptions::new()
         .create(true)

@@ -185,3 +185,27 @@ pub fn wait_for_file(path: &Path) -> String {
         thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// One scrape of the metrics endpoint at `addr`: the body, or `None` if nothing answers yet.
+pub fn scrape(addr: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .ok()?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: leasehold\r\n\r\n")
+        .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    Some(body.to_string())
+}
+
+/// The value of the sample of `metric` whose labels include every one of `labels`.
+pub fn sample(body: &str, metric: &str, labels: &[&str]) -> Option<f64> {
+    body.lines()
+        .filter(|l| l.starts_with(metric) && labels.iter().all(|want| l.contains(want)))
+        .find_map(|l| l.rsplit(' ').next()?.parse().ok())
+}
