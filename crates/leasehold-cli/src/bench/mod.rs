@@ -91,7 +91,7 @@ impl Settings {
                 w3_hold_ms: 1.0,
                 w3_secs: 10.0,
                 w4_cycles: 2_000,
-                w4_nodes: vec![1, 3, 5],
+                w4_nodes: vec![1, 3, 5, 7],
                 w5_leases: 10_000,
                 w5_ttl_ms: 2_000,
                 w5_secs: 60.0,
