@@ -233,9 +233,10 @@ pub struct CheckArgs {
     pub backend: String,
     /// Where the lock lives: standalone (one server, or Redlock with --nodes), cluster (a
     /// Redis Cluster of 3 masters with a replica each), or sentinel (a primary, its replica
-    /// and 3 sentinels). The register always lives on a server of its own.
-    #[arg(long, default_value = "standalone", value_parser = ["standalone", "cluster", "sentinel"])]
-    pub topology: String,
+    /// and 3 sentinels). Default standalone; the redis backend only. The register always
+    /// lives on a server of its own.
+    #[arg(long, value_parser = ["standalone", "cluster", "sentinel"])]
+    pub topology: Option<String>,
     /// Lock servers: 1 (a plain lock), or an odd number >= 3 (Redlock over them).
     #[arg(long, default_value_t = 1)]
     pub nodes: usize,
@@ -413,6 +414,13 @@ Exit status:
   127  the command was not found
 Example, a cron job that must never run twice at once (skipped while another run holds it):
   */5 * * * * leasehold run --no-wait --ttl 1m jobs:nightly-report -- /usr/local/bin/report";
+
+impl CheckArgs {
+    /// `--topology`, standalone when not given.
+    pub fn topology_name(&self) -> &str {
+        self.topology.as_deref().unwrap_or("standalone")
+    }
+}
 
 /// Arguments of `leasehold run`.
 #[derive(Debug, Args)]

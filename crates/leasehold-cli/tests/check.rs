@@ -335,6 +335,9 @@ fn bad_options_are_usage_errors() {
         &["check", "--rw", "--permits", "2"],
         &["check", "--multi", "--nodes", "3"],
         &["check", "--elect", "--backend", "etcd"],
+        // --topology is the redis backend's, even when it names the default.
+        &["check", "--backend", "etcd", "--topology", "standalone"],
+        &["check", "--backend", "postgres", "--topology", "standalone"],
         &["check", "--elect", "--rw"],
         &["check", "--permits", "2", "--nodes", "3"],
         &["check", "--permits", "2", "--fair"],

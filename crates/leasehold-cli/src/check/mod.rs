@@ -74,11 +74,10 @@ fn validate_other(backend: Backend, args: &CheckArgs) -> Result<(), Usage> {
             faults.join(", ")
         )));
     }
-    if Topology::of(args) != Topology::Standalone {
+    if let Some(topology) = &args.topology {
         return Err(Usage(format!(
-            "--topology {}: --backend {name} runs its own servers; --topology is for the redis \
-             backend",
-            args.topology
+            "--topology {topology}: --backend {name} runs its own servers; --topology is for the \
+             redis backend"
         )));
     }
     if args.nodes != 1 {
@@ -329,7 +328,7 @@ pub(crate) async fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCod
     let lock_shown = match backend {
         Backend::Redis => format!(
             "{} ({} node(s), {})",
-            args.topology,
+            args.topology_name(),
             args.nodes,
             server_label.as_deref().unwrap_or("-")
         ),
@@ -412,7 +411,7 @@ pub(crate) async fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCod
             "backend": backend.name(),
             "workers": args.workers,
             // Redis only: the other backends run their own servers (`nodes`: how many).
-            "topology": (backend == Backend::Redis).then_some(&args.topology),
+            "topology": (backend == Backend::Redis).then_some(args.topology_name()),
             "nodes": backend.lock_nodes(&args), "duration_ms": args.duration.as_millis() as u64,
             "ttl_ms": args.ttl.as_millis() as u64, "work_ms": args.work.as_millis() as u64,
             "faults": args.faults, "seed": args.seed, "register": args.register,

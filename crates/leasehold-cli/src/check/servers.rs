@@ -91,7 +91,7 @@ impl Topology {
     /// The topology `--topology` names (clap only lets the three names through; anything else
     /// is standalone).
     pub(crate) fn of(args: &CheckArgs) -> Topology {
-        match args.topology.as_str() {
+        match args.topology_name() {
             "cluster" => Topology::Cluster,
             "sentinel" => Topology::Sentinel,
             _ => Topology::Standalone,
