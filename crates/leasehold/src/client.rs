@@ -841,7 +841,7 @@ impl LockClient {
                     }
                 })
         } else {
-            redis::cmd("SET")
+            crate::strategy::sized_cmd("SET", 5, key.len() + token.expose().len() + 2 + 2 + 20)
                 .arg(key)
                 .arg(token.expose())
                 .arg("NX")
@@ -889,19 +889,30 @@ impl LockClient {
                         // One round trip: the conditional delete and the wake-up, pipelined. A
                         // wake-up after a release that deleted nothing only makes waiters retry.
                         (Some(cmd), Some(channel)) => {
-                            let mut pipe = redis::pipe();
-                            pipe.ignore_errors()
-                                .add_command(cmd)
-                                .cmd(if sharded { "SPUBLISH" } else { "PUBLISH" })
-                                .arg(channel)
-                                .arg(key);
+                            let mut publish = crate::strategy::sized_cmd(
+                                if sharded { "SPUBLISH" } else { "PUBLISH" },
+                                2,
+                                channel.len() + key.len(),
+                            );
+                            publish.arg(channel).arg(key);
+                            let mut pipe = redis::Pipeline::with_capacity(2);
+                            pipe.add_command(cmd).add_command(publish);
                             // The release's own reply decides; a refused notification is
                             // ignored (it must never turn a completed release into an error).
-                            match pipe.query_async::<(Value, Value)>(&mut conn).await {
-                                Ok((Value::ServerError(e), _)) => Err(redis::RedisError::from(e)),
-                                Ok((reply, _)) => redis::from_redis_value::<i64>(reply)
+                            // The replies are read as they come (server errors in place), not
+                            // through `Pipeline::query_async`, which copies them twice.
+                            let mut replies = redis::aio::ConnectionLike::req_packed_commands(
+                                &mut conn, &pipe, 0, 2,
+                            )
+                            .await?;
+                            match replies.drain(..).next() {
+                                Some(Value::ServerError(e)) => Err(redis::RedisError::from(e)),
+                                Some(reply) => redis::from_redis_value::<i64>(reply)
                                     .map_err(redis::RedisError::from),
-                                Err(e) => Err(e),
+                                None => Err(redis::RedisError::from((
+                                    redis::ErrorKind::UnexpectedReturnType,
+                                    "no reply to the release",
+                                ))),
                             }
                         }
                         (Some(cmd), None) => cmd.query_async(&mut conn).await,
@@ -988,7 +999,7 @@ fn acquire_cmd(
     by_body: bool,
 ) -> redis::Cmd {
     if !scripted {
-        let mut c = redis::cmd("SET");
+        let mut c = crate::strategy::sized_cmd("SET", 5, key.len() + token.expose().len() + 24);
         c.arg(key)
             .arg(token.expose())
             .arg("NX")

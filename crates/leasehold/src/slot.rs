@@ -90,7 +90,11 @@ pub fn slot_name(key: &str) -> Cow<'_, str> {
     if hash_tag(key).is_some() {
         Cow::Borrowed(key)
     } else if !key.contains('}') {
-        Cow::Owned(format!("{{{key}}}"))
+        let mut name = String::with_capacity(key.len() + 2);
+        name.push('{');
+        name.push_str(key);
+        name.push('}');
+        Cow::Owned(name)
     } else {
         let tag = &slot_tags()[key_slot(key) as usize];
         Cow::Owned(format!("{{{tag}}}:{key}"))
@@ -124,7 +128,19 @@ pub fn fair_entry_key(key: &str, ticket: &str) -> String {
 /// `leasehold:released:` + [`slot_name`]`(key)` (`leasehold:released:{lock:a}`). It hashes to
 /// the key's slot, so on a cluster the release script can `SPUBLISH` it on the key's shard.
 pub fn release_channel(key: &str) -> String {
-    format!("leasehold:released:{}", slot_name(key))
+    // One allocation: this is built on every release that notifies.
+    const PREFIX: &str = "leasehold:released:";
+    let mut channel = String::with_capacity(PREFIX.len() + key.len() + 2);
+    channel.push_str(PREFIX);
+    if hash_tag(key).is_none() && !key.contains('}') {
+        // slot_name's common case, written in place.
+        channel.push('{');
+        channel.push_str(key);
+        channel.push('}');
+    } else {
+        channel.push_str(&slot_name(key));
+    }
+    channel
 }
 
 #[cfg(test)]

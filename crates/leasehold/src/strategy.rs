@@ -109,16 +109,25 @@ pub(crate) static RELEASE_SNOTIFY_SCRIPT: LazyLock<Script> =
 pub(crate) static EXTEND_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_LUA));
 pub(crate) static ACQUIRE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
 
+/// A command `name` with room for `args` more arguments of `bytes` bytes in all, so building
+/// it allocates its two buffers once instead of growing them argument by argument (on the hot
+/// path, those reallocations were a tenth of the client's time in bench W2).
+pub(crate) fn sized_cmd(name: &str, args: usize, bytes: usize) -> Cmd {
+    let mut c = Cmd::with_capacity(args + 1, name.len() + bytes);
+    c.arg(name);
+    c
+}
+
 /// The native release command, for the strategies that have one.
 pub(crate) fn release_cmd(strategy: ReleaseStrategy, key: &str, token: &str) -> Option<Cmd> {
     match strategy {
         ReleaseStrategy::DelEx => {
-            let mut c = redis::cmd("DELEX");
+            let mut c = sized_cmd("DELEX", 3, key.len() + 4 + token.len());
             c.arg(key).arg("IFEQ").arg(token);
             Some(c)
         }
         ReleaseStrategy::DelIfEq => {
-            let mut c = redis::cmd("DELIFEQ");
+            let mut c = sized_cmd("DELIFEQ", 2, key.len() + token.len());
             c.arg(key).arg(token);
             Some(c)
         }
@@ -135,7 +144,7 @@ pub(crate) fn extend_cmd(
 ) -> Option<Cmd> {
     match strategy {
         ExtendStrategy::SetIfEq => {
-            let mut c = redis::cmd("SET");
+            let mut c = sized_cmd("SET", 5, key.len() + 2 * token.len() + 2 + 20 + 4);
             c.arg(key)
                 .arg(token)
                 .arg("PX")
