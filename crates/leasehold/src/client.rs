@@ -384,12 +384,17 @@ impl LockClient {
             async {
                 let begun = Instant::now();
                 let deadline = options.wait_bound().map(|w| begun + w);
-                // Subscribed before the first attempt, so a release right after it is not missed.
-                let mut subscription = match (&self.inner.notifier, deadline) {
-                    (Some(notifier), Some(_)) => notifier.subscribe(release_channel(key)).await,
-                    _ => None,
-                };
+                // The first attempt goes out at once: a free lock costs one round trip, as
+                // with `try_acquire`. Only a busy lock makes the waiter subscribe to the
+                // release channel, and the attempt that follows the server's confirmation
+                // closes the gap: a release before the subscription took effect is seen by
+                // that attempt (the key is free), one after it is delivered. So no release is
+                // missed, without a SUBSCRIBE/UNSUBSCRIBE pair on every uncontended call.
+                let mut subscription: Option<crate::waiting::Subscription> = None;
+                let mut may_subscribe = self.inner.notifier.is_some() && deadline.is_some();
                 let mut attempts: u32 = 0;
+                // Pauses so far: the backoff's exponent (the retry after subscribing is none).
+                let mut pauses: u32 = 0;
                 loop {
                     let token = LockToken::random();
                     let started = Instant::now();
@@ -397,8 +402,12 @@ impl LockClient {
                     if let Some(s) = subscription.as_mut() {
                         s.mark_seen();
                     }
+                    // The holder's remaining lease (the acquire script) bounds the pause: a
+                    // waiter that will subscribe first sends a plain `SET NX PX`, and asks for it
+                    // from the attempt after subscribing on.
+                    let want_remaining = deadline.is_some() && !may_subscribe;
                     let (attempt, failure) = match self
-                        .attempt_with(key, &token, ttl_ms, options, deadline.is_some())
+                        .attempt_with(key, &token, ttl_ms, options, want_remaining)
                         .await
                     {
                         Ok(attempt) => (attempt, None),
@@ -441,14 +450,29 @@ impl LockClient {
                         span.record("outcome", "busy");
                         return Err(not_acquired(now, failure));
                     };
+                    if std::mem::take(&mut may_subscribe) {
+                        if let Some(notifier) = &self.inner.notifier {
+                            subscription = notifier.subscribe(release_channel(key)).await;
+                        }
+                        // Subscribed (or not: the waiter then polls): attempt again at once,
+                        // this time learning the holder's remaining lease if it is still busy;
+                        // but no attempt at or past the deadline.
+                        let now = Instant::now();
+                        if now >= deadline {
+                            span.record("outcome", "busy");
+                            return Err(not_acquired(now, failure));
+                        }
+                        continue;
+                    }
                     crate::waiting::pause_between_attempts(
                         subscription.as_mut(),
                         options.backoff_policy(),
-                        attempts - 1,
+                        pauses,
                         remaining,
                         deadline - now,
                     )
                     .await;
+                    pauses += 1;
                     // No attempt at or past the deadline: the wait bound is a promise to the caller.
                     let now = Instant::now();
                     if now >= deadline {

@@ -2,10 +2,16 @@
 //!
 //! A release publishes the lock key on [`release_channel`](crate::release_channel) in the same
 //! round trip (inside the release script, or pipelined with `DELEX`/`DELIFEQ`). A waiting
-//! acquirer subscribes to that channel *before* its first attempt, through one subscriber
-//! connection shared by every waiter of the client, and after each busy attempt sleeps until a
-//! notification arrives **or** a timeout (the holder's remaining TTL, capped by the backoff and
-//! the deadline) passes, then retries.
+//! acquirer makes its first attempt at once (a free lock costs one `SET NX PX`, as with
+//! `try_acquire`); only when that finds the lock busy does it subscribe to the channel, through
+//! one subscriber connection shared by every waiter of the client, and then attempt again at
+//! once. After each later busy attempt it sleeps until a notification arrives **or** a timeout
+//! (the holder's remaining TTL, capped by the backoff and the deadline) passes, then retries.
+//!
+//! **No missed release.** A release the server runs after the subscription took effect (the
+//! waiter awaits the server's confirmation) is delivered to it; one that ran before is seen by
+//! the attempt that follows the confirmation, which finds the key free. The test
+//! `a_busy_waiter_attempts_again_once_subscribed` fails if that attempt is left out.
 //!
 //! On a Redis Cluster the release publishes with `SPUBLISH` on the same channel, which hashes to
 //! the lock key's slot (see [`crate::slot`]), and waiters `SSUBSCRIBE`: the message travels only

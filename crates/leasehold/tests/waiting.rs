@@ -70,6 +70,56 @@ leasehold_harness::server_test!(async fn without_notifications_the_same_waiter_t
     assert!(matches!(err, Error::NotAcquired { attempts: 1, .. }), "{err:?}");
 });
 
+// A free lock costs a waiting acquire what it costs try_acquire: one SET, no subscription, no
+// script. (It used to subscribe before its first attempt: a SUBSCRIBE round trip and an
+// UNSUBSCRIBE on every uncontended call.)
+leasehold_harness::server_test!(async fn a_free_lock_is_taken_without_subscribing(bin) {
+    let server = Server::start(&bin, &leasehold_harness::ServerOptions::new()).unwrap();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let opts = LockOptions::new(LONG).wait(Duration::from_secs(5));
+    client.acquire("warm", &opts).await.unwrap().release().await.unwrap();
+    let (set, sub, scripts) = (calls(&server, "set"), calls(&server, "subscribe"), calls(&server, "evalsha") + calls(&server, "eval"));
+    let g = client.acquire("free", &opts).await.unwrap();
+    assert_eq!(calls(&server, "set"), set + 1, "one SET");
+    assert_eq!(calls(&server, "subscribe"), sub, "no subscription for a free lock");
+    assert_eq!(calls(&server, "evalsha") + calls(&server, "eval"), scripts, "no acquire script");
+    g.release().await.unwrap();
+});
+
+// The wake-up a busy first attempt cannot miss: the waiter subscribes only after that attempt,
+// so a release between the two would go unannounced; what closes the gap is another attempt
+// once the subscription is confirmed. Observed on the server, with no release at all: the
+// waiter's first attempt (SET), its SUBSCRIBE, then an attempt (the acquire script) that the
+// server runs after the SUBSCRIBE. Without that attempt, the waiter would sleep through its
+// 10 s backoff to the 5 s deadline and the script count would never move.
+leasehold_harness::server_test!(async fn a_busy_waiter_attempts_again_once_subscribed(bin) {
+    let server = Server::start(&bin, &leasehold_harness::ServerOptions::new()).unwrap();
+    common::preload_scripts(&server);
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    let waiter = LockClient::connect(&server.url()).await.unwrap();
+    let g = holder.try_acquire("busy", &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
+    let (sub, scripts) = (calls(&server, "subscribe"), calls(&server, "evalsha") + calls(&server, "eval"));
+    let task = tokio::spawn(async move {
+        let opts = LockOptions::new(LONG)
+            .wait(Duration::from_secs(5))
+            .backoff(Backoff::constant(Duration::from_secs(10)));
+        waiter.acquire("busy", &opts).await.map(|g| g.detach())
+    });
+    tokio::time::timeout(HANG_GUARD, async {
+        while calls(&server, "evalsha") + calls(&server, "eval") == scripts {
+            assert!(!task.is_finished(), "the waiter gave up without attempting after subscribing");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("no attempt after subscribing");
+    // Read after the attempt was seen: the SUBSCRIBE had already run.
+    assert_eq!(calls(&server, "subscribe"), sub + 1, "subscribed before that attempt");
+    g.release().await.unwrap();
+    let lease = tokio::time::timeout(HANG_GUARD, task).await.expect("hung").unwrap().expect("woken by the release");
+    assert_eq!(common::get(&server, "busy").as_deref(), Some(lease.token().expose()));
+});
+
 // Many waiters share one subscriber connection, and release notifications reach all of them.
 leasehold_harness::server_test!(async fn waiters_share_one_subscriber_connection(bin) {
     let server = Server::start(&bin, &leasehold_harness::ServerOptions::new()).unwrap();
