@@ -110,7 +110,10 @@ impl Command {
             Command::Run(a) => &a.servers,
             Command::Elect(a) => &a.servers,
             // The benchmark starts its own servers.
-            Command::Bench(_) | Command::Check(_) | Command::CheckWorker(_) => &NO_SERVERS,
+            Command::Bench(_)
+            | Command::Check(_)
+            | Command::CheckWorker(_)
+            | Command::BenchWorker(_) => &NO_SERVERS,
         }
     }
 }
@@ -190,6 +193,33 @@ pub enum Command {
     /// One worker process of `check` (internal).
     #[command(hide = true)]
     CheckWorker(CheckWorkerArgs),
+    /// One client process of `bench`'s W8 (internal).
+    #[command(hide = true)]
+    BenchWorker(BenchWorkerArgs),
+}
+
+/// Arguments of the internal `bench-worker`: one of W8's client processes.
+#[derive(Debug, Args)]
+pub struct BenchWorkerArgs {
+    /// The lock server.
+    #[arg(long)]
+    pub lock_url: String,
+    /// Keys to pick from at random (`w8:0` .. `w8:N-1`).
+    #[arg(long, default_value_t = 1000)]
+    pub keys: u64,
+    /// How long to run.
+    #[arg(long, default_value_t = 30.0)]
+    pub secs: f64,
+    /// Start at this instant (milliseconds since the Unix epoch), so that all workers start
+    /// together.
+    #[arg(long, default_value_t = 0)]
+    pub start_at_ms: u64,
+    /// How long to hold each lock, in microseconds.
+    #[arg(long, default_value_t = 1000)]
+    pub hold_us: u64,
+    /// How long an acquisition may wait, in milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    pub wait_ms: u64,
 }
 
 /// Arguments of `leasehold check`.
@@ -378,7 +408,7 @@ pub struct BenchArgs {
     /// The server of the matrix to measure against (default redis8: it has DELEX).
     #[arg(long, value_name = "FLAVOR")]
     pub server: Option<Flavor>,
-    /// Only these workloads (W1,W1T,W2,W3,W4,W5,W6,WB). W1T is W1 on the other topologies: leasehold
+    /// Only these workloads (W1,W1T,W2,W3,W4,W5,W6,W7,W8,WB). W1T is W1 on the other topologies: leasehold
     /// on a Redis Cluster (3 masters + 1 replica each) and through Sentinel (a primary, a
     /// replica, 3 sentinels), interleaved with standalone repetitions. WB (only when named) runs
     /// W1, W3 and W5 through the one lock API on Redis, etcd (1 and 3 members) and PostgreSQL.

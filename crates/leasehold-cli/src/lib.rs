@@ -52,8 +52,8 @@ mod target;
 use std::process::ExitCode;
 
 pub use cli::{
-    AcquireArgs, BenchArgs, CheckArgs, CheckWorkerArgs, Cli, Command, DemoArgs, ExtendArgs,
-    InspectArgs, OutputArgs, ReleaseArgs, RunArgs, ServerArgs,
+    AcquireArgs, BenchArgs, BenchWorkerArgs, CheckArgs, CheckWorkerArgs, Cli, Command, DemoArgs,
+    ExtendArgs, InspectArgs, OutputArgs, ReleaseArgs, RunArgs, ServerArgs,
 };
 pub use exit::Exit;
 
@@ -115,6 +115,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             return check::run(args).await;
         }
         Command::CheckWorker(args) => check::worker::run(args).await,
+        Command::BenchWorker(args) => bench::worker(args).await,
     }
     .map(|()| Exit::Success.into())
 }

@@ -14,10 +14,13 @@ fn main() -> ExitCode {
         Err(err) => return leasehold_cli::clap_exit(&err),
     };
     leasehold_cli::init_tracing();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    // A bench worker is one of hundreds of client processes on a 2-core machine: one thread.
+    let mut builder = if matches!(cli.command, leasehold_cli::Command::BenchWorker(_)) {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("leasehold: cannot start the async runtime: {err}");

@@ -15,8 +15,11 @@
 mod peers;
 mod plot;
 mod redis_benchmark;
+mod scale;
 mod stats;
 mod workloads;
+
+pub(crate) use scale::worker;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -55,6 +58,13 @@ struct Settings {
     wb_w5_secs: f64,
     w6_waiters: Vec<usize>,
     w6_handoffs: u64,
+    w7_leases: Vec<usize>,
+    w7_ttl_ms: u64,
+    w7_secs: f64,
+    w8_processes: Vec<usize>,
+    w8_keys: u64,
+    w8_secs: f64,
+    w8_hold_us: u64,
 }
 
 impl Settings {
@@ -80,6 +90,13 @@ impl Settings {
                 wb_w5_secs: 4.0,
                 w6_waiters: vec![100, 1_000],
                 w6_handoffs: 20,
+                w7_leases: vec![10_000],
+                w7_ttl_ms: 10_000,
+                w7_secs: 8.0,
+                w8_processes: vec![20],
+                w8_keys: 1_000,
+                w8_secs: 5.0,
+                w8_hold_us: 1_000,
             }
         } else {
             Settings {
@@ -102,6 +119,13 @@ impl Settings {
                 wb_w5_secs: 15.0,
                 w6_waiters: vec![100, 1_000, 5_000],
                 w6_handoffs: 30,
+                w7_leases: vec![10_000, 100_000],
+                w7_ttl_ms: 10_000,
+                w7_secs: 30.0,
+                w8_processes: vec![50, 200],
+                w8_keys: 1_000,
+                w8_secs: 30.0,
+                w8_hold_us: 1_000,
             }
         }
     }
@@ -219,6 +243,12 @@ pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<()> {
     }
     if wanted("W6") {
         w6(&bin, &settings, &mut results).await?;
+    }
+    if wanted("W7") {
+        w7(&bin, &settings, &mut results).await?;
+    }
+    if wanted("W8") {
+        w8(&bin, &settings, &mut results).await?;
     }
     // The other backends: only when asked for (`--workloads WB`), so a plain run's figures
     // and time stay what they were.
@@ -719,6 +749,67 @@ async fn w6(bin: &ServerBinary, st: &Settings, results: &mut Results) -> anyhow:
     Ok(())
 }
 
+/// W7: many auto-extended leases on one client, a fresh server for each count.
+async fn w7(bin: &ServerBinary, st: &Settings, results: &mut Results) -> anyhow::Result<()> {
+    say(format!(
+        "W7 many leases: {:?} auto-extended leases (TTL {} ms) on one client for {} s",
+        st.w7_leases, st.w7_ttl_ms, st.w7_secs
+    ));
+    for &n in &st.w7_leases {
+        let server = fresh(bin)?;
+        let (u, ttl, d) = (
+            server.url(),
+            Duration::from_millis(st.w7_ttl_ms),
+            Duration::from_secs_f64(st.w7_secs),
+        );
+        let s = on_runtime(Flavour::MultiThread, move || {
+            scale::w7_leasehold(u, n, ttl, d)
+        })?;
+        results.put("W7", &format!("leasehold_{n}"), &s);
+    }
+    Ok(())
+}
+
+/// W8: many client processes on many keys, a fresh server for each count.
+async fn w8(bin: &ServerBinary, st: &Settings, results: &mut Results) -> anyhow::Result<()> {
+    say(format!(
+        "W8 many clients: {:?} client processes on {} keys for {} s (hold {} us)",
+        st.w8_processes, st.w8_keys, st.w8_secs, st.w8_hold_us
+    ));
+    for &n in &st.w8_processes {
+        let server = fresh(bin)?;
+        let run = scale::w8(&server.url(), n, st.w8_keys, st.w8_secs, st.w8_hold_us).await?;
+        let name = format!("leasehold_{n}_processes");
+        if let Some(e) = &run.first_error {
+            results
+                .notes
+                .push(format!("W8 {n} processes, first error: {e}"));
+        }
+        let s = Summary {
+            ops_per_s: run.acquisitions as f64 / st.w8_secs,
+            p50_us: Some(run.waits.quantile(0.5)),
+            p99_us: Some(run.waits.quantile(0.99)),
+            ..Default::default()
+        }
+        .with("processes", n as u64)
+        .with("keys", st.w8_keys)
+        .with("acquisitions", run.acquisitions)
+        .with("p999_us", run.waits.quantile(0.999))
+        .with("max_wait_us", run.waits.quantile(1.0))
+        .with("errors", run.errors + run.failed_processes as u64)
+        .with("timed_out", run.timed_out)
+        .with("hold_us", st.w8_hold_us);
+        debug_assert_eq!(run.waits.len(), run.acquisitions);
+        results.put("W8", &name, &s);
+        results
+            .cdfs
+            .entry("W8".into())
+            .or_default()
+            .push((name, run.waits.cdf()));
+    }
+    Ok(())
+}
+
 /// The issue's targets, each with the measured ratio and whether it is met.
 fn targets(r: &Results) -> Value {
     let mut out = Vec::new();
@@ -907,6 +998,24 @@ fn targets(r: &Results) -> Value {
         true,
         "default mode: every waiter woken to race (shown, not a target of this mode)",
     );
+    for (name, s) in r.workloads.get("W7").into_iter().flatten() {
+        check(
+            &format!("W7 leases lost ({name})"),
+            s.get("leases_lost").and_then(Value::as_f64),
+            0.0,
+            true,
+            "0 lost",
+        );
+    }
+    for (name, s) in r.workloads.get("W8").into_iter().flatten() {
+        check(
+            &format!("W8 errors ({name})"),
+            s.get("errors").and_then(Value::as_f64),
+            0.0,
+            true,
+            "errors 0 (acquisitions that timed out count separately)",
+        );
+    }
     check(
         "W5 leases lost",
         r.get("W5", "leasehold", "leases_lost"),
@@ -983,6 +1092,30 @@ fn markdown(doc: &Value) -> String {
                 "client_kib_per_waiter",
             ],
         ),
+        (
+            "W7",
+            vec![
+                "leases",
+                "ops_per_s",
+                "renewal_round_trips_per_s",
+                "leases_per_round_trip",
+                "client_cpu_percent",
+                "client_bytes_per_lease",
+                "leases_lost",
+            ],
+        ),
+        (
+            "W8",
+            vec![
+                "processes",
+                "ops_per_s",
+                "p50_us",
+                "p99_us",
+                "p999_us",
+                "errors",
+                "timed_out",
+            ],
+        ),
         ("W1B", vec!["ops_per_s", "p50_us", "p99_us"]),
         (
             "W3B",
@@ -1039,6 +1172,18 @@ fn markdown(doc: &Value) -> String {
                  with its fairness columns; W5B holds auto-extended leases and counts the lost)\n",
             );
         }
+        if w == "W7" {
+            md.push_str(
+                "\n(ops_per_s is renewals per second; the leases' TTL is in latest.json; memory is \
+                 the process's growth from before the first acquisition to all leases held)\n",
+            );
+        }
+        if w == "W8" {
+            md.push_str(
+                "\n(acquisitions per second over all processes; p50/p99/p999 of the wait from the call \
+                 to holding the lock, merged from every process's histogram)\n",
+            );
+        }
         if w == "W4" {
             md.push_str(
                 "\n(ops/s and latencies at N=3; per-N figures in latest.json under n1, n3, n5)\n",
@@ -1087,6 +1232,8 @@ fn markdown(doc: &Value) -> String {
         ("W3", "W3 throughput", "w3_throughput.svg"),
         ("W4", "Redlock latency against N", "w4_redlock_latency.svg"),
         ("W6", "W6 commands per handoff", "w6_herd.svg"),
+        ("W7", "W7 client CPU against leases", "w7_leases.svg"),
+        ("W8", "W8 wait CDF", "w8_wait_cdf.svg"),
     ]
     .iter()
     .filter(|(w, ..)| doc["workloads"].get(*w).is_some())
@@ -1175,6 +1322,32 @@ fn plots(dir: &std::path::Path, r: &Results) -> anyhow::Result<()> {
             "waiters",
             "server commands per handoff",
             &series,
+        )?;
+    }
+    if let Some(series) = r.cdfs.get("W8") {
+        plot::cdf(
+            &dir.join("w8_wait_cdf.svg"),
+            "W8: wait for the lock, many client processes on 1 000 keys",
+            series,
+        )?;
+    }
+    if let Some(systems) = r.workloads.get("W7") {
+        let mut cpu: Vec<(f64, f64)> = systems
+            .values()
+            .filter_map(|s| {
+                Some((
+                    s.get("leases")?.as_f64()?,
+                    s.get("client_cpu_percent")?.as_f64()?,
+                ))
+            })
+            .collect();
+        cpu.sort_by(|a, b| a.0.total_cmp(&b.0));
+        plot::lines(
+            &dir.join("w7_leases.svg"),
+            "W7: client CPU keeping auto-extended leases alive",
+            "leases",
+            "client CPU (% of one core)",
+            &[("leasehold".to_string(), cpu)],
         )?;
     }
     if let Some(systems) = r.workloads.get("W4") {

@@ -21,6 +21,24 @@ impl Latencies {
         let _ = self.0.record(us);
     }
 
+    /// `count` latencies of `us` microseconds each (merging another process's histogram).
+    pub(crate) fn record_n(&mut self, us: u64, count: u64) {
+        let _ = self.0.record_n(us.clamp(1, 60_000_000), count);
+    }
+
+    /// Every recorded value with its count, `[us, count]`: enough to merge exactly.
+    pub(crate) fn recorded(&self) -> Vec<[u64; 2]> {
+        self.0
+            .iter_recorded()
+            .map(|v| [v.value_iterated_to(), v.count_at_value()])
+            .collect()
+    }
+
+    /// How many latencies were recorded.
+    pub(crate) fn len(&self) -> u64 {
+        self.0.len()
+    }
+
     pub(crate) fn quantile(&self, q: f64) -> u64 {
         self.0.value_at_quantile(q)
     }

@@ -493,7 +493,7 @@ pub(crate) async fn w5_locker(
 }
 
 /// This process's user + system CPU time.
-fn cpu_time() -> Duration {
+pub(crate) fn cpu_time() -> Duration {
     use nix::sys::resource::{UsageWho, getrusage};
     match getrusage(UsageWho::RUSAGE_SELF) {
         Ok(u) => {
@@ -527,7 +527,7 @@ async fn server_commands(conn: &mut redis::aio::MultiplexedConnection) -> anyhow
 }
 
 /// This process's resident memory in bytes (`/proc/self/statm`, 4 KiB pages).
-fn resident_bytes() -> u64 {
+pub(crate) fn resident_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/statm")
         .ok()
         .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
