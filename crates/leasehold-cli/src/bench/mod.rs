@@ -1186,7 +1186,7 @@ fn markdown(doc: &Value) -> String {
         }
         if w == "W4" {
             md.push_str(
-                "\n(ops/s and latencies at N=3; per-N figures in latest.json under n1, n3, n5)\n",
+                "\n(ops/s and latencies at N=3; per-N figures in latest.json under n1, n3, n5, n7)\n",
             );
         }
         md.push('\n');
@@ -1354,7 +1354,7 @@ fn plots(dir: &std::path::Path, r: &Results) -> anyhow::Result<()> {
         let series: Curves = systems
             .iter()
             .map(|(name, s)| {
-                let pts = [1.0, 3.0, 5.0]
+                let pts = [1.0, 3.0, 5.0, 7.0]
                     .iter()
                     .filter_map(|n| Some((*n, s.get(format!("n{n}"))?.get("p50_us")?.as_f64()?)))
                     .collect();
