@@ -452,7 +452,7 @@ impl LockClient {
                     };
                     if std::mem::take(&mut may_subscribe) {
                         if let Some(notifier) = &self.inner.notifier {
-                            subscription = notifier.subscribe(release_channel(key)).await;
+                            subscription = notifier.subscribe_one(release_channel(key)).await;
                         }
                         // Subscribed (or not: the waiter then polls): attempt again at once,
                         // this time learning the holder's remaining lease if it is still busy;

@@ -1,7 +1,8 @@
 //! Fair locks: arrival order with direct handoff ([`LockOptions::fair`]).
 //!
 //! A plain lock is taken by whoever's `SET NX` reaches the server first after a release, which
-//! is often the releaser itself (it is already running) and wakes every waiter to race for it.
+//! is often the releaser itself (it is already running); a release wakes one waiter in every
+//! client that waits for the key, and they race for it.
 //! A fair lock keeps its waiters in a queue on the server, and the release hands the lock over:
 //!
 //! - **Queue.** A waiting acquisition picks a random *ticket* and a token for its whole wait.

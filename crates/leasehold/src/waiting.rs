@@ -7,6 +7,9 @@
 //! one subscriber connection shared by every waiter of the client, and then attempt again at
 //! once. After each later busy attempt it sleeps until a notification arrives **or** a timeout
 //! (the holder's remaining TTL, capped by the backoff and the deadline) passes, then retries.
+//! A release wakes *one* of the client's waiters for a plain lock (the longest asleep), since
+//! only one can take it; see `Notifier::subscribe_one` for why none is lost. Waiters of the
+//! other primitives (read-write locks, semaphores, elections, multi-locks) see every release.
 //!
 //! **No missed release.** A release the server runs after the subscription took effect (the
 //! waiter awaits the server's confirmation) is delivered to it; one that ran before is seen by
@@ -37,8 +40,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use futures_util::StreamExt;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
 
 /// Where the subscriber connection goes.
 pub(crate) enum SubscriberSource {
@@ -65,7 +69,10 @@ pub(crate) struct Notifier {
 type Channels = Arc<Mutex<HashMap<String, Channel>>>;
 
 struct Channel {
+    /// Every broadcast waiter sees each release.
     tx: watch::Sender<u64>,
+    /// One plain-lock waiter is woken per release (see [`Notifier::subscribe_one`]).
+    one: Arc<Notify>,
     refs: usize,
     /// Fair waiters of this channel by ticket: a handoff message goes to its ticket alone.
     tickets: HashMap<String, mpsc::UnboundedSender<Handoff>>,
@@ -126,6 +133,9 @@ pub(crate) struct Subscription {
     rx: watch::Receiver<u64>,
     /// A fair waiter's ticket and its handoff messages.
     ticket: Option<(String, mpsc::UnboundedReceiver<Handoff>)>,
+    /// A plain-lock waiter's share of the channel's one-per-release wake-up, and whether it
+    /// was woken and has not attempted since (it then hands the wake-up on if it leaves).
+    one: Option<(Arc<Notify>, bool)>,
 }
 
 impl Notifier {
@@ -140,7 +150,21 @@ impl Notifier {
     /// Subscribes to `channel`, waiting for the server's confirmation. `None` if that fails
     /// (the waiter then polls).
     pub(crate) async fn subscribe(&self, channel: String) -> Option<Subscription> {
-        self.subscribe_as(channel, None).await
+        self.subscribe_as(channel, None, false).await
+    }
+
+    /// Subscribes to `channel` as one of the waiters for a plain lock: each release wakes *one*
+    /// such waiter of this client (the longest waiting), not all of them, since only one can
+    /// take the lock. Waiters of other kinds (read-write locks, elections, semaphores, fair
+    /// waiters) still see every release.
+    ///
+    /// **No release is left without a local attempt after it**: a release that finds no such
+    /// waiter asleep leaves a permit that the next one to sleep (or to attempt) consumes; a
+    /// waiter woken by it attempts next, or, if it leaves first (deadline, cancellation), hands
+    /// the wake-up to the next waiter. Whoever then holds the lock wakes the next waiter with
+    /// its own release. The test `one_waiter_is_woken_per_release` fails if a release is lost.
+    pub(crate) async fn subscribe_one(&self, channel: String) -> Option<Subscription> {
+        self.subscribe_as(channel, None, true).await
     }
 
     /// Subscribes to `channel` as the fair waiter `ticket`: handoff messages for the ticket go
@@ -151,16 +175,22 @@ impl Notifier {
         channel: String,
         ticket: String,
     ) -> Option<Subscription> {
-        self.subscribe_as(channel, Some(ticket)).await
+        self.subscribe_as(channel, Some(ticket), false).await
     }
 
-    async fn subscribe_as(&self, channel: String, ticket: Option<String>) -> Option<Subscription> {
+    async fn subscribe_as(
+        &self,
+        channel: String,
+        ticket: Option<String>,
+        one: bool,
+    ) -> Option<Subscription> {
         let hub = self.hub().await?;
-        let (rx, first, ticket) = {
+        let (rx, first, ticket, one) = {
             let mut channels = hub.channels.lock().unwrap_or_else(|p| p.into_inner());
             let first = !channels.contains_key(&channel);
             let c = channels.entry(channel.clone()).or_insert_with(|| Channel {
                 tx: watch::channel(0).0,
+                one: Arc::new(Notify::new()),
                 refs: 0,
                 tickets: HashMap::new(),
             });
@@ -170,13 +200,15 @@ impl Notifier {
                 c.tickets.insert(t.clone(), tx);
                 (t, rx)
             });
-            (c.tx.subscribe(), first, ticket)
+            let one = one.then(|| (c.one.clone(), false));
+            (c.tx.subscribe(), first, ticket, one)
         };
         let subscription = Subscription {
             hub: hub.clone(),
             channel: channel.clone(),
             rx,
             ticket,
+            one,
         };
         if first {
             let (done, confirmed) = oneshot::channel();
@@ -326,7 +358,7 @@ enum Subscriber {
 
 /// Wakes the waiters of `channel` (`payload` was published on it): a handoff message wakes
 /// the one waiter with its ticket (nobody, if that waiter is another client's), anything else
-/// every waiter of the channel.
+/// every broadcast waiter of the channel and one plain-lock waiter.
 fn wake(channels: &Channels, channel: &[u8], payload: &[u8]) {
     let channels = channels.lock().unwrap_or_else(|p| p.into_inner());
     let Some(c) = std::str::from_utf8(channel)
@@ -344,6 +376,7 @@ fn wake(channels: &Channels, channel: &[u8], payload: &[u8]) {
         return;
     }
     c.tx.send_modify(|generation| *generation = generation.wrapping_add(1));
+    c.one.notify_one();
 }
 
 /// Runs the hub's commands in order (messages are routed by the [`Router`], or, over RESP2,
@@ -411,10 +444,22 @@ impl Subscription {
     /// during or after the attempt wakes [`Subscription::released`].
     pub(crate) fn mark_seen(&mut self) {
         self.rx.borrow_and_update();
+        if let Some((notify, woken)) = self.one.as_mut() {
+            // The attempt about to go out covers every release so far: a permit one of them
+            // left is used up by it, and a wake-up this waiter got is answered by it.
+            let _ = notify.notified().now_or_never();
+            *woken = false;
+        }
     }
 
-    /// Resolves at the next release notification (never, if the subscriber connection died).
+    /// Resolves at the next release notification (never, if the subscriber connection died);
+    /// for a [`Notifier::subscribe_one`] waiter, at the next release that picks it.
     pub(crate) async fn released(&mut self) {
+        if let Some((notify, woken)) = self.one.as_mut() {
+            notify.notified().await;
+            *woken = true;
+            return;
+        }
         if self.rx.changed().await.is_err() {
             std::future::pending::<()>().await;
         }
@@ -445,6 +490,10 @@ impl Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
+        if let Some((notify, true)) = &self.one {
+            // Woken, but leaving without the attempt: the release is another waiter's now.
+            notify.notify_one();
+        }
         let mut channels = self.hub.channels.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(c) = channels.get_mut(&self.channel) {
             if let Some((ticket, _)) = &self.ticket {

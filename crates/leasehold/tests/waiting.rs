@@ -120,6 +120,47 @@ leasehold_harness::server_test!(async fn a_busy_waiter_attempts_again_once_subsc
     assert_eq!(common::get(&server, "busy").as_deref(), Some(lease.token().expose()));
 });
 
+// One release wakes one of a client's waiters for a plain lock, not all of them: ten waiters
+// each take the lock in turn and release it at once, and the whole chain costs about one
+// attempt per waiter (each attempt runs one SET, plain or inside the acquire script; releases
+// run none: counted on the server). Waking them all at every
+// release would cost 10 + 9 + ... + 1 = 55. And no release is lost: their backoff (60 s) is
+// longer than their wait (30 s), so a release that woke nobody would leave the rest to time out.
+leasehold_harness::server_test!(async fn one_waiter_is_woken_per_release(bin) {
+    const WAITERS: u64 = 10;
+    let server = Server::start(&bin, &leasehold_harness::ServerOptions::new()).unwrap();
+    common::preload_scripts(&server);
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let g = holder.try_acquire("chain", &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
+    let scripts = || calls(&server, "evalsha") + calls(&server, "eval");
+    let sets = || calls(&server, "set");
+    let before = scripts();
+    let mut tasks = Vec::new();
+    for _ in 0..WAITERS {
+        let client = client.clone();
+        tasks.push(tokio::spawn(async move {
+            let opts = LockOptions::new(LONG).wait(Duration::from_secs(30)).backoff(Backoff::constant(Duration::from_secs(60)));
+            client.acquire("chain", &opts).await?.release().await
+        }));
+    }
+    // Every waiter has made its attempt after subscribing (the script): all are waiting.
+    tokio::time::timeout(HANG_GUARD, async {
+        while scripts() < before + WAITERS {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the waiters never attempted");
+    let asleep = sets();
+    g.release().await.unwrap();
+    for t in tasks {
+        tokio::time::timeout(HANG_GUARD, t).await.expect("hung").unwrap().expect("a waiter missed its wake-up");
+    }
+    let chain = sets() - asleep;
+    assert!(chain <= 2 * WAITERS, "{chain} attempts for {WAITERS} handoffs: waiters woken in a herd");
+});
+
 // Many waiters share one subscriber connection, and release notifications reach all of them.
 leasehold_harness::server_test!(async fn waiters_share_one_subscriber_connection(bin) {
     let server = Server::start(&bin, &leasehold_harness::ServerOptions::new()).unwrap();

@@ -996,7 +996,7 @@ fn targets(r: &Results) -> Value {
         w6("default"),
         1.1,
         true,
-        "default mode: every waiter woken to race (shown, not a target of this mode)",
+        "default mode: one waiter of the client woken per release, the others poll at their backoff (shown, not a target of this mode)",
     );
     for (name, s) in r.workloads.get("W7").into_iter().flatten() {
         check(

@@ -538,8 +538,9 @@ pub(crate) fn resident_bytes() -> u64 {
 /// holds; after they have all made their first attempt, the holder releases and each waiter
 /// that gets the lock releases it at once, until `handoffs` handoffs happened. Reports the
 /// server's commands per handoff (every command it ran, script-internal ones included) and the
-/// waiting client's resident memory per waiter. `fair` queues them (one waiter woken per
-/// release) instead of the default mode (every waiter woken, to race).
+/// waiting client's resident memory per waiter. `fair` queues them on the server (the release
+/// hands the lock to the first) instead of the default mode (one waiter of the client woken per
+/// release, to race; every waiter also retries at its backoff's pace).
 pub(crate) async fn w6_leasehold(
     url: String,
     waiters: usize,
