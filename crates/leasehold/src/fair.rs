@@ -8,15 +8,18 @@
 //! - **Queue.** A waiting acquisition picks a random *ticket* and a token for its whole wait.
 //!   Its attempt (one script) takes the lock only if the lock is free *and* no live waiter is
 //!   ahead of it; otherwise it queues the ticket ([`fair_queue_key`]: a sorted set in arrival
-//!   order) with an entry ([`fair_entry_key`]: token, handoff window, fencing flag, attempt
-//!   number; a key that expires after [`queue_entry_ttl`]) and returns the holder's PTTL. Each
+//!   order) with an entry ([`fair_entry_key`]: token, handoff window, fencing flag, owner
+//!   (its client, when that client can hand it the lock by a reply), attempt number; a key
+//!   that expires after [`queue_entry_ttl`]) and returns the holder's PTTL. Each
 //!   later attempt refreshes the entry.
 //! - **Handoff.** The release script, if the lock still holds the releaser's token, pops the
 //!   queue's head until it finds a waiter whose entry is alive, sets the lock key to that
 //!   waiter's token (`SET key token PX window`), issues its fencing number if it asked for one,
 //!   and publishes `handoff:<ticket>:<attempt>:<fencing>` on the key's release channel: the
 //!   subscriber wakes that waiter alone ([`crate::waiting`]). With no live waiter it deletes
-//!   the key.
+//!   the key. A waiter of the releasing client gets no message: the reply carries the same
+//!   three fields, and the client hands it to the waiter, then yields once so that the new
+//!   holder runs first.
 //! - **Claim.** The woken waiter holds the lock from the message on (below); a waiter whose
 //!   message was lost finds the key holding its token at its next attempt, which resets the
 //!   TTL and returns its fencing number.
@@ -29,8 +32,9 @@
 //! **Safety claim.** (1) Mutual exclusion and token-checked release/extend are those of a
 //! plain lock: the lock key holds one token, the release script acts only while it holds the
 //! releaser's token, and extend is the plain token-checked extend. (2) A waiter's local
-//! validity never outlasts the key: the handoff message names the attempt whose entry the
-//! release read, so the release ran after that attempt was *sent*; the key expires `window`
+//! validity never outlasts the key: the handoff message (or the release's reply) names the
+//! attempt whose entry the release read, so the release ran after that attempt was *sent*; the
+//! key expires `window`
 //! after the release, so `sent + window - drift` (the lease's validity) is before the expiry.
 //! A claim by a later attempt resets the TTL from when it was sent, like any extend. (3)
 //! Fencing numbers are drawn from the lock's ordinary counter by the script that hands over
@@ -59,58 +63,68 @@ use crate::guard::{Lease, LockGuard, clock_drift};
 use crate::options::{LockOptions, ttl_millis};
 use crate::slot::{fair_entry_key, fair_queue_key, fence_key, release_channel};
 use crate::token::{LockToken, validate_key};
-use crate::waiting::Wake;
+use crate::waiting::{Handoff, Wake};
 
-/// Helpers every fair script shares. `KEYS`: lock, queue, the waiters' entry prefix (an
-/// entry is the prefix plus the ticket), fence counter.
+/// The acquisition script's helpers. `KEYS` of every fair script: lock, queue, the waiters'
+/// entry prefix (an entry is the prefix plus the ticket), fence counter.
 ///
 /// Every command on a handoff's path costs more than its own run time: the release arrives at
 /// a server that sat idle through the hold, and on two cores a cold script ran ~50 us where
 /// the same work in fewer commands ran ~30 us. So an entry is a key of its own that expires by
-/// itself (no clock read, no expiry to parse), and the release pops the queue's head.
-const FAIR_COMMON_LUA: &str = "\
--- A waiter's entry: token, handoff window, fencing flag, attempt (nil if it expired).
+/// itself (no clock read, no expiry to parse), the release pops the queue's head, and the
+/// release and leave scripts carry only what they run (no helper functions to create).
+const FAIR_ACQUIRE_HELPERS_LUA: &str = "\
+-- A waiter's entry: token, handoff window, fencing flag, owner, attempt (nil if it expired).
 local function entry_of(ticket)
   local entry = redis.call('get', KEYS[3] .. ticket)
   if entry then
-    return string.match(entry, '^(%S+) (%d+) (%d) (%d+)$')
+    return string.match(entry, '^(%S+) (%d+) (%d) (%S+) (%d+)$')
   end
   return nil
 end
 local function keep_alive(key, ms)
   if redis.call('pttl', key) < ms then redis.call('pexpire', key, ms) end
 end
--- Hands the lock (which the caller has checked is ours) to the first live waiter, or deletes
--- it. Dead entries popped on the way are dropped (at most 100 per call, to bound the script's
--- run time). ARGV[2]: the release channel ('' publishes nothing), ARGV[3]: publish or spublish.
-local function pass_on()
-  for _ = 1, 100 do
-    local ticket = redis.call('zpopmin', KEYS[2])[1]
-    if not ticket then break end
-    local token, window, fencing, attempt = entry_of(ticket)
-    if token then
-      redis.call('set', KEYS[1], token, 'PX', window)
-      local n = 0
-      if fencing == '1' then
-        -- Kept for a claim (the waiter's next attempt, if the message is lost).
-        n = redis.call('incr', KEYS[4])
-        redis.call('set', KEYS[3] .. ticket, 'granted ' .. n, 'PX', 2 * tonumber(window))
-      else
-        redis.call('del', KEYS[3] .. ticket)
-      end
-      if ARGV[2] ~= '' then
-        redis.pcall(ARGV[3], ARGV[2], 'handoff:' .. ticket .. ':' .. attempt .. ':' .. n)
-      end
-      return 2
-    end
-  end
-  redis.call('del', KEYS[1])
-  return 1
-end
 ";
 
+/// The end of the release and leave scripts: hands the lock (which the script has checked is
+/// ours) to the first live waiter, or deletes it. Dead entries popped on the way are dropped
+/// (at most 100 per call, to bound the script's run time). `ARGV[2]`: the release channel (''
+/// publishes nothing), `ARGV[3]`: publish or spublish, `ARGV[4]`: the releasing client's
+/// [owner name](crate::waiting) ('' if it has none): a waiter of that client is not sent the
+/// message, its client delivers the reply to it. Reply: `{2, ticket, attempt, fencing number
+/// or 0}` (the handoff message's fields) or 1.
+const FAIR_PASS_ON_LUA: &str = "\
+for _ = 1, 100 do
+  local ticket = redis.call('zpopmin', KEYS[2])[1]
+  if not ticket then break end
+  local entry = redis.call('get', KEYS[3] .. ticket)
+  local token, window, fencing, owner, attempt
+  if entry then
+    token, window, fencing, owner, attempt = string.match(entry, '^(%S+) (%d+) (%d) (%S+) (%d+)$')
+  end
+  if token then
+    redis.call('set', KEYS[1], token, 'PX', window)
+    local n = 0
+    if fencing == '1' then
+      -- Kept for a claim (the waiter's next attempt, if the message is lost).
+      n = redis.call('incr', KEYS[4])
+      redis.call('set', KEYS[3] .. ticket, 'granted ' .. n, 'PX', 2 * tonumber(window))
+    else
+      redis.call('del', KEYS[3] .. ticket)
+    end
+    if ARGV[2] ~= '' and owner ~= ARGV[4] then
+      redis.pcall(ARGV[3], ARGV[2], 'handoff:' .. ticket .. ':' .. attempt .. ':' .. n)
+    end
+    return {2, ticket, tonumber(attempt), n}
+  end
+end
+redis.call('del', KEYS[1])
+return 1";
+
 /// The fair acquisition attempt. `ARGV`: token, TTL ms, ticket, handoff window ms, entry
-/// lifetime ms, `1` to queue when busy (`0`: try once), fencing `1`/`0`, attempt number.
+/// lifetime ms, `1` to queue when busy (`0`: try once), fencing `1`/`0`, attempt number, owner
+/// (see [`FAIR_RELEASE_LUA`]).
 /// Reply: `{1, fencing number or 0}` (taken, or claimed after a handoff) or `{0, pttl}`.
 pub const FAIR_ACQUIRE_LUA: &str = "\
 local holder = redis.call('get', KEYS[1])
@@ -158,39 +172,41 @@ if ARGV[6] == '1' then
     local last = redis.call('zrange', KEYS[2], -1, -1, 'WITHSCORES')[2]
     redis.call('zadd', KEYS[2], (tonumber(last) or 0) + 1, ARGV[3])
   end
-  redis.call('set', entry, ARGV[1] .. ' ' .. ARGV[4] .. ' ' .. ARGV[7] .. ' ' .. ARGV[8],
+  redis.call('set', entry,
+    ARGV[1] .. ' ' .. ARGV[4] .. ' ' .. ARGV[7] .. ' ' .. ARGV[9] .. ' ' .. ARGV[8],
     'PX', ARGV[5])
   keep_alive(KEYS[2], 2 * tonumber(ARGV[5]))
 end
 return {0, redis.call('pttl', KEYS[1])}";
 
-/// The fair release: if the lock holds `ARGV[1]`, hand it to the first live waiter (reply 2)
-/// or delete it (1); otherwise 0. `ARGV[2]`, `ARGV[3]`: channel and publish command.
+/// The start of the fair release: if the lock holds `ARGV[1]`, the script goes on to hand it
+/// to the first live waiter or delete it ([pass on](fair_scripts)); otherwise it replies 0.
+/// `ARGV[2]`, `ARGV[3]`: channel and publish command.
 pub const FAIR_RELEASE_LUA: &str = "\
 if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
-return pass_on()";
+";
 
-/// A waiter leaves the queue (`ARGV[4]`: its ticket); if the lock had been handed to it
-/// (`ARGV[1]`: its token), it is passed on as by a release. Reply as the release.
+/// The start of a waiter's leaving the queue (`ARGV[5]`: its ticket); if the lock had been
+/// handed to it (`ARGV[1]`: its token), it is passed on as by a release. Reply as the release.
 pub const FAIR_LEAVE_LUA: &str = "\
-redis.call('zrem', KEYS[2], ARGV[4])
-redis.call('del', KEYS[3] .. ARGV[4])
+redis.call('zrem', KEYS[2], ARGV[5])
+redis.call('del', KEYS[3] .. ARGV[5])
 if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
-return pass_on()";
+";
 
-static FAIR_ACQUIRE_SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&format!("{FAIR_COMMON_LUA}{FAIR_ACQUIRE_LUA}")));
-static FAIR_RELEASE_SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&format!("{FAIR_COMMON_LUA}{FAIR_RELEASE_LUA}")));
-static FAIR_LEAVE_SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&format!("{FAIR_COMMON_LUA}{FAIR_LEAVE_LUA}")));
+static FAIR_ACQUIRE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&fair_scripts()[0]));
+static FAIR_RELEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&fair_scripts()[1]));
+static FAIR_LEAVE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&fair_scripts()[2]));
 
-/// The full text of every fair script, as the server runs them (for `SCRIPT LOAD`).
+/// The full text of every fair script, as the server runs them (for `SCRIPT LOAD`): the
+/// acquisition attempt with its helpers; the release and the leave, each followed by the
+/// pass-on that hands the lock to the first live waiter (reply `{2, ticket, attempt, fencing
+/// number}`) or deletes it (reply 1).
 pub fn fair_scripts() -> [String; 3] {
     [
-        format!("{FAIR_COMMON_LUA}{FAIR_ACQUIRE_LUA}"),
-        format!("{FAIR_COMMON_LUA}{FAIR_RELEASE_LUA}"),
-        format!("{FAIR_COMMON_LUA}{FAIR_LEAVE_LUA}"),
+        format!("{FAIR_ACQUIRE_HELPERS_LUA}{FAIR_ACQUIRE_LUA}"),
+        format!("{FAIR_RELEASE_LUA}{FAIR_PASS_ON_LUA}"),
+        format!("{FAIR_LEAVE_LUA}{FAIR_PASS_ON_LUA}"),
     ]
 }
 
@@ -217,7 +233,13 @@ struct Waiter<'a> {
     key: &'a str,
     token: LockToken,
     ticket: String,
+    /// Its client's owner name if a release by that client can deliver it a handoff (it is
+    /// subscribed through the client), else [`NO_OWNER`].
+    owner: &'a str,
 }
+
+/// The owner of a waiter no client delivers handoffs to by a reply: it gets the message.
+const NO_OWNER: &str = "-";
 
 enum FairAttempt {
     Acquired { fencing: u64 },
@@ -234,6 +256,7 @@ impl<'a> Waiter<'a> {
             key,
             token,
             ticket,
+            owner: NO_OWNER,
         }
     }
 
@@ -265,7 +288,8 @@ impl<'a> Waiter<'a> {
             .arg(queue_entry_ttl(ttl).as_millis() as u64)
             .arg(if queue { 1 } else { 0 })
             .arg(if fencing { 1 } else { 0 })
-            .arg(attempt);
+            .arg(attempt)
+            .arg(self.owner);
         let mut conn = self.client.connection();
         let (ok, n): (i64, i64) = inv
             .invoke_async(&mut conn)
@@ -281,7 +305,7 @@ impl<'a> Waiter<'a> {
     }
 
     /// Leaves the queue, passing the lock on if it had been handed to us.
-    async fn leave(&self) -> Result<i64> {
+    async fn leave(&self) -> Result<PassOn> {
         leave(self.client, self.key, &self.token, &self.ticket).await
     }
 
@@ -302,7 +326,57 @@ impl<'a> Waiter<'a> {
     }
 }
 
+/// What a release or leave script did.
+#[derive(Debug, PartialEq, Eq)]
+enum PassOn {
+    /// The lock did not hold the token: nothing changed (a leave still left the queue).
+    NotHeld,
+    /// Nobody live was waiting: the lock is deleted.
+    Deleted,
+    /// Handed to the waiter `ticket`, with what its handoff message says.
+    HandedOff { ticket: String, handoff: Handoff },
+}
+
+impl PassOn {
+    fn parse(reply: redis::Value, op: Operation) -> Result<PassOn> {
+        use redis::Value::{Array, BulkString, Int};
+        match reply {
+            Int(0) => Ok(PassOn::NotHeld),
+            Int(1) => Ok(PassOn::Deleted),
+            Array(items) => match items.as_slice() {
+                [Int(2), BulkString(ticket), Int(attempt), Int(fencing)] => Ok(PassOn::HandedOff {
+                    ticket: String::from_utf8_lossy(ticket).into_owned(),
+                    handoff: Handoff {
+                        attempt: *attempt as u64,
+                        fencing: *fencing as u64,
+                    },
+                }),
+                other => Err(unexpected(op, &other)),
+            },
+            other => Err(unexpected(op, &other)),
+        }
+    }
+}
+
+fn unexpected(op: Operation, reply: &dyn std::fmt::Debug) -> Error {
+    Error::UnexpectedReply {
+        op,
+        detail: format!("{reply:?}"),
+    }
+}
+
 /// The fair script's release or leave, with the client's notification settings.
+///
+/// **A waiter of this client is handed the lock by the reply.** Its queue entry names this
+/// client (its [owner](NO_OWNER), set when it subscribed through the client), so the script
+/// publishes no message for it, and its reply carries what the message would (ticket, attempt,
+/// fencing number), which this function delivers to the waiter. That skips the message's trip
+/// through the server and the subscriber connection (it reached the client ~15 us after the
+/// reply at the median in W3, and was one more write for the server). A waiter of another
+/// client, or one that polls, still gets the message. Safe as the message is (see the module
+/// docs): both come from the same run of the script. If the reply is lost (the connection
+/// drops after the script ran), the waiter finds the lock at its next attempt, a third of
+/// the handoff window later at most.
 async fn run_pass_on(
     client: &LockClient,
     script: &Script,
@@ -310,7 +384,7 @@ async fn run_pass_on(
     token: &str,
     ticket: Option<&str>,
     op: Operation,
-) -> Result<i64> {
+) -> Result<PassOn> {
     let channel = if client.notifies_waiters() {
         release_channel(key)
     } else {
@@ -327,22 +401,33 @@ async fn run_pass_on(
         fair_entry_key(key, ""),
         fence_key(key),
     ];
-    client
+    let owner = client.notifier().map_or("", |n| n.id());
+    let reply = client
         .idempotent(op, |mut conn| {
             let mut inv = script.prepare_invoke();
             for k in &keys {
                 inv.key(k);
             }
-            inv.arg(token).arg(&channel).arg(publish);
+            inv.arg(token).arg(&channel).arg(publish).arg(owner);
             if let Some(t) = ticket {
                 inv.arg(t);
             }
-            async move { inv.invoke_async::<i64>(&mut conn).await }
+            async move { inv.invoke_async::<redis::Value>(&mut conn).await }
         })
-        .await
+        .await?;
+    let outcome = PassOn::parse(reply, op)?;
+    if let (PassOn::HandedOff { ticket, handoff }, Some(notifier)) = (&outcome, client.notifier())
+        && notifier.hand_off_locally(ticket, *handoff)
+    {
+        // Let the new holder, just woken on this thread, run before the releaser goes on
+        // (Go's sync.Mutex does the same in its starvation mode): otherwise it waits for
+        // whatever the releaser does next, often its own next acquisition's round trip.
+        tokio::task::yield_now().await;
+    }
+    Ok(outcome)
 }
 
-async fn leave(client: &LockClient, key: &str, token: &LockToken, ticket: &str) -> Result<i64> {
+async fn leave(client: &LockClient, key: &str, token: &LockToken, ticket: &str) -> Result<PassOn> {
     run_pass_on(
         client,
         &FAIR_LEAVE_SCRIPT,
@@ -456,11 +541,7 @@ impl LockClient {
         let refresh = (window / 3).max(Duration::from_millis(10));
         let begun = Instant::now();
         let deadline = begun + wait;
-        let waiter = Waiter::new(self, key);
-        let mut cleanup = LeaveOnDrop {
-            waiter: &waiter,
-            armed: true,
-        };
+        let mut waiter = Waiter::new(self, key);
         // Registered before the first attempt: no handoff to our ticket can be missed.
         let mut subscription = match self.notifier() {
             Some(n) => {
@@ -468,6 +549,14 @@ impl LockClient {
                     .await
             }
             None => None,
+        };
+        if subscription.is_some() {
+            // A release by this client hands the lock to us by its reply, not a message.
+            waiter.owner = self.notifier().map_or(NO_OWNER, |n| n.id());
+        }
+        let mut cleanup = LeaveOnDrop {
+            waiter: &waiter,
+            armed: true,
         };
         let mut sent: VecDeque<(u64, Instant)> = VecDeque::with_capacity(REMEMBERED_ATTEMPTS);
         let mut attempt: u64 = 0;
@@ -573,7 +662,7 @@ impl LockClient {
     /// As [`LockClient::release`].
     pub async fn release_fair(&self, key: &str, token: &LockToken) -> Result<()> {
         validate_key(key)?;
-        let n = run_pass_on(
+        match run_pass_on(
             self,
             &FAIR_RELEASE_SCRIPT,
             key,
@@ -581,16 +670,17 @@ impl LockClient {
             None,
             Operation::Release,
         )
-        .await?;
-        if n == 0 {
-            return Err(Error::NotHeld {
+        .await?
+        {
+            PassOn::NotHeld => Err(Error::NotHeld {
                 key: key.to_string(),
-            });
+            }),
+            PassOn::Deleted => Ok(()),
+            PassOn::HandedOff { .. } => {
+                crate::metrics::handoff();
+                Ok(())
+            }
         }
-        if n == 2 {
-            crate::metrics::handoff();
-        }
-        Ok(())
     }
 }
 

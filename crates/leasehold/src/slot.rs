@@ -117,7 +117,7 @@ pub fn fair_queue_key(key: &str) -> String {
 }
 
 /// The entry of the [fair](crate::fair) waiter `ticket` of lock `key` (the waiter's token,
-/// handoff window, fencing flag and last attempt, expiring unless the waiter refreshes it):
+/// handoff window, fencing flag, owner and last attempt, expiring unless the waiter refreshes it):
 /// [`slot_name`]`(key) + ":waiter:" + ticket`, in the lock key's slot. With an empty ticket,
 /// the prefix of every entry of the lock (`lock:a` -> `{lock:a}:waiter:`).
 pub fn fair_entry_key(key: &str, ticket: &str) -> String {

@@ -33,7 +33,9 @@
 //!
 //! A [fair](crate::fair) release hands the lock to one waiter and publishes a *handoff* message
 //! on the same channel (`handoff:<ticket>:<attempt>:<fencing>`): the subscriber routes it to the
-//! one waiter that registered the ticket, and wakes nobody else.
+//! one waiter that registered the ticket, and wakes nobody else. A waiter of the releasing
+//! client itself gets no message: the release's reply carries the same fields, and
+//! `Notifier::hand_off_locally` delivers them.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -64,7 +66,14 @@ pub(crate) struct Notifier {
     source: SubscriberSource,
     timeout: Duration,
     hub: tokio::sync::Mutex<Option<Arc<Hub>>>,
+    /// This client's name in its fair waiters' queue entries: a fair release by this client
+    /// hands the lock to one of them by its reply instead of a message.
+    id: String,
+    /// This client's fair waiters by ticket, whichever subscriber connection they came in on.
+    local: LocalWaiters,
 }
+
+type LocalWaiters = Arc<Mutex<HashMap<String, mpsc::UnboundedSender<Handoff>>>>;
 
 type Channels = Arc<Mutex<HashMap<String, Channel>>>;
 
@@ -124,6 +133,7 @@ struct Hub {
     commands: mpsc::UnboundedSender<Command>,
     channels: Channels,
     alive: Arc<AtomicBool>,
+    local: LocalWaiters,
 }
 
 /// A waiter's registration on one key's release channel.
@@ -144,6 +154,8 @@ impl Notifier {
             source,
             timeout,
             hub: tokio::sync::Mutex::new(None),
+            id: crate::token::LockToken::random().expose()[..16].to_string(),
+            local: LocalWaiters::default(),
         }
     }
 
@@ -178,6 +190,18 @@ impl Notifier {
         self.subscribe_as(channel, Some(ticket), false).await
     }
 
+    /// This client's name in its fair waiters' queue entries.
+    pub(crate) fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Delivers a fair release's handoff to the waiter `ticket` if it waits in this client (the
+    /// release's reply carries what the message would). False if it does not wait here.
+    pub(crate) fn hand_off_locally(&self, ticket: &str, handoff: Handoff) -> bool {
+        let local = self.local.lock().unwrap_or_else(|p| p.into_inner());
+        local.get(ticket).is_some_and(|tx| tx.send(handoff).is_ok())
+    }
+
     async fn subscribe_as(
         &self,
         channel: String,
@@ -197,7 +221,9 @@ impl Notifier {
             c.refs += 1;
             let ticket = ticket.map(|t| {
                 let (tx, rx) = mpsc::unbounded_channel();
-                c.tickets.insert(t.clone(), tx);
+                c.tickets.insert(t.clone(), tx.clone());
+                let mut local = hub.local.lock().unwrap_or_else(|p| p.into_inner());
+                local.insert(t.clone(), tx);
                 (t, rx)
             });
             let one = one.then(|| (c.one.clone(), false));
@@ -249,6 +275,7 @@ impl Notifier {
             commands,
             channels,
             alive,
+            local: self.local.clone(),
         });
         *current = Some(hub.clone());
         Some(hub)
@@ -493,6 +520,10 @@ impl Drop for Subscription {
         if let Some((notify, true)) = &self.one {
             // Woken, but leaving without the attempt: the release is another waiter's now.
             notify.notify_one();
+        }
+        if let Some((ticket, _)) = &self.ticket {
+            let mut local = self.hub.local.lock().unwrap_or_else(|p| p.into_inner());
+            local.remove(ticket);
         }
         let mut channels = self.hub.channels.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(c) = channels.get_mut(&self.channel) {

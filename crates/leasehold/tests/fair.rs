@@ -9,7 +9,7 @@ use common::{calls, until};
 use std::time::{Duration, Instant};
 
 use leasehold::{
-    ClientOptions, Error, LockClient, LockOptions, Redlock, RedlockOptions, TryAcquire,
+    ClientOptions, Error, LockClient, LockGuard, LockOptions, Redlock, RedlockOptions, TryAcquire,
     fair_entry_key, fair_queue_key, fence_key,
 };
 use leasehold_harness::{Server, ServerOptions, SlowLink};
@@ -234,7 +234,7 @@ leasehold_harness::server_test!(async fn a_crashed_waiter_is_skipped(bin) {
     server.command(&["ZADD", &queue, "-2", "expired"]).unwrap();
     server.command(&["ZADD", &queue, "-1", "recent"]).unwrap();
     server
-        .command(&["SET", &fair_entry_key(key, "recent"), "tok-recent 1500 0 1", "PX", "60000"])
+        .command(&["SET", &fair_entry_key(key, "recent"), "tok-recent 1500 0 - 1", "PX", "60000"])
         .unwrap();
     g.release().await.unwrap();
     // The expired entry was skipped and dropped; the recent one got the lock for its window.
@@ -247,6 +247,29 @@ leasehold_harness::server_test!(async fn a_crashed_waiter_is_skipped(bin) {
     w.release().await.unwrap();
 });
 
+/// `client` takes `key` (with fencing, in `opts`) and a waiter of `client` queues behind it:
+/// the guard, its fencing number and the waiter's task.
+async fn held_with_one_waiter(
+    server: &Server,
+    client: &LockClient,
+    key: &'static str,
+    opts: &LockOptions,
+) -> (LockGuard, u64, tokio::task::JoinHandle<LockGuard>) {
+    let g = client
+        .try_acquire(key, opts)
+        .await
+        .unwrap()
+        .acquired()
+        .unwrap();
+    let first = g.fencing_token().unwrap();
+    let waiter = {
+        let (client, opts) = (client.clone(), opts.clone());
+        tokio::spawn(async move { client.acquire(key, &opts).await.unwrap() })
+    };
+    until("waiter queued", || queued(server, key) == 1).await;
+    (g, first, waiter)
+}
+
 leasehold_harness::server_test!(async fn fencing_numbers_increase_through_handoffs(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).unwrap();
     // With notifications the waiter holds the lock from the handoff message; without, it
@@ -257,13 +280,7 @@ leasehold_harness::server_test!(async fn fencing_numbers_increase_through_handof
             .await
             .unwrap();
         let opts = fair(LONG).fencing(true);
-        let g = client.try_acquire(key, &opts).await.unwrap().acquired().unwrap();
-        let first = g.fencing_token().unwrap();
-        let waiter = {
-            let (client, opts) = (client.clone(), opts.clone());
-            tokio::spawn(async move { client.acquire(key, &opts).await.unwrap() })
-        };
-        until("waiter queued", || queued(&server, key) == 1).await;
+        let (g, first, waiter) = held_with_one_waiter(&server, &client, key, &opts).await;
         g.release().await.unwrap();
         let w = tokio::time::timeout(HANG_GUARD, waiter).await.unwrap().unwrap();
         assert_eq!(w.fencing_token(), Some(first + 1), "notify={notify}");
@@ -273,6 +290,63 @@ leasehold_harness::server_test!(async fn fencing_numbers_increase_through_handof
         assert_eq!(again.fencing_token(), Some(first + 2), "notify={notify}");
         again.release().await.unwrap();
     }
+});
+
+/// The subscriber connections on the server (`sub=` or `ssub=` above 0 in `CLIENT LIST`).
+fn subscriber_ids(server: &Server) -> Vec<String> {
+    let list = server.command(&["CLIENT", "LIST"]).unwrap();
+    let list = String::from_utf8_lossy(list.as_bytes().unwrap()).into_owned();
+    list.lines()
+        .filter(|l| {
+            l.split(' ')
+                .any(|f| f.strip_prefix("sub=").is_some_and(|n| n != "0"))
+        })
+        .filter_map(|l| {
+            l.split(' ')
+                .find_map(|f| f.strip_prefix("id="))
+                .map(str::to_string)
+        })
+        .collect()
+}
+
+leasehold_harness::server_test!(async fn a_waiter_of_the_releasing_client_is_handed_the_lock_by_the_reply(bin) {
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let key = "fair:local";
+    // 10 s: the handoff window is the whole TTL, so a handoff needs no claim round trip.
+    let opts = fair(Duration::from_secs(10)).fencing(true);
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let (g, first, waiter) = held_with_one_waiter(&server, &client, key, &opts).await;
+    // The client's subscriber connection is cut: no handoff message can reach the waiter.
+    let ids = subscriber_ids(&server);
+    assert_eq!(ids.len(), 1, "one subscriber connection: {ids:?}");
+    server.command(&["CLIENT", "KILL", "ID", &ids[0]]).unwrap();
+    until("subscriber gone", || subscriber_ids(&server).is_empty()).await;
+    let published = calls(&server, "publish");
+    g.release().await.unwrap();
+    let w = tokio::time::timeout(HANG_GUARD, waiter).await.unwrap().unwrap();
+    assert_eq!(w.fencing_token(), Some(first + 1));
+    assert_eq!(calls(&server, "publish"), published, "no message for a waiter of the releaser");
+    // It holds the lock from the release's reply, not from a claim at its next attempt (3.3 s
+    // later): a claim deletes the grant record the release left for it.
+    let entries = server.command(&["KEYS", &fair_entry_key(key, "*")]).unwrap();
+    let entries = entries.as_array().unwrap().to_vec();
+    assert_eq!(entries.len(), 1, "the grant record is kept: {entries:?}");
+    let grant = common::get(&server, entries[0].as_str().unwrap());
+    assert_eq!(grant, Some(format!("granted {}", first + 1)));
+    // A waiter of another client still gets the message.
+    let other = LockClient::connect(&server.url()).await.unwrap();
+    let remote = {
+        let opts = opts.clone();
+        tokio::spawn(async move { other.acquire(key, &opts).await.unwrap() })
+    };
+    until("remote waiter queued", || queued(&server, key) == 1).await;
+    // (Connecting probed whether PUBLISH is allowed.)
+    let published = calls(&server, "publish");
+    w.release().await.unwrap();
+    let r = tokio::time::timeout(HANG_GUARD, remote).await.unwrap().unwrap();
+    assert_eq!(r.fencing_token(), Some(first + 2));
+    assert_eq!(calls(&server, "publish"), published + 1);
+    r.release().await.unwrap();
 });
 
 leasehold_harness::server_test!(async fn a_handed_off_lease_never_outlasts_its_key(bin) {
