@@ -629,13 +629,17 @@ async fn w3(
     let hold = Duration::from_secs_f64(st.w3_hold_ms / 1000.0);
     let mut runs: BTreeMap<String, Vec<Summary>> = BTreeMap::new();
     let mut cdfs = Vec::new();
-    for fair in [false, true] {
+    // The last: fair, with a client per worker (every handoff by a message; not a target).
+    for (fair, client_each) in [(false, false), (true, false), (true, true)] {
         let (u, w) = (url.clone(), st.w3_workers);
-        let key = if fair { "w3:fair" } else { "w3:leasehold" };
+        let (key, name) = match (fair, client_each) {
+            (false, _) => ("w3:leasehold", "leasehold"),
+            (true, false) => ("w3:fair", "leasehold_fair"),
+            (true, true) => ("w3:fair:clients", "leasehold_fair_client_each"),
+        };
         let (s, cdf) = on_runtime(Flavour::MultiThread, move || {
-            workloads::w3_leasehold(u, w, hold, d, key.into(), fair)
+            workloads::w3_leasehold(u, w, hold, d, key.into(), fair, client_each)
         })?;
-        let name = if fair { "leasehold_fair" } else { "leasehold" };
         runs.entry(name.into()).or_default().push(s);
         cdfs.push((format!("{name} (handoff)"), cdf));
     }

@@ -229,7 +229,10 @@ struct Event {
 }
 
 /// W3 for leasehold: `workers` on ONE key, each holding `hold`, for `duration`; `fair` takes
-/// the lock in arrival order with direct handoff ([`LockOptions::fair`]).
+/// the lock in arrival order with direct handoff ([`LockOptions::fair`]). The workers share
+/// one client, or (`client_each`) each has its own, so that every handoff goes from one
+/// client to another (a fair release hands the lock to a waiter of its own client by its
+/// reply, to another client's by a message).
 pub(crate) async fn w3_leasehold(
     url: String,
     workers: usize,
@@ -237,15 +240,31 @@ pub(crate) async fn w3_leasehold(
     duration: Duration,
     key: String,
     fair: bool,
+    client_each: bool,
 ) -> anyhow::Result<(Summary, Vec<(f64, f64)>)> {
-    let client = LockClient::connect(&url).await?;
-    w3_locker(client.into(), workers, hold, duration, key, fair).await
+    let mut clients = Vec::new();
+    for _ in 0..if client_each { workers } else { 1 } {
+        clients.push(LockClient::connect(&url).await?.into());
+    }
+    w3_lockers(clients, workers, hold, duration, key, fair).await
 }
 
 /// W3 through the one lock API ([`Locker`], any backend): `workers` on ONE key, each holding
 /// `hold`, for `duration`; the handoff and fairness figures of [`contention_summary`].
 pub(crate) async fn w3_locker(
     client: Locker,
+    workers: usize,
+    hold: Duration,
+    duration: Duration,
+    key: String,
+    fair: bool,
+) -> anyhow::Result<(Summary, Vec<(f64, f64)>)> {
+    w3_lockers(vec![client], workers, hold, duration, key, fair).await
+}
+
+/// [`w3_locker`] with worker `w` on `clients[w % clients.len()]`.
+async fn w3_lockers(
+    clients: Vec<Locker>,
     workers: usize,
     hold: Duration,
     duration: Duration,
@@ -259,7 +278,7 @@ pub(crate) async fn w3_locker(
     let mut handles = Vec::new();
     for w in 0..workers {
         let (client, events, max_wait, held, key) = (
-            client.clone(),
+            clients[w % clients.len()].clone(),
             events.clone(),
             max_wait.clone(),
             held.clone(),
