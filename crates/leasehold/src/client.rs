@@ -117,6 +117,12 @@ fn timeout_error(op: Operation, what: &str) -> Error {
     }
 }
 
+/// The largest fencing number a Redis or Valkey lock issues exactly: 2^53. The scripts that
+/// issue numbers hold them as Lua numbers (doubles), so [`LockClient::raise_fencing_counter`]
+/// refuses to raise a counter to this or beyond. Counting one acquisition per microsecond, a
+/// counter takes 285 years to get here.
+pub const MAX_FENCING_NUMBER: u64 = 1 << 53;
+
 impl LockClient {
     /// Connects to `url` with default [`ClientOptions`]. Any form [`Endpoint::parse`] accepts:
     /// `redis://[user:password@]host:port/db` (also `valkey://`, and `rediss://` for TLS) for
@@ -599,8 +605,23 @@ impl LockClient {
     ///
     /// **Safe** because the counter only moves up: every number issued afterwards is still
     /// greater than every number issued before, which is all fencing needs. It touches no lock.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] (`what: "fencing counter"`) for `at_least` of
+    /// [`MAX_FENCING_NUMBER`] or more: the scripts that issue numbers carry them as Lua numbers
+    /// (doubles), which are exact only up to 2^53, and above it two holders could be handed the
+    /// same number.
     pub async fn raise_fencing_counter(&self, key: &str, at_least: u64) -> Result<u64> {
         validate_key(key)?;
+        if at_least >= MAX_FENCING_NUMBER {
+            return Err(Error::InvalidArgument {
+                what: "fencing counter",
+                reason: format!(
+                    "{at_least} is not below {MAX_FENCING_NUMBER} (2^53), the largest number \
+                     the server's scripts issue exactly"
+                ),
+            });
+        }
         let counter = fence_key(key);
         let value: String = self
             .idempotent(Operation::RaiseFencingCounter, |mut conn| {

@@ -28,6 +28,24 @@ leasehold_harness::server_test!(async fn empty_key_is_rejected(bin) {
     }
 });
 
+leasehold_harness::server_test!(async fn a_fencing_counter_beyond_exact_numbers_is_refused(bin) {
+    let (server, client) = start(&bin).await;
+    let counter = leasehold::fence_key("f");
+    for floor in [leasehold::MAX_FENCING_NUMBER, u64::MAX] {
+        let err = client.raise_fencing_counter("f", floor).await.unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument { what: "fencing counter", .. }), "{err:?}");
+    }
+    assert_eq!(get(&server, &counter), None);
+    // Just below: the next number issued is 2^53 itself, exactly.
+    let below = leasehold::MAX_FENCING_NUMBER - 1;
+    assert_eq!(client.raise_fencing_counter("f", below).await.unwrap(), below);
+    let opts = LockOptions::new(LONG).fencing(true);
+    let g = client.try_acquire("f", &opts).await.unwrap().acquired().unwrap();
+    assert_eq!(g.fencing_token(), Some(leasehold::MAX_FENCING_NUMBER));
+    assert_eq!(get(&server, &counter), Some(leasehold::MAX_FENCING_NUMBER.to_string()));
+    g.release().await.unwrap();
+});
+
 leasehold_harness::server_test!(async fn bad_ttls_are_rejected_and_nothing_is_written(bin) {
     let (server, client) = start(&bin).await;
     for ttl in [Duration::ZERO, Duration::from_micros(999), Duration::from_secs(8 * 24 * 3600), Duration::MAX] {
