@@ -1,7 +1,7 @@
 //! The lock commands over the other backends (etcd, PostgreSQL), chosen by the URL's scheme,
 //! and their exit statuses.
 
-mod support;
+use crate::support;
 
 use std::net::TcpListener;
 

@@ -8,7 +8,7 @@
 //! both leases were valid) and about the checker having seen what it claims (faults injected,
 //! acquisitions made), never about timing.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 

@@ -1,6 +1,6 @@
 //! `acquire`, `extend`, `release`, `inspect` and the exit statuses, against real servers.
 
-mod support;
+use crate::support;
 
 use std::net::TcpListener;
 

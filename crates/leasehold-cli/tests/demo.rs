@@ -1,6 +1,6 @@
 //! `leasehold demo` against every server of the matrix.
 
-mod support;
+use crate::support;
 
 use leasehold_harness::{Flavor, Server, ServerOptions, server_test};
 use support::{assert_lines_in_order, leasehold, leasehold_env};

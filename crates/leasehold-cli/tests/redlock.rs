@@ -1,7 +1,7 @@
 //! `--url` given several times: Redlock over those servers, for every lock subcommand, against
 //! three real servers of each flavor of the matrix.
 
-mod support;
+use crate::support;
 
 use std::net::TcpListener;
 use std::path::Path;

@@ -1,6 +1,6 @@
 //! `leasehold run`: real child processes under a real lock, on every server of the matrix.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -1,7 +1,7 @@
 //! The CLI on a Redis Cluster (`--cluster` and `redis-cluster://`), over TLS (`--tls-ca-file`),
 //! as an ACL user missing a right (exit 77), and on topology mismatches (exit 64).
 
-mod support;
+use crate::support;
 
 use leasehold_harness::{Cluster, ClusterOptions, Server, ServerOptions, TlsFiles, server_test};
 use support::leasehold;

@@ -1,7 +1,7 @@
 //! ACL users: every operation as a user with exactly the least-privilege rule of docs/acl.md,
 //! and clear errors (never a hang) for a user missing a right.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! Bad input and hostile conditions: a clear typed error, no panic, no hang, nothing lost.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

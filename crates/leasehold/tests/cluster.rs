@@ -5,7 +5,7 @@
 //! Each test starts its own cluster; the tests that only lock share one cluster per test
 //! function (a run of sub-cases), so a flavor costs four cluster starts.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};

@@ -1,7 +1,7 @@
 //! Leader election: one leader at a time, terms strictly increasing, a stalled leader replaced
 //! (and told), observers following every change, bad input.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -15,7 +15,7 @@
 //! partition between the two): the stopped replica cannot reconnect, nothing more reaches it,
 //! and the master goes on accepting writes (no `min-replicas-to-write`).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! vanished waiters skipped, fencing through handoffs, and a handed-off lease that never
 //! outlasts its key.
 
-mod common;
+use crate::common;
 
 use common::{calls, until};
 

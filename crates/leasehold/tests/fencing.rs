@@ -1,7 +1,7 @@
 //! Fencing tokens: issued atomically with the acquisition, strictly increasing, and enforced by
 //! the fenced write at the resource.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,6 +1,6 @@
 //! The single-node lock against every server of the matrix.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

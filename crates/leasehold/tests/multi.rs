@@ -2,7 +2,7 @@
 //! releases all, auto-extension with loss reporting, bad input; and on a cluster, keys in
 //! several hash slots.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,7 +1,7 @@
 //! Redlock over 1, 3 and 5 real servers: quorum, failures, validity, cleanup, and fencing tokens
 //! that strictly increase while nodes crash and come back.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -227,8 +227,7 @@ leasehold_harness::server_test!(async fn redlock_lease_is_lost_without_a_majorit
 // increase although each acquisition is granted by a different majority.
 leasehold_harness::server_test!(async fn redlock_fencing_tokens_strictly_increase_through_crashes(bin) {
     const TOTAL: usize = 500;
-    static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-    let _one_at_a_time = HEAVY.lock().await;
+    let _one_at_a_time = common::HEAVY.lock().await;
     let nodes = servers(&bin, 5, &ServerOptions::new().aof(true));
     let r = redlock(&nodes, Duration::from_millis(500)).await;
     let seen = Arc::new(std::sync::Mutex::new(Vec::with_capacity(TOTAL)));

@@ -1,6 +1,6 @@
 //! Auto-extension: leases kept alive in batches, and a loss reported at once, never silently.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
@@ -52,8 +52,7 @@ leasehold_harness::server_test!(async fn renewal_stats_taken_early_count_later_r
 leasehold_harness::server_test!(async fn ten_thousand_leases_renewed_in_batches(bin) {
     const LEASES: usize = 10_000;
     // One flavor at a time: three of these at once on two cores measure the machine, not us.
-    static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-    let _one_at_a_time = HEAVY.lock().await;
+    let _one_at_a_time = common::HEAVY.lock().await;
     let (server, client) = start(&bin).await;
     let opts = LockOptions::new(Duration::from_secs(2)).auto_extend(true);
     let mut tasks = Vec::new();

@@ -1,7 +1,7 @@
 //! Read-write locks: many readers or one writer, writers not starved by readers, expired
 //! readers ignored, vanished waiting writers, fencing for the writer, auto-extension.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};

@@ -1,7 +1,7 @@
 //! Counting semaphores: N holders at once, expired permits reclaimed, token-checked release
 //! and extend, waiters woken by a release, auto-extension with loss reporting, bad input.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

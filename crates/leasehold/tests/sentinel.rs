@@ -2,7 +2,7 @@
 //! follows failovers without being rebuilt; a lease whose key the new primary lacks is reported
 //! lost; `replica_ack` composes with it; bad input is a clear error.
 
-mod common;
+use crate::common;
 
 use common::until;
 

@@ -2,7 +2,7 @@
 //! throwaway CA and server certificate made at test time; the client trusts that CA through
 //! `ClientOptions::tls_ca_file`.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

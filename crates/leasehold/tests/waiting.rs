@@ -1,6 +1,6 @@
 //! Waiters woken by the release notification, not by polling alone.
 
-mod common;
+use crate::common;
 
 use common::calls;
 

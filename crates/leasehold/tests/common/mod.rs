@@ -3,6 +3,10 @@
 
 use std::time::Duration;
 
+/// Held by the heaviest tests (5-node Redlock with crashes, 10 000 renewed leases), so that
+/// no two of them share the machine's two cores: they would measure the machine, not us.
+pub static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 use leasehold::{ClientOptions, LockClient};
 use leasehold_harness::{Server, ServerBinary, ServerOptions};
 

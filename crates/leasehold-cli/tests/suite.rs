@@ -1,0 +1,12 @@
+//! Every integration test of this crate in one binary: one link instead of one per file, and
+//! one pool of test threads, so that a file's slowest tests overlap the next file's instead
+//! of running after them (each file was its own binary, run one after another).
+
+mod backends;
+mod check;
+mod commands;
+mod demo;
+mod redlock;
+mod run;
+mod support;
+mod topologies;

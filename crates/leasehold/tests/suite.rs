@@ -1,0 +1,24 @@
+//! Every integration test of this crate in one binary: one link instead of one per file, and
+//! one pool of test threads, so that a file's slowest tests overlap the next file's instead
+//! of running after them (each file was its own binary, run one after another).
+
+mod acl;
+mod bad_input;
+mod cluster;
+mod common;
+mod election;
+mod etcd_backend;
+mod failover;
+mod fair;
+mod fencing;
+mod lock;
+mod multi;
+mod postgres_backend;
+mod redlock;
+mod renewal;
+mod roundtrips;
+mod rwlock;
+mod semaphore;
+mod sentinel;
+mod tls;
+mod waiting;
