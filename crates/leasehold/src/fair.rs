@@ -45,12 +45,54 @@
 //! queue (or anyone when it is empty), and a release passes it to the head. Assumption: every
 //! client of the key uses fair mode (a plain `SET NX` does not look at the queue).
 //!
+//! **Early handoff (within one client).** The release's reply also names the ticket that is
+//! first in the queue once the new holder is popped: the *next* in line. When that holder
+//! releases, and its next in line is a waiter of the same client (without fencing) that is
+//! still waiting, the client hands it the lock *before the release script runs*: it queues the
+//! script on the connection, hands the waiter a lease, and only then awaits the reply. No round
+//! trip is on the handoff's path.
+//!
+//! - **Why the script's outcome is known.** The queue only grows at its tail (a waiter joins
+//!   behind the last one, or keeps its place), and a member is only removed by a release of the
+//!   lock (which pops the head), by its own claim or leave, or, while the lock is *free*, as a
+//!   dead head by an acquisition attempt. The holder's tenure began with the run of the script
+//!   that named the next in line as the head; the lock has been held by it ever since (its
+//!   lease is still valid), so no release, claim of another, or attempt on a free lock ran in
+//!   between, and the next in line, which has not left, is still the head. Its entry key is
+//!   alive on the server until at least its last refresh's send instant plus the entry's
+//!   lifetime (minus the drift allowance); the release script hands the lock to the head if
+//!   its entry is alive, so, if it runs before then, it hands it to that waiter.
+//! - **The early lease** is valid until the sooner of the releaser's validity and that entry
+//!   bound, and is only given if that leaves at least half the TTL. Until then nobody else can
+//!   take the lock: the key holds the releaser's token until the script runs or it expires
+//!   (not before the releaser's validity); the script, if it runs before the entry bound, hands
+//!   it to this waiter, and otherwise only after the early lease is over; after an expiry only
+//!   the queue's first live waiter can take the lock, this one until its entry expires (and a
+//!   plain `SET NX`, which the fairness assumption excludes anyway, only after the releaser's
+//!   validity).
+//! - **The reply settles it.** If it confirms the handoff to this waiter, the lease moves to
+//!   the handoff window from the instant before the script was sent (the script set the key's
+//!   TTL after that), like a handoff by message. If it says anything else (an assumption above
+//!   broken, say an outsider edited the queue), the lease is reported lost at once. If no reply
+//!   comes (connection lost), the lease keeps its early bound; a renewal then finds out which.
+//! - **Order.** The script is queued on the connection before the new holder can send anything,
+//!   so its extends and release follow the script on the server. Safety does not depend on
+//!   it: an extend that overtook the script (after a reconnect) would find the releaser's
+//!   token and report the lease lost.
+//!
+//! The test `the_next_waiter_of_the_same_client_is_handed_the_lock_before_the_release_runs`
+//! pauses the server's writes: the waiter holds the lock while the key still holds the
+//! releaser's token, its validity is within both server-side bounds (the key's PTTL and its
+//! entry's), and the reply then moves it to the window; `an_early_handoff_the_release_contradicts_is_reported_lost`
+//! removes the waiter from the queue behind the client's back and sees the lease reported lost.
+//!
 //! Without a subscriber connection (notifications off, or a client built from a connection) a
 //! waiter finds the handoff at its next attempt, every third of the window.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 use std::sync::LazyLock;
+use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
@@ -59,11 +101,11 @@ use redis::Script;
 use crate::backend::HeldLock;
 use crate::client::{LockClient, TryAcquire};
 use crate::error::{Error, Operation, Result};
-use crate::guard::{Lease, LockGuard, clock_drift};
+use crate::guard::{Lease, LockGuard, LossReason, clock_drift};
 use crate::options::{LockOptions, ttl_millis};
 use crate::slot::{fair_entry_key, fair_queue_key, fence_key, release_channel};
 use crate::token::{LockToken, validate_key};
-use crate::waiting::{Handoff, Wake};
+use crate::waiting::{Delivery, Handoff, Wake};
 
 /// The acquisition script's helpers. `KEYS` of every fair script: lock, queue, the waiters'
 /// entry prefix (an entry is the prefix plus the ticket), fence counter.
@@ -93,7 +135,8 @@ end
 /// publishes nothing), `ARGV[3]`: publish or spublish, `ARGV[4]`: the releasing client's
 /// [owner name](crate::waiting) ('' if it has none): a waiter of that client is not sent the
 /// message, its client delivers the reply to it. Reply: `{2, ticket, attempt, fencing number
-/// or 0}` (the handoff message's fields) or 1.
+/// or 0, next}` (the handoff message's fields, and the ticket now first in the queue, absent
+/// if it is empty) or 1.
 const FAIR_PASS_ON_LUA: &str = "\
 for _ = 1, 100 do
   local ticket = redis.call('zpopmin', KEYS[2])[1]
@@ -116,7 +159,7 @@ for _ = 1, 100 do
     if ARGV[2] ~= '' and owner ~= ARGV[4] then
       redis.pcall(ARGV[3], ARGV[2], 'handoff:' .. ticket .. ':' .. attempt .. ':' .. n)
     end
-    return {2, ticket, tonumber(attempt), n}
+    return {2, ticket, tonumber(attempt), n, redis.call('zrange', KEYS[2], 0, 0)[1]}
   end
 end
 redis.call('del', KEYS[1])
@@ -201,7 +244,7 @@ static FAIR_LEAVE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&fair_
 /// The full text of every fair script, as the server runs them (for `SCRIPT LOAD`): the
 /// acquisition attempt with its helpers; the release and the leave, each followed by the
 /// pass-on that hands the lock to the first live waiter (reply `{2, ticket, attempt, fencing
-/// number}`) or deletes it (reply 1).
+/// number, next in line}`) or deletes it (reply 1).
 pub fn fair_scripts() -> [String; 3] {
     [
         format!("{FAIR_ACQUIRE_HELPERS_LUA}{FAIR_ACQUIRE_LUA}"),
@@ -321,7 +364,7 @@ impl<'a> Waiter<'a> {
             lease,
             started,
             options,
-            Arc::new(FairHeld(self.client.clone())),
+            FairHeld::new(self.client, Tenure::after(None)),
         )
     }
 }
@@ -344,13 +387,27 @@ impl PassOn {
             Int(0) => Ok(PassOn::NotHeld),
             Int(1) => Ok(PassOn::Deleted),
             Array(items) => match items.as_slice() {
-                [Int(2), BulkString(ticket), Int(attempt), Int(fencing)] => Ok(PassOn::HandedOff {
-                    ticket: String::from_utf8_lossy(ticket).into_owned(),
-                    handoff: Handoff {
-                        attempt: *attempt as u64,
-                        fencing: *fencing as u64,
-                    },
-                }),
+                [
+                    Int(2),
+                    BulkString(ticket),
+                    Int(attempt),
+                    Int(fencing),
+                    next @ ..,
+                ] if next.len() <= 1 => {
+                    let next = match next {
+                        [BulkString(n)] => Some(String::from_utf8_lossy(n).into_owned()),
+                        [] => None,
+                        other => return Err(unexpected(op, &other)),
+                    };
+                    Ok(PassOn::HandedOff {
+                        ticket: String::from_utf8_lossy(ticket).into_owned(),
+                        handoff: Handoff {
+                            attempt: *attempt as u64,
+                            fencing: *fencing as u64,
+                            next,
+                        },
+                    })
+                }
                 other => Err(unexpected(op, &other)),
             },
             other => Err(unexpected(op, &other)),
@@ -384,6 +441,7 @@ async fn run_pass_on(
     token: &str,
     ticket: Option<&str>,
     op: Operation,
+    early: Option<EarlyHandoff>,
 ) -> Result<PassOn> {
     let channel = if client.notifies_waiters() {
         release_channel(key)
@@ -402,22 +460,44 @@ async fn run_pass_on(
         fence_key(key),
     ];
     let owner = client.notifier().map_or("", |n| n.id());
-    let reply = client
-        .idempotent(op, |mut conn| {
-            let mut inv = script.prepare_invoke();
-            for k in &keys {
-                inv.key(k);
+    let sent = Instant::now();
+    let call = client.idempotent(op, |mut conn| {
+        let mut inv = script.prepare_invoke();
+        for k in &keys {
+            inv.key(k);
+        }
+        inv.arg(token).arg(&channel).arg(publish).arg(owner);
+        if let Some(t) = ticket {
+            inv.arg(t);
+        }
+        async move { inv.invoke_async::<redis::Value>(&mut conn).await }
+    });
+    let mut call = std::pin::pin!(call);
+    let mut given = None;
+    let reply = match early {
+        Some(early) => {
+            // Queued on the connection first: the new holder's commands then follow it.
+            let first = std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await;
+            given = early.give();
+            match first {
+                Poll::Ready(reply) => reply,
+                Poll::Pending => call.await,
             }
-            inv.arg(token).arg(&channel).arg(publish).arg(owner);
-            if let Some(t) = ticket {
-                inv.arg(t);
-            }
-            async move { inv.invoke_async::<redis::Value>(&mut conn).await }
-        })
-        .await?;
+        }
+        None => call.await,
+    }?;
     let outcome = PassOn::parse(reply, op)?;
+    if let Some(given) = given {
+        match &outcome {
+            PassOn::HandedOff { ticket, handoff } if *ticket == given.ticket => {
+                given.confirm(sent, handoff.next.clone());
+                return Ok(outcome);
+            }
+            _ => given.contradicted(&outcome),
+        }
+    }
     if let (PassOn::HandedOff { ticket, handoff }, Some(notifier)) = (&outcome, client.notifier())
-        && notifier.hand_off_locally(ticket, *handoff)
+        && notifier.hand_off_locally(ticket, handoff.clone())
     {
         // Let the new holder, just woken on this thread, run before the releaser goes on
         // (Go's sync.Mutex does the same in its starvation mode): otherwise it waits for
@@ -425,6 +505,121 @@ async fn run_pass_on(
         tokio::task::yield_now().await;
     }
     Ok(outcome)
+}
+
+/// What a holding of a fair lock knows about the queue behind it.
+#[derive(Debug, Default)]
+struct Tenure {
+    /// The ticket that was first in the queue when this holder was handed the lock, if the
+    /// release that did it was this client's (its reply names it): see the module docs, early
+    /// handoff.
+    next: Mutex<Option<String>>,
+}
+
+impl Tenure {
+    fn after(next: Option<String>) -> Arc<Tenure> {
+        Arc::new(Tenure {
+            next: Mutex::new(next),
+        })
+    }
+
+    fn take_next(&self) -> Option<String> {
+        self.next.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+/// A waiter's terms for an early handoff (see the module docs), offered to its client after
+/// each attempt that found the lock busy.
+#[derive(Debug)]
+pub(crate) struct EarlyTerms {
+    key: String,
+    token: LockToken,
+    ttl: Duration,
+    /// Its queue entry is alive on the server at least until then.
+    entry_alive_until: Instant,
+}
+
+/// An early handoff as its waiter receives it: its lease, and its tenure (which the release's
+/// reply fills in).
+#[derive(Debug)]
+pub(crate) struct EarlyGrant {
+    lease: Lease,
+    tenure: Arc<Tenure>,
+}
+
+/// An early handoff about to be made by a release.
+struct EarlyHandoff {
+    ticket: String,
+    terms: EarlyTerms,
+    valid_until: Instant,
+    to: tokio::sync::mpsc::UnboundedSender<Delivery>,
+}
+
+/// An early handoff made: what the release's reply settles.
+struct GivenEarly {
+    ticket: String,
+    ttl: Duration,
+    lease: Lease,
+    tenure: Arc<Tenure>,
+}
+
+impl EarlyHandoff {
+    /// The early handoff for a release of `lease`, if its tenure's next in line waits in this
+    /// client on the same key, offers terms, and would get at least half its TTL.
+    fn for_release(client: &LockClient, lease: &Lease, tenure: &Tenure) -> Option<EarlyHandoff> {
+        let ticket = tenure.take_next()?;
+        if lease.loss_reason().is_some() {
+            return None;
+        }
+        let (terms, to) = client.notifier()?.take_early(&ticket)?;
+        let valid_until = lease.valid_until().min(terms.entry_alive_until);
+        if terms.key != lease.key() || valid_until < Instant::now() + terms.ttl / 2 {
+            return None;
+        }
+        Some(EarlyHandoff {
+            ticket,
+            terms,
+            valid_until,
+            to,
+        })
+    }
+
+    /// Hands the waiter its lease; `None` if it stopped waiting meanwhile.
+    fn give(self) -> Option<GivenEarly> {
+        let lease = Lease::until(&self.terms.key, self.terms.token, None, self.valid_until);
+        let tenure = Arc::new(Tenure::default());
+        let grant = EarlyGrant {
+            lease: lease.clone(),
+            tenure: tenure.clone(),
+        };
+        self.to.send(Delivery::Early(grant)).ok()?;
+        Some(GivenEarly {
+            ticket: self.ticket,
+            ttl: self.terms.ttl,
+            lease,
+            tenure,
+        })
+    }
+}
+
+impl GivenEarly {
+    /// The release handed the lock to this waiter: the key holds its token for the handoff
+    /// window from the script's run, which came after `sent`.
+    fn confirm(self, sent: Instant, next: Option<String>) {
+        let window = handoff_window(self.ttl);
+        self.lease
+            .raise_valid_until(sent + window.saturating_sub(clock_drift(window)));
+        *self.tenure.next.lock().unwrap_or_else(|p| p.into_inner()) = next;
+    }
+
+    fn contradicted(self, outcome: &PassOn) {
+        tracing::warn!(
+            key = self.lease.key(),
+            ?outcome,
+            "the release did not hand the lock to the waiter it was handed to early"
+        );
+        self.lease.mark_lost(LossReason::NotHeld);
+    }
 }
 
 async fn leave(client: &LockClient, key: &str, token: &LockToken, ticket: &str) -> Result<PassOn> {
@@ -435,6 +630,7 @@ async fn leave(client: &LockClient, key: &str, token: &LockToken, ticket: &str) 
         token.expose(),
         Some(ticket),
         Operation::Release,
+        None,
     )
     .await
 }
@@ -554,6 +750,11 @@ impl LockClient {
             // A release by this client hands the lock to us by its reply, not a message.
             waiter.owner = self.notifier().map_or(NO_OWNER, |n| n.id());
         }
+        // Early handoffs (module docs) carry no fencing number, and last the window.
+        let early_offers = self
+            .notifier()
+            .filter(|_| subscription.is_some() && !fencing && window == ttl);
+        let entry_ttl = queue_entry_ttl(ttl);
         let mut cleanup = LeaveOnDrop {
             waiter: &waiter,
             armed: true,
@@ -575,6 +776,9 @@ impl LockClient {
                 Ok(FairAttempt::Acquired { fencing: n }) => {
                     if expired(started, ttl) {
                         // Granted too late to be a lease: pass it on, queue again.
+                        if let Some(n) = early_offers {
+                            n.withdraw_early(&waiter.ticket);
+                        }
                         let _ = waiter.leave().await;
                         Some(Duration::ZERO)
                     } else {
@@ -584,6 +788,18 @@ impl LockClient {
                 }
                 Ok(FairAttempt::Busy { remaining }) => {
                     failure = None;
+                    if let Some(n) = early_offers {
+                        // The entry this attempt wrote lives at least this long.
+                        n.offer_early(
+                            &waiter.ticket,
+                            EarlyTerms {
+                                key: key.to_string(),
+                                token: waiter.token.clone(),
+                                ttl,
+                                entry_alive_until: started + entry_ttl - clock_drift(entry_ttl),
+                            },
+                        );
+                    }
                     remaining
                 }
                 Err(e) if self.retries_while_waiting(&e) => {
@@ -614,6 +830,15 @@ impl LockClient {
                     None
                 }
             };
+            if let Some(Wake::HandedOffEarly(grant)) = woke {
+                cleanup.armed = false;
+                return Ok(self.guard_for(
+                    grant.lease,
+                    Instant::now(),
+                    options,
+                    FairHeld::new(self, grant.tenure),
+                ));
+            }
             if let Some(Wake::HandedOff(h)) = woke {
                 let sent_at = sent.iter().find(|(a, _)| *a == h.attempt).map(|(_, t)| *t);
                 if let Some(sent_at) = sent_at.filter(|_| window == ttl) {
@@ -632,7 +857,7 @@ impl LockClient {
                             lease,
                             sent_at,
                             options,
-                            Arc::new(FairHeld(self.clone())),
+                            FairHeld::new(self, Tenure::after(h.next)),
                         ));
                     }
                 }
@@ -643,6 +868,9 @@ impl LockClient {
             }
         }
         cleanup.armed = false;
+        if let Some(n) = early_offers {
+            n.withdraw_early(&waiter.ticket);
+        }
         // Leave now rather than in the background: a lock handed to us meanwhile moves on.
         let _ = waiter.leave().await;
         Err(failure.unwrap_or_else(|| Error::NotAcquired {
@@ -662,6 +890,30 @@ impl LockClient {
     /// As [`LockClient::release`].
     pub async fn release_fair(&self, key: &str, token: &LockToken) -> Result<()> {
         validate_key(key)?;
+        self.release_fair_with(key, token, None).await
+    }
+
+    /// How many of this client's fair waiters for `key` offer an early handoff now (see the
+    /// [`fair`](crate::fair) module docs). For tests, which observe this instead of sleeping.
+    #[doc(hidden)]
+    pub fn early_handoff_offers(&self, key: &str) -> usize {
+        self.notifier()
+            .map_or(0, |n| n.count_early(|terms| terms.key == key))
+    }
+
+    /// A guard's release of its fair lock: early to its next in line if it can (module docs).
+    async fn release_held(&self, lease: &Lease, tenure: &Tenure) -> Result<()> {
+        let early = EarlyHandoff::for_release(self, lease, tenure);
+        self.release_fair_with(lease.key(), lease.token(), early)
+            .await
+    }
+
+    async fn release_fair_with(
+        &self,
+        key: &str,
+        token: &LockToken,
+        early: Option<EarlyHandoff>,
+    ) -> Result<()> {
         match run_pass_on(
             self,
             &FAIR_RELEASE_SCRIPT,
@@ -669,6 +921,7 @@ impl LockClient {
             token.expose(),
             None,
             Operation::Release,
+            early,
         )
         .await?
         {
@@ -702,17 +955,29 @@ fn check_fair(key: &str, options: &LockOptions) -> Result<()> {
 
 /// A fair lock held on one Redis server: released by handing it on; extended as a plain lock.
 #[derive(Debug)]
-struct FairHeld(LockClient);
+struct FairHeld {
+    client: LockClient,
+    tenure: Arc<Tenure>,
+}
+
+impl FairHeld {
+    fn new(client: &LockClient, tenure: Arc<Tenure>) -> Arc<FairHeld> {
+        Arc::new(FairHeld {
+            client: client.clone(),
+            tenure,
+        })
+    }
+}
 
 impl HeldLock for FairHeld {
     fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
-        Box::pin(self.0.release_fair(lease.key(), lease.token()))
+        Box::pin(self.client.release_held(lease, &self.tenure))
     }
 
     fn extend<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Instant>> {
         Box::pin(async move {
             let started = Instant::now();
-            self.0.extend(lease.key(), lease.token(), ttl).await?;
+            self.client.extend(lease.key(), lease.token(), ttl).await?;
             Ok(started + ttl.saturating_sub(clock_drift(ttl)))
         })
     }

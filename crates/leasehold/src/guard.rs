@@ -73,12 +73,27 @@ impl Lease {
         started: Instant,
         ttl: Duration,
     ) -> Self {
+        Self::until(
+            key,
+            token,
+            fencing,
+            started + ttl.saturating_sub(clock_drift(ttl)),
+        )
+    }
+
+    /// A lease valid until `valid_until` (already net of the clock drift).
+    pub(crate) fn until(
+        key: &str,
+        token: LockToken,
+        fencing: Option<u64>,
+        valid_until: Instant,
+    ) -> Self {
         Lease {
             state: Arc::new(LeaseState {
                 key: key.to_string(),
                 token,
                 fencing,
-                valid_until: Mutex::new(started + ttl.saturating_sub(clock_drift(ttl))),
+                valid_until: Mutex::new(valid_until),
                 ended: AtomicBool::new(false),
                 lost: CancellationToken::new(),
                 reason: OnceLock::new(),
@@ -188,6 +203,18 @@ impl Lease {
             .valid_until
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = until;
+    }
+
+    /// Moves the validity to `until` if that is later (a renewal may have moved it further).
+    pub(crate) fn raise_valid_until(&self, until: Instant) {
+        let mut v = self
+            .state
+            .valid_until
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if until > *v {
+            *v = until;
+        }
     }
 
     pub(crate) fn end(&self) {

@@ -35,7 +35,9 @@
 //! on the same channel (`handoff:<ticket>:<attempt>:<fencing>`): the subscriber routes it to the
 //! one waiter that registered the ticket, and wakes nobody else. A waiter of the releasing
 //! client itself gets no message: the release's reply carries the same fields, and
-//! `Notifier::hand_off_locally` delivers them.
+//! `Notifier::hand_off_locally` delivers them. A waiter that is next in line for a lock its own
+//! client holds may even be handed it before the release runs (an *early* handoff: see
+//! [`crate::fair`]); it offers its terms for that with `Notifier::offer_early`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -45,6 +47,8 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use futures_util::StreamExt;
 use tokio::sync::{Notify, mpsc, oneshot, watch};
+
+use crate::fair::{EarlyGrant, EarlyTerms};
 
 /// Where the subscriber connection goes.
 pub(crate) enum SubscriberSource {
@@ -73,7 +77,13 @@ pub(crate) struct Notifier {
     local: LocalWaiters,
 }
 
-type LocalWaiters = Arc<Mutex<HashMap<String, mpsc::UnboundedSender<Handoff>>>>;
+type LocalWaiters = Arc<Mutex<HashMap<String, LocalWaiter>>>;
+
+/// A fair waiter of this client: where its handoffs go, and its terms for an early one.
+struct LocalWaiter {
+    tx: mpsc::UnboundedSender<Delivery>,
+    early: Option<EarlyTerms>,
+}
 
 type Channels = Arc<Mutex<HashMap<String, Channel>>>;
 
@@ -84,20 +94,32 @@ struct Channel {
     one: Arc<Notify>,
     refs: usize,
     /// Fair waiters of this channel by ticket: a handoff message goes to its ticket alone.
-    tickets: HashMap<String, mpsc::UnboundedSender<Handoff>>,
+    tickets: HashMap<String, mpsc::UnboundedSender<Delivery>>,
 }
 
 /// The prefix of a fair release's handoff message (a plain release publishes the key).
 pub(crate) const HANDOFF_PREFIX: &str = "handoff:";
 
 /// A fair release's message to the waiter it handed the lock to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Handoff {
     /// The waiter's attempt whose queue entry the release read (so the release came after that
     /// attempt was sent).
     pub(crate) attempt: u64,
     /// The fencing number issued with the handoff (0 without fencing).
     pub(crate) fencing: u64,
+    /// The ticket first in the queue behind the new holder, when the release's reply said
+    /// (a message does not).
+    pub(crate) next: Option<String>,
+}
+
+/// What reaches a fair waiter of this client.
+#[derive(Debug)]
+pub(crate) enum Delivery {
+    /// The lock was handed to it (by the message, or by its client's release's reply).
+    Handoff(Handoff),
+    /// Its client handed it the lock before the release ran ([`crate::fair`]).
+    Early(EarlyGrant),
 }
 
 /// What woke a waiter.
@@ -107,6 +129,8 @@ pub(crate) enum Wake {
     Released,
     /// A fair release handed the lock to this waiter.
     HandedOff(Handoff),
+    /// A release by this client handed this waiter the lock before it ran.
+    HandedOffEarly(EarlyGrant),
 }
 
 /// Parses `ticket:attempt:fencing` (the handoff message after its prefix).
@@ -116,10 +140,14 @@ fn parse_handoff(rest: &[u8]) -> Option<(&str, Handoff)> {
     let ticket = parts.next()?;
     let attempt = parts.next()?.parse().ok()?;
     let fencing = parts.next()?.parse().ok()?;
-    parts
-        .next()
-        .is_none()
-        .then_some((ticket, Handoff { attempt, fencing }))
+    parts.next().is_none().then_some((
+        ticket,
+        Handoff {
+            attempt,
+            fencing,
+            next: None,
+        },
+    ))
 }
 
 enum Command {
@@ -142,7 +170,7 @@ pub(crate) struct Subscription {
     channel: String,
     rx: watch::Receiver<u64>,
     /// A fair waiter's ticket and its handoff messages.
-    ticket: Option<(String, mpsc::UnboundedReceiver<Handoff>)>,
+    ticket: Option<(String, mpsc::UnboundedReceiver<Delivery>)>,
     /// A plain-lock waiter's share of the channel's one-per-release wake-up, and whether it
     /// was woken and has not attempted since (it then hands the wake-up on if it leaves).
     one: Option<(Arc<Notify>, bool)>,
@@ -199,7 +227,45 @@ impl Notifier {
     /// release's reply carries what the message would). False if it does not wait here.
     pub(crate) fn hand_off_locally(&self, ticket: &str, handoff: Handoff) -> bool {
         let local = self.local.lock().unwrap_or_else(|p| p.into_inner());
-        local.get(ticket).is_some_and(|tx| tx.send(handoff).is_ok())
+        local
+            .get(ticket)
+            .is_some_and(|w| w.tx.send(Delivery::Handoff(handoff)).is_ok())
+    }
+
+    /// The waiter `ticket` (of this client) offers `terms` for an early handoff, replacing
+    /// what it offered before. Ignored if it is not registered.
+    pub(crate) fn offer_early(&self, ticket: &str, terms: EarlyTerms) {
+        let mut local = self.local.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(w) = local.get_mut(ticket) {
+            w.early = Some(terms);
+        }
+    }
+
+    /// The waiter `ticket` withdraws its offer (it stops waiting).
+    pub(crate) fn withdraw_early(&self, ticket: &str) {
+        let mut local = self.local.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(w) = local.get_mut(ticket) {
+            w.early = None;
+        }
+    }
+
+    /// How many of this client's fair waiters offer early-handoff terms that `matches`.
+    pub(crate) fn count_early(&self, matches: impl Fn(&EarlyTerms) -> bool) -> usize {
+        let local = self.local.lock().unwrap_or_else(|p| p.into_inner());
+        local
+            .values()
+            .filter(|w| w.early.as_ref().is_some_and(&matches))
+            .count()
+    }
+
+    /// Takes the early-handoff offer of the waiter `ticket` (once), with where to deliver it.
+    pub(crate) fn take_early(
+        &self,
+        ticket: &str,
+    ) -> Option<(EarlyTerms, mpsc::UnboundedSender<Delivery>)> {
+        let mut local = self.local.lock().unwrap_or_else(|p| p.into_inner());
+        let w = local.get_mut(ticket)?;
+        Some((w.early.take()?, w.tx.clone()))
     }
 
     async fn subscribe_as(
@@ -223,7 +289,7 @@ impl Notifier {
                 let (tx, rx) = mpsc::unbounded_channel();
                 c.tickets.insert(t.clone(), tx.clone());
                 let mut local = hub.local.lock().unwrap_or_else(|p| p.into_inner());
-                local.insert(t.clone(), tx);
+                local.insert(t.clone(), LocalWaiter { tx, early: None });
                 (t, rx)
             });
             let one = one.then(|| (c.one.clone(), false));
@@ -398,7 +464,7 @@ fn wake(channels: &Channels, channel: &[u8], payload: &[u8]) {
         if let Some((ticket, handoff)) = parse_handoff(rest)
             && let Some(tx) = c.tickets.get(ticket)
         {
-            let _ = tx.send(handoff);
+            let _ = tx.send(Delivery::Handoff(handoff));
         }
         return;
     }
@@ -508,7 +574,8 @@ impl Subscription {
         tokio::select! {
             () = released => Wake::Released,
             handoff = handoffs.recv() => match handoff {
-                Some(h) => Wake::HandedOff(h),
+                Some(Delivery::Handoff(h)) => Wake::HandedOff(h),
+                Some(Delivery::Early(grant)) => Wake::HandedOffEarly(grant),
                 None => std::future::pending().await,
             },
         }

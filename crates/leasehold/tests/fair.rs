@@ -349,6 +349,143 @@ leasehold_harness::server_test!(async fn a_waiter_of_the_releasing_client_is_han
     r.release().await.unwrap();
 });
 
+/// `client` holds `key` (fair, `ttl`) by a handoff from its own release, so the release's
+/// reply named the next in line: a second waiter of `client`, which offers an early handoff.
+/// The holder's guard and that waiter's task.
+async fn held_with_a_local_next_in_line(
+    server: &Server,
+    client: &LockClient,
+    key: &'static str,
+    ttl: Duration,
+) -> (LockGuard, tokio::task::JoinHandle<LockGuard>) {
+    let first = client
+        .try_acquire(key, &fair(ttl))
+        .await
+        .unwrap()
+        .acquired()
+        .unwrap();
+    let holder = {
+        let client = client.clone();
+        tokio::spawn(async move { client.acquire(key, &fair(ttl)).await.unwrap() })
+    };
+    until("first waiter queued", || queued(server, key) == 1).await;
+    let next = {
+        let client = client.clone();
+        tokio::spawn(async move { client.acquire(key, &fair(ttl)).await.unwrap() })
+    };
+    until("both waiters queued and offering an early handoff", || {
+        queued(server, key) == 2 && client.early_handoff_offers(key) == 2
+    })
+    .await;
+    first.release().await.unwrap();
+    let g = tokio::time::timeout(HANG_GUARD, holder)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        common::get(server, key).as_deref(),
+        Some(g.token().expose())
+    );
+    (g, next)
+}
+
+leasehold_harness::server_test!(async fn the_next_waiter_of_the_same_client_is_handed_the_lock_before_the_release_runs(bin) {
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let key = "fair:early";
+    // 10 s: the handoff window is the whole TTL (early handoffs need that).
+    let ttl = Duration::from_secs(10);
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let (g, next) = held_with_a_local_next_in_line(&server, &client, key, ttl).await;
+    let holder_token = g.token().clone();
+    // Half a second older than the drift allowance: a lease counted from now would outlast it.
+    until("the holder's key has aged", || common::pttl(&server, key) < 9_500).await;
+    // No script can run: the release waits on the server until the pause ends.
+    assert!(!server.command(&["CLIENT", "PAUSE", "60000", "WRITE"]).unwrap().is_error());
+    let release = tokio::spawn(async move { g.release().await });
+    let w = tokio::time::timeout(HANG_GUARD, next).await.unwrap().unwrap();
+    assert!(w.is_held());
+    assert_eq!(
+        common::get(&server, key).as_deref(),
+        Some(holder_token.expose()),
+        "the waiter holds the lock before the release ran"
+    );
+    // Its validity ends before the releaser's key could expire and before its own queue entry
+    // could (until then the release can only hand the lock to it).
+    let entries = server.command(&["KEYS", &fair_entry_key(key, "*")]).unwrap();
+    let entries = entries.as_array().unwrap().to_vec();
+    assert_eq!(entries.len(), 1, "only its entry is left: {entries:?}");
+    let key_ms = common::pttl(&server, key);
+    let entry_ms = common::pttl(&server, entries[0].as_str().unwrap());
+    let early = w.valid_until();
+    let left_ms = early.saturating_duration_since(Instant::now()).as_millis() as i64;
+    assert!(left_ms < key_ms.min(entry_ms), "{left_ms} ms against {key_ms} / {entry_ms} ms");
+    assert!(left_ms >= (ttl / 2).as_millis() as i64, "at least half the TTL: {left_ms} ms");
+    assert!(!server.command(&["CLIENT", "UNPAUSE"]).unwrap().is_error());
+    // The release's reply confirms it: the key holds the waiter's token, and the validity moves
+    // to the window from when the release was sent (later than either bound).
+    tokio::time::timeout(HANG_GUARD, release).await.unwrap().unwrap().unwrap();
+    assert_eq!(common::get(&server, key).as_deref(), Some(w.token().expose()));
+    assert!(w.valid_until() > early);
+    assert!(w.is_held());
+    w.release().await.unwrap();
+    until("the last release frees the key", || common::get(&server, key).is_none()).await;
+    assert_eq!(queued(&server, key), 0);
+});
+
+leasehold_harness::server_test!(async fn an_early_handoff_the_release_contradicts_is_reported_lost(bin) {
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let key = "fair:early:contradicted";
+    let ttl = Duration::from_secs(10);
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let (g, next) = held_with_a_local_next_in_line(&server, &client, key, ttl).await;
+    // Behind the client's back the queue is emptied: the release will find nobody to hand to.
+    server.command(&["DEL", &fair_queue_key(key)]).unwrap();
+    g.release().await.unwrap();
+    let w = tokio::time::timeout(HANG_GUARD, next).await.unwrap().unwrap();
+    tokio::time::timeout(HANG_GUARD, w.lost()).await.expect("loss not reported");
+    assert_eq!(w.loss_reason(), Some(leasehold::LossReason::NotHeld));
+    assert!(!w.is_held());
+    assert!(common::get(&server, key).is_none(), "the release deleted the key");
+    assert!(matches!(w.release().await, Err(Error::NotHeld { .. })));
+});
+
+// Early handoffs within each client, messages between them: never two holders, every task
+// gets its turns, and the queue ends empty.
+leasehold_harness::server_test!(async fn early_handoffs_and_messages_never_overlap(bin) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    const TASKS: usize = 4;
+    const ROUNDS: usize = 25;
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let key = "fair:early:mixed";
+    let opts = fair(Duration::from_secs(10));
+    let holders = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..2 {
+        let client = LockClient::connect(&server.url()).await.unwrap();
+        for _ in 0..TASKS {
+            let (client, opts, holders) = (client.clone(), opts.clone(), holders.clone());
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..ROUNDS {
+                    let g = client.acquire(key, &opts).await.unwrap();
+                    assert!(g.is_held());
+                    assert_eq!(holders.fetch_add(1, Ordering::SeqCst), 0, "two holders at once");
+                    // Longer than a round trip: the release that handed the lock over has
+                    // replied (naming the next in line) before this holder lets go.
+                    tokio::time::sleep(Duration::from_millis(3)).await;
+                    holders.fetch_sub(1, Ordering::SeqCst);
+                    g.release().await.unwrap();
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        tokio::time::timeout(HANG_GUARD, t).await.unwrap().unwrap();
+    }
+    until("the last release frees the key", || common::get(&server, key).is_none()).await;
+    assert_eq!(queued(&server, key), 0);
+});
+
 leasehold_harness::server_test!(async fn a_handed_off_lease_never_outlasts_its_key(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).unwrap();
     preload(&server);
