@@ -7,6 +7,7 @@ use crate::cli::AcquireArgs;
 use crate::exit::{Busy, Usage};
 use crate::locks::{Locks, Outcome};
 use crate::output::{emit, millis};
+use crate::primitive::Primitive;
 use crate::target::Servers;
 
 #[derive(Serialize)]
@@ -36,9 +37,14 @@ async fn acquire(locks: &Locks, args: AcquireArgs) -> anyhow::Result<()> {
     let options = LockOptions::new(args.ttl)
         .fencing(args.fencing)
         .fair(args.fair);
+    let primitive = Primitive::of(locks, &args.key, &args.primitive)?;
     let guard = match args.wait {
-        Some(wait) => locks.acquire(&args.key, &options.wait(wait)).await?,
-        None => match locks.try_acquire(&args.key, &options).await? {
+        Some(wait) => {
+            primitive
+                .acquire(locks, &args.key, &options.wait(wait))
+                .await?
+        }
+        None => match primitive.try_acquire(locks, &args.key, &options).await? {
             TryAcquire::Acquired(guard) => guard,
             TryAcquire::Busy { remaining } => {
                 return Err(Busy {

@@ -470,24 +470,15 @@ pub struct RunArgs {
     #[arg(long)]
     pub no_wait: bool,
     /// Take a fencing number and export it as LEASEHOLD_FENCING_TOKEN.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["permits", "read"])]
     pub fencing: bool,
-    /// Treat KEY as a counting semaphore of N permits: the command runs while it holds one of
-    /// them (at most N such commands at once, across machines; Redis and Valkey only). Every
-    /// holder of KEY must name the same N.
-    #[arg(long, value_name = "N", conflicts_with_all = ["fencing", "fair"])]
-    pub permits: Option<u32>,
-    /// Treat KEY as a read-write lock and run the command as one of its readers (any number
-    /// at once, none while a writer holds or waits for it). Redis and Valkey only.
-    #[arg(long, conflicts_with_all = ["write", "permits", "fencing", "fair"])]
-    pub read: bool,
-    /// Treat KEY as a read-write lock and run the command as its one writer (waiting for the
-    /// readers to drain; new readers wait behind it). --fencing gives the writer a number.
-    #[arg(long, conflicts_with_all = ["permits", "fair"])]
-    pub write: bool,
+    /// A semaphore or a read-write lock instead of a lock: the command runs while it holds a
+    /// permit (at most N such commands at once, across machines) or its side.
+    #[command(flatten)]
+    pub primitive: PrimitiveArgs,
     /// Take the lock in arrival order: wait in the server's queue, and get the lock handed over
     /// by the release (no barging, no herd). Every holder and waiter of the key must use it.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["permits", "read", "write"])]
     pub fair: bool,
     /// After SIGTERM on a lost lock, wait this long before SIGKILL.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "5s")]
@@ -597,15 +588,37 @@ pub struct AcquireArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub wait: Option<Duration>,
     /// Also take a fencing number: strictly increasing with each acquisition of this key.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["permits", "read"])]
     pub fencing: bool,
     /// Take the lock in arrival order: wait in the server's queue, and get the lock handed over
     /// by the release (no barging, no herd). Every holder and waiter of the key must use it.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["permits", "read", "write"])]
     pub fair: bool,
+    /// A permit of a semaphore or a side of a read-write lock instead of a lock; `extend` and
+    /// `release` with the same flag take its token.
+    #[command(flatten)]
+    pub primitive: PrimitiveArgs,
     /// Output format.
     #[command(flatten)]
     pub output: OutputArgs,
+}
+
+/// What KEY names, when it is not a lock (Redis and Valkey only): `run` and `acquire` take it,
+/// `extend` and `release` act on what the token holds of it.
+#[derive(Debug, Args)]
+pub struct PrimitiveArgs {
+    /// KEY is a counting semaphore of N permits: one of them. Every holder of KEY must name
+    /// the same N.
+    #[arg(long, value_name = "N")]
+    pub permits: Option<u32>,
+    /// KEY is a read-write lock: one of its readers (any number at once, none while a writer
+    /// holds or waits for it).
+    #[arg(long, conflicts_with_all = ["write", "permits"])]
+    pub read: bool,
+    /// KEY is a read-write lock: its one writer (it waits for the readers to drain, and new
+    /// readers wait behind it); --fencing gives the writer a number.
+    #[arg(long, conflicts_with = "permits")]
+    pub write: bool,
 }
 
 /// Arguments of `leasehold release`.
@@ -625,8 +638,11 @@ pub struct ReleaseArgs {
     )]
     pub token: String,
     /// The lock was taken with --fair: hand it to the first waiter in the queue.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["permits", "read", "write"])]
     pub fair: bool,
+    /// The token holds a permit or a side of a read-write lock (taken with the same flag).
+    #[command(flatten)]
+    pub primitive: PrimitiveArgs,
     /// Output format.
     #[command(flatten)]
     pub output: OutputArgs,
@@ -651,6 +667,9 @@ pub struct ExtendArgs {
     /// The new TTL, counted from now (e.g. 30s).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub ttl: Duration,
+    /// The token holds a permit or a side of a read-write lock (taken with the same flag).
+    #[command(flatten)]
+    pub primitive: PrimitiveArgs,
     /// Output format.
     #[command(flatten)]
     pub output: OutputArgs,

@@ -8,6 +8,7 @@ use serde::Serialize;
 use crate::cli::ExtendArgs;
 use crate::locks::Outcome;
 use crate::output::{emit, human, millis};
+use crate::primitive::Primitive;
 use crate::target::Servers;
 
 #[derive(Serialize)]
@@ -21,7 +22,9 @@ pub(crate) async fn run(servers: &Servers, args: ExtendArgs) -> anyhow::Result<(
     let token = LockToken::new(args.token)?;
     let locks = servers.connect().await?;
     let sent = Instant::now();
-    locks.extend(&args.key, &token, args.ttl).await?;
+    Primitive::of(&locks, &args.key, &args.primitive)?
+        .extend(&locks, &args.key, &token, args.ttl)
+        .await?;
     let outcome = Outcome::Extended {
         ttl: args.ttl,
         sent,

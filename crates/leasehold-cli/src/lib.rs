@@ -45,6 +45,7 @@ mod inspect;
 mod locks;
 mod metrics;
 mod output;
+mod primitive;
 mod release;
 mod run;
 mod target;

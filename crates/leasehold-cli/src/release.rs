@@ -6,6 +6,7 @@ use serde::Serialize;
 use crate::cli::ReleaseArgs;
 use crate::locks::Outcome;
 use crate::output::emit;
+use crate::primitive::Primitive;
 use crate::target::Servers;
 
 #[derive(Serialize)]
@@ -18,11 +19,10 @@ struct Released<'a> {
 pub(crate) async fn run(servers: &Servers, args: ReleaseArgs) -> anyhow::Result<()> {
     let token = LockToken::new(args.token)?;
     let locks = servers.connect().await?;
-    let released = if args.fair {
-        locks.release_fair(&args.key, &token).await
-    } else {
-        locks.release(&args.key, &token).await
-    };
+    let primitive = Primitive::of(&locks, &args.key, &args.primitive)?;
+    let released = primitive
+        .release(&locks, &args.key, &token, args.fair)
+        .await;
     // Also when not held: a minority of Redlock nodes may still have held the token.
     locks.settle(&args.key, &token, Outcome::Released).await;
     released?;

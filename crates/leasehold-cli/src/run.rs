@@ -20,6 +20,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use crate::cli::{ElectArgs, RunArgs};
 use crate::exit::{Busy, Exit};
 use crate::locks::{Locks, Outcome};
+use crate::primitive::Primitive;
 use crate::target::Servers;
 
 /// Exit status when the lock is lost while the command runs.
@@ -28,14 +29,6 @@ pub const LOST_EXIT: u8 = 76;
 pub const NOT_FOUND_EXIT: u8 = 127;
 /// Exit status when the command is found but cannot be executed.
 pub const NOT_EXECUTABLE_EXIT: u8 = 126;
-
-/// What KEY names: a lock, a semaphore (`--permits`), or a read-write lock (`--read`: a
-/// reader; `--write`: the writer).
-enum Primitive {
-    Lock,
-    Semaphore(leasehold::Semaphore),
-    RwLock(leasehold::RwLock, bool),
-}
 
 /// How long "no --wait" waits: for ever, in practice.
 const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
@@ -49,21 +42,9 @@ pub(crate) async fn run(servers: &Servers, args: RunArgs) -> anyhow::Result<Exit
         .fencing(args.fencing)
         .fair(args.fair)
         .auto_extend(true);
-    let primitive = if let Some(n) = args.permits {
-        Primitive::Semaphore(locks.semaphore(&args.key, n)?)
-    } else if args.read || args.write {
-        Primitive::RwLock(locks.rwlock(&args.key)?, args.write)
-    } else {
-        Primitive::Lock
-    };
+    let primitive = Primitive::of(&locks, &args.key, &args.primitive)?;
     let acquired = if args.no_wait {
-        let attempt = match &primitive {
-            Primitive::Semaphore(s) => s.try_acquire(&options).await?,
-            Primitive::RwLock(rw, false) => rw.try_read(&options).await?,
-            Primitive::RwLock(rw, true) => rw.try_write(&options).await?,
-            Primitive::Lock => locks.try_acquire(&args.key, &options).await?,
-        };
-        match attempt {
+        match primitive.try_acquire(&locks, &args.key, &options).await? {
             TryAcquire::Acquired(guard) => Ok(guard),
             TryAcquire::Busy { remaining } => Err(anyhow::Error::new(Busy {
                 key: args.key.clone(),
@@ -72,13 +53,10 @@ pub(crate) async fn run(servers: &Servers, args: RunArgs) -> anyhow::Result<Exit
         }
     } else {
         let options = options.wait(args.wait.unwrap_or(FOREVER));
-        match &primitive {
-            Primitive::Semaphore(s) => s.acquire(&options).await,
-            Primitive::RwLock(rw, false) => rw.read(&options).await,
-            Primitive::RwLock(rw, true) => rw.write(&options).await,
-            Primitive::Lock => locks.acquire(&args.key, &options).await,
-        }
-        .map_err(anyhow::Error::new)
+        primitive
+            .acquire(&locks, &args.key, &options)
+            .await
+            .map_err(anyhow::Error::new)
     };
     let guard = match acquired {
         Ok(guard) => guard,

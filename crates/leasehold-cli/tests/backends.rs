@@ -20,11 +20,7 @@ fn closed_port() -> u16 {
 fn etcd_acquire_inspect_extend_release_and_run() {
     let Some(etcd) = etcd_for_test() else { return };
     let url = format!("etcd://{}", etcd.addr());
-    let lh = |args: &[&str]| {
-        let mut all = vec!["--url", url.as_str()];
-        all.extend(args);
-        leasehold(&all)
-    };
+    let lh = |args: &[&str]| support::leasehold_at(&url, args);
     let acquired = lh(&[
         "acquire",
         "jobs:etcd",
@@ -81,11 +77,7 @@ fn postgres_runs_a_command_under_a_session_lock() {
         return;
     };
     let url = pg.url();
-    let lh = |args: &[&str]| {
-        let mut all = vec!["--url", url.as_str()];
-        all.extend(args);
-        leasehold(&all)
-    };
+    let lh = |args: &[&str]| support::leasehold_at(&url, args);
     let out = lh(&[
         "run",
         "jobs:pg",
@@ -218,11 +210,7 @@ fn postgres_lease_rows_outlive_the_command() {
         return;
     };
     let url = format!("{}?lock=lease", pg.url());
-    let lh = |args: &[&str]| {
-        let mut all = vec!["--url", url.as_str()];
-        all.extend(args);
-        leasehold(&all)
-    };
+    let lh = |args: &[&str]| support::leasehold_at(&url, args);
     let acquired = lh(&["acquire", "jobs:row", "--ttl", "30s", "--fencing", "--json"])
         .expect(0)
         .json();

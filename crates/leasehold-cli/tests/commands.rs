@@ -10,11 +10,7 @@ use support::leasehold;
 server_test!(async fn acquire_inspect_extend_release_round_trip(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).unwrap();
     let url = server.url();
-    let lh = |args: &[&str]| {
-        let mut all = vec!["--url", url.as_str()];
-        all.extend(args);
-        leasehold(&all)
-    };
+    let lh = |args: &[&str]| support::leasehold_at(&url, args);
 
     let acquired = lh(&["acquire", "jobs:nightly", "--ttl", "30s", "--fencing", "--json"]).expect(0).json();
     assert_eq!(acquired["key"], "jobs:nightly");
@@ -164,4 +160,55 @@ server_test!(async fn bench_worker_reports_its_acquisitions(bin) {
     for k in ["w8:0", "w8:1", "w8:2"] {
         assert!(server.command(&["EXISTS", k]).unwrap().as_integer() == Some(0), "{k} left held");
     }
+});
+
+// Semaphores and read-write locks from the shell: `acquire --permits N | --read | --write`
+// prints a token that `extend` and `release` with the same flag take.
+server_test!(async fn permits_and_read_write_leases_outlive_the_command(bin) {
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let url = server.url();
+    let lh = |args: &[&str]| support::leasehold_at(&url, args);
+    let token = |run: support::Run| run.json()["token"].as_str().expect("token").to_string();
+
+    // Two permits: two holders, the third is busy until one is released.
+    let first = token(lh(&["acquire", "pool", "--permits", "2", "--ttl", "30s", "--json"]).expect(0));
+    let second = token(lh(&["acquire", "pool", "--permits", "2", "--ttl", "30s", "--json"]).expect(0));
+    assert_ne!(first, second);
+    lh(&["acquire", "pool", "--permits", "2", "--ttl", "30s"]).expect(75);
+    lh(&["extend", "pool", "--permits", "2", "--token", &first, "--ttl", "1m"]).expect(0);
+    lh(&["release", "pool", "--permits", "2", "--token", &first]).expect(0);
+    // Its permit is gone: releasing or extending it again is refused.
+    lh(&["release", "pool", "--permits", "2", "--token", &first]).expect(1);
+    lh(&["extend", "pool", "--permits", "2", "--token", &first, "--ttl", "1m"]).expect(1);
+    let third = token(lh(&["acquire", "pool", "--permits", "2", "--ttl", "30s", "--json"]).expect(0));
+    // A plain release does not know the permit: the semaphore still counts it.
+    lh(&["release", "pool", "--token", &third]).expect(1);
+    lh(&["acquire", "pool", "--permits", "2", "--ttl", "30s"]).expect(75);
+    for t in [&second, &third] {
+        lh(&["release", "pool", "--permits", "2", "--token", t]).expect(0);
+    }
+    // Zero permits is refused as a usage error before anything is written.
+    lh(&["acquire", "pool0", "--permits", "0", "--ttl", "30s"]).expect(64);
+
+    // Readers share; the writer waits for them; each side's token goes with its own flag.
+    let r1 = token(lh(&["acquire", "doc", "--read", "--ttl", "30s", "--json"]).expect(0));
+    let r2 = token(lh(&["acquire", "doc", "--read", "--ttl", "30s", "--json"]).expect(0));
+    lh(&["acquire", "doc", "--write", "--ttl", "30s"]).expect(75);
+    lh(&["extend", "doc", "--read", "--token", &r1, "--ttl", "1m"]).expect(0);
+    lh(&["release", "doc", "--write", "--token", &r1]).expect(1);
+    for t in [&r1, &r2] {
+        lh(&["release", "doc", "--read", "--token", t]).expect(0);
+    }
+    let written = lh(&["acquire", "doc", "--write", "--fencing", "--ttl", "30s", "--json"]).expect(0).json();
+    assert!(written["fencing_token"].as_u64().is_some(), "{written}");
+    let w = written["token"].as_str().unwrap().to_string();
+    lh(&["acquire", "doc", "--read", "--ttl", "30s"]).expect(75);
+    lh(&["extend", "doc", "--write", "--token", &w, "--ttl", "1m"]).expect(0);
+    lh(&["release", "doc", "--read", "--token", &w]).expect(1);
+    lh(&["release", "doc", "--write", "--token", &w]).expect(0);
+    token(lh(&["acquire", "doc", "--read", "--ttl", "30s", "--json"]).expect(0));
+
+    // Flags that do not go together are refused by the parser (a usage error).
+    lh(&["acquire", "doc", "--read", "--write", "--ttl", "30s"]).expect(64);
+    lh(&["acquire", "pool", "--permits", "2", "--fencing", "--ttl", "30s"]).expect(64);
 });

@@ -508,6 +508,31 @@ impl RwLock {
         self.client.release(&self.name, token).await
     }
 
+    /// Resets the read lease that `token` holds to `ttl` from now (a guard's renewal does this
+    /// by itself; this is for a token received from elsewhere, like the CLI's `extend --read`).
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if `token` holds no unexpired read lease; [`Error::InvalidArgument`]
+    /// for a bad TTL.
+    pub async fn extend_read(&self, token: &LockToken, ttl: Duration) -> Result<()> {
+        if extend_member(&self.client, &self.readers, token, ttl).await? {
+            Ok(())
+        } else {
+            Err(Error::NotHeld {
+                key: self.name.clone(),
+            })
+        }
+    }
+
+    /// Resets the write lease that `token` holds to `ttl` from now (the plain token-checked
+    /// extend of `name`).
+    ///
+    /// # Errors
+    /// As [`LockClient::extend`].
+    pub async fn extend_write(&self, token: &LockToken, ttl: Duration) -> Result<()> {
+        self.client.extend(&self.name, token, ttl).await
+    }
+
     /// How many readers hold the lock (unexpired) right now.
     ///
     /// # Errors

@@ -45,6 +45,13 @@ pub fn leasehold(args: &[&str]) -> Run {
     leasehold_env(args, &[])
 }
 
+/// Runs `leasehold --url URL args...` (as [`leasehold`]).
+pub fn leasehold_at(url: &str, args: &[&str]) -> Run {
+    let mut all = vec!["--url", url];
+    all.extend(args);
+    leasehold(&all)
+}
+
 /// As [`leasehold`], with extra environment variables.
 pub fn leasehold_env(args: &[&str], env: &[(&str, &str)]) -> Run {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_leasehold"));
