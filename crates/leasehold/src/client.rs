@@ -119,8 +119,9 @@ fn timeout_error(op: Operation, what: &str) -> Error {
 
 /// The largest fencing number a Redis or Valkey lock issues exactly: 2^53. The scripts that
 /// issue numbers hold them as Lua numbers (doubles), so [`LockClient::raise_fencing_counter`]
-/// refuses to raise a counter to this or beyond. Counting one acquisition per microsecond, a
-/// counter takes 285 years to get here.
+/// refuses to raise a counter to this or beyond, and an acquisition with fencing whose counter
+/// is already there (set from outside) fails with [`Error::FencingExhausted`] without taking
+/// the lock. Counting one acquisition per microsecond, a counter takes 285 years to get here.
 pub const MAX_FENCING_NUMBER: u64 = 1 << 53;
 
 impl LockClient {

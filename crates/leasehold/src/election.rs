@@ -41,8 +41,13 @@ pub fn election_leader_key(name: &str) -> String {
 
 /// Take the lock and start a term. `KEYS`: lock, fence counter, leader record. `ARGV`: token,
 /// TTL ms, candidate id, release channel (`''`: no announcement), publish command. Reply
-/// `{1, term}` or `{0, the holder's PTTL}`.
+/// `{1, term}` or `{0, the holder's PTTL}`; the error
+/// [`FENCING_EXHAUSTED`](crate::strategy::FENCING_EXHAUSTED) (nothing written) if the counter is
+/// at 2^53 or beyond.
 pub const CAMPAIGN_LUA: &str = "\
+if tonumber(redis.call('get', KEYS[2]) or '0') >= 9007199254740992 then
+  return redis.error_reply('LEASEHOLD_FENCING_EXHAUSTED the fencing counter is at 2^53 or beyond')
+end
 if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local term = redis.call('incr', KEYS[2])
   redis.call('set', KEYS[3], term .. ' ' .. ARGV[3])

@@ -111,6 +111,19 @@ pub enum Error {
         source: BoxError,
     },
 
+    /// The lock's fencing counter is at [`MAX_FENCING_NUMBER`](crate::MAX_FENCING_NUMBER) (2^53)
+    /// or beyond, where the server's scripts (whose numbers are doubles) would hand out rounded,
+    /// possibly repeated numbers: none was issued, and the lock was not taken. Only a counter
+    /// set from outside gets there (at one acquisition per microsecond it takes 285 years).
+    #[error(
+        "{op}: the fencing counter is at 2^53 or beyond, past the numbers issued exactly; \
+         no fencing number was issued and the lock was not taken"
+    )]
+    FencingExhausted {
+        /// What we were doing.
+        op: Operation,
+    },
+
     /// The lock is no longer ours: its key is gone (expired, deleted, the server restarted
     /// without persistence) or now holds another holder's token.
     #[error(
@@ -303,6 +316,9 @@ impl Error {
             || matches!(err.code(), Some("WRONGPASS") | Some("NOAUTH"))
         {
             return Error::Authentication { source: err.into() };
+        }
+        if err.code() == Some(crate::strategy::FENCING_EXHAUSTED) {
+            return Error::FencingExhausted { op };
         }
         if is_acl_refusal(&err) {
             return Error::PermissionDenied {

@@ -127,6 +127,11 @@ end
 local function keep_alive(key, ms)
   if redis.call('pttl', key) < ms then redis.call('pexpire', key, ms) end
 end
+-- Past 2^53 the next number would be rounded (Lua numbers are doubles): none is issued.
+local function exhausted()
+  return tonumber(redis.call('get', KEYS[4]) or '0') >= 9007199254740992
+end
+local EXHAUSTED = 'LEASEHOLD_FENCING_EXHAUSTED the fencing counter is at 2^53 or beyond'
 ";
 
 /// The end of the release and leave scripts: hands the lock (which the script has checked is
@@ -139,12 +144,22 @@ end
 /// if it is empty) or 1.
 const FAIR_PASS_ON_LUA: &str = "\
 for _ = 1, 100 do
-  local ticket = redis.call('zpopmin', KEYS[2])[1]
+  local popped = redis.call('zpopmin', KEYS[2])
+  local ticket = popped[1]
   if not ticket then break end
   local entry = redis.call('get', KEYS[3] .. ticket)
   local token, window, fencing, owner, attempt
   if entry then
     token, window, fencing, owner, attempt = string.match(entry, '^(%S+) (%d+) (%d) (%S+) (%d+)$')
+  end
+  if token and fencing == '1'
+    and tonumber(redis.call('get', KEYS[4]) or '0') >= 9007199254740992 then
+    -- No exact number is left for it (past 2^53): it keeps its place, the lock is freed, and
+    -- it is woken, so that its next attempt reports the error.
+    redis.call('zadd', KEYS[2], popped[2], ticket)
+    redis.call('del', KEYS[1])
+    if ARGV[2] ~= '' then redis.pcall(ARGV[3], ARGV[2], KEYS[1]) end
+    return 1
   end
   if token then
     redis.call('set', KEYS[1], token, 'PX', window)
@@ -174,12 +189,15 @@ local holder = redis.call('get', KEYS[1])
 local entry = KEYS[3] .. ARGV[3]
 if holder == ARGV[1] then
   -- Handed to us (or taken by an earlier attempt of ours whose reply was lost): a full TTL.
+  local grant = ARGV[7] == '1' and redis.call('get', entry)
+  local number = grant and string.match(grant, '^granted (%d+)$')
+  if ARGV[7] == '1' and not (number and number ~= '0') and exhausted() then
+    return redis.error_reply(EXHAUSTED)
+  end
   redis.call('pexpire', KEYS[1], ARGV[2])
   redis.call('zrem', KEYS[2], ARGV[3])
   local n = 0
   if ARGV[7] == '1' then
-    local grant = redis.call('get', entry)
-    local number = grant and string.match(grant, '^granted (%d+)$')
     if number and number ~= '0' then
       n = tonumber(number)
     else
@@ -199,6 +217,7 @@ if not holder then
     first = nil
   end
   if not first or first == ARGV[3] then
+    if ARGV[7] == '1' and exhausted() then return redis.error_reply(EXHAUSTED) end
     redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
     if first then
       redis.call('zrem', KEYS[2], first)

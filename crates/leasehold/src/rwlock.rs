@@ -82,7 +82,9 @@ return {1, 0}";
 
 /// A write attempt. `KEYS`: readers, writer, waiting writer, fence counter. `ARGV`: token, TTL
 /// ms, waiting mark ms, `1` to mark itself waiting when busy, fencing `1`/`0`. Reply
-/// `{1, fencing number or 0}` or `{0, ms until the thing in the way may be gone}`.
+/// `{1, fencing number or 0}` or `{0, ms until the thing in the way may be gone}`; the error
+/// [`FENCING_EXHAUSTED`](crate::strategy::FENCING_EXHAUSTED) instead of taking the lock if the
+/// counter is at 2^53 or beyond.
 pub const WRITE_ACQUIRE_LUA: &str = "\
 local function mark()
   if ARGV[4] == '1' then
@@ -102,6 +104,9 @@ local first = redis.call('zrange', KEYS[1], 0, 0, 'WITHSCORES')[2]
 if first then
   mark()
   return {0, tonumber(first) - now}
+end
+if ARGV[5] == '1' and tonumber(redis.call('get', KEYS[4]) or '0') >= 9007199254740992 then
+  return redis.error_reply('LEASEHOLD_FENCING_EXHAUSTED the fencing counter is at 2^53 or beyond')
 end
 redis.call('set', KEYS[2], ARGV[1], 'PX', ARGV[2])
 if i then redis.call('del', KEYS[3]) end

@@ -81,13 +81,24 @@ pub const EXTEND_LUA: &str = "if redis.call('get',KEYS[1])==ARGV[1] then return 
 /// Acquire in one script, used with fencing and by waiters: `SET NX PX`; when it succeeds and a
 /// counter key is given, `INCR` it in the same atomic step (so the number belongs to exactly this
 /// acquisition); when the lock is busy, return the holder's `PTTL` so a waiter knows when the
-/// lease runs out. Reply: `{1, fencing number or 0}` or `{0, pttl}`.
+/// lease runs out. Reply: `{1, fencing number or 0}` or `{0, pttl}`; the error
+/// [`FENCING_EXHAUSTED`] (nothing written) if the counter is at 2^53 or beyond.
 pub const ACQUIRE_LUA: &str = "\
+if KEYS[2] and tonumber(redis.call('get', KEYS[2]) or '0') >= 9007199254740992 then
+  return redis.error_reply('LEASEHOLD_FENCING_EXHAUSTED the fencing counter is at 2^53 or beyond')
+end
 if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if KEYS[2] then return {1, redis.call('incr', KEYS[2])} end
   return {1, 0}
 end
 return {0, redis.call('pttl', KEYS[1])}";
+
+/// The error code of a script that refuses to issue a fencing number because the counter is
+/// at [`MAX_FENCING_NUMBER`](crate::MAX_FENCING_NUMBER) (2^53) or beyond: Lua numbers are
+/// doubles, so the next one would be rounded, and two holders could get the same. Every script
+/// that draws a number checks the counter before it writes anything
+/// ([`Error::FencingExhausted`](crate::Error::FencingExhausted)).
+pub const FENCING_EXHAUSTED: &str = "LEASEHOLD_FENCING_EXHAUSTED";
 
 /// Raise a fencing counter to at least `ARGV[1]`, never lower it; reply: the counter afterwards
 /// (as a string: counters are compared as integers, returned exactly).

@@ -46,6 +46,39 @@ leasehold_harness::server_test!(async fn a_fencing_counter_beyond_exact_numbers_
     g.release().await.unwrap();
 });
 
+// A counter set past 2^53 from outside (a plain SET: `raise_fencing_counter` refuses it):
+// no script issues a number from it (it would be rounded, maybe repeated), and no lock is taken.
+leasehold_harness::server_test!(async fn a_fencing_counter_set_past_exact_numbers_issues_none(bin) {
+    let (server, client) = start(&bin).await;
+    let past = "9007199254740993"; // 2^53 + 1
+    for name in ["plain", "fair", "doc", "leader"] {
+        assert!(!server.command(&["SET", &leasehold::fence_key(name), past]).unwrap().is_error());
+    }
+    let opts = LockOptions::new(LONG).fencing(true);
+    let exhausted = |r: Result<(), Error>| match r {
+        Err(Error::FencingExhausted { .. }) => {}
+        other => panic!("expected FencingExhausted, got {other:?}"),
+    };
+    exhausted(client.try_acquire("plain", &opts).await.map(|_| ()));
+    exhausted(client.acquire("plain", &opts.clone().wait(LONG)).await.map(|_| ()));
+    exhausted(client.try_acquire("fair", &opts.clone().fair(true)).await.map(|_| ()));
+    exhausted(client.acquire("fair", &opts.clone().fair(true).wait(LONG)).await.map(|_| ()));
+    let rw = client.rwlock("doc").unwrap();
+    exhausted(rw.try_write(&opts).await.map(|_| ()));
+    let election = client.election("leader").unwrap();
+    exhausted(election.campaign("me", &LockOptions::new(LONG)).await.map(|_| ()));
+    for name in ["plain", "fair", "doc", "leader"] {
+        assert_eq!(get(&server, name), None, "{name}: the lock was not taken");
+        assert_eq!(get(&server, &leasehold::fence_key(name)).as_deref(), Some(past), "{name}");
+    }
+    assert_eq!(server.command(&["EXISTS", &leasehold::fair_queue_key("fair")]).unwrap().as_integer(), Some(0));
+    // Without fencing the same locks still work.
+    let plain = client.try_acquire("plain", &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
+    plain.release().await.unwrap();
+    let writer = rw.try_write(&LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
+    writer.release().await.unwrap();
+});
+
 leasehold_harness::server_test!(async fn bad_ttls_are_rejected_and_nothing_is_written(bin) {
     let (server, client) = start(&bin).await;
     for ttl in [Duration::ZERO, Duration::from_micros(999), Duration::from_secs(8 * 24 * 3600), Duration::MAX] {

@@ -292,6 +292,27 @@ leasehold_harness::server_test!(async fn fencing_numbers_increase_through_handof
     }
 });
 
+leasehold_harness::server_test!(async fn a_waiter_handed_no_exact_fencing_number_is_told(bin) {
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let key = "fair:fence:exhausted";
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let opts = fair(LONG).fencing(true);
+    let g = client.try_acquire(key, &opts).await.unwrap().acquired().unwrap();
+    let waiter = {
+        let (client, opts) = (client.clone(), opts.clone());
+        tokio::spawn(async move { client.acquire(key, &opts).await.map(|g| g.fencing_token()) })
+    };
+    until("waiter queued", || queued(&server, key) == 1).await;
+    // Set from outside past 2^53: the release has no exact number to hand over with the lock.
+    server.command(&["SET", &fence_key(key), "9007199254740993"]).unwrap();
+    g.release().await.unwrap();
+    let outcome = tokio::time::timeout(HANG_GUARD, waiter).await.unwrap().unwrap();
+    assert!(matches!(outcome, Err(Error::FencingExhausted { .. })), "{outcome:?}");
+    assert!(common::get(&server, key).is_none(), "the lock was freed, not handed over");
+    until("the waiter left the queue", || queued(&server, key) == 0).await;
+    assert_eq!(common::get(&server, &fence_key(key)).as_deref(), Some("9007199254740993"));
+});
+
 /// The subscriber connections on the server (`sub=` or `ssub=` above 0 in `CLIENT LIST`).
 fn subscriber_ids(server: &Server) -> Vec<String> {
     let list = server.command(&["CLIENT", "LIST"]).unwrap();
