@@ -100,7 +100,8 @@ async fn check_cycles(
     // notifying native release. Commands that a script runs inside the server are counted by
     // commandstats too; they are listed separately.
     let (acquire, acquire_inner): (&str, &[&str]) = if fencing {
-        ("evalsha", &["set", "incr"])
+        // The script reads the counter first: past 2^53 it issues no number.
+        ("evalsha", &["get", "set", "incr"])
     } else {
         ("set", &[])
     };
