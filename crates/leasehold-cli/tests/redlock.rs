@@ -318,6 +318,26 @@ server_test!(async fn losing_the_majority_during_run_is_76(bin) {
     assert_eq!(get(&servers[2], "job"), None);
 });
 
+// --metrics-addr with Redlock: the scrape counts the acquisition under backend="redlock" (the
+// CLI holds a Redlock itself, not through a Locker), and nothing under "redis".
+server_test!(async fn redlock_acquisitions_are_counted_in_the_metrics(bin) {
+    let servers = three(&bin);
+    let dir = tempfile::tempdir().unwrap();
+    let addr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let run = Running::start(
+        &run_args(&servers),
+        dir.path(),
+        &["job", "--metrics-addr", &addr, "--", "sh", "-c", "echo started > started; while [ ! -e go ]; do sleep 0.02; done"],
+    );
+    wait_for_file(&dir.path().join("started"));
+    let body = support::scrape(&addr).expect("metrics served");
+    let acquired = ["outcome=\"acquired\"", "mode=\"plain\"", "backend=\"redlock\""];
+    assert_eq!(support::sample(&body, "leasehold_acquisitions_total", &acquired), Some(1.0), "{body}");
+    assert_eq!(support::sample(&body, "leasehold_acquisitions_total", &["backend=\"redis\""]), None, "{body}");
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    assert_eq!(run.wait().0, 0);
+});
+
 /// `--url` for each node and the node timeout, before `run`.
 fn run_args(servers: &[Server]) -> Vec<String> {
     let mut args: Vec<String> = servers

@@ -136,8 +136,8 @@ impl Locker {
         result
     }
 
-    /// Counts an acquisition in the metrics, unless the backend is a [`LockClient`], which
-    /// counts its own (used directly or through a `Locker`).
+    /// Counts an acquisition in the metrics, unless the backend is a [`LockClient`] or a
+    /// [`Redlock`](crate::Redlock), which count their own (used directly or through a `Locker`).
     fn count(
         &self,
         options: &LockOptions,
@@ -145,7 +145,7 @@ impl Locker {
         begun: Option<std::time::Instant>,
     ) {
         let backend = self.backend.name();
-        if backend != "redis" {
+        if backend != "redis" && backend != "redlock" {
             crate::metrics::acquisition(backend, options.fair_enabled(), outcome, begun);
         }
     }

@@ -383,10 +383,17 @@ impl Redlock {
     /// # Errors
     /// [`Error::InvalidArgument`], [`Error::NoQuorum`] listing every node's outcome.
     pub async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
-        validate_key(key)?;
-        ttl_millis(options.ttl())?;
-        refuse_fair(options)?;
-        self.attempt(key, options).await
+        let begun = crate::metrics::start();
+        let result = async {
+            validate_key(key)?;
+            ttl_millis(options.ttl())?;
+            refuse_fair(options)?;
+            self.attempt(key, options).await
+        }
+        .await;
+        let outcome = crate::metrics::Outcome::of_try(&result);
+        crate::metrics::acquisition("redlock", false, outcome, begun);
+        result
     }
 
     /// Takes the lock, retrying with jittered backoff until `options.wait_bound()` elapses.
@@ -395,6 +402,14 @@ impl Redlock {
     /// [`Error::NotAcquired`] if the lock stayed busy; [`Error::NoQuorum`] if, at the end, too
     /// few nodes answered; [`Error::InvalidArgument`].
     pub async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
+        let begun = crate::metrics::start();
+        let result = self.acquire_waiting(key, options).await;
+        let outcome = crate::metrics::Outcome::of_acquire(&result);
+        crate::metrics::acquisition("redlock", false, outcome, begun);
+        result
+    }
+
+    async fn acquire_waiting(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
         validate_key(key)?;
         ttl_millis(options.ttl())?;
         refuse_fair(options)?;
