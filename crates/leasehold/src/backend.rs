@@ -82,6 +82,12 @@ pub(crate) trait HeldLock: Send + Sync + Debug + 'static {
     /// Extends the lock to `ttl` from now if it is still ours, and returns the new validity
     /// deadline (counted from before the request was sent, minus the drift allowance).
     fn extend<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Instant>>;
+
+    /// The drift allowance this backend subtracts from a lease of `ttl`
+    /// ([`clock_drift`](crate::clock_drift) unless it allows more).
+    fn drift(&self, ttl: Duration) -> Duration {
+        crate::guard::clock_drift(ttl)
+    }
 }
 
 /// Implements [`LockBackend`] for a client type whose inherent `try_acquire`, `acquire`,

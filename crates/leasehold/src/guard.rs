@@ -36,12 +36,32 @@ struct LeaseState {
     key: String,
     token: LockToken,
     fencing: Option<u64>,
-    valid_until: Mutex<Instant>,
+    validity: Mutex<Validity>,
     /// Released (or handed off): no longer ours by our own choice.
     ended: AtomicBool,
     /// Fired when the lease is lost (never on a normal release).
     lost: CancellationToken,
     reason: OnceLock<LossReason>,
+}
+
+/// The holder's belief about its lease, and the newest extend it has sent.
+///
+/// **Rule (every backend).** An extend is recorded when it is *sent*, with its bound
+/// `sent + ttl - drift`: the server sets the new TTL no earlier than `sent`, so if the extend is
+/// applied at all, the key lives at least until that bound. Until its outcome is known the
+/// command may be applied at any moment (it may be applied late, after a timeout or a lost
+/// reply), so on sending, the validity drops to `min(valid_until, bound)`: a shortening extend
+/// with an unknown outcome never leaves a longer belief standing, and nothing but a success
+/// reply raises the validity. A success reply for the extend sent at `s` raises the validity to
+/// its bound, but no higher than the bound of any extend sent after `s` (that one may be
+/// applied after it and shorten the key again). Tested by
+/// `renewal.rs::an_extend_with_an_unknown_outcome_never_raises_validity` and the model in
+/// `crates/leasehold-model`.
+#[derive(Debug, Clone, Copy)]
+struct Validity {
+    until: Instant,
+    /// The send instant and bound of the newest extend sent, if any.
+    newest: Option<(Instant, Instant)>,
 }
 
 /// Why a lease was lost.
@@ -93,7 +113,10 @@ impl Lease {
                 key: key.to_string(),
                 token,
                 fencing,
-                valid_until: Mutex::new(valid_until),
+                validity: Mutex::new(Validity {
+                    until: valid_until,
+                    newest: None,
+                }),
                 ended: AtomicBool::new(false),
                 lost: CancellationToken::new(),
                 reason: OnceLock::new(),
@@ -126,9 +149,12 @@ impl Lease {
 
     /// Until when the lock is certainly still ours, unless something outside deleted it.
     pub fn valid_until(&self) -> Instant {
-        *self
-            .state
-            .valid_until
+        self.validity().until
+    }
+
+    fn validity(&self) -> std::sync::MutexGuard<'_, Validity> {
+        self.state
+            .validity
             .lock()
             .unwrap_or_else(|p| p.into_inner())
     }
@@ -193,28 +219,57 @@ impl Lease {
         self.state.ended.load(Ordering::Acquire)
     }
 
-    pub(crate) fn renewed(&self, started: Instant, ttl: Duration) {
-        self.set_valid_until(started + ttl.saturating_sub(clock_drift(ttl)));
-    }
-
-    pub(crate) fn set_valid_until(&self, until: Instant) {
-        *self
-            .state
-            .valid_until
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = until;
-    }
-
-    /// Moves the validity to `until` if that is later (a renewal may have moved it further).
-    pub(crate) fn raise_valid_until(&self, until: Instant) {
-        let mut v = self
-            .state
-            .valid_until
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        if until > *v {
-            *v = until;
+    /// Records an extend sent at `sent` (taken before the command left) whose success would make
+    /// the key live at least until `bound` (`sent + ttl - drift`), lowering the validity to
+    /// that bound (see [`Validity`]).
+    pub(crate) fn extend_sent(&self, sent: Instant, bound: Instant) {
+        let mut v = self.validity();
+        if v.newest.is_none_or(|(s, _)| sent >= s) {
+            v.newest = Some((sent, bound));
         }
+        v.until = v.until.min(bound);
+    }
+
+    /// The extend sent at `sent` succeeded: the key lives until at least `bound` (its bound from
+    /// [`Lease::extend_sent`], or a lower one the backend computed), unless an extend sent later
+    /// is applied after it; the validity rises to that, never falls.
+    pub(crate) fn extend_confirmed(&self, sent: Instant, bound: Instant) {
+        let mut v = self.validity();
+        let bound = match v.newest {
+            Some((newest, newest_bound)) if newest > sent => bound.min(newest_bound),
+            _ => bound,
+        };
+        if bound > v.until {
+            v.until = bound;
+        }
+    }
+
+    /// An extend to `ttl` sent at `sent` succeeded, for a renewer that always sends the same TTL
+    /// (so its bounds only grow) and records the send when the reply is in.
+    pub(crate) fn renewed(&self, sent: Instant, ttl: Duration) {
+        let bound = sent + ttl.saturating_sub(clock_drift(ttl));
+        {
+            let mut v = self.validity();
+            if v.newest.is_none_or(|(s, _)| sent >= s) {
+                v.newest = Some((sent, bound));
+            }
+        }
+        self.extend_confirmed(sent, bound);
+    }
+
+    /// Moves the validity to `until` if that is later (a handoff's reply confirmed a lease
+    /// given early).
+    pub(crate) fn raise_valid_until(&self, until: Instant) {
+        let mut v = self.validity();
+        if until > v.until {
+            v.until = until;
+        }
+    }
+
+    /// Sets the validity to that of the keep-alive the lease now rides on (etcd: a session's
+    /// lease, when a lock joins it).
+    pub(crate) fn set_valid_until(&self, until: Instant) {
+        self.validity().until = until;
     }
 
     pub(crate) fn end(&self) {
@@ -297,15 +352,22 @@ impl LockGuard {
 
     /// Resets the lock's TTL to `ttl` from now, if the key still holds our token (atomically:
     /// see [`crate::strategy`]). The validity moves to `ttl` after the moment the command was
-    /// sent.
+    /// sent. If the outcome is unknown (a timeout, a dropped connection, a server error), the
+    /// validity is left at the sooner of what it was and `ttl` after the send: the command may
+    /// still be applied, so a shortening extend is believed even when its reply is lost.
     ///
     /// # Errors
     /// [`Error::NotHeld`] if the lock was lost (the guard then counts as not held);
     /// [`Error::Connection`], [`Error::Server`], [`Error::InvalidArgument`] for a bad TTL.
     pub async fn extend(&self, ttl: Duration) -> Result<()> {
+        // Recorded before the command leaves: whatever happens to it, the validity is at most
+        // its bound from now on (see `Validity`); only a success raises it again.
+        let sent = Instant::now();
+        let bound = sent + ttl.saturating_sub(self.held.drift(ttl));
+        self.lease.extend_sent(sent, bound);
         match self.held.extend(&self.lease, ttl).await {
             Ok(valid_until) => {
-                self.lease.set_valid_until(valid_until);
+                self.lease.extend_confirmed(sent, valid_until.min(bound));
                 Ok(())
             }
             Err(e @ Error::NotHeld { .. }) => {

@@ -808,8 +808,7 @@ impl Redlock {
         ok = ok && Instant::now() < valid_until;
 
         if ok {
-            let lease = Lease::new(key, token, fence, t0, ttl);
-            lease.set_valid_until(valid_until);
+            let lease = Lease::until(key, token, fence, valid_until);
             if options.auto_extend_enabled() {
                 self.keep_alive(lease.clone(), options);
             }
@@ -880,6 +879,10 @@ impl Redlock {
                     return;
                 }
                 let deadline = lease.valid_until();
+                // The send recorded first: an outcome left unknown never raises the validity.
+                let sent = Instant::now();
+                let bound = sent + ttl.saturating_sub(redlock.inner.options.drift_for(ttl));
+                lease.extend_sent(sent, bound);
                 match tokio::time::timeout_at(
                     deadline.into(),
                     redlock.extend(lease.key(), lease.token(), ttl),
@@ -887,7 +890,7 @@ impl Redlock {
                 .await
                 {
                     Ok(Ok(until)) => {
-                        lease.set_valid_until(until);
+                        lease.extend_confirmed(sent, until.min(bound));
                         next = Instant::now() + interval;
                     }
                     Ok(Err(Error::NotHeld { .. })) => {
@@ -961,6 +964,10 @@ impl HeldLock for RedlockHeld {
 
     fn extend<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Instant>> {
         Box::pin(self.0.extend(lease.key(), lease.token(), ttl))
+    }
+
+    fn drift(&self, ttl: Duration) -> Duration {
+        self.0.inner.options.drift_for(ttl)
     }
 }
 

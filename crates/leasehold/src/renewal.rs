@@ -8,7 +8,10 @@
 //! - its validity deadline passes without a successful renewal (server unreachable, stalled,
 //!   or too slow): the validity is measured from *before* the last successful renewal was sent,
 //!   minus [`clock_drift`](crate::clock_drift), so when it runs out the server may already have
-//!   expired the key and handed it to someone else.
+//!   expired the key and handed it to someone else. A renewal is recorded when it is sent, and
+//!   only its success reply raises the validity, never past the bound of an extend sent after
+//!   it (an explicit [`LockGuard::extend`](crate::LockGuard::extend) racing the renewer): see
+//!   the rule on the lease's validity in `guard.rs`.
 //!
 //! So a holder that keeps watching `lost()` never believes it holds a lock that the server could
 //! have given away, provided its process is not paused (a paused process cannot watch anything:
@@ -34,7 +37,7 @@ use redis::cluster_routing::SingleNodeRoutingInfo;
 use tokio::sync::mpsc;
 
 use crate::connection::ClientConnection;
-use crate::guard::{Lease, LossReason};
+use crate::guard::{Lease, LossReason, clock_drift};
 use crate::strategy::{EXTEND_SCRIPT, ExtendStrategy, extend_cmd};
 
 /// Counters of one client's renewer, for monitoring and benchmarks.
@@ -204,7 +207,8 @@ async fn run(
                         Outcome::Renewed => {
                             stats.renewals.fetch_add(1, Ordering::Relaxed);
                             crate::metrics::renewed();
-                            e.lease.renewed(started, e.ttl);
+                            let bound = started + e.ttl.saturating_sub(clock_drift(e.ttl));
+                            e.lease.extend_confirmed(started, bound);
                             e.due = started + e.interval;
                         }
                         Outcome::NotHeld => {
@@ -281,6 +285,10 @@ async fn run(
             let renewing = e.stop_at.is_none_or(|s| now < s);
             if !e.in_flight && renewing && e.due <= now + e.interval / 4 {
                 e.in_flight = true;
+                // Recorded as sent now (before it leaves): until its reply says it succeeded,
+                // the validity is at most this extend's bound.
+                e.lease
+                    .extend_sent(now, now + e.ttl.saturating_sub(clock_drift(e.ttl)));
                 let key = match &e.target {
                     RenewTarget::Lock => e.lease.key().to_string(),
                     RenewTarget::Permit(set) => set.clone(),
@@ -306,8 +314,8 @@ async fn run(
         let done = done_tx.clone();
         let stats = stats.clone();
         let owners = owners.clone();
+        let started = now;
         tokio::spawn(async move {
-            let started = Instant::now();
             let outcomes = match &mut conn {
                 ClientConnection::Cluster(cluster) => {
                     renew_cluster_batch(cluster, &owners, strategy, &batch, &stats).await

@@ -547,9 +547,12 @@ impl PostgresLeaseClient {
                     client.stop_renewing(lease.key(), lease.token());
                     return;
                 }
+                // Recorded as sent first: only a success raises the validity (guard.rs).
                 let started = Instant::now();
+                let bound = started + ttl.saturating_sub(clock_drift(ttl));
+                lease.extend_sent(started, bound);
                 match client.extend(lease.key(), lease.token(), ttl).await {
-                    Ok(()) => lease.renewed(started, ttl),
+                    Ok(()) => lease.extend_confirmed(started, bound),
                     Err(Error::NotHeld { .. }) => {
                         lease.mark_lost(LossReason::NotHeld);
                         client.stop_renewing(lease.key(), lease.token());

@@ -835,8 +835,12 @@ impl PgHeld {
                     next = None;
                     continue;
                 }
+                // Recorded as sent first: only a success raises the validity (guard.rs).
+                let sent = Instant::now();
+                let bound = sent + ttl.saturating_sub(clock_drift(ttl));
+                lease.extend_sent(sent, bound);
                 match held.extend_session(ttl).await {
-                    Ok(until) => lease.set_valid_until(until),
+                    Ok(until) => lease.extend_confirmed(sent, until.min(bound)),
                     Err(Error::NotHeld { .. }) => {
                         lease.mark_lost(LossReason::NotHeld);
                         return;
