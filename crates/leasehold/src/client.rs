@@ -533,7 +533,7 @@ impl LockClient {
     /// `WRONGTYPE` if the key is not a string; [`Error::Connection`].
     pub async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
         validate_key(key)?;
-        let span = tracing::debug_span!("leasehold.release", key, token = %token, outcome = tracing::field::Empty);
+        let span = tracing::debug_span!("leasehold.release", key, token_hash = %token.redacted(), outcome = tracing::field::Empty);
         async {
             let deleted = self.release_raw(key, token.expose()).await?;
             tracing::Span::current()
@@ -557,7 +557,7 @@ impl LockClient {
     pub async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<()> {
         validate_key(key)?;
         let ttl_ms = ttl_millis(ttl)?;
-        let span = tracing::debug_span!("leasehold.extend", key, token = %token, outcome = tracing::field::Empty);
+        let span = tracing::debug_span!("leasehold.extend", key, token_hash = %token.redacted(), outcome = tracing::field::Empty);
         async {
             let extended = self.extend_raw(key, token.expose(), ttl_ms).await?;
             tracing::Span::current()
@@ -1132,7 +1132,7 @@ impl Drop for AbandonedAttempt<'_> {
         let client = self.client.clone();
         let key = self.key.to_string();
         let token = self.token.clone();
-        tracing::debug!(key, token = %token, "acquisition abandoned; releasing its token in the background");
+        tracing::debug!(key, token_hash = %token.redacted(), "acquisition abandoned; releasing its token in the background");
         handle.spawn(async move {
             if let Ok(true) = client.release_raw(&key, token.expose()).await {
                 tracing::debug!(key, "abandoned acquisition had taken the lock; released");

@@ -8,8 +8,9 @@ use crate::error::{Error, Result};
 /// The random value a holder stores in the lock key.
 ///
 /// Whoever knows a token can release or extend the lock it names, so a token is a capability:
-/// its `Debug` and `Display` show only a short prefix, and tracing never records it whole. Use
-/// [`LockToken::expose`] where the full value is really needed (handing it to another process).
+/// its `Debug` and `Display` show only a short keyed hash of it ([`LockToken::redacted`]), and
+/// tracing records nothing else of it. Use [`LockToken::expose`] where the full value is really
+/// needed (handing it to another process).
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct LockToken(Arc<str>);
 
@@ -43,10 +44,16 @@ impl LockToken {
         &self.0
     }
 
-    /// A prefix safe to log: enough to correlate log lines, too little to release the lock.
+    /// A name safe to log: `#` and 8 hex digits of a hash of the token, keyed with a random
+    /// key drawn once per process. Enough to correlate one process's log lines; nothing of the
+    /// token itself (a prefix would give away part of it, or all of a short token chosen by a
+    /// user), and not comparable across processes, so a short token cannot be found by hashing
+    /// guesses either.
     pub fn redacted(&self) -> String {
-        let prefix: String = self.0.chars().take(6).collect();
-        format!("{prefix}…")
+        use std::hash::BuildHasher;
+        static KEY: std::sync::LazyLock<std::hash::RandomState> =
+            std::sync::LazyLock::new(std::hash::RandomState::new);
+        format!("#{:08x}", KEY.hash_one(&*self.0) >> 32)
     }
 }
 
@@ -91,8 +98,14 @@ mod tests {
         let b = LockToken::random();
         assert_ne!(a, b);
         assert_eq!(a.expose().len(), 32);
-        assert!(!format!("{a:?}").contains(a.expose()));
-        assert!(!a.to_string().contains(a.expose()));
+        assert!(!format!("{a:?}").contains(&a.expose()[..4]));
+        assert!(!a.to_string().contains(&a.expose()[..4]));
+        // The same token, the same name; another token, another name.
+        assert_eq!(a.redacted(), LockToken::new(a.expose()).unwrap().redacted());
+        assert_ne!(a.redacted(), b.redacted());
+        assert_eq!(a.redacted().len(), 9);
+        // A short token chosen by a user is not given away either.
+        assert!(!LockToken::new("abc").unwrap().to_string().contains("abc"));
         assert!(LockToken::new("").is_err());
     }
 

@@ -59,7 +59,8 @@ fn captured_log() -> &'static Captured {
 }
 
 // Spans for acquire, release and extend carry the key and outcome; the token, a capability,
-// never appears whole (only a short prefix).
+// never appears, not even a prefix of it: only its keyed hash (LockToken::redacted), which
+// correlates the lines of one lease.
 leasehold_harness::server_test!(async fn tracing_names_the_key_and_never_the_whole_token(bin) {
     let captured = captured_log();
     let server = Server::start(&bin, &ServerOptions::new()).unwrap();
@@ -82,6 +83,12 @@ leasehold_harness::server_test!(async fn tracing_names_the_key_and_never_the_who
         assert!(ours.iter().any(|l| l.contains(needle)), "{needle} missing from:\n{}", ours.join("\n"));
     }
     for t in [first.expose(), second.expose(), "wrong-token-value"] {
-        assert!(!log.contains(t), "token {t} logged whole:\n{log}");
+        assert!(!log.contains(&t[..6]), "a prefix of token {t} logged:\n{log}");
+    }
+    for (t, op) in [(&first, "leasehold.extend"), (&first, "leasehold.release")] {
+        assert!(
+            ours.iter().any(|l| l.contains(op) && l.contains(&t.redacted())),
+            "{op} does not name the token's hash {}:\n{}", t.redacted(), ours.join("\n")
+        );
     }
 });
