@@ -8,7 +8,8 @@
 //! - **Queue.** A waiting acquisition picks a random *ticket* and a token for its whole wait.
 //!   Its attempt (one script) takes the lock only if the lock is free *and* no live waiter is
 //!   ahead of it; otherwise it queues the ticket ([`fair_queue_key`]: a sorted set in arrival
-//!   order) with an entry ([`fair_entry_key`]: token, handoff window, fencing flag, owner
+//!   order, without an expiry: dead members are dropped by the scripts; a queue whose waiters
+//!   all crashed on a key nobody uses again stays until its next acquisition) with an entry ([`fair_entry_key`]: token, handoff window, fencing flag, owner
 //!   (its client, when that client can hand it the lock by a reply), attempt number; a key
 //!   that expires after [`queue_entry_ttl`]) and returns the holder's PTTL. Each
 //!   later attempt refreshes the entry.
@@ -24,7 +25,9 @@
 //!   message was lost finds the key holding its token at its next attempt, which resets the
 //!   TTL and returns its fencing number.
 //! - **Vanished waiters.** A waiter that gives up (deadline, dropped future) removes its entry,
-//!   and passes the lock on if it had just been handed it. A waiter that crashed stops
+//!   and passes the lock on if it had just been handed it. A waiter that leaves and queues
+//!   again (its claim came back too late to be a lease) ignores any handoff made to its
+//!   earlier attempts: the leave gave it back. A waiter that crashed stops
 //!   refreshing its entry, which expires after [`queue_entry_ttl`] and is then skipped. The
 //!   handoff window is at most that long too, so a lock handed to a waiter that crashed
 //!   between its last refresh and the handoff comes back after one window at most.
@@ -55,7 +58,13 @@
 //! - **Why the script's outcome is known.** The queue only grows at its tail (a waiter joins
 //!   behind the last one, or keeps its place), and a member is only removed by a release of the
 //!   lock (which pops the head), by its own claim or leave, or, while the lock is *free*, as a
-//!   dead head by an acquisition attempt. The holder's tenure began with the run of the script
+//!   dead head by an acquisition attempt. The queue key itself never expires (no script gives
+//!   it a TTL, and a waiter's attempt removes one an older version set): when it had a lifetime
+//!   of its own, refreshed only by waiters' attempts, a slot migration held open (every fair
+//!   script refused with `TRYAGAIN` while the holder's single-key renewals went on) let it
+//!   expire, arrival order restarted, and the next in line was no longer the head. Assumption:
+//!   the server does not evict keys (`maxmemory-policy noeviction`, which a lock needs anyway:
+//!   an evicted lock key is a lock given away). The holder's tenure began with the run of the script
 //!   that named the next in line as the head; the lock has been held by it ever since (its
 //!   lease is still valid), so no release, claim of another, or attempt on a free lock ran in
 //!   between, and the next in line, which has not left, is still the head. Its entry key is
@@ -124,9 +133,6 @@ local function entry_of(ticket)
   end
   return nil
 end
-local function keep_alive(key, ms)
-  if redis.call('pttl', key) < ms then redis.call('pexpire', key, ms) end
-end
 -- Past 2^53 the next number would be rounded (Lua numbers are doubles): none is issued.
 local function exhausted()
   return tonumber(redis.call('get', KEYS[4]) or '0') >= 9007199254740992
@@ -136,7 +142,9 @@ local EXHAUSTED = 'LEASEHOLD_FENCING_EXHAUSTED the fencing counter is at 2^53 or
 
 /// The end of the release and leave scripts: hands the lock (which the script has checked is
 /// ours) to the first live waiter, or deletes it. Dead entries popped on the way are dropped
-/// (at most 100 per call, to bound the script's run time). `ARGV[2]`: the release channel (''
+/// (at most 100 per call, to bound the script's run time; if live waiters are left behind
+/// more, the lock is deleted and they are woken as by a plain release, and only the queue's
+/// head can take it: see the acquisition script). `ARGV[2]`: the release channel (''
 /// publishes nothing), `ARGV[3]`: publish or spublish, `ARGV[4]`: the releasing client's
 /// [owner name](crate::waiting) ('' if it has none): a waiter of that client is not sent the
 /// message, its client delivers the reply to it. Reply: `{2, ticket, attempt, fencing number
@@ -178,6 +186,8 @@ for _ = 1, 100 do
   end
 end
 redis.call('del', KEYS[1])
+-- Waiters may be left behind more than 100 dead entries: wake them to take the lock.
+if ARGV[2] ~= '' and redis.call('zcard', KEYS[2]) > 0 then redis.pcall(ARGV[3], ARGV[2], KEYS[1]) end
 return 1";
 
 /// The fair acquisition attempt. `ARGV`: token, TTL ms, ticket, handoff window ms, entry
@@ -208,7 +218,7 @@ if holder == ARGV[1] then
   return {1, n}
 end
 if not holder then
-  -- The first live waiter, if any (dead entries at the head dropped, at most 100).
+  -- The first live waiter, if any (dead entries at the head dropped, at most 100 a call).
   local first
   for _ = 1, 100 do
     first = redis.call('zrange', KEYS[2], 0, 0)[1]
@@ -216,6 +226,9 @@ if not holder then
     redis.call('zrem', KEYS[2], first)
     first = nil
   end
+  -- Bound reached: whoever is first now (live or not, unread) still counts as ahead of us;
+  -- only an empty queue, or us at its head, lets this attempt take the lock.
+  if not first then first = redis.call('zrange', KEYS[2], 0, 0)[1] end
   if not first or first == ARGV[3] then
     if ARGV[7] == '1' and exhausted() then return redis.error_reply(EXHAUSTED) end
     redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
@@ -237,7 +250,9 @@ if ARGV[6] == '1' then
   redis.call('set', entry,
     ARGV[1] .. ' ' .. ARGV[4] .. ' ' .. ARGV[7] .. ' ' .. ARGV[9] .. ' ' .. ARGV[8],
     'PX', ARGV[5])
-  keep_alive(KEYS[2], 2 * tonumber(ARGV[5]))
+  -- The queue never expires (a queue left with a TTL by an older version loses it): its
+  -- members leave only by a release's pop, their own claim or leave, or as dead heads.
+  redis.call('persist', KEYS[2])
 end
 return {0, redis.call('pttl', KEYS[1])}";
 
@@ -453,6 +468,12 @@ fn unexpected(op: Operation, reply: &dyn std::fmt::Debug) -> Error {
 /// docs): both come from the same run of the script. If the reply is lost (the connection
 /// drops after the script ran), the waiter finds the lock at its next attempt, a third of
 /// the handoff window later at most.
+///
+/// **Refused while the slot moves.** During a slot migration every fair script gets
+/// `TRYAGAIN` (it names keys that may be on either node); such a refusal (like the other
+/// [topology errors](Error::is_topology_in_motion)) means the script did not run, so it is
+/// sent again, with backoff, for up to [`PASS_ON_RETRY`] (a release retried after the key
+/// expired finds it gone, or another holder's, and changes nothing).
 async fn run_pass_on(
     client: &LockClient,
     script: &Script,
@@ -480,17 +501,33 @@ async fn run_pass_on(
     ];
     let owner = client.notifier().map_or("", |n| n.id());
     let sent = Instant::now();
-    let call = client.idempotent(op, |mut conn| {
-        let mut inv = script.prepare_invoke();
-        for k in &keys {
-            inv.key(k);
+    let retry_until = sent + PASS_ON_RETRY;
+    let call = async {
+        let mut pause = Duration::from_millis(5);
+        loop {
+            let reply = client
+                .idempotent(op, |mut conn| {
+                    let mut inv = script.prepare_invoke();
+                    for k in &keys {
+                        inv.key(k);
+                    }
+                    inv.arg(token).arg(&channel).arg(publish).arg(owner);
+                    if let Some(t) = ticket {
+                        inv.arg(t);
+                    }
+                    async move { inv.invoke_async::<redis::Value>(&mut conn).await }
+                })
+                .await;
+            match reply {
+                Err(e) if e.is_topology_in_motion() && Instant::now() + pause < retry_until => {
+                    tracing::debug!(key, %op, error = %e, "fair script refused while the topology moves; retrying");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(200));
+                }
+                other => break other,
+            }
         }
-        inv.arg(token).arg(&channel).arg(publish).arg(owner);
-        if let Some(t) = ticket {
-            inv.arg(t);
-        }
-        async move { inv.invoke_async::<redis::Value>(&mut conn).await }
-    });
+    };
     let mut call = std::pin::pin!(call);
     let mut given = None;
     let reply = match early {
@@ -556,6 +593,8 @@ pub(crate) struct EarlyTerms {
     ttl: Duration,
     /// Its queue entry is alive on the server at least until then.
     entry_alive_until: Instant,
+    /// The attempt whose reply offered these terms.
+    attempt: u64,
 }
 
 /// An early handoff as its waiter receives it: its lease, and its tenure (which the release's
@@ -564,6 +603,8 @@ pub(crate) struct EarlyTerms {
 pub(crate) struct EarlyGrant {
     lease: Lease,
     tenure: Arc<Tenure>,
+    /// The attempt of the terms it was given on.
+    attempt: u64,
 }
 
 /// An early handoff about to be made by a release.
@@ -610,6 +651,7 @@ impl EarlyHandoff {
         let grant = EarlyGrant {
             lease: lease.clone(),
             tenure: tenure.clone(),
+            attempt: self.terms.attempt,
         };
         self.to.send(Delivery::Early(grant)).ok()?;
         Some(GivenEarly {
@@ -640,6 +682,10 @@ impl GivenEarly {
         self.lease.mark_lost(LossReason::NotHeld);
     }
 }
+
+/// How long a release or leave of a fair lock keeps retrying a script refused while its slot
+/// moves: the longest [entry lifetime](queue_entry_ttl).
+const PASS_ON_RETRY: Duration = Duration::from_secs(10);
 
 async fn leave(client: &LockClient, key: &str, token: &LockToken, ticket: &str) -> Result<PassOn> {
     run_pass_on(
@@ -780,6 +826,7 @@ impl LockClient {
         };
         let mut sent: VecDeque<(u64, Instant)> = VecDeque::with_capacity(REMEMBERED_ATTEMPTS);
         let mut attempt: u64 = 0;
+        let mut left_at: u64 = 0;
         let mut failure = None;
         loop {
             attempt += 1;
@@ -799,6 +846,9 @@ impl LockClient {
                             n.withdraw_early(&waiter.ticket);
                         }
                         let _ = waiter.leave().await;
+                        // Whatever was handed to an attempt up to this one was given back by
+                        // the leave: a delivery of it still on its way is void.
+                        left_at = attempt;
                         Some(Duration::ZERO)
                     } else {
                         cleanup.armed = false;
@@ -816,6 +866,7 @@ impl LockClient {
                                 token: waiter.token.clone(),
                                 ttl,
                                 entry_alive_until: started + entry_ttl - clock_drift(entry_ttl),
+                                attempt,
                             },
                         );
                     }
@@ -850,15 +901,25 @@ impl LockClient {
                 }
             };
             if let Some(Wake::HandedOffEarly(grant)) = woke {
-                cleanup.armed = false;
-                return Ok(self.guard_for(
-                    grant.lease,
-                    Instant::now(),
-                    options,
-                    FairHeld::new(self, grant.tenure),
-                ));
+                // Taken only if given on terms of the current queueing (not before a leave)
+                // and with half the TTL left, like a handoff by message; otherwise the next
+                // attempt claims the lock if the release did hand it to us.
+                if grant.attempt > left_at && grant.lease.remaining() >= ttl / 2 {
+                    cleanup.armed = false;
+                    return Ok(self.guard_for(
+                        grant.lease,
+                        Instant::now(),
+                        options,
+                        FairHeld::new(self, grant.tenure),
+                    ));
+                }
+                grant.lease.end();
+                continue;
             }
-            if let Some(Wake::HandedOff(h)) = woke {
+            if let Some(Wake::HandedOff(h)) = woke.filter(|w| match w {
+                Wake::HandedOff(h) => h.attempt > left_at,
+                _ => true,
+            }) {
                 let sent_at = sent.iter().find(|(a, _)| *a == h.attempt).map(|(_, t)| *t);
                 if let Some(sent_at) = sent_at.filter(|_| window == ttl) {
                     // The release read the entry of attempt `h.attempt`, so it ran after

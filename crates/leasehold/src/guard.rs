@@ -246,6 +246,7 @@ impl Lease {
 
     /// An extend to `ttl` sent at `sent` succeeded, for a renewer that always sends the same TTL
     /// (so its bounds only grow) and records the send when the reply is in.
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
     pub(crate) fn renewed(&self, sent: Instant, ttl: Duration) {
         let bound = sent + ttl.saturating_sub(clock_drift(ttl));
         {
@@ -268,6 +269,7 @@ impl Lease {
 
     /// Sets the validity to that of the keep-alive the lease now rides on (etcd: a session's
     /// lease, when a lock joins it).
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
     pub(crate) fn set_valid_until(&self, until: Instant) {
         self.validity().until = until;
     }

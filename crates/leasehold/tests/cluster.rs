@@ -556,3 +556,91 @@ leasehold_harness::server_test!(async fn topology_mismatches_are_clear_errors(bi
     let g = client.try_acquire("k", &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
     g.release().await.unwrap();
 });
+
+// Issue 22, finding 1: the fair queue outlives a migration held open, and fair releases ride it
+// out. The holder H of a fair lock was handed it by its own client's release, whose reply named
+// W1 as next in line (W1 may then get an early handoff). A migration of the slot is held open:
+// every fair script is refused with TRYAGAIN (W1's refreshes too) while H's single-key renewals
+// go on. When the queue was a key with its own expiry (twice the entry lifetime from W1's last
+// refresh), it vanished meanwhile; arrival order restarted after the migration, and H's client
+// could hand W1 an early lease while the release script handed the key to whoever queued first:
+// two holders. Now the queue has no expiry: after well past that lifetime (W1's refreshes, a
+// third of a second apart, refused ten times) it is still there, W1 keeps its place, a waiter of
+// another client queues behind it, and the lock goes H -> W1 -> W2 with one holder at a time.
+// A fair release sent during the migration is retried until it is over (it used to fail).
+leasehold_harness::server_test!(async fn the_fair_queue_outlives_a_migration_held_open(bin) {
+    let cluster = start_cluster(&bin);
+    let key = "lock:{fairmig}";
+    let other = "lock:{fairmig}:other";
+    let queue = fair_queue_key(key);
+    let slot = cluster.keyslot(key).unwrap();
+    let from = cluster.master_index_for_slot(slot).unwrap();
+    let to = cluster.master_indices().unwrap().into_iter().find(|m| *m != from).unwrap();
+    let a = connect(&cluster, ClientOptions::new()).await;
+    let b = connect(&cluster, ClientOptions::new()).await;
+    // One second: entries live 1 s, and the old queue lived 2 s past W1's last refresh.
+    let ttl = Duration::from_secs(1);
+    let fair = LockOptions::new(ttl).fair(true).auto_extend(true).wait(LONG);
+
+    let g_other = a.acquire(other, &LockOptions::new(LONG).fair(true)).await.unwrap();
+    let g = a.acquire(key, &fair).await.unwrap();
+    let zcard = |node: usize| {
+        cluster.node(node).unwrap().command(&["ZCARD", &queue]).unwrap().as_integer().unwrap()
+    };
+    let spawn = |client: &LockClient| {
+        let (client, fair) = (client.clone(), fair.clone());
+        tokio::spawn(async move { client.acquire(key, &fair).await })
+    };
+    let h = spawn(&a);
+    until("H queued", HANG_GUARD, || zcard(from) == 1).await;
+    let w1 = spawn(&a);
+    until("W1 queued behind H", HANG_GUARD, || zcard(from) == 2).await;
+    g.release().await.unwrap();
+    let h = tokio::time::timeout(HANG_GUARD, h).await.expect("hung").unwrap().expect("H acquired");
+    assert_eq!(zcard(from), 1, "W1 is next in line");
+
+    let source = cluster.node(from).unwrap();
+    let tryagain = || {
+        let stats = source.info("errorstats").unwrap();
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix("errorstat_TRYAGAIN:count="))
+            .map_or(0, |n| n.trim().parse::<u64>().unwrap())
+    };
+    let before = tryagain();
+    cluster.begin_migration(slot, from, to).unwrap();
+    // W1's attempts are refused (at least a third of a second apart): ten take > 3 s, well past
+    // the old queue lifetime.
+    until("W1 refused ten times", HANG_GUARD, || tryagain() >= before + 10).await;
+    assert!(h.is_held(), "H's renewals go on during the migration");
+    assert_eq!(
+        source.command(&["PTTL", &queue]).unwrap().as_integer(),
+        Some(-1),
+        "the queue must still exist, without an expiry, past its old lifetime"
+    );
+    assert_eq!(zcard(from), 1, "W1 keeps its place");
+
+    // A waiter of another client, and a fair release, both during the migration.
+    let w2 = spawn(&b);
+    let release_other = tokio::spawn(async move { g_other.release().await });
+    // Held open well past the cluster client's own retries (2, at most 0.5 s apart).
+    let refused = tryagain();
+    until("more refusals", HANG_GUARD, || tryagain() >= refused + 40).await;
+    assert!(common::get(source, other).is_some(), "nothing was released during the migration");
+    cluster.migrate_keys(slot, from, to).unwrap();
+    cluster.finish_migration(slot, to).unwrap();
+    tokio::time::timeout(HANG_GUARD, release_other).await.expect("hung").unwrap()
+        .expect("a fair release during a migration is retried until it is over");
+
+    until("W2 queued behind W1", HANG_GUARD, || zcard(to) == 2).await;
+    assert!(!w1.is_finished() && !w2.is_finished());
+    h.release().await.unwrap();
+    let w1 = tokio::time::timeout(HANG_GUARD, w1).await.expect("hung").unwrap().expect("W1 acquired");
+    assert!(w1.is_held());
+    assert_eq!(get(cluster.node(to).unwrap(), key).as_deref(), Some(w1.token().expose()));
+    assert!(!w2.is_finished(), "two holders: W2 got the lock while W1 holds it");
+    w1.release().await.unwrap();
+    let w2 = tokio::time::timeout(HANG_GUARD, w2).await.expect("hung").unwrap().expect("W2 acquired");
+    assert_eq!(get(cluster.node(to).unwrap(), key).as_deref(), Some(w2.token().expose()));
+    w2.release().await.unwrap();
+});
