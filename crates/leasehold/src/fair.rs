@@ -217,6 +217,7 @@ if holder == ARGV[1] then
   redis.call('del', entry)
   return {1, n}
 end
+local pruning = false
 if not holder then
   -- The first live waiter, if any (dead entries at the head dropped, at most 100 a call).
   local first
@@ -228,7 +229,8 @@ if not holder then
   end
   -- Bound reached: whoever is first now (live or not, unread) still counts as ahead of us;
   -- only an empty queue, or us at its head, lets this attempt take the lock.
-  if not first then first = redis.call('zrange', KEYS[2], 0, 0)[1] end
+  pruning = not first
+  if pruning then first = redis.call('zrange', KEYS[2], 0, 0)[1] end
   if not first or first == ARGV[3] then
     if ARGV[7] == '1' and exhausted() then return redis.error_reply(EXHAUSTED) end
     redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
@@ -254,6 +256,8 @@ if ARGV[6] == '1' then
   -- members leave only by a release's pop, their own claim or leave, or as dead heads.
   redis.call('persist', KEYS[2])
 end
+-- Dead entries left to drop: come back at once rather than when the holder's lease ends.
+if pruning then return {0, 0} end
 return {0, redis.call('pttl', KEYS[1])}";
 
 /// The start of the fair release: if the lock holds `ARGV[1]`, the script goes on to hand it

@@ -44,24 +44,37 @@ struct LeaseState {
     reason: OnceLock<LossReason>,
 }
 
-/// The holder's belief about its lease, and the newest extend it has sent.
+/// The holder's belief about its lease, and the extends it has sent since the last one
+/// confirmed.
 ///
 /// **Rule (every backend).** An extend is recorded when it is *sent*, with its bound
 /// `sent + ttl - drift`: the server sets the new TTL no earlier than `sent`, so if the extend is
 /// applied at all, the key lives at least until that bound. Until its outcome is known the
-/// command may be applied at any moment (it may be applied late, after a timeout or a lost
-/// reply), so on sending, the validity drops to `min(valid_until, bound)`: a shortening extend
-/// with an unknown outcome never leaves a longer belief standing, and nothing but a success
-/// reply raises the validity. A success reply for the extend sent at `s` raises the validity to
-/// its bound, but no higher than the bound of any extend sent after `s` (that one may be
-/// applied after it and shorten the key again). Tested by
-/// `renewal.rs::an_extend_with_an_unknown_outcome_never_raises_validity` and the model in
-/// `crates/leasehold-model`.
-#[derive(Debug, Clone, Copy)]
+/// command may be applied at any moment (also late, after a timeout or a lost reply), so on
+/// sending, the validity drops to `min(valid_until, bound)`: a shortening extend with an
+/// unknown outcome never leaves a longer belief standing, and nothing but a success reply
+/// raises the validity. A success reply for an extend raises the validity to its bound, but no
+/// higher than the bound of *any* extend sent after it (each may be applied after it and
+/// shorten the key again); sends are ordered by a sequence number, not by clock readings that
+/// can be equal. Once an extend is confirmed, those sent before it can raise nothing more and
+/// are forgotten.
+///
+/// **Assumption:** the server applies a lease's extends in the order they were sent (one
+/// connection, or a new connection only after the old one's commands were applied or dropped).
+/// A command stuck on a dead connection and applied after a later one on a new connection is
+/// beyond any client-side rule (the model checker shows it: `docs/model-checking.md`).
+///
+/// Tested by `renewal.rs::an_extend_with_an_unknown_outcome_never_raises_validity` and by the
+/// extend model in `crates/leasehold-model`.
+#[derive(Debug)]
 struct Validity {
     until: Instant,
-    /// The send instant and bound of the newest extend sent, if any.
-    newest: Option<(Instant, Instant)>,
+    /// Extends sent after the newest one confirmed: sequence number and bound.
+    pending: Vec<(u64, Instant)>,
+    /// The sequence number of the last extend sent.
+    sent: u64,
+    /// The sequence number of the newest extend confirmed (0: none).
+    confirmed: u64,
 }
 
 /// Why a lease was lost.
@@ -115,7 +128,9 @@ impl Lease {
                 fencing,
                 validity: Mutex::new(Validity {
                     until: valid_until,
-                    newest: None,
+                    pending: Vec::new(),
+                    sent: 0,
+                    confirmed: 0,
                 }),
                 ended: AtomicBool::new(false),
                 lost: CancellationToken::new(),
@@ -219,43 +234,49 @@ impl Lease {
         self.state.ended.load(Ordering::Acquire)
     }
 
-    /// Records an extend sent at `sent` (taken before the command left) whose success would make
-    /// the key live at least until `bound` (`sent + ttl - drift`), lowering the validity to
-    /// that bound (see [`Validity`]).
-    pub(crate) fn extend_sent(&self, sent: Instant, bound: Instant) {
+    /// Records an extend about to be sent whose success would make the key live at least
+    /// until `bound` (`sent + ttl - drift`, `sent` taken before the command leaves), lowering
+    /// the validity to that bound (see [`Validity`]). Returns its sequence number, for
+    /// [`Lease::extend_confirmed`].
+    pub(crate) fn extend_sent(&self, bound: Instant) -> u64 {
         let mut v = self.validity();
-        if v.newest.is_none_or(|(s, _)| sent >= s) {
-            v.newest = Some((sent, bound));
-        }
+        v.sent += 1;
+        let seq = v.sent;
+        v.pending.push((seq, bound));
         v.until = v.until.min(bound);
+        seq
     }
 
-    /// The extend sent at `sent` succeeded: the key lives until at least `bound` (its bound from
-    /// [`Lease::extend_sent`], or a lower one the backend computed), unless an extend sent later
-    /// is applied after it; the validity rises to that, never falls.
-    pub(crate) fn extend_confirmed(&self, sent: Instant, bound: Instant) {
+    /// The extend `seq` succeeded: the key lives until at least `bound` (its bound from
+    /// [`Lease::extend_sent`], or a lower one the backend computed), unless an extend sent
+    /// after it is applied after it. The validity rises to the lowest of those bounds, never
+    /// falls.
+    pub(crate) fn extend_confirmed(&self, seq: u64, bound: Instant) {
         let mut v = self.validity();
-        let bound = match v.newest {
-            Some((newest, newest_bound)) if newest > sent => bound.min(newest_bound),
-            _ => bound,
-        };
-        if bound > v.until {
-            v.until = bound;
+        if seq <= v.confirmed {
+            // A later extend was confirmed already: this one can raise nothing more.
+            return;
         }
+        let cap = v
+            .pending
+            .iter()
+            .filter(|(s, _)| *s > seq)
+            .map(|(_, b)| *b)
+            .fold(bound, Instant::min);
+        if cap > v.until {
+            v.until = cap;
+        }
+        v.confirmed = seq;
+        v.pending.retain(|(s, _)| *s > seq);
     }
 
-    /// An extend to `ttl` sent at `sent` succeeded, for a renewer that always sends the same TTL
-    /// (so its bounds only grow) and records the send when the reply is in.
+    /// A keep-alive sent at `sent` with `ttl` succeeded, for a renewer that always sends the
+    /// same TTL and reports its replies in the order it sent them (etcd's session).
     #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
     pub(crate) fn renewed(&self, sent: Instant, ttl: Duration) {
         let bound = sent + ttl.saturating_sub(clock_drift(ttl));
-        {
-            let mut v = self.validity();
-            if v.newest.is_none_or(|(s, _)| sent >= s) {
-                v.newest = Some((sent, bound));
-            }
-        }
-        self.extend_confirmed(sent, bound);
+        let seq = self.extend_sent(bound);
+        self.extend_confirmed(seq, bound);
     }
 
     /// Moves the validity to `until` if that is later (a handoff's reply confirmed a lease
@@ -366,10 +387,10 @@ impl LockGuard {
         // its bound from now on (see `Validity`); only a success raises it again.
         let sent = Instant::now();
         let bound = sent + ttl.saturating_sub(self.held.drift(ttl));
-        self.lease.extend_sent(sent, bound);
+        let seq = self.lease.extend_sent(bound);
         match self.held.extend(&self.lease, ttl).await {
             Ok(valid_until) => {
-                self.lease.extend_confirmed(sent, valid_until.min(bound));
+                self.lease.extend_confirmed(seq, valid_until.min(bound));
                 Ok(())
             }
             Err(e @ Error::NotHeld { .. }) => {
@@ -461,5 +482,63 @@ where
         None => Err(lost()),
         Some(Ok(_)) if lease.loss_reason().is_some() => Err(lost()),
         Some(Ok(value)) => released.map(|()| value),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(until: Instant) -> Lease {
+        Lease::until("k", LockToken::random(), None, until)
+    }
+
+    // The model checker's counterexamples to a rule that capped a success by the newest extend
+    // alone, or ordered extends by clock readings.
+    #[test]
+    fn a_success_is_capped_by_every_extend_sent_after_it() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        let l = lease(t0 + 3 * s);
+        let e0 = l.extend_sent(t0 + 3 * s);
+        let e1 = l.extend_sent(t0 + s); // shortening, outcome unknown
+        let e2 = l.extend_sent(t0 + 3 * s);
+        assert_eq!(l.valid_until(), t0 + s, "lowered on sending");
+        l.extend_confirmed(e0, t0 + 3 * s);
+        assert_eq!(l.valid_until(), t0 + s, "e1 may be applied after e0");
+        l.extend_confirmed(e2, t0 + 3 * s);
+        assert_eq!(l.valid_until(), t0 + 3 * s, "e2 was applied after e1");
+        l.extend_confirmed(e1, t0 + s);
+        assert_eq!(
+            l.valid_until(),
+            t0 + 3 * s,
+            "an older success lowers nothing"
+        );
+    }
+
+    #[test]
+    fn extends_sent_at_the_same_instant_are_still_ordered() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        let l = lease(t0 + 3 * s);
+        let long = l.extend_sent(t0 + 3 * s);
+        let short = l.extend_sent(t0 + s);
+        l.extend_confirmed(long, t0 + 3 * s);
+        assert_eq!(l.valid_until(), t0 + s);
+        l.extend_confirmed(short, t0 + s);
+        assert_eq!(l.valid_until(), t0 + s);
+    }
+
+    #[test]
+    fn an_unanswered_extend_never_raises_validity() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        let l = lease(t0 + s);
+        let _lost = l.extend_sent(t0 + 10 * s);
+        assert_eq!(l.valid_until(), t0 + s);
+        let shorter = l.extend_sent(t0 + s / 2);
+        assert_eq!(l.valid_until(), t0 + s / 2);
+        l.extend_confirmed(shorter, t0 + s / 2);
+        assert_eq!(l.valid_until(), t0 + s / 2);
     }
 }

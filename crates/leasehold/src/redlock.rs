@@ -882,7 +882,7 @@ impl Redlock {
                 // The send recorded first: an outcome left unknown never raises the validity.
                 let sent = Instant::now();
                 let bound = sent + ttl.saturating_sub(redlock.inner.options.drift_for(ttl));
-                lease.extend_sent(sent, bound);
+                let seq = lease.extend_sent(bound);
                 match tokio::time::timeout_at(
                     deadline.into(),
                     redlock.extend(lease.key(), lease.token(), ttl),
@@ -890,7 +890,7 @@ impl Redlock {
                 .await
                 {
                     Ok(Ok(until)) => {
-                        lease.extend_confirmed(sent, until.min(bound));
+                        lease.extend_confirmed(seq, until.min(bound));
                         next = Instant::now() + interval;
                     }
                     Ok(Err(Error::NotHeld { .. })) => {

@@ -119,6 +119,8 @@ struct Entry {
     due: Instant,
     stop_at: Option<Instant>,
     in_flight: bool,
+    /// The lease's sequence number of the renewal in flight.
+    seq: u64,
 }
 
 enum Outcome {
@@ -208,7 +210,7 @@ async fn run(
                             stats.renewals.fetch_add(1, Ordering::Relaxed);
                             crate::metrics::renewed();
                             let bound = started + e.ttl.saturating_sub(clock_drift(e.ttl));
-                            e.lease.extend_confirmed(started, bound);
+                            e.lease.extend_confirmed(e.seq, bound);
                             e.due = started + e.interval;
                         }
                         Outcome::NotHeld => {
@@ -247,6 +249,7 @@ async fn run(
                         interval: r.interval,
                         stop_at: r.stop_at,
                         in_flight: false,
+                        seq: 0,
                     });
                     next_id += 1;
                     match registrations.try_recv() {
@@ -287,8 +290,9 @@ async fn run(
                 e.in_flight = true;
                 // Recorded as sent now (before it leaves): until its reply says it succeeded,
                 // the validity is at most this extend's bound.
-                e.lease
-                    .extend_sent(now, now + e.ttl.saturating_sub(clock_drift(e.ttl)));
+                e.seq = e
+                    .lease
+                    .extend_sent(now + e.ttl.saturating_sub(clock_drift(e.ttl)));
                 let key = match &e.target {
                     RenewTarget::Lock => e.lease.key().to_string(),
                     RenewTarget::Permit(set) => set.clone(),

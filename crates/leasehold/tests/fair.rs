@@ -621,3 +621,70 @@ leasehold_harness::server_test!(async fn fair_mode_refuses_what_it_cannot_do(bin
     assert!(err.to_string().contains("WRONGTYPE"), "{err}");
     assert_eq!(common::get(&server, "taken").as_deref(), Some("someone"));
 });
+
+// Issue 22, finding 6: a release and an attempt drop at most 100 dead entries each (to bound a
+// script's run time). With more than that ahead of a live waiter, the attempt used to take the
+// bound for an empty queue, so a newcomer took the lock ahead of the waiter. Now whoever is
+// first after the bound still counts as ahead, the attempt says "come back at once", and the
+// release that gave up wakes the waiters.
+leasehold_harness::server_test!(async fn more_than_a_hundred_dead_entries_do_not_let_a_newcomer_jump_the_queue(bin) {
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let key = "fair:dead-heads";
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let g = client.try_acquire(key, &fair(LONG)).await.unwrap().acquired().unwrap();
+    let waiter = {
+        let client = client.clone();
+        tokio::spawn(async move { client.acquire(key, &fair(LONG)).await.unwrap() })
+    };
+    until("waiter queued", || queued(&server, key) == 1).await;
+    // 250 waiters that crashed ahead of it: members whose entries are gone (as a crashed
+    // waiter's entry expires), queued before it.
+    let queue = fair_queue_key(key);
+    let dead: Vec<(String, String)> =
+        (1..=250).map(|i| (format!("-{i}"), format!("dead{i:03}"))).collect();
+    let mut zadd = vec!["ZADD", queue.as_str()];
+    for (score, member) in &dead {
+        zadd.extend([score.as_str(), member.as_str()]);
+    }
+    assert_eq!(server.command(&zadd).unwrap().as_integer(), Some(250));
+    // The release drops 100 of them and, finding nobody live, frees the key.
+    g.release().await.unwrap();
+    match client.try_acquire(key, &fair(LONG)).await.unwrap() {
+        TryAcquire::Busy { .. } => {}
+        TryAcquire::Acquired(_) => panic!("a newcomer took the lock ahead of a live waiter"),
+    }
+    let w = tokio::time::timeout(HANG_GUARD, waiter).await.unwrap().unwrap();
+    assert_eq!(common::get(&server, key).as_deref(), Some(w.token().expose()));
+    assert_eq!(queued(&server, key), 0, "every dead entry dropped on the way");
+    w.release().await.unwrap();
+});
+
+// Issue 22, finding 7: an early handoff that reaches its waiter after the lease it carries is
+// over is not returned as a guard. The waiter's replies are held back 4 s (> the 3 s TTL); its
+// attempt is on the server when the holder releases, so the early grant waits in its channel
+// while the attempt's reply is delayed. It used to be taken without a look at its validity:
+// `acquire` returned a guard already over. Now it is dropped, and the waiter takes the lock
+// afresh once the link is quick again.
+leasehold_harness::server_test!(async fn an_early_handoff_read_after_its_lease_is_over_is_not_a_guard(bin) {
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let key = "fair:early:late";
+    // The window is the whole TTL (early handoffs need that); the waiter refreshes every 1 s.
+    let ttl = Duration::from_secs(3);
+    let link = SlowLink::start(server.addr()).unwrap();
+    // The link delays each chunk of replies in turn, so delays add up: no reply may time out.
+    let options = ClientOptions::new().response_timeout(Duration::from_secs(60));
+    let client = LockClient::connect_with(&link.url(), options).await.unwrap();
+    let (g, next) = held_with_a_local_next_in_line(&server, &client, key, ttl).await;
+    // A fresh validity, so that the release can hand the waiter at least half a TTL.
+    g.extend(ttl).await.unwrap();
+    let seen = entry_attempts(&server, key);
+    link.set_reply_delay(Duration::from_secs(4));
+    until("the waiter's next attempt reached the server", || entry_attempts(&server, key) != seen).await;
+    let release = tokio::spawn(async move { g.release().await });
+    tokio::time::timeout(HANG_GUARD, release).await.unwrap().unwrap().unwrap();
+    link.set_reply_delay(Duration::ZERO);
+    let w = tokio::time::timeout(HANG_GUARD, next).await.unwrap().unwrap();
+    assert!(w.is_held(), "acquire returned a guard whose lease was already over");
+    assert_eq!(common::get(&server, key).as_deref(), Some(w.token().expose()));
+    w.release().await.unwrap();
+});

@@ -200,3 +200,48 @@ leasehold_harness::server_test!(async fn renewal_reports_loss_after_a_restart_wi
     tokio::time::timeout(HANG_GUARD, g.lost()).await.expect("loss not reported");
     assert_eq!(g.loss_reason(), Some(LossReason::NotHeld));
 });
+
+// Issue 22, finding 2: an extend whose outcome is unknown never leaves a longer belief standing.
+// A shortening extend (60 s -> 5 s) reaches the server, which applies it, but its reply is held
+// back past the response timeout: the caller gets an ambiguous error. The lease used to keep its
+// 60 s validity while the key expired in 5 s (and could be taken by another client); now the
+// validity is at most 5 s from when the extend was sent.
+leasehold_harness::server_test!(async fn an_extend_with_an_unknown_outcome_never_raises_validity(bin) {
+    use leasehold::ClientOptions;
+    use leasehold_harness::SlowLink;
+    use std::time::Instant;
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    // The extend script is loaded: a NOSCRIPT reply held back would stop it from being sent.
+    preload_scripts(&server);
+    let link = SlowLink::start(server.addr()).unwrap();
+    let options = ClientOptions::new().response_timeout(Duration::from_millis(500));
+    let client = LockClient::connect_with(&link.url(), options).await.unwrap();
+    let key = "ambiguous-extend";
+    let g = client
+        .try_acquire(key, &LockOptions::new(Duration::from_secs(60)))
+        .await
+        .unwrap()
+        .acquired()
+        .unwrap();
+    link.set_reply_delay(Duration::from_secs(2));
+    let sent = Instant::now();
+    let err = g.extend(Duration::from_secs(5)).await.unwrap_err();
+    assert!(err.is_ambiguous(), "{err:?}");
+    let pttl = pttl(&server, key);
+    assert!(pttl > 0 && pttl <= 5_000, "the server applied the extend: PTTL {pttl} ms");
+    assert!(
+        g.valid_until() <= sent + Duration::from_secs(5),
+        "the lease still counts on the old TTL: {:?} left",
+        g.valid_until().saturating_duration_since(Instant::now())
+    );
+    link.set_reply_delay(Duration::ZERO);
+    // A later extend that succeeds raises it again (once the held-back reply has gone through,
+    // replies come at once).
+    let mut tries = 0;
+    while let Err(e) = g.extend(Duration::from_secs(60)).await {
+        assert!(e.is_ambiguous() && tries < 20, "{e:?}");
+        tries += 1;
+    }
+    assert!(g.valid_until() > sent + Duration::from_secs(30));
+    g.release().await.unwrap();
+});

@@ -838,9 +838,9 @@ impl PgHeld {
                 // Recorded as sent first: only a success raises the validity (guard.rs).
                 let sent = Instant::now();
                 let bound = sent + ttl.saturating_sub(clock_drift(ttl));
-                lease.extend_sent(sent, bound);
+                let seq = lease.extend_sent(bound);
                 match held.extend_session(ttl).await {
-                    Ok(until) => lease.extend_confirmed(sent, until.min(bound)),
+                    Ok(until) => lease.extend_confirmed(seq, until.min(bound)),
                     Err(Error::NotHeld { .. }) => {
                         lease.mark_lost(LossReason::NotHeld);
                         return;
