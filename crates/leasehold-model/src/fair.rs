@@ -497,9 +497,7 @@ impl Model for FairModel {
                     match outcome {
                         Outcome::HandedOff { to, next, .. } if to == q => {
                             // GivenEarly::confirm: raise to sent + window - drift.
-                            if let Phase::Holding {
-                                until, next: n, ..
-                            } = &mut s.procs[q as usize]
+                            if let Phase::Holding { until, next: n, .. } = &mut s.procs[q as usize]
                             {
                                 *until = (*until).max(r.sent + life);
                                 *n = next;
@@ -552,12 +550,15 @@ impl Model for FairModel {
                     })
                 })
             }),
-            Property::sometimes("a waiter of another client holds by message", |m: &FairModel, s: &FairState| {
-                m.clients
-                    .iter()
-                    .zip(&s.procs)
-                    .any(|(c, p)| *c != m.clients[0] && matches!(p, Phase::Holding { .. }))
-            }),
+            Property::sometimes(
+                "a waiter of another client holds by message",
+                |m: &FairModel, s: &FairState| {
+                    m.clients
+                        .iter()
+                        .zip(&s.procs)
+                        .any(|(c, p)| *c != m.clients[0] && matches!(p, Phase::Holding { .. }))
+                },
+            ),
         ]
     }
 
