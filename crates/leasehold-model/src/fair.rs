@@ -168,6 +168,8 @@ pub struct FairModel {
     pub clients: Vec<u8>,
     /// TTL = handoff window = entry lifetime, in ticks.
     pub life: u8,
+    /// Also start from P0 holding after taking a free lock (nobody queued).
+    pub both_starts: bool,
     /// Last tick.
     pub horizon: u8,
 }
@@ -180,6 +182,7 @@ impl FairModel {
             queue_expires: false,
             clients: vec![0, 0, 1],
             life: 2,
+            both_starts: false,
             horizon: 4,
         }
     }
@@ -301,7 +304,11 @@ impl Model for FairModel {
             next: None,
             lost: false,
         };
-        vec![handed, plain]
+        if self.both_starts {
+            vec![handed, plain]
+        } else {
+            vec![handed]
+        }
     }
 
     fn actions(&self, s: &FairState, actions: &mut Vec<FairAction>) {
