@@ -1,24 +1,35 @@
 //! Extend and renewal with ambiguous outcomes (`crates/leasehold/src/guard.rs`,
-//! `renewal.rs`): replies lost, commands applied late, replies and (optionally) commands
-//! reordered; another client takes the key once it expires.
+//! `renewal.rs`): replies lost, commands applied late (in send order unless `any_order`),
+//! replies reordered; another client takes the key once it expires.
 //!
 //! **Time.** `now` ticks by one up to `horizon`. A lifetime `l` stands for `ttl - drift`: the
 //! server keeps the key `l` ticks after it applied the command (its clock running fast by the
 //! most the drift allowance covers) and the client counts `l` ticks from the instant it *sent*
 //! it (`sent + ttl - clock_drift(ttl)`). A command is applied at any step after it was sent
 //! (or never); its reply comes back at any later step (or never); the client may give up
-//! waiting at any step (a timeout: an ambiguous outcome).
+//! waiting at any step (a timeout: an ambiguous outcome). Several extends may be sent at the
+//! same instant (the same tick).
 //!
-//! **The rule checked** (`Validity` in `guard.rs`): an extend is recorded when it is sent, and
-//! the validity drops to `min(valid_until, bound)`; a success reply raises the validity to
-//! `min(bound, bound of the newest extend if that was sent later)`; `NotHeld` marks the lease
-//! lost; anything else leaves it. The renewer (`Lease::renewed`) records its send when the
-//! reply is in. The bug flag restores the old rule: a reply overwrites the validity in arrival
-//! order, an error keeps it.
+//! **The rule checked** (`Validity` in `guard.rs`): every extend or renewal gets the next
+//! sequence number when it is sent and joins `pending` with its bound `sent + l`; the validity
+//! drops to `min(until, bound)` (`Lease::extend_sent`). A success reply for `seq` is ignored if
+//! `seq <= confirmed`; otherwise the validity rises to the lowest of its bound and the bounds
+//! of *every* pending extend with a larger sequence number, never falls; then
+//! `confirmed = seq` and the pending entries up to `seq` are dropped
+//! (`Lease::extend_confirmed`). `NotHeld` marks the lease lost; anything else leaves it. The
+//! renewer (`renewal.rs`) follows the same rule: `extend_sent` when its pipeline is built,
+//! `extend_confirmed` with the entry's sequence number when `Renewed` comes back.
+//!
+//! **Bug flags.** `ambiguous_keeps_validity` restores the rule before finding 2 (nothing
+//! recorded on send, a success overwrites the validity in arrival order, an error keeps it);
+//! `newest_only` with `order_by_instant` restores the intermediate rule (one `newest` record,
+//! ordered by send instants); `any_order` breaks the assumption that a lease's extends are
+//! applied in send order.
 
 use stateright::{Model, Property};
 
-/// One extend or renewal sent by the holder A.
+/// One extend or renewal sent by the holder A. Its sequence number is its index in
+/// [`ExtendState::ops`] plus one.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Op {
     /// When it was sent.
@@ -44,12 +55,18 @@ pub struct ExtendState {
     pub key: Option<(bool, u8)>,
     /// A's `Validity::until`.
     pub until: u8,
-    /// A's `Validity::newest`: send order (index in `ops`), send instant and bound of the
-    /// newest extend sent.
-    pub newest: Option<(u8, u8, u8)>,
+    /// A's `Validity::pending`: order (sequence number, or `sent + 1` with
+    /// `order_by_instant`) and bound of each extend sent after the newest one confirmed.
+    /// At most `max_ops` entries.
+    pub pending: Vec<(u8, u8)>,
+    /// A's `Validity::confirmed`: the order of the newest extend confirmed (0: none).
+    pub confirmed: u8,
+    /// With `newest_only` (the intermediate rule), its `Validity::newest`: order and bound of
+    /// the newest extend sent. `pending` and `confirmed` are then unused.
+    pub newest: Option<(u8, u8)>,
     /// A's lease was reported lost.
     pub lost: bool,
-    /// Extends and renewals sent so far, oldest first.
+    /// Extends and renewals sent so far, oldest first (at most `max_ops`).
     pub ops: Vec<Op>,
     /// B's validity (B holds while `now < b_until`).
     pub b_until: u8,
@@ -61,10 +78,12 @@ pub enum ExtendAction {
     /// Time passes one tick; an expired key vanishes.
     Tick,
     /// A sends an extend with this lifetime: mirrors `LockGuard::extend` (`Lease::extend_sent`
-    /// before `HeldLock::extend` sends `EXTEND_LUA`).
+    /// before `HeldLock::extend` sends `EXTEND_LUA`). While A's lease is valid, or with
+    /// `extend_after_expiry` until it is reported lost.
     Extend(u8),
-    /// A's renewer sends a renewal (one in flight at a time): mirrors the renewer's pipeline of
-    /// `EXTEND_LUA` in `renewal.rs::run`.
+    /// A's renewer sends a renewal (one in flight at a time, only while the lease is valid):
+    /// mirrors the scan of `renewal.rs::run` (`Lease::extend_sent`, the entry's `seq`, then
+    /// `EXTEND_LUA` in the pipeline).
     Renew,
     /// The server runs an op's `EXTEND_LUA` (token-checked `PEXPIRE`), possibly long after the
     /// client gave up.
@@ -72,11 +91,12 @@ pub enum ExtendAction {
     /// An op's command is lost (never applied).
     LoseCommand(usize),
     /// An op's reply reaches the client: mirrors the `Ok` / `NotHeld` arms of
-    /// `LockGuard::extend` (`Lease::extend_confirmed`, `Lease::mark_lost`) or of the
-    /// renewer (`Lease::renewed`).
+    /// `LockGuard::extend` (`Lease::extend_confirmed(seq, ..)`, `Lease::mark_lost`) or the
+    /// renewer's `Outcome::Renewed` (`extend_confirmed(e.seq, bound)`) / `Outcome::NotHeld`.
     Reply(usize),
     /// The client stops waiting for an op (timeout, lost reply, connection error): the
-    /// `Err(e)` arm (nothing changes) of `LockGuard::extend`, `Outcome::Retry` of the renewer.
+    /// `Err(e)` arm (nothing changes) of `LockGuard::extend`, `Outcome::Retry` of the renewer
+    /// (which may then send again).
     GiveUp(usize),
     /// Another client takes the free key: mirrors `ACQUIRE_LUA` (`SET NX PX`) via
     /// `LockClient::acquire`; its lease counts from this instant.
@@ -86,24 +106,30 @@ pub enum ExtendAction {
 /// The extend model.
 #[derive(Clone, Debug)]
 pub struct ExtendModel {
-    /// The old rule (finding 2): an ambiguous outcome keeps the old validity and success
-    /// replies overwrite it in arrival order.
+    /// The rule before finding 2: nothing is recorded on send, an ambiguous outcome keeps the
+    /// old validity and success replies overwrite it in arrival order.
     pub ambiguous_keeps_validity: bool,
+    /// The intermediate rule (`guard.rs` at 0f1d60d..8ffd7dc): one `Validity::newest` record
+    /// (the newest extend sent) instead of `pending` and `confirmed`; a success is capped by
+    /// the newest extend's bound only if that one is later, and never ignored.
+    pub newest_only: bool,
+    /// Order extends by their send instants (`>=` to record the newest, `>` to cap or keep
+    /// pending, as the intermediate rule did), where two extends can be sent at the same
+    /// instant (one tick here), instead of by sequence number.
+    pub order_by_instant: bool,
     /// The server may apply commands in any order (they crossed connections: a timed-out
-    /// command on a dropped connection applied after a later one on a new connection). When
-    /// false, commands are applied in the order they were sent (one connection), though late.
+    /// command on a dropped connection applied after a later one on a new connection), which
+    /// is outside `guard.rs`'s assumption. When false, commands are applied in the order they
+    /// were sent (one connection), though late.
     pub any_order: bool,
+    /// `LockGuard::extend` may be called after the validity ran out (it does not look at it)
+    /// until the lease is reported lost, and a success raises the validity again. Triples the
+    /// states; off in [`ExtendModel::fixed`].
+    pub extend_after_expiry: bool,
     /// Lifetimes `LockGuard::extend` may ask for.
     pub extend_lives: Vec<u8>,
     /// The renewer's lifetime (`None`: no renewer).
     pub renewal_life: Option<u8>,
-    /// Order extends by their send instants, as `guard.rs` does (`newest > sent`), where two
-    /// extends can be sent at the same instant (one tick here); when false, by the order they
-    /// were sent (the rule as stated: "an extend sent after it").
-    pub order_by_instant: bool,
-    /// Cap a success by every extend sent after it (the rule as the issue states it), not
-    /// only by the newest one (`Validity::newest` in `guard.rs`).
-    pub cap_by_every_later: bool,
     /// How many extends and renewals A sends at most.
     pub max_ops: usize,
     /// A's initial lifetime and B's.
@@ -113,23 +139,24 @@ pub struct ExtendModel {
 }
 
 impl ExtendModel {
-    /// The fixed rule, one connection: extends of lifetime 1 (shortening) or 3, a renewer of
-    /// lifetime 3 (the registered TTL is at least any extend's), three ops, horizon 5.
+    /// The rule in `guard.rs`, one connection: extends of lifetime 1 (shortening) or 3, a
+    /// renewer of lifetime 2, three ops, horizon 5.
     pub fn fixed() -> Self {
         ExtendModel {
             ambiguous_keeps_validity: false,
-            any_order: false,
-            extend_lives: vec![1, 3],
-            renewal_life: Some(3),
+            newest_only: false,
             order_by_instant: false,
-            cap_by_every_later: true,
+            any_order: false,
+            extend_after_expiry: false,
+            extend_lives: vec![1, 3],
+            renewal_life: Some(2),
             max_ops: 3,
             life: 3,
             horizon: 5,
         }
     }
 
-    /// [`ExtendModel::fixed`] with the old rule (finding 2).
+    /// [`ExtendModel::fixed`] with the rule before finding 2.
     pub fn old_rule() -> Self {
         ExtendModel {
             ambiguous_keeps_validity: true,
@@ -137,46 +164,60 @@ impl ExtendModel {
         }
     }
 
-    fn bound(sent: u8, life: u8) -> u8 {
-        sent + life
-    }
-
-    /// Whether an extend `(seq, sent)` comes after `newest`'s: `sent >= newest` in
-    /// `Lease::extend_sent` and `Lease::renewed`.
-    fn later_or_same(&self, seq: u8, sent: u8, newest: (u8, u8, u8)) -> bool {
-        if self.order_by_instant {
-            sent >= newest.1
-        } else {
-            seq >= newest.0
+    /// [`ExtendModel::fixed`] with the intermediate rule: the newest extend only, ordered by
+    /// send instants.
+    pub fn intermediate_rule() -> Self {
+        ExtendModel {
+            newest_only: true,
+            order_by_instant: true,
+            ..Self::fixed()
         }
     }
 
-    /// `Lease::extend_confirmed` for the op `seq` sent at `sent`: raise to its bound, capped
-    /// by the bound of the newest extend if that was sent after it (`newest > sent`), or with
-    /// `cap_by_every_later` by the bound of every extend sent after it.
-    fn confirm(&self, s: &mut ExtendState, seq: u8, sent: u8, bound: u8) {
-        let after = |i: usize, o: &Op| {
-            if self.order_by_instant {
-                o.sent > sent
-            } else {
-                i > seq as usize
-            }
-        };
-        let bound = if self.cap_by_every_later {
-            s.ops
-                .iter()
-                .enumerate()
-                .filter(|(i, o)| !o.renewal && after(*i, o))
-                .map(|(_, o)| Self::bound(o.sent, o.life))
-                .fold(bound, u8::min)
+    /// The order of op `i` sent at `sent`: its sequence number (`Validity::sent` after the
+    /// increment), or with `order_by_instant` its send instant (plus one: 0 stays "none").
+    fn order(&self, i: usize, sent: u8) -> u8 {
+        if self.order_by_instant {
+            sent + 1
         } else {
+            i as u8 + 1
+        }
+    }
+
+    /// `Lease::extend_sent`: record the extend `(order, bound)`, lower the validity.
+    fn extend_sent(&self, s: &mut ExtendState, order: u8, bound: u8) {
+        if self.newest_only {
+            if s.newest.is_none_or(|(n, _)| order >= n) {
+                s.newest = Some((order, bound));
+            }
+        } else {
+            s.pending.push((order, bound));
+        }
+        s.until = s.until.min(bound);
+    }
+
+    /// `Lease::extend_confirmed(seq, bound)`.
+    fn extend_confirmed(&self, s: &mut ExtendState, seq: u8, bound: u8) {
+        let cap = if self.newest_only {
             match s.newest {
-                Some(n) if self.order_by_instant && n.1 > sent => bound.min(n.2),
-                Some(n) if !self.order_by_instant && n.0 > seq => bound.min(n.2),
+                Some((n, b)) if n > seq => bound.min(b),
                 _ => bound,
             }
+        } else {
+            if seq <= s.confirmed {
+                return;
+            }
+            let cap = s
+                .pending
+                .iter()
+                .filter(|(o, _)| *o > seq)
+                .map(|(_, b)| *b)
+                .fold(bound, u8::min);
+            s.confirmed = seq;
+            s.pending.retain(|(o, _)| *o > seq);
+            cap
         };
-        s.until = s.until.max(bound);
+        s.until = s.until.max(cap);
     }
 }
 
@@ -193,6 +234,8 @@ impl Model for ExtendModel {
             now: 0,
             key: Some((true, self.life)),
             until: self.life,
+            pending: vec![],
+            confirmed: 0,
             newest: None,
             lost: false,
             ops: vec![],
@@ -204,11 +247,14 @@ impl Model for ExtendModel {
         if s.now < self.horizon {
             actions.push(ExtendAction::Tick);
         }
-        if a_valid(s) && s.ops.len() < self.max_ops {
+        if !s.lost && (self.extend_after_expiry || a_valid(s)) && s.ops.len() < self.max_ops {
             for &l in &self.extend_lives {
                 actions.push(ExtendAction::Extend(l));
             }
-            if self.renewal_life.is_some() && !s.ops.iter().any(|o| o.renewal && o.waiting) {
+            if a_valid(s)
+                && self.renewal_life.is_some()
+                && !s.ops.iter().any(|o| o.renewal && o.waiting)
+            {
                 actions.push(ExtendAction::Renew);
             }
         }
@@ -247,14 +293,9 @@ impl Model for ExtendModel {
                     ExtendAction::Extend(l) => (l, false),
                     _ => (self.renewal_life?, true),
                 };
-                let seq = s.ops.len() as u8;
-                if !self.ambiguous_keeps_validity && !renewal {
-                    // Lease::extend_sent.
-                    let bound = Self::bound(now, life);
-                    if s.newest.is_none_or(|n| self.later_or_same(seq, now, n)) {
-                        s.newest = Some((seq, now, bound));
-                    }
-                    s.until = s.until.min(bound);
+                if !self.ambiguous_keeps_validity {
+                    let order = self.order(s.ops.len(), now);
+                    self.extend_sent(&mut s, order, now + life);
                 }
                 s.ops.push(Op {
                     sent: now,
@@ -280,19 +321,14 @@ impl Model for ExtendModel {
             ExtendAction::Reply(i) => {
                 let o = &mut s.ops[i];
                 o.waiting = false;
-                let (ok, sent, life, renewal) = (o.reply.take()?, o.sent, o.life, o.renewal);
+                let (ok, sent, life) = (o.reply.take()?, o.sent, o.life);
                 if !ok {
                     s.lost = true;
                 } else if self.ambiguous_keeps_validity {
-                    s.until = Self::bound(sent, life);
+                    s.until = sent + life;
                 } else {
-                    let bound = Self::bound(sent, life);
-                    let seq = i as u8;
-                    if renewal && s.newest.is_none_or(|n| self.later_or_same(seq, sent, n)) {
-                        // Lease::renewed records the send when the reply is in.
-                        s.newest = Some((seq, sent, bound));
-                    }
-                    self.confirm(&mut s, seq, sent, bound);
+                    let seq = self.order(i, sent);
+                    self.extend_confirmed(&mut s, seq, sent + life);
                 }
             }
             ExtendAction::GiveUp(i) => {
@@ -326,6 +362,14 @@ impl Model for ExtendModel {
                         && !s.ops[1].in_flight
                         && s.key.is_some_and(|(a, _)| a)
                 },
+            ),
+            Property::sometimes(
+                "a success confirmed with two later extends pending",
+                |_, s: &ExtendState| s.confirmed > 0 && s.pending.len() >= 2,
+            ),
+            Property::sometimes(
+                "a success raises the validity past the first lifetime",
+                |m: &ExtendModel, s: &ExtendState| a_valid(s) && s.until > m.life,
             ),
         ]
     }

@@ -194,6 +194,8 @@ const FAIR_RIGHTS: &[&str] = &[
     "+zadd",
     "+zscore",
     "+zpopmin",
+    "+zcard",
+    "+persist",
     "~{lock:*}:queue",
     "~{lock:*}:waiter:*",
 ];
