@@ -93,7 +93,6 @@ leasehold_harness::server_test!(async fn a_stopped_node_does_not_block_acquisiti
     // Generous: the frozen node's requests go on in the background, the live ones must not
     // time out on a loaded machine.
     let r = redlock(&nodes, Duration::from_secs(5)).await;
-    common::preload_scripts(&nodes[0]);
     nodes[0].command(&["CONFIG", "RESETSTAT"]).unwrap(); // count only what follows
     nodes[0].pause().unwrap();
     let g = tokio::time::timeout(HANG_GUARD, r.try_acquire("k", &LockOptions::new(LONG)))
@@ -358,4 +357,42 @@ leasehold_harness::server_test!(async fn the_locker_takes_a_redlock_url(bin) {
         .await
         .unwrap();
     assert!(n > state.fencing_counter.unwrap());
+});
+
+// Issue 22, finding 2, on Redlock: a shortening extend that every node applies, but whose
+// replies are held back past the node timeout, leaves the lease believing no longer than the
+// new TTL from when the extend was sent (it used to keep the old 60 s).
+leasehold_harness::server_test!(async fn an_extend_no_node_answered_in_time_never_raises_validity(bin) {
+    use leasehold_harness::SlowLink;
+    let nodes = servers(&bin, 3, &ServerOptions::new());
+    for n in &nodes {
+        common::preload_scripts(n);
+    }
+    let links: Vec<SlowLink> = nodes.iter().map(|n| SlowLink::start(n.addr()).unwrap()).collect();
+    let urls: Vec<String> = links.iter().map(|l| l.url()).collect();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let r = Redlock::connect(&urls, RedlockOptions::new().node_timeout(Duration::from_millis(500)))
+        .await
+        .unwrap();
+    let key = "redlock:ambiguous-extend";
+    let g = r.try_acquire(key, &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
+    for l in &links {
+        l.set_reply_delay(Duration::from_secs(2));
+    }
+    let sent = Instant::now();
+    let err = g.extend(Duration::from_secs(5)).await.unwrap_err();
+    assert!(!matches!(err, Error::NotHeld { .. }), "{err:?}");
+    for n in &nodes {
+        let pttl = common::pttl(n, key);
+        assert!(pttl > 0 && pttl <= 5_000, "every node applied the extend: PTTL {pttl} ms");
+    }
+    assert!(
+        g.valid_until() <= sent + Duration::from_secs(5),
+        "the lease still counts on the old TTL: {:?} left",
+        g.valid_until().saturating_duration_since(Instant::now())
+    );
+    for l in &links {
+        l.set_reply_delay(Duration::ZERO);
+    }
+    g.detach();
 });
