@@ -12,8 +12,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::unistd::{Gid, Uid};
 use tempfile::TempDir;
@@ -294,7 +293,7 @@ impl PgBouncer {
         if let Some((uid, gid)) = self.run_as {
             cmd.uid(uid.as_raw()).gid(gid.as_raw());
         }
-        let mut child = cmd
+        let child = cmd
             .arg(self.dir.path().join(CONFIG))
             .current_dir(self.dir.path())
             .stdin(Stdio::null())
@@ -310,42 +309,17 @@ impl PgBouncer {
                 };
                 (error, false)
             })?;
-        let failed = |child: &mut Child, reason: String, retry: bool| {
-            let _ = child.kill();
-            let _ = child.wait();
-            let error = HarnessError::StartFailed {
-                binary: format!("pgbouncer ({})", self.binary.display()),
-                port,
-                reason,
-                log_tail: self.log_tail(LOG_TAIL_LINES),
-            };
-            (error, retry)
-        };
-        let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
-            match child.try_wait() {
-                Ok(Some(status)) => {
-                    let reason = format!("pgbouncer exited during start-up ({status})");
-                    return Err(failed(&mut child, reason, true));
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    let reason = format!("cannot check the process: {e}");
-                    return Err(failed(&mut child, reason, false));
-                }
-            }
-            // Only our child can hold the port we reserved: the port taking a connection while
-            // the child runs means it listens.
-            let addr = SocketAddr::from(([127, 0, 0, 1], port));
-            if TcpStream::connect_timeout(&addr, PROBE_TIMEOUT).is_ok() {
-                return Ok(child);
-            }
-            if Instant::now() >= deadline {
-                let reason = format!("not accepting connections within {READY_TIMEOUT:?}");
-                return Err(failed(&mut child, reason, false));
-            }
-            thread::sleep(POLL_INTERVAL);
-        }
+        // Only our child can hold the port we reserved: the port taking a connection while
+        // the child runs means it listens.
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        crate::process::await_ready(
+            child,
+            &format!("pgbouncer ({})", self.binary.display()),
+            port,
+            (READY_TIMEOUT, POLL_INTERVAL),
+            |_| TcpStream::connect_timeout(&addr, PROBE_TIMEOUT).is_ok(),
+            || self.log_tail(LOG_TAIL_LINES),
+        )
     }
 }
 

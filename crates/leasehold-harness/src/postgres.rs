@@ -351,7 +351,7 @@ impl Postgres {
         // A fresh log per attempt, so an error shows this attempt's output only.
         let log = File::create(self.log_path()).map_err(|e| (e.into(), false))?;
         let stderr = log.try_clone().map_err(|e| (e.into(), false))?;
-        let mut child = self
+        let child = self
             .command("postgres")
             .arg("-D")
             .arg(self.dir.path().join(DATA_DIR))
@@ -375,39 +375,14 @@ impl Postgres {
                 };
                 (error, false)
             })?;
-        let failed = |child: &mut Child, reason: String, retry: bool| {
-            let _ = child.kill();
-            let _ = child.wait();
-            let error = HarnessError::StartFailed {
-                binary: format!("postgres from {}", self.bin_dir.display()),
-                port,
-                reason,
-                log_tail: self.log_tail(LOG_TAIL_LINES),
-            };
-            (error, retry)
-        };
-        let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
-            match child.try_wait() {
-                Ok(Some(status)) => {
-                    let reason = format!("the server exited during start-up ({status})");
-                    return Err(failed(&mut child, reason, true));
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    let reason = format!("cannot check the process: {e}");
-                    return Err(failed(&mut child, reason, false));
-                }
-            }
-            if self.is_ready(child.id(), port) {
-                return Ok(child);
-            }
-            if Instant::now() >= deadline {
-                let reason = format!("not accepting connections within {READY_TIMEOUT:?}");
-                return Err(failed(&mut child, reason, false));
-            }
-            thread::sleep(POLL_INTERVAL);
-        }
+        crate::process::await_ready(
+            child,
+            &format!("postgres from {}", self.bin_dir.display()),
+            port,
+            (READY_TIMEOUT, POLL_INTERVAL),
+            |pid| self.is_ready(pid, port),
+            || self.log_tail(LOG_TAIL_LINES),
+        )
     }
 
     /// Ready when `postmaster.pid` names our process and says `ready` (PostgreSQL >= 10

@@ -62,6 +62,22 @@ where
     }
 }
 
+/// Waits until `span` has passed on the server's clock (`clock_timestamp()`).
+async fn server_clock_passes(admin: &tokio_postgres::Client, span: Duration) {
+    let now = || async {
+        admin
+            .query_one("SELECT clock_timestamp()", &[])
+            .await
+            .unwrap()
+            .get::<_, std::time::SystemTime>(0)
+    };
+    let t0 = now().await;
+    until("time passing on the server's clock", || async {
+        now().await.duration_since(t0).unwrap_or_default() > span
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn acquire_busy_release_and_fencing() {
     let Some(pg) = postgres_for_test() else {
@@ -583,20 +599,7 @@ async fn an_auto_extended_lease_row_is_kept_and_its_loss_reported() {
         .acquire("kept", &LockOptions::new(ttl).auto_extend(true))
         .await
         .unwrap();
-    let t0: std::time::SystemTime = admin
-        .query_one("SELECT clock_timestamp()", &[])
-        .await
-        .unwrap()
-        .get(0);
-    until("five TTLs on the server's clock", || async {
-        let now: std::time::SystemTime = admin
-            .query_one("SELECT clock_timestamp()", &[])
-            .await
-            .unwrap()
-            .get(0);
-        now.duration_since(t0).unwrap_or_default() > ttl * 5
-    })
-    .await;
+    server_clock_passes(&admin, ttl * 5).await;
     assert!(guard.is_held());
     assert_eq!(
         client.inspect("kept").await.unwrap().holder.as_deref(),
@@ -763,21 +766,7 @@ async fn lease_rows_work_through_a_transaction_pooler() {
         .acquire("kept", &LockOptions::new(ttl).auto_extend(true))
         .await
         .unwrap();
-    let admin = admin(&pg).await;
-    let t0: std::time::SystemTime = admin
-        .query_one("SELECT clock_timestamp()", &[])
-        .await
-        .unwrap()
-        .get(0);
-    until("four TTLs on the server's clock", || async {
-        let now: std::time::SystemTime = admin
-            .query_one("SELECT clock_timestamp()", &[])
-            .await
-            .unwrap()
-            .get(0);
-        now.duration_since(t0).unwrap_or_default() > ttl * 4
-    })
-    .await;
+    server_clock_passes(&admin(&pg).await, ttl * 4).await;
     assert!(kept.is_held());
     assert_eq!(
         b.inspect("kept").await.unwrap().holder.as_deref(),

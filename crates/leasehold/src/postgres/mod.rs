@@ -67,6 +67,7 @@
 //!   a server session that already holds the key (one handed over with another client's lock,
 //!   also by a session pool whose `server_reset_query` does not release advisory locks): it then
 //!   does not ask for the lock, in the same statement, so nothing is granted twice.
+//!
 //! A busy transaction pool can hide the first sign; the last one still keeps a second client from
 //! being granted a lock a session already holds. Lease rows (`?lock=lease`,
 //! [`PostgresLeaseClient`]) keep no session state and work through any pooler. A session pool
