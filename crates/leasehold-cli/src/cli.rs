@@ -267,6 +267,11 @@ pub struct CheckArgs {
     /// lives on a server of its own.
     #[arg(long, value_parser = ["standalone", "cluster", "sentinel"])]
     pub topology: Option<String>,
+    /// --backend postgres only: put a connection pooler in front of the lock's PostgreSQL.
+    /// `pgbouncer`: Debian's PgBouncer with pool_mode=transaction; the workers then use lease
+    /// rows (`?lock=lease`), since session locks are refused through a transaction pooler.
+    #[arg(long, value_name = "POOLER", value_parser = ["pgbouncer"])]
+    pub pooler: Option<String>,
     /// Lock servers: 1 (a plain lock), or an odd number >= 3 (Redlock over them).
     #[arg(long, default_value_t = 1)]
     pub nodes: usize,

@@ -342,6 +342,9 @@ fn bad_options_are_usage_errors() {
         &["check", "--permits", "2", "--nodes", "3"],
         &["check", "--permits", "2", "--fair"],
         &["check", "--permits", "2", "--backend", "postgres"],
+        // A pooler goes in front of PostgreSQL only.
+        &["check", "--pooler", "pgbouncer"],
+        &["check", "--backend", "etcd", "--pooler", "pgbouncer"],
     ] {
         let run = leasehold(args);
         assert_eq!(run.code, 64, "{args:?}: {run:?}");
@@ -494,4 +497,32 @@ server_test!(async fn check_serves_the_workers_metrics(bin) {
     }
     let (code, stderr) = run.wait();
     assert_eq!(code, 0, "{stderr}");
+});
+
+// `--backend postgres --pooler pgbouncer`: the lock as lease rows through PgBouncer in
+// transaction mode (issue 22), with holders paused and killed and the server behind the pooler
+// restarted.
+server_test!([redis8] async fn backend_postgres_through_pgbouncer(bin) {
+    if skip_without("PostgreSQL", leasehold_harness::find_postgres().is_some())
+        || skip_without("PgBouncer", leasehold_harness::find_pgbouncer().is_some())
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let report = check(
+        &bin,
+        dir.path(),
+        &[
+            "--backend", "postgres", "--pooler", "pgbouncer", "--duration", "10s", "--ttl", "1s",
+            "--work", "30ms", "--faults", "pause,kill,restart", "--seed", "7",
+        ],
+        0,
+    );
+    assert_safe(&report);
+    assert_eq!(report["settings"]["backend"], "postgres");
+    assert_eq!(report["settings"]["pooler"], "pgbouncer");
+    for kind in ["pause", "kill", "restart"] {
+        assert!(injected(&report, kind) >= 1, "no {kind} in {report:#}");
+    }
+    eprintln!("lock errors: {}", n(&report, "lock_errors"));
 });

@@ -16,7 +16,9 @@
 //!   sentinels, quorum 2) monitoring it as `leasehold`; it can force a failover or kill the
 //!   primary and wait for the sentinels to promote a replica.
 //! * [`Postgres`] owns one PostgreSQL server (from the system's packages, found by
-//!   [`find_postgres`]) with a fresh `initdb` cluster in its own temporary directory.
+//!   [`find_postgres`]) with a fresh `initdb` cluster in its own temporary directory;
+//!   [`PgBouncer`] puts Debian's PgBouncer (a connection pooler, transaction pooling by
+//!   default) in front of one.
 //! * [`Etcd`] owns one etcd member (from the system's packages, found by [`find_etcd`]) with
 //!   its data dir in its own temporary directory; [`EtcdCluster`] bootstraps several (default
 //!   [`DEFAULT_ETCD_MEMBERS`]) into one cluster and tells which member leads. Both can kill,
@@ -36,6 +38,7 @@ mod discover;
 mod error;
 mod etcd;
 mod macros;
+mod pgbouncer;
 mod postgres;
 mod process;
 mod resp;
@@ -55,6 +58,7 @@ pub use etcd::{
     DEFAULT_ETCD_MEMBERS, Etcd, EtcdCluster, EtcdStatus, etcd_cluster_for_test, etcd_for_test,
     find_etcd,
 };
+pub use pgbouncer::{PgBouncer, PgBouncerOptions, PoolMode, find_pgbouncer, pgbouncer_for_test};
 pub use postgres::{POSTGRES_DATABASE, POSTGRES_USER, Postgres, find_postgres, postgres_for_test};
 pub use resp::RespValue;
 pub use sentinel::{DEFAULT_MASTER_NAME, SentinelOptions, SentinelSet};

@@ -139,29 +139,7 @@ impl Postgres {
         let bin_dir = find_postgres().ok_or_else(|| {
             HarnessError::NotInstalled("no PostgreSQL server binaries found".to_owned())
         })?;
-        let run_as = if nix::unistd::geteuid().is_root() {
-            let user = User::from_name(SYSTEM_USER)
-                .map_err(|e| {
-                    setup_error(
-                        "PostgreSQL",
-                        format!("looking up user {SYSTEM_USER:?}: {e}"),
-                        "",
-                    )
-                })?
-                .ok_or_else(|| {
-                    setup_error(
-                        "PostgreSQL",
-                        format!(
-                            "running as root, and there is no {SYSTEM_USER:?} system user to run \
-                             the server as (PostgreSQL refuses to run as root)"
-                        ),
-                        "",
-                    )
-                })?;
-            Some((user.uid, user.gid))
-        } else {
-            None
-        };
+        let run_as = system_user_if_root("PostgreSQL")?;
         let parent = temp_parent(run_as.is_some())?;
         let dir = tempfile::Builder::new()
             .prefix("leasehold-postgres-")
@@ -373,7 +351,7 @@ impl Postgres {
         // A fresh log per attempt, so an error shows this attempt's output only.
         let log = File::create(self.log_path()).map_err(|e| (e.into(), false))?;
         let stderr = log.try_clone().map_err(|e| (e.into(), false))?;
-        let mut child = self
+        let child = self
             .command("postgres")
             .arg("-D")
             .arg(self.dir.path().join(DATA_DIR))
@@ -397,39 +375,14 @@ impl Postgres {
                 };
                 (error, false)
             })?;
-        let failed = |child: &mut Child, reason: String, retry: bool| {
-            let _ = child.kill();
-            let _ = child.wait();
-            let error = HarnessError::StartFailed {
-                binary: format!("postgres from {}", self.bin_dir.display()),
-                port,
-                reason,
-                log_tail: self.log_tail(LOG_TAIL_LINES),
-            };
-            (error, retry)
-        };
-        let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
-            match child.try_wait() {
-                Ok(Some(status)) => {
-                    let reason = format!("the server exited during start-up ({status})");
-                    return Err(failed(&mut child, reason, true));
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    let reason = format!("cannot check the process: {e}");
-                    return Err(failed(&mut child, reason, false));
-                }
-            }
-            if self.is_ready(child.id(), port) {
-                return Ok(child);
-            }
-            if Instant::now() >= deadline {
-                let reason = format!("not accepting connections within {READY_TIMEOUT:?}");
-                return Err(failed(&mut child, reason, false));
-            }
-            thread::sleep(POLL_INTERVAL);
-        }
+        crate::process::await_ready(
+            child,
+            &format!("postgres from {}", self.bin_dir.display()),
+            port,
+            (READY_TIMEOUT, POLL_INTERVAL),
+            |pid| self.is_ready(pid, port),
+            || self.log_tail(LOG_TAIL_LINES),
+        )
     }
 
     /// Ready when `postmaster.pid` names our process and says `ready` (PostgreSQL >= 10
@@ -459,7 +412,29 @@ impl Drop for Postgres {
     }
 }
 
-fn setup_error(what: &str, reason: String, log_tail: &str) -> HarnessError {
+/// `Some((uid, gid))` of the `postgres` system user (Debian's packages create it) when this
+/// process runs as root, for servers that refuse to run as root (PostgreSQL, PgBouncer);
+/// `None` otherwise. `what` names the server in errors.
+pub(crate) fn system_user_if_root(what: &str) -> Result<Option<(Uid, Gid)>, HarnessError> {
+    if !nix::unistd::geteuid().is_root() {
+        return Ok(None);
+    }
+    let user = User::from_name(SYSTEM_USER)
+        .map_err(|e| setup_error(what, format!("looking up user {SYSTEM_USER:?}: {e}"), ""))?
+        .ok_or_else(|| {
+            setup_error(
+                what,
+                format!(
+                    "running as root, and there is no {SYSTEM_USER:?} system user to run \
+                     {what} as ({what} refuses to run as root)"
+                ),
+                "",
+            )
+        })?;
+    Ok(Some((user.uid, user.gid)))
+}
+
+pub(crate) fn setup_error(what: &str, reason: String, log_tail: &str) -> HarnessError {
     HarnessError::Setup {
         what: what.to_owned(),
         reason,
@@ -473,7 +448,7 @@ fn setup_error(what: &str, reason: String, log_tail: &str) -> HarnessError {
 
 /// Where to create the temporary directory: [`std::env::temp_dir`], or `/tmp` if the server
 /// runs as another user (root's case) who could not reach a directory under it.
-fn temp_parent(other_user: bool) -> Result<PathBuf, HarnessError> {
+pub(crate) fn temp_parent(other_user: bool) -> Result<PathBuf, HarnessError> {
     let preferred = std::env::temp_dir();
     if !other_user {
         return Ok(preferred);
@@ -503,7 +478,7 @@ fn traversable_by_others(dir: &Path) -> bool {
         .all(|d| fs::metadata(d).is_ok_and(|m| m.is_dir() && m.permissions().mode() & 0o001 != 0))
 }
 
-fn is_executable(path: &Path) -> bool {
+pub(crate) fn is_executable(path: &Path) -> bool {
     fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 

@@ -132,3 +132,47 @@ pub(crate) fn nix_pid(child: &Child) -> Pid {
     // Linux pids are at most 2^22; i32::MAX is never a live process.
     Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX))
 }
+
+/// Waits until a just-spawned server `child` is ready (`ready(pid)`, polled every `poll`, at
+/// most `timeout`). On failure the child is killed and reaped, and the error is a
+/// [`HarnessError::StartFailed`] for `binary` on `port` with `log_tail()`; the flag says
+/// whether another port might help (the process exited during start-up, e.g. the port was
+/// taken).
+pub(crate) fn await_ready(
+    mut child: Child,
+    binary: &str,
+    port: u16,
+    (timeout, poll): (Duration, Duration),
+    mut ready: impl FnMut(u32) -> bool,
+    log_tail: impl Fn() -> String,
+) -> Result<Child, (HarnessError, bool)> {
+    let deadline = Instant::now() + timeout;
+    let (reason, retry) = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                break (format!("{binary} exited during start-up ({status})"), true);
+            }
+            Ok(None) => {}
+            Err(e) => break (format!("cannot check the process: {e}"), false),
+        }
+        if ready(child.id()) {
+            return Ok(child);
+        }
+        if Instant::now() >= deadline {
+            break (
+                format!("not accepting connections within {timeout:?}"),
+                false,
+            );
+        }
+        thread::sleep(poll);
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    let error = HarnessError::StartFailed {
+        binary: binary.to_owned(),
+        port,
+        reason,
+        log_tail: log_tail(),
+    };
+    Err((error, retry))
+}

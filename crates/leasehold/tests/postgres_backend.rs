@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use leasehold::postgres::{FencedRows, PostgresClient};
 use leasehold::{Error, Fence, LockOptions, LockToken, Locker, LossReason, TryAcquire};
-use leasehold_harness::{Postgres, postgres_for_test};
+use leasehold_harness::{
+    PgBouncer, PgBouncerOptions, PoolMode, Postgres, pgbouncer_for_test, postgres_for_test,
+};
 use tokio_postgres::NoTls;
 
 /// Only keeps a broken test from hanging; every wait below observes state.
@@ -58,6 +60,22 @@ where
         assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+}
+
+/// Waits until `span` has passed on the server's clock (`clock_timestamp()`).
+async fn server_clock_passes(admin: &tokio_postgres::Client, span: Duration) {
+    let now = || async {
+        admin
+            .query_one("SELECT clock_timestamp()", &[])
+            .await
+            .unwrap()
+            .get::<_, std::time::SystemTime>(0)
+    };
+    let t0 = now().await;
+    until("time passing on the server's clock", || async {
+        now().await.duration_since(t0).unwrap_or_default() > span
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -581,20 +599,7 @@ async fn an_auto_extended_lease_row_is_kept_and_its_loss_reported() {
         .acquire("kept", &LockOptions::new(ttl).auto_extend(true))
         .await
         .unwrap();
-    let t0: std::time::SystemTime = admin
-        .query_one("SELECT clock_timestamp()", &[])
-        .await
-        .unwrap()
-        .get(0);
-    until("five TTLs on the server's clock", || async {
-        let now: std::time::SystemTime = admin
-            .query_one("SELECT clock_timestamp()", &[])
-            .await
-            .unwrap()
-            .get(0);
-        now.duration_since(t0).unwrap_or_default() > ttl * 5
-    })
-    .await;
+    server_clock_passes(&admin, ttl * 5).await;
     assert!(guard.is_held());
     assert_eq!(
         client.inspect("kept").await.unwrap().holder.as_deref(),
@@ -612,4 +617,362 @@ async fn an_auto_extended_lease_row_is_kept_and_its_loss_reported() {
         .await
         .expect("loss reported");
     assert_eq!(guard.loss_reason(), Some(LossReason::NotHeld));
+}
+
+// -- through a connection pooler, keepalive bounds, lock waits (issue 22) -------------------
+
+/// Idle server connections of PgBouncer's pool for `db`, from its admin console.
+async fn pooled_idle_servers(bouncer: &PgBouncer, db: &str) -> i64 {
+    let (console, conn) = tokio_postgres::connect(&bouncer.admin_url(), NoTls)
+        .await
+        .expect("admin console connects");
+    tokio::spawn(conn);
+    let rows = console.simple_query("SHOW POOLS").await.unwrap();
+    rows.iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) if r.get("database") == Some(db) => {
+                r.get("sv_idle").and_then(|n| n.parse().ok())
+            }
+            _ => None,
+        })
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn session_locks_through_a_transaction_pooler_are_refused() {
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    let Some(bouncer) = pgbouncer_for_test(&pg, &PgBouncerOptions::new()) else {
+        return;
+    };
+    let err = PostgresClient::connect(&bouncer.url()).await.unwrap_err();
+    match &err {
+        Error::Topology { reason } => {
+            assert!(reason.contains("?lock=lease"), "{reason}");
+            assert!(reason.contains("pool_mode=session"), "{reason}");
+        }
+        other => panic!("expected a Topology error, got {other}"),
+    }
+    // The same through the Locker (what the CLI uses), with lock=session spelled out.
+    let err = Locker::connect(&format!("{}?lock=session", bouncer.url()))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Topology { .. }), "{err}");
+    // Nothing was taken on the server.
+    let admin = admin(&pg).await;
+    let locks: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(locks, 0);
+    // Directly, the same server is fine.
+    PostgresClient::connect(&pg.url()).await.unwrap();
+}
+
+#[tokio::test]
+async fn lease_rows_work_through_a_transaction_pooler() {
+    use leasehold::postgres::PostgresLeaseClient;
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    let Some(bouncer) = pgbouncer_for_test(&pg, &PgBouncerOptions::new()) else {
+        return;
+    };
+    let url = format!("{}?lock=lease", bouncer.url());
+    let a = PostgresLeaseClient::connect(&url).await.unwrap();
+    let b = PostgresLeaseClient::connect(&url).await.unwrap();
+    let opts = LockOptions::new(Duration::from_secs(30)).fencing(true);
+
+    let first = a
+        .try_acquire("pooled", &opts)
+        .await
+        .unwrap()
+        .acquired()
+        .unwrap();
+    let n1 = first.fencing_token().unwrap();
+    assert!(matches!(
+        b.try_acquire("pooled", &opts).await.unwrap(),
+        TryAcquire::Busy { remaining: Some(_) }
+    ));
+    b.extend("pooled", first.token(), Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(b.inspect("pooled").await.unwrap().ttl.unwrap() > Duration::from_secs(30));
+    first.release().await.unwrap();
+    let second = b
+        .try_acquire("pooled", &opts)
+        .await
+        .unwrap()
+        .acquired()
+        .unwrap();
+    assert!(second.fencing_token().unwrap() > n1);
+
+    // A waiter gets the lock once it is released (by backoff if the notification is lost to
+    // the pooler: LISTEN is session state).
+    let waiter = {
+        let (a, wait) = (a.clone(), opts.clone().wait(BOUND));
+        tokio::spawn(async move { a.acquire("pooled", &wait).await })
+    };
+    let n2 = second.fencing_token().unwrap();
+    second.release().await.unwrap();
+    let third = tokio::time::timeout(BOUND, waiter)
+        .await
+        .expect("the waiter gets it")
+        .unwrap()
+        .unwrap();
+    assert!(third.fencing_token().unwrap() > n2);
+    third.release().await.unwrap();
+
+    // Many clients at once, so that their transactions run on each other's server sessions:
+    // every operation works, and the shared key's fencing numbers all differ.
+    let mut tasks = Vec::new();
+    for i in 0..6 {
+        let client = PostgresLeaseClient::connect(&url).await.unwrap();
+        let opts = opts.clone().wait(BOUND);
+        tasks.push(tokio::spawn(async move {
+            let mut numbers = Vec::new();
+            for _ in 0..5 {
+                let own = client.acquire(&format!("own-{i}"), &opts).await.unwrap();
+                own.extend(Duration::from_secs(30)).await.unwrap();
+                let shared = client.acquire("shared", &opts).await.unwrap();
+                numbers.push(shared.fencing_token().unwrap());
+                shared.release().await.unwrap();
+                own.release().await.unwrap();
+            }
+            numbers
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    let count = all.len();
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(
+        all.len(),
+        count,
+        "every holder of the shared key got its own number"
+    );
+
+    // Auto-extension through the pooler keeps the lease over several TTLs.
+    let ttl = Duration::from_millis(600);
+    let kept = a
+        .acquire("kept", &LockOptions::new(ttl).auto_extend(true))
+        .await
+        .unwrap();
+    server_clock_passes(&admin(&pg).await, ttl * 4).await;
+    assert!(kept.is_held());
+    assert_eq!(
+        b.inspect("kept").await.unwrap().holder.as_deref(),
+        Some(kept.token().expose())
+    );
+    kept.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_session_that_already_holds_the_key_is_refused() {
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    // A session pool that does not reset sessions: a server session goes back to the pool
+    // with whatever advisory locks its last client left on it.
+    let options = PgBouncerOptions::new()
+        .pool_mode(PoolMode::Session)
+        .server_reset_query("");
+    let Some(bouncer) = pgbouncer_for_test(&pg, &options) else {
+        return;
+    };
+    let client = PostgresClient::connect(&bouncer.url()).await.unwrap();
+    let opts = LockOptions::new(Duration::from_secs(30)).fencing(true);
+    // Both of the client's idle sessions in use, so the next acquisition opens a new one.
+    let g1 = client
+        .try_acquire("k1", &opts)
+        .await
+        .unwrap()
+        .acquired()
+        .unwrap();
+    let g2 = client
+        .try_acquire("k2", &opts)
+        .await
+        .unwrap()
+        .acquired()
+        .unwrap();
+
+    // Another client takes the key on its session and leaves: the session keeps it.
+    {
+        let (other, conn) = tokio_postgres::connect(&bouncer.url(), NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        other
+            .execute(
+                "SELECT pg_advisory_lock(hashtextextended('handed', 0))",
+                &[],
+            )
+            .await
+            .unwrap();
+    }
+    until("the session is back in the pool", || async {
+        pooled_idle_servers(&bouncer, leasehold_harness::POSTGRES_DATABASE).await == 1
+    })
+    .await;
+    let direct = admin(&pg).await;
+    let left_by = holder_pid(&direct, "handed")
+        .await
+        .expect("left holding it");
+
+    // Our next acquisition gets that session: refused, not granted a second time.
+    let err = client.try_acquire("handed", &opts).await.unwrap_err();
+    match &err {
+        Error::Topology { reason } => assert!(reason.contains("already held"), "{reason}"),
+        other => panic!("expected a Topology error, got {other}"),
+    }
+    assert_eq!(holder_pid(&direct, "handed").await, Some(left_by));
+    let row: Option<i64> = direct
+        .query_opt(
+            "SELECT fence FROM leasehold_locks WHERE key = 'handed'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .map(|r| r.get(0));
+    assert_eq!(row, None, "no fencing number was drawn");
+    g1.release().await.unwrap();
+    g2.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_lock_wait_timeout_on_the_fence_row_leaves_no_advisory_lock() {
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    let a = PostgresClient::connect(&pg.url()).await.unwrap();
+    let b = PostgresClient::connect(&pg.url()).await.unwrap();
+    let opts = LockOptions::new(Duration::from_secs(30)).fencing(true);
+    // The key's fence row exists.
+    a.try_acquire("row-locked", &opts)
+        .await
+        .unwrap()
+        .acquired()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+
+    // Someone holds the fence row in an open transaction: the acquisition is granted the
+    // advisory lock, then times out waiting for the row (55P03).
+    let blocker = admin(&pg).await;
+    blocker
+        .batch_execute("BEGIN; SELECT * FROM leasehold_locks WHERE key = 'row-locked' FOR UPDATE")
+        .await
+        .unwrap();
+    let err = a
+        .acquire("row-locked", &opts.clone().wait(Duration::from_millis(300)))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NotAcquired { .. }), "{err}");
+    let direct = admin(&pg).await;
+    assert_eq!(
+        holder_pid(&direct, "row-locked").await,
+        None,
+        "the session gave the advisory lock back"
+    );
+    blocker.batch_execute("COMMIT").await.unwrap();
+
+    // Another client gets it at once, and so does the first one after it.
+    let got = b
+        .try_acquire("row-locked", &opts)
+        .await
+        .unwrap()
+        .acquired()
+        .expect("free after the failed attempt");
+    got.release().await.unwrap();
+    let again = a
+        .try_acquire("row-locked", &opts)
+        .await
+        .unwrap()
+        .acquired()
+        .unwrap();
+    again.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_lease_is_bounded_by_the_servers_tcp_settings() {
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    let admin = admin(&pg).await;
+    // Keepalive gives up after 3 + 1 x 2 = 5 s of silence for `ka`; tcp_user_timeout after
+    // 4 s for `ut`.
+    admin
+        .batch_execute(
+            "CREATE ROLE ka LOGIN SUPERUSER;
+             ALTER ROLE ka SET tcp_keepalives_idle = 3;
+             ALTER ROLE ka SET tcp_keepalives_interval = 1;
+             ALTER ROLE ka SET tcp_keepalives_count = 2;
+             CREATE ROLE ut LOGIN SUPERUSER;
+             ALTER ROLE ut SET tcp_user_timeout = 4000;",
+        )
+        .await
+        .unwrap();
+    let url = |user: &str| format!("postgres://{user}@127.0.0.1:{}/postgres", pg.port());
+    let ttl = Duration::from_secs(60);
+    let opts = LockOptions::new(ttl);
+
+    // The server's defaults (7200 s + 75 s x 9): the TTL is the bound.
+    let plain = PostgresClient::connect(&pg.url()).await.unwrap();
+    let g = plain
+        .try_acquire("plain", &opts)
+        .await
+        .unwrap()
+        .acquired()
+        .unwrap();
+    assert!(
+        g.lease().remaining() > Duration::from_secs(30),
+        "{:?}",
+        g.lease().remaining()
+    );
+    g.release().await.unwrap();
+
+    for (user, bound) in [
+        ("ka", Duration::from_secs(5)),
+        ("ut", Duration::from_secs(4)),
+    ] {
+        let client = PostgresClient::connect(&url(user)).await.unwrap();
+        let g = client
+            .try_acquire(user, &opts)
+            .await
+            .unwrap()
+            .acquired()
+            .unwrap();
+        let left = g.lease().remaining();
+        assert!(left <= bound && left > Duration::ZERO, "{user}: {left:?}");
+        // An extend is bounded the same way.
+        g.extend(ttl).await.unwrap();
+        let left = g.lease().remaining();
+        assert!(
+            left <= bound && left > Duration::ZERO,
+            "{user} extended: {left:?}"
+        );
+        g.release().await.unwrap();
+    }
+
+    // Auto-extension renews within the shorter lifetime: the validity moves on, and stays
+    // within the bound.
+    let client = PostgresClient::connect(&url("ka")).await.unwrap();
+    let g = client
+        .acquire("renewed", &opts.clone().auto_extend(true))
+        .await
+        .unwrap();
+    let first = g.valid_until();
+    until("a renewal", || async { g.valid_until() > first }).await;
+    assert!(g.is_held());
+    assert!(g.lease().remaining() <= Duration::from_secs(5));
+    g.release().await.unwrap();
 }

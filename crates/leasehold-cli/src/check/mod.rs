@@ -53,7 +53,18 @@ fn validate(args: &CheckArgs) -> Result<(), Usage> {
             )));
         }
     }
-    match Backend::of(args) {
+    let backend = Backend::of(args);
+    if let Some(pooler) = args
+        .pooler
+        .as_deref()
+        .filter(|_| backend != Backend::Postgres)
+    {
+        return Err(Usage(format!(
+            "--pooler {pooler}: a pooler goes in front of PostgreSQL, not --backend {}",
+            backend.name()
+        )));
+    }
+    match backend {
         Backend::Redis => validate_redis(args)?,
         other => validate_other(other, args)?,
     }
@@ -333,6 +344,9 @@ pub(crate) async fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCod
             server_label.as_deref().unwrap_or("-")
         ),
         Backend::Etcd => format!("{} members", backend.lock_nodes(&args)),
+        Backend::Postgres if args.pooler.is_some() => {
+            "one PostgreSQL server behind PgBouncer (transaction pooling, lease rows)".into()
+        }
         Backend::Postgres => "one PostgreSQL server".into(),
     };
     eprintln!(
@@ -422,6 +436,7 @@ pub(crate) async fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCod
             "rw": args.rw,
             "multi": args.multi,
             "elect": args.elect,
+            "pooler": args.pooler,
         },
     });
     std::fs::write(

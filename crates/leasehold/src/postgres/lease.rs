@@ -26,6 +26,14 @@
 //! * Unlike a session lock, a lease row survives its process (the CLI's `acquire` / `release`
 //!   from another process work) and costs no connection while held; a crashed holder's lock is
 //!   free after its TTL, not at once.
+//!
+//! # Through a connection pooler
+//! Lease rows keep no state in the server session: every statement is one transaction, sent
+//! unnamed (no prepared statement outlives it), so they work through a transaction pooler
+//! (PgBouncer's `pool_mode=transaction`) as well as directly. One thing does not: `LISTEN` is
+//! session state, and a transaction pooler gives the listening connection's server session to
+//! others, so release notifications may not arrive; waiters then retry after their backoff
+//! (never later than the holder's remaining lease), which is slower, never unsafe.
 
 use std::collections::HashMap;
 use std::str::FromStr;
@@ -34,7 +42,16 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
 use tokio::sync::broadcast;
+use tokio_postgres::types::Type;
 use tokio_postgres::{AsyncMessage, NoTls};
+
+/// Parameter types, given with every statement: statements are sent unnamed (parsed, bound and
+/// run in one message sequence), so nothing is prepared on a server session across
+/// transactions and lease rows work through a transaction pooler (PgBouncer's
+/// `pool_mode=transaction`), where a connection's next transaction may run on another
+/// client's server session.
+const TEXT: Type = Type::TEXT;
+const INT8: Type = Type::INT8;
 
 use super::{pg_error, timeout_error, validate_pg_key};
 use crate::backend::HeldLock;
@@ -306,12 +323,18 @@ impl PostgresLeaseClient {
         let row = self
             .timed(
                 Operation::Acquire,
-                conn.query_opt(ACQUIRE, &[&key, &token.expose(), &ttl_ms]),
+                conn.query_typed_opt(
+                    ACQUIRE,
+                    &[(&key, TEXT), (&token.expose(), TEXT), (&ttl_ms, INT8)],
+                ),
             )
             .await?;
         let Some(row) = row else {
             let remaining = self
-                .timed(Operation::Acquire, conn.query_opt(REMAINING, &[&key]))
+                .timed(
+                    Operation::Acquire,
+                    conn.query_typed_opt(REMAINING, &[(&key, TEXT)]),
+                )
                 .await?
                 .and_then(|r| r.get::<_, Option<i64>>(0))
                 .map(|ms| Duration::from_millis(ms.max(0) as u64));
@@ -423,7 +446,7 @@ impl PostgresLeaseClient {
         let rows = self
             .timed(
                 Operation::Release,
-                conn.query(RELEASE, &[&key, &token.expose()]),
+                conn.query_typed(RELEASE, &[(&key, TEXT), (&token.expose(), TEXT)]),
             )
             .await?;
         if rows.is_empty() {
@@ -445,7 +468,10 @@ impl PostgresLeaseClient {
         let n = self
             .timed(
                 Operation::Extend,
-                conn.execute(EXTEND, &[&key, &token.expose(), &ttl_ms]),
+                conn.execute_typed(
+                    EXTEND,
+                    &[(&key, TEXT), (&token.expose(), TEXT), (&ttl_ms, INT8)],
+                ),
             )
             .await?;
         if n == 0 {
@@ -464,7 +490,10 @@ impl PostgresLeaseClient {
         validate_pg_key(key)?;
         let conn = self.conn().await?;
         let row = self
-            .timed(Operation::Inspect, conn.query_opt(INSPECT, &[&key]))
+            .timed(
+                Operation::Inspect,
+                conn.query_typed_opt(INSPECT, &[(&key, TEXT)]),
+            )
             .await?;
         let bad = unexpected(Operation::Inspect);
         let Some(row) = row else {
@@ -498,7 +527,7 @@ impl PostgresLeaseClient {
         let row = self
             .timed(
                 Operation::RaiseFencingCounter,
-                conn.query_one(RAISE, &[&key, &n]),
+                conn.query_typed_one(RAISE, &[(&key, TEXT), (&n, INT8)]),
             )
             .await?;
         let fence: i64 = row

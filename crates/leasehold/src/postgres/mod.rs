@@ -24,8 +24,21 @@
 //!   whose 64-bit hashes collide exclude each other (a liveness cost, never a safety one).
 //! * **Validity.** [`Lease::valid_until`](crate::Lease::valid_until) is counted from before the
 //!   granting (or extending) statement was sent, minus the drift allowance; the server's idle
-//!   timer starts after that statement *finished*, so the server never ends the session before
-//!   the lease's validity is over (assuming the server's timer does not run more than 1% fast).
+//!   timer starts after that statement *finished*, so `idle_session_timeout` never ends the
+//!   session before the lease's validity is over (assuming the server's timer does not run more
+//!   than 1% fast).
+//! * **The keepalive bound.** The server's TCP stack can end a session sooner: when the client
+//!   is partitioned away, the server's keepalive gives up after `tcp_keepalives_idle +
+//!   tcp_keepalives_interval × tcp_keepalives_count` seconds of silence, and
+//!   `tcp_user_timeout` (when set) after that many ms of unacknowledged data. Each session reads
+//!   these settings in its first statement (on TCP the server reports the socket's actual
+//!   values; 0 is taken as Linux's defaults, 7200 s, 75 s and 9), and a lease's lifetime is
+//!   `min(ttl, idle + interval × count, tcp_user_timeout)`: the validity never outlasts the
+//!   earliest moment the server could end the session. Auto-extension renews within a third of
+//!   that lifetime. (The settings are read, not overridden: a lease never claims more than the
+//!   server's own configuration allows, whatever it is.)
+//! * **No pooler in between** that hands server sessions from client to client (a transaction
+//!   pooler): see below; such a pooler is detected and session locks are refused.
 //! * **Loss is a lost session.** When the connection ends (server restart, session terminated,
 //!   idle limit reached, network failure) the lease is reported lost at once
 //!   ([`crate::LossReason::NotHeld`]): the lock died with the session.
@@ -36,6 +49,30 @@
 //!   release can never free a later holder's lock. A release or extend with a token this client
 //!   does not hold is refused ([`Error::NotHeld`], or [`Error::Unsupported`] when another
 //!   process's session holds it: that lock ends with that session).
+//!
+//! # Through a connection pooler
+//! A session lock lives in the server session. A transaction pooler (PgBouncer's
+//! `pool_mode=transaction` or `statement`, the default of many managed PostgreSQL services)
+//! gives a server session to another client between two transactions of ours: that client
+//! would be granted our lock too (advisory locks are reentrant), and our release would run on
+//! another session. So session locks are refused with [`Error::Topology`] (whose message says to
+//! use `?lock=lease`, or a direct connection or session-mode pool) when:
+//! * connecting, two connections open at once are served by the same server process (each
+//!   session's first statement reads `pg_backend_pid()`; two sessions of a direct connection or a
+//!   session pool never share one; on a quiet transaction pool they do, as PgBouncer hands out
+//!   the server it got back last);
+//! * preparing a statement finds its name taken or unknown (another client's prepared
+//!   statements, on a session that is not ours);
+//! * the acquiring statement runs on another server process than the session started on, or on
+//!   a server session that already holds the key (one handed over with another client's lock,
+//!   also by a session pool whose `server_reset_query` does not release advisory locks): it then
+//!   does not ask for the lock, in the same statement, so nothing is granted twice.
+//!
+//! A busy transaction pool can hide the first sign; the last one still keeps a second client from
+//! being granted a lock a session already holds. Lease rows (`?lock=lease`,
+//! [`PostgresLeaseClient`]) keep no session state and work through any pooler. A session pool
+//! (`pool_mode=session`, with its default `server_reset_query` `DISCARD ALL`, which releases
+//! advisory locks when a client leaves) gives each connection its own server session and is fine.
 //!
 //! # When a lease row is the better choice
 //! A session lock cannot outlive its process: `leasehold acquire` (take now, release from
@@ -56,6 +93,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
 use tokio_postgres::error::SqlState;
+use tokio_postgres::types::Type;
 use tokio_postgres::{NoTls, Statement};
 use tokio_util::sync::CancellationToken;
 
@@ -81,24 +119,59 @@ const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS leasehold_locks (
     holder text
 )";
 
-/// One attempt: the advisory lock, and only if granted, the fence increment and the idle limit
-/// (`CASE` makes `set_config` run only then). No row: busy.
-const TRY_ACQUIRE: &str = "\
-WITH l AS (SELECT pg_try_advisory_lock(hashtextextended($1, 0)) AS got),
-     s AS (SELECT CASE WHEN l.got THEN set_config('idle_session_timeout', $3, false) END AS t FROM l)
-INSERT INTO leasehold_locks AS t (key, fence, holder)
-SELECT $1, 1, $2 FROM l, s WHERE l.got
-ON CONFLICT (key) DO UPDATE SET fence = t.fence + 1, holder = EXCLUDED.holder
-RETURNING fence";
+/// Whether this session's server process is still the one the session started on (`$4`, its
+/// `pg_backend_pid()` then; a pooler may have moved the connection), and whether it already
+/// holds the key (a session handed over by a pooler with another client's lock): either one
+/// and the lock is not asked for. Advisory locks are reentrant, so the server would grant it.
+const CHECK: &str = "\
+c AS (SELECT pg_backend_pid() <> $4 AS moved, EXISTS (
+    SELECT 1 FROM pg_locks
+     WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND pid = pg_backend_pid()
+       AND classid::bigint = ((hashtextextended($1, 0) >> 32) & 4294967295)
+       AND objid::bigint = (hashtextextended($1, 0) & 4294967295)) AS mine)";
 
-/// A waiting attempt: blocks in the server until granted or `lock_timeout` (55P03).
-const WAIT_ACQUIRE: &str = "\
-WITH l AS (SELECT true AS got FROM (SELECT pg_advisory_lock(hashtextextended($1, 0))) AS w),
-     s AS (SELECT set_config('idle_session_timeout', $3, false) AS t FROM l)
-INSERT INTO leasehold_locks AS t (key, fence, holder)
-SELECT $1, 1, $2 FROM l, s
-ON CONFLICT (key) DO UPDATE SET fence = t.fence + 1, holder = EXCLUDED.holder
-RETURNING fence";
+/// After `c` and `l` (`got`): only if granted, the idle limit and the fence increment. One row:
+/// `moved`, `mine`, and the new fencing number (NULL: busy, or not asked for).
+const GRANTED: &str = "\
+s AS (SELECT CASE WHEN l.got THEN set_config('idle_session_timeout', $3, false) END AS t FROM l),
+i AS (INSERT INTO leasehold_locks AS t (key, fence, holder)
+      SELECT $1, 1, $2 FROM l, s WHERE l.got
+      ON CONFLICT (key) DO UPDATE SET fence = t.fence + 1, holder = EXCLUDED.holder
+      RETURNING fence)
+SELECT c.moved, c.mine, (SELECT fence FROM i) FROM c";
+
+/// One attempt: [`CHECK`], then the advisory lock, and only if granted, [`GRANTED`].
+fn try_acquire_sql() -> String {
+    format!(
+        "WITH {CHECK},\nl AS (SELECT CASE WHEN c.moved OR c.mine THEN false \
+         ELSE pg_try_advisory_lock(hashtextextended($1, 0)) END AS got FROM c),\n{GRANTED}"
+    )
+}
+
+/// A waiting attempt: as [`try_acquire_sql`], but blocks in the server until granted or
+/// `lock_timeout` (55P03). The lock is taken inside the `CASE` (evaluated only when reached).
+fn wait_acquire_sql() -> String {
+    format!(
+        "WITH {CHECK},\nl AS (SELECT CASE WHEN c.moved OR c.mine THEN false \
+         ELSE (SELECT true FROM (SELECT pg_advisory_lock(hashtextextended($1, 0))) AS w) END AS got \
+         FROM c),\n{GRANTED}"
+    )
+}
+
+/// The first statement of every session (an unnamed statement: nothing is prepared before it
+/// is known whether a pooler relays the connection): the server process serving it, and the
+/// server's TCP settings that bound how long a silent session can live (see
+/// [`silence_bound`]).
+const PROBE: &str = "\
+SELECT pg_backend_pid(),
+       current_setting('tcp_keepalives_idle')::int,
+       current_setting('tcp_keepalives_interval')::int,
+       current_setting('tcp_keepalives_count')::int,
+       coalesce(current_setting('tcp_user_timeout', true), '0')::int";
+
+/// Releases the key on a session whose acquiring statement failed after the advisory lock may
+/// have been granted (a `lock_timeout` in the fence row's lock wait).
+const UNLOCK: &str = "SELECT pg_advisory_unlock(hashtextextended($1, 0))";
 
 /// Sets `lock_timeout` for the next statement (pipelined with it).
 const SET_LOCK_TIMEOUT: &str = "SELECT set_config('lock_timeout', $1, false)";
@@ -163,6 +236,11 @@ struct Session {
     client: tokio_postgres::Client,
     /// Cancelled when the connection ends (for whatever reason).
     closed: CancellationToken,
+    /// The server process serving it (`pg_backend_pid()` at its first statement).
+    pid: i32,
+    /// How long the server may keep the session when the client goes silent (see
+    /// [`silence_bound`]).
+    silence: Duration,
     try_acquire: Statement,
     wait_acquire: Statement,
     set_lock_timeout: Statement,
@@ -174,6 +252,87 @@ impl Session {
     fn is_closed(&self) -> bool {
         self.closed.is_cancelled() || self.client.is_closed()
     }
+}
+
+/// A connection whose first statement ([`PROBE`]) ran; nothing is prepared on it yet.
+struct Opened {
+    client: tokio_postgres::Client,
+    closed: CancellationToken,
+    pid: i32,
+    silence: Duration,
+}
+
+/// Linux's defaults for a socket's keepalive, which PostgreSQL uses where its settings are 0
+/// (`tcp_keepalives_idle` 7200 s, `tcp_keepalives_interval` 75 s, `tcp_keepalives_count` 9).
+/// On a TCP connection the server reports the socket's actual values, so these apply only to
+/// connections without TCP keepalive (a Unix socket, where nothing can be partitioned).
+const OS_KEEPALIVE: (u64, u64, u64) = (7200, 75, 9);
+
+/// The earliest the server's TCP stack can end a session whose client went silent (a
+/// partition), counted from when the server last received from it, which is after the client
+/// sent its last statement:
+///
+/// `min(idle + interval × count, tcp_user_timeout)`, where `idle`, `interval` (s) and `count`
+/// are the server's `tcp_keepalives_*` (0: [`OS_KEEPALIVE`]) and `tcp_user_timeout` (ms) counts
+/// only when set (0: the kernel's retransmission limits, many minutes). PostgreSQL turns
+/// keepalive on for every TCP connection; the keepalive probes start after `idle` seconds
+/// without traffic and the connection is dropped after `count` unanswered probes, `interval`
+/// apart; with `tcp_user_timeout` set, Linux drops a connection whose data or probes stay
+/// unacknowledged that long. The minimum of the two is a lower bound for both.
+pub(crate) fn silence_bound(
+    idle_s: i32,
+    interval_s: i32,
+    count: i32,
+    user_timeout_ms: i32,
+) -> Duration {
+    let or = |v: i32, default: u64| u64::try_from(v).ok().filter(|v| *v > 0).unwrap_or(default);
+    let keepalive = Duration::from_secs(
+        or(idle_s, OS_KEEPALIVE.0) + or(interval_s, OS_KEEPALIVE.1) * or(count, OS_KEEPALIVE.2),
+    );
+    match u64::try_from(user_timeout_ms) {
+        Ok(ms) if ms > 0 => keepalive.min(Duration::from_millis(ms)),
+        _ => keepalive,
+    }
+}
+
+/// The lifetime a lease of `ttl` can count on, on a session the server may end after `silence`
+/// without traffic: the shorter one.
+fn lease_lifetime(ttl: Duration, silence: Duration) -> Duration {
+    ttl.min(silence)
+}
+
+/// The validity of a lease whose statement was sent at `sent`: `sent + lifetime - drift`.
+fn validity_from(sent: Instant, ttl: Duration, silence: Duration) -> Instant {
+    let life = lease_lifetime(ttl, silence);
+    sent + life.saturating_sub(clock_drift(life))
+}
+
+/// Session locks refused: the URL reaches a pooler that does not give this connection a
+/// server session of its own. `found`: what showed it.
+fn pooler_error(found: &str) -> Error {
+    Error::Topology {
+        reason: format!(
+            "postgres: {found}, so the URL reaches a connection pooler that hands server \
+             sessions from client to client (PgBouncer's pool_mode=transaction or statement, \
+             the default of many managed PostgreSQL services; or a session pool that does not \
+             release advisory locks when a client leaves). A session lock lives in the server \
+             session, so another client could be granted it too: session locks are refused. \
+             Use lease rows (add ?lock=lease to the URL), or connect to PostgreSQL directly or \
+             through a session-mode pool (pool_mode=session, server_reset_query DISCARD ALL)"
+        ),
+    }
+}
+
+/// A prepare that fails because the statement name is taken or unknown cannot happen on a
+/// server session of our own: a pooler moved the connection to another client's session.
+fn prepare_error(e: tokio_postgres::Error) -> Error {
+    let code = e.code();
+    if code == Some(&SqlState::DUPLICATE_PSTATEMENT)
+        || code == Some(&SqlState::INVALID_SQL_STATEMENT_NAME)
+    {
+        return pooler_error(&format!("preparing a statement failed ({e})"));
+    }
+    pg_error(Operation::Connect, true, e)
 }
 
 /// Classifies a PostgreSQL client error. `sent`: the statement may have reached the server.
@@ -318,7 +477,20 @@ impl PostgresClient {
                 held: Mutex::new(HashMap::new()),
             }),
         };
-        let session = client.open_session().await?;
+        // Two connections at once: served by one server process, they share server sessions,
+        // which only a transaction (or statement) pooler does. On a quiet pool it always
+        // shows (PgBouncer hands out the server it got back last); where it does not, the
+        // acquiring statement's own checks refuse (see `attempt`).
+        let first = client.open_raw().await?;
+        let second = client.open_raw().await?;
+        if first.pid == second.pid {
+            return Err(pooler_error(&format!(
+                "two connections at once were served by the same server process (pid {})",
+                first.pid
+            )));
+        }
+        let session = client.prepare(first).await?;
+        let spare = client.prepare(second).await?;
         match client
             .timed(
                 Operation::Connect,
@@ -338,6 +510,7 @@ impl PostgresClient {
                     }) => {}
             Err(e) => return Err(e),
         }
+        client.put_back(spare);
         client.put_back(session);
         Ok(client)
     }
@@ -353,7 +526,8 @@ impl PostgresClient {
         }
     }
 
-    async fn open_session(&self) -> Result<Session> {
+    /// A new connection and its first statement ([`PROBE`]).
+    async fn open_raw(&self) -> Result<Opened> {
         let bound = self.inner.options.connect_timeout;
         let connected = tokio::time::timeout(bound, self.inner.config.connect(NoTls)).await;
         let (client, connection) = match connected {
@@ -368,6 +542,34 @@ impl PostgresClient {
             }
             on_close.cancel();
         });
+        let row = tokio::time::timeout(bound, client.query_typed_one(PROBE, &[]))
+            .await
+            .map_err(|_| timeout_error(Operation::Connect, true))?
+            .map_err(|e| pg_error(Operation::Connect, true, e))?;
+        let bad = |e: tokio_postgres::Error| Error::UnexpectedReply {
+            op: Operation::Connect,
+            detail: e.to_string(),
+        };
+        let pid: i32 = row.try_get(0).map_err(bad)?;
+        let setting = |i: usize| row.try_get::<_, i32>(i).map_err(bad);
+        let silence = silence_bound(setting(1)?, setting(2)?, setting(3)?, setting(4)?);
+        Ok(Opened {
+            client,
+            closed,
+            pid,
+            silence,
+        })
+    }
+
+    /// Prepares a connection's statements (creating the table first if it is missing).
+    async fn prepare(&self, opened: Opened) -> Result<Session> {
+        let Opened {
+            client,
+            closed,
+            pid,
+            silence,
+        } = opened;
+        let bound = self.inner.options.connect_timeout;
         // The first statement creates the table on a fresh database: prepare after it.
         let prepare = async {
             let ok = |r: std::result::Result<Statement, tokio_postgres::Error>| r;
@@ -385,7 +587,7 @@ impl PostgresClient {
         let (set_lock_timeout, release, extend) = tokio::time::timeout(bound, prepare)
             .await
             .map_err(|_| timeout_error(Operation::Connect, true))?
-            .map_err(|e| pg_error(Operation::Connect, true, e))?;
+            .map_err(prepare_error)?;
         // The acquire statements name the table, which may not exist before connect created it.
         client
             .batch_execute(CREATE_TABLE)
@@ -400,18 +602,26 @@ impl PostgresClient {
                 }
             })
             .map_err(|e| pg_error(Operation::Connect, true, e))?;
-        let (t, w) = tokio::join!(client.prepare(TRY_ACQUIRE), client.prepare(WAIT_ACQUIRE));
-        let try_acquire = t.map_err(|e| pg_error(Operation::Connect, true, e))?;
-        let wait_acquire = w.map_err(|e| pg_error(Operation::Connect, true, e))?;
+        let (try_sql, wait_sql) = (try_acquire_sql(), wait_acquire_sql());
+        let (t, w) = tokio::join!(client.prepare(&try_sql), client.prepare(&wait_sql));
+        let try_acquire = t.map_err(prepare_error)?;
+        let wait_acquire = w.map_err(prepare_error)?;
         Ok(Session {
             client,
             closed,
+            pid,
+            silence,
             try_acquire,
             wait_acquire,
             set_lock_timeout,
             release,
             extend,
         })
+    }
+
+    async fn open_session(&self) -> Result<Session> {
+        let opened = self.open_raw().await?;
+        self.prepare(opened).await
     }
 
     /// An idle session, or a new one.
@@ -547,12 +757,13 @@ impl PostgresClient {
         // nobody owns: the armed cleanup closes that session, which releases whatever it holds.
         let mut cleanup = AbandonedSession(Some(session));
         let s = cleanup.0.as_ref().expect("armed");
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
-            [&key, &token.expose(), &ttl_text];
+        let pid = s.pid;
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
+            [&key, &token.expose(), &ttl_text, &pid];
         let reply = match wait {
             None => tokio::time::timeout(
                 self.inner.options.response_timeout,
-                s.client.query_opt(&s.try_acquire, &params),
+                s.client.query_one(&s.try_acquire, &params),
             )
             .await
             .map_err(|_| timeout_error(Operation::Acquire, true))?,
@@ -562,16 +773,19 @@ impl PostgresClient {
                 let wait_text = millis_text(wait);
                 let set_params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&wait_text];
                 let set = s.client.query_one(&s.set_lock_timeout, &set_params);
-                let acquire = s.client.query_opt(&s.wait_acquire, &params);
+                let acquire = s.client.query_one(&s.wait_acquire, &params);
                 let both = async { tokio::join!(set, acquire) };
                 let bound = wait + self.inner.options.response_timeout;
                 match tokio::time::timeout(bound, both).await {
                     Err(_) => return Err(timeout_error(Operation::Acquire, true)),
                     Ok((Err(e), _)) => return Err(pg_error(Operation::Acquire, true, e)),
                     Ok((Ok(_), Err(e))) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {
-                        // Timed out in the lock queue: nothing was granted.
+                        // Timed out in a lock queue: the advisory lock's, or, after the advisory
+                        // lock was granted, the fence row's (held by someone's open
+                        // transaction). The lock survives the statement's rollback: release it
+                        // before the session goes back to the pool (or close the session).
                         let session = cleanup.disarm();
-                        self.put_back(session);
+                        self.unlock_or_discard(session, key).await;
                         return Ok(None);
                     }
                     Ok((Ok(_), r)) => r,
@@ -579,17 +793,35 @@ impl PostgresClient {
             }
         };
         let row = reply.map_err(|e| pg_error(Operation::Acquire, true, e))?;
-        let Some(row) = row else {
+        let bad = |e: tokio_postgres::Error| Error::UnexpectedReply {
+            op: Operation::Acquire,
+            detail: e.to_string(),
+        };
+        let moved: bool = row.try_get(0).map_err(bad)?;
+        let mine: bool = row.try_get(1).map_err(bad)?;
+        let fence: Option<i64> = row.try_get(2).map_err(bad)?;
+        if moved {
+            // Dropped armed: the connection is closed.
+            return Err(pooler_error(&format!(
+                "the server process serving this connection changed between two statements \
+                 (pid {pid}, then another)"
+            )));
+        }
+        if mine {
+            return Err(pooler_error(&format!(
+                "this connection's server session already held the lock {key:?} before asking \
+                 for it (advisory locks are reentrant: it would have been granted twice)"
+            )));
+        }
+        let Some(fence) = fence else {
             let session = cleanup.disarm();
             self.put_back(session);
             return Ok(None);
         };
-        let fence: i64 = row.try_get(0).map_err(|e| Error::UnexpectedReply {
-            op: Operation::Acquire,
-            detail: e.to_string(),
-        })?;
         let session = cleanup.disarm();
-        if started.elapsed() >= ttl.saturating_sub(clock_drift(ttl)) {
+        let silence = session.silence;
+        let valid_until = validity_from(started, ttl, silence);
+        if Instant::now() >= valid_until {
             // Granted too late to be a lease (see LockClient::try_acquire): give it back.
             let held = PgHeld::new(self.clone(), key, &token, session);
             let _ = held.release_session().await;
@@ -604,11 +836,11 @@ impl PostgresClient {
             return Err(Error::ExpiredOnArrival {
                 key: key.to_string(),
                 elapsed: started.elapsed(),
-                ttl,
+                ttl: lease_lifetime(ttl, silence),
             });
         }
         let fencing = options.fencing_enabled().then_some(fence as u64);
-        let lease = Lease::new(key, token.clone(), fencing, started, ttl);
+        let lease = Lease::until(key, token.clone(), fencing, valid_until);
         let held = Arc::new(PgHeld::new(self.clone(), key, &token, session));
         self.inner
             .held
@@ -617,6 +849,19 @@ impl PostgresClient {
             .insert((key.to_string(), token), held.clone());
         held.watch(lease.clone(), options);
         Ok(Some(LockGuard::new(held, lease)))
+    }
+
+    /// After a failed acquiring statement that may have been granted the advisory lock: the
+    /// session unlocks `key` and goes back to the pool, or, if that fails, is closed (which
+    /// ends whatever it holds).
+    async fn unlock_or_discard(&self, session: Session, key: &str) {
+        let params: [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 1] = [(&key, Type::TEXT)];
+        let unlock = session.client.query_typed_one(UNLOCK, &params);
+        match tokio::time::timeout(self.inner.options.response_timeout, unlock).await {
+            Ok(Ok(_)) => self.put_back(session),
+            // Dropped: the connection closes, the server ends the session and its locks.
+            _ => drop(session),
+        }
     }
 
     fn find_held(&self, key: &str, token: &LockToken) -> Option<Arc<PgHeld>> {
@@ -766,6 +1011,8 @@ struct PgHeld {
     session: tokio::sync::Mutex<Option<Session>>,
     /// The session's closed signal (readable without the mutex).
     closed: CancellationToken,
+    /// How long the server may keep the session without traffic ([`silence_bound`]).
+    silence: Duration,
     /// Stops the watcher (on release).
     stop: CancellationToken,
 }
@@ -786,6 +1033,7 @@ impl PgHeld {
             key: key.to_string(),
             token: token.clone(),
             closed: session.closed.clone(),
+            silence: session.silence,
             session: tokio::sync::Mutex::new(Some(session)),
             stop: CancellationToken::new(),
         }
@@ -806,11 +1054,16 @@ impl PgHeld {
         let this = Arc::downgrade(self);
         let closed = self.closed.clone();
         let stop = self.stop.clone();
-        let renew = options
-            .auto_extend_enabled()
-            .then(|| options.renew_interval());
-        let stop_at = options.max_hold_bound().map(|cap| Instant::now() + cap);
         let ttl = options.ttl();
+        let silence = self.silence;
+        // Every statement resets the server's keepalive timer too: renewing within a third of
+        // the shorter lifetime keeps both.
+        let renew = options.auto_extend_enabled().then(|| {
+            options
+                .renew_interval()
+                .min(lease_lifetime(ttl, silence) / 3)
+        });
+        let stop_at = options.max_hold_bound().map(|cap| Instant::now() + cap);
         tokio::spawn(async move {
             let mut next = renew.map(|every| Instant::now() + every);
             loop {
@@ -837,7 +1090,7 @@ impl PgHeld {
                 }
                 // Recorded as sent first: only a success raises the validity (guard.rs).
                 let sent = Instant::now();
-                let bound = sent + ttl.saturating_sub(clock_drift(ttl));
+                let bound = validity_from(sent, ttl, silence);
                 let seq = lease.extend_sent(bound);
                 match held.extend_session(ttl).await {
                     Ok(until) => lease.extend_confirmed(seq, until.min(bound)),
@@ -913,7 +1166,7 @@ impl PgHeld {
                 key: self.key.clone(),
             });
         }
-        Ok(started + ttl.saturating_sub(clock_drift(ttl)))
+        Ok(validity_from(started, ttl, self.silence))
     }
 }
 
@@ -1071,5 +1324,35 @@ impl FencedRows {
         Ok(FencedWrite::Rejected {
             highest: highest.unwrap_or(0) as u64,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_silence_bound_is_the_earlier_of_keepalive_and_user_timeout() {
+        let s = Duration::from_secs;
+        // Unset (0): Linux's defaults, 7200 + 75 x 9 s.
+        assert_eq!(silence_bound(0, 0, 0, 0), s(7875));
+        assert_eq!(silence_bound(3, 1, 2, 0), s(5));
+        assert_eq!(silence_bound(3, 1, 2, 4000), s(4));
+        assert_eq!(silence_bound(3, 1, 2, 60_000), s(5));
+        assert_eq!(silence_bound(-1, 10, 0, -5), s(7200 + 90));
+        assert_eq!(lease_lifetime(s(60), s(5)), s(5));
+        assert_eq!(lease_lifetime(s(2), s(5)), s(2));
+        let now = Instant::now();
+        assert!(validity_from(now, s(60), s(5)) <= now + s(5));
+    }
+
+    #[test]
+    fn the_acquiring_statements_check_before_they_lock() {
+        for sql in [try_acquire_sql(), wait_acquire_sql()] {
+            let check = sql.find("AS mine").unwrap();
+            let lock = sql.find("advisory_lock(").unwrap();
+            assert!(check < lock, "{sql}");
+            assert!(sql.contains("WHEN c.moved OR c.mine THEN false"));
+        }
     }
 }
