@@ -82,7 +82,8 @@
 //! *Tests:* `an_ambiguous_move_never_leaves_a_deleted_lock_believed_held` (issue 22, finding
 //! 2: the lock used to go back to its old session while its entry rode on the new session's
 //! lease, which was revoked when that session went idle),
-//! `an_unanswered_shortening_move_is_believed_no_longer_than_its_ttl`.
+//! `an_unanswered_shortening_move_is_believed_no_longer_than_its_ttl`, and the unit test
+//! `a_ceiling_bounds_the_renewals_of_a_lock` (the `max_hold` case).
 //!
 //! # Guarantees, and why they hold
 //!
@@ -515,6 +516,7 @@ struct Tracked {
     stop_at: Option<Instant>,
     /// A bound on the validity renewals may give: set when a `max_hold` move onto a lease of
     /// its own got no answer, so the entry may ride on that lease, which is not kept alive.
+    /// *Test:* `a_ceiling_bounds_the_renewals_of_a_lock`.
     ceiling: Option<Instant>,
     attach: Arc<Mutex<Attach>>,
 }
@@ -2427,23 +2429,28 @@ mod tests {
         assert!(generation.stop.is_cancelled());
     }
 
-    /// A session's validity only moves forward, and never once it has run out.
-    #[test]
-    fn a_session_is_renewed_only_forward_and_not_revived() {
-        let t0 = Instant::now();
-        let granted = Duration::from_secs(2);
-        let session = Session {
-            secs: 2,
+    /// A session of lease 1, granted `granted` by a request sent at `t0`, with no lock.
+    fn test_session(t0: Instant, granted: Duration) -> Session {
+        Session {
+            secs: granted.as_secs() as i64,
             id: 1,
             waiters: AtomicUsize::new(0),
             state: Mutex::new(SessionState {
                 renewed_at: t0,
                 granted,
-                interval: Duration::from_millis(500),
+                interval: granted / 4,
                 locks: HashMap::new(),
             }),
             dead: CancellationToken::new(),
-        };
+        }
+    }
+
+    /// A session's validity only moves forward, and never once it has run out.
+    #[test]
+    fn a_session_is_renewed_only_forward_and_not_revived() {
+        let t0 = Instant::now();
+        let granted = Duration::from_secs(2);
+        let session = test_session(t0, granted);
         let until = |at: Instant| at + granted - clock_drift(granted);
         assert_eq!(session.valid_until(), until(t0));
         let t1 = t0 + Duration::from_secs(1);
@@ -2460,6 +2467,39 @@ mod tests {
             session.renewed(t1 + Duration::from_millis(1), granted),
             None
         );
+    }
+
+    /// A lock whose `max_hold` move got no answer (its entry may ride on a lease nobody keeps
+    /// alive) is never carried past that lease's bound by the session's renewals; the other
+    /// locks of the session are renewed as usual.
+    #[test]
+    fn a_ceiling_bounds_the_renewals_of_a_lock() {
+        let t0 = Instant::now();
+        let granted = Duration::from_secs(10);
+        let session = test_session(t0, granted);
+        let ceiling = t0 + Duration::from_secs(4);
+        let tracked = |key: &str, ceiling: Option<Instant>| {
+            let token = LockToken::new("tok").unwrap();
+            let lease = Lease::new(key, token, None, t0, granted);
+            let t = Tracked {
+                entry: entry_key(key, lease.token()),
+                lease: lease.clone(),
+                secs: 10,
+                stop_at: None,
+                ceiling,
+                attach: Arc::new(Mutex::new(Attach::Dedicated(2))),
+            };
+            (lease, t)
+        };
+        let (capped, t) = tracked("capped", Some(ceiling));
+        session.state().locks.insert(1, t);
+        let (plain, t) = tracked("plain", None);
+        session.state().locks.insert(2, t);
+        capped.lower_valid_until(ceiling);
+        let t1 = t0 + Duration::from_secs(3);
+        assert_eq!(session.renewed(t1, granted), Some(Vec::new()));
+        assert_eq!(capped.valid_until(), ceiling);
+        assert_eq!(plain.valid_until(), t1 + granted - clock_drift(granted));
     }
 
     /// The cleanup of entries whose locks were declared lost while their session lives on
