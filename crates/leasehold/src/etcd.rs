@@ -82,7 +82,8 @@
 //! *Tests:* `an_ambiguous_move_never_leaves_a_deleted_lock_believed_held` (issue 22, finding
 //! 2: the lock used to go back to its old session while its entry rode on the new session's
 //! lease, which was revoked when that session went idle),
-//! `an_unanswered_shortening_move_is_believed_no_longer_than_its_ttl`, and the unit test
+//! `an_unanswered_shortening_move_is_believed_no_longer_than_its_ttl`,
+//! `a_dropped_move_leaves_no_lock_believed_held`, and the unit test
 //! `a_ceiling_bounds_the_renewals_of_a_lock` (the `max_hold` case).
 //!
 //! # Guarantees, and why they hold
@@ -1255,8 +1256,10 @@ impl HeldLock for EtcdHeld {
     /// Before, an ambiguous move of an auto-extended lock put it back on the old session: if
     /// the move had been applied, the entry rode on the new session's lease, which had no lock
     /// and was revoked when that session went idle, while the old session's keep-alives kept
-    /// the guard believing it held the lock (issue 22, finding 2). *Test:*
-    /// `etcd_backend.rs::an_ambiguous_move_never_leaves_a_deleted_lock_believed_held`.
+    /// the guard believing it held the lock (issue 22, finding 2). *Tests:* `etcd_backend.rs`:
+    /// `an_ambiguous_move_never_leaves_a_deleted_lock_believed_held`,
+    /// `an_unanswered_shortening_move_is_believed_no_longer_than_its_ttl`,
+    /// `a_dropped_move_leaves_no_lock_believed_held`.
     fn extend<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Instant>> {
         Box::pin(async move {
             let secs = ttl_secs(ttl)?;

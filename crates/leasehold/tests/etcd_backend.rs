@@ -980,6 +980,16 @@ struct MoveSetup {
     c: EtcdClient,
     g: LockGuard,
     pin: LockGuard,
+    /// The lease `pin`'s entry rides on (the one the move goes to), not `g`'s.
+    new_lease: i64,
+}
+
+/// `pin` options whose session (of 20 s) is renewed every second, so it retires within ~2 s
+/// once idle.
+fn retiring_pin() -> LockOptions {
+    LockOptions::new(Duration::from_secs(20))
+        .auto_extend(true)
+        .renew_every(Duration::from_secs(1))
 }
 
 async fn move_setup(key: &str, pin_options: &LockOptions) -> Option<MoveSetup> {
@@ -995,6 +1005,9 @@ async fn move_setup(key: &str, pin_options: &LockOptions) -> Option<MoveSetup> {
         .await
         .unwrap();
     let pin = c.acquire("pin", pin_options).await.unwrap();
+    let old_lease = entry_lease(&raw, key).await.unwrap();
+    let new_lease = entry_lease(&raw, "pin").await.unwrap();
+    assert_ne!(old_lease, new_lease, "one session per TTL");
     Some(MoveSetup {
         etcd,
         raw,
@@ -1002,7 +1015,35 @@ async fn move_setup(key: &str, pin_options: &LockOptions) -> Option<MoveSetup> {
         c,
         g,
         pin,
+        new_lease,
     })
+}
+
+/// Releases `pin` (after a round trip, so that no reply is still held back) and watches `g`'s
+/// entry until it is gone or the guard's validity has moved forward three times (renewals of
+/// the session carrying it): whenever the entry is gone (read first), the guard must not say
+/// held.
+async fn unpin_and_watch(raw: &etcd_client::Client, c: &EtcdClient, pin: LockGuard, g: &LockGuard) {
+    retrying(|| c.inspect("pin")).await;
+    pin.release().await.unwrap();
+    let mut renewals = 0;
+    let mut last = g.valid_until();
+    let deadline = Instant::now() + GENEROUS;
+    while renewals < 3 {
+        assert!(Instant::now() < deadline, "renewals seen: {renewals}");
+        let on = entry_lease(raw, g.key()).await;
+        let held = g.is_held();
+        if on.is_none() {
+            assert!(!held, "the entry is gone and the guard says held");
+            return;
+        }
+        let until = g.valid_until();
+        if until > last {
+            renewals += 1;
+            last = until;
+        }
+        tokio::time::sleep(POLL).await;
+    }
 }
 
 /// Issue 22, finding 2, etcd's lease move: a guard's `extend` moves an auto-extended lock onto
@@ -1015,10 +1056,6 @@ async fn move_setup(key: &str, pin_options: &LockOptions) -> Option<MoveSetup> {
 /// within the validity): the lock rides on, and is renewed by, the new session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ambiguous_move_never_leaves_a_deleted_lock_believed_held() {
-    // The session of 20 s is renewed every second, so it retires within ~2 s once idle.
-    let pin_options = LockOptions::new(Duration::from_secs(20))
-        .auto_extend(true)
-        .renew_every(Duration::from_secs(1));
     let Some(MoveSetup {
         etcd: _etcd,
         raw,
@@ -1026,13 +1063,12 @@ async fn an_ambiguous_move_never_leaves_a_deleted_lock_believed_held() {
         c,
         g,
         pin,
-    }) = move_setup("moving", &pin_options).await
+        new_lease,
+        ..
+    }) = move_setup("moving", &retiring_pin()).await
     else {
         return;
     };
-    let old_lease = entry_lease(&raw, "moving").await.unwrap();
-    let new_lease = entry_lease(&raw, "pin").await.unwrap();
-    assert_ne!(old_lease, new_lease, "one session per TTL");
 
     // Replies held back 2 s (requests pass at once): the move reaches etcd and is applied,
     // its reply comes after the client stopped waiting (1 s). Once etcd shows it applied,
@@ -1053,30 +1089,8 @@ async fn an_ambiguous_move_never_leaves_a_deleted_lock_believed_held() {
     }
 
     // The new session's other lock goes: if ours were not registered on it, it would be idle,
-    // retire and revoke its lease (the entry with it). Watch until the guard's validity has
-    // moved forward three times (renewals of the session carrying it): whenever the entry is
-    // gone (read first), the guard must not say held.
-    // (After a round trip, so that no reply is still held back.)
-    retrying(|| c.inspect("pin")).await;
-    pin.release().await.unwrap();
-    let mut renewals = 0;
-    let mut last = g.valid_until();
-    let deadline = Instant::now() + GENEROUS;
-    while renewals < 3 {
-        assert!(Instant::now() < deadline, "renewals seen: {renewals}");
-        let on = entry_lease(&raw, "moving").await;
-        let held = g.is_held();
-        if on.is_none() {
-            assert!(!held, "the entry is gone and the guard says held");
-            break;
-        }
-        let until = g.valid_until();
-        if until > last {
-            renewals += 1;
-            last = until;
-        }
-        tokio::time::sleep(POLL).await;
-    }
+    // retire and revoke its lease (the entry with it).
+    unpin_and_watch(&raw, &c, pin, &g).await;
     // The move was resolved: applied, so the lock now rides on the new session.
     result.expect("the ambiguous move is resolved once etcd answers");
     assert!(g.is_held() && g.loss_reason().is_none());
@@ -1099,9 +1113,9 @@ async fn an_unanswered_shortening_move_is_believed_no_longer_than_its_ttl() {
         etcd: _etcd,
         raw,
         link,
-        c: _c,
         g,
         pin,
+        ..
     }) = move_setup("shortened", &pin_options).await
     else {
         return;
@@ -1142,4 +1156,32 @@ async fn an_unanswered_shortening_move_is_believed_no_longer_than_its_ttl() {
     assert!(!g.is_held() && g.valid_until() <= bound);
     drop(pin);
     assert!(g.release().await.unwrap_err().is_not_held());
+}
+
+/// An extend dropped while its move has no answer (here etcd applied it): the lock is on
+/// neither session, so neither keeps its entry alive for sure. It is declared lost at once and
+/// its entry deleted; before, it stayed believed held (until the extend's bound) while the new
+/// session, idle, revoked the lease its entry rode on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_move_leaves_no_lock_believed_held() {
+    let Some(s) = move_setup("dropped", &retiring_pin()).await else {
+        return;
+    };
+    let (raw, link, g, new_lease) = (&s.raw, &s.link, &s.g, s.new_lease);
+    link.set_reply_delay(Duration::from_secs(2));
+    tokio::select! {
+        biased;
+        r = g.extend(Duration::from_secs(20)) => panic!("answered through the delay: {r:?}"),
+        () = until("the move is applied", GENEROUS, || async {
+            entry_lease(raw, "dropped").await == Some(new_lease)
+        }) => {}
+    }
+    link.set_reply_delay(Duration::ZERO);
+    unpin_and_watch(raw, &s.c, s.pin, g).await;
+    assert!(!g.is_held(), "a dropped move is not believed");
+    assert_eq!(g.loss_reason(), Some(LossReason::Expired));
+    until("the entry is deleted", GENEROUS, || async {
+        entry_lease(raw, "dropped").await.is_none()
+    })
+    .await;
 }
