@@ -71,6 +71,21 @@
 //! stays auto-extended, with that TTL), and gives any other lock a fresh lease of `ttl`,
 //! revoking its old one (its own).
 //!
+//! **A move with an unknown outcome** (no reply: etcd may have applied it) is sent again until
+//! etcd answers, while the lock's validity lasts; the move is idempotent (a put guarded by the
+//! entry's `create_revision`, which a put keeps), so the answer settles where the entry is.
+//! Until then the lock is believed no longer than the sooner of the two leases keeps it, no
+//! keep-alive raises that, and neither lease is revoked (an auto-extended lock's two sessions
+//! are kept from retiring); unsettled when the validity runs out (or the call is dropped), an
+//! auto-extended lock is declared lost and its entry deleted. A `max_hold` move with an
+//! unknown outcome caps the lock's validity at the new lease's until the next tick settles it.
+//! *Tests:* `an_ambiguous_move_never_leaves_a_deleted_lock_believed_held` (issue 22, finding
+//! 2: the lock used to go back to its old session while its entry rode on the new session's
+//! lease, which was revoked when that session went idle),
+//! `an_unanswered_shortening_move_is_believed_no_longer_than_its_ttl`,
+//! `a_dropped_move_leaves_no_lock_believed_held`, and the unit test
+//! `a_ceiling_bounds_the_renewals_of_a_lock` (the `max_hold` case).
+//!
 //! # Guarantees, and why they hold
 //!
 //! 1. **Mutual exclusion while valid.** A lock is granted only when a linearizable read (a
@@ -500,6 +515,10 @@ struct Tracked {
     lease: Lease,
     secs: i64,
     stop_at: Option<Instant>,
+    /// A bound on the validity renewals may give: set when a `max_hold` move onto a lease of
+    /// its own got no answer, so the entry may ride on that lease, which is not kept alive.
+    /// *Test:* `a_ceiling_bounds_the_renewals_of_a_lock`.
+    ceiling: Option<Instant>,
     attach: Arc<Mutex<Attach>>,
 }
 
@@ -581,7 +600,13 @@ impl Session {
             true
         });
         for t in st.locks.values() {
-            t.lease.renewed(sent, ttl);
+            match t.ceiling {
+                None => t.lease.renewed(sent, ttl),
+                Some(ceiling) => {
+                    let bound = sent + ttl.saturating_sub(clock_drift(ttl));
+                    t.lease.extend_confirmed(sent, bound.min(ceiling));
+                }
+            }
         }
         Some(lost)
     }
@@ -601,6 +626,16 @@ impl Session {
 
 /// A waiting acquisition's hold on a session: keeps it from retiring.
 struct SessionRef(Arc<Session>);
+
+impl SessionRef {
+    /// Keeps a live `session` from retiring while the returned reference lives. Raised
+    /// outside the [`Sessions`] lock: safe while the caller has a lock registered on it (then
+    /// it is not idle, so not retiring).
+    fn pin(session: &Arc<Session>) -> SessionRef {
+        session.waiters.fetch_add(1, Ordering::SeqCst);
+        SessionRef(session.clone())
+    }
+}
 
 impl Drop for SessionRef {
     fn drop(&mut self) {
@@ -1110,7 +1145,17 @@ async fn cap_holds(etcd: &ec::Client, session: &Session, timeout: Duration) {
                 revoke_in_background(etcd, granted.id(), timeout);
                 t.lease.mark_lost(LossReason::NotHeld);
             }
-            _ => {
+            Ok(Err(_)) | Err(_) => {
+                // Maybe applied (no answer): the entry may now ride on the new lease, which
+                // nobody keeps alive (and is not revoked here), so no renewal of the session
+                // may carry the validity past that lease's. The next check finds the entry
+                // moved (lost) or not (the move is tried again at the next tick).
+                let ceiling = started
+                    + Duration::from_secs(granted.ttl() as u64)
+                        .saturating_sub(clock_drift(Duration::from_secs(granted.ttl() as u64)));
+                let mut t = t;
+                t.ceiling = Some(t.ceiling.map_or(ceiling, |c| c.min(ceiling)));
+                t.lease.lower_valid_until(ceiling);
                 session.state().locks.insert(rev, t);
             }
         }
@@ -1185,6 +1230,36 @@ impl HeldLock for EtcdHeld {
         })
     }
 
+    /// Moves the entry onto the lease of `ttl` (see the [module docs](self)).
+    ///
+    /// **An ambiguous move** (no reply: etcd may have applied it, or may still) is resolved by
+    /// sending the same transaction again until etcd answers, while the lock's validity lasts.
+    /// The move is idempotent (`If(CreateRevision(entry) == rev) Then(Put(entry, lease))`
+    /// keeps the revision, so applying it twice, or late, leaves the entry on the same lease):
+    /// a success says the entry is on the new lease, a failed compare that the entry is gone.
+    /// Guarantee, assuming nothing but this guard moves the entry and a move etcd never
+    /// answered is not applied after a later move of the same entry was: **the lock is never
+    /// believed held while its entry is on a lease that nobody keeps alive or that is
+    /// revoked.** While
+    /// unresolved, the entry rides on the old lease or the new one, we do not know which, so:
+    /// * auto-extended: the lock is registered on neither session (no keep-alive raises its
+    ///   validity), its validity drops to the sooner of both sessions' validities (and of the
+    ///   extend's bound, which the guard set), and both sessions are pinned (neither retires
+    ///   and revokes its lease while the entry may ride on it). If etcd does not answer within
+    ///   the validity, or the future is dropped before the outcome is known, the lock is
+    ///   declared lost and its entry deleted (token-checked, in the background);
+    /// * a lease of its own: both leases expire on their own (neither is kept alive or revoked
+    ///   while unresolved), and the guard's validity is at most the extend's bound, which is
+    ///   within either; the move is repeated for one more response timeout at most, and if
+    ///   still unresolved, the error is returned and nothing else changes.
+    ///
+    /// Before, an ambiguous move of an auto-extended lock put it back on the old session: if
+    /// the move had been applied, the entry rode on the new session's lease, which had no lock
+    /// and was revoked when that session went idle, while the old session's keep-alives kept
+    /// the guard believing it held the lock (issue 22, finding 2). *Tests:* `etcd_backend.rs`:
+    /// `an_ambiguous_move_never_leaves_a_deleted_lock_believed_held`,
+    /// `an_unanswered_shortening_move_is_believed_no_longer_than_its_ttl`,
+    /// `a_dropped_move_leaves_no_lock_believed_held`.
     fn extend<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Instant>> {
         Box::pin(async move {
             let secs = ttl_secs(ttl)?;
@@ -1196,14 +1271,14 @@ impl HeldLock for EtcdHeld {
                 Attach::Session(old) => {
                     // Auto-extended: the lock moves to the session of the new TTL. A lock its
                     // session gave up (or that was found gone) is not revived.
-                    let old = old.upgrade().filter(|o| !o.dead.is_cancelled());
-                    if old.is_none() || lease.loss_reason().is_some() {
+                    let Some(old) = old.upgrade().filter(|o| !o.dead.is_cancelled()) else {
+                        return Err(not_held());
+                    };
+                    if lease.loss_reason().is_some() {
                         return Err(not_held());
                     }
                     let target = self.client.checkout(secs, ttl / 3).await?;
-                    if let Some(old) = &old
-                        && Arc::ptr_eq(old, &target.0)
-                    {
+                    if Arc::ptr_eq(&old, &target.0) {
                         let txn = Txn::new().when([
                             Compare::create_revision(
                                 self.entry.clone(),
@@ -1219,7 +1294,14 @@ impl HeldLock for EtcdHeld {
                             Err(not_held())
                         };
                     }
-                    let tracked = old.as_ref().and_then(|o| o.unregister(self.rev));
+                    // Pinned (before the lock leaves it, so it is never idle meanwhile) until
+                    // the move is settled: the entry may ride on its lease until then.
+                    let _old_pin = SessionRef::pin(&old);
+                    let tracked = old.unregister(self.rev);
+                    if tracked.is_none() && lease.loss_reason().is_some() {
+                        // Declared lost by a check meanwhile: nothing to move.
+                        return Err(not_held());
+                    }
                     let stop_at = tracked.as_ref().and_then(|t| t.stop_at);
                     let txn = Txn::new()
                         .when([Compare::create_revision(
@@ -1232,27 +1314,59 @@ impl HeldLock for EtcdHeld {
                             lease.token().expose(),
                             Some(PutOptions::new().with_lease(target.0.id)),
                         )]);
-                    match self.client.txn(Operation::Extend, true, txn).await {
-                        Ok(resp) if resp.succeeded() => {
-                            *lock(&self.attach) = Attach::Session(Arc::downgrade(&target.0));
-                            let t = Tracked {
-                                entry: self.entry.clone(),
-                                lease: lease.clone(),
-                                secs,
-                                stop_at,
-                                attach: self.attach.clone(),
-                            };
-                            target
-                                .0
-                                .register(self.rev, t)
-                                .ok_or_else(|| session_lost(Operation::Extend))
+                    // Registered on no session from here until settled: if this future is
+                    // dropped meanwhile, the lock is declared lost and its entry deleted.
+                    let mut unsettled = Unsettled {
+                        held: self,
+                        lease,
+                        armed: true,
+                    };
+                    let moved = match self.client.txn(Operation::Extend, true, txn.clone()).await {
+                        Ok(resp) => resp.succeeded(),
+                        Err(e) if e.is_ambiguous() => {
+                            lease.lower_valid_until(old.valid_until().min(target.0.valid_until()));
+                            match self.repeat_move(lease, Some(&target.0), None, &txn).await {
+                                Some(moved) => moved,
+                                None => {
+                                    // `unsettled` declares it lost and deletes the entry.
+                                    tracing::warn!(
+                                        key = lease.key(),
+                                        "an extend's lease move got no answer within the \
+                                         lock's validity; the lock is lost"
+                                    );
+                                    return Err(e);
+                                }
+                            }
                         }
-                        Ok(_) => Err(not_held()),
                         Err(e) => {
-                            if let (Some(old), Some(t)) = (old, tracked) {
+                            // Never applied: the entry is still on the old session's lease.
+                            unsettled.armed = false;
+                            if let Some(t) = tracked {
                                 old.register(self.rev, t);
                             }
-                            Err(e)
+                            return Err(e);
+                        }
+                    };
+                    unsettled.armed = false;
+                    if !moved {
+                        return Err(not_held());
+                    }
+                    *lock(&self.attach) = Attach::Session(Arc::downgrade(&target.0));
+                    let t = Tracked {
+                        entry: self.entry.clone(),
+                        lease: lease.clone(),
+                        secs,
+                        stop_at,
+                        ceiling: None,
+                        attach: self.attach.clone(),
+                    };
+                    match target.0.register(self.rev, t) {
+                        Some(until) => Ok(until),
+                        None => {
+                            // The target session ended (its keep-alives failed): its lease,
+                            // and the entry with it, may be gone already.
+                            lease.mark_lost(LossReason::Expired);
+                            Err(session_lost(Operation::Extend))
                         }
                     }
                 }
@@ -1270,8 +1384,24 @@ impl HeldLock for EtcdHeld {
                             lease.token().expose(),
                             Some(PutOptions::new().with_lease(id)),
                         )]);
-                    let resp = self.client.txn(Operation::Extend, true, txn).await?;
-                    if !resp.succeeded() {
+                    let moved = match self.client.txn(Operation::Extend, true, txn.clone()).await {
+                        Ok(resp) => resp.succeeded(),
+                        // Neither lease is revoked while the entry may ride on it.
+                        Err(e) if e.is_ambiguous() => {
+                            // Nothing needs settling here, so the call does not wait
+                            // longer than for one more reply.
+                            let give_up = Instant::now() + self.client.inner.response_timeout;
+                            match self.repeat_move(lease, None, Some(give_up), &txn).await {
+                                Some(moved) => moved,
+                                None => return Err(e),
+                            }
+                        }
+                        Err(e) => {
+                            self.client.revoke_in_background(id);
+                            return Err(e);
+                        }
+                    };
+                    if !moved {
                         self.client.revoke_in_background(id);
                         return Err(not_held());
                     }
@@ -1281,6 +1411,65 @@ impl HeldLock for EtcdHeld {
                 }
             }
         })
+    }
+}
+
+/// Pause between the repeats of an ambiguous lease move.
+const REPEAT_PAUSE: Duration = Duration::from_millis(100);
+
+impl EtcdHeld {
+    /// Sends `txn` (an idempotent lease move, see [`HeldLock::extend`]) again until etcd
+    /// answers: `Some(true)` moved, `Some(false)` the entry is not ours any more. `None` if
+    /// the lock's validity ran out (or `give_up` passed, or `target`, the session the entry
+    /// moves to, ended, or etcd refused the request) first: the outcome is still unknown.
+    async fn repeat_move(
+        &self,
+        lease: &Lease,
+        target: Option<&Session>,
+        give_up: Option<Instant>,
+        txn: &Txn,
+    ) -> Option<bool> {
+        loop {
+            let now = Instant::now();
+            if now >= lease.valid_until()
+                || give_up.is_some_and(|g| now >= g)
+                || target.is_some_and(|t| t.dead.is_cancelled())
+            {
+                return None;
+            }
+            match self.client.txn(Operation::Extend, true, txn.clone()).await {
+                Ok(resp) => return Some(resp.succeeded()),
+                Err(e) if transient(&e) => {
+                    tracing::debug!(error = %e, "repeating an ambiguous etcd lease move");
+                    tokio::time::sleep(REPEAT_PAUSE).await;
+                }
+                // E.g. the target lease is gone: then the entry went with it if the first
+                // move was applied, and is on the old lease if not.
+                Err(_) => return None,
+            }
+        }
+    }
+}
+
+/// An auto-extended lock being moved between sessions, registered on neither: unless
+/// disarmed (the move settled), dropping it declares the lock lost and deletes its entry
+/// (token-checked, in the background), since neither session keeps it alive any more.
+struct Unsettled<'a> {
+    held: &'a EtcdHeld,
+    lease: &'a Lease,
+    armed: bool,
+}
+
+impl Drop for Unsettled<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.lease.mark_lost(LossReason::Expired);
+            self.held.client.remove_in_background(
+                self.held.entry.clone(),
+                self.lease.token().clone(),
+                None,
+            );
+        }
     }
 }
 
@@ -1615,6 +1804,8 @@ impl EtcdClient {
                 token.expose(),
                 Some(PutOptions::new().with_lease(id)),
             )]);
+        // No reply (`?`): the entry may ride on the new lease, so it is not revoked (it
+        // expires on its own); the caller holds no validity to lower.
         let resp = self.txn(Operation::Extend, true, txn).await?;
         if resp.succeeded() {
             Ok(())
@@ -1975,6 +2166,7 @@ impl EtcdClient {
                     lease: lease.clone(),
                     secs: ttl_secs(options.ttl())?,
                     stop_at: options.max_hold_bound().map(|cap| Instant::now() + cap),
+                    ceiling: None,
                     attach: attach.clone(),
                 };
                 if session.0.register(rev, tracked).is_none() {
@@ -2240,23 +2432,28 @@ mod tests {
         assert!(generation.stop.is_cancelled());
     }
 
-    /// A session's validity only moves forward, and never once it has run out.
-    #[test]
-    fn a_session_is_renewed_only_forward_and_not_revived() {
-        let t0 = Instant::now();
-        let granted = Duration::from_secs(2);
-        let session = Session {
-            secs: 2,
+    /// A session of lease 1, granted `granted` by a request sent at `t0`, with no lock.
+    fn test_session(t0: Instant, granted: Duration) -> Session {
+        Session {
+            secs: granted.as_secs() as i64,
             id: 1,
             waiters: AtomicUsize::new(0),
             state: Mutex::new(SessionState {
                 renewed_at: t0,
                 granted,
-                interval: Duration::from_millis(500),
+                interval: granted / 4,
                 locks: HashMap::new(),
             }),
             dead: CancellationToken::new(),
-        };
+        }
+    }
+
+    /// A session's validity only moves forward, and never once it has run out.
+    #[test]
+    fn a_session_is_renewed_only_forward_and_not_revived() {
+        let t0 = Instant::now();
+        let granted = Duration::from_secs(2);
+        let session = test_session(t0, granted);
         let until = |at: Instant| at + granted - clock_drift(granted);
         assert_eq!(session.valid_until(), until(t0));
         let t1 = t0 + Duration::from_secs(1);
@@ -2273,6 +2470,39 @@ mod tests {
             session.renewed(t1 + Duration::from_millis(1), granted),
             None
         );
+    }
+
+    /// A lock whose `max_hold` move got no answer (its entry may ride on a lease nobody keeps
+    /// alive) is never carried past that lease's bound by the session's renewals; the other
+    /// locks of the session are renewed as usual.
+    #[test]
+    fn a_ceiling_bounds_the_renewals_of_a_lock() {
+        let t0 = Instant::now();
+        let granted = Duration::from_secs(10);
+        let session = test_session(t0, granted);
+        let ceiling = t0 + Duration::from_secs(4);
+        let tracked = |key: &str, ceiling: Option<Instant>| {
+            let token = LockToken::new("tok").unwrap();
+            let lease = Lease::new(key, token, None, t0, granted);
+            let t = Tracked {
+                entry: entry_key(key, lease.token()),
+                lease: lease.clone(),
+                secs: 10,
+                stop_at: None,
+                ceiling,
+                attach: Arc::new(Mutex::new(Attach::Dedicated(2))),
+            };
+            (lease, t)
+        };
+        let (capped, t) = tracked("capped", Some(ceiling));
+        session.state().locks.insert(1, t);
+        let (plain, t) = tracked("plain", None);
+        session.state().locks.insert(2, t);
+        capped.lower_valid_until(ceiling);
+        let t1 = t0 + Duration::from_secs(3);
+        assert_eq!(session.renewed(t1, granted), Some(Vec::new()));
+        assert_eq!(capped.valid_until(), ceiling);
+        assert_eq!(plain.valid_until(), t1 + granted - clock_drift(granted));
     }
 
     /// The cleanup of entries whose locks were declared lost while their session lives on

@@ -288,6 +288,13 @@ impl Lease {
         }
     }
 
+    /// Lowers the validity to `until` if that is sooner, never raising it (etcd: while a lock's
+    /// entry may ride on either of two leases, it is believed no longer than the sooner keeps it).
+    pub(crate) fn lower_valid_until(&self, until: Instant) {
+        let mut v = self.validity();
+        v.until = v.until.min(until);
+    }
+
     /// Sets the validity to that of the keep-alive the lease now rides on (etcd: a session's
     /// lease, when a lock joins it).
     #[cfg_attr(not(feature = "etcd"), allow(dead_code))]

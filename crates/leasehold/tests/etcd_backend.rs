@@ -13,7 +13,7 @@ use leasehold::{
     ClientOptions, Error, LockGuard, LockOptions, LockToken, Locker, LossReason, MAX_KEY_LEN,
     Operation, TryAcquire, clock_drift,
 };
-use leasehold_harness::{Etcd, EtcdCluster, etcd_cluster_for_test, etcd_for_test};
+use leasehold_harness::{Etcd, EtcdCluster, SlowLink, etcd_cluster_for_test, etcd_for_test};
 
 /// Bound of every wait that should end much sooner.
 const GENEROUS: Duration = Duration::from_secs(20);
@@ -942,4 +942,246 @@ async fn locker_end_to_end() {
         ),
         "{e}"
     );
+}
+
+/// The lease an entry of `key` rides on (`None`: no entry). Asserts at most one entry.
+async fn entry_lease(raw: &etcd_client::Client, key: &str) -> Option<i64> {
+    let mut prefix = key.as_bytes().to_vec();
+    prefix.push(0);
+    let options = etcd_client::GetOptions::new().with_prefix();
+    let resp = raw
+        .kv_client()
+        .get(prefix, Some(options))
+        .await
+        .expect("get");
+    assert!(resp.kvs().len() <= 1, "{key}: {} entries", resp.kvs().len());
+    resp.kvs().first().map(|kv| kv.lease())
+}
+
+/// A client whose every reply passes through `link` (which can hold them back), with a 1 s
+/// response timeout.
+async fn slow_client(link: &SlowLink) -> EtcdClient {
+    EtcdClient::connect_with(
+        &format!("etcd://{}", link.addr()),
+        ClientOptions::new().response_timeout(Duration::from_secs(1)),
+    )
+    .await
+    .expect("connect through the relay")
+}
+
+/// What the lease-move tests start from: etcd, a raw client on it, a relay in front of it
+/// ([`slow_client`] through it), `g` holding `key` auto-extended for 60 s (its session renews
+/// every 20 s, so its own check of the entry does not come during a test), and `pin` holding
+/// another key with `pin_options`: the session the move goes to, so the move needs no grant.
+struct MoveSetup {
+    etcd: Etcd,
+    raw: etcd_client::Client,
+    link: SlowLink,
+    c: EtcdClient,
+    g: LockGuard,
+    pin: LockGuard,
+    /// The lease `pin`'s entry rides on (the one the move goes to), not `g`'s.
+    new_lease: i64,
+}
+
+/// `pin` options whose session (of 20 s) is renewed every second, so it retires within ~2 s
+/// once idle.
+fn retiring_pin() -> LockOptions {
+    LockOptions::new(Duration::from_secs(20))
+        .auto_extend(true)
+        .renew_every(Duration::from_secs(1))
+}
+
+async fn move_setup(key: &str, pin_options: &LockOptions) -> Option<MoveSetup> {
+    let etcd = etcd_for_test()?;
+    let raw = raw(&[etcd.endpoint()]).await;
+    let link = SlowLink::start(etcd.addr()).unwrap();
+    let c = slow_client(&link).await;
+    let g = c
+        .acquire(
+            key,
+            &LockOptions::new(Duration::from_secs(60)).auto_extend(true),
+        )
+        .await
+        .unwrap();
+    let pin = c.acquire("pin", pin_options).await.unwrap();
+    let old_lease = entry_lease(&raw, key).await.unwrap();
+    let new_lease = entry_lease(&raw, "pin").await.unwrap();
+    assert_ne!(old_lease, new_lease, "one session per TTL");
+    Some(MoveSetup {
+        etcd,
+        raw,
+        link,
+        c,
+        g,
+        pin,
+        new_lease,
+    })
+}
+
+/// Releases `pin` (after a round trip, so that no reply is still held back) and watches `g`'s
+/// entry until it is gone or the guard's validity has moved forward three times (renewals of
+/// the session carrying it): whenever the entry is gone (read first), the guard must not say
+/// held.
+async fn unpin_and_watch(raw: &etcd_client::Client, c: &EtcdClient, pin: LockGuard, g: &LockGuard) {
+    retrying(|| c.inspect("pin")).await;
+    pin.release().await.unwrap();
+    let mut renewals = 0;
+    let mut last = g.valid_until();
+    let deadline = Instant::now() + GENEROUS;
+    while renewals < 3 {
+        assert!(Instant::now() < deadline, "renewals seen: {renewals}");
+        let on = entry_lease(raw, g.key()).await;
+        let held = g.is_held();
+        if on.is_none() {
+            assert!(!held, "the entry is gone and the guard says held");
+            return;
+        }
+        let until = g.valid_until();
+        if until > last {
+            renewals += 1;
+            last = until;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Issue 22, finding 2, etcd's lease move: a guard's `extend` moves an auto-extended lock onto
+/// the session of the new TTL; here etcd applies the move but its reply is held back past the
+/// client's response timeout (a relay between the client and etcd), so the outcome is unknown
+/// to the client. Before the fix the lock was put back on its old session: the entry rode on
+/// the new session's lease, that session (no lock registered) went idle and revoked it,
+/// deleting the entry, while the old session kept `is_held()` true. Checked: whenever the
+/// entry is gone, the guard does not say held; and the move is resolved (etcd answers again
+/// within the validity): the lock rides on, and is renewed by, the new session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ambiguous_move_never_leaves_a_deleted_lock_believed_held() {
+    let Some(MoveSetup {
+        etcd: _etcd,
+        raw,
+        link,
+        c,
+        g,
+        pin,
+        new_lease,
+        ..
+    }) = move_setup("moving", &retiring_pin()).await
+    else {
+        return;
+    };
+
+    // Replies held back 2 s (requests pass at once): the move reaches etcd and is applied,
+    // its reply comes after the client stopped waiting (1 s). Once etcd shows it applied,
+    // later replies pass again.
+    link.set_reply_delay(Duration::from_secs(2));
+    let sent = Instant::now();
+    let (result, ()) = tokio::join!(g.extend(Duration::from_secs(20)), async {
+        until("the move is applied", GENEROUS, || async {
+            entry_lease(&raw, "moving").await == Some(new_lease)
+        })
+        .await;
+        link.set_reply_delay(Duration::ZERO);
+    });
+    eprintln!("extend: {result:?} after {:?}", sent.elapsed());
+    let believed = g.valid_until();
+    if let Some(ttl) = c.inspect("moving").await.unwrap().ttl {
+        assert_valid_within_server_lease(believed, ttl);
+    }
+
+    // The new session's other lock goes: if ours were not registered on it, it would be idle,
+    // retire and revoke its lease (the entry with it).
+    unpin_and_watch(&raw, &c, pin, &g).await;
+    // The move was resolved: applied, so the lock now rides on the new session.
+    result.expect("the ambiguous move is resolved once etcd answers");
+    assert!(g.is_held() && g.loss_reason().is_none());
+    assert_eq!(entry_lease(&raw, "moving").await, Some(new_lease));
+    g.release().await.unwrap();
+    assert_eq!(entry_lease(&raw, "moving").await, None);
+}
+
+/// The generic rule (guard.rs `Validity`) through etcd's lease move: a shortening extend
+/// (60 s to 3 s) of an auto-extended lock whose move gets no answer at all (every reply held
+/// back past the timeout) leaves the validity at most 3 s after the send, during and after the
+/// call: the move stays unresolved, so the lock is declared lost when that runs out, and its
+/// entry is deleted. Before the fix the lock was put back on its old session, with that
+/// session's validity (about 60 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unanswered_shortening_move_is_believed_no_longer_than_its_ttl() {
+    let short = Duration::from_secs(3);
+    let pin_options = LockOptions::new(short).auto_extend(true);
+    let Some(MoveSetup {
+        etcd: _etcd,
+        raw,
+        link,
+        g,
+        pin,
+        ..
+    }) = move_setup("shortened", &pin_options).await
+    else {
+        return;
+    };
+    assert!(g.lease().remaining() > Duration::from_secs(50));
+
+    link.set_reply_delay(Duration::from_secs(2));
+    let sent = Instant::now();
+    let bound = sent + short;
+    let watch = async {
+        // While the call runs: never believed past the bound.
+        loop {
+            assert!(g.valid_until() <= bound, "validity past the extend's bound");
+            tokio::time::sleep(POLL).await;
+        }
+    };
+    let result = tokio::select! {
+        // The extend first: its first poll records the send, and lowers the validity.
+        biased;
+        r = g.extend(short) => r,
+        () = watch => unreachable!(),
+    };
+    eprintln!("extend: {result:?} after {:?}", sent.elapsed());
+    assert!(result.is_err(), "no reply came: {result:?}");
+    assert!(g.valid_until() <= bound, "validity past the extend's bound");
+    tokio::time::timeout(GENEROUS, g.lost())
+        .await
+        .expect("the lock is declared lost when its validity runs out");
+    assert!(!g.is_held());
+    assert!(g.valid_until() <= bound, "validity past the extend's bound");
+
+    // Replies pass again: the entry (on whichever lease) is deleted, and nothing revives it.
+    link.set_reply_delay(Duration::ZERO);
+    until("the entry is deleted", GENEROUS, || async {
+        entry_lease(&raw, "shortened").await.is_none()
+    })
+    .await;
+    assert!(!g.is_held() && g.valid_until() <= bound);
+    drop(pin);
+    assert!(g.release().await.unwrap_err().is_not_held());
+}
+
+/// An extend dropped while its move has no answer (here etcd applied it): the lock is on
+/// neither session, so neither keeps its entry alive for sure. It is declared lost at once and
+/// its entry deleted; before, it stayed believed held (until the extend's bound) while the new
+/// session, idle, revoked the lease its entry rode on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_move_leaves_no_lock_believed_held() {
+    let Some(s) = move_setup("dropped", &retiring_pin()).await else {
+        return;
+    };
+    let (raw, link, g, new_lease) = (&s.raw, &s.link, &s.g, s.new_lease);
+    link.set_reply_delay(Duration::from_secs(2));
+    tokio::select! {
+        biased;
+        r = g.extend(Duration::from_secs(20)) => panic!("answered through the delay: {r:?}"),
+        () = until("the move is applied", GENEROUS, || async {
+            entry_lease(raw, "dropped").await == Some(new_lease)
+        }) => {}
+    }
+    link.set_reply_delay(Duration::ZERO);
+    unpin_and_watch(raw, &s.c, s.pin, g).await;
+    assert!(!g.is_held(), "a dropped move is not believed");
+    assert_eq!(g.loss_reason(), Some(LossReason::Expired));
+    until("the entry is deleted", GENEROUS, || async {
+        entry_lease(raw, "dropped").await.is_none()
+    })
+    .await;
 }
