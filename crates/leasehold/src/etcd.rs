@@ -603,8 +603,9 @@ impl Session {
             match t.ceiling {
                 None => t.lease.renewed(sent, ttl),
                 Some(ceiling) => {
-                    let bound = sent + ttl.saturating_sub(clock_drift(ttl));
-                    t.lease.extend_confirmed(sent, bound.min(ceiling));
+                    let bound = (sent + ttl.saturating_sub(clock_drift(ttl))).min(ceiling);
+                    let seq = t.lease.extend_sent(bound);
+                    t.lease.extend_confirmed(seq, bound);
                 }
             }
         }

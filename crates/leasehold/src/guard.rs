@@ -290,6 +290,7 @@ impl Lease {
 
     /// Lowers the validity to `until` if that is sooner, never raising it (etcd: while a lock's
     /// entry may ride on either of two leases, it is believed no longer than the sooner keeps it).
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
     pub(crate) fn lower_valid_until(&self, until: Instant) {
         let mut v = self.validity();
         v.until = v.until.min(until);
