@@ -7,7 +7,7 @@
 //! - a renewal finds the key gone or holding another token (or of another type), or
 //! - its validity deadline passes without a successful renewal (server unreachable, stalled,
 //!   or too slow): the validity is measured from *before* the last successful renewal was sent,
-//!   minus [`clock_drift`](crate::clock_drift), so when it runs out the server may already have
+//!   minus [`clock_drift`], so when it runs out the server may already have
 //!   expired the key and handed it to someone else. A renewal is recorded when it is sent, and
 //!   only its success reply raises the validity, never past the bound of an extend sent after
 //!   it (an explicit [`LockGuard::extend`](crate::LockGuard::extend) racing the renewer): see
