@@ -393,6 +393,13 @@ pub struct CheckWorkerArgs {
     /// Release with a plain DEL.
     #[arg(long)]
     pub release_del: bool,
+    /// Keep each lease alive with the client's renewals while it is held (`slow-link`).
+    #[arg(long)]
+    pub auto_extend: bool,
+    /// Bound on each reply of the lock server (one server only; the library's default when
+    /// absent).
+    #[arg(long, value_parser = parse_positive_duration)]
+    pub response_timeout: Option<Duration>,
 }
 
 /// Arguments of `leasehold bench`.

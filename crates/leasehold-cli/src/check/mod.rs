@@ -158,6 +158,12 @@ fn validate_redis(args: &CheckArgs) -> Result<(), Usage> {
             args.nodes
         )));
     }
+    if slow_link(args) && (args.nodes > 1 || args.faults.iter().any(|f| f == "failover")) {
+        return Err(Usage(
+            "slow-link relays to one lock server that stays put: use --nodes 1, without failover"
+                .into(),
+        ));
+    }
     if args.nodes > 1 && args.faults.iter().any(|f| f == "failover") {
         return Err(Usage(
             "failover needs one master with a replica (--nodes 1); Redlock nodes are independent masters"
@@ -213,6 +219,11 @@ fn raises_counter(args: &CheckArgs) -> bool {
     !args.no_raise_counter && Backend::of(args) != Backend::Etcd
 }
 
+/// Whether the workers go through the `slow-link` relay (and renew their leases).
+fn slow_link(args: &CheckArgs) -> bool {
+    args.faults.iter().any(|f| f == "slow-link")
+}
+
 /// The arguments every `check-worker` gets (all but its id and log file).
 fn worker_args(
     args: &CheckArgs,
@@ -248,6 +259,13 @@ fn worker_args(
     }
     if args.release == "del" {
         v.push("--release-del".into());
+    }
+    if slow_link(args) {
+        // Renewals, so the fault's late replies hit extends; a reply timeout it outlasts.
+        v.push("--auto-extend".into());
+        v.push("--response-timeout".into());
+        let timeout = standalone::slow_link_timeout(args.ttl);
+        v.push(format!("{}ms", timeout.as_millis().max(1)).into());
     }
     if let Some(n) = args.replica_ack {
         v.push("--replica-ack".into());
@@ -418,6 +436,7 @@ pub(crate) async fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCod
             "release": args.release, "fencing": !args.no_fencing, "server": server_label,
             "replica_ack": args.replica_ack, "raise_counter": raises_counter(&args),
             "fair": args.fair,
+            "auto_extend": slow_link(&args),
             "permits": args.permits,
             "rw": args.rw,
             "multi": args.multi,
