@@ -390,6 +390,10 @@ fn bad_options_are_usage_errors() {
         &["check", "--permits", "2", "--nodes", "3"],
         &["check", "--permits", "2", "--fair"],
         &["check", "--permits", "2", "--backend", "postgres"],
+        &["check", "--nodes", "3", "--faults", "slow-link"],
+        &["check", "--faults", "slow-link,failover"],
+        &["check", "--topology", "cluster", "--faults", "slow-link"],
+        &["check", "--faults", "migrate-held"],
     ] {
         let run = leasehold(args);
         assert_eq!(run.code, 64, "{args:?}: {run:?}");
