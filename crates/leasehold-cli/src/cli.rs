@@ -244,10 +244,12 @@ pub struct CheckArgs {
     pub work: Duration,
     /// Faults to inject, in turn: pause, kill (a holder); restart (the lock server: with
     /// AOF and without, in turn; or restart-aof / restart-noaof), stall (SIGSTOP the lock
-    /// server), failover (promote its replica); with --nodes > 1 restart and stall hit a
-    /// minority of the nodes. With --topology cluster: pause, kill, failover (the lock
-    /// slot's master killed, its replica takes over), migrate (the lock's slot moved to
-    /// another master). With --topology sentinel: pause, kill, failover (SENTINEL FAILOVER),
+    /// server), failover (promote its replica), slow-link (the workers' replies held back
+    /// past their response timeout; they renew their leases; --nodes 1); with --nodes > 1
+    /// restart and stall hit a minority of the nodes. With --topology cluster: pause, kill,
+    /// failover (the lock slot's master killed, its replica takes over), migrate (the lock's
+    /// slot moved to another master), migrate-held (the same, the slot held MIGRATING past
+    /// the fair queue's entry lifetime). With --topology sentinel: pause, kill, failover (SENTINEL FAILOVER),
     /// kill-primary (the sentinels promote the replica). With --backend etcd: pause, kill,
     /// member-kill (a follower killed, restarted 2 TTLs later), member-pause (a member
     /// SIGSTOPped for 2 TTLs), leader-kill (the leader killed, restarted 2 TTLs later). With
@@ -398,6 +400,13 @@ pub struct CheckWorkerArgs {
     /// Release with a plain DEL.
     #[arg(long)]
     pub release_del: bool,
+    /// Keep each lease alive with the client's renewals while it is held (`slow-link`).
+    #[arg(long)]
+    pub auto_extend: bool,
+    /// Bound on each reply of the lock server (one server only; the library's default when
+    /// absent).
+    #[arg(long, value_parser = parse_positive_duration)]
+    pub response_timeout: Option<Duration>,
 }
 
 /// Arguments of `leasehold bench`.

@@ -198,6 +198,54 @@ server_test!(async fn smoke_cluster_pause_kill_failover_migrate(bin) {
     }
 });
 
+server_test!(async fn smoke_cluster_fair_migrate_held(bin) {
+    let dir = tempfile::tempdir().unwrap();
+    // Fair workers on a cluster whose lock slot stays MIGRATING/IMPORTING for twice the fair
+    // queue's entry lifetime plus a TTL: every fair script is refused (TRYAGAIN) while the
+    // holder's lease and the waiters' queue entries run out; then the migration finishes.
+    let report = check(
+        &bin,
+        dir.path(),
+        &[
+            "--topology", "cluster", "--fair", "--duration", "3s", "--ttl", "300ms", "--work",
+            "30ms", "--faults", "migrate-held", "--seed", "7",
+        ],
+        0,
+    );
+    assert_safe(&report);
+    assert_eq!(report["settings"]["topology"], "cluster");
+    assert_eq!(report["settings"]["fair"], true);
+    assert_eq!(n(&report, "overlaps_within_ttl"), 0, "{report:#}");
+    assert!(injected(&report, "migrate-held") >= 1, "{report:#}");
+    for f in report["faults"].as_array().unwrap() {
+        let nodes = f["nodes"].as_array().unwrap();
+        assert!(nodes.len() == 2 && nodes[0] != nodes[1], "{f}");
+    }
+});
+
+server_test!(async fn smoke_slow_link_ambiguous_extends(bin) {
+    let dir = tempfile::tempdir().unwrap();
+    // The workers reach the lock server through a relay that holds its replies back a TTL,
+    // twice their response timeout, for a while: renewals (the work outlasts the TTL, so the
+    // leases are auto-extended), releases and acquisitions end in doubt. The fencing register
+    // refuses whatever a holder that lost its lease writes.
+    let report = check(
+        &bin,
+        dir.path(),
+        &[
+            "--duration", "4s", "--ttl", "300ms", "--work", "400ms", "--faults", "slow-link",
+            "--seed", "7",
+        ],
+        0,
+    );
+    assert_safe(&report);
+    assert_eq!(report["settings"]["auto_extend"], true);
+    assert_eq!(n(&report, "overlaps_within_ttl"), 0, "{report:#}");
+    assert!(injected(&report, "slow-link") >= 1, "{report:#}");
+    // The late replies were seen: some operation timed out.
+    assert!(n(&report, "lock_errors") > 0, "{report:#}");
+});
+
 server_test!(async fn smoke_sentinel_pause_kill_failover_kill_primary(bin) {
     let dir = tempfile::tempdir().unwrap();
     // A primary, its replica and 3 sentinels: a graceful SENTINEL FAILOVER, and the primary
@@ -345,6 +393,10 @@ fn bad_options_are_usage_errors() {
         // A pooler goes in front of PostgreSQL only.
         &["check", "--pooler", "pgbouncer"],
         &["check", "--backend", "etcd", "--pooler", "pgbouncer"],
+        &["check", "--nodes", "3", "--faults", "slow-link"],
+        &["check", "--faults", "slow-link,failover"],
+        &["check", "--topology", "cluster", "--faults", "slow-link"],
+        &["check", "--faults", "migrate-held"],
     ] {
         let run = leasehold(args);
         assert_eq!(run.code, 64, "{args:?}: {run:?}");

@@ -1,7 +1,8 @@
 //! `--topology cluster`: the lock on a Redis Cluster of 3 masters with 1 replica each (the
 //! harness' [`Cluster`]), and its faults: `failover` (the master that owns the lock key's slot
-//! dies while it holds a lock its replica never got; the replica takes over) and `migrate`
-//! (the slot moves to another master, step by step, while the workers run).
+//! dies while it holds a lock its replica never got; the replica takes over), `migrate` (the
+//! slot moves to another master, step by step, while the workers run) and `migrate-held` (the
+//! same, with the slot held in `MIGRATING`/`IMPORTING` past the fair queue's lifetime).
 //!
 //! The workers get one `redis-cluster://` URL naming every node as a seed; it never changes:
 //! the client follows the topology (`MOVED`, `ASK`, a refreshed slot map after a failover).
@@ -22,6 +23,13 @@ const TAKEOVER_BOUND: Duration = Duration::from_secs(30);
 /// Attempts at finishing a migration whose source still holds keys (a key created there
 /// between the last `MIGRATE` and `SETSLOT NODE`).
 const FINISH_ATTEMPTS: usize = 5;
+
+/// How long `migrate-held` keeps the slot in `MIGRATING`/`IMPORTING`: past twice the fair
+/// queue's entry lifetime plus a TTL, so every queue entry written before the migration has
+/// expired while its waiter was refused (`TRYAGAIN`), and holders renewed meanwhile.
+fn held_migration(ttl: Duration) -> Duration {
+    2 * leasehold::fair::queue_entry_ttl(ttl) + ttl
+}
 
 /// A cluster holding the lock.
 pub(crate) struct ClusterLock {
@@ -62,7 +70,7 @@ impl ClusterLock {
         hazard::token_on(self.cluster.node(master).ok()?)
     }
 
-    /// Injects `failover` or `migrate`; returns the kind and the nodes it involved (the old
+    /// Injects `failover`, `migrate` or `migrate-held`; returns the kind and the nodes it involved (the old
     /// and the new owner of the slot).
     pub(crate) async fn inject(
         &mut self,
@@ -71,7 +79,8 @@ impl ClusterLock {
         rng: &mut Rng,
     ) -> anyhow::Result<(String, Vec<usize>)> {
         let nodes = match kind {
-            "migrate" => self.migrate(ttl, rng).await?,
+            "migrate" => self.migrate(ttl, ttl, rng).await?,
+            "migrate-held" => self.migrate(ttl, held_migration(ttl), rng).await?,
             _ => self.failover(ttl).await?,
         };
         Ok((kind.to_string(), nodes))
@@ -135,11 +144,17 @@ impl ClusterLock {
         }
     }
 
-    /// Moves the lock's slot to another master, picked at random: `MIGRATING`/`IMPORTING`, a
-    /// TTL of workers being redirected (`ASK`, `TRYAGAIN` for a script whose keys are split),
-    /// `MIGRATE` of the slot's keys (the lock and its fencing counter), another TTL, then the
-    /// slot's new owner everywhere. Returns `[from, to]`.
-    async fn migrate(&mut self, ttl: Duration, rng: &mut Rng) -> anyhow::Result<Vec<usize>> {
+    /// Moves the lock's slot to another master, picked at random: `MIGRATING`/`IMPORTING`,
+    /// `hold` of workers being redirected (`ASK`, `TRYAGAIN` for a script whose keys are
+    /// split: every acquisition of a free lock, every fair script), `MIGRATE` of the slot's keys
+    /// (the lock, its fencing counter, the fair queue), a TTL, then the slot's new owner
+    /// everywhere. Returns `[from, to]`.
+    async fn migrate(
+        &mut self,
+        ttl: Duration,
+        hold: Duration,
+        rng: &mut Rng,
+    ) -> anyhow::Result<Vec<usize>> {
         let from = self.cluster.master_index_for_slot(self.slot)?;
         let others: Vec<usize> = self
             .cluster
@@ -153,7 +168,7 @@ impl ClusterLock {
         );
         let to = others[rng.below(others.len())];
         self.cluster.begin_migration(self.slot, from, to)?;
-        tokio::time::sleep(ttl).await;
+        tokio::time::sleep(hold).await;
         self.cluster.migrate_keys(self.slot, from, to)?;
         tokio::time::sleep(ttl).await;
         for attempt in 1..=FINISH_ATTEMPTS {

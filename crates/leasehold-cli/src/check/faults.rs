@@ -23,6 +23,8 @@ pub(crate) const FAULTS: &[&str] = &[
     "stall",
     "failover",
     "migrate",
+    "migrate-held",
+    "slow-link",
     "kill-primary",
     "member-kill",
     "member-pause",

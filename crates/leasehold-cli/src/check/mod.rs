@@ -169,6 +169,12 @@ fn validate_redis(args: &CheckArgs) -> Result<(), Usage> {
             args.nodes
         )));
     }
+    if slow_link(args) && (args.nodes > 1 || args.faults.iter().any(|f| f == "failover")) {
+        return Err(Usage(
+            "slow-link relays to one lock server that stays put: use --nodes 1, without failover"
+                .into(),
+        ));
+    }
     if args.nodes > 1 && args.faults.iter().any(|f| f == "failover") {
         return Err(Usage(
             "failover needs one master with a replica (--nodes 1); Redlock nodes are independent masters"
@@ -224,6 +230,11 @@ fn raises_counter(args: &CheckArgs) -> bool {
     !args.no_raise_counter && Backend::of(args) != Backend::Etcd
 }
 
+/// Whether the workers go through the `slow-link` relay (and renew their leases).
+fn slow_link(args: &CheckArgs) -> bool {
+    args.faults.iter().any(|f| f == "slow-link")
+}
+
 /// The arguments every `check-worker` gets (all but its id and log file).
 fn worker_args(
     args: &CheckArgs,
@@ -259,6 +270,13 @@ fn worker_args(
     }
     if args.release == "del" {
         v.push("--release-del".into());
+    }
+    if slow_link(args) {
+        // Renewals, so the fault's late replies hit extends; a reply timeout it outlasts.
+        v.push("--auto-extend".into());
+        v.push("--response-timeout".into());
+        let timeout = standalone::slow_link_timeout(args.ttl);
+        v.push(format!("{}ms", timeout.as_millis().max(1)).into());
     }
     if let Some(n) = args.replica_ack {
         v.push("--replica-ack".into());
@@ -401,6 +419,25 @@ pub(crate) async fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCod
     let faults = injector.faults;
     let final_value = register.value().await?;
     let a = analyze::analyze(&logs, final_value, &faults, ttl_ms, now_ms())?;
+    // Two literals: one is past serde_json::json!'s recursion limit.
+    let settings = json!({
+        "backend": backend.name(),
+        "workers": args.workers,
+        // Redis only: the other backends run their own servers (`nodes`: how many).
+        "topology": (backend == Backend::Redis).then_some(args.topology_name()),
+        "nodes": backend.lock_nodes(&args), "duration_ms": args.duration.as_millis() as u64,
+        "ttl_ms": args.ttl.as_millis() as u64, "work_ms": args.work.as_millis() as u64,
+        "faults": args.faults, "seed": args.seed, "register": args.register,
+        "release": args.release, "fencing": !args.no_fencing, "server": server_label,
+        "replica_ack": args.replica_ack, "raise_counter": raises_counter(&args),
+        "fair": args.fair,
+        "auto_extend": slow_link(&args),
+        "permits": args.permits,
+        "rw": args.rw,
+        "multi": args.multi,
+        "elect": args.elect,
+        "pooler": args.pooler,
+    });
     let report = json!({
         "operations": a.operations,
         "acquisitions": a.acquisitions,
@@ -421,23 +458,7 @@ pub(crate) async fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCod
         "worker_errors": worker_errors,
         "per_fault": a.per_fault,
         "faults": faults,
-        "settings": {
-            "backend": backend.name(),
-            "workers": args.workers,
-            // Redis only: the other backends run their own servers (`nodes`: how many).
-            "topology": (backend == Backend::Redis).then_some(args.topology_name()),
-            "nodes": backend.lock_nodes(&args), "duration_ms": args.duration.as_millis() as u64,
-            "ttl_ms": args.ttl.as_millis() as u64, "work_ms": args.work.as_millis() as u64,
-            "faults": args.faults, "seed": args.seed, "register": args.register,
-            "release": args.release, "fencing": !args.no_fencing, "server": server_label,
-            "replica_ack": args.replica_ack, "raise_counter": raises_counter(&args),
-            "fair": args.fair,
-            "permits": args.permits,
-            "rw": args.rw,
-            "multi": args.multi,
-            "elect": args.elect,
-            "pooler": args.pooler,
-        },
+        "settings": settings,
     });
     std::fs::write(
         out.join("report.json"),

@@ -118,8 +118,9 @@ impl Topology {
                 "restart-noaof",
                 "stall",
                 "failover",
+                "slow-link",
             ],
-            Topology::Cluster => &["pause", "kill", "failover", "migrate"],
+            Topology::Cluster => &["pause", "kill", "failover", "migrate", "migrate-held"],
             Topology::Sentinel => &["pause", "kill", "failover", "kill-primary"],
         }
     }

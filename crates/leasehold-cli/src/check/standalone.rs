@@ -1,12 +1,14 @@
 //! `--topology standalone`: one lock server (with a replica for `failover` and
 //! `--replica-ack`), or the independent masters of Redlock (`--nodes`), and their faults:
-//! restarts with and without the AOF, stalls, and the failover to a replica that never got the
-//! lock.
+//! restarts with and without the AOF, stalls, the failover to a replica that never got the
+//! lock, and `slow-link`: the workers reach the one server through a [`SlowLink`] that holds
+//! its replies back past their response timeout for a while, so acquisitions, renewals and
+//! releases end in doubt (the server applied them; the worker timed out).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use leasehold_harness::{Server, ServerBinary, ServerOptions};
+use leasehold_harness::{Server, ServerBinary, ServerOptions, SlowLink};
 
 use super::faults::Rng;
 use super::hazard;
@@ -21,6 +23,8 @@ pub(crate) struct Standalone {
     promoted: bool,
     /// Restarts so far (`restart` alternates with and without the AOF).
     restarts: usize,
+    /// For `slow-link`: the relay in front of the one node, which the workers connect to.
+    link: Option<SlowLink>,
     /// The file the workers read the URLs from.
     pub(crate) urls_file: PathBuf,
 }
@@ -44,21 +48,31 @@ impl Standalone {
         } else {
             None
         };
+        let link = if args.faults.iter().any(|f| f == "slow-link") {
+            Some(SlowLink::start(nodes[0].addr())?)
+        } else {
+            None
+        };
         let servers = Standalone {
             options,
             nodes,
             replica,
             promoted: false,
             restarts: 0,
+            link,
             urls_file,
         };
         servers.publish_urls()?;
         Ok(servers)
     }
 
-    /// Writes the current URLs for the workers (atomically: a new file renamed over the old).
+    /// Writes the current URLs for the workers (atomically: a new file renamed over the old);
+    /// with `slow-link`, the relay's (`--nodes 1`, no `failover`: the node never changes).
     fn publish_urls(&self) -> anyhow::Result<()> {
-        let list: Vec<String> = self.nodes.iter().map(Server::url).collect();
+        let list: Vec<String> = match &self.link {
+            Some(link) => vec![link.url()],
+            None => self.nodes.iter().map(Server::url).collect(),
+        };
         super::servers::publish_urls(&self.urls_file, &list)
     }
 
@@ -82,8 +96,8 @@ impl Standalone {
         picked
     }
 
-    /// Injects `restart` (`restart-aof`, `restart-noaof`), `stall` or `failover`; returns the
-    /// kind to record and the nodes it hit.
+    /// Injects `restart` (`restart-aof`, `restart-noaof`), `stall`, `slow-link` or
+    /// `failover`; returns the kind to record and the nodes it hit.
     pub(crate) async fn inject(
         &mut self,
         kind: &str,
@@ -137,6 +151,18 @@ impl Standalone {
                     self.nodes[i].resume()?;
                 }
             }
+            "slow-link" => {
+                // Every reply held back a TTL, twice the workers' response timeout
+                // ([`slow_link_timeout`]), for two TTLs: renewals, releases and acquisitions
+                // time out after the server applied them. The delays of a connection's replies
+                // add up, so the last ones come through a TTL or so after the delay is lifted.
+                nodes = vec![0];
+                if let Some(link) = &self.link {
+                    link.set_reply_delay(ttl);
+                    tokio::time::sleep(ttl * 2).await;
+                    link.set_reply_delay(Duration::ZERO);
+                }
+            }
             _ => {
                 self.failover(ttl).await?;
                 nodes = vec![0];
@@ -163,6 +189,13 @@ impl Standalone {
         self.replica = Some(self.nodes[0].start_replica(&self.options)?);
         Ok(())
     }
+}
+
+/// The workers' response timeout with `slow-link`: half the TTL, so a renewal (every third of
+/// it) that times out still leaves the lease time to run out on its own, and the fault's
+/// delay (a TTL) is well past it.
+pub(crate) fn slow_link_timeout(ttl: Duration) -> Duration {
+    ttl / 2
 }
 
 /// Deletes a stopped server's data files (not a cluster node's `nodes.conf`), so it restarts

@@ -15,7 +15,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
-use leasehold::{Fence, LockGuard, LockOptions};
+use leasehold::{ClientOptions, Fence, LockGuard, LockOptions};
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
@@ -62,8 +62,20 @@ fn read_urls(path: &Path) -> Vec<String> {
         .collect()
 }
 
-async fn connect(urls: Vec<String>, release_del: bool) -> anyhow::Result<LockSide> {
-    let locks = Servers::resolve(urls.clone(), None).connect().await?;
+async fn connect(
+    urls: Vec<String>,
+    release_del: bool,
+    response_timeout: Option<Duration>,
+) -> anyhow::Result<LockSide> {
+    let servers = Servers::resolve(urls.clone(), None);
+    let locks = match (response_timeout, servers.single()) {
+        (Some(timeout), Some(target)) => Locks::Single(
+            target
+                .connect_with(ClientOptions::new().response_timeout(timeout))
+                .await?,
+        ),
+        _ => servers.connect().await?,
+    };
     let mut raw = Vec::new();
     if release_del {
         for url in &urls {
@@ -102,6 +114,7 @@ pub(crate) async fn run(args: CheckWorkerArgs) -> anyhow::Result<()> {
     let mut opts = LockOptions::new(args.ttl)
         .fencing(args.permits.is_none())
         .fair(args.fair)
+        .auto_extend(args.auto_extend)
         .wait(Duration::from_secs(3600));
     if let Some(n) = args.replica_ack {
         opts = opts.replica_ack(n, args.ttl / 4);
@@ -111,7 +124,7 @@ pub(crate) async fn run(args: CheckWorkerArgs) -> anyhow::Result<()> {
         let urls = read_urls(&args.lock_urls);
         if side.as_ref().is_none_or(|s| s.urls != urls) {
             side = None;
-            match connect(urls, args.release_del).await {
+            match connect(urls, args.release_del, args.response_timeout).await {
                 Ok(s) => side = Some(s),
                 Err(e) => {
                     log.event(json!({"ev": "error", "w": w, "t": now_ms(), "op": "connect", "error": format!("{e:#}")}))?;
