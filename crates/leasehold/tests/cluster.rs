@@ -46,6 +46,15 @@ async fn connect(cluster: &Cluster, options: ClientOptions) -> LockClient {
         .expect("client connects to the cluster")
 }
 
+/// How many commands `server` refused with `TRYAGAIN` so far (`INFO errorstats`).
+fn tryagain_count(server: &Server) -> u64 {
+    let stats = server.info("errorstats").unwrap();
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix("errorstat_TRYAGAIN:count="))
+        .map_or(0, |n| n.trim().parse::<u64>().unwrap())
+}
+
 fn get(server: &Server, key: &str) -> Option<String> {
     common::get(server, key)
 }
@@ -383,13 +392,7 @@ leasehold_harness::server_test!(async fn a_waiter_rides_out_a_split_migration(bi
     }
     let reply = source.command(&migrate).unwrap();
     assert!(reply.is_ok(), "MIGRATE of the lock key alone: {reply:?}");
-    let tryagain = || {
-        let stats = source.info("errorstats").unwrap();
-        stats
-            .lines()
-            .find_map(|l| l.strip_prefix("errorstat_TRYAGAIN:count="))
-            .map_or(0, |n| n.trim().parse::<u64>().unwrap())
-    };
+    let tryagain = || tryagain_count(source);
     let before = tryagain();
 
     let task = tokio::spawn(async move {
@@ -600,13 +603,7 @@ leasehold_harness::server_test!(async fn the_fair_queue_outlives_a_migration_hel
     assert_eq!(zcard(from), 1, "W1 is next in line");
 
     let source = cluster.node(from).unwrap();
-    let tryagain = || {
-        let stats = source.info("errorstats").unwrap();
-        stats
-            .lines()
-            .find_map(|l| l.strip_prefix("errorstat_TRYAGAIN:count="))
-            .map_or(0, |n| n.trim().parse::<u64>().unwrap())
-    };
+    let tryagain = || tryagain_count(source);
     let before = tryagain();
     cluster.begin_migration(slot, from, to).unwrap();
     // W1's attempts are refused (at least a third of a second apart): ten take > 3 s, well past

@@ -51,6 +51,27 @@ fn entry_attempts(server: &Server, key: &str) -> Vec<u64> {
         .collect()
 }
 
+/// `key` held by `client` (fair, LONG), and a second acquisition of the same client queued
+/// behind it (the server shows it queued).
+async fn held_with_a_queued_waiter(
+    server: &Server,
+    client: &LockClient,
+    key: &'static str,
+) -> (LockGuard, tokio::task::JoinHandle<LockGuard>) {
+    let g = client
+        .try_acquire(key, &fair(LONG))
+        .await
+        .unwrap()
+        .acquired()
+        .unwrap();
+    let waiter = {
+        let client = client.clone();
+        tokio::spawn(async move { client.acquire(key, &fair(LONG)).await.unwrap() })
+    };
+    until("waiter queued", || queued(server, key) == 1).await;
+    (g, waiter)
+}
+
 /// Loads the fair scripts, so that `INFO commandstats` counts one EVALSHA per operation.
 fn preload(server: &Server) {
     for script in leasehold::fair::fair_scripts() {
@@ -144,12 +165,7 @@ leasehold_harness::server_test!(async fn a_free_lock_goes_to_the_queue_head_not_
     let server = Server::start(&bin, &ServerOptions::new()).unwrap();
     let key = "fair:barging";
     let client = LockClient::connect(&server.url()).await.unwrap();
-    let g = client.try_acquire(key, &fair(LONG)).await.unwrap().acquired().unwrap();
-    let waiter = {
-        let client = client.clone();
-        tokio::spawn(async move { client.acquire(key, &fair(LONG)).await.unwrap() })
-    };
-    until("waiter queued", || queued(&server, key) == 1).await;
+    let (g, waiter) = held_with_a_queued_waiter(&server, &client, key).await;
     // The lock vanishes without a release (as if its holder crashed and it expired).
     server.command(&["DEL", key]).unwrap();
     g.detach();
@@ -221,12 +237,7 @@ leasehold_harness::server_test!(async fn a_crashed_waiter_is_skipped(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).unwrap();
     let key = "fair:crashed";
     let client = LockClient::connect(&server.url()).await.unwrap();
-    let g = client.try_acquire(key, &fair(LONG)).await.unwrap().acquired().unwrap();
-    let live = {
-        let client = client.clone();
-        tokio::spawn(async move { client.acquire(key, &fair(LONG)).await.unwrap() })
-    };
-    until("live waiter queued", || queued(&server, key) == 1).await;
+    let (g, live) = held_with_a_queued_waiter(&server, &client, key).await;
     // Two waiters that crashed, ahead of the live one: one whose entry expired, and one that
     // died just after its last refresh (its entry still looks alive; handoff window 1.5 s).
     // The expired one's entry is gone (it expired); the recent one's lives on for a minute.
@@ -631,12 +642,7 @@ leasehold_harness::server_test!(async fn more_than_a_hundred_dead_entries_do_not
     let server = Server::start(&bin, &ServerOptions::new()).unwrap();
     let key = "fair:dead-heads";
     let client = LockClient::connect(&server.url()).await.unwrap();
-    let g = client.try_acquire(key, &fair(LONG)).await.unwrap().acquired().unwrap();
-    let waiter = {
-        let client = client.clone();
-        tokio::spawn(async move { client.acquire(key, &fair(LONG)).await.unwrap() })
-    };
-    until("waiter queued", || queued(&server, key) == 1).await;
+    let (g, waiter) = held_with_a_queued_waiter(&server, &client, key).await;
     // 250 waiters that crashed ahead of it: members whose entries are gone (as a crashed
     // waiter's entry expires), queued before it.
     let queue = fair_queue_key(key);
