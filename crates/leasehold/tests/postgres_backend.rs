@@ -976,3 +976,57 @@ async fn the_lease_is_bounded_by_the_servers_tcp_settings() {
     assert!(g.lease().remaining() <= Duration::from_secs(5));
     g.release().await.unwrap();
 }
+
+// Issue 22, finding 2, on lease rows: a shortening extend (60 s -> 5 s) that PostgreSQL applies
+// while its reply is held back past the response timeout leaves the lease believing at most 5 s
+// from when it was sent (it used to keep the old 60 s).
+#[tokio::test]
+async fn a_lease_row_extend_with_an_unknown_outcome_never_raises_validity() {
+    use leasehold::ClientOptions;
+    use leasehold::postgres::PostgresLeaseClient;
+    use leasehold_harness::SlowLink;
+    use std::time::Instant;
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    let link = SlowLink::start(pg.addr()).unwrap();
+    let url = lease_url(&pg).replace(
+        &format!(":{}/", pg.port()),
+        &format!(":{}/", link.addr().port()),
+    );
+    let options = ClientOptions::new().response_timeout(Duration::from_millis(500));
+    let client = PostgresLeaseClient::connect_with(&url, options)
+        .await
+        .unwrap();
+    let g = client
+        .try_acquire("ambiguous", &LockOptions::new(Duration::from_secs(60)))
+        .await
+        .unwrap()
+        .acquired()
+        .unwrap();
+    link.set_reply_delay(Duration::from_secs(2));
+    let sent = Instant::now();
+    let err = g.extend(Duration::from_secs(5)).await.unwrap_err();
+    assert!(!matches!(err, Error::NotHeld { .. }), "{err:?}");
+    let direct = admin(&pg).await;
+    let left: f64 = direct
+        .query_one(
+            "SELECT extract(epoch FROM expires_at - clock_timestamp())::float8 \
+             FROM leasehold_leases WHERE key = 'ambiguous'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        left > 0.0 && left <= 5.0,
+        "PostgreSQL applied the extend: {left} s left"
+    );
+    assert!(
+        g.valid_until() <= sent + Duration::from_secs(5),
+        "the lease still counts on the old TTL: {:?} left",
+        g.valid_until().saturating_duration_since(Instant::now())
+    );
+    link.set_reply_delay(Duration::ZERO);
+    g.detach();
+}
