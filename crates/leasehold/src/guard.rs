@@ -385,7 +385,10 @@ impl LockGuard {
     /// see [`crate::strategy`]). The validity moves to `ttl` after the moment the command was
     /// sent. If the outcome is unknown (a timeout, a dropped connection, a server error), the
     /// validity is left at the sooner of what it was and `ttl` after the send: the command may
-    /// still be applied, so a shortening extend is believed even when its reply is lost.
+    /// still be applied, so a shortening extend is believed even when its reply is lost. (On
+    /// etcd an auto-extended lock's extend moves it to another session's lease; a move whose
+    /// reply is lost is sent again until etcd answers, so the call may take up to the lease's
+    /// validity rather than one response timeout.)
     ///
     /// # Errors
     /// [`Error::NotHeld`] if the lock was lost (the guard then counts as not held);
