@@ -22,7 +22,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use leasehold::postgres::FencedRows;
-use leasehold::{FencedWrite, LockOptions, Locker};
+use leasehold::{Fence, FencedWrite, LockOptions, Locker};
+use tokio_postgres::types::ToSql;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -67,34 +68,32 @@ async fn run(url: &str) -> Result<(), BoxError> {
         .fencing(true)
         .wait(Duration::from_secs(5));
 
+    // One fenced write: add `amount` to alice's balance, unless a newer holder wrote first.
+    let deposit = |fence: Fence, amount: i64| {
+        let (pg, accounts) = (&pg, &accounts);
+        async move {
+            let params: [&(dyn ToSql + Sync); 2] = [&amount, &"alice"];
+            accounts
+                .update(pg, &fence, "balance = balance + $3", &params)
+                .await
+        }
+    };
+
     // A first holder writes with its fence, and releases.
     let first = locks.acquire("accounts:alice", &options).await?;
     let stale = first.fence().expect("acquired with fencing on");
     println!("first holder: fencing number {}", stale.number());
-    let write = accounts
-        .update(&pg, &stale, "balance = balance + $3", &[&10_i64, &"alice"])
-        .await?;
-    println!("  its write: {write:?}");
+    println!("  its write: {:?}", deposit(stale.clone(), 10).await?);
     first.release().await?;
 
     // A second holder gets a higher number, and writes.
     let second = locks.acquire("accounts:alice", &options).await?;
     let fence = second.fence().expect("acquired with fencing on");
     println!("second holder: fencing number {}", fence.number());
-    let write = accounts
-        .update(&pg, &fence, "balance = balance + $3", &[&10_i64, &"alice"])
-        .await?;
-    println!("  its write: {write:?}");
+    println!("  its write: {:?}", deposit(fence.clone(), 10).await?);
 
     // The first holder, as if it had stalled past its lease and woken up now: refused.
-    let late = accounts
-        .update(
-            &pg,
-            &stale,
-            "balance = balance + $3",
-            &[&1000_i64, &"alice"],
-        )
-        .await?;
+    let late = deposit(stale, 1000).await?;
     println!("the first holder's late write: {late:?}");
     second.release().await?;
 
