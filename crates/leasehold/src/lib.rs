@@ -1,4 +1,4 @@
-#![doc = include_str!("../../../README.md")]
+#![doc = include_str!("lib.md")]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -48,3 +48,9 @@ pub use server::{ServerInfo, ServerKind};
 pub use slot::{fair_entry_key, fair_queue_key, fence_key, key_slot, release_channel};
 pub use strategy::{ExtendStrategy, ReleaseStrategy};
 pub use token::{LockToken, MAX_KEY_LEN};
+
+/// The README's code blocks, compiled as doctests (the crate's own docs are the shorter
+/// `lib.md`).
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
