@@ -4,8 +4,6 @@ use std::fmt;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use leasehold_harness::HarnessError;
-
 /// The exit statuses of `leasehold` (from `sysexits.h` where one fits).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -60,7 +58,8 @@ impl From<Exit> for ExitCode {
     }
 }
 
-fn classify(cause: &(dyn std::error::Error + 'static)) -> Option<Exit> {
+/// The status one cause calls for, if it says anything (`None`: look further down the chain).
+pub fn classify(cause: &(dyn std::error::Error + 'static)) -> Option<Exit> {
     if let Some(e) = cause.downcast_ref::<leasehold::Error>() {
         return Some(match e {
             leasehold::Error::InvalidArgument { .. } => Exit::Usage,
@@ -97,7 +96,7 @@ fn classify(cause: &(dyn std::error::Error + 'static)) -> Option<Exit> {
     if cause.is::<Interrupted>() {
         return Some(Exit::Interrupted);
     }
-    if cause.is::<HarnessError>() || cause.is::<NoServer>() || cause.is::<NoMajority>() {
+    if cause.is::<NoServer>() || cause.is::<NoMajority>() {
         return Some(Exit::Unavailable);
     }
     None
@@ -113,7 +112,7 @@ fn server_reply(e: &redis::RedisError) -> Exit {
     }
 }
 
-/// A raw client error (the demo sends commands of its own).
+/// A raw client error (`leasehold-lab demo` sends commands of its own).
 fn redis_error(e: &redis::RedisError) -> Exit {
     if e.kind() == redis::ErrorKind::AuthenticationFailed {
         Exit::NoPermission
@@ -126,7 +125,7 @@ fn redis_error(e: &redis::RedisError) -> Exit {
 
 /// The error line: the chain of causes joined with `: `, leaving out a cause whose text an
 /// earlier message already contains (the library's messages quote their sources), on one line.
-pub(crate) fn render(err: &anyhow::Error) -> String {
+pub fn render(err: &anyhow::Error) -> String {
     let mut out = String::new();
     for cause in err.chain() {
         let msg = cause.to_string();
@@ -143,9 +142,9 @@ pub(crate) fn render(err: &anyhow::Error) -> String {
 
 /// A single acquisition attempt found the lock held by someone else.
 #[derive(Debug)]
-pub(crate) struct Busy {
-    pub(crate) key: String,
-    pub(crate) remaining: Option<Duration>,
+pub struct Busy {
+    pub key: String,
+    pub remaining: Option<Duration>,
 }
 
 impl fmt::Display for Busy {
@@ -163,7 +162,7 @@ impl std::error::Error for Busy {}
 
 /// The arguments make no sense together, or ask for something unsafe.
 #[derive(Debug)]
-pub(crate) struct Usage(pub(crate) String);
+pub struct Usage(pub String);
 
 impl fmt::Display for Usage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -175,7 +174,7 @@ impl std::error::Error for Usage {}
 
 /// Ctrl-C arrived.
 #[derive(Debug)]
-pub(crate) struct Interrupted;
+pub struct Interrupted;
 
 impl fmt::Display for Interrupted {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -185,9 +184,9 @@ impl fmt::Display for Interrupted {
 
 impl std::error::Error for Interrupted {}
 
-/// No server binary is installed for the demo to start.
+/// No server binary is installed for `leasehold-lab demo` to start.
 #[derive(Debug)]
-pub(crate) struct NoServer(pub(crate) String);
+pub struct NoServer(pub String);
 
 impl fmt::Display for NoServer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -199,13 +198,13 @@ impl std::error::Error for NoServer {}
 
 /// Fewer than a majority of the Redlock nodes answered (connecting, or inspecting).
 #[derive(Debug)]
-pub(crate) struct NoMajority {
+pub struct NoMajority {
     /// What could not be done, completing "cannot ... a majority of the Redlock nodes".
-    pub(crate) what: String,
-    pub(crate) needed: usize,
-    pub(crate) total: usize,
+    pub what: String,
+    pub needed: usize,
+    pub total: usize,
     /// Each node (`host:port`) and what it answered.
-    pub(crate) nodes: Vec<(String, String)>,
+    pub nodes: Vec<(String, String)>,
 }
 
 impl fmt::Display for NoMajority {

@@ -7,12 +7,14 @@
 //! leasehold release KEY --token T [--json]
 //! leasehold inspect KEY [--json]
 //! leasehold run KEY [--ttl 30s] [--wait 5s | --no-wait] [--fencing] -- CMD [ARGS...]
-//! leasehold demo [--server redis7|redis8|valkey9]
+//! leasehold elect NAME [--ttl 10s] -- CMD [ARGS...]
 //! leasehold --url URL1 --url URL2 --url URL3 [--node-timeout 50ms] acquire ...   # Redlock
 //! ```
 //!
 //! The server comes from `--url`, else `$LEASEHOLD_URL`, else `$REDIS_URL`, else
-//! `redis://127.0.0.1:6379/`. Errors print one line on stderr, `leasehold: ...`, and the exit
+//! `redis://127.0.0.1:6379/`: `redis://`, `valkey://`, `rediss://` (TLS), `redis-cluster://`,
+//! `redis-sentinel://...#master`, `redlock://`, `etcd://`, or `postgres://` (with `?lock=lease`
+//! for lease rows). Errors print one line on stderr, `leasehold: ...`, and the exit
 //! status says what happened (see [`Exit`]).
 //!
 //! # Redlock
@@ -28,97 +30,96 @@
 //! fewer than a majority answer, `leasehold` exits 69 and the stderr line lists each node's
 //! outcome (`127.0.0.1:7001: granted; 127.0.0.1:7002: failed: ...`). `inspect` shows each
 //! node's holder, TTL and fencing counter, and whether a majority holds one token. One URL
-//! (or none) is a plain lock on that one server, as before; `demo` takes only one. `--url` and
-//! `--node-timeout` may come before or after the subcommand: every `--url` counts.
+//! (or none) is a plain lock on that one server, as before. `--url` and `--node-timeout` may
+//! come before or after the subcommand: every `--url` counts.
+//!
+//! The demo, the safety checker and the benchmarks are not part of this command: they are the
+//! `leasehold-lab` binary (crate `leasehold-lab`), which builds on the modules this library
+//! exposes as hidden (`exit`, `locks`, `metrics`, `target`).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 mod acquire;
-mod bench;
-mod check;
 mod cli;
-mod demo;
-mod exit;
+#[doc(hidden)]
+pub mod exit;
 mod extend;
 mod inspect;
-mod locks;
-mod metrics;
+#[doc(hidden)]
+pub mod locks;
+#[doc(hidden)]
+pub mod metrics;
 mod output;
 mod primitive;
 mod release;
 mod run;
-mod target;
+#[doc(hidden)]
+pub mod target;
 
 use std::process::ExitCode;
 
 pub use cli::{
-    AcquireArgs, BenchArgs, BenchWorkerArgs, CheckArgs, CheckWorkerArgs, Cli, Command, DemoArgs,
-    ExtendArgs, InspectArgs, OutputArgs, ReleaseArgs, RunArgs, ServerArgs,
+    AcquireArgs, Cli, Command, ExtendArgs, InspectArgs, OutputArgs, ReleaseArgs, RunArgs,
+    ServerArgs, parse_duration, parse_positive_duration,
 };
 pub use exit::Exit;
-
-use exit::Usage;
-use target::Servers;
 
 /// Carries out `cli` and returns the exit status. Failures are reported on stderr as one line,
 /// `leasehold: <what went wrong>`.
 pub async fn run(cli: Cli) -> ExitCode {
-    match dispatch(cli).await {
+    report(dispatch(cli).await, Exit::of)
+}
+
+/// The exit status of `outcome`; a failure is reported on stderr as one line,
+/// `leasehold: <what went wrong>`, and `exit_of` picks its status (usually [`Exit::of`]).
+pub fn report(
+    outcome: anyhow::Result<ExitCode>,
+    exit_of: impl FnOnce(&anyhow::Error) -> Exit,
+) -> ExitCode {
+    match outcome {
         Ok(code) => code,
         Err(err) => {
             eprintln!("leasehold: {}", exit::render(&err));
-            Exit::of(&err).into()
+            exit_of(&err).into()
         }
     }
 }
 
 async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
-    let given = cli.servers();
-    let given_urls = given.url.clone();
-    let servers = Servers::resolve(given.url, given.node_timeout).topology(
-        given.cluster,
-        given.sentinel_master,
-        given.tls_ca_file,
-    )?;
+    let servers = cli.servers().resolve()?;
     match cli.command {
-        Command::Demo(args) => {
-            let Some(target) = servers.single() else {
-                return Err(Usage(
-                    "the demo talks to one server: give at most one --url (or one URL in \
-                     $LEASEHOLD_URL), without --cluster or --sentinel-master"
-                        .into(),
-                )
-                .into());
-            };
-            demo::run(&target, args).await
-        }
         Command::Acquire(args) => acquire::run(&servers, args).await,
         Command::Release(args) => release::run(&servers, args).await,
         Command::Extend(args) => extend::run(&servers, args).await,
         Command::Inspect(args) => inspect::run(&servers, args).await,
         Command::Run(args) => return run::run(&servers, args).await,
         Command::Elect(args) => return run::elect(&servers, args).await,
-        Command::Bench(args) => {
-            if !given_urls.is_empty() {
-                return Err(
-                    Usage("bench starts its own servers: --url does not apply".into()).into(),
-                );
-            }
-            bench::run(args).await
-        }
-        Command::Check(args) => {
-            if !given_urls.is_empty() {
-                return Err(
-                    Usage("check starts its own servers: --url does not apply".into()).into(),
-                );
-            }
-            return check::run(args).await;
-        }
-        Command::CheckWorker(args) => check::worker::run(args).await,
-        Command::BenchWorker(args) => bench::worker(args).await,
     }
     .map(|()| Exit::Success.into())
+}
+
+/// What every binary of this crate and of `leasehold-lab` does first: parses the command line as
+/// `C` (a parsing error, `--help` or `--version`: `Err` with the exit status, see
+/// [`clap_exit`]), sets up logging ([`init_tracing`]), and builds the async runtime, on one
+/// thread when `one_thread` says so for the parsed command line.
+pub fn start<C: clap::Parser>(
+    one_thread: impl FnOnce(&C) -> bool,
+) -> Result<(C, tokio::runtime::Runtime), ExitCode> {
+    let cli = C::try_parse().map_err(|err| clap_exit(&err))?;
+    init_tracing();
+    let mut builder = if one_thread(&cli) {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    match builder.enable_all().build() {
+        Ok(runtime) => Ok((cli, runtime)),
+        Err(err) => {
+            eprintln!("leasehold: cannot start the async runtime: {err}");
+            Err(Exit::Software.into())
+        }
+    }
 }
 
 /// Reports a command-line parsing error (or prints `--help`/`--version`) and returns the exit

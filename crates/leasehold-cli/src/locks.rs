@@ -11,7 +11,7 @@ use leasehold::{
 
 /// Where the locks live.
 #[derive(Debug)]
-pub(crate) enum Locks {
+pub enum Locks {
     /// One server.
     Single(LockClient),
     /// A Redlock set, and its per-node timeout.
@@ -22,7 +22,7 @@ pub(crate) enum Locks {
 
 impl Locks {
     /// The backend's name: `redis`, `redlock`, `etcd` or `postgres`.
-    pub(crate) fn backend(&self) -> &'static str {
+    pub fn backend(&self) -> &'static str {
         match self {
             Locks::Single(_) => "redis",
             Locks::Redlock(..) => "redlock",
@@ -31,7 +31,7 @@ impl Locks {
     }
 
     /// One attempt; busy is an outcome.
-    pub(crate) async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
+    pub async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
         match self {
             Locks::Single(c) => c.try_acquire(key, options).await,
             Locks::Redlock(r, _) => r.try_acquire(key, options).await,
@@ -40,7 +40,7 @@ impl Locks {
     }
 
     /// Retries a busy lock until `options`' wait bound.
-    pub(crate) async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
+    pub async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
         match self {
             Locks::Single(c) => c.acquire(key, options).await,
             Locks::Redlock(r, _) => r.acquire(key, options).await,
@@ -49,7 +49,7 @@ impl Locks {
     }
 
     /// Deletes `key` if `token` holds it (Redlock: on every node where it does).
-    pub(crate) async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
+    pub async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
         match self {
             Locks::Single(c) => c.release(key, token).await,
             Locks::Redlock(r, _) => r.release(key, token).await,
@@ -58,7 +58,7 @@ impl Locks {
     }
 
     /// The counting semaphore `name` of `permits` permits (Redis and Valkey only).
-    pub(crate) fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
+    pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
         match self {
             Locks::Single(c) => c.semaphore(name, permits),
             other => Err(leasehold::Error::Unsupported {
@@ -69,7 +69,7 @@ impl Locks {
     }
 
     /// A lock over all of `keys` (Redis and Valkey only).
-    pub(crate) fn multi_lock(&self, keys: &[&str]) -> Result<leasehold::MultiLock> {
+    pub fn multi_lock(&self, keys: &[&str]) -> Result<leasehold::MultiLock> {
         match self {
             Locks::Single(c) => c.multi_lock(keys),
             other => Err(unsupported(other, "a multi-key lock")),
@@ -77,7 +77,7 @@ impl Locks {
     }
 
     /// The election `name` (Redis and Valkey only).
-    pub(crate) fn election(&self, name: &str) -> Result<leasehold::Election> {
+    pub fn election(&self, name: &str) -> Result<leasehold::Election> {
         match self {
             Locks::Single(c) => c.election(name),
             other => Err(unsupported(other, "an election")),
@@ -85,7 +85,7 @@ impl Locks {
     }
 
     /// The read-write lock `name` (Redis and Valkey only).
-    pub(crate) fn rwlock(&self, name: &str) -> Result<RwLock> {
+    pub fn rwlock(&self, name: &str) -> Result<RwLock> {
         match self {
             Locks::Single(c) => c.rwlock(name),
             other => Err(leasehold::Error::Unsupported {
@@ -96,7 +96,7 @@ impl Locks {
     }
 
     /// Releases the fair lock `key` if `token` holds it, handing it to the first waiter.
-    pub(crate) async fn release_fair(&self, key: &str, token: &LockToken) -> Result<()> {
+    pub async fn release_fair(&self, key: &str, token: &LockToken) -> Result<()> {
         match self {
             Locks::Single(c) => c.release_fair(key, token).await,
             Locks::Redlock(r, _) => r.release_fair(key, token).await,
@@ -105,7 +105,7 @@ impl Locks {
     }
 
     /// Resets the TTL of `key` if `token` holds it (Redlock: confirmed by a majority).
-    pub(crate) async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<()> {
+    pub async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<()> {
         match self {
             Locks::Single(c) => c.extend(key, token, ttl).await,
             Locks::Redlock(r, _) => r.extend(key, token, ttl).await.map(|_| ()),
@@ -114,7 +114,7 @@ impl Locks {
     }
 
     /// Raises the fencing counter of `key` to at least `at_least` (Redlock: on a majority).
-    pub(crate) async fn raise_fencing_counter(&self, key: &str, at_least: u64) -> Result<u64> {
+    pub async fn raise_fencing_counter(&self, key: &str, at_least: u64) -> Result<u64> {
         match self {
             Locks::Single(c) => c.raise_fencing_counter(key, at_least).await,
             Locks::Redlock(r, _) => r.raise_fencing_counter(key, at_least).await,
@@ -129,7 +129,7 @@ impl Locks {
     /// released lock would then stay on a minority of the nodes until its TTL). This waits until
     /// every node shows `outcome`, but at most one per-node timeout; a node that fails or stays
     /// silent is left to the TTL. Nothing to do for one server.
-    pub(crate) async fn settle(&self, key: &str, token: &LockToken, outcome: Outcome) {
+    pub async fn settle(&self, key: &str, token: &LockToken, outcome: Outcome) {
         let Locks::Redlock(redlock, timeout) = self else {
             return;
         };
@@ -153,7 +153,7 @@ impl Locks {
 
 /// What a node shows once an operation has reached it.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Outcome {
+pub enum Outcome {
     /// Acquired: the key is set (to our token, or someone else had that node).
     Acquired,
     /// Released: the key does not hold our token.

@@ -5,27 +5,11 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-use leasehold_cli::{Cli, Exit};
+use leasehold_cli::Cli;
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(err) => return leasehold_cli::clap_exit(&err),
-    };
-    leasehold_cli::init_tracing();
-    // A bench worker is one of hundreds of client processes on a 2-core machine: one thread.
-    let mut builder = if matches!(cli.command, leasehold_cli::Command::BenchWorker(_)) {
-        tokio::runtime::Builder::new_current_thread()
-    } else {
-        tokio::runtime::Builder::new_multi_thread()
-    };
-    let runtime = match builder.enable_all().build() {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            eprintln!("leasehold: cannot start the async runtime: {err}");
-            return Exit::Software.into();
-        }
-    };
-    runtime.block_on(leasehold_cli::run(cli))
+    match leasehold_cli::start::<Cli>(|_| false) {
+        Ok((cli, runtime)) => runtime.block_on(leasehold_cli::run(cli)),
+        Err(code) => code,
+    }
 }

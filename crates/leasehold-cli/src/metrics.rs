@@ -16,7 +16,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 /// Installs the Prometheus recorder for this process and serves it on `addr` until the process
 /// ends; returns the bound address (printed on stderr, for port 0).
-pub(crate) async fn serve(addr: SocketAddr) -> anyhow::Result<SocketAddr> {
+pub async fn serve(addr: SocketAddr) -> anyhow::Result<SocketAddr> {
     let listener = TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on {addr} for --metrics-addr"))?;
@@ -45,14 +45,14 @@ pub(crate) async fn serve(addr: SocketAddr) -> anyhow::Result<SocketAddr> {
 }
 
 /// Where the `check-worker` logging to `log` writes its metrics port.
-pub(crate) fn port_file(log: &Path) -> PathBuf {
+pub fn port_file(log: &Path) -> PathBuf {
     log.with_extension("metrics")
 }
 
-/// `leasehold check --metrics-addr`: serves on `addr`, for each scrape, the metrics of every
+/// `leasehold-lab check --metrics-addr`: serves on `addr`, for each scrape, the metrics of every
 /// worker that wrote its port into `logs` (see [`port_file`]), each sample labelled
 /// `worker="<id>"`. A worker that a fault killed or paused is left out of that scrape.
-pub(crate) async fn serve_workers(addr: SocketAddr, logs: PathBuf) -> anyhow::Result<SocketAddr> {
+pub async fn serve_workers(addr: SocketAddr, logs: PathBuf) -> anyhow::Result<SocketAddr> {
     let listener = TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on {addr} for --metrics-addr"))?;

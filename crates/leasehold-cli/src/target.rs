@@ -10,7 +10,7 @@ use crate::locks::Locks;
 
 /// Where the server URLs came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Source {
+pub enum Source {
     /// `--url`.
     Flag,
     /// `$LEASEHOLD_URL` or `$REDIS_URL` (the variable's name).
@@ -21,16 +21,16 @@ pub(crate) enum Source {
 
 /// The server URL and where it came from.
 #[derive(Debug, Clone)]
-pub(crate) struct Target {
-    pub(crate) url: String,
-    pub(crate) source: Source,
+pub struct Target {
+    pub url: String,
+    pub source: Source,
     /// `--tls-ca-file`.
-    pub(crate) tls_ca_file: Option<std::path::PathBuf>,
+    pub tls_ca_file: Option<std::path::PathBuf>,
 }
 
 /// What the URLs name together.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Topology {
+pub enum Topology {
     /// One server per URL: one URL is a plain lock, several are a Redlock set.
     PerUrl,
     /// `--cluster`: seeds of one Redis Cluster.
@@ -40,25 +40,25 @@ pub(crate) enum Topology {
 }
 
 /// The URL when neither `--url` nor the environment names one.
-pub(crate) const DEFAULT_URL: &str = "redis://127.0.0.1:6379/";
+pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379/";
 
 /// The servers the lock commands talk to: one (a plain lock), or several (Redlock over them).
 #[derive(Debug, Clone)]
-pub(crate) struct Servers {
-    pub(crate) urls: Vec<String>,
-    pub(crate) source: Source,
+pub struct Servers {
+    pub urls: Vec<String>,
+    pub source: Source,
     /// `--node-timeout` (Redlock only; the library's default when absent).
-    pub(crate) node_timeout: Option<Duration>,
+    pub node_timeout: Option<Duration>,
     /// What the URLs name.
-    pub(crate) topology: Topology,
+    pub topology: Topology,
     /// `--tls-ca-file`.
-    pub(crate) tls_ca_file: Option<std::path::PathBuf>,
+    pub tls_ca_file: Option<std::path::PathBuf>,
 }
 
 impl Servers {
     /// Every `--url`, else the URLs listed in `$LEASEHOLD_URL` (separated by commas), else
     /// `$REDIS_URL` (one URL), else [`DEFAULT_URL`]. Empty variables count as unset.
-    pub(crate) fn resolve(flags: Vec<String>, node_timeout: Option<Duration>) -> Servers {
+    pub fn resolve(flags: Vec<String>, node_timeout: Option<Duration>) -> Servers {
         let (urls, source) = if !flags.is_empty() {
             (flags, Source::Flag)
         } else if let Some(list) = env("LEASEHOLD_URL") {
@@ -82,7 +82,7 @@ impl Servers {
     /// # Errors
     /// [`Usage`] for both `--cluster` and `--sentinel-master`, or for a master name without
     /// sentinels to ask.
-    pub(crate) fn topology(
+    pub fn topology(
         mut self,
         cluster: bool,
         sentinel_master: Option<String>,
@@ -106,7 +106,7 @@ impl Servers {
     }
 
     /// The one server, unless several were given (or the URLs name a cluster or sentinels).
-    pub(crate) fn single(&self) -> Option<Target> {
+    pub fn single(&self) -> Option<Target> {
         match (self.urls.as_slice(), &self.topology) {
             ([url], Topology::PerUrl) => Some(Target {
                 url: url.clone(),
@@ -118,7 +118,7 @@ impl Servers {
     }
 
     /// The client options every connection of this command starts from.
-    pub(crate) fn client_options(&self) -> ClientOptions {
+    pub fn client_options(&self) -> ClientOptions {
         let options = ClientOptions::new();
         match &self.tls_ca_file {
             Some(path) => options.tls_ca_file(path),
@@ -129,7 +129,7 @@ impl Servers {
     /// Connects: a [`LockClient`] for one server, a cluster or a Sentinel-monitored primary, a
     /// [`Redlock`] over several servers (or one `redlock://` URL), a [`Locker`] for the other
     /// backends (`etcd://`, `postgres://`).
-    pub(crate) async fn connect(&self) -> anyhow::Result<Locks> {
+    pub async fn connect(&self) -> anyhow::Result<Locks> {
         if let Some(other) = self.other_backend()? {
             return Locker::connect_with(&other, self.client_options())
                 .await
@@ -267,7 +267,7 @@ fn env(var: &str) -> Option<String> {
 /// `url1,url2,...` -> the URLs. A comma splits only where a URL scheme (`redis://`) follows, so
 /// a comma inside a password stays part of it; blanks and stray commas around the URLs are
 /// dropped.
-pub(crate) fn split_urls(list: &str) -> Vec<String> {
+pub fn split_urls(list: &str) -> Vec<String> {
     let mut urls: Vec<String> = Vec::new();
     for part in list.split(',') {
         match urls.last_mut() {
@@ -320,17 +320,17 @@ fn server_of(url: &str) -> String {
 
 impl Target {
     /// The URL with its password masked, for messages.
-    pub(crate) fn shown(&self) -> String {
+    pub fn shown(&self) -> String {
         redact(&self.url)
     }
 
     /// Connects with the default options.
-    pub(crate) async fn connect(&self) -> anyhow::Result<LockClient> {
+    pub async fn connect(&self) -> anyhow::Result<LockClient> {
         self.connect_with(ClientOptions::new()).await
     }
 
     /// Connects with `options` (and `--tls-ca-file`).
-    pub(crate) async fn connect_with(&self, options: ClientOptions) -> anyhow::Result<LockClient> {
+    pub async fn connect_with(&self, options: ClientOptions) -> anyhow::Result<LockClient> {
         let options = match &self.tls_ca_file {
             Some(path) => options.tls_ca_file(path),
             None => options,
@@ -342,7 +342,7 @@ impl Target {
 }
 
 /// `scheme://user:password@host/...` -> `scheme://user:***@host/...`; anything else unchanged.
-pub(crate) fn redact(url: &str) -> String {
+pub fn redact(url: &str) -> String {
     let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
         return url.to_string();
     };

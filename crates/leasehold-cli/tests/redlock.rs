@@ -262,8 +262,6 @@ fn the_same_server_twice_is_a_usage_error() {
     ])
     .expect(64);
     assert!(out.stderr.contains("127.0.0.1:9"), "{}", out.stderr);
-    // The demo talks to one server.
-    leasehold(&["--url", url, "--url", "redis://127.0.0.1:10/", "demo"]).expect(64);
     leasehold(&["--node-timeout", "0s", "inspect", "k"]).expect(64);
 }
 

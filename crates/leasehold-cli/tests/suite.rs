@@ -3,10 +3,11 @@
 //! of running after them (each file was its own binary, run one after another).
 
 mod backends;
-mod check;
 mod commands;
-mod demo;
 mod redlock;
 mod run;
 mod support;
 mod topologies;
+
+/// The binary under test.
+const BIN: &str = env!("CARGO_BIN_EXE_leasehold");

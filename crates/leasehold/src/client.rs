@@ -725,7 +725,7 @@ impl LockClient {
     ///
     /// Without this, a reply delayed past the TTL (a stalled server that had already processed
     /// the `SET`, a long GC pause of ours) would hand out a guard that was never valid for a
-    /// moment, while another client may already hold the key. `leasehold check --faults stall`
+    /// moment, while another client may already hold the key. `leasehold-lab check --faults stall`
     /// found it.
     async fn expired_on_arrival(
         &self,
@@ -777,7 +777,7 @@ impl LockClient {
     /// the writes of the connection it arrives on, so it must never reach a server apart from its
     /// acquisition. Sent separately, a cluster client that lost the master during `WAIT` retried
     /// the `WAIT` alone on the promoted replica's fresh connection, which acknowledged at once a
-    /// write it never had (`leasehold check --topology cluster --replica-ack 1` found two
+    /// write it never had (`leasehold-lab check --topology cluster --replica-ack 1` found two
     /// overlaps). As one pipeline, a retry repeats both: the acquisition runs again on the new
     /// master (busy if our key reached it, so not granted twice) and `WAIT` counts that write.
     async fn attempt_replicated(

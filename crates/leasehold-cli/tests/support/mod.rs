@@ -1,4 +1,5 @@
-//! Running the built `leasehold` binary from the tests.
+//! Running the built binary from the tests: `leasehold`, or `leasehold-lab` in that crate's
+//! suite (which includes this file); each suite names its binary as `crate::BIN`.
 
 #![allow(dead_code)]
 
@@ -54,7 +55,7 @@ pub fn leasehold_at(url: &str, args: &[&str]) -> Run {
 
 /// As [`leasehold`], with extra environment variables.
 pub fn leasehold_env(args: &[&str], env: &[(&str, &str)]) -> Run {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leasehold"));
+    let mut cmd = Command::new(crate::BIN);
     cmd.args(args)
         .env_remove("LEASEHOLD_URL")
         .env_remove("REDIS_URL")
@@ -137,7 +138,7 @@ impl Running {
             "leasehold-{}.err",
             N.fetch_add(1, Ordering::Relaxed)
         ));
-        let child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        let child = Command::new(crate::BIN)
             .args(global)
             .arg(subcommand)
             .args(args)

@@ -1,4 +1,4 @@
-//! The hidden `check-worker` subcommand: one worker process of `leasehold check`. It loops
+//! The hidden `check-worker` subcommand: one worker process of `leasehold-lab check`. It loops
 //! acquire -> read the register -> work -> write register+1 (fenced) -> release, and logs every
 //! step as a JSON line stamped with the machine-wide monotonic clock (so the coordinator can
 //! order the events of all processes).

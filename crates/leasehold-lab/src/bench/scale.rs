@@ -1,5 +1,5 @@
 //! The scale workloads: W7, many auto-extended leases on one client, and W8, many client
-//! processes on many keys (`leasehold bench-worker` is one of those processes).
+//! processes on many keys (`leasehold-lab bench-worker` is one of those processes).
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 

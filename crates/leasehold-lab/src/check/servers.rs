@@ -1,4 +1,4 @@
-//! The lock servers of `leasehold check`, whatever the backend (`--backend`) and topology
+//! The lock servers of `leasehold-lab check`, whatever the backend (`--backend`) and topology
 //! (`--topology`): one standalone server or Redlock nodes ([`Standalone`]), a Redis Cluster
 //! ([`ClusterLock`]), a Sentinel-monitored primary ([`SentinelLock`]), a 3-member etcd cluster
 //! ([`EtcdLock`]) or a PostgreSQL server ([`PgLock`]). Each publishes the URL(s) the workers

@@ -1,4 +1,4 @@
-//! `leasehold bench`: leasehold against its peers and against the server's own limit, side by
+//! `leasehold-lab bench`: leasehold against its peers and against the server's own limit, side by
 //! side in one run, so that ratios hold on a noisy machine.
 //!
 //! Every workload gets a fresh server from the harness; systems take turns within each

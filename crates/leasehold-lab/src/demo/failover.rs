@@ -1,4 +1,4 @@
-//! `leasehold demo --scenario failover`: a single lock server fails over to a replica that had
+//! `leasehold-lab demo --scenario failover`: a single lock server fails over to a replica that had
 //! not received the lock, and two clients hold it at once.
 //!
 //! Throwaway servers only (it kills and promotes them): two lock masters with a replica each, and

@@ -1,4 +1,4 @@
-//! `leasehold check` against real servers of every flavor: the CI smoke check (pause + kill on
+//! `leasehold-lab check` against real servers of every flavor: the CI smoke check (pause + kill on
 //! one node: nothing stale accepted with fencing; a plain-DEL release lets two holders in at
 //! once; a Redis Cluster and a Sentinel set with their failovers and, on the cluster, a slot
 //! migration), and one short run of every other fault (restart with and without AOF, stall,
@@ -16,7 +16,7 @@ use leasehold_harness::{ServerBinary, server_test};
 use serde_json::Value;
 use support::{Running, leasehold, sample, scrape};
 
-/// Runs `leasehold check --server <flavor> args... --out <dir>` and returns its report; panics
+/// Runs `leasehold-lab check --server <flavor> args... --out <dir>` and returns its report; panics
 /// with the output unless it exits with `code`.
 fn check(bin: &ServerBinary, dir: &Path, args: &[&str], code: i32) -> Value {
     let flavor = bin.flavor().expect("a matrix flavor").name();

@@ -1,4 +1,4 @@
-//! `leasehold check`: Jepsen-style fault injection against a fenced register.
+//! `leasehold-lab check`: Jepsen-style fault injection against a fenced register.
 //!
 //! W worker processes (this binary's hidden `check-worker`) loop acquire -> read -> work ->
 //! fenced write of register+1 -> release against a lock server, while faults are injected on a

@@ -1,4 +1,4 @@
-//! `leasehold demo` against every server of the matrix.
+//! `leasehold-lab demo` against every server of the matrix.
 
 use crate::support;
 
@@ -305,4 +305,20 @@ fn demo_failover_sentinel_refuses_a_url() {
         out.stderr
     );
     assert!(out.stdout.is_empty(), "{}", out.stdout);
+}
+
+// Moved from the `leasehold` command's suite with the demo: a server outside the matrix, and
+// more than one server, are usage errors.
+#[test]
+fn demo_takes_one_server_of_the_matrix() {
+    leasehold(&["demo", "--server", "redis6"]).expect(64);
+    // The demo talks to one server.
+    leasehold(&[
+        "--url",
+        "redis://127.0.0.1:9/",
+        "--url",
+        "redis://127.0.0.1:10/",
+        "demo",
+    ])
+    .expect(64);
 }

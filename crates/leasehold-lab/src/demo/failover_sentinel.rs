@@ -1,4 +1,4 @@
-//! `leasehold demo --scenario failover-sentinel`: the failover hazard with real sentinels. The
+//! `leasehold-lab demo --scenario failover-sentinel`: the failover hazard with real sentinels. The
 //! clients connect through the sentinels (`redis-sentinel://…#leasehold`), the sentinels promote
 //! a replica that had not received the lock, and the same clients, never rebuilt, follow them to
 //! the new primary, where a second holder gets the lock with the same fencing number.

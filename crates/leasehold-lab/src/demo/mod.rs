@@ -1,4 +1,4 @@
-//! `leasehold demo`: the seed chapter's walkthrough, re-created with the library and run against
+//! `leasehold-lab demo`: the seed chapter's walkthrough, re-created with the library and run against
 //! a real server.
 //!
 //! 1. [`walkthrough`]: `src/patterns-locks.ts`, printing its ten result lines exactly as the seed
@@ -297,7 +297,7 @@ async fn ensure_keys_free(client: &LockClient) -> anyhow::Result<()> {
     }
     Err(Usage(format!(
         "the demo writes and deletes the keys {}, and {} already exist{} on this server; \
-         delete {} first, or run `leasehold demo` without a URL to use a throwaway server",
+         delete {} first, or run `leasehold-lab demo` without a URL to use a throwaway server",
         keys.join(", "),
         taken.join(", "),
         if taken.len() == 1 { "s" } else { "" },

@@ -1,4 +1,4 @@
-//! The faults of `leasehold check`: the seeded schedule's generator, and the injector that
+//! The faults of `leasehold-lab check`: the seeded schedule's generator, and the injector that
 //! pauses or kills holders itself and hands server faults to the lock servers of the topology
 //! (`servers`), remembering what it did.
 

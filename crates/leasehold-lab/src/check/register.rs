@@ -1,4 +1,4 @@
-//! The register of `leasehold check`: the resource the lock protects, which refuses stale
+//! The register of `leasehold-lab check`: the resource the lock protects, which refuses stale
 //! fencing numbers. Two kinds:
 //!
 //! * **redis**: a hash `register` (`value`, `fence`, `writer`) on its own redis/valkey server,
@@ -22,7 +22,7 @@ use anyhow::{Context, bail};
 use leasehold::{Fence, FencedRead, FencedStore};
 use redis::aio::ConnectionManager;
 
-/// The redis key of the register (a hash), as `leasehold check` has always used.
+/// The redis key of the register (a hash), as `leasehold-lab check` has always used.
 pub(crate) const REDIS_KEY: &str = "register";
 
 /// Which kind of server holds the register.
