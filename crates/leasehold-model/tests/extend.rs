@@ -93,9 +93,8 @@ fn a_command_applied_after_a_later_one_is_outside_the_assumption() {
 }
 
 /// [`ExtendModel::fixed`] with extends also sent after the validity ran out (about 1.5 million
-/// states, 7-12 s here): run with `--ignored`.
+/// states, 7-12 s here).
 #[test]
-#[ignore = "slow: about 1.5 million states"]
 fn extends_after_expiry_never_outlast_the_key() {
     let report = check(ExtendModel {
         extend_after_expiry: true,
