@@ -18,7 +18,11 @@ use nix::unistd::{Gid, Uid};
 use tempfile::TempDir;
 
 use crate::HarnessError;
-use crate::postgres::{POSTGRES_USER, Postgres, is_executable, system_user_if_root, temp_parent};
+// Probing, start attempts and log tails as for the PostgreSQL it fronts.
+use crate::postgres::{
+    LOG_TAIL_LINES, POLL_INTERVAL, POSTGRES_USER, PROBE_TIMEOUT, Postgres, START_ATTEMPTS,
+    is_executable, system_user_if_root, temp_parent,
+};
 use crate::process::Process;
 use crate::server::{free_port, release_port};
 
@@ -26,14 +30,6 @@ use crate::server::{free_port, release_port};
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long [`PgBouncer::stop`] waits after SIGTERM before it sends SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(5);
-/// Sleep between readiness probes.
-const POLL_INTERVAL: Duration = Duration::from_millis(20);
-/// Timeout of one TCP readiness probe.
-const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
-/// Attempts (each on a fresh port) before [`PgBouncer::start`] gives up.
-const START_ATTEMPTS: usize = 5;
-/// Lines of log included in errors.
-const LOG_TAIL_LINES: usize = 30;
 
 const CONFIG: &str = "pgbouncer.ini";
 const USERLIST: &str = "userlist.txt";

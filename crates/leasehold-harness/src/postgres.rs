@@ -32,13 +32,13 @@ const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long [`Postgres::stop`] waits after SIGQUIT before it sends SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 /// Sleep between readiness probes.
-const POLL_INTERVAL: Duration = Duration::from_millis(20);
+pub(crate) const POLL_INTERVAL: Duration = Duration::from_millis(20);
 /// Timeout of one TCP readiness probe.
-const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
+pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
 /// Attempts (each on a fresh port) before [`Postgres::start`] gives up.
-const START_ATTEMPTS: usize = 5;
+pub(crate) const START_ATTEMPTS: usize = 5;
 /// Lines of log included in errors.
-const LOG_TAIL_LINES: usize = 30;
+pub(crate) const LOG_TAIL_LINES: usize = 30;
 /// The system user the server runs as when the tests run as root.
 const SYSTEM_USER: &str = "postgres";
 
