@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use leasehold::{
     Backoff, ClientOptions, Error, ExtendStrategy, FencedStore, FencedWrite, LockClient,
-    LockOptions, ReleaseStrategy, TryAcquire, fair_queue_key, fence_key, key_slot, release_channel,
+    LockOptions, ReleaseStrategy, TryAcquire, fair_entry_key, fair_queue_key, fence_key, key_slot,
+    release_channel,
 };
 use leasehold_harness::{Cluster, ClusterOptions, Server};
 
@@ -601,6 +602,9 @@ leasehold_harness::server_test!(async fn the_fair_queue_outlives_a_migration_hel
     g.release().await.unwrap();
     let h = tokio::time::timeout(HANG_GUARD, h).await.expect("hung").unwrap().expect("H acquired");
     assert_eq!(zcard(from), 1, "W1 is next in line");
+    let head = cluster.node(from).unwrap().command(&["ZRANGE", &queue, "0", "0"]).unwrap();
+    let w1_ticket = head.as_array().and_then(|a| a.first()).and_then(|t| t.as_str()).unwrap().to_string();
+    let w1_entry = fair_entry_key(key, &w1_ticket);
 
     let source = cluster.node(from).unwrap();
     let tryagain = || tryagain_count(source);
@@ -629,7 +633,12 @@ leasehold_harness::server_test!(async fn the_fair_queue_outlives_a_migration_hel
     tokio::time::timeout(HANG_GUARD, release_other).await.expect("hung").unwrap()
         .expect("a fair release during a migration is retried until it is over");
 
-    until("W2 queued behind W1", HANG_GUARD, || zcard(to) == 2).await;
+    // W1's entry (1 s) expired while its refreshes were refused; until its next attempt
+    // writes it again, a release would rightly skip W1 as dead. Wait for that attempt.
+    until("W2 queued behind W1, and W1's entry alive again", HANG_GUARD, || {
+        zcard(to) == 2 && cluster.node(to).unwrap().command(&["EXISTS", &w1_entry]).unwrap().as_integer() == Some(1)
+    })
+    .await;
     assert!(!w1.is_finished() && !w2.is_finished());
     h.release().await.unwrap();
     let w1 = tokio::time::timeout(HANG_GUARD, w1).await.expect("hung").unwrap().expect("W1 acquired");
