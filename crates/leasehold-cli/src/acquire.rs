@@ -1,13 +1,13 @@
 //! `leasehold acquire`: take a lock that outlives the command.
 
-use leasehold::{LockOptions, TryAcquire};
+use leasehold::{Backend, LockOptions, Locker, TryAcquire};
 use serde::Serialize;
 
 use crate::cli::AcquireArgs;
 use crate::exit::{Busy, Usage};
-use crate::locks::{Locks, Outcome};
 use crate::output::{emit, millis};
 use crate::primitive::Primitive;
+use crate::settle::{Outcome, settle};
 use crate::target::Servers;
 
 #[derive(Serialize)]
@@ -20,12 +20,12 @@ struct Acquired<'a> {
 }
 
 pub(crate) async fn run(servers: &Servers, args: AcquireArgs) -> anyhow::Result<()> {
-    let locks = servers.connect().await?;
-    acquire(&locks, args).await
+    let locker = servers.connect().await?;
+    acquire(&locker, servers, args).await
 }
 
-async fn acquire(locks: &Locks, args: AcquireArgs) -> anyhow::Result<()> {
-    if locks.backend() == "postgres" {
+async fn acquire(locker: &Locker, servers: &Servers, args: AcquireArgs) -> anyhow::Result<()> {
+    if locker.kind() == Backend::Postgres {
         // A session lock ends with its session, which ends with this process.
         return Err(Usage(
             "a PostgreSQL lock lives as long as its session, so it cannot outlive this command: \
@@ -37,14 +37,14 @@ async fn acquire(locks: &Locks, args: AcquireArgs) -> anyhow::Result<()> {
     let options = LockOptions::new(args.ttl)
         .fencing(args.fencing)
         .fair(args.fair);
-    let primitive = Primitive::of(locks, &args.key, &args.primitive)?;
+    let primitive = Primitive::of(locker, &args.key, &args.primitive)?;
     let guard = match args.wait {
         Some(wait) => {
             primitive
-                .acquire(locks, &args.key, &options.wait(wait))
+                .acquire(locker, &args.key, &options.wait(wait))
                 .await?
         }
-        None => match primitive.try_acquire(locks, &args.key, &options).await? {
+        None => match primitive.try_acquire(locker, &args.key, &options).await? {
             TryAcquire::Acquired(guard) => guard,
             TryAcquire::Busy { remaining } => {
                 return Err(Busy {
@@ -73,8 +73,13 @@ async fn acquire(locks: &Locks, args: AcquireArgs) -> anyhow::Result<()> {
     }
     // The lock must outlive this process: whoever has the token releases it (or the TTL does).
     let lease = guard.detach();
-    locks
-        .settle(lease.key(), lease.token(), Outcome::Acquired)
-        .await;
+    settle(
+        locker,
+        servers,
+        lease.key(),
+        lease.token(),
+        Outcome::Acquired,
+    )
+    .await;
     Ok(())
 }

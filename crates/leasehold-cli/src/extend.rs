@@ -6,9 +6,9 @@ use leasehold::LockToken;
 use serde::Serialize;
 
 use crate::cli::ExtendArgs;
-use crate::locks::Outcome;
 use crate::output::{emit, human, millis};
 use crate::primitive::Primitive;
+use crate::settle::{Outcome, settle};
 use crate::target::Servers;
 
 #[derive(Serialize)]
@@ -20,16 +20,16 @@ struct Extended<'a> {
 
 pub(crate) async fn run(servers: &Servers, args: ExtendArgs) -> anyhow::Result<()> {
     let token = LockToken::new(args.token)?;
-    let locks = servers.connect().await?;
+    let locker = servers.connect().await?;
     let sent = Instant::now();
-    Primitive::of(&locks, &args.key, &args.primitive)?
-        .extend(&locks, &args.key, &token, args.ttl)
+    Primitive::of(&locker, &args.key, &args.primitive)?
+        .extend(&locker, &args.key, &token, args.ttl)
         .await?;
     let outcome = Outcome::Extended {
         ttl: args.ttl,
         sent,
     };
-    locks.settle(&args.key, &token, outcome).await;
+    settle(&locker, servers, &args.key, &token, outcome).await;
     let result = Extended {
         key: &args.key,
         token: token.expose(),

@@ -6,7 +6,6 @@ use serde::Serialize;
 
 use crate::cli::InspectArgs;
 use crate::exit::NoMajority;
-use crate::locks::Locks;
 use crate::output::{emit, human, millis};
 use crate::target::Servers;
 
@@ -57,10 +56,10 @@ struct NodeState<'a> {
 }
 
 pub(crate) async fn run(servers: &Servers, args: InspectArgs) -> anyhow::Result<()> {
-    match servers.connect().await? {
-        Locks::Single(client) => single(client.inspect(&args.key).await?, args),
-        Locks::Redlock(redlock, _) => nodes(&redlock, args).await,
-        Locks::Other(locker) => single(locker.inspect(&args.key).await?, args),
+    let locker = servers.connect().await?;
+    match locker.as_redlock() {
+        Some(redlock) => nodes(redlock, args).await,
+        None => single(locker.inspect(&args.key).await?, args),
     }
 }
 

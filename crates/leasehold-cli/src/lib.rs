@@ -35,7 +35,7 @@
 //!
 //! The demo, the safety checker and the benchmarks are not part of this command: they are the
 //! `leasehold-lab` binary (crate `leasehold-lab`), which builds on the modules this library
-//! exposes as hidden (`exit`, `locks`, `metrics`, `target`).
+//! exposes as hidden (`exit`, `metrics`, `settle`, `target`).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -47,13 +47,13 @@ pub mod exit;
 mod extend;
 mod inspect;
 #[doc(hidden)]
-pub mod locks;
-#[doc(hidden)]
 pub mod metrics;
 mod output;
 mod primitive;
 mod release;
 mod run;
+#[doc(hidden)]
+pub mod settle;
 #[doc(hidden)]
 pub mod target;
 

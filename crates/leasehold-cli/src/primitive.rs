@@ -4,10 +4,12 @@
 
 use std::time::Duration;
 
-use leasehold::{LockGuard, LockOptions, LockToken, Result, RwLock, Semaphore, TryAcquire};
+use leasehold::{
+    LockClient, LockGuard, LockOptions, LockToken, Locker, Result, RwLock, Semaphore, TryAcquire,
+};
 
 use crate::cli::PrimitiveArgs;
-use crate::locks::Locks;
+use crate::exit::Usage;
 
 /// The primitive a command works on.
 pub(crate) enum Primitive {
@@ -23,11 +25,24 @@ pub(crate) enum Primitive {
 
 impl Primitive {
     /// The primitive `key` names under these flags (clap keeps them exclusive).
-    pub(crate) fn of(locks: &Locks, key: &str, args: &PrimitiveArgs) -> Result<Primitive> {
+    ///
+    /// # Errors
+    /// [`Usage`] when the flags name a primitive the URL's backend does not have.
+    pub(crate) fn of(
+        locker: &Locker,
+        key: &str,
+        args: &PrimitiveArgs,
+    ) -> anyhow::Result<Primitive> {
         Ok(match (args.permits, args.read, args.write) {
-            (Some(n), _, _) => Primitive::Permit(locks.semaphore(key, n)?),
-            (None, true, _) => Primitive::Reader(locks.rwlock(key)?),
-            (None, false, true) => Primitive::Writer(locks.rwlock(key)?),
+            (Some(n), _, _) => {
+                Primitive::Permit(redis(locker, "a semaphore (--permits)")?.semaphore(key, n)?)
+            }
+            (None, true, _) => {
+                Primitive::Reader(redis(locker, "a read-write lock (--read)")?.rwlock(key)?)
+            }
+            (None, false, true) => {
+                Primitive::Writer(redis(locker, "a read-write lock (--write)")?.rwlock(key)?)
+            }
             (None, false, false) => Primitive::Lock,
         })
     }
@@ -35,12 +50,12 @@ impl Primitive {
     /// One attempt, without waiting.
     pub(crate) async fn try_acquire(
         &self,
-        locks: &Locks,
+        locker: &Locker,
         key: &str,
         options: &LockOptions,
     ) -> Result<TryAcquire> {
         match self {
-            Primitive::Lock => locks.try_acquire(key, options).await,
+            Primitive::Lock => locker.try_acquire(key, options).await,
             Primitive::Permit(s) => s.try_acquire(options).await,
             Primitive::Reader(rw) => rw.try_read(options).await,
             Primitive::Writer(rw) => rw.try_write(options).await,
@@ -50,12 +65,12 @@ impl Primitive {
     /// Waits as `options` say.
     pub(crate) async fn acquire(
         &self,
-        locks: &Locks,
+        locker: &Locker,
         key: &str,
         options: &LockOptions,
     ) -> Result<LockGuard> {
         match self {
-            Primitive::Lock => locks.acquire(key, options).await,
+            Primitive::Lock => locker.acquire(key, options).await,
             Primitive::Permit(s) => s.acquire(options).await,
             Primitive::Reader(rw) => rw.read(options).await,
             Primitive::Writer(rw) => rw.write(options).await,
@@ -66,14 +81,14 @@ impl Primitive {
     /// waiter).
     pub(crate) async fn release(
         &self,
-        locks: &Locks,
+        locker: &Locker,
         key: &str,
         token: &LockToken,
         fair: bool,
     ) -> Result<()> {
         match self {
-            Primitive::Lock if fair => locks.release_fair(key, token).await,
-            Primitive::Lock => locks.release(key, token).await,
+            Primitive::Lock if fair => locker.release_fair(key, token).await,
+            Primitive::Lock => locker.release(key, token).await,
             Primitive::Permit(s) => s.release(token).await,
             Primitive::Reader(rw) => rw.release_read(token).await,
             Primitive::Writer(rw) => rw.release_write(token).await,
@@ -83,16 +98,30 @@ impl Primitive {
     /// Resets what `token` holds to `ttl` from now.
     pub(crate) async fn extend(
         &self,
-        locks: &Locks,
+        locker: &Locker,
         key: &str,
         token: &LockToken,
         ttl: Duration,
     ) -> Result<()> {
         match self {
-            Primitive::Lock => locks.extend(key, token, ttl).await,
+            Primitive::Lock => locker.extend(key, token, ttl).await,
             Primitive::Permit(s) => s.extend(token, ttl).await,
             Primitive::Reader(rw) => rw.extend_read(token, ttl).await,
             Primitive::Writer(rw) => rw.extend_write(token, ttl).await,
         }
     }
+}
+
+/// The Redis client behind `locker`, for `what` (a primitive only Redis and Valkey have).
+///
+/// # Errors
+/// [`Usage`] naming the backend and the URLs that have it.
+pub(crate) fn redis<'a>(locker: &'a Locker, what: &str) -> Result<&'a LockClient, Usage> {
+    locker.as_redis().ok_or_else(|| {
+        Usage(format!(
+            "{what} needs a Redis or Valkey server (redis://, rediss://, valkey://, \
+             redis-cluster://, redis-sentinel://); {} has none",
+            locker.kind()
+        ))
+    })
 }

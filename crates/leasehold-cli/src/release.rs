@@ -4,9 +4,9 @@ use leasehold::LockToken;
 use serde::Serialize;
 
 use crate::cli::ReleaseArgs;
-use crate::locks::Outcome;
 use crate::output::emit;
 use crate::primitive::Primitive;
+use crate::settle::{Outcome, settle};
 use crate::target::Servers;
 
 #[derive(Serialize)]
@@ -18,13 +18,13 @@ struct Released<'a> {
 
 pub(crate) async fn run(servers: &Servers, args: ReleaseArgs) -> anyhow::Result<()> {
     let token = LockToken::new(args.token)?;
-    let locks = servers.connect().await?;
-    let primitive = Primitive::of(&locks, &args.key, &args.primitive)?;
+    let locker = servers.connect().await?;
+    let primitive = Primitive::of(&locker, &args.key, &args.primitive)?;
     let released = primitive
-        .release(&locks, &args.key, &token, args.fair)
+        .release(&locker, &args.key, &token, args.fair)
         .await;
     // Also when not held: a minority of Redlock nodes may still have held the token.
-    locks.settle(&args.key, &token, Outcome::Released).await;
+    settle(&locker, servers, &args.key, &token, Outcome::Released).await;
     released?;
     let result = Released {
         key: &args.key,

@@ -19,8 +19,8 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::cli::{ElectArgs, RunArgs};
 use crate::exit::{Busy, Exit};
-use crate::locks::{Locks, Outcome};
 use crate::primitive::Primitive;
+use crate::settle::{Outcome, settle};
 use crate::target::Servers;
 
 /// Exit status when the lock is lost while the command runs.
@@ -37,14 +37,14 @@ pub(crate) async fn run(servers: &Servers, args: RunArgs) -> anyhow::Result<Exit
     if let Some(addr) = args.metrics_addr {
         crate::metrics::serve(addr).await?;
     }
-    let locks = servers.connect().await?;
+    let locker = servers.connect().await?;
     let options = LockOptions::new(args.ttl)
         .fencing(args.fencing)
         .fair(args.fair)
         .auto_extend(true);
-    let primitive = Primitive::of(&locks, &args.key, &args.primitive)?;
+    let primitive = Primitive::of(&locker, &args.key, &args.primitive)?;
     let acquired = if args.no_wait {
-        match primitive.try_acquire(&locks, &args.key, &options).await? {
+        match primitive.try_acquire(&locker, &args.key, &options).await? {
             TryAcquire::Acquired(guard) => Ok(guard),
             TryAcquire::Busy { remaining } => Err(anyhow::Error::new(Busy {
                 key: args.key.clone(),
@@ -54,7 +54,7 @@ pub(crate) async fn run(servers: &Servers, args: RunArgs) -> anyhow::Result<Exit
     } else {
         let options = options.wait(args.wait.unwrap_or(FOREVER));
         primitive
-            .acquire(&locks, &args.key, &options)
+            .acquire(&locker, &args.key, &options)
             .await
             .map_err(anyhow::Error::new)
     };
@@ -69,13 +69,18 @@ pub(crate) async fn run(servers: &Servers, args: RunArgs) -> anyhow::Result<Exit
     };
     // Redlock: the nodes outside the granting majority get their copy first, so that the
     // release at the end cannot find a node still empty and then see the acquisition land.
-    locks
-        .settle(guard.key(), guard.token(), Outcome::Acquired)
-        .await;
+    settle(
+        &locker,
+        servers,
+        guard.key(),
+        guard.token(),
+        Outcome::Acquired,
+    )
+    .await;
     let code = supervise(&guard, &args.command, args.kill_grace, &[]).await;
     let (key, token) = (guard.key().to_string(), guard.token().clone());
     let released = guard.release().await;
-    locks.settle(&key, &token, Outcome::Released).await;
+    settle(&locker, servers, &key, &token, Outcome::Released).await;
     match released {
         Ok(()) => {}
         // Lost at the very end, or already reported as lost: nothing left to release.
@@ -90,15 +95,9 @@ pub(crate) async fn run(servers: &Servers, args: RunArgs) -> anyhow::Result<Exit
 
 /// `leasehold elect`: campaign for `args.name`, run the command while leader, resign after.
 pub(crate) async fn elect(servers: &Servers, args: ElectArgs) -> anyhow::Result<ExitCode> {
-    let locks = servers.connect().await?;
-    let Locks::Single(client) = &locks else {
-        return Err(Error::Unsupported {
-            backend: locks.backend(),
-            what: "an election (leasehold elect)".into(),
-        }
-        .into());
-    };
-    let election = client.election(&args.name)?;
+    let locker = servers.connect().await?;
+    let election =
+        crate::primitive::redis(&locker, "an election (leasehold elect)")?.election(&args.name)?;
     let id = args
         .id
         .clone()

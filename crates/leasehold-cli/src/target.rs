@@ -6,7 +6,6 @@ use anyhow::Context;
 use leasehold::{ClientOptions, LockClient, Locker, NodeOutcome, Redlock, RedlockOptions};
 
 use crate::exit::{NoMajority, Usage};
-use crate::locks::Locks;
 
 /// Where the server URLs came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,13 +126,12 @@ impl Servers {
     }
 
     /// Connects: a [`LockClient`] for one server, a cluster or a Sentinel-monitored primary, a
-    /// [`Redlock`] over several servers (or one `redlock://` URL), a [`Locker`] for the other
-    /// backends (`etcd://`, `postgres://`).
-    pub async fn connect(&self) -> anyhow::Result<Locks> {
+    /// [`Redlock`] over several servers (or one `redlock://` URL), or the backend an `etcd://` or
+    /// `postgres://` URL names; all as a [`Locker`].
+    pub async fn connect(&self) -> anyhow::Result<Locker> {
         if let Some(other) = self.other_backend()? {
             return Locker::connect_with(&other, self.client_options())
                 .await
-                .map(Locks::Other)
                 .with_context(|| format!("cannot use the server at {}", redact(&other)));
         }
         if let [url] = self.urls.as_slice()
@@ -157,13 +155,13 @@ impl Servers {
             Topology::Cluster => {
                 return LockClient::connect_cluster(&self.urls, self.client_options())
                     .await
-                    .map(Locks::Single)
+                    .map(Locker::from)
                     .with_context(|| format!("cannot use the cluster at {}", shown()));
             }
             Topology::Sentinel(master) => {
                 return LockClient::connect_sentinel(&self.urls, master, self.client_options())
                     .await
-                    .map(Locks::Single)
+                    .map(Locker::from)
                     .with_context(|| {
                         format!(
                             "cannot use the primary {master:?} of the sentinels {}",
@@ -174,7 +172,7 @@ impl Servers {
             Topology::PerUrl => {}
         }
         if let Some(target) = self.single() {
-            return Ok(Locks::Single(target.connect().await?));
+            return Ok(target.connect().await?.into());
         }
         if let Some(twice) = same_server_twice(&self.urls) {
             return Err(Usage(format!(
@@ -188,7 +186,7 @@ impl Servers {
         }
         let urls: Vec<&str> = self.urls.iter().map(String::as_str).collect();
         match Redlock::connect(&urls, options.clone()).await {
-            Ok(redlock) => Ok(Locks::Redlock(redlock, options.node_timeout_bound())),
+            Ok(redlock) => Ok(redlock.into()),
             // Nothing to lock yet: say who could not be reached, in this command's words.
             Err(leasehold::Error::NoQuorum { needed, nodes, .. }) => Err(NoMajority {
                 what: "connect to".into(),

@@ -227,3 +227,42 @@ fn postgres_lease_rows_outlive_the_command() {
     let bad = format!("{}?lock=forever", pg.url());
     leasehold(&["--url", &bad, "inspect", "k"]).expect(64);
 }
+
+// Capabilities: the primitives only Redis has (semaphores, read-write locks, elections) are a
+// usage error (64) on the other backends, naming the backend and the URLs that have them,
+// before anything is taken; and nothing is left held behind.
+#[test]
+fn primitives_a_backend_lacks_are_usage_errors() {
+    let Some(etcd) = etcd_for_test() else { return };
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    let (etcd_url, pg_url) = (format!("etcd://{}", etcd.addr()), pg.url());
+    for (url, backend) in [(etcd_url.as_str(), "etcd"), (pg_url.as_str(), "postgres")] {
+        let lh = |args: &[&str]| support::leasehold_at(url, args);
+        for (args, what) in [
+            (
+                &["run", "jobs:caps", "--permits", "2", "--", "true"][..],
+                "--permits",
+            ),
+            (&["run", "jobs:caps", "--read", "--", "true"][..], "--read"),
+            (
+                &["run", "jobs:caps", "--write", "--", "true"][..],
+                "--write",
+            ),
+            (&["elect", "jobs:caps", "--", "true"][..], "leasehold elect"),
+        ] {
+            let out = lh(args).expect(64);
+            assert!(
+                out.stderr.contains(what)
+                    && out.stderr.contains(backend)
+                    && out.stderr.contains("redis://"),
+                "{backend} {args:?}: {}",
+                out.stderr
+            );
+        }
+        // The plain lock on the same key is free: nothing was taken.
+        let state = lh(&["inspect", "jobs:caps", "--json"]).expect(0).json();
+        assert_eq!(state["held"], false, "{backend}");
+    }
+}

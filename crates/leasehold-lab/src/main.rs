@@ -18,7 +18,7 @@ use std::process::ExitCode;
 use leasehold_cli::Exit;
 // The modules of the `leasehold` command this one builds on, under the names they had when
 // both were one binary.
-use leasehold_cli::{exit, locks, metrics, target};
+use leasehold_cli::{exit, metrics, target};
 
 use cli::{Cli, Command};
 use exit::Usage;

@@ -30,6 +30,7 @@ mod token;
 mod topology;
 pub mod waiting;
 
+pub use backend::{Backend, Fairness};
 pub use client::{LockClient, LockState, MAX_FENCING_NUMBER, TryAcquire};
 pub use connection::{ClientConnection, SentinelConnection};
 pub use election::{Election, Leader, LeaderWatch};

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::LockBackend;
+use crate::backend::{Backend, LockBackend};
 use crate::client::{LockClient, LockState, TryAcquire};
 use crate::error::{Error, Result};
 use crate::guard::{Lease, LockGuard};
@@ -23,9 +23,18 @@ use crate::token::LockToken;
 /// Every backend hands out the same [`LockGuard`] and [`Lease`], so code written against a
 /// `Locker` (or against `LockGuard`) runs unchanged when the URL changes. What each backend
 /// guarantees, and where they differ, is in docs/guarantees.md.
+///
+/// **Capabilities.** The plain lock (and `with_lock`, fencing, auto-extension) works on every
+/// backend. What only one backend has is reached through its own client type, so that asking a
+/// backend for something it cannot do does not compile: [`Locker::as_redis`] gives the
+/// [`LockClient`] with its semaphores, read-write locks, multi-key locks and elections;
+/// [`Locker::as_redlock`] the [`Redlock`] with its per-node views. [`Backend::fairness`] says
+/// what [`LockOptions::fair`] means on each.
 #[derive(Clone, Debug)]
 pub struct Locker {
     backend: Arc<dyn LockBackend>,
+    redis: Option<LockClient>,
+    redlock: Option<Redlock>,
 }
 
 /// The URL schemes [`Locker::connect`] knows, for messages.
@@ -108,9 +117,27 @@ impl Locker {
     }
 
     /// The backend's name: `redis`, `redlock`, `etcd`, `postgres` (session locks) or
-    /// `postgres-lease` (lease rows).
+    /// `postgres-lease` (lease rows); [`Locker::kind`] as a string.
     pub fn backend(&self) -> &'static str {
         self.backend.name()
+    }
+
+    /// Which backend this is.
+    pub fn kind(&self) -> Backend {
+        self.backend.kind()
+    }
+
+    /// The Redis client behind this locker, if the URL named a Redis or Valkey server, cluster
+    /// or Sentinel-monitored primary: the way to the primitives only Redis has
+    /// ([`LockClient::semaphore`], [`LockClient::rwlock`], [`LockClient::multi_lock`],
+    /// [`LockClient::election`]).
+    pub fn as_redis(&self) -> Option<&LockClient> {
+        self.redis.as_ref()
+    }
+
+    /// The Redlock set behind this locker, if the URL was a `redlock://` one.
+    pub fn as_redlock(&self) -> Option<&Redlock> {
+        self.redlock.as_ref()
     }
 
     /// One attempt to take `key`, without waiting (see [`LockClient::try_acquire`]).
@@ -144,9 +171,8 @@ impl Locker {
         outcome: crate::metrics::Outcome,
         begun: Option<std::time::Instant>,
     ) {
-        let backend = self.backend.name();
-        if backend != "redis" && backend != "redlock" {
-            crate::metrics::acquisition(backend, options.fair_enabled(), outcome, begun);
+        if self.redis.is_none() && self.redlock.is_none() {
+            crate::metrics::acquisition(self.backend(), options.fair_enabled(), outcome, begun);
         }
     }
 
@@ -211,17 +237,55 @@ impl Locker {
 }
 
 impl Locker {
-    /// A locker over a backend (each backend module's `From<Client> for Locker` uses this).
-    pub(crate) fn from_backend(backend: Arc<dyn LockBackend>) -> Locker {
-        Locker { backend }
+    /// A locker over a backend with no capabilities beyond the plain lock.
+    #[cfg(any(feature = "etcd", feature = "postgres"))]
+    fn plain(backend: Arc<dyn LockBackend>) -> Locker {
+        Locker {
+            backend,
+            redis: None,
+            redlock: None,
+        }
+    }
+}
+
+impl From<LockClient> for Locker {
+    fn from(client: LockClient) -> Self {
+        Locker {
+            backend: Arc::new(client.clone()),
+            redis: Some(client),
+            redlock: None,
+        }
     }
 }
 
 impl From<Redlock> for Locker {
     fn from(redlock: Redlock) -> Self {
         Locker {
-            backend: Arc::new(redlock),
+            backend: Arc::new(redlock.clone()),
+            redis: None,
+            redlock: Some(redlock),
         }
+    }
+}
+
+#[cfg(feature = "etcd")]
+impl From<crate::etcd::EtcdClient> for Locker {
+    fn from(client: crate::etcd::EtcdClient) -> Self {
+        Locker::plain(Arc::new(client))
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl From<crate::postgres::PostgresClient> for Locker {
+    fn from(client: crate::postgres::PostgresClient) -> Self {
+        Locker::plain(Arc::new(client))
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl From<crate::postgres::PostgresLeaseClient> for Locker {
+    fn from(client: crate::postgres::PostgresLeaseClient) -> Self {
+        Locker::plain(Arc::new(client))
     }
 }
 

@@ -15,13 +15,12 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
-use leasehold::{ClientOptions, Fence, LockGuard, LockOptions};
+use leasehold::{ClientOptions, Fence, LockClient, LockGuard, LockOptions, Locker};
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
 use super::register::{ReadOutcome, Register};
 use crate::cli::CheckWorkerArgs;
-use crate::locks::Locks;
 use crate::target::Servers;
 
 /// Milliseconds on CLOCK_MONOTONIC, shared by every process of the machine.
@@ -47,7 +46,7 @@ impl Log {
 /// The lock servers as the coordinator last listed them, and our connection to them.
 struct LockSide {
     urls: Vec<String>,
-    locks: Locks,
+    locks: Locker,
     /// Plain connections for `--release del` (one per server).
     raw: Vec<redis::aio::MultiplexedConnection>,
 }
@@ -69,11 +68,10 @@ async fn connect(
 ) -> anyhow::Result<LockSide> {
     let servers = Servers::resolve(urls.clone(), None);
     let locks = match (response_timeout, servers.single()) {
-        (Some(timeout), Some(target)) => Locks::Single(
-            target
-                .connect_with(ClientOptions::new().response_timeout(timeout))
-                .await?,
-        ),
+        (Some(timeout), Some(target)) => target
+            .connect_with(ClientOptions::new().response_timeout(timeout))
+            .await?
+            .into(),
         _ => servers.connect().await?,
     };
     let mut raw = Vec::new();
@@ -87,6 +85,14 @@ async fn connect(
         }
     }
     Ok(LockSide { urls, locks, raw })
+}
+
+/// The Redis client the primitives other than the plain lock need.
+fn redis(locker: &Locker) -> leasehold::Result<&LockClient> {
+    locker.as_redis().ok_or(leasehold::Error::Unsupported {
+        backend: locker.backend(),
+        what: "this primitive".into(),
+    })
 }
 
 /// A short pause after a failed lock operation, so a dead server is not hammered.
@@ -143,22 +149,22 @@ pub(crate) async fn run(args: CheckWorkerArgs) -> anyhow::Result<()> {
             } else {
                 [second.as_str(), args.key.as_str()]
             };
-            match s.locks.multi_lock(&keys) {
+            match redis(&s.locks).and_then(|c| c.multi_lock(&keys)) {
                 Ok(lock) => lock.acquire(&opts.clone().fencing(false)).await,
                 Err(e) => Err(e),
             }
         } else if args.elect {
-            match s.locks.election(&args.key) {
+            match redis(&s.locks).and_then(|c| c.election(&args.key)) {
                 Ok(election) => election.campaign(&format!("worker-{w}"), &opts).await,
                 Err(e) => Err(e),
             }
         } else {
             match (args.permits, args.rw) {
-                (Some(n), _) => match s.locks.semaphore(&args.key, n) {
+                (Some(n), _) => match redis(&s.locks).and_then(|c| c.semaphore(&args.key, n)) {
                     Ok(semaphore) => semaphore.acquire(&opts).await,
                     Err(e) => Err(e),
                 },
-                (None, true) => match s.locks.rwlock(&args.key) {
+                (None, true) => match redis(&s.locks).and_then(|c| c.rwlock(&args.key)) {
                     // Readers take no fencing number; the writer does.
                     Ok(rw) if reading => rw.read(&opts.clone().fencing(false)).await,
                     Ok(rw) => rw.write(&opts).await,
