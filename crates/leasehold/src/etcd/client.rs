@@ -1,0 +1,379 @@
+//! The client, [`EtcdClient`], and its public API.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ec::{Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp};
+use etcd_client as ec;
+
+use crate::client::{LockState, TryAcquire};
+use crate::error::{Error, Operation, Result};
+use crate::guard::{Lease, LockGuard};
+use crate::options::{ClientOptions, LockOptions};
+use crate::token::LockToken;
+
+use super::acquire::{Basis, Cleanup};
+use super::error::{from_etcd, never_sent, timeout_error};
+use super::keep_alive::KeepAlives;
+use super::keys::{check_key, entry_key, queue_prefix, ttl_secs};
+use super::request::{header_revision, retries_for};
+use super::session::Sessions;
+use super::url::parse_url;
+
+/// HTTP/2 keep-alive pings on busy connections (etcd refuses pings more often than every 5 s).
+const H2_PING_INTERVAL: Duration = Duration::from_secs(10);
+
+/// A lock client on an etcd v3 cluster.
+///
+/// Cheap to clone (clones share the gRPC connections and the lease sessions). See the
+/// [module docs](super) for the design and what it guarantees.
+#[derive(Clone)]
+pub struct EtcdClient {
+    pub(super) inner: Arc<Inner>,
+}
+
+pub(super) struct Inner {
+    pub(super) etcd: ec::Client,
+    pub(super) endpoints: Vec<String>,
+    user: Option<String>,
+    pub(super) response_timeout: Duration,
+    pub(super) sessions: Arc<Sessions>,
+    /// The one keep-alive stream of the client (all clones, all sessions).
+    pub(super) keep_alives: Arc<KeepAlives>,
+}
+
+impl std::fmt::Debug for EtcdClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdClient")
+            .field("endpoints", &self.inner.endpoints)
+            .field("user", &self.inner.user)
+            .field("response_timeout", &self.inner.response_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EtcdClient {
+    /// Connects to `url` with default [`ClientOptions`]:
+    /// `etcd://[user:password@]host:port[,host:port...]` (port 2379 by default; user and
+    /// password percent-decoded; with them, etcd authentication is used).
+    ///
+    /// # Errors
+    /// As [`EtcdClient::connect_with`].
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, ClientOptions::default()).await
+    }
+
+    /// Connects to `url` and checks, within the connect timeout, that a member answers (and,
+    /// with credentials, that they are accepted). Every later request is bounded by the
+    /// response timeout.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a malformed URL; [`Error::Authentication`] for refused
+    /// credentials; [`Error::Connection`] (`op: Connect`, not ambiguous) if no member answers
+    /// in time.
+    pub async fn connect_with(url: &str, options: ClientOptions) -> Result<Self> {
+        let parsed = parse_url(url)?;
+        let connect_timeout = options.connect_timeout;
+        let response_timeout = options.response_timeout;
+        let mut connect = ec::ConnectOptions::new()
+            .with_connect_timeout(connect_timeout)
+            .with_keep_alive(
+                H2_PING_INTERVAL,
+                response_timeout.max(Duration::from_secs(1)),
+            )
+            .with_keep_alive_while_idle(false)
+            // A member cut off from the leader refuses (and ends streams) instead of hanging.
+            .with_require_leader(true);
+        if let Some((name, password)) = &parsed.user {
+            connect = connect
+                .with_user(name.clone(), password.clone())
+                .with_auto_token_refresh(true);
+        }
+        let endpoints = parsed.endpoints.clone();
+        let tries = retries_for(endpoints.len());
+        let probe = async move {
+            let mut tried = 0;
+            loop {
+                tried += 1;
+                // With credentials, this authenticates (a round trip); without, it connects
+                // lazily. Then a status request must reach a member.
+                let result = async {
+                    let etcd = ec::Client::connect(&endpoints, Some(connect.clone())).await?;
+                    etcd.maintenance_client().status().await?;
+                    Ok::<_, ec::Error>(etcd)
+                }
+                .await;
+                match result {
+                    Ok(etcd) => return Ok(etcd),
+                    // Refused by one member: another may answer.
+                    Err(e) if never_sent(&e) && tried < tries => {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                    Err(e) => return Err(from_etcd(Operation::Connect, false, e)),
+                }
+            }
+        };
+        let etcd = tokio::time::timeout(connect_timeout, probe)
+            .await
+            .map_err(|_| timeout_error(Operation::Connect, false))??;
+        tracing::debug!(endpoints = ?parsed.endpoints, "leasehold connected to etcd");
+        Ok(EtcdClient {
+            inner: Arc::new(Inner {
+                endpoints: parsed.endpoints,
+                user: parsed.user.map(|(name, _)| name),
+                response_timeout,
+                sessions: Arc::new(tokio::sync::Mutex::new(HashMap::new())),
+                keep_alives: Arc::new(KeepAlives::new(etcd.clone())),
+                etcd,
+            }),
+        })
+    }
+
+    /// The member URLs (`http://host:port`) this client talks to.
+    pub fn endpoints(&self) -> &[String] {
+        &self.inner.endpoints
+    }
+
+    /// One attempt to take `key`, without waiting: one transaction that writes our entry only
+    /// if the lock has no holder and no waiter (so nothing is written, and nothing needs
+    /// cleaning up, when it is busy). Plus a lease grant first, unless the lock is
+    /// auto-extended (then it uses the session lease of its TTL).
+    ///
+    /// **Cancellation.** If the future is dropped, or the reply is lost, after the request was
+    /// sent, the entry (if it was written) is deleted in the background, token-checked; if
+    /// that fails it dies with its lease.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad key or TTL (before any round trip);
+    /// [`Error::Unsupported`] with [`LockOptions::replica_ack`]; [`Error::ExpiredOnArrival`];
+    /// [`Error::Connection`] (ambiguous once the transaction was sent),
+    /// [`Error::PermissionDenied`], [`Error::Authentication`], [`Error::Server`].
+    pub async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
+        let secs = self.check_request(key, options)?;
+        let token = LockToken::random();
+        let entry = entry_key(key, &token);
+        let basis = if options.auto_extend_enabled() {
+            Basis::Session(self.checkout(secs, options.renew_interval()).await?)
+        } else {
+            let started = Instant::now();
+            let (id, granted) = self.grant(secs, Operation::Acquire).await?;
+            Basis::Dedicated {
+                id,
+                started,
+                granted,
+            }
+        };
+        let lease_id = match &basis {
+            Basis::Session(s) => s.0.id,
+            Basis::Dedicated { id, .. } => *id,
+        };
+        let mut cleanup = Cleanup::new(
+            self,
+            &entry,
+            &token,
+            matches!(basis, Basis::Dedicated { .. }).then_some(lease_id),
+        );
+        let txn = Txn::new()
+            .when([Compare::create_revision(queue_prefix(key), CompareOp::Equal, 0).with_prefix()])
+            .and_then([TxnOp::put(
+                entry.clone(),
+                token.expose(),
+                Some(PutOptions::new().with_lease(lease_id)),
+            )]);
+        let resp = self.txn(Operation::Acquire, true, txn).await?;
+        if !resp.succeeded() {
+            // Nothing was written: only a lease of our own needs giving back.
+            cleanup.disarm();
+            if let Basis::Dedicated { id, .. } = basis {
+                self.revoke_in_background(id);
+            }
+            return Ok(TryAcquire::Busy { remaining: None });
+        }
+        let rev = header_revision(&resp)?;
+        let guard = self.finish(key, token, entry, rev, basis, options)?;
+        cleanup.disarm();
+        Ok(TryAcquire::Acquired(guard))
+    }
+
+    /// Takes `key`, waiting until `options.wait_bound()` (one attempt, like
+    /// [`EtcdClient::try_acquire`], if none was set or it is zero).
+    ///
+    /// Waiting is a queue (see the [module docs](super)): our entry is written once, and we
+    /// watch only the entry just ahead of ours, so locks are granted in arrival order and a
+    /// release wakes one waiter. Connection errors are ridden out (with the backoff of the
+    /// options) until the deadline. If the session's lease is lost while we wait, our place is
+    /// lost with it and we queue again.
+    ///
+    /// **Cancellation.** Dropping the future deletes our entry in the background
+    /// (token-checked); if that fails, the entry dies with the session's lease.
+    ///
+    /// # Errors
+    /// [`Error::NotAcquired`] at the deadline; otherwise as [`EtcdClient::try_acquire`].
+    pub async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
+        let secs = self.check_request(key, options)?;
+        let Some(wait) = options.wait_bound().filter(|w| !w.is_zero()) else {
+            let begun = Instant::now();
+            return match self.try_acquire(key, options).await? {
+                TryAcquire::Acquired(guard) => Ok(guard),
+                TryAcquire::Busy { .. } => Err(Error::NotAcquired {
+                    key: key.to_string(),
+                    waited: begun.elapsed(),
+                    attempts: 1,
+                }),
+            };
+        };
+        self.acquire_queued(key, options, secs, wait).await
+    }
+
+    /// Waits for `key` (as [`EtcdClient::acquire`]), runs `work`, and releases the lock
+    /// whatever happens (see [`LockClient::with_lock`](crate::LockClient::with_lock)).
+    ///
+    /// # Errors
+    /// As [`EtcdClient::acquire`]; [`Error::LockLost`] if the lease was lost during `work`;
+    /// [`Error::NotHeld`] if the release found the lock gone.
+    pub async fn with_lock<T, F, Fut>(&self, key: &str, options: &LockOptions, work: F) -> Result<T>
+    where
+        F: FnOnce(Lease) -> Fut,
+        Fut: std::future::Future<Output = T>,
+    {
+        let guard = self.acquire(key, options).await?;
+        crate::guard::run_with_lock(guard, options, work).await
+    }
+
+    /// The same as [`release`](Self::release): etcd's queue and the waiters' watches already hand the lock to the
+    /// longest waiter, so a fair lock needs nothing more.
+    ///
+    /// # Errors
+    /// As [`release`](Self::release).
+    pub async fn release_fair(&self, key: &str, token: &LockToken) -> Result<()> {
+        self.release(key, token).await
+    }
+
+    /// Releases `key` if `token` holds it (or waits for it): one transaction,
+    /// `If(Value(entry) == token) Then(Delete(entry))`. Needs no state from the acquiring
+    /// process.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if there is no such entry; connection and server errors.
+    pub async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
+        check_key(key)?;
+        let entry = entry_key(key, token);
+        let txn = Txn::new()
+            .when([Compare::value(
+                entry.clone(),
+                CompareOp::Equal,
+                token.expose(),
+            )])
+            .and_then([TxnOp::delete(entry, None)]);
+        let resp = self.txn(Operation::Release, true, txn).await?;
+        if resp.succeeded() {
+            Ok(())
+        } else {
+            Err(Error::NotHeld {
+                key: key.to_string(),
+            })
+        }
+    }
+
+    /// Gives `key`'s entry for `token` a fresh lease of `ttl` (rounded up to whole seconds):
+    /// a lease grant, then `If(Value(entry) == token) Then(Put(entry, lease))`. The entry keeps
+    /// its revision (fencing number and place). The old lease is left to expire (it may be a
+    /// session lease other locks share). Needs no state from the acquiring process.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if there is no such entry; [`Error::InvalidArgument`] for a bad TTL;
+    /// connection and server errors.
+    pub async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<()> {
+        check_key(key)?;
+        let secs = ttl_secs(ttl)?;
+        let entry = entry_key(key, token);
+        let (id, _) = self.grant(secs, Operation::Extend).await?;
+        let txn = Txn::new()
+            .when([Compare::value(
+                entry.clone(),
+                CompareOp::Equal,
+                token.expose(),
+            )])
+            .and_then([TxnOp::put(
+                entry,
+                token.expose(),
+                Some(PutOptions::new().with_lease(id)),
+            )]);
+        // No reply (`?`): the entry may ride on the new lease, so it is not revoked (it
+        // expires on its own); the caller holds no validity to lower.
+        let resp = self.txn(Operation::Extend, true, txn).await?;
+        if resp.succeeded() {
+            Ok(())
+        } else {
+            self.revoke_in_background(id);
+            Err(Error::NotHeld {
+                key: key.to_string(),
+            })
+        }
+    }
+
+    /// Who holds `key` (the token of its first entry), the remaining TTL of that entry's lease
+    /// (whole seconds, as etcd reports it) and its fencing number (the entry's create
+    /// revision); all `None` when the lock is free. Two round trips (the entry, then its
+    /// lease).
+    ///
+    /// # Errors
+    /// Connection and server errors.
+    pub async fn inspect(&self, key: &str) -> Result<LockState> {
+        check_key(key)?;
+        let options = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_limit(1);
+        let prefix = queue_prefix(key);
+        let mut resp = self
+            .request(Operation::Inspect, false, || {
+                let mut kv = self.inner.etcd.kv_client();
+                let (prefix, options) = (prefix.clone(), options.clone());
+                async move { kv.get(prefix, Some(options)).await }
+            })
+            .await?;
+        let Some(first) = resp.take_kvs().into_iter().next() else {
+            return Ok(LockState {
+                key: key.to_string(),
+                holder: None,
+                ttl: None,
+                fencing_counter: None,
+            });
+        };
+        let ttl = if first.lease() != 0 {
+            let id = first.lease();
+            let lease = self
+                .request(Operation::Inspect, false, || {
+                    let mut leases = self.inner.etcd.lease_client();
+                    async move { leases.time_to_live(id, None).await }
+                })
+                .await?;
+            (lease.ttl() >= 0).then(|| Duration::from_secs(lease.ttl() as u64))
+        } else {
+            None
+        };
+        Ok(LockState {
+            key: key.to_string(),
+            holder: Some(String::from_utf8_lossy(first.value()).into_owned()),
+            ttl,
+            fencing_counter: Some(first.create_revision() as u64),
+        })
+    }
+
+    /// Always [`Error::Unsupported`]: etcd's fencing numbers are its revisions, which only move
+    /// up and cannot be raised on request.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`]; [`Error::InvalidArgument`] for a bad key.
+    pub async fn raise_fencing_counter(&self, key: &str, _at_least: u64) -> Result<u64> {
+        check_key(key)?;
+        Err(Error::Unsupported {
+            backend: "etcd",
+            what: "raising a fencing counter (etcd's fencing numbers are its revisions)".into(),
+        })
+    }
+}
+
+crate::backend::impl_lock_backend!(EtcdClient, "etcd");

@@ -1,0 +1,326 @@
+//! Held locks: a guard's release, and its extend, which moves the entry between leases.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ec::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+use etcd_client as ec;
+use futures_util::future::BoxFuture;
+
+use crate::backend::HeldLock;
+use crate::error::{Error, Operation, Result};
+use crate::guard::{Lease, LossReason, clock_drift};
+
+use super::client::EtcdClient;
+use super::error::{session_lost, transient};
+use super::keys::ttl_secs;
+use super::lock;
+use super::session::{Attach, Session, SessionRef, Tracked};
+
+/// One lock held through an [`EtcdClient`], as its guard sees it.
+pub(super) struct EtcdHeld {
+    pub(super) client: EtcdClient,
+    pub(super) entry: Vec<u8>,
+    /// The entry's create revision (its fencing number).
+    pub(super) rev: i64,
+    pub(super) attach: Arc<Mutex<Attach>>,
+}
+
+impl std::fmt::Debug for EtcdHeld {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Not the entry: it contains the token.
+        f.debug_struct("EtcdHeld")
+            .field("revision", &self.rev)
+            .field("attach", &*lock(&self.attach))
+            .finish()
+    }
+}
+
+impl HeldLock for EtcdHeld {
+    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let attach = lock(&self.attach).clone();
+            if let Attach::Session(session) = &attach
+                && let Some(session) = session.upgrade()
+            {
+                session.unregister(self.rev);
+            }
+            let dedicated = match attach {
+                Attach::Dedicated(id) => Some(id),
+                Attach::Session(_) => None,
+            };
+            let txn = Txn::new()
+                .when([Compare::create_revision(
+                    self.entry.clone(),
+                    CompareOp::Equal,
+                    self.rev,
+                )])
+                .and_then([TxnOp::delete(self.entry.clone(), None)]);
+            match self.client.txn(Operation::Release, true, txn).await {
+                Ok(resp) => {
+                    if let Some(id) = dedicated {
+                        self.client.revoke_in_background(id);
+                    }
+                    if resp.succeeded() {
+                        Ok(())
+                    } else {
+                        Err(Error::NotHeld {
+                            key: lease.key().to_string(),
+                        })
+                    }
+                }
+                Err(e) => {
+                    // Not renewed any more; make sure it goes (or dies with its lease).
+                    self.client.remove_in_background(
+                        self.entry.clone(),
+                        lease.token().clone(),
+                        dedicated,
+                    );
+                    Err(e)
+                }
+            }
+        })
+    }
+
+    /// Moves the entry onto the lease of `ttl` (see the [module docs](super)).
+    ///
+    /// **An ambiguous move** (no reply: etcd may have applied it, or may still) is resolved by
+    /// sending the same transaction again until etcd answers, while the lock's validity lasts.
+    /// The move is idempotent (`If(CreateRevision(entry) == rev) Then(Put(entry, lease))`
+    /// keeps the revision, so applying it twice, or late, leaves the entry on the same lease):
+    /// a success says the entry is on the new lease, a failed compare that the entry is gone.
+    /// Guarantee, assuming nothing but this guard moves the entry and a move etcd never
+    /// answered is not applied after a later move of the same entry was: **the lock is never
+    /// believed held while its entry is on a lease that nobody keeps alive or that is
+    /// revoked.** While
+    /// unresolved, the entry rides on the old lease or the new one, we do not know which, so:
+    /// * auto-extended: the lock is registered on neither session (no keep-alive raises its
+    ///   validity), its validity drops to the sooner of both sessions' validities (and of the
+    ///   extend's bound, which the guard set), and both sessions are pinned (neither retires
+    ///   and revokes its lease while the entry may ride on it). If etcd does not answer within
+    ///   the validity, or the future is dropped before the outcome is known, the lock is
+    ///   declared lost and its entry deleted (token-checked, in the background);
+    /// * a lease of its own: both leases expire on their own (neither is kept alive or revoked
+    ///   while unresolved), and the guard's validity is at most the extend's bound, which is
+    ///   within either; the move is repeated for one more response timeout at most, and if
+    ///   still unresolved, the error is returned and nothing else changes.
+    ///
+    /// Before, an ambiguous move of an auto-extended lock put it back on the old session: if
+    /// the move had been applied, the entry rode on the new session's lease, which had no lock
+    /// and was revoked when that session went idle, while the old session's keep-alives kept
+    /// the guard believing it held the lock (issue 22, finding 2). *Tests:* `etcd_backend.rs`:
+    /// `an_ambiguous_move_never_leaves_a_deleted_lock_believed_held`,
+    /// `an_unanswered_shortening_move_is_believed_no_longer_than_its_ttl`,
+    /// `a_dropped_move_leaves_no_lock_believed_held`.
+    fn extend<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Instant>> {
+        Box::pin(async move {
+            let secs = ttl_secs(ttl)?;
+            let not_held = || Error::NotHeld {
+                key: lease.key().to_string(),
+            };
+            let attach = lock(&self.attach).clone();
+            match attach {
+                Attach::Session(old) => {
+                    // Auto-extended: the lock moves to the session of the new TTL. A lock its
+                    // session gave up (or that was found gone) is not revived.
+                    let Some(old) = old.upgrade().filter(|o| !o.dead.is_cancelled()) else {
+                        return Err(not_held());
+                    };
+                    if lease.loss_reason().is_some() {
+                        return Err(not_held());
+                    }
+                    let target = self.client.checkout(secs, ttl / 3).await?;
+                    if Arc::ptr_eq(&old, &target.0) {
+                        let txn = Txn::new().when([
+                            Compare::create_revision(
+                                self.entry.clone(),
+                                CompareOp::Equal,
+                                self.rev,
+                            ),
+                            Compare::lease(self.entry.clone(), CompareOp::Equal, old.id),
+                        ]);
+                        let resp = self.client.txn(Operation::Extend, false, txn).await?;
+                        return if resp.succeeded() {
+                            Ok(old.valid_until())
+                        } else {
+                            Err(not_held())
+                        };
+                    }
+                    // Pinned (before the lock leaves it, so it is never idle meanwhile) until
+                    // the move is settled: the entry may ride on its lease until then.
+                    let _old_pin = SessionRef::pin(&old);
+                    let tracked = old.unregister(self.rev);
+                    if tracked.is_none() && lease.loss_reason().is_some() {
+                        // Declared lost by a check meanwhile: nothing to move.
+                        return Err(not_held());
+                    }
+                    let stop_at = tracked.as_ref().and_then(|t| t.stop_at);
+                    let txn = Txn::new()
+                        .when([Compare::create_revision(
+                            self.entry.clone(),
+                            CompareOp::Equal,
+                            self.rev,
+                        )])
+                        .and_then([TxnOp::put(
+                            self.entry.clone(),
+                            lease.token().expose(),
+                            Some(PutOptions::new().with_lease(target.0.id)),
+                        )]);
+                    // Registered on no session from here until settled: if this future is
+                    // dropped meanwhile, the lock is declared lost and its entry deleted.
+                    let mut unsettled = Unsettled {
+                        held: self,
+                        lease,
+                        armed: true,
+                    };
+                    let moved = match self.client.txn(Operation::Extend, true, txn.clone()).await {
+                        Ok(resp) => resp.succeeded(),
+                        Err(e) if e.is_ambiguous() => {
+                            lease.lower_valid_until(old.valid_until().min(target.0.valid_until()));
+                            match self.repeat_move(lease, Some(&target.0), None, &txn).await {
+                                Some(moved) => moved,
+                                None => {
+                                    // `unsettled` declares it lost and deletes the entry.
+                                    tracing::warn!(
+                                        key = lease.key(),
+                                        "an extend's lease move got no answer within the \
+                                         lock's validity; the lock is lost"
+                                    );
+                                    return Err(e);
+                                }
+                            }
+                        }
+                        Err(e) => {
+                            // Never applied: the entry is still on the old session's lease.
+                            unsettled.armed = false;
+                            if let Some(t) = tracked {
+                                old.register(self.rev, t);
+                            }
+                            return Err(e);
+                        }
+                    };
+                    unsettled.armed = false;
+                    if !moved {
+                        return Err(not_held());
+                    }
+                    *lock(&self.attach) = Attach::Session(Arc::downgrade(&target.0));
+                    let t = Tracked {
+                        entry: self.entry.clone(),
+                        lease: lease.clone(),
+                        secs,
+                        stop_at,
+                        ceiling: None,
+                        attach: self.attach.clone(),
+                    };
+                    match target.0.register(self.rev, t) {
+                        Some(until) => Ok(until),
+                        None => {
+                            // The target session ended (its keep-alives failed): its lease,
+                            // and the entry with it, may be gone already.
+                            lease.mark_lost(LossReason::Expired);
+                            Err(session_lost(Operation::Extend))
+                        }
+                    }
+                }
+                Attach::Dedicated(old_id) => {
+                    let started = Instant::now();
+                    let (id, granted) = self.client.grant(secs, Operation::Extend).await?;
+                    let txn = Txn::new()
+                        .when([Compare::create_revision(
+                            self.entry.clone(),
+                            CompareOp::Equal,
+                            self.rev,
+                        )])
+                        .and_then([TxnOp::put(
+                            self.entry.clone(),
+                            lease.token().expose(),
+                            Some(PutOptions::new().with_lease(id)),
+                        )]);
+                    let moved = match self.client.txn(Operation::Extend, true, txn.clone()).await {
+                        Ok(resp) => resp.succeeded(),
+                        // Neither lease is revoked while the entry may ride on it.
+                        Err(e) if e.is_ambiguous() => {
+                            // Nothing needs settling here, so the call does not wait
+                            // longer than for one more reply.
+                            let give_up = Instant::now() + self.client.inner.response_timeout;
+                            match self.repeat_move(lease, None, Some(give_up), &txn).await {
+                                Some(moved) => moved,
+                                None => return Err(e),
+                            }
+                        }
+                        Err(e) => {
+                            self.client.revoke_in_background(id);
+                            return Err(e);
+                        }
+                    };
+                    if !moved {
+                        self.client.revoke_in_background(id);
+                        return Err(not_held());
+                    }
+                    *lock(&self.attach) = Attach::Dedicated(id);
+                    self.client.revoke_in_background(old_id);
+                    Ok(started + granted.saturating_sub(clock_drift(granted)))
+                }
+            }
+        })
+    }
+}
+
+/// Pause between the repeats of an ambiguous lease move.
+const REPEAT_PAUSE: Duration = Duration::from_millis(100);
+
+impl EtcdHeld {
+    /// Sends `txn` (an idempotent lease move, see [`HeldLock::extend`]) again until etcd
+    /// answers: `Some(true)` moved, `Some(false)` the entry is not ours any more. `None` if
+    /// the lock's validity ran out (or `give_up` passed, or `target`, the session the entry
+    /// moves to, ended, or etcd refused the request) first: the outcome is still unknown.
+    async fn repeat_move(
+        &self,
+        lease: &Lease,
+        target: Option<&Session>,
+        give_up: Option<Instant>,
+        txn: &Txn,
+    ) -> Option<bool> {
+        loop {
+            let now = Instant::now();
+            if now >= lease.valid_until()
+                || give_up.is_some_and(|g| now >= g)
+                || target.is_some_and(|t| t.dead.is_cancelled())
+            {
+                return None;
+            }
+            match self.client.txn(Operation::Extend, true, txn.clone()).await {
+                Ok(resp) => return Some(resp.succeeded()),
+                Err(e) if transient(&e) => {
+                    tracing::debug!(error = %e, "repeating an ambiguous etcd lease move");
+                    tokio::time::sleep(REPEAT_PAUSE).await;
+                }
+                // E.g. the target lease is gone: then the entry went with it if the first
+                // move was applied, and is on the old lease if not.
+                Err(_) => return None,
+            }
+        }
+    }
+}
+
+/// An auto-extended lock being moved between sessions, registered on neither: unless
+/// disarmed (the move settled), dropping it declares the lock lost and deletes its entry
+/// (token-checked, in the background), since neither session keeps it alive any more.
+struct Unsettled<'a> {
+    held: &'a EtcdHeld,
+    lease: &'a Lease,
+    armed: bool,
+}
+
+impl Drop for Unsettled<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.lease.mark_lost(LossReason::Expired);
+            self.held.client.remove_in_background(
+                self.held.entry.clone(),
+                self.lease.token().clone(),
+                None,
+            );
+        }
+    }
+}

@@ -1,0 +1,48 @@
+//! Parsing `etcd://` URLs.
+
+use crate::error::{Error, Result};
+
+/// etcd's client port, when the URL names none.
+const DEFAULT_PORT: u16 = 2379;
+
+/// A parsed `etcd://` URL.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct EtcdUrl {
+    pub(super) endpoints: Vec<String>,
+    pub(super) user: Option<(String, String)>,
+}
+
+pub(super) fn parse_url(url: &str) -> Result<EtcdUrl> {
+    let bad = |why: String| {
+        Error::invalid(
+            "url",
+            format!("{why} (expected etcd://[user:password@]host:port[,host:port...])"),
+        )
+    };
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err(bad("no scheme".into()));
+    };
+    if !scheme.eq_ignore_ascii_case("etcd") {
+        return Err(bad(format!("scheme {scheme:?} is not etcd")));
+    }
+    let (auth, hosts, path, fragment) = crate::endpoint::split_multi_host(rest);
+    if path.is_some_and(|p| !p.is_empty()) || fragment.is_some() {
+        return Err(bad("an etcd URL has no path or fragment".into()));
+    }
+    let hosts = crate::endpoint::parse_hosts(hosts, DEFAULT_PORT).map_err(bad)?;
+    let user = match auth {
+        None => None,
+        Some(auth) => {
+            let (name, password) = auth.split_once(':').unwrap_or((auth, ""));
+            let name = crate::endpoint::percent_decode(name);
+            if name.is_empty() {
+                return Err(bad("empty user name".into()));
+            }
+            Some((name, crate::endpoint::percent_decode(password)))
+        }
+    };
+    Ok(EtcdUrl {
+        endpoints: hosts.into_iter().map(|h| format!("http://{h}")).collect(),
+        user,
+    })
+}
