@@ -1,0 +1,103 @@
+//! WB: W1, W3 and W5 through the one lock API on Redis, etcd and PostgreSQL.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::Context;
+use leasehold_harness::ServerBinary;
+
+use super::stats::Summary;
+use super::workloads::{self, Flavour, on_runtime};
+use super::{Results, Settings, fresh, median_summary, say};
+
+/// WB: W1, W3 and W5 through [`leasehold::Locker`] on every backend, the systems taking turns
+/// within each repetition (the order rotates). All servers run throughout.
+pub(super) async fn wb(
+    bin: &ServerBinary,
+    st: &Settings,
+    results: &mut Results,
+) -> anyhow::Result<()> {
+    say(format!(
+        "WB backends: W1 {} cycles, W3 {} workers {} s, W5 {} leases {} s, x {} repetitions on \
+         Redis, etcd (1 and 3 members) and PostgreSQL",
+        st.wb_cycles, st.w3_workers, st.wb_w3_secs, st.wb_leases, st.wb_w5_secs, st.reps
+    ));
+    let redis = fresh(bin)?;
+    let (etcd, etcd3, pg) = tokio::task::spawn_blocking(|| {
+        anyhow::Ok((
+            leasehold_harness::Etcd::start().context("cannot start etcd")?,
+            leasehold_harness::EtcdCluster::start(3).context("cannot start an etcd cluster")?,
+            leasehold_harness::Postgres::start().context("cannot start PostgreSQL")?,
+        ))
+    })
+    .await??;
+    let etcd3_url = format!(
+        "etcd://{}",
+        etcd3
+            .members()
+            .iter()
+            .map(|m| m.addr().to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let systems = [
+        ("redis", redis.url()),
+        ("etcd", format!("etcd://{}", etcd.addr())),
+        ("etcd_3_members", etcd3_url),
+        ("postgres", pg.url()),
+        ("postgres_lease_rows", format!("{}?lock=lease", pg.url())),
+    ];
+    let hold = Duration::from_secs_f64(st.w3_hold_ms / 1000.0);
+    let mut runs: BTreeMap<(&str, String), Vec<Summary>> = BTreeMap::new();
+    let mut cdfs: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+    for rep in 0..st.reps {
+        let mut order = systems.to_vec();
+        order.rotate_left(rep % systems.len());
+        for (name, url) in &order {
+            let (u, c, p) = (url.clone(), st.wb_cycles, format!("wb1:{name}:{rep}"));
+            let (s, cdf) = on_runtime(Flavour::MultiThread, move || workloads::w1_locker(u, c, p))
+                .with_context(|| format!("WB W1 {name}"))?;
+            cdfs.insert(name.to_string(), cdf);
+            runs.entry(("W1B", name.to_string())).or_default().push(s);
+        }
+        for (name, url) in &order {
+            let (u, w, d, k) = (
+                url.clone(),
+                st.w3_workers,
+                Duration::from_secs_f64(st.wb_w3_secs),
+                format!("wb3:{name}:{rep}"),
+            );
+            let (s, _) = on_runtime(Flavour::MultiThread, move || async move {
+                let locker = leasehold::Locker::connect(&u).await?;
+                workloads::w3_locker(locker, w, hold, d, k, false).await
+            })
+            .with_context(|| format!("WB W3 {name}"))?;
+            runs.entry(("W3B", name.to_string())).or_default().push(s);
+        }
+        for (name, url) in &order {
+            let (u, n, ttl, d, p) = (
+                url.clone(),
+                st.wb_leases,
+                Duration::from_millis(st.wb_ttl_ms),
+                Duration::from_secs_f64(st.wb_w5_secs),
+                format!("wb5:{name}:{rep}"),
+            );
+            let s = on_runtime(Flavour::MultiThread, move || {
+                workloads::w5_locker(u, n, ttl, d, p)
+            })
+            .with_context(|| format!("WB W5 {name}"))?;
+            runs.entry(("W5B", name.to_string())).or_default().push(s);
+        }
+    }
+    for ((workload, name), r) in &runs {
+        results.put(workload, name, &median_summary(r));
+    }
+    results
+        .cdfs
+        .insert("W1B".into(), cdfs.into_iter().collect());
+    tokio::task::spawn_blocking(move || {
+        drop((etcd, etcd3, pg, redis));
+    })
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,231 @@
+//! The targets, checked against the results.
+
+use serde_json::{Value, json};
+
+use super::Results;
+
+/// The targets, each with the measured ratio and whether it is met.
+pub(super) fn targets(r: &Results) -> Value {
+    let mut out = Vec::new();
+    let mut check = |name: &str, value: Option<f64>, bound: f64, at_most: bool, what: &str| {
+        let met = value.map(|v| if at_most { v <= bound } else { v >= bound });
+        out.push(json!({ "target": name, "measured": value, "bound": bound, "at_most": at_most, "met": met, "what": what }));
+    };
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+        _ => None,
+    };
+    let best_peer = |w: &str, field: &str| {
+        ["rslock", "redis-py", "python-redis-lock", "node-redlock"]
+            .iter()
+            .filter_map(|p| r.get(w, p, field))
+            .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))))
+    };
+    check(
+        "W1 p50 / floor p50 (multi_thread)",
+        ratio(
+            r.get("W1", "leasehold", "p50_us"),
+            r.get("W1", "floor", "p50_us"),
+        ),
+        1.15,
+        true,
+        "leasehold p50 <= 1.15 x the in-process floor",
+    );
+    check(
+        "W1 p50 / floor p50 (current_thread)",
+        ratio(
+            r.get("W1", "leasehold_current_thread", "p50_us"),
+            r.get("W1", "floor_current_thread", "p50_us"),
+        ),
+        1.15,
+        true,
+        "same, current_thread runtime",
+    );
+    check(
+        "W1 cycles/s / best peer",
+        ratio(
+            r.get("W1", "leasehold", "ops_per_s"),
+            best_peer("W1", "ops_per_s"),
+        ),
+        0.97,
+        false,
+        "cycles/s >= 0.97 x the best peer",
+    );
+    check(
+        "W1 p50 cluster / standalone",
+        ratio(
+            r.get("W1T", "leasehold_cluster", "p50_us"),
+            r.get("W1T", "leasehold_standalone", "p50_us"),
+        ),
+        1.15,
+        true,
+        "W1T: leasehold on a cluster, 3 masters + 1 replica each, p50 <= 1.15 x standalone",
+    );
+    check(
+        "W1 p50 sentinel / standalone",
+        ratio(
+            r.get("W1T", "leasehold_sentinel", "p50_us"),
+            r.get("W1T", "leasehold_standalone", "p50_us"),
+        ),
+        1.15,
+        true,
+        "W1T: leasehold through Sentinel, primary + replica, p50 <= 1.15 x standalone",
+    );
+    check(
+        "W2 cycles/s / floor",
+        ratio(
+            r.get("W2", "leasehold", "ops_per_s"),
+            r.get("W2", "floor", "ops_per_s"),
+        ),
+        0.9,
+        false,
+        ">= 0.9 x the in-process floor",
+    );
+    check(
+        "W2 cycles/s / best peer",
+        ratio(
+            r.get("W2", "leasehold", "ops_per_s"),
+            best_peer("W2", "ops_per_s"),
+        ),
+        1.0,
+        false,
+        ">= the best peer",
+    );
+    let best_w3 = [
+        "rslock",
+        "redis-py",
+        "python-redis-lock",
+        "node-redlock",
+        "rslock_tuned",
+        "redis-py_tuned",
+        "python-redis-lock_tuned",
+        "node-redlock_tuned",
+    ]
+    .iter()
+    .filter_map(|p| r.get("W3", p, "ops_per_s"))
+    .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
+    check(
+        "W3 acquisitions/s / best peer",
+        ratio(r.get("W3", "leasehold", "ops_per_s"), best_w3),
+        0.95,
+        false,
+        ">= 0.95 x the best peer",
+    );
+    check(
+        "W3 cross-worker handoff p50 (us)",
+        r.get("W3", "leasehold", "handoff_p50_us"),
+        150.0,
+        true,
+        "<= 150 us",
+    );
+    check(
+        "W3 fair acquisitions/s / best peer",
+        ratio(r.get("W3", "leasehold_fair", "ops_per_s"), best_w3),
+        1.0,
+        false,
+        "fair mode: >= the best peer",
+    );
+    check(
+        "W3 fair max wait (ms)",
+        r.get("W3", "leasehold_fair", "max_wait_ms"),
+        60.0,
+        true,
+        "fair mode: <= 60 ms",
+    );
+    check(
+        "W3 fair same-worker rate",
+        r.get("W3", "leasehold_fair", "same_worker_rate"),
+        1.0 / 16.0,
+        true,
+        "fair mode: <= 1/16 (no re-taking by the releaser)",
+    );
+    check(
+        "W3 fair cross-worker handoff p50 (us)",
+        r.get("W3", "leasehold_fair", "handoff_p50_us"),
+        150.0,
+        true,
+        "fair mode: <= 150 us",
+    );
+    let w4 = |n: &str| {
+        r.workloads
+            .get("W4")?
+            .get("leasehold")?
+            .get(n)?
+            .get("p50_us")?
+            .as_f64()
+    };
+    check(
+        "W4 p50 N=5 / N=1",
+        ratio(w4("n5"), w4("n1")),
+        1.5,
+        true,
+        "concurrent fan-out",
+    );
+    // The herd: commands per handoff at the most waiters measured against the fewest.
+    let w6 = |mode: &str| {
+        let systems = r.workloads.get("W6")?;
+        let per = |s: &Value| {
+            Some((
+                s.get("waiters")?.as_f64()?,
+                s.get("commands_per_handoff")?.as_f64()?,
+            ))
+        };
+        let mut pts: Vec<(f64, f64)> = systems
+            .iter()
+            .filter(|(n, _)| n.starts_with(&format!("leasehold_{mode}_")))
+            .filter_map(|(_, s)| per(s))
+            .collect();
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        ratio(pts.last().map(|p| p.1), pts.first().map(|p| p.1))
+    };
+    check(
+        "W6 fair commands per handoff, most / fewest waiters",
+        w6("fair"),
+        1.1,
+        true,
+        "constant as waiters grow (fair mode: one waiter woken per release)",
+    );
+    check(
+        "W6 default commands per handoff, most / fewest waiters",
+        w6("default"),
+        1.1,
+        true,
+        "default mode: one waiter of the client woken per release, the others poll at their backoff (shown, not a target of this mode)",
+    );
+    for (name, s) in r.workloads.get("W7").into_iter().flatten() {
+        check(
+            &format!("W7 leases lost ({name})"),
+            s.get("leases_lost").and_then(Value::as_f64),
+            0.0,
+            true,
+            "0 lost",
+        );
+    }
+    for (name, s) in r.workloads.get("W8").into_iter().flatten() {
+        check(
+            &format!("W8 errors ({name})"),
+            s.get("errors").and_then(Value::as_f64),
+            0.0,
+            true,
+            "errors 0 (acquisitions that timed out count separately)",
+        );
+    }
+    check(
+        "W5 leases lost",
+        r.get("W5", "leasehold", "leases_lost"),
+        0.0,
+        true,
+        "0 lost",
+    );
+    check(
+        "W5 renewal round trips per renewal",
+        ratio(
+            r.get("W5", "leasehold", "renewal_round_trips_per_s"),
+            r.get("W5", "leasehold", "ops_per_s"),
+        ),
+        1.0 / 50.0,
+        true,
+        "<= renewals/s / 50 (batched)",
+    );
+    Value::Array(out)
+}

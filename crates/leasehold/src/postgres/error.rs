@@ -1,0 +1,52 @@
+//! PostgreSQL client errors as leasehold's errors.
+
+use tokio_postgres::error::SqlState;
+
+use crate::error::{Error, Operation};
+
+/// Classifies a PostgreSQL client error. `sent`: the statement may have reached the server.
+pub(crate) fn pg_error(op: Operation, sent: bool, e: tokio_postgres::Error) -> Error {
+    if let Some(db) = e.as_db_error() {
+        let code = db.code();
+        if *code == SqlState::INVALID_PASSWORD
+            || *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION
+        {
+            return Error::Authentication { source: e.into() };
+        }
+        if *code == SqlState::INSUFFICIENT_PRIVILEGE {
+            return Error::PermissionDenied {
+                op,
+                source: e.into(),
+            };
+        }
+        if *code == SqlState::ADMIN_SHUTDOWN
+            || *code == SqlState::CRASH_SHUTDOWN
+            || *code == SqlState::CANNOT_CONNECT_NOW
+            || code.code() == "57P05"
+        // idle_session_timeout
+        {
+            return Error::Connection {
+                op,
+                ambiguous: sent && op != Operation::Connect,
+                source: e.into(),
+            };
+        }
+        return Error::Server {
+            op,
+            source: e.into(),
+        };
+    }
+    Error::Connection {
+        op,
+        ambiguous: sent && op != Operation::Connect,
+        source: e.into(),
+    }
+}
+
+pub(crate) fn timeout_error(op: Operation, sent: bool) -> Error {
+    Error::Connection {
+        op,
+        ambiguous: sent,
+        source: std::io::Error::new(std::io::ErrorKind::TimedOut, "no reply in time").into(),
+    }
+}

@@ -1,0 +1,375 @@
+//! Session locks: acquiring, releasing, extending and inspecting through [`PostgresClient`].
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio_postgres::NoTls;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::Type;
+
+use super::client::{PgHeld, PostgresClient, Session};
+use super::error::{pg_error, timeout_error};
+use super::lifetime::{lease_lifetime, validity_from};
+use super::params::{millis_text, validate_pg_key};
+use super::pooler::pooler_error;
+use super::sql::{INSPECT, RAISE, UNLOCK};
+use crate::client::{LockState, TryAcquire};
+use crate::error::{Error, Operation, Result};
+use crate::guard::{Lease, LockGuard};
+use crate::options::{LockOptions, ttl_millis};
+use crate::token::LockToken;
+
+impl PostgresClient {
+    /// One attempt to take `key`, without waiting: `pg_try_advisory_lock` and the fencing
+    /// number in one statement.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad key or TTL, or for options PostgreSQL has no
+    /// counterpart for ([`LockOptions::replica_ack`]: [`Error::Unsupported`]); connection and
+    /// server errors.
+    pub async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
+        self.check(key, options)?;
+        match self.attempt(key, options, None).await? {
+            Some(guard) => Ok(TryAcquire::Acquired(guard)),
+            None => Ok(TryAcquire::Busy { remaining: None }),
+        }
+    }
+
+    /// Takes `key`, waiting in the server's lock queue until `options.wait_bound()` (one
+    /// attempt if none was set). Waiters are granted the lock by the server when it is
+    /// released: no polling, no thundering herd.
+    ///
+    /// # Errors
+    /// [`Error::NotAcquired`] when the lock stayed busy until the deadline; as
+    /// [`PostgresClient::try_acquire`] otherwise.
+    pub async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
+        self.check(key, options)?;
+        let begun = Instant::now();
+        let deadline = options.wait_bound().map(|w| begun + w);
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let wait = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            match self.attempt(key, options, wait).await {
+                Ok(Some(guard)) => return Ok(guard),
+                Ok(None) => {
+                    return Err(Error::NotAcquired {
+                        key: key.to_string(),
+                        waited: begun.elapsed(),
+                        attempts,
+                    });
+                }
+                // A session that died under us (a server restart, a dropped connection): the
+                // attempt's session was closed, which frees anything it was granted, so a new
+                // session may try again while the deadline allows.
+                Err(e @ Error::Connection { .. }) => {
+                    let Some(deadline) = deadline.filter(|d| Instant::now() < *d) else {
+                        return Err(e);
+                    };
+                    tracing::debug!(key, error = %e, "PostgreSQL session lost while waiting; retrying");
+                    let delay = options.backoff_policy().delay(attempts - 1);
+                    tokio::time::sleep(
+                        delay.min(deadline.saturating_duration_since(Instant::now())),
+                    )
+                    .await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Waits for `key`, runs `work`, and releases whatever happens (see
+    /// [`LockClient::with_lock`](crate::LockClient::with_lock)).
+    ///
+    /// # Errors
+    /// As [`LockClient::with_lock`](crate::LockClient::with_lock).
+    pub async fn with_lock<T, F, Fut>(&self, key: &str, options: &LockOptions, work: F) -> Result<T>
+    where
+        F: FnOnce(Lease) -> Fut,
+        Fut: std::future::Future<Output = T>,
+    {
+        let guard = self.acquire(key, options).await?;
+        crate::guard::run_with_lock(guard, options, work).await
+    }
+
+    fn check(&self, key: &str, options: &LockOptions) -> Result<()> {
+        validate_pg_key(key)?;
+        ttl_millis(options.ttl())?;
+        if options.ttl() > Duration::from_millis(i32::MAX as u64) {
+            return Err(Error::invalid(
+                "ttl",
+                "PostgreSQL's idle_session_timeout holds at most 24.8 days",
+            ));
+        }
+        if options.replica_ack_required().is_some() {
+            return Err(Error::Unsupported {
+                backend: "postgres",
+                what: "replica acknowledgement (replica_ack)".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// One acquisition on a session of its own; `wait`: block in the server up to that long.
+    async fn attempt(
+        &self,
+        key: &str,
+        options: &LockOptions,
+        wait: Option<Duration>,
+    ) -> Result<Option<LockGuard>> {
+        let session = self.take_session().await?;
+        let token = LockToken::random();
+        let ttl = options.ttl();
+        let ttl_text = millis_text(ttl);
+        let started = Instant::now();
+        // If this future is dropped mid-statement, the server may grant the lock to a session
+        // nobody owns: the armed cleanup closes that session, which releases whatever it holds.
+        let mut cleanup = AbandonedSession(Some(session));
+        let s = cleanup.0.as_ref().expect("armed");
+        let pid = s.pid;
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
+            [&key, &token.expose(), &ttl_text, &pid];
+        let reply = match wait {
+            None => tokio::time::timeout(
+                self.inner.options.response_timeout,
+                s.client.query_one(&s.try_acquire, &params),
+            )
+            .await
+            .map_err(|_| timeout_error(Operation::Acquire, true))?,
+            Some(wait) => {
+                // Pipelined: one round trip for the timeout and the blocking acquisition. The
+                // reply may take up to `wait`; the response timeout counts after that.
+                let wait_text = millis_text(wait);
+                let set_params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&wait_text];
+                let set = s.client.query_one(&s.set_lock_timeout, &set_params);
+                let acquire = s.client.query_one(&s.wait_acquire, &params);
+                let both = async { tokio::join!(set, acquire) };
+                let bound = wait + self.inner.options.response_timeout;
+                match tokio::time::timeout(bound, both).await {
+                    Err(_) => return Err(timeout_error(Operation::Acquire, true)),
+                    Ok((Err(e), _)) => return Err(pg_error(Operation::Acquire, true, e)),
+                    Ok((Ok(_), Err(e))) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {
+                        // Timed out in a lock queue: the advisory lock's, or, after the advisory
+                        // lock was granted, the fence row's (held by someone's open
+                        // transaction). The lock survives the statement's rollback: release it
+                        // before the session goes back to the pool (or close the session).
+                        let session = cleanup.disarm();
+                        self.unlock_or_discard(session, key).await;
+                        return Ok(None);
+                    }
+                    Ok((Ok(_), r)) => r,
+                }
+            }
+        };
+        let row = reply.map_err(|e| pg_error(Operation::Acquire, true, e))?;
+        let bad = |e: tokio_postgres::Error| Error::UnexpectedReply {
+            op: Operation::Acquire,
+            detail: e.to_string(),
+        };
+        let moved: bool = row.try_get(0).map_err(bad)?;
+        let mine: bool = row.try_get(1).map_err(bad)?;
+        let fence: Option<i64> = row.try_get(2).map_err(bad)?;
+        if moved {
+            // Dropped armed: the connection is closed.
+            return Err(pooler_error(&format!(
+                "the server process serving this connection changed between two statements \
+                 (pid {pid}, then another)"
+            )));
+        }
+        if mine {
+            return Err(pooler_error(&format!(
+                "this connection's server session already held the lock {key:?} before asking \
+                 for it (advisory locks are reentrant: it would have been granted twice)"
+            )));
+        }
+        let Some(fence) = fence else {
+            let session = cleanup.disarm();
+            self.put_back(session);
+            return Ok(None);
+        };
+        let session = cleanup.disarm();
+        let silence = session.silence;
+        let valid_until = validity_from(started, ttl, silence);
+        if Instant::now() >= valid_until {
+            // Granted too late to be a lease (see LockClient::try_acquire): give it back.
+            let held = PgHeld::new(self.clone(), key, &token, session);
+            let _ = held.release_session().await;
+            if wait.is_some() {
+                return Box::pin(self.attempt(
+                    key,
+                    options,
+                    wait.map(|w| w.saturating_sub(started.elapsed())),
+                ))
+                .await;
+            }
+            return Err(Error::ExpiredOnArrival {
+                key: key.to_string(),
+                elapsed: started.elapsed(),
+                ttl: lease_lifetime(ttl, silence),
+            });
+        }
+        let fencing = options.fencing_enabled().then_some(fence as u64);
+        let lease = Lease::until(key, token.clone(), fencing, valid_until);
+        let held = Arc::new(PgHeld::new(self.clone(), key, &token, session));
+        self.inner
+            .held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert((key.to_string(), token), held.clone());
+        held.watch(lease.clone(), options);
+        Ok(Some(LockGuard::new(held, lease)))
+    }
+
+    /// After a failed acquiring statement that may have been granted the advisory lock: the
+    /// session unlocks `key` and goes back to the pool, or, if that fails, is closed (which
+    /// ends whatever it holds).
+    async fn unlock_or_discard(&self, session: Session, key: &str) {
+        let params: [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 1] = [(&key, Type::TEXT)];
+        let unlock = session.client.query_typed_one(UNLOCK, &params);
+        match tokio::time::timeout(self.inner.options.response_timeout, unlock).await {
+            Ok(Ok(_)) => self.put_back(session),
+            // Dropped: the connection closes, the server ends the session and its locks.
+            _ => drop(session),
+        }
+    }
+
+    fn find_held(&self, key: &str, token: &LockToken) -> Option<Arc<PgHeld>> {
+        self.inner
+            .held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(key.to_string(), token.clone()))
+            .cloned()
+    }
+
+    /// The same as [`release`](Self::release): the server's lock queue and its session locks already hand the lock to the
+    /// longest waiter, so a fair lock needs nothing more.
+    ///
+    /// # Errors
+    /// As [`release`](Self::release).
+    pub async fn release_fair(&self, key: &str, token: &LockToken) -> Result<()> {
+        self.release(key, token).await
+    }
+
+    /// Releases `key` if this client holds it with `token`.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if it does not; [`Error::Unsupported`] if another process's session
+    /// holds it with that token (only that session can release it; the lock ends with it).
+    pub async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
+        validate_pg_key(key)?;
+        match self.find_held(key, token) {
+            Some(held) => held.release_session().await,
+            None => Err(self.not_ours(key, token, "releasing").await),
+        }
+    }
+
+    /// Extends `key` to `ttl` from now if this client holds it with `token`.
+    ///
+    /// # Errors
+    /// As [`PostgresClient::release`].
+    pub async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<()> {
+        validate_pg_key(key)?;
+        ttl_millis(ttl)?;
+        match self.find_held(key, token) {
+            Some(held) => held.extend_session(ttl).await.map(|_| ()),
+            None => Err(self.not_ours(key, token, "extending").await),
+        }
+    }
+
+    async fn not_ours(&self, key: &str, token: &LockToken, what: &str) -> Error {
+        match self.inspect(key).await {
+            Ok(state) if state.holder.as_deref() == Some(token.expose()) => Error::Unsupported {
+                backend: "postgres",
+                what: format!(
+                    "{what} a session lock held by another connection (it ends with that session)"
+                ),
+            },
+            Ok(_) => Error::NotHeld {
+                key: key.to_string(),
+            },
+            Err(e) => e,
+        }
+    }
+
+    /// Who holds `key` (the token of the session holding the advisory lock), and its fencing
+    /// counter. `ttl` is `None`: a session lock has no expiry of its own (see the module docs).
+    ///
+    /// # Errors
+    /// Connection and server errors.
+    pub async fn inspect(&self, key: &str) -> Result<LockState> {
+        validate_pg_key(key)?;
+        let session = self.take_session().await?;
+        let row = self
+            .timed(
+                Operation::Inspect,
+                session.client.query_one(INSPECT, &[&key]),
+            )
+            .await?;
+        self.put_back(session);
+        let bad = |e: tokio_postgres::Error| Error::UnexpectedReply {
+            op: Operation::Inspect,
+            detail: e.to_string(),
+        };
+        let pid: Option<i32> = row.try_get(0).map_err(bad)?;
+        let fence: Option<i64> = row.try_get(1).map_err(bad)?;
+        let holder: Option<String> = row.try_get(2).map_err(bad)?;
+        Ok(LockState {
+            key: key.to_string(),
+            holder: pid.and(holder),
+            ttl: None,
+            fencing_counter: fence.map(|f| f as u64),
+        })
+    }
+
+    /// Raises `key`'s fencing counter to at least `at_least` and returns it.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] above `i64::MAX`; connection and server errors.
+    pub async fn raise_fencing_counter(&self, key: &str, at_least: u64) -> Result<u64> {
+        validate_pg_key(key)?;
+        let n = i64::try_from(at_least)
+            .map_err(|_| Error::invalid("fencing number", "above PostgreSQL's bigint"))?;
+        let session = self.take_session().await?;
+        let row = self
+            .timed(
+                Operation::RaiseFencingCounter,
+                session.client.query_one(RAISE, &[&key, &n]),
+            )
+            .await?;
+        self.put_back(session);
+        let fence: i64 = row.try_get(0).map_err(|e| Error::UnexpectedReply {
+            op: Operation::RaiseFencingCounter,
+            detail: e.to_string(),
+        })?;
+        Ok(fence as u64)
+    }
+}
+
+/// A session whose acquisition is in flight: dropped armed, it closes the connection (which
+/// releases anything the server granted it).
+pub(super) struct AbandonedSession(pub(super) Option<Session>);
+
+impl AbandonedSession {
+    fn disarm(&mut self) -> Session {
+        self.0.take().expect("disarmed once")
+    }
+}
+
+impl Drop for AbandonedSession {
+    fn drop(&mut self) {
+        if let Some(session) = self.0.take() {
+            // A cancel request stops a statement blocked in the lock queue at once; closing the
+            // connection then ends the session (and any lock it got meanwhile).
+            let cancel = session.client.cancel_token();
+            drop(session);
+            if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                handle.spawn(async move {
+                    let _ = cancel.cancel_query(NoTls).await;
+                });
+            }
+        }
+    }
+}
+
+crate::backend::impl_lock_backend!(PostgresClient, "postgres");

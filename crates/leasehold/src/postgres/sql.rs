@@ -1,0 +1,98 @@
+//! The SQL of session locks: the acquiring statements, release, extend, inspect and the
+//! fencing counters' table.
+
+#[cfg(doc)]
+use super::lifetime::silence_bound;
+
+/// The table of fencing counters (created on connect if missing).
+pub(super) const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS leasehold_locks (
+    key text PRIMARY KEY,
+    fence bigint NOT NULL,
+    holder text
+)";
+
+/// Whether this session's server process is still the one the session started on (`$4`, its
+/// `pg_backend_pid()` then; a pooler may have moved the connection), and whether it already
+/// holds the key (a session handed over by a pooler with another client's lock): either one
+/// and the lock is not asked for. Advisory locks are reentrant, so the server would grant it.
+const CHECK: &str = "\
+c AS (SELECT pg_backend_pid() <> $4 AS moved, EXISTS (
+    SELECT 1 FROM pg_locks
+     WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND pid = pg_backend_pid()
+       AND classid::bigint = ((hashtextextended($1, 0) >> 32) & 4294967295)
+       AND objid::bigint = (hashtextextended($1, 0) & 4294967295)) AS mine)";
+
+/// After `c` and `l` (`got`): only if granted, the idle limit and the fence increment. One row:
+/// `moved`, `mine`, and the new fencing number (NULL: busy, or not asked for).
+const GRANTED: &str = "\
+s AS (SELECT CASE WHEN l.got THEN set_config('idle_session_timeout', $3, false) END AS t FROM l),
+i AS (INSERT INTO leasehold_locks AS t (key, fence, holder)
+      SELECT $1, 1, $2 FROM l, s WHERE l.got
+      ON CONFLICT (key) DO UPDATE SET fence = t.fence + 1, holder = EXCLUDED.holder
+      RETURNING fence)
+SELECT c.moved, c.mine, (SELECT fence FROM i) FROM c";
+
+/// One attempt: [`CHECK`], then the advisory lock, and only if granted, [`GRANTED`].
+pub(super) fn try_acquire_sql() -> String {
+    format!(
+        "WITH {CHECK},\nl AS (SELECT CASE WHEN c.moved OR c.mine THEN false \
+         ELSE pg_try_advisory_lock(hashtextextended($1, 0)) END AS got FROM c),\n{GRANTED}"
+    )
+}
+
+/// A waiting attempt: as [`try_acquire_sql`], but blocks in the server until granted or
+/// `lock_timeout` (55P03). The lock is taken inside the `CASE` (evaluated only when reached).
+pub(super) fn wait_acquire_sql() -> String {
+    format!(
+        "WITH {CHECK},\nl AS (SELECT CASE WHEN c.moved OR c.mine THEN false \
+         ELSE (SELECT true FROM (SELECT pg_advisory_lock(hashtextextended($1, 0))) AS w) END AS got \
+         FROM c),\n{GRANTED}"
+    )
+}
+
+/// The first statement of every session (an unnamed statement: nothing is prepared before it
+/// is known whether a pooler relays the connection): the server process serving it, and the
+/// server's TCP settings that bound how long a silent session can live (see
+/// [`silence_bound`]).
+pub(super) const PROBE: &str = "\
+SELECT pg_backend_pid(),
+       current_setting('tcp_keepalives_idle')::int,
+       current_setting('tcp_keepalives_interval')::int,
+       current_setting('tcp_keepalives_count')::int,
+       coalesce(current_setting('tcp_user_timeout', true), '0')::int";
+
+/// Releases the key on a session whose acquiring statement failed after the advisory lock may
+/// have been granted (a `lock_timeout` in the fence row's lock wait).
+pub(super) const UNLOCK: &str = "SELECT pg_advisory_unlock(hashtextextended($1, 0))";
+
+/// Sets `lock_timeout` for the next statement (pipelined with it).
+pub(super) const SET_LOCK_TIMEOUT: &str = "SELECT set_config('lock_timeout', $1, false)";
+
+/// Release: true if this session held the lock; the idle limit is lifted for the pool.
+pub(super) const RELEASE: &str = "\
+SELECT pg_advisory_unlock(hashtextextended($1, 0)), set_config('idle_session_timeout', '0', false)";
+
+/// Extend: resets the idle timer (any statement does) to the new TTL, and says whether this
+/// session still holds the lock.
+pub(super) const EXTEND: &str = "\
+SELECT set_config('idle_session_timeout', $2, false), EXISTS (
+    SELECT 1 FROM pg_locks
+     WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND pid = pg_backend_pid()
+       AND classid::bigint = ((hashtextextended($1, 0) >> 32) & 4294967295)
+       AND objid::bigint = (hashtextextended($1, 0) & 4294967295))";
+
+/// The holder's session (if any), the counter and the last holder's token.
+pub(super) const INSPECT: &str = "\
+SELECT (SELECT pid FROM pg_locks
+         WHERE locktype = 'advisory' AND granted AND objsubid = 1
+           AND classid::bigint = ((hashtextextended($1, 0) >> 32) & 4294967295)
+           AND objid::bigint = (hashtextextended($1, 0) & 4294967295)
+         LIMIT 1),
+       (SELECT fence FROM leasehold_locks WHERE key = $1),
+       (SELECT holder FROM leasehold_locks WHERE key = $1)";
+
+/// Raises the counter to at least `$2`.
+pub(super) const RAISE: &str = "\
+INSERT INTO leasehold_locks AS t (key, fence) VALUES ($1, $2)
+ON CONFLICT (key) DO UPDATE SET fence = GREATEST(t.fence, EXCLUDED.fence)
+RETURNING fence";
