@@ -15,13 +15,13 @@ use crate::error::{Error, Operation, Result};
 use crate::guard::{Lease, LockGuard, clock_drift};
 use crate::options::{ClientOptions, LockOptions, ttl_millis};
 use crate::renewal::{Registration, RenewTarget, RenewalStats, Renewer};
+use crate::scripts::{
+    ACQUIRE_LUA, ACQUIRE_SCRIPT, EXTEND_SCRIPT, RAISE_COUNTER_SCRIPT, RELEASE_NOTIFY_SCRIPT,
+    RELEASE_SCRIPT, RELEASE_SNOTIFY_SCRIPT,
+};
 use crate::server::ServerInfo;
 use crate::slot::{fence_key, release_channel};
-use crate::strategy::{
-    ACQUIRE_LUA, ACQUIRE_SCRIPT, EXTEND_SCRIPT, ExtendStrategy, RAISE_COUNTER_SCRIPT,
-    RELEASE_NOTIFY_SCRIPT, RELEASE_SCRIPT, RELEASE_SNOTIFY_SCRIPT, ReleaseStrategy, extend_cmd,
-    release_cmd,
-};
+use crate::strategy::{ExtendStrategy, ReleaseStrategy, extend_cmd, release_cmd};
 use crate::token::{LockToken, validate_key};
 use crate::waiting::Notifier;
 

@@ -16,16 +16,15 @@
 //! through this type (a plain lock on `name` blocks the election, and `leader()` then reports a
 //! conflict).
 
-use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
-use redis::Script;
 use tokio::sync::watch;
 
 use crate::client::LockClient;
 use crate::error::{Error, Operation, Result};
 use crate::guard::{LockGuard, clock_drift};
 use crate::options::{LockOptions, ttl_millis};
+use crate::scripts::{CAMPAIGN_SCRIPT as CAMPAIGN, LEADER_SCRIPT as LEADER};
 use crate::slot::{fence_key, release_channel, slot_name};
 use crate::token::{LockToken, validate_key};
 use crate::waiting::pause_between_attempts;
@@ -38,30 +37,6 @@ pub const MAX_ID_LEN: usize = 256;
 pub fn election_leader_key(name: &str) -> String {
     format!("{}:leader", slot_name(name))
 }
-
-/// Take the lock and start a term. `KEYS`: lock, fence counter, leader record. `ARGV`: token,
-/// TTL ms, candidate id, release channel (`''`: no announcement), publish command. Reply
-/// `{1, term}` or `{0, the holder's PTTL}`; the error
-/// [`FENCING_EXHAUSTED`](crate::strategy::FENCING_EXHAUSTED) (nothing written) if the counter is
-/// at 2^53 or beyond.
-pub const CAMPAIGN_LUA: &str = "\
-if tonumber(redis.call('get', KEYS[2]) or '0') >= 9007199254740992 then
-  return redis.error_reply('LEASEHOLD_FENCING_EXHAUSTED the fencing counter is at 2^53 or beyond')
-end
-if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local term = redis.call('incr', KEYS[2])
-  redis.call('set', KEYS[3], term .. ' ' .. ARGV[3])
-  if ARGV[4] ~= '' then redis.pcall(ARGV[5], ARGV[4], 'elected') end
-  return {1, term}
-end
-return {0, redis.call('pttl', KEYS[1])}";
-
-/// Who leads: `KEYS`: lock, fence counter, leader record. Reply `{pttl, counter, record}`.
-pub const LEADER_LUA: &str = "\
-return {redis.call('pttl', KEYS[1]), redis.call('get', KEYS[2]) or '', redis.call('get', KEYS[3]) or ''}";
-
-static CAMPAIGN: LazyLock<Script> = LazyLock::new(|| Script::new(CAMPAIGN_LUA));
-static LEADER: LazyLock<Script> = LazyLock::new(|| Script::new(LEADER_LUA));
 
 /// The current leader of an election.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -99,7 +99,6 @@
 //! waiter finds the handoff at its next attempt, every third of the window.
 
 use std::collections::VecDeque;
-use std::sync::LazyLock;
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::{Duration, Instant};
@@ -112,184 +111,12 @@ use crate::client::{LockClient, TryAcquire};
 use crate::error::{Error, Operation, Result};
 use crate::guard::{Lease, LockGuard, LossReason, clock_drift};
 use crate::options::{LockOptions, ttl_millis};
+use crate::scripts::{FAIR_ACQUIRE_SCRIPT, FAIR_LEAVE_SCRIPT, FAIR_RELEASE_SCRIPT};
 use crate::slot::{fair_entry_key, fair_queue_key, fence_key, release_channel};
 use crate::token::{LockToken, validate_key};
 use crate::waiting::{Delivery, Handoff, Wake};
 
-/// The acquisition script's helpers. `KEYS` of every fair script: lock, queue, the waiters'
-/// entry prefix (an entry is the prefix plus the ticket), fence counter.
-///
-/// Every command on a handoff's path costs more than its own run time: the release arrives at
-/// a server that sat idle through the hold, and on two cores a cold script ran ~50 us where
-/// the same work in fewer commands ran ~30 us. So an entry is a key of its own that expires by
-/// itself (no clock read, no expiry to parse), the release pops the queue's head, and the
-/// release and leave scripts carry only what they run (no helper functions to create).
-const FAIR_ACQUIRE_HELPERS_LUA: &str = "\
--- A waiter's entry: token, handoff window, fencing flag, owner, attempt (nil if it expired).
-local function entry_of(ticket)
-  local entry = redis.call('get', KEYS[3] .. ticket)
-  if entry then
-    return string.match(entry, '^(%S+) (%d+) (%d) (%S+) (%d+)$')
-  end
-  return nil
-end
--- Past 2^53 the next number would be rounded (Lua numbers are doubles): none is issued.
-local function exhausted()
-  return tonumber(redis.call('get', KEYS[4]) or '0') >= 9007199254740992
-end
-local EXHAUSTED = 'LEASEHOLD_FENCING_EXHAUSTED the fencing counter is at 2^53 or beyond'
-";
-
-/// The end of the release and leave scripts: hands the lock (which the script has checked is
-/// ours) to the first live waiter, or deletes it. Dead entries popped on the way are dropped
-/// (at most 100 per call, to bound the script's run time; if live waiters are left behind
-/// more, the lock is deleted and they are woken as by a plain release, and only the queue's
-/// head can take it: see the acquisition script). `ARGV[2]`: the release channel (''
-/// publishes nothing), `ARGV[3]`: publish or spublish, `ARGV[4]`: the releasing client's
-/// [owner name](crate::waiting) ('' if it has none): a waiter of that client is not sent the
-/// message, its client delivers the reply to it. Reply: `{2, ticket, attempt, fencing number
-/// or 0, next}` (the handoff message's fields, and the ticket now first in the queue, absent
-/// if it is empty) or 1.
-const FAIR_PASS_ON_LUA: &str = "\
-for _ = 1, 100 do
-  local popped = redis.call('zpopmin', KEYS[2])
-  local ticket = popped[1]
-  if not ticket then break end
-  local entry = redis.call('get', KEYS[3] .. ticket)
-  local token, window, fencing, owner, attempt
-  if entry then
-    token, window, fencing, owner, attempt = string.match(entry, '^(%S+) (%d+) (%d) (%S+) (%d+)$')
-  end
-  if token and fencing == '1'
-    and tonumber(redis.call('get', KEYS[4]) or '0') >= 9007199254740992 then
-    -- No exact number is left for it (past 2^53): it keeps its place, the lock is freed, and
-    -- it is woken, so that its next attempt reports the error.
-    redis.call('zadd', KEYS[2], popped[2], ticket)
-    redis.call('del', KEYS[1])
-    if ARGV[2] ~= '' then redis.pcall(ARGV[3], ARGV[2], KEYS[1]) end
-    return 1
-  end
-  if token then
-    redis.call('set', KEYS[1], token, 'PX', window)
-    local n = 0
-    if fencing == '1' then
-      -- Kept for a claim (the waiter's next attempt, if the message is lost).
-      n = redis.call('incr', KEYS[4])
-      redis.call('set', KEYS[3] .. ticket, 'granted ' .. n, 'PX', 2 * tonumber(window))
-    else
-      redis.call('del', KEYS[3] .. ticket)
-    end
-    if ARGV[2] ~= '' and owner ~= ARGV[4] then
-      redis.pcall(ARGV[3], ARGV[2], 'handoff:' .. ticket .. ':' .. attempt .. ':' .. n)
-    end
-    return {2, ticket, tonumber(attempt), n, redis.call('zrange', KEYS[2], 0, 0)[1]}
-  end
-end
-redis.call('del', KEYS[1])
--- Waiters may be left behind more than 100 dead entries: wake them to take the lock.
-if ARGV[2] ~= '' and redis.call('zcard', KEYS[2]) > 0 then redis.pcall(ARGV[3], ARGV[2], KEYS[1]) end
-return 1";
-
-/// The fair acquisition attempt. `ARGV`: token, TTL ms, ticket, handoff window ms, entry
-/// lifetime ms, `1` to queue when busy (`0`: try once), fencing `1`/`0`, attempt number, owner
-/// (see [`FAIR_RELEASE_LUA`]).
-/// Reply: `{1, fencing number or 0}` (taken, or claimed after a handoff) or `{0, pttl}`.
-pub const FAIR_ACQUIRE_LUA: &str = "\
-local holder = redis.call('get', KEYS[1])
-local entry = KEYS[3] .. ARGV[3]
-if holder == ARGV[1] then
-  -- Handed to us (or taken by an earlier attempt of ours whose reply was lost): a full TTL.
-  local grant = ARGV[7] == '1' and redis.call('get', entry)
-  local number = grant and string.match(grant, '^granted (%d+)$')
-  if ARGV[7] == '1' and not (number and number ~= '0') and exhausted() then
-    return redis.error_reply(EXHAUSTED)
-  end
-  redis.call('pexpire', KEYS[1], ARGV[2])
-  redis.call('zrem', KEYS[2], ARGV[3])
-  local n = 0
-  if ARGV[7] == '1' then
-    if number and number ~= '0' then
-      n = tonumber(number)
-    else
-      n = redis.call('incr', KEYS[4])
-    end
-  end
-  redis.call('del', entry)
-  return {1, n}
-end
-local pruning = false
-if not holder then
-  -- The first live waiter, if any (dead entries at the head dropped, at most 100 a call).
-  local first
-  for _ = 1, 100 do
-    first = redis.call('zrange', KEYS[2], 0, 0)[1]
-    if not first or entry_of(first) then break end
-    redis.call('zrem', KEYS[2], first)
-    first = nil
-  end
-  -- Bound reached: whoever is first now (live or not, unread) still counts as ahead of us;
-  -- only an empty queue, or us at its head, lets this attempt take the lock.
-  pruning = not first
-  if pruning then first = redis.call('zrange', KEYS[2], 0, 0)[1] end
-  if not first or first == ARGV[3] then
-    if ARGV[7] == '1' and exhausted() then return redis.error_reply(EXHAUSTED) end
-    redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
-    if first then
-      redis.call('zrem', KEYS[2], first)
-      redis.call('del', entry)
-    end
-    local n = 0
-    if ARGV[7] == '1' then n = redis.call('incr', KEYS[4]) end
-    return {1, n}
-  end
-end
-if ARGV[6] == '1' then
-  if not redis.call('zscore', KEYS[2], ARGV[3]) then
-    -- Behind the last one queued: arrival order.
-    local last = redis.call('zrange', KEYS[2], -1, -1, 'WITHSCORES')[2]
-    redis.call('zadd', KEYS[2], (tonumber(last) or 0) + 1, ARGV[3])
-  end
-  redis.call('set', entry,
-    ARGV[1] .. ' ' .. ARGV[4] .. ' ' .. ARGV[7] .. ' ' .. ARGV[9] .. ' ' .. ARGV[8],
-    'PX', ARGV[5])
-  -- The queue never expires (a queue left with a TTL by an older version loses it): its
-  -- members leave only by a release's pop, their own claim or leave, or as dead heads.
-  redis.call('persist', KEYS[2])
-end
--- Dead entries left to drop: come back at once rather than when the holder's lease ends.
-if pruning then return {0, 0} end
-return {0, redis.call('pttl', KEYS[1])}";
-
-/// The start of the fair release: if the lock holds `ARGV[1]`, the script goes on to hand it
-/// to the first live waiter or delete it ([pass on](fair_scripts)); otherwise it replies 0.
-/// `ARGV[2]`, `ARGV[3]`: channel and publish command.
-pub const FAIR_RELEASE_LUA: &str = "\
-if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
-";
-
-/// The start of a waiter's leaving the queue (`ARGV[5]`: its ticket); if the lock had been
-/// handed to it (`ARGV[1]`: its token), it is passed on as by a release. Reply as the release.
-pub const FAIR_LEAVE_LUA: &str = "\
-redis.call('zrem', KEYS[2], ARGV[5])
-redis.call('del', KEYS[3] .. ARGV[5])
-if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
-";
-
-static FAIR_ACQUIRE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&fair_scripts()[0]));
-static FAIR_RELEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&fair_scripts()[1]));
-static FAIR_LEAVE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&fair_scripts()[2]));
-
-/// The full text of every fair script, as the server runs them (for `SCRIPT LOAD`): the
-/// acquisition attempt with its helpers; the release and the leave, each followed by the
-/// pass-on that hands the lock to the first live waiter (reply `{2, ticket, attempt, fencing
-/// number, next in line}`) or deletes it (reply 1).
-pub fn fair_scripts() -> [String; 3] {
-    [
-        format!("{FAIR_ACQUIRE_HELPERS_LUA}{FAIR_ACQUIRE_LUA}"),
-        format!("{FAIR_RELEASE_LUA}{FAIR_PASS_ON_LUA}"),
-        format!("{FAIR_LEAVE_LUA}{FAIR_PASS_ON_LUA}"),
-    ]
-}
+pub use crate::scripts::fair_scripts;
 
 /// How long a waiter's queue entry lives without a refresh: the TTL, within 1 s ..= 10 s. A
 /// waiter refreshes it every third of the [handoff window](handoff_window), so only a waiter

@@ -33,12 +33,11 @@
 //! The resource stores a SHA-1 of the writer's token, not the token itself: the token is a
 //! capability to release the lock, and the resource only needs equality.
 
-use std::sync::LazyLock;
-
-use redis::{Script, ToRedisArgs};
+use redis::ToRedisArgs;
 
 use crate::connection::ClientConnection;
 use crate::error::{Error, Operation, Result};
+use crate::scripts::{FENCED_READ_SCRIPT as FENCED_READ, FENCED_WRITE_SCRIPT as FENCED_WRITE};
 use crate::token::LockToken;
 
 /// What a holder presents to a fenced resource: its fencing number and its lock token.
@@ -93,36 +92,8 @@ pub struct FencedValue {
     pub fence: u64,
 }
 
-/// The compare-and-write at the resource; see the module docs.
-pub const FENCED_WRITE_LUA: &str = "\
-local n = tonumber(ARGV[1])
-local writer = redis.sha1hex(ARGV[2])
-local seen = redis.call('hget', KEYS[1], 'fence')
-if seen then
-  local s = tonumber(seen)
-  if n < s then return {0, seen} end
-  if n == s and redis.call('hget', KEYS[1], 'writer') ~= writer then return {0, seen} end
-end
-redis.call('hset', KEYS[1], 'value', ARGV[3], 'fence', ARGV[1], 'writer', writer)
-return {1, ARGV[1]}";
-
-static FENCED_WRITE: LazyLock<Script> = LazyLock::new(|| Script::new(FENCED_WRITE_LUA));
-
-/// The fenced read: the same check as the write, and on success the number is claimed (the
-/// register remembers it as the highest seen) before the value is returned.
-pub const FENCED_READ_LUA: &str = "\
-local n = tonumber(ARGV[1])
-local writer = redis.sha1hex(ARGV[2])
-local seen = redis.call('hget', KEYS[1], 'fence')
-if seen then
-  local s = tonumber(seen)
-  if n < s then return {0, seen} end
-  if n == s and redis.call('hget', KEYS[1], 'writer') ~= writer then return {0, seen} end
-end
-redis.call('hset', KEYS[1], 'fence', ARGV[1], 'writer', writer)
-return {1, redis.call('hget', KEYS[1], 'value')}";
-
-static FENCED_READ: LazyLock<Script> = LazyLock::new(|| Script::new(FENCED_READ_LUA));
+#[doc(hidden)]
+pub use crate::scripts::FENCED_WRITE_LUA;
 
 /// The outcome of a fenced read.
 #[derive(Debug, Clone, PartialEq, Eq)]

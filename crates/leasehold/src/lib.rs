@@ -22,6 +22,7 @@ pub mod postgres;
 pub mod redlock;
 pub mod renewal;
 pub mod rwlock;
+mod scripts;
 pub mod semaphore;
 mod server;
 pub mod slot;

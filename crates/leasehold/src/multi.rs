@@ -22,11 +22,9 @@
 //! renewing several groups could not extend them all or none).
 
 use std::sync::Arc;
-use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
-use redis::Script;
 
 use crate::backend::HeldLock;
 use crate::client::{LockClient, TryAcquire};
@@ -34,47 +32,14 @@ use crate::error::{Error, Operation, Result};
 use crate::guard::{Lease, LockGuard, clock_drift};
 use crate::options::{LockOptions, ttl_millis};
 use crate::renewal::RenewTarget;
+use crate::scripts::{
+    MULTI_ACQUIRE_SCRIPT as ACQUIRE, MULTI_EXTEND_SCRIPT as EXTEND, MULTI_RELEASE_SCRIPT as RELEASE,
+};
 use crate::slot::{key_slot, release_channel};
 use crate::token::{LockToken, validate_key};
 
 /// The most keys one multi-lock may take.
 pub const MAX_KEYS: usize = 1000;
-
-/// Take every key of `KEYS` or none. `ARGV`: token, TTL ms. Reply `{1, 0, 0}` or `{0, index
-/// of the first busy key (1-based), its PTTL}`.
-pub const MULTI_ACQUIRE_LUA: &str = "\
-for i, k in ipairs(KEYS) do
-  local p = redis.call('pttl', k)
-  if p ~= -2 then return {0, i, p} end
-end
-for _, k in ipairs(KEYS) do redis.call('set', k, ARGV[1], 'PX', ARGV[2]) end
-return {1, 0, 0}";
-
-/// Release the keys of `KEYS` that hold `ARGV[1]`; `ARGV[2]`: publish command (`''`: none),
-/// `ARGV[2 + i]`: key `i`'s release channel. Reply: how many were released.
-pub const MULTI_RELEASE_LUA: &str = "\
-local n = 0
-for i, k in ipairs(KEYS) do
-  if redis.call('get', k) == ARGV[1] then
-    redis.call('del', k)
-    n = n + 1
-    if ARGV[2] ~= '' then redis.pcall(ARGV[2], ARGV[2 + i], k) end
-  end
-end
-return n";
-
-/// Extend every key of `KEYS` to `ARGV[2]` ms if all hold `ARGV[1]`; otherwise extend none.
-/// Reply 1 or 0.
-pub const MULTI_EXTEND_LUA: &str = "\
-for _, k in ipairs(KEYS) do
-  if redis.call('get', k) ~= ARGV[1] then return 0 end
-end
-for _, k in ipairs(KEYS) do redis.call('pexpire', k, ARGV[2]) end
-return 1";
-
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(MULTI_ACQUIRE_LUA));
-static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(MULTI_RELEASE_LUA));
-static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(MULTI_EXTEND_LUA));
 
 /// The renewer's command for a one-slot multi-lock.
 pub(crate) fn extend_cmd(keys: &[String], token: &str, ttl_ms: u64) -> redis::Cmd {

@@ -57,39 +57,23 @@
 //! token.
 
 use std::sync::Arc;
-use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use futures_util::future::{BoxFuture, join_all};
-use redis::Script;
 
 use crate::backend::{HeldLock, LockBackend};
 use crate::client::{LockClient, TryAcquire};
 use crate::error::{Error, Result};
 use crate::guard::{Lease, LockGuard, LossReason};
 use crate::options::{ClientOptions, LockOptions, ttl_millis};
+use crate::scripts::{
+    RAISE_FENCE_SCRIPT as RAISE_FENCE, REDLOCK_ACQUIRE_SCRIPT as REDLOCK_ACQUIRE,
+};
 use crate::slot::fence_key;
 use crate::token::{LockToken, validate_key};
 
-/// Phase 1: `SET NX PX`, and the node's fencing counter when it was set and a counter key is
-/// given. Reply `{1, counter}` or `{0, pttl}`.
-pub const REDLOCK_ACQUIRE_LUA: &str = "\
-if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  if KEYS[2] then return {1, tonumber(redis.call('get', KEYS[2]) or '0')} end
-  return {1, 0}
-end
-return {0, redis.call('pttl', KEYS[1])}";
-
-/// Phase 2: while the key holds our token, raise the counter to `ARGV[2]` if it is lower.
-/// Reply 1 (held; the counter is now >= the token) or 0 (not held: nothing written).
-pub const RAISE_FENCE_LUA: &str = "\
-if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
-local n = tonumber(ARGV[2])
-if tonumber(redis.call('get', KEYS[2]) or '0') < n then redis.call('set', KEYS[2], ARGV[2]) end
-return 1";
-
-static REDLOCK_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(REDLOCK_ACQUIRE_LUA));
-static RAISE_FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(RAISE_FENCE_LUA));
+#[doc(hidden)]
+pub use crate::scripts::{RAISE_FENCE_LUA, REDLOCK_ACQUIRE_LUA};
 
 /// Settings of a [`Redlock`].
 #[derive(Debug, Clone, PartialEq)]

@@ -28,11 +28,9 @@
 //! counts as a writer; a plain lock holder ignores readers).
 
 use std::sync::Arc;
-use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
-use redis::Script;
 
 use crate::backend::HeldLock;
 use crate::client::{LockClient, TryAcquire};
@@ -40,6 +38,10 @@ use crate::error::{Error, Operation, Result};
 use crate::guard::{Lease, LockGuard, clock_drift};
 use crate::options::{LockOptions, ttl_millis};
 use crate::renewal::RenewTarget;
+use crate::scripts::{
+    READ_ACQUIRE_SCRIPT as READ_ACQUIRE, WRITE_ACQUIRE_SCRIPT as WRITE_ACQUIRE,
+    WRITE_LEAVE_SCRIPT as WRITE_LEAVE,
+};
 use crate::semaphore::{extend_member, release_member};
 use crate::slot::{fence_key, release_channel, slot_name};
 use crate::token::{LockToken, validate_key};
@@ -60,70 +62,6 @@ pub fn rwlock_writer_waiting_key(name: &str) -> String {
 pub fn writer_wait_ttl(ttl: Duration) -> Duration {
     ttl.clamp(Duration::from_secs(1), Duration::from_secs(10))
 }
-
-const NOW_LUA: &str = "\
-local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-";
-
-/// A read attempt. `KEYS`: readers, writer (`name`), waiting writer. `ARGV`: token, TTL ms.
-/// Reply `{1, 0}` or `{0, ms until the writer's or the waiting writer's key expires, -1 if
-/// unknown}`.
-pub const READ_ACQUIRE_LUA: &str = "\
-local w = redis.call('pttl', KEYS[2])
-if w ~= -2 then return {0, w} end
-local i = redis.call('pttl', KEYS[3])
-if i ~= -2 then return {0, i} end
-redis.call('zremrangebyscore', KEYS[1], '-inf', now)
-redis.call('zadd', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
-local last = redis.call('zrange', KEYS[1], -1, -1, 'WITHSCORES')[2]
-redis.call('pexpire', KEYS[1], math.max(1, tonumber(last) - now + 1))
-return {1, 0}";
-
-/// A write attempt. `KEYS`: readers, writer, waiting writer, fence counter. `ARGV`: token, TTL
-/// ms, waiting mark ms, `1` to mark itself waiting when busy, fencing `1`/`0`. Reply
-/// `{1, fencing number or 0}` or `{0, ms until the thing in the way may be gone}`; the error
-/// [`FENCING_EXHAUSTED`](crate::strategy::FENCING_EXHAUSTED) instead of taking the lock if the
-/// counter is at 2^53 or beyond.
-pub const WRITE_ACQUIRE_LUA: &str = "\
-local function mark()
-  if ARGV[4] == '1' then
-    local i = redis.call('get', KEYS[3])
-    if not i or i == ARGV[1] then redis.call('set', KEYS[3], ARGV[1], 'PX', ARGV[3]) end
-  end
-end
-local w = redis.call('pttl', KEYS[2])
-if w ~= -2 then
-  mark()
-  return {0, w}
-end
-local i = redis.call('get', KEYS[3])
-if i and i ~= ARGV[1] then return {0, redis.call('pttl', KEYS[3])} end
-redis.call('zremrangebyscore', KEYS[1], '-inf', now)
-local first = redis.call('zrange', KEYS[1], 0, 0, 'WITHSCORES')[2]
-if first then
-  mark()
-  return {0, tonumber(first) - now}
-end
-if ARGV[5] == '1' and tonumber(redis.call('get', KEYS[4]) or '0') >= 9007199254740992 then
-  return redis.error_reply('LEASEHOLD_FENCING_EXHAUSTED the fencing counter is at 2^53 or beyond')
-end
-redis.call('set', KEYS[2], ARGV[1], 'PX', ARGV[2])
-if i then redis.call('del', KEYS[3]) end
-local n = 0
-if ARGV[5] == '1' then n = redis.call('incr', KEYS[4]) end
-return {1, n}";
-
-/// A waiting writer gives up: `KEYS`: waiting writer; `ARGV`: token. Removes its mark.
-pub const WRITE_LEAVE_LUA: &str = "\
-if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
-return 0";
-
-static READ_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&format!("{NOW_LUA}{READ_ACQUIRE_LUA}")));
-static WRITE_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&format!("{NOW_LUA}{WRITE_ACQUIRE_LUA}")));
-static WRITE_LEAVE: LazyLock<Script> = LazyLock::new(|| Script::new(WRITE_LEAVE_LUA));
 
 /// A read-write lock on `name`; made by [`LockClient::rwlock`], cheap to clone.
 ///

@@ -26,11 +26,9 @@
 //! cannot stop a *paused* holder from acting after its permit expired.
 
 use std::sync::Arc;
-use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
-use redis::Script;
 
 use crate::backend::HeldLock;
 use crate::client::{LockClient, TryAcquire};
@@ -38,6 +36,10 @@ use crate::error::{Error, Operation, Result};
 use crate::guard::{Lease, LockGuard, clock_drift};
 use crate::options::{LockOptions, ttl_millis};
 use crate::renewal::RenewTarget;
+use crate::scripts::{
+    PERMIT_ACQUIRE_SCRIPT as ACQUIRE, PERMIT_COUNT_SCRIPT as COUNT, PERMIT_EXTEND_SCRIPT as EXTEND,
+    PERMIT_RELEASE_SCRIPT as RELEASE,
+};
 use crate::slot::{release_channel, slot_name};
 use crate::token::{LockToken, validate_key};
 use crate::waiting::pause_between_attempts;
@@ -56,89 +58,7 @@ pub fn semaphore_limit_key(name: &str) -> String {
     format!("{}:limit", slot_name(name))
 }
 
-const NOW_LUA: &str = "\
-local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
--- Both keys live as long as the permit that expires last.
-local function keep(now)
-  local last = redis.call('zrange', KEYS[1], -1, -1, 'WITHSCORES')[2]
-  if last then
-    local ms = math.max(1, tonumber(last) - now + 1)
-    redis.call('pexpire', KEYS[1], ms)
-    if redis.call('exists', KEYS[2]) == 1 then redis.call('pexpire', KEYS[2], ms) end
-  else
-    redis.call('del', KEYS[2])
-  end
-end
-";
-
-/// Acquire a permit. `KEYS`: permits, limit. `ARGV`: token, TTL ms, N. Reply `{1, 0}`, or
-/// `{0, ms until the first permit expires}`; an error `LEASEHOLD_PERMITS <n>` when the name's
-/// holders use `n` permits.
-pub const PERMIT_ACQUIRE_LUA: &str = "\
-redis.call('zremrangebyscore', KEYS[1], '-inf', now)
-local held = redis.call('zcard', KEYS[1])
-local limit = redis.call('get', KEYS[2])
-if limit and limit ~= ARGV[3] and held > 0 then
-  return redis.error_reply('LEASEHOLD_PERMITS ' .. limit)
-end
-if held < tonumber(ARGV[3]) then
-  redis.call('zadd', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
-  redis.call('set', KEYS[2], ARGV[3])
-  keep(now)
-  return {1, 0}
-end
-local first = redis.call('zrange', KEYS[1], 0, 0, 'WITHSCORES')[2]
-return {0, tonumber(first) - now}";
-
-/// Release a permit. `ARGV`: token, channel (`''`: no notification), publish command. Reply 1
-/// if it was held (and unexpired), else 0.
-pub const PERMIT_RELEASE_LUA: &str = "\
-local expiry = redis.call('zscore', KEYS[1], ARGV[1])
-if not expiry then return 0 end
-redis.call('zrem', KEYS[1], ARGV[1])
-keep(now)
-if tonumber(expiry) <= now then return 0 end
-if ARGV[2] ~= '' then redis.pcall(ARGV[3], ARGV[2], KEYS[1]) end
-return 1";
-
-/// Extend a permit to `ARGV[2]` ms from now if `ARGV[1]` holds it, unexpired. Reply 1 or 0.
-pub const PERMIT_EXTEND_LUA: &str = "\
-local expiry = redis.call('zscore', KEYS[1], ARGV[1])
-if not expiry then return 0 end
-if tonumber(expiry) <= now then
-  redis.call('zrem', KEYS[1], ARGV[1])
-  keep(now)
-  return 0
-end
-redis.call('zadd', KEYS[1], 'XX', now + tonumber(ARGV[2]), ARGV[1])
-keep(now)
-return 1";
-
-/// The number of unexpired permits. Read-only.
-pub const PERMIT_COUNT_LUA: &str = "\
-local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-return redis.call('zcount', KEYS[1], '(' .. now, '+inf')";
-
-fn script(body: &str) -> Script {
-    Script::new(&format!("{NOW_LUA}{body}"))
-}
-
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| script(PERMIT_ACQUIRE_LUA));
-static RELEASE: LazyLock<Script> = LazyLock::new(|| script(PERMIT_RELEASE_LUA));
-static EXTEND: LazyLock<Script> = LazyLock::new(|| script(PERMIT_EXTEND_LUA));
-static COUNT: LazyLock<Script> = LazyLock::new(|| Script::new(PERMIT_COUNT_LUA));
-
-/// The full text of every semaphore script, as the server runs them (for `SCRIPT LOAD`).
-pub fn semaphore_scripts() -> [String; 4] {
-    [
-        format!("{NOW_LUA}{PERMIT_ACQUIRE_LUA}"),
-        format!("{NOW_LUA}{PERMIT_RELEASE_LUA}"),
-        format!("{NOW_LUA}{PERMIT_EXTEND_LUA}"),
-        PERMIT_COUNT_LUA.to_string(),
-    ]
-}
+pub use crate::scripts::semaphore_scripts;
 
 /// The limit key that goes with a permits key (`…:permits` -> `…:limit`; any other set, such
 /// as a read-write lock's readers, gets `…:limit` appended: a key that never exists).

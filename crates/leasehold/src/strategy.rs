@@ -11,9 +11,7 @@
 //!
 //! Assumptions: tokens are unique (128-bit random), and the key is only written by lock holders.
 
-use std::sync::LazyLock;
-
-use redis::{Cmd, Script};
+use redis::Cmd;
 
 /// Which atomic compare-and-delete releases a lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -62,36 +60,10 @@ impl std::fmt::Display for ExtendStrategy {
     }
 }
 
-/// The seed's release script, verbatim.
-pub const RELEASE_LUA: &str =
-    "if redis.call('get',KEYS[1])==ARGV[1] then return redis.call('del',KEYS[1]) end return 0";
-
-/// The release script that also wakes waiters: publishes the key on its release channel
-/// (`ARGV[2]`) when, and only when, it deleted the lock. `pcall`: a refused notification must
-/// never turn a completed release into an error (scripts do not roll back).
-pub const RELEASE_NOTIFY_LUA: &str = "if redis.call('get',KEYS[1])==ARGV[1] then redis.call('del',KEYS[1]) redis.pcall('publish',ARGV[2],KEYS[1]) return 1 end return 0";
-
-/// [`RELEASE_NOTIFY_LUA`] for a Redis Cluster: `SPUBLISH`, on a channel in the key's slot (see
-/// [`crate::slot`]), so the notification stays on the key's shard.
-pub const RELEASE_SNOTIFY_LUA: &str = "if redis.call('get',KEYS[1])==ARGV[1] then redis.call('del',KEYS[1]) redis.pcall('spublish',ARGV[2],KEYS[1]) return 1 end return 0";
-
-/// Extend: reset the TTL only while the key holds our token.
-pub const EXTEND_LUA: &str = "if redis.call('get',KEYS[1])==ARGV[1] then return redis.call('pexpire',KEYS[1],ARGV[2]) end return 0";
-
-/// Acquire in one script, used with fencing and by waiters: `SET NX PX`; when it succeeds and a
-/// counter key is given, `INCR` it in the same atomic step (so the number belongs to exactly this
-/// acquisition); when the lock is busy, return the holder's `PTTL` so a waiter knows when the
-/// lease runs out. Reply: `{1, fencing number or 0}` or `{0, pttl}`; the error
-/// [`FENCING_EXHAUSTED`] (nothing written) if the counter is at 2^53 or beyond.
-pub const ACQUIRE_LUA: &str = "\
-if KEYS[2] and tonumber(redis.call('get', KEYS[2]) or '0') >= 9007199254740992 then
-  return redis.error_reply('LEASEHOLD_FENCING_EXHAUSTED the fencing counter is at 2^53 or beyond')
-end
-if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  if KEYS[2] then return {1, redis.call('incr', KEYS[2])} end
-  return {1, 0}
-end
-return {0, redis.call('pttl', KEYS[1])}";
+// The scripts live in `crate::scripts`; these stay reachable here for the tests and the lab.
+pub(crate) use crate::scripts::EXTEND_SCRIPT;
+#[doc(hidden)]
+pub use crate::scripts::{ACQUIRE_LUA, EXTEND_LUA, RELEASE_LUA, RELEASE_NOTIFY_LUA};
 
 /// The error code of a script that refuses to issue a fencing number because the counter is
 /// at [`MAX_FENCING_NUMBER`](crate::MAX_FENCING_NUMBER) (2^53) or beyond: Lua numbers are
@@ -99,26 +71,6 @@ return {0, redis.call('pttl', KEYS[1])}";
 /// that draws a number checks the counter before it writes anything
 /// ([`Error::FencingExhausted`](crate::Error::FencingExhausted)).
 pub const FENCING_EXHAUSTED: &str = "LEASEHOLD_FENCING_EXHAUSTED";
-
-/// Raise a fencing counter to at least `ARGV[1]`, never lower it; reply: the counter afterwards
-/// (as a string: counters are compared as integers, returned exactly).
-pub const RAISE_COUNTER_LUA: &str = "\
-local current = redis.call('get', KEYS[1])
-if current == false or tonumber(current) < tonumber(ARGV[1]) then
-  redis.call('set', KEYS[1], ARGV[1])
-  return ARGV[1]
-end
-return current";
-
-pub(crate) static RAISE_COUNTER_SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(RAISE_COUNTER_LUA));
-pub(crate) static RELEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
-pub(crate) static RELEASE_NOTIFY_SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(RELEASE_NOTIFY_LUA));
-pub(crate) static RELEASE_SNOTIFY_SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(RELEASE_SNOTIFY_LUA));
-pub(crate) static EXTEND_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_LUA));
-pub(crate) static ACQUIRE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
 
 /// A command `name` with room for `args` more arguments of `bytes` bytes in all, so building
 /// it allocates its two buffers once instead of growing them argument by argument (on the hot

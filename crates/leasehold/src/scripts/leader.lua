@@ -1,0 +1,1 @@
+return {redis.call('pttl', KEYS[1]), redis.call('get', KEYS[2]) or '', redis.call('get', KEYS[3]) or ''}

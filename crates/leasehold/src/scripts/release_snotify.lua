@@ -1,0 +1,1 @@
+if redis.call('get',KEYS[1])==ARGV[1] then redis.call('del',KEYS[1]) redis.pcall('spublish',ARGV[2],KEYS[1]) return 1 end return 0
