@@ -1,4 +1,4 @@
-//! Fair locks: arrival order with direct handoff ([`LockOptions::fair`](crate::LockOptions::fair)).
+//! Fair locks: arrival order with direct handoff ([`LockOptions::fair`]).
 //!
 //! A plain lock is taken by whoever's `SET NX` reaches the server first after a release, which
 //! is often the releaser itself (it is already running); a release wakes one waiter in every
@@ -7,9 +7,9 @@
 //!
 //! - **Queue.** A waiting acquisition picks a random *ticket* and a token for its whole wait.
 //!   Its attempt (one script) takes the lock only if the lock is free *and* no live waiter is
-//!   ahead of it; otherwise it queues the ticket ([`fair_queue_key`](crate::fair_queue_key): a sorted set in arrival
+//!   ahead of it; otherwise it queues the ticket ([`fair_queue_key`]: a sorted set in arrival
 //!   order, without an expiry: dead members are dropped by the scripts; a queue whose waiters
-//!   all crashed on a key nobody uses again stays until its next acquisition) with an entry ([`fair_entry_key`](crate::fair_entry_key): token, handoff window, fencing flag, owner
+//!   all crashed on a key nobody uses again stays until its next acquisition) with an entry ([`fair_entry_key`]: token, handoff window, fencing flag, owner
 //!   (its client, when that client can hand it the lock by a reply), attempt number; a key
 //!   that expires after [`queue_entry_ttl`]) and returns the holder's PTTL. Each
 //!   later attempt refreshes the entry.
@@ -97,6 +97,10 @@
 //!
 //! Without a subscriber connection (notifications off, or a client built from a connection) a
 //! waiter finds the handoff at its next attempt, every third of the window.
+//!
+//! [`LockOptions::fair`]: crate::LockOptions::fair
+//! [`fair_queue_key`]: crate::fair_queue_key
+//! [`fair_entry_key`]: crate::fair_entry_key
 
 // By part: `waiter` (one waiter's attempts and its leaving the queue), `acquire` (the fair
 // try_acquire and the waiting loop), `pass_on` (running the release and leave scripts) and

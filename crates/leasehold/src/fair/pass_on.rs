@@ -15,9 +15,9 @@ use super::reply::PassOn;
 /// The fair script's release or leave, with the client's notification settings.
 ///
 /// **A waiter of this client is handed the lock by the reply.** Its queue entry names this
-/// client (its [owner](super::waiter::NO_OWNER), set when it subscribed through the client), so
-/// the script publishes no message for it, and its reply carries what the message would (ticket,
-/// attempt, fencing number), which this function delivers to the waiter. That skips the message's trip
+/// client (its [owner], set when it subscribed through the client), so the script
+/// publishes no message for it, and its reply carries what the message would (ticket, attempt,
+/// fencing number), which this function delivers to the waiter. That skips the message's trip
 /// through the server and the subscriber connection (it reached the client ~15 us after the
 /// reply at the median in W3, and was one more write for the server). A waiter of another
 /// client, or one that polls, still gets the message. Safe as the message is (see the module
@@ -30,6 +30,8 @@ use super::reply::PassOn;
 /// [topology errors](crate::Error::is_topology_in_motion)) means the script did not run, so it is
 /// sent again, with backoff, for up to [`PASS_ON_RETRY`] (a release retried after the key
 /// expired finds it gone, or another holder's, and changes nothing).
+///
+/// [owner]: super::waiter::NO_OWNER
 pub(super) async fn run_pass_on(
     client: &LockClient,
     script: &Script,

@@ -1,0 +1,264 @@
+//! Acquiring: the two phases of one attempt (see the module docs), and waiting between
+//! attempts. Redlock has no fair mode.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::client::TryAcquire;
+use crate::error::{Error, Result};
+use crate::guard::{Lease, LockGuard};
+use crate::options::{LockOptions, ttl_millis};
+use crate::scripts::{
+    RAISE_FENCE_SCRIPT as RAISE_FENCE, REDLOCK_ACQUIRE_SCRIPT as REDLOCK_ACQUIRE,
+};
+use crate::slot::fence_key;
+use crate::token::{LockToken, validate_key};
+
+use super::Redlock;
+use super::fan_out::{Reply, Wait};
+use super::held::RedlockHeld;
+use super::report::{NodeOutcome, NodeReport, NodeReports};
+
+impl Redlock {
+    /// One attempt on all nodes. Busy (a majority answered but did not all grant) is an outcome,
+    /// as for a single node; too few answers is [`Error::NoQuorum`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`], [`Error::NoQuorum`] listing every node's outcome.
+    pub async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
+        let begun = crate::metrics::start();
+        let result = async {
+            validate_key(key)?;
+            ttl_millis(options.ttl())?;
+            refuse_fair(options)?;
+            self.attempt(key, options).await
+        }
+        .await;
+        let outcome = crate::metrics::Outcome::of_try(&result);
+        crate::metrics::acquisition("redlock", false, outcome, begun);
+        result
+    }
+
+    /// Takes the lock, retrying with jittered backoff until `options.wait_bound()` elapses.
+    ///
+    /// # Errors
+    /// [`Error::NotAcquired`] if the lock stayed busy; [`Error::NoQuorum`] if, at the end, too
+    /// few nodes answered; [`Error::InvalidArgument`].
+    pub async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
+        let begun = crate::metrics::start();
+        let result = self.acquire_waiting(key, options).await;
+        let outcome = crate::metrics::Outcome::of_acquire(&result);
+        crate::metrics::acquisition("redlock", false, outcome, begun);
+        result
+    }
+
+    async fn acquire_waiting(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
+        validate_key(key)?;
+        ttl_millis(options.ttl())?;
+        refuse_fair(options)?;
+        let begun = Instant::now();
+        let deadline = options.wait_bound().map(|w| begun + w);
+        let mut attempts = 0u32;
+        loop {
+            attempts += 1;
+            let outcome = self.attempt(key, options).await;
+            let remaining = match outcome {
+                Ok(TryAcquire::Acquired(guard)) => return Ok(guard),
+                Ok(TryAcquire::Busy { remaining }) => Ok(remaining),
+                Err(e @ Error::NoQuorum { .. }) => Err(e),
+                Err(e) => return Err(e),
+            };
+            let now = Instant::now();
+            let not_acquired = |remaining: Result<Option<Duration>>| match remaining {
+                Ok(_) => Error::NotAcquired {
+                    key: key.to_string(),
+                    waited: now - begun,
+                    attempts,
+                },
+                Err(e) => e,
+            };
+            let Some(deadline) = deadline.filter(|d| now < *d) else {
+                return Err(not_acquired(remaining));
+            };
+            let mut delay = options.backoff_policy().delay(attempts - 1);
+            if let Ok(Some(r)) = remaining {
+                delay = delay.min(r + Duration::from_millis(1));
+            }
+            tokio::time::sleep(delay.min(deadline - now)).await;
+            if Instant::now() >= deadline {
+                return Err(not_acquired(remaining));
+            }
+        }
+    }
+
+    /// As [`LockClient::with_lock`](crate::LockClient::with_lock), over the Redlock set.
+    ///
+    /// # Errors
+    /// As [`Redlock::acquire`], and [`Error::LockLost`] / [`Error::NotHeld`] as
+    /// [`LockClient::with_lock`](crate::LockClient::with_lock).
+    pub async fn with_lock<T, F, Fut>(&self, key: &str, options: &LockOptions, work: F) -> Result<T>
+    where
+        F: FnOnce(Lease) -> Fut,
+        Fut: std::future::Future<Output = T>,
+    {
+        let guard = self.acquire(key, options).await?;
+        crate::guard::run_with_lock(guard, options, work).await
+    }
+
+    /// One Redlock attempt (both fencing phases when asked).
+    async fn attempt(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
+        let ttl = options.ttl();
+        let ttl_ms = ttl_millis(ttl)?;
+        let fencing = options.fencing_enabled();
+        let token = LockToken::random();
+        let t0 = Instant::now();
+        let quorum = self.quorum();
+        let drift = self.inner.options.drift_for(ttl);
+        let valid_until = t0 + ttl.saturating_sub(drift);
+        let (key_owned, token_owned) = (key.to_string(), token.clone());
+
+        // Phase 1 on every node: SET NX PX (and read the counter when fencing). Decided as soon
+        // as a majority granted or can no longer grant; a straggler's late grant is released
+        // with the rest below or at release time.
+        let (phase1, phase1_tasks) = {
+            let (key, token) = (key_owned.clone(), token_owned.clone());
+            self.fan_out(Wait::Quorum, move |client| {
+                let (key, token) = (key.clone(), token.clone());
+                async move {
+                    let mut conn = client.connection();
+                    let counter = fence_key(&key);
+                    let mut inv = REDLOCK_ACQUIRE.key(&key);
+                    if fencing {
+                        inv.key(&counter);
+                    }
+                    inv.arg(token.expose()).arg(ttl_ms);
+                    let (ok, n): (i64, i64) = inv
+                        .invoke_async(&mut conn)
+                        .await
+                        .map_err(|e| Error::from_redis(crate::Operation::Acquire, e))?;
+                    Ok(if ok == 1 {
+                        Reply::Yes(n.max(0) as u64)
+                    } else {
+                        Reply::No((n >= 0).then(|| Duration::from_millis(n as u64)))
+                    })
+                }
+            })
+            .await
+        };
+        let granted: Vec<(usize, u64)> = phase1
+            .iter()
+            .enumerate()
+            .filter_map(|(i, (_, counter))| counter.map(|c| (i, c)))
+            .collect();
+        let reports: Vec<NodeReport> = phase1.into_iter().map(|(r, _)| r).collect();
+        let mut ok = granted.len() >= quorum;
+
+        // Phase 2 (fencing): raise the counters of the granting nodes to max + 1, each only
+        // while it still holds our token; a majority must confirm.
+        let mut fence = None;
+        if ok && fencing {
+            let number = granted.iter().map(|(_, c)| *c).max().unwrap_or(0) + 1;
+            // Sent to every node: the script raises only where the key holds our token (the
+            // granting nodes, and a straggler whose late grant has landed), which is exactly
+            // the condition the argument needs.
+            let (key, token) = (key_owned.clone(), token_owned.clone());
+            let (raised, _) = self
+                .fan_out(Wait::Quorum, move |client| {
+                    let (key, token) = (key.clone(), token.clone());
+                    async move {
+                        let mut conn = client.connection();
+                        let held: i64 = RAISE_FENCE
+                            .key(&key)
+                            .key(fence_key(&key))
+                            .arg(token.expose())
+                            .arg(number)
+                            .invoke_async(&mut conn)
+                            .await
+                            .map_err(|e| Error::from_redis(crate::Operation::Acquire, e))?;
+                        Ok(if held == 1 {
+                            Reply::Yes(())
+                        } else {
+                            Reply::No(None)
+                        })
+                    }
+                })
+                .await;
+            ok = raised.iter().filter(|(_, v)| v.is_some()).count() >= quorum;
+            fence = Some(number);
+        }
+        // Counted only if everything above finished within the validity.
+        ok = ok && Instant::now() < valid_until;
+
+        if ok {
+            let lease = Lease::until(key, token, fence, valid_until);
+            if options.auto_extend_enabled() {
+                self.keep_alive(lease.clone(), options);
+            }
+            // Stragglers may still be handing their SET to a slow node: the release waits for
+            // them, so it can never overtake one.
+            let stragglers = Arc::new(std::sync::Mutex::new(phase1_tasks));
+            return Ok(TryAcquire::Acquired(LockGuard::new(
+                Arc::new(RedlockHeld(self.clone(), stragglers)),
+                lease,
+            )));
+        }
+
+        // Not acquired: give the token back on every node, each after its phase-1 request was
+        // handed over or dropped (so the release queues behind it), and wait for them all.
+        let (key, token) = (key_owned.clone(), token_owned.clone());
+        let _ = self
+            .fan_out_after(phase1_tasks, Wait::All, move |client| {
+                let (key, token) = (key.clone(), token.clone());
+                async move {
+                    client
+                        .release_raw(&key, token.expose())
+                        .await
+                        .map(Reply::Yes)
+                }
+            })
+            .await;
+        let busy: Vec<Option<Duration>> = reports
+            .iter()
+            .filter_map(|r| match r.outcome {
+                NodeOutcome::Busy { remaining } => Some(remaining),
+                _ => None,
+            })
+            .collect();
+        // Someone else holds it (on at least one node), or enough nodes granted but too late:
+        // busy, worth a retry. Only failures and silence: no quorum.
+        if !busy.is_empty() || granted.len() >= quorum {
+            Ok(TryAcquire::Busy {
+                remaining: busy.into_iter().flatten().max(),
+            })
+        } else {
+            Err(Error::NoQuorum {
+                key: key_owned,
+                needed: quorum,
+                nodes: NodeReports(reports),
+            })
+        }
+    }
+
+    /// A fair release: Redlock has no fair mode ([`Error::Unsupported`]).
+    ///
+    /// # Errors
+    /// Always [`Error::Unsupported`].
+    pub async fn release_fair(&self, _key: &str, _token: &LockToken) -> Result<()> {
+        Err(fair_unsupported())
+    }
+}
+
+fn fair_unsupported() -> Error {
+    Error::Unsupported {
+        backend: "redlock",
+        what: "a fair lock (a queue would need a majority of its own)".into(),
+    }
+}
+
+/// Redlock keeps no queue: [`LockOptions::fair`] is refused.
+fn refuse_fair(options: &LockOptions) -> Result<()> {
+    if options.fair_enabled() {
+        return Err(fair_unsupported());
+    }
+    Ok(())
+}

@@ -1,0 +1,141 @@
+//! Reading what the nodes hold for a key, and raising their fencing counters.
+
+use futures_util::future::join_all;
+
+use crate::error::{Error, Result};
+use crate::token::validate_key;
+
+use super::Redlock;
+use super::report::{NodeOutcome, NodeReport, NodeReports};
+
+impl Redlock {
+    /// What each node holds for `key`.
+    pub async fn inspect(&self, key: &str) -> Vec<(String, Result<crate::LockState>)> {
+        let timeout = self.inner.options.node_timeout;
+        join_all(self.inner.nodes.iter().map(|n| async move {
+            let state = match tokio::time::timeout(timeout, async {
+                n.client(timeout).await?.inspect(key).await
+            })
+            .await
+            {
+                Ok(r) => r,
+                Err(_) => Err(Error::NoQuorum {
+                    key: key.to_string(),
+                    needed: 1,
+                    nodes: NodeReports(vec![NodeReport {
+                        node: n.label.clone(),
+                        outcome: NodeOutcome::TimedOut,
+                    }]),
+                }),
+            };
+            (n.label.clone(), state)
+        }))
+        .await
+    }
+
+    /// Raises `key`'s fencing counter on every node to at least `at_least` (see
+    /// [`LockClient::raise_fencing_counter`]) and returns the highest counter afterwards.
+    ///
+    /// Succeeds once a majority has raised its counter: every later acquisition's majority
+    /// shares a node with it, so every later number exceeds `at_least`. Safe for the same
+    /// reason as on one node: counters only move up. Otherwise `NoQuorum`, with each node's
+    /// outcome.
+    ///
+    /// [`LockClient::raise_fencing_counter`]: crate::LockClient::raise_fencing_counter
+    pub async fn raise_fencing_counter(&self, key: &str, at_least: u64) -> Result<u64> {
+        crate::token::validate_key(key)?;
+        let timeout = self.inner.options.node_timeout;
+        let results = join_all(self.inner.nodes.iter().map(|n| async move {
+            let outcome = tokio::time::timeout(timeout, async {
+                n.client(timeout)
+                    .await?
+                    .raise_fencing_counter(key, at_least)
+                    .await
+            })
+            .await;
+            (n.label.clone(), outcome)
+        }))
+        .await;
+        let mut highest = None;
+        let mut reports = Vec::new();
+        for (node, outcome) in results {
+            let outcome = match outcome {
+                Ok(Ok(value)) => {
+                    highest = highest.max(Some(value));
+                    NodeOutcome::Granted
+                }
+                Ok(Err(e)) => NodeOutcome::Failed(e.to_string()),
+                Err(_) => NodeOutcome::TimedOut,
+            };
+            reports.push(NodeReport { node, outcome });
+        }
+        let raised = reports
+            .iter()
+            .filter(|r| r.outcome == NodeOutcome::Granted)
+            .count();
+        match highest {
+            Some(value) if raised >= self.quorum() => Ok(value),
+            _ => Err(Error::NoQuorum {
+                key: key.to_string(),
+                needed: self.quorum(),
+                nodes: NodeReports(reports),
+            }),
+        }
+    }
+
+    /// The lock as a majority sees it: the holder whose token a majority of nodes hold (with
+    /// the shortest TTL among them), else none; the highest fencing counter of any node.
+    ///
+    /// # Errors
+    /// [`Error::NoQuorum`] if fewer than a majority answered.
+    pub async fn inspect_majority(&self, key: &str) -> Result<crate::LockState> {
+        validate_key(key)?;
+        let states = self.inspect(key).await;
+        let quorum = self.quorum();
+        let mut reports = Vec::new();
+        let mut answered = Vec::new();
+        for (node, state) in states {
+            match state {
+                Ok(state) => {
+                    reports.push(NodeReport {
+                        node,
+                        outcome: NodeOutcome::Granted,
+                    });
+                    answered.push(state);
+                }
+                Err(e) => reports.push(NodeReport {
+                    node,
+                    outcome: NodeOutcome::Failed(e.to_string()),
+                }),
+            }
+        }
+        if answered.len() < quorum {
+            return Err(Error::NoQuorum {
+                key: key.to_string(),
+                needed: quorum,
+                nodes: NodeReports(reports),
+            });
+        }
+        let holder = answered.iter().find_map(|s| {
+            let h = s.holder.as_ref()?;
+            let on = answered
+                .iter()
+                .filter(|o| o.holder.as_ref() == Some(h))
+                .count();
+            (on >= quorum).then(|| h.clone())
+        });
+        let ttl = holder.as_ref().and_then(|h| {
+            answered
+                .iter()
+                .filter(|s| s.holder.as_ref() == Some(h))
+                .filter_map(|s| s.ttl)
+                .min()
+        });
+        Ok(crate::LockState {
+            key: key.to_string(),
+            holder,
+            ttl,
+            fencing_counter: answered.iter().filter_map(|s| s.fencing_counter).max(),
+        })
+    }
+}

@@ -1,0 +1,53 @@
+//! The settings of a [`Redlock`](super::Redlock): per-node timeout, clock drift allowance.
+
+use std::time::Duration;
+
+/// Settings of a [`Redlock`](super::Redlock).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RedlockOptions {
+    pub(super) node_timeout: Duration,
+    drift_factor: f64,
+    drift_floor: Duration,
+}
+
+impl Default for RedlockOptions {
+    /// A 50 ms per-node timeout, drift `ttl * 0.01 + 2 ms`.
+    fn default() -> Self {
+        RedlockOptions {
+            node_timeout: Duration::from_millis(50),
+            drift_factor: 0.01,
+            drift_floor: Duration::from_millis(2),
+        }
+    }
+}
+
+impl RedlockOptions {
+    /// The defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Bound on each node's answer (and on connecting to a node). Keep it far below the TTL: a
+    /// slow node then costs the attempt this much validity at most.
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = timeout;
+        self
+    }
+
+    /// Clock drift allowance: `ttl * factor + floor`.
+    pub fn drift(mut self, factor: f64, floor: Duration) -> Self {
+        self.drift_factor = factor.clamp(0.0, 0.5);
+        self.drift_floor = floor;
+        self
+    }
+
+    /// The per-node timeout.
+    pub fn node_timeout_bound(&self) -> Duration {
+        self.node_timeout
+    }
+
+    /// The drift allowed for a lock of `ttl`.
+    pub fn drift_for(&self, ttl: Duration) -> Duration {
+        ttl.mul_f64(self.drift_factor) + self.drift_floor
+    }
+}
