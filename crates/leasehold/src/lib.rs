@@ -13,10 +13,12 @@ pub mod etcd;
 pub mod fair;
 pub mod fencing;
 mod guard;
+mod handoff;
 mod locker;
 pub mod metrics;
 pub mod multi;
 mod options;
+mod outcome;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod redlock;

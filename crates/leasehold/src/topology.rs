@@ -2,6 +2,7 @@
 //! primary; with TLS where the URL says so, trusting a private CA where the options name one.
 
 use std::path::Path;
+use std::time::Duration;
 
 use redis::TlsCertificates;
 use redis::aio::ConnectionManagerConfig;
@@ -11,7 +12,20 @@ use crate::connection::{ClientConnection, SentinelConnection};
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Operation, Result};
 use crate::options::ClientOptions;
-use crate::waiting::SubscriberSource;
+
+/// Where the subscriber connection goes.
+pub(crate) enum SubscriberSource {
+    /// One server.
+    Client(redis::Client),
+    /// The current primary of a Sentinel set (asked again each time the subscriber reconnects).
+    Sentinel(crate::connection::SentinelConnection),
+    /// A cluster: one RESP3 cluster connection with sharded subscriptions.
+    Cluster {
+        seeds: Vec<String>,
+        root_cert: Option<Vec<u8>>,
+        connect_timeout: Duration,
+    },
+}
 
 /// Reads the private CA file, if one was given: it must exist and hold a PEM certificate.
 pub(crate) fn read_ca_file(path: Option<&Path>) -> Result<Option<Vec<u8>>> {

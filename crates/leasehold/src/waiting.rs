@@ -48,21 +48,8 @@ use futures_util::FutureExt;
 use futures_util::StreamExt;
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 
-use crate::fair::{EarlyGrant, EarlyTerms};
-
-/// Where the subscriber connection goes.
-pub(crate) enum SubscriberSource {
-    /// One server.
-    Client(redis::Client),
-    /// The current primary of a Sentinel set (asked again each time the subscriber reconnects).
-    Sentinel(crate::connection::SentinelConnection),
-    /// A cluster: one RESP3 cluster connection with sharded subscriptions.
-    Cluster {
-        seeds: Vec<String>,
-        root_cert: Option<Vec<u8>>,
-        connect_timeout: Duration,
-    },
-}
+use crate::handoff::{EarlyGrant, EarlyTerms};
+use crate::topology::SubscriberSource;
 
 /// The shared subscriber connection of one client, opened on first use and reopened after it
 /// breaks.

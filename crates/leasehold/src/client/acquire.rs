@@ -7,10 +7,11 @@ use tracing::Instrument;
 use crate::error::{Error, Result};
 use crate::guard::{Lease, LockGuard, clock_drift};
 use crate::options::{LockOptions, ttl_millis};
+use crate::outcome::TryAcquire;
 use crate::slot::release_channel;
 use crate::token::{LockToken, validate_key};
 
-use super::{Attempt, LockClient, TryAcquire};
+use super::{Attempt, LockClient};
 
 impl LockClient {
     /// One attempt to take `key` for `options.ttl()`, without waiting.

@@ -3,11 +3,12 @@
 use std::time::Duration;
 
 use crate::error::{Error, Operation, Result};
+use crate::outcome::{LockState, MAX_FENCING_NUMBER};
 use crate::scripts::RAISE_COUNTER_SCRIPT;
 use crate::slot::fence_key;
 use crate::token::validate_key;
 
-use super::{LockClient, LockState, MAX_FENCING_NUMBER};
+use super::LockClient;
 
 impl LockClient {
     /// Reads what `key` holds, its remaining TTL and its fencing counter, in one round trip.

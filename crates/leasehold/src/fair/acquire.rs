@@ -4,15 +4,16 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use crate::client::{LockClient, TryAcquire};
+use crate::client::LockClient;
 use crate::error::{Error, Result};
 use crate::guard::{Lease, LockGuard, clock_drift};
+use crate::handoff::{EarlyTerms, Tenure};
 use crate::options::{LockOptions, ttl_millis};
+use crate::outcome::TryAcquire;
 use crate::slot::release_channel;
 use crate::token::validate_key;
 use crate::waiting::Wake;
 
-use super::early::{EarlyTerms, Tenure};
 use super::held::FairHeld;
 use super::waiter::{FairAttempt, LeaveOnDrop, NO_OWNER, Waiter};
 use super::{handoff_window, queue_entry_ttl};

@@ -1,60 +1,16 @@
 //! Early handoff within one client (see the module docs): the lock handed to the next in line
 //! before the release script runs, and what the release's reply settles.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::client::LockClient;
 use crate::guard::{Lease, LossReason, clock_drift};
-use crate::token::LockToken;
+use crate::handoff::{EarlyGrant, EarlyTerms, Tenure};
 use crate::waiting::Delivery;
 
 use super::handoff_window;
 use super::reply::PassOn;
-
-/// What a holding of a fair lock knows about the queue behind it.
-#[derive(Debug, Default)]
-pub(super) struct Tenure {
-    /// The ticket that was first in the queue when this holder was handed the lock, if the
-    /// release that did it was this client's (its reply names it): see the module docs, early
-    /// handoff.
-    next: Mutex<Option<String>>,
-}
-
-impl Tenure {
-    pub(super) fn after(next: Option<String>) -> Arc<Tenure> {
-        Arc::new(Tenure {
-            next: Mutex::new(next),
-        })
-    }
-
-    fn take_next(&self) -> Option<String> {
-        self.next.lock().unwrap_or_else(|p| p.into_inner()).take()
-    }
-}
-
-/// A waiter's terms for an early handoff (see the module docs), offered to its client after
-/// each attempt that found the lock busy.
-#[derive(Debug)]
-pub(crate) struct EarlyTerms {
-    pub(super) key: String,
-    pub(super) token: LockToken,
-    pub(super) ttl: Duration,
-    /// Its queue entry is alive on the server at least until then.
-    pub(super) entry_alive_until: Instant,
-    /// The attempt whose reply offered these terms.
-    pub(super) attempt: u64,
-}
-
-/// An early handoff as its waiter receives it: its lease, and its tenure (which the release's
-/// reply fills in).
-#[derive(Debug)]
-pub(crate) struct EarlyGrant {
-    pub(super) lease: Lease,
-    pub(super) tenure: Arc<Tenure>,
-    /// The attempt of the terms it was given on.
-    pub(super) attempt: u64,
-}
 
 /// An early handoff about to be made by a release.
 pub(super) struct EarlyHandoff {

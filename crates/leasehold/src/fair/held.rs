@@ -9,10 +9,11 @@ use crate::backend::HeldLock;
 use crate::client::LockClient;
 use crate::error::{Error, Operation, Result};
 use crate::guard::{Lease, clock_drift};
+use crate::handoff::Tenure;
 use crate::scripts::FAIR_RELEASE_SCRIPT;
 use crate::token::{LockToken, validate_key};
 
-use super::early::{EarlyHandoff, Tenure};
+use super::early::EarlyHandoff;
 use super::pass_on::run_pass_on;
 use super::reply::PassOn;
 

@@ -115,7 +115,6 @@ mod waiter;
 use std::time::Duration;
 
 pub use crate::scripts::fair_scripts;
-pub(crate) use early::{EarlyGrant, EarlyTerms};
 
 /// How long a waiter's queue entry lives without a refresh: the TTL, within 1 s ..= 10 s. A
 /// waiter refreshes it every third of the [handoff window](handoff_window), so only a waiter

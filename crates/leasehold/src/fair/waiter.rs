@@ -5,12 +5,12 @@ use std::time::{Duration, Instant};
 use crate::client::LockClient;
 use crate::error::{Error, Operation, Result};
 use crate::guard::{Lease, LockGuard};
+use crate::handoff::Tenure;
 use crate::options::{LockOptions, ttl_millis};
 use crate::scripts::{FAIR_ACQUIRE_SCRIPT, FAIR_LEAVE_SCRIPT};
 use crate::slot::{fair_entry_key, fair_queue_key, fence_key};
 use crate::token::LockToken;
 
-use super::early::Tenure;
 use super::held::FairHeld;
 use super::pass_on::run_pass_on;
 use super::reply::PassOn;

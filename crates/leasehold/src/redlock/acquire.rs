@@ -4,10 +4,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::client::TryAcquire;
 use crate::error::{Error, Result};
 use crate::guard::{Lease, LockGuard};
 use crate::options::{LockOptions, ttl_millis};
+use crate::outcome::TryAcquire;
 use crate::scripts::{
     RAISE_FENCE_SCRIPT as RAISE_FENCE, REDLOCK_ACQUIRE_SCRIPT as REDLOCK_ACQUIRE,
 };

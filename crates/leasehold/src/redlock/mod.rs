@@ -76,10 +76,10 @@ use std::time::Duration;
 use futures_util::future::{BoxFuture, join_all};
 
 use crate::backend::LockBackend;
-use crate::client::TryAcquire;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::options::LockOptions;
+use crate::outcome::TryAcquire;
 use crate::token::LockToken;
 
 use nodes::{Node, node_label};
