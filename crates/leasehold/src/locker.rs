@@ -3,13 +3,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::{Backend, LockBackend};
-use crate::client::{LockClient, LockState, TryAcquire};
-use crate::error::{Error, Result};
-use crate::guard::{Lease, LockGuard};
-use crate::options::{ClientOptions, LockOptions};
+use crate::core::backend::{Backend, LockBackend};
+use crate::core::error::{Error, Result};
+use crate::core::guard::{Lease, LockGuard};
+use crate::core::options::{ClientOptions, LockOptions};
+use crate::core::outcome::{LockState, TryAcquire};
+use crate::core::token::LockToken;
+use crate::redis::client::LockClient;
 use crate::redlock::{Redlock, RedlockOptions};
-use crate::token::LockToken;
 
 /// A connection to any lock backend; cheap to clone (clones share it).
 ///
@@ -145,9 +146,13 @@ impl Locker {
     /// # Errors
     /// As the backend's `try_acquire`.
     pub async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
-        let begun = crate::metrics::start();
+        let begun = crate::core::metrics::start();
         let result = self.backend.try_acquire(key, options).await;
-        self.count(options, crate::metrics::Outcome::of_try(&result), begun);
+        self.count(
+            options,
+            crate::core::metrics::Outcome::of_try(&result),
+            begun,
+        );
         result
     }
 
@@ -157,9 +162,13 @@ impl Locker {
     /// [`Error::NotAcquired`] when the lock stayed busy until the deadline; otherwise as the
     /// backend's `acquire`.
     pub async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
-        let begun = crate::metrics::start();
+        let begun = crate::core::metrics::start();
         let result = self.backend.acquire(key, options).await;
-        self.count(options, crate::metrics::Outcome::of_acquire(&result), begun);
+        self.count(
+            options,
+            crate::core::metrics::Outcome::of_acquire(&result),
+            begun,
+        );
         result
     }
 
@@ -168,11 +177,16 @@ impl Locker {
     fn count(
         &self,
         options: &LockOptions,
-        outcome: crate::metrics::Outcome,
+        outcome: crate::core::metrics::Outcome,
         begun: Option<std::time::Instant>,
     ) {
         if self.redis.is_none() && self.redlock.is_none() {
-            crate::metrics::acquisition(self.backend(), options.fair_enabled(), outcome, begun);
+            crate::core::metrics::acquisition(
+                self.backend(),
+                options.fair_enabled(),
+                outcome,
+                begun,
+            );
         }
     }
 
@@ -187,7 +201,7 @@ impl Locker {
         Fut: std::future::Future<Output = T>,
     {
         let guard = self.acquire(key, options).await?;
-        crate::guard::run_with_lock(guard, options, work).await
+        crate::core::guard::run_with_lock(guard, options, work).await
     }
 
     /// Releases `key` if `token` still holds it.

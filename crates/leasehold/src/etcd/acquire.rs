@@ -11,10 +11,10 @@ use ec::{
 use etcd_client as ec;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::{Error, Operation, Result};
-use crate::guard::{Lease, LockGuard};
-use crate::options::LockOptions;
-use crate::token::LockToken;
+use crate::core::error::{Error, Operation, Result};
+use crate::core::guard::{Lease, LockGuard};
+use crate::core::options::LockOptions;
+use crate::core::token::LockToken;
 
 use super::client::EtcdClient;
 use super::error::{lease_gone, session_lost, transient};

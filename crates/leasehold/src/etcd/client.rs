@@ -7,11 +7,11 @@ use std::time::{Duration, Instant};
 use ec::{Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp};
 use etcd_client as ec;
 
-use crate::client::{LockState, TryAcquire};
-use crate::error::{Error, Operation, Result};
-use crate::guard::{Lease, LockGuard};
-use crate::options::{ClientOptions, LockOptions};
-use crate::token::LockToken;
+use crate::core::error::{Error, Operation, Result};
+use crate::core::guard::{Lease, LockGuard};
+use crate::core::options::{ClientOptions, LockOptions};
+use crate::core::outcome::{LockState, TryAcquire};
+use crate::core::token::LockToken;
 
 use super::acquire::{Basis, Cleanup};
 use super::error::{from_etcd, never_sent, timeout_error};
@@ -238,7 +238,7 @@ impl EtcdClient {
         Fut: std::future::Future<Output = T>,
     {
         let guard = self.acquire(key, options).await?;
-        crate::guard::run_with_lock(guard, options, work).await
+        crate::core::guard::run_with_lock(guard, options, work).await
     }
 
     /// The same as [`release`](Self::release): etcd's queue and the waiters' watches already hand the lock to the
@@ -376,4 +376,4 @@ impl EtcdClient {
     }
 }
 
-crate::backend::impl_lock_backend!(EtcdClient, "etcd");
+crate::core::backend::impl_lock_backend!(EtcdClient, "etcd");

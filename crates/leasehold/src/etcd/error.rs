@@ -2,7 +2,7 @@
 
 use etcd_client as ec;
 
-use crate::error::{Error, Operation};
+use crate::core::error::{Error, Operation};
 
 pub(super) fn timeout_error(op: Operation, ambiguous: bool) -> Error {
     Error::Connection {

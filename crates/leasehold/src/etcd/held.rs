@@ -7,9 +7,10 @@ use ec::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use etcd_client as ec;
 use futures_util::future::BoxFuture;
 
-use crate::backend::HeldLock;
-use crate::error::{Error, Operation, Result};
-use crate::guard::{Lease, LossReason, clock_drift};
+use crate::core::error::LossReason;
+use crate::core::error::{Error, Operation, Result};
+use crate::core::guard::HeldLock;
+use crate::core::guard::{Lease, clock_drift};
 
 use super::client::EtcdClient;
 use super::error::{session_lost, transient};

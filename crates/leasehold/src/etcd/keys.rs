@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use crate::error::{Error, Result};
-use crate::options::ttl_millis;
-use crate::token::{LockToken, validate_key};
+use crate::core::error::{Error, Result};
+use crate::core::options::ttl_millis;
+use crate::core::token::{LockToken, validate_key};
 
 /// `validate_key`, and no NUL (the separator between the key and the token).
 pub(super) fn check_key(key: &str) -> Result<()> {

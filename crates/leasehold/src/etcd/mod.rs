@@ -183,11 +183,11 @@ use std::sync::{Mutex, MutexGuard};
 
 // Named by the links of the module docs above.
 #[cfg(doc)]
-use crate::error::Error;
+use crate::core::error::{Error, LossReason};
 #[cfg(doc)]
-use crate::guard::{LockGuard, LossReason, clock_drift};
+use crate::core::guard::{LockGuard, clock_drift};
 #[cfg(doc)]
-use crate::options::LockOptions;
+use crate::core::options::LockOptions;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())

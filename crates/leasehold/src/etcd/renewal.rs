@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use ec::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use etcd_client as ec;
 
-use crate::guard::{LossReason, clock_drift};
+use crate::core::error::LossReason;
+use crate::core::guard::clock_drift;
 
 use super::keep_alive::{KeepAliveOutcome, KeepAlives};
 use super::lock;

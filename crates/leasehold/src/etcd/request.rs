@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 use ec::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
 use etcd_client as ec;
 
-use crate::error::{Error, Operation, Result};
-use crate::token::LockToken;
+use crate::core::error::{Error, Operation, Result};
+use crate::core::token::LockToken;
 
 use super::client::EtcdClient;
 use super::error::{from_etcd, never_sent, timeout_error, transient};

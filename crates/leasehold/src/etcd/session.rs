@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::error::{Operation, Result};
-use crate::guard::{Lease, LossReason, clock_drift};
+use crate::core::error::LossReason;
+use crate::core::error::{Operation, Result};
+use crate::core::guard::{Lease, clock_drift};
 
 use super::client::EtcdClient;
 #[cfg(doc)]

@@ -10,9 +10,9 @@ use ec::{GetOptions, PutOptions};
 use etcd_client as ec;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::Error;
-use crate::guard::{Lease, clock_drift};
-use crate::token::LockToken;
+use crate::core::error::Error;
+use crate::core::guard::{Lease, clock_drift};
+use crate::core::token::LockToken;
 
 use super::keep_alive::{Answer, Generation};
 use super::keys::{check_key, entry_key, ttl_secs};

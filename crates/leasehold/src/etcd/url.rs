@@ -1,6 +1,6 @@
 //! Parsing `etcd://` URLs.
 
-use crate::error::{Error, Result};
+use crate::core::error::{Error, Result};
 
 /// etcd's client port, when the URL names none.
 const DEFAULT_PORT: u16 = 2379;
@@ -25,20 +25,20 @@ pub(super) fn parse_url(url: &str) -> Result<EtcdUrl> {
     if !scheme.eq_ignore_ascii_case("etcd") {
         return Err(bad(format!("scheme {scheme:?} is not etcd")));
     }
-    let (auth, hosts, path, fragment) = crate::endpoint::split_multi_host(rest);
+    let (auth, hosts, path, fragment) = crate::core::url::split_multi_host(rest);
     if path.is_some_and(|p| !p.is_empty()) || fragment.is_some() {
         return Err(bad("an etcd URL has no path or fragment".into()));
     }
-    let hosts = crate::endpoint::parse_hosts(hosts, DEFAULT_PORT).map_err(bad)?;
+    let hosts = crate::core::url::parse_hosts(hosts, DEFAULT_PORT).map_err(bad)?;
     let user = match auth {
         None => None,
         Some(auth) => {
             let (name, password) = auth.split_once(':').unwrap_or((auth, ""));
-            let name = crate::endpoint::percent_decode(name);
+            let name = crate::core::url::percent_decode(name);
             if name.is_empty() {
                 return Err(bad("empty user name".into()));
             }
-            Some((name, crate::endpoint::percent_decode(password)))
+            Some((name, crate::core::url::percent_decode(password)))
         }
     };
     Ok(EtcdUrl {

@@ -20,11 +20,12 @@ use super::sql::{
     wait_acquire_sql,
 };
 use super::url::without_lock_param;
-use crate::backend::HeldLock;
-use crate::error::{Error, Operation, Result};
-use crate::guard::{Lease, LossReason};
-use crate::options::{ClientOptions, LockOptions, ttl_millis};
-use crate::token::LockToken;
+use crate::core::error::LossReason;
+use crate::core::error::{Error, Operation, Result};
+use crate::core::guard::HeldLock;
+use crate::core::guard::Lease;
+use crate::core::options::{ClientOptions, LockOptions, ttl_millis};
+use crate::core::token::LockToken;
 
 /// Idle sessions kept for later acquisitions.
 const MAX_IDLE: usize = 16;

@@ -2,7 +2,7 @@
 
 use tokio_postgres::error::SqlState;
 
-use crate::error::{Error, Operation};
+use crate::core::error::{Error, Operation};
 
 /// Classifies a PostgreSQL client error. `sent`: the statement may have reached the server.
 pub(crate) fn pg_error(op: Operation, sent: bool, e: tokio_postgres::Error) -> Error {

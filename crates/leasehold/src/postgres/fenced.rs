@@ -1,8 +1,8 @@
 //! [`FencedRows`]: the fenced-write rule for the user's own tables.
 
 use super::error::pg_error;
-use crate::error::{Error, Operation, Result};
-use crate::fencing::{Fence, FencedWrite};
+use crate::core::error::{Error, Operation, Result};
+use crate::core::fence::{Fence, FencedWrite};
 
 /// The fenced-write rule for rows of the user's own tables: a write carries the writer's
 /// [`Fence`] and is applied only if

@@ -54,12 +54,13 @@ const TEXT: Type = Type::TEXT;
 const INT8: Type = Type::INT8;
 
 use super::{pg_error, timeout_error, validate_pg_key};
-use crate::backend::HeldLock;
-use crate::client::{LockState, TryAcquire};
-use crate::error::{Error, Operation, Result};
-use crate::guard::{Lease, LockGuard, LossReason, clock_drift};
-use crate::options::{ClientOptions, LockOptions, ttl_millis};
-use crate::token::LockToken;
+use crate::core::error::LossReason;
+use crate::core::error::{Error, Operation, Result};
+use crate::core::guard::HeldLock;
+use crate::core::guard::{Lease, LockGuard, clock_drift};
+use crate::core::options::{ClientOptions, LockOptions, ttl_millis};
+use crate::core::outcome::{LockState, TryAcquire};
+use crate::core::token::LockToken;
 
 const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS leasehold_leases (
     key text PRIMARY KEY,
@@ -421,7 +422,7 @@ impl PostgresLeaseClient {
         Fut: std::future::Future<Output = T>,
     {
         let guard = self.acquire(key, options).await?;
-        crate::guard::run_with_lock(guard, options, work).await
+        crate::core::guard::run_with_lock(guard, options, work).await
     }
 
     /// Lease rows have no fair mode ([`Error::Unsupported`]).
@@ -613,4 +614,4 @@ impl HeldLock for LeaseRowHeld {
     }
 }
 
-crate::backend::impl_lock_backend!(PostgresLeaseClient, "postgres-lease");
+crate::core::backend::impl_lock_backend!(PostgresLeaseClient, "postgres-lease");

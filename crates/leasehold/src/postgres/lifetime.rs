@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::guard::clock_drift;
+use crate::core::guard::clock_drift;
 
 /// Linux's defaults for a socket's keepalive, which PostgreSQL uses where its settings are 0
 /// (`tcp_keepalives_idle` 7200 s, `tcp_keepalives_interval` 75 s, `tcp_keepalives_count` 9).

@@ -106,4 +106,4 @@ pub(crate) use params::validate_pg_key;
 pub(crate) use url::{wants_lease_rows, without_lock_param};
 
 #[cfg(doc)]
-use crate::error::Error;
+use crate::core::error::Error;

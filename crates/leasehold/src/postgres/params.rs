@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use crate::error::{Error, Result};
-use crate::token::validate_key;
+use crate::core::error::{Error, Result};
+use crate::core::token::validate_key;
 
 /// Longest key the PostgreSQL backend accepts, in bytes: the key is the table's primary key,
 /// and a B-tree entry must fit in a third of a page (about 2.7 kB).

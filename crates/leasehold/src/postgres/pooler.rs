@@ -3,7 +3,7 @@
 use tokio_postgres::error::SqlState;
 
 use super::error::pg_error;
-use crate::error::{Error, Operation};
+use crate::core::error::{Error, Operation};
 
 /// Session locks refused: the URL reaches a pooler that does not give this connection a
 /// server session of its own. `found`: what showed it.

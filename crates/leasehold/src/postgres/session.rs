@@ -13,11 +13,11 @@ use super::lifetime::{lease_lifetime, validity_from};
 use super::params::{millis_text, validate_pg_key};
 use super::pooler::pooler_error;
 use super::sql::{INSPECT, RAISE, UNLOCK};
-use crate::client::{LockState, TryAcquire};
-use crate::error::{Error, Operation, Result};
-use crate::guard::{Lease, LockGuard};
-use crate::options::{LockOptions, ttl_millis};
-use crate::token::LockToken;
+use crate::core::error::{Error, Operation, Result};
+use crate::core::guard::{Lease, LockGuard};
+use crate::core::options::{LockOptions, ttl_millis};
+use crate::core::outcome::{LockState, TryAcquire};
+use crate::core::token::LockToken;
 
 impl PostgresClient {
     /// One attempt to take `key`, without waiting: `pg_try_advisory_lock` and the fencing
@@ -89,7 +89,7 @@ impl PostgresClient {
         Fut: std::future::Future<Output = T>,
     {
         let guard = self.acquire(key, options).await?;
-        crate::guard::run_with_lock(guard, options, work).await
+        crate::core::guard::run_with_lock(guard, options, work).await
     }
 
     fn check(&self, key: &str, options: &LockOptions) -> Result<()> {
@@ -372,4 +372,4 @@ impl Drop for AbandonedSession {
     }
 }
 
-crate::backend::impl_lock_backend!(PostgresClient, "postgres");
+crate::core::backend::impl_lock_backend!(PostgresClient, "postgres");

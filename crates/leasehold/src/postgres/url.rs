@@ -2,7 +2,7 @@
 
 #[cfg(doc)]
 use super::{PostgresClient, PostgresLeaseClient};
-use crate::error::{Error, Result};
+use crate::core::error::{Error, Result};
 
 /// `url` without its `lock=…` query parameter (leasehold's, not PostgreSQL's: `lock=lease`
 /// picks [`PostgresLeaseClient`], `lock=session` the default [`PostgresClient`]).

@@ -4,20 +4,20 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, Result};
-use crate::guard::{Lease, LockGuard};
-use crate::options::{LockOptions, ttl_millis};
-use crate::outcome::TryAcquire;
-use crate::scripts::{
+use crate::core::error::{Error, Result};
+use crate::core::guard::{Lease, LockGuard};
+use crate::core::options::{LockOptions, ttl_millis};
+use crate::core::outcome::TryAcquire;
+use crate::core::token::{LockToken, validate_key};
+use crate::redis::scripts::{
     RAISE_FENCE_SCRIPT as RAISE_FENCE, REDLOCK_ACQUIRE_SCRIPT as REDLOCK_ACQUIRE,
 };
-use crate::slot::fence_key;
-use crate::token::{LockToken, validate_key};
+use crate::redis::slot::fence_key;
 
 use super::Redlock;
 use super::fan_out::{Reply, Wait};
 use super::held::RedlockHeld;
-use super::report::{NodeOutcome, NodeReport, NodeReports};
+use crate::core::report::{NodeOutcome, NodeReport, NodeReports};
 
 impl Redlock {
     /// One attempt on all nodes. Busy (a majority answered but did not all grant) is an outcome,
@@ -26,7 +26,7 @@ impl Redlock {
     /// # Errors
     /// [`Error::InvalidArgument`], [`Error::NoQuorum`] listing every node's outcome.
     pub async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
-        let begun = crate::metrics::start();
+        let begun = crate::core::metrics::start();
         let result = async {
             validate_key(key)?;
             ttl_millis(options.ttl())?;
@@ -34,8 +34,8 @@ impl Redlock {
             self.attempt(key, options).await
         }
         .await;
-        let outcome = crate::metrics::Outcome::of_try(&result);
-        crate::metrics::acquisition("redlock", false, outcome, begun);
+        let outcome = crate::core::metrics::Outcome::of_try(&result);
+        crate::core::metrics::acquisition("redlock", false, outcome, begun);
         result
     }
 
@@ -45,10 +45,10 @@ impl Redlock {
     /// [`Error::NotAcquired`] if the lock stayed busy; [`Error::NoQuorum`] if, at the end, too
     /// few nodes answered; [`Error::InvalidArgument`].
     pub async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
-        let begun = crate::metrics::start();
+        let begun = crate::core::metrics::start();
         let result = self.acquire_waiting(key, options).await;
-        let outcome = crate::metrics::Outcome::of_acquire(&result);
-        crate::metrics::acquisition("redlock", false, outcome, begun);
+        let outcome = crate::core::metrics::Outcome::of_acquire(&result);
+        crate::core::metrics::acquisition("redlock", false, outcome, begun);
         result
     }
 
@@ -102,7 +102,7 @@ impl Redlock {
         Fut: std::future::Future<Output = T>,
     {
         let guard = self.acquire(key, options).await?;
-        crate::guard::run_with_lock(guard, options, work).await
+        crate::core::guard::run_with_lock(guard, options, work).await
     }
 
     /// One Redlock attempt (both fencing phases when asked).

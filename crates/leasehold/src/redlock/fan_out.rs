@@ -2,11 +2,11 @@
 
 use std::time::Duration;
 
-use crate::client::LockClient;
-use crate::error::{Error, Result};
+use crate::core::error::{Error, Result};
+use crate::redis::client::LockClient;
 
 use super::Redlock;
-use super::report::{NodeOutcome, NodeReport, NodeReports};
+use crate::core::report::{NodeOutcome, NodeReport, NodeReports};
 
 /// A node's answer: yes (with a value), or no (with the holder's remaining TTL, when known).
 pub(super) enum Reply<T> {

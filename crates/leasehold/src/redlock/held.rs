@@ -5,11 +5,12 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
 
-use crate::backend::HeldLock;
-use crate::error::{Error, Result};
-use crate::guard::{Lease, LossReason};
-use crate::options::{LockOptions, ttl_millis};
-use crate::token::{LockToken, validate_key};
+use crate::core::error::LossReason;
+use crate::core::error::{Error, Result};
+use crate::core::guard::HeldLock;
+use crate::core::guard::Lease;
+use crate::core::options::{LockOptions, ttl_millis};
+use crate::core::token::{LockToken, validate_key};
 
 use super::Redlock;
 use super::fan_out::{Reply, Tasks, Wait};

@@ -2,11 +2,11 @@
 
 use futures_util::future::join_all;
 
-use crate::error::{Error, Result};
-use crate::token::validate_key;
+use crate::core::error::{Error, Result};
+use crate::core::token::validate_key;
 
 use super::Redlock;
-use super::report::{NodeOutcome, NodeReport, NodeReports};
+use crate::core::report::{NodeOutcome, NodeReport, NodeReports};
 
 impl Redlock {
     /// What each node holds for `key`.
@@ -43,7 +43,7 @@ impl Redlock {
     ///
     /// [`LockClient::raise_fencing_counter`]: crate::LockClient::raise_fencing_counter
     pub async fn raise_fencing_counter(&self, key: &str, at_least: u64) -> Result<u64> {
-        crate::token::validate_key(key)?;
+        crate::core::token::validate_key(key)?;
         let timeout = self.inner.options.node_timeout;
         let results = join_all(self.inner.nodes.iter().map(|n| async move {
             let outcome = tokio::time::timeout(timeout, async {

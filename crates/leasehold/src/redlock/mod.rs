@@ -66,7 +66,6 @@ mod held;
 mod inspect;
 mod nodes;
 mod options;
-mod report;
 #[cfg(test)]
 mod tests;
 
@@ -75,20 +74,20 @@ use std::time::Duration;
 
 use futures_util::future::{BoxFuture, join_all};
 
-use crate::backend::LockBackend;
-use crate::error::{Error, Result};
-use crate::guard::LockGuard;
-use crate::options::LockOptions;
-use crate::outcome::TryAcquire;
-use crate::token::LockToken;
+use crate::core::backend::LockBackend;
+use crate::core::error::{Error, Result};
+use crate::core::guard::LockGuard;
+use crate::core::options::LockOptions;
+use crate::core::outcome::TryAcquire;
+use crate::core::report::{NodeOutcome, NodeReport, NodeReports};
+use crate::core::token::LockToken;
 
 use nodes::{Node, node_label};
 
 #[doc(hidden)]
-pub use crate::scripts::{RAISE_FENCE_LUA, REDLOCK_ACQUIRE_LUA};
+pub use crate::redis::scripts::{RAISE_FENCE_LUA, REDLOCK_ACQUIRE_LUA};
 pub use nodes::node_urls;
 pub use options::RedlockOptions;
-pub use report::{NodeOutcome, NodeReport, NodeReports};
 
 /// A lock over N independent Redis/Valkey masters (see the module docs for what it guarantees).
 ///

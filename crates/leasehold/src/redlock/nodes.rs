@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use crate::client::LockClient;
-use crate::error::{Error, Result};
-use crate::options::ClientOptions;
+use crate::core::error::{Error, Result};
+use crate::core::options::ClientOptions;
+use crate::redis::client::LockClient;
 
 pub(super) struct Node {
     pub(super) label: String,
@@ -54,8 +54,8 @@ pub fn node_urls(url: &str) -> Result<Vec<String>> {
         }
     };
     let rest = url.split_once("://").map_or("", |(_, r)| r);
-    let (auth, hosts, db, _) = crate::endpoint::split_multi_host(rest);
-    let hosts = crate::endpoint::parse_hosts(hosts, 6379)
+    let (auth, hosts, db, _) = crate::core::url::split_multi_host(rest);
+    let hosts = crate::core::url::parse_hosts(hosts, 6379)
         .map_err(|e| Error::invalid("url", format!("redlock URL: {e}")))?;
     let scheme = if tls { "rediss" } else { "redis" };
     let auth = auth.map(|a| format!("{a}@")).unwrap_or_default();

@@ -1,0 +1,226 @@
+//! The contract every lock backend meets, so [`LockGuard`](crate::LockGuard), [`Lease`],
+//! `with_lock`, auto-extension and the CLI work unchanged over Redis, Redlock, etcd and
+//! PostgreSQL.
+//!
+//! A backend is one module: a client type with inherent `try_acquire` / `acquire` / `release` /
+//! `extend` / `inspect` methods, an implementation of [`LockBackend`] (what a
+//! [`Locker`](crate::Locker) calls) and of [`HeldLock`] (what a guard calls to release and
+//! extend the one lock it holds), and one arm in [`Locker::connect`](crate::Locker::connect)
+//! for its URL scheme. docs/guarantees.md has a column per backend.
+//!
+//! What every backend guarantees (tests in each backend's test file check each point):
+//! 1. **Mutual exclusion while valid.** A successful acquisition returns a [`Lease`] whose
+//!    `valid_until` was computed from an instant taken *before* the request was sent; until
+//!    then no other acquisition of the same key succeeds, unless the backend loses state (a
+//!    Redis failover without the write, a PostgreSQL restart) or an outsider deletes the key.
+//! 2. **Token-checked release and extend.** Releasing or extending never affects a lock that a
+//!    later holder took: it is conditioned, atomically on the server, on the lock still being
+//!    ours. Otherwise it returns [`Error::NotHeld`](crate::Error::NotHeld).
+//! 3. **Loss is reported.** An auto-extended lease that stops being ours (renewal refused,
+//!    session or keep-alive lost, validity over without a renewal) fires [`Lease::lost`].
+//! 4. **Fencing numbers strictly increase** per key (on etcd: cluster-wide) with each
+//!    acquisition, and are issued atomically with it, so a resource that keeps the highest
+//!    number it saw rejects every earlier holder.
+//! 5. **Bad keys are refused before any round trip** ([`Error::InvalidArgument`](crate::Error::InvalidArgument)).
+
+use std::fmt::Debug;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+
+use crate::core::error::Result;
+use crate::core::guard::LockGuard;
+use crate::core::options::LockOptions;
+use crate::core::outcome::{LockState, TryAcquire};
+use crate::core::token::LockToken;
+
+/// Which backend a [`Locker`](crate::Locker) talks to, and what that implies for the options
+/// every backend takes (the primitives only one backend has are reached through its own client
+/// type: [`Locker::as_redis`](crate::Locker::as_redis)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Backend {
+    /// One Redis or Valkey server, cluster or Sentinel-monitored primary
+    /// ([`LockClient`](crate::LockClient)).
+    Redis,
+    /// Redlock over independent Redis or Valkey servers ([`Redlock`](crate::Redlock)).
+    Redlock,
+    /// etcd v3 (`etcd::EtcdClient`).
+    Etcd,
+    /// PostgreSQL session advisory locks (`postgres::PostgresClient`).
+    Postgres,
+    /// PostgreSQL lease rows (`postgres::PostgresLeaseClient`, `?lock=lease`).
+    PostgresLease,
+}
+
+impl Backend {
+    /// The backend's name in messages and metric labels: `redis`, `redlock`, `etcd`,
+    /// `postgres`, `postgres-lease`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Backend::Redis => "redis",
+            Backend::Redlock => "redlock",
+            Backend::Etcd => "etcd",
+            Backend::Postgres => "postgres",
+            Backend::PostgresLease => "postgres-lease",
+        }
+    }
+
+    /// The backend named `name` (see [`Backend::name`]); a compile error when evaluated in a
+    /// constant for any other name.
+    pub(crate) const fn named(name: &str) -> Backend {
+        match name.as_bytes() {
+            b"redis" => Backend::Redis,
+            b"redlock" => Backend::Redlock,
+            b"etcd" => Backend::Etcd,
+            b"postgres" => Backend::Postgres,
+            b"postgres-lease" => Backend::PostgresLease,
+            _ => panic!("unknown backend name"),
+        }
+    }
+
+    /// What [`LockOptions::fair`](crate::LockOptions::fair) means here.
+    pub const fn fairness(self) -> Fairness {
+        match self {
+            Backend::Redis => Fairness::Queue,
+            Backend::Etcd | Backend::Postgres => Fairness::Always,
+            Backend::Redlock | Backend::PostgresLease => Fairness::Unsupported,
+        }
+    }
+}
+
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How a backend orders the waiters of a lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Fairness {
+    /// In arrival order only with [`LockOptions::fair`](crate::LockOptions::fair), which
+    /// queues the waiters on the server and hands the lock over on release (Redis).
+    Queue,
+    /// Always in arrival order (etcd's revisions, PostgreSQL's lock queue): the fair option
+    /// changes nothing.
+    Always,
+    /// No fair mode: the fair option is refused ([`Error::Unsupported`](crate::Error::Unsupported)).
+    Unsupported,
+}
+
+/// A connected backend, as a [`Locker`](crate::Locker) sees it. Each method has the meaning of
+/// the [`LockClient`](crate::LockClient) method of the same name.
+pub(crate) trait LockBackend: Send + Sync + Debug + 'static {
+    /// The backend's [name](Backend::name).
+    fn name(&self) -> &'static str;
+
+    /// Which backend this is.
+    fn kind(&self) -> Backend {
+        Backend::named(self.name())
+    }
+
+    fn try_acquire<'a>(
+        &'a self,
+        key: &'a str,
+        options: &'a LockOptions,
+    ) -> BoxFuture<'a, Result<TryAcquire>>;
+
+    fn acquire<'a>(
+        &'a self,
+        key: &'a str,
+        options: &'a LockOptions,
+    ) -> BoxFuture<'a, Result<LockGuard>>;
+
+    fn release<'a>(&'a self, key: &'a str, token: &'a LockToken) -> BoxFuture<'a, Result<()>>;
+
+    fn extend<'a>(
+        &'a self,
+        key: &'a str,
+        token: &'a LockToken,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<()>>;
+
+    fn release_fair<'a>(&'a self, key: &'a str, token: &'a LockToken) -> BoxFuture<'a, Result<()>>;
+
+    fn inspect<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<LockState>>;
+
+    fn raise_fencing_counter<'a>(
+        &'a self,
+        key: &'a str,
+        at_least: u64,
+    ) -> BoxFuture<'a, Result<u64>>;
+}
+
+/// Implements [`LockBackend`] for a client type whose inherent `try_acquire`, `acquire`,
+/// `release`, `extend`, `inspect` and `raise_fencing_counter` have the `LockClient`
+/// signatures: `impl_lock_backend!(Type, "name");` with a [`Backend::name`]. The
+/// `From<Type> for Locker` is in `locker.rs` (nothing below the locker imports it).
+macro_rules! impl_lock_backend {
+    ($client:ty, $name:literal) => {
+        impl $crate::core::backend::LockBackend for $client {
+            fn name(&self) -> &'static str {
+                const KIND: $crate::core::backend::Backend =
+                    $crate::core::backend::Backend::named($name);
+                KIND.name()
+            }
+
+            fn try_acquire<'a>(
+                &'a self,
+                key: &'a str,
+                options: &'a $crate::LockOptions,
+            ) -> ::futures_util::future::BoxFuture<'a, $crate::Result<$crate::TryAcquire>> {
+                Box::pin(<$client>::try_acquire(self, key, options))
+            }
+
+            fn acquire<'a>(
+                &'a self,
+                key: &'a str,
+                options: &'a $crate::LockOptions,
+            ) -> ::futures_util::future::BoxFuture<'a, $crate::Result<$crate::LockGuard>> {
+                Box::pin(<$client>::acquire(self, key, options))
+            }
+
+            fn release<'a>(
+                &'a self,
+                key: &'a str,
+                token: &'a $crate::LockToken,
+            ) -> ::futures_util::future::BoxFuture<'a, $crate::Result<()>> {
+                Box::pin(<$client>::release(self, key, token))
+            }
+
+            fn extend<'a>(
+                &'a self,
+                key: &'a str,
+                token: &'a $crate::LockToken,
+                ttl: ::std::time::Duration,
+            ) -> ::futures_util::future::BoxFuture<'a, $crate::Result<()>> {
+                Box::pin(<$client>::extend(self, key, token, ttl))
+            }
+
+            fn release_fair<'a>(
+                &'a self,
+                key: &'a str,
+                token: &'a $crate::LockToken,
+            ) -> ::futures_util::future::BoxFuture<'a, $crate::Result<()>> {
+                Box::pin(<$client>::release_fair(self, key, token))
+            }
+
+            fn inspect<'a>(
+                &'a self,
+                key: &'a str,
+            ) -> ::futures_util::future::BoxFuture<'a, $crate::Result<$crate::LockState>> {
+                Box::pin(<$client>::inspect(self, key))
+            }
+
+            fn raise_fencing_counter<'a>(
+                &'a self,
+                key: &'a str,
+                at_least: u64,
+            ) -> ::futures_util::future::BoxFuture<'a, $crate::Result<u64>> {
+                Box::pin(<$client>::raise_fencing_counter(self, key, at_least))
+            }
+        }
+    };
+}
+pub(crate) use impl_lock_backend;

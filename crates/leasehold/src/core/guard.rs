@@ -1,0 +1,552 @@
+//! The holder's side of a lock: [`LockGuard`] (owns the release) and [`Lease`] (a shareable view
+//! of the key, token, fencing token and validity).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use futures_util::future::BoxFuture;
+use tokio_util::sync::CancellationToken;
+
+use crate::core::error::{Error, LossReason, Result};
+use crate::core::fence::Fence;
+use crate::core::token::LockToken;
+
+/// Safety margin for the holder's local view of its lease: the server's clock may run slightly
+/// faster than ours, and expiry has millisecond precision, so we count the lease as over a little
+/// early (`ttl / 100 + 2 ms`, the Redlock paper's drift allowance).
+pub fn clock_drift(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(2)
+}
+
+/// A view of a held lock that can be cloned into the work it protects.
+///
+/// `valid_until` is computed from a monotonic instant taken *before* the acquiring (or
+/// extending) command was sent, minus [`clock_drift`]; the server's expiry is later than that,
+/// so while `is_held()` says true the key has not yet expired on the server (assuming its clock
+/// does not run more than 1% fast). It is a local belief: it cannot see the key being deleted or
+/// overwritten from outside, or lost in a failover; fencing is what protects against that.
+#[derive(Clone, Debug)]
+pub struct Lease {
+    state: Arc<LeaseState>,
+}
+
+#[derive(Debug)]
+struct LeaseState {
+    key: String,
+    token: LockToken,
+    fencing: Option<u64>,
+    validity: Mutex<Validity>,
+    /// Released (or handed off): no longer ours by our own choice.
+    ended: AtomicBool,
+    /// Fired when the lease is lost (never on a normal release).
+    lost: CancellationToken,
+    reason: OnceLock<LossReason>,
+}
+
+/// The holder's belief about its lease, and the extends it has sent since the last one
+/// confirmed.
+///
+/// **Rule (every backend).** An extend is recorded when it is *sent*, with its bound
+/// `sent + ttl - drift`: the server sets the new TTL no earlier than `sent`, so if the extend is
+/// applied at all, the key lives at least until that bound. Until its outcome is known the
+/// command may be applied at any moment (also late, after a timeout or a lost reply), so on
+/// sending, the validity drops to `min(valid_until, bound)`: a shortening extend with an
+/// unknown outcome never leaves a longer belief standing, and nothing but a success reply
+/// raises the validity. A success reply for an extend raises the validity to its bound, but no
+/// higher than the bound of *any* extend sent after it (each may be applied after it and
+/// shorten the key again); sends are ordered by a sequence number, not by clock readings that
+/// can be equal. Once an extend is confirmed, those sent before it can raise nothing more and
+/// are forgotten.
+///
+/// **Assumption:** the server applies a lease's extends in the order they were sent (one
+/// connection, or a new connection only after the old one's commands were applied or dropped).
+/// A command stuck on a dead connection and applied after a later one on a new connection is
+/// beyond any client-side rule (the model checker shows it: `docs/model-checking.md`).
+///
+/// Tested by `renewal.rs::an_extend_with_an_unknown_outcome_never_raises_validity` and by the
+/// extend model in `crates/leasehold-model`.
+#[derive(Debug)]
+struct Validity {
+    until: Instant,
+    /// Extends sent after the newest one confirmed: sequence number and bound.
+    pending: Vec<(u64, Instant)>,
+    /// The sequence number of the last extend sent.
+    sent: u64,
+    /// The sequence number of the newest extend confirmed (0: none).
+    confirmed: u64,
+}
+
+impl Lease {
+    pub(crate) fn new(
+        key: &str,
+        token: LockToken,
+        fencing: Option<u64>,
+        started: Instant,
+        ttl: Duration,
+    ) -> Self {
+        Self::until(
+            key,
+            token,
+            fencing,
+            started + ttl.saturating_sub(clock_drift(ttl)),
+        )
+    }
+
+    /// A lease valid until `valid_until` (already net of the clock drift).
+    pub(crate) fn until(
+        key: &str,
+        token: LockToken,
+        fencing: Option<u64>,
+        valid_until: Instant,
+    ) -> Self {
+        Lease {
+            state: Arc::new(LeaseState {
+                key: key.to_string(),
+                token,
+                fencing,
+                validity: Mutex::new(Validity {
+                    until: valid_until,
+                    pending: Vec::new(),
+                    sent: 0,
+                    confirmed: 0,
+                }),
+                ended: AtomicBool::new(false),
+                lost: CancellationToken::new(),
+                reason: OnceLock::new(),
+            }),
+        }
+    }
+
+    /// The lock key.
+    pub fn key(&self) -> &str {
+        &self.state.key
+    }
+
+    /// The token stored in the key (a capability: see [`LockToken`]).
+    pub fn token(&self) -> &LockToken {
+        &self.state.token
+    }
+
+    /// The fencing number issued with this acquisition, if fencing was on.
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.state.fencing
+    }
+
+    /// What to present to a fenced resource: the fencing number and our token, if fencing was
+    /// on.
+    pub fn fence(&self) -> Option<Fence> {
+        self.state
+            .fencing
+            .map(|n| Fence::new(n, self.state.token.clone()))
+    }
+
+    /// Until when the lock is certainly still ours, unless something outside deleted it.
+    pub fn valid_until(&self) -> Instant {
+        self.validity().until
+    }
+
+    fn validity(&self) -> std::sync::MutexGuard<'_, Validity> {
+        self.state
+            .validity
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// How much of the validity is left (zero once it is over).
+    pub fn remaining(&self) -> Duration {
+        self.valid_until().saturating_duration_since(Instant::now())
+    }
+
+    /// True until the lock is released, found lost, or its validity runs out.
+    pub fn is_held(&self) -> bool {
+        !self.is_ended() && !self.state.lost.is_cancelled() && Instant::now() < self.valid_until()
+    }
+
+    /// Resolves when the lease is lost: a renewal (or an explicit extend) found the key gone or
+    /// taken over, or the validity deadline passed without a successful renewal. Never resolves
+    /// after a normal release. Cancel-safe; any number of tasks may wait on it.
+    pub async fn lost(&self) {
+        loop {
+            let until = self.valid_until();
+            tokio::select! {
+                _ = self.state.lost.cancelled() => return,
+                _ = tokio::time::sleep_until(until.into()) => {
+                    if self.is_ended() {
+                        return std::future::pending().await;
+                    }
+                    // The deadline may have moved meanwhile (a renewal landed): wait again.
+                    if Instant::now() >= self.valid_until() {
+                        self.mark_lost(LossReason::Expired);
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// A token cancelled when the lease is lost, for code that composes with `tokio_util`.
+    /// It is cancelled by the renewer of an auto-extended lease, by an extend or release that
+    /// finds the lock gone, and by [`Lease::lost`] noticing the validity ran out.
+    pub fn lost_token(&self) -> CancellationToken {
+        self.state.lost.clone()
+    }
+
+    /// Why the lease was lost, if it was.
+    pub fn loss_reason(&self) -> Option<LossReason> {
+        self.state.reason.get().copied()
+    }
+
+    /// Declares the lease lost (first reason wins). Returns true the first time. Ignored after a
+    /// normal release.
+    pub(crate) fn mark_lost(&self, reason: LossReason) -> bool {
+        if self.is_ended() || self.state.reason.set(reason).is_err() {
+            return false;
+        }
+        tracing::warn!(key = self.key(), %reason, "lock lost");
+        crate::core::metrics::lost(reason);
+        self.state.lost.cancel();
+        true
+    }
+
+    pub(crate) fn is_ended(&self) -> bool {
+        self.state.ended.load(Ordering::Acquire)
+    }
+
+    /// Records an extend about to be sent whose success would make the key live at least
+    /// until `bound` (`sent + ttl - drift`, `sent` taken before the command leaves), lowering
+    /// the validity to that bound (see [`Validity`]). Returns its sequence number, for
+    /// [`Lease::extend_confirmed`].
+    pub(crate) fn extend_sent(&self, bound: Instant) -> u64 {
+        let mut v = self.validity();
+        v.sent += 1;
+        let seq = v.sent;
+        v.pending.push((seq, bound));
+        v.until = v.until.min(bound);
+        seq
+    }
+
+    /// The extend `seq` succeeded: the key lives until at least `bound` (its bound from
+    /// [`Lease::extend_sent`], or a lower one the backend computed), unless an extend sent
+    /// after it is applied after it. The validity rises to the lowest of those bounds, never
+    /// falls.
+    pub(crate) fn extend_confirmed(&self, seq: u64, bound: Instant) {
+        let mut v = self.validity();
+        if seq <= v.confirmed {
+            // A later extend was confirmed already: this one can raise nothing more.
+            return;
+        }
+        let cap = v
+            .pending
+            .iter()
+            .filter(|(s, _)| *s > seq)
+            .map(|(_, b)| *b)
+            .fold(bound, Instant::min);
+        if cap > v.until {
+            v.until = cap;
+        }
+        v.confirmed = seq;
+        v.pending.retain(|(s, _)| *s > seq);
+    }
+
+    /// A keep-alive sent at `sent` with `ttl` succeeded, for a renewer that always sends the
+    /// same TTL and reports its replies in the order it sent them (etcd's session).
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    pub(crate) fn renewed(&self, sent: Instant, ttl: Duration) {
+        let bound = sent + ttl.saturating_sub(clock_drift(ttl));
+        let seq = self.extend_sent(bound);
+        self.extend_confirmed(seq, bound);
+    }
+
+    /// Moves the validity to `until` if that is later (a handoff's reply confirmed a lease
+    /// given early).
+    pub(crate) fn raise_valid_until(&self, until: Instant) {
+        let mut v = self.validity();
+        if until > v.until {
+            v.until = until;
+        }
+    }
+
+    /// Lowers the validity to `until` if that is sooner, never raising it (etcd: while a lock's
+    /// entry may ride on either of two leases, it is believed no longer than the sooner keeps it).
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    pub(crate) fn lower_valid_until(&self, until: Instant) {
+        let mut v = self.validity();
+        v.until = v.until.min(until);
+    }
+
+    /// Sets the validity to that of the keep-alive the lease now rides on (etcd: a session's
+    /// lease, when a lock joins it).
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    pub(crate) fn set_valid_until(&self, until: Instant) {
+        self.validity().until = until;
+    }
+
+    pub(crate) fn end(&self) {
+        self.state.ended.store(true, Ordering::Release);
+    }
+}
+
+/// A held lock. Release it with [`LockGuard::release`]; a guard dropped unreleased releases the
+/// lock in the background (and logs a warning), so a forgotten guard costs a round trip, not a
+/// whole TTL of blocked waiters.
+#[derive(Debug)]
+#[must_use = "dropping the guard releases the lock"]
+pub struct LockGuard {
+    held: Arc<dyn HeldLock>,
+    lease: Lease,
+    done: bool,
+    /// When the guard was made, for the hold-time metric (`None` without the feature).
+    since: Option<Instant>,
+}
+
+impl LockGuard {
+    pub(crate) fn new(held: Arc<dyn HeldLock>, lease: Lease) -> Self {
+        LockGuard {
+            held,
+            lease,
+            done: false,
+            since: crate::core::metrics::start(),
+        }
+    }
+
+    /// The shareable view of this lock.
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    /// The lock key.
+    pub fn key(&self) -> &str {
+        self.lease.key()
+    }
+
+    /// The token stored in the key.
+    pub fn token(&self) -> &LockToken {
+        self.lease.token()
+    }
+
+    /// The fencing number issued with this acquisition, if fencing was on.
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.lease.fencing_token()
+    }
+
+    /// See [`Lease::fence`].
+    pub fn fence(&self) -> Option<Fence> {
+        self.lease.fence()
+    }
+
+    /// See [`Lease::valid_until`].
+    pub fn valid_until(&self) -> Instant {
+        self.lease.valid_until()
+    }
+
+    /// See [`Lease::is_held`].
+    pub fn is_held(&self) -> bool {
+        self.lease.is_held()
+    }
+
+    /// See [`Lease::lost`].
+    pub async fn lost(&self) {
+        self.lease.lost().await
+    }
+
+    /// See [`Lease::lost_token`].
+    pub fn lost_token(&self) -> CancellationToken {
+        self.lease.lost_token()
+    }
+
+    /// See [`Lease::loss_reason`].
+    pub fn loss_reason(&self) -> Option<LossReason> {
+        self.lease.loss_reason()
+    }
+
+    /// Resets the lock's TTL to `ttl` from now, if the key still holds our token (atomically:
+    /// see [`crate::redis::strategy`]). The validity moves to `ttl` after the moment the command was
+    /// sent. If the outcome is unknown (a timeout, a dropped connection, a server error), the
+    /// validity is left at the sooner of what it was and `ttl` after the send: the command may
+    /// still be applied, so a shortening extend is believed even when its reply is lost. (On
+    /// etcd an auto-extended lock's extend moves it to another session's lease; a move whose
+    /// reply is lost is sent again until etcd answers, so the call may take up to the lease's
+    /// validity rather than one response timeout.)
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if the lock was lost (the guard then counts as not held);
+    /// [`Error::Connection`], [`Error::Server`], [`Error::InvalidArgument`] for a bad TTL.
+    pub async fn extend(&self, ttl: Duration) -> Result<()> {
+        // Recorded before the command leaves: whatever happens to it, the validity is at most
+        // its bound from now on (see `Validity`); only a success raises it again.
+        let sent = Instant::now();
+        let bound = sent + ttl.saturating_sub(self.held.drift(ttl));
+        let seq = self.lease.extend_sent(bound);
+        match self.held.extend(&self.lease, ttl).await {
+            Ok(valid_until) => {
+                self.lease.extend_confirmed(seq, valid_until.min(bound));
+                Ok(())
+            }
+            Err(e @ Error::NotHeld { .. }) => {
+                self.lease.mark_lost(LossReason::NotHeld);
+                Err(e)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Gives up the guard's duty to release: the lock stays held until its TTL runs out or
+    /// someone releases it with the token (another process, the CLI's `release`). Returns the
+    /// lease, whose token is what that release needs.
+    pub fn detach(mut self) -> Lease {
+        self.done = true;
+        self.lease.clone()
+    }
+
+    /// Releases the lock if it is still ours.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if the key no longer held our token (it expired, or was deleted or
+    /// taken over): the lock had already stopped protecting whatever ran under it.
+    pub async fn release(mut self) -> Result<()> {
+        self.done = true;
+        self.lease.end();
+        crate::core::metrics::held(self.since);
+        self.held.release(&self.lease).await
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        self.lease.end();
+        crate::core::metrics::held(self.since);
+        let key = self.lease.key().to_string();
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(
+                key,
+                "lock guard dropped outside a tokio runtime; the lock expires with its TTL"
+            );
+            return;
+        };
+        tracing::warn!(
+            key,
+            "lock guard dropped without release(); releasing in the background"
+        );
+        let held = self.held.clone();
+        let lease = self.lease.clone();
+        handle.spawn(async move {
+            if let Err(e) = held.release(&lease).await {
+                tracing::warn!(key, error = %e, "background release of a dropped guard failed");
+            }
+        });
+    }
+}
+
+/// The body of `with_lock` for any backend: run `work` against the loss signal, release whatever
+/// happens, and say what happened.
+pub(crate) async fn run_with_lock<T, F, Fut>(
+    guard: LockGuard,
+    options: &crate::LockOptions,
+    work: F,
+) -> Result<T>
+where
+    F: FnOnce(Lease) -> Fut,
+    Fut: std::future::Future<Output = T>,
+{
+    use futures_util::FutureExt;
+    let lease = guard.lease().clone();
+    let work = std::panic::AssertUnwindSafe(work(lease.clone())).catch_unwind();
+    let outcome = match options.loss_policy() {
+        crate::OnLoss::Cancel => tokio::select! {
+            out = work => Some(out),
+            _ = lease.lost() => None,
+        },
+        _ => Some(work.await),
+    };
+    let released = guard.release().await;
+    let lost = || Error::LockLost {
+        key: lease.key().to_string(),
+        reason: lease.loss_reason().unwrap_or(LossReason::Expired),
+    };
+    match outcome {
+        Some(Err(panic)) => std::panic::resume_unwind(panic),
+        None => Err(lost()),
+        Some(Ok(_)) if lease.loss_reason().is_some() => Err(lost()),
+        Some(Ok(value)) => released.map(|()| value),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(until: Instant) -> Lease {
+        Lease::until("k", LockToken::random(), None, until)
+    }
+
+    // The model checker's counterexamples to a rule that capped a success by the newest extend
+    // alone, or ordered extends by clock readings.
+    #[test]
+    fn a_success_is_capped_by_every_extend_sent_after_it() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        let l = lease(t0 + 3 * s);
+        let e0 = l.extend_sent(t0 + 3 * s);
+        let e1 = l.extend_sent(t0 + s); // shortening, outcome unknown
+        let e2 = l.extend_sent(t0 + 3 * s);
+        assert_eq!(l.valid_until(), t0 + s, "lowered on sending");
+        l.extend_confirmed(e0, t0 + 3 * s);
+        assert_eq!(l.valid_until(), t0 + s, "e1 may be applied after e0");
+        l.extend_confirmed(e2, t0 + 3 * s);
+        assert_eq!(l.valid_until(), t0 + 3 * s, "e2 was applied after e1");
+        l.extend_confirmed(e1, t0 + s);
+        assert_eq!(
+            l.valid_until(),
+            t0 + 3 * s,
+            "an older success lowers nothing"
+        );
+    }
+
+    #[test]
+    fn extends_sent_at_the_same_instant_are_still_ordered() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        let l = lease(t0 + 3 * s);
+        let long = l.extend_sent(t0 + 3 * s);
+        let short = l.extend_sent(t0 + s);
+        l.extend_confirmed(long, t0 + 3 * s);
+        assert_eq!(l.valid_until(), t0 + s);
+        l.extend_confirmed(short, t0 + s);
+        assert_eq!(l.valid_until(), t0 + s);
+    }
+
+    #[test]
+    fn an_unanswered_extend_never_raises_validity() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        let l = lease(t0 + s);
+        let _lost = l.extend_sent(t0 + 10 * s);
+        assert_eq!(l.valid_until(), t0 + s);
+        let shorter = l.extend_sent(t0 + s / 2);
+        assert_eq!(l.valid_until(), t0 + s / 2);
+        l.extend_confirmed(shorter, t0 + s / 2);
+        assert_eq!(l.valid_until(), t0 + s / 2);
+    }
+}
+
+/// One held lock, as its [`LockGuard`] sees it: release it, or extend it. Cheap to clone
+/// (a guard dropped unreleased moves a clone into a background release).
+pub(crate) trait HeldLock: Send + Sync + std::fmt::Debug + 'static {
+    /// Releases the lock if it is still ours ([`Error::NotHeld`](crate::Error::NotHeld)
+    /// otherwise).
+    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>>;
+
+    /// Extends the lock to `ttl` from now if it is still ours, and returns the new validity
+    /// deadline (counted from before the request was sent, minus the drift allowance).
+    fn extend<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Instant>>;
+
+    /// The drift allowance this backend subtracts from a lease of `ttl`
+    /// ([`clock_drift`](crate::clock_drift) unless it allows more).
+    fn drift(&self, ttl: Duration) -> Duration {
+        clock_drift(ttl)
+    }
+}

@@ -1,0 +1,13 @@
+//! The backend-neutral core: errors, tokens, options, the lease and its guard, outcomes, the
+//! contract every backend meets, and metrics. It imports nothing else of the crate.
+
+pub(crate) mod backend;
+pub(crate) mod error;
+pub(crate) mod fence;
+pub(crate) mod guard;
+pub mod metrics;
+pub(crate) mod options;
+pub(crate) mod outcome;
+pub(crate) mod report;
+pub(crate) mod token;
+pub(crate) mod url;

@@ -1,0 +1,414 @@
+//! Options, as builders: per lock ([`LockOptions`], [`Backoff`]) and per client
+//! ([`ClientOptions`]).
+
+use std::time::Duration;
+
+use rand::Rng;
+
+use crate::core::error::{Error, Result};
+use crate::redis::strategy::{ExtendStrategy, ReleaseStrategy};
+
+/// Shortest TTL accepted. Below a millisecond, `PX` cannot express it.
+pub const MIN_TTL: Duration = Duration::from_millis(1);
+/// Longest TTL accepted: a week. A lock meant to outlive that is a configuration mistake (keep
+/// a shorter TTL and extend it instead: a crashed holder then blocks others for one TTL only).
+pub const MAX_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+
+pub(crate) fn ttl_millis(ttl: Duration) -> Result<u64> {
+    if ttl < MIN_TTL {
+        return Err(Error::invalid(
+            "ttl",
+            format!(
+                "{ttl:?} is below the minimum of 1ms (Redis expires keys in whole milliseconds)"
+            ),
+        ));
+    }
+    if ttl > MAX_TTL {
+        return Err(Error::invalid(
+            "ttl",
+            format!("{ttl:?} is above the maximum of 7 days; use a shorter TTL and extend it"),
+        ));
+    }
+    Ok(ttl.as_millis() as u64)
+}
+
+/// How long to sleep between attempts of a waiting acquisition.
+///
+/// Exponential backoff with jitter: the n-th delay is drawn uniformly from
+/// `[base/2, base]` with `base = min(max, initial * 2^n)`. Randomness keeps competing waiters
+/// from retrying in lock step; the lower bound keeps a waiter from spinning. When the server told
+/// us how long the holder's lease still runs, the wait is also capped by that.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    initial: Duration,
+    max: Duration,
+}
+
+impl Default for Backoff {
+    /// 10 ms growing to 200 ms: close to the seed's 20-50 ms at first, gentle on the server after.
+    fn default() -> Self {
+        Backoff {
+            initial: Duration::from_millis(10),
+            max: Duration::from_millis(200),
+        }
+    }
+}
+
+impl Backoff {
+    /// A backoff from `initial` doubling up to `max`.
+    pub fn new(initial: Duration, max: Duration) -> Self {
+        Backoff {
+            initial,
+            max: max.max(initial),
+        }
+    }
+
+    /// The same delay every time (still jittered within `[d/2, d]`).
+    pub fn constant(delay: Duration) -> Self {
+        Backoff::new(delay, delay)
+    }
+
+    /// The first delay's upper bound.
+    pub fn initial(&self) -> Duration {
+        self.initial
+    }
+
+    /// The largest delay.
+    pub fn max(&self) -> Duration {
+        self.max
+    }
+
+    /// The delay before attempt `attempt + 1` (attempt counts from 0).
+    pub fn delay(&self, attempt: u32) -> Duration {
+        let factor = 1u32.checked_shl(attempt.min(20)).unwrap_or(u32::MAX);
+        let base = self.initial.saturating_mul(factor).min(self.max);
+        if base.is_zero() {
+            return base;
+        }
+        let half = base / 2;
+        let nanos = rand::rng().random_range(half.as_nanos() as u64..=base.as_nanos() as u64);
+        Duration::from_nanos(nanos)
+    }
+}
+
+/// Options for one acquisition.
+///
+/// ```
+/// use std::time::Duration;
+/// use leasehold::LockOptions;
+/// let opts = LockOptions::new(Duration::from_secs(10))
+///     .wait(Duration::from_secs(2))
+///     .fencing(true);
+/// assert_eq!(opts.ttl(), Duration::from_secs(10));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockOptions {
+    ttl: Duration,
+    wait: Option<Duration>,
+    backoff: Backoff,
+    fencing: bool,
+    auto_extend: bool,
+    renew_every: Option<Duration>,
+    max_hold: Option<Duration>,
+    on_loss: OnLoss,
+    replica_ack: Option<(u32, Duration)>,
+    fair: bool,
+}
+
+/// What [`with_lock`](crate::LockClient::with_lock) does when the lease is lost while the work
+/// runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum OnLoss {
+    /// Drop the work's future at once and return [`Error::LockLost`] (the default): work that
+    /// is no longer protected stops at its next `.await`.
+    #[default]
+    Cancel,
+    /// Let the work finish; the loss is still visible through the lease it was given
+    /// ([`Lease::lost`](crate::Lease::lost), [`Lease::is_held`](crate::Lease::is_held)) and
+    /// `with_lock` returns [`Error::LockLost`] afterwards.
+    Notify,
+}
+
+impl Default for LockOptions {
+    /// TTL 30 s (the seed's), no waiting, no fencing.
+    fn default() -> Self {
+        LockOptions {
+            ttl: Duration::from_secs(30),
+            wait: None,
+            backoff: Backoff::default(),
+            fencing: false,
+            auto_extend: false,
+            renew_every: None,
+            max_hold: None,
+            on_loss: OnLoss::Cancel,
+            replica_ack: None,
+            fair: false,
+        }
+    }
+}
+
+impl LockOptions {
+    /// Options with the given TTL and the other defaults.
+    pub fn new(ttl: Duration) -> Self {
+        LockOptions {
+            ttl,
+            ..Default::default()
+        }
+    }
+
+    /// The lease time: how long the lock outlives a holder that crashed.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// Sets the TTL.
+    pub fn with_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// How long [`acquire`](crate::LockClient::acquire) keeps retrying a busy lock. `None` (the
+    /// default) makes one attempt.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// Makes [`acquire`](crate::LockClient::acquire) try once.
+    pub fn no_wait(mut self) -> Self {
+        self.wait = None;
+        self
+    }
+
+    /// The wait bound, if any.
+    pub fn wait_bound(&self) -> Option<Duration> {
+        self.wait
+    }
+
+    /// Sets the retry backoff.
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// The retry backoff.
+    pub fn backoff_policy(&self) -> Backoff {
+        self.backoff
+    }
+
+    /// Issues a fencing token with each acquisition (see [`crate::redis::fencing`]).
+    ///
+    /// Off by default: it costs a Lua script instead of a native `SET`, keeps one counter key per
+    /// lock name forever, and protects nothing unless the resource checks the number. Turn it on
+    /// whenever the lock guards data that a slow holder could corrupt.
+    pub fn fencing(mut self, on: bool) -> Self {
+        self.fencing = on;
+        self
+    }
+
+    /// Whether fencing tokens are issued.
+    pub fn fencing_enabled(&self) -> bool {
+        self.fencing
+    }
+
+    /// Keeps the lock alive while the guard lives: the client renews it every
+    /// [`renew_every`](LockOptions::renew_every) (default TTL/3) with the token-checked extend,
+    /// batched with every other lease of the client, and declares it lost at once when a
+    /// renewal fails (see [`crate::redis::renewal`]). The TTL then only bounds how long a *crashed*
+    /// holder blocks others.
+    pub fn auto_extend(mut self, on: bool) -> Self {
+        self.auto_extend = on;
+        self
+    }
+
+    /// Whether the lock is kept alive.
+    pub fn auto_extend_enabled(&self) -> bool {
+        self.auto_extend
+    }
+
+    /// How often an auto-extended lock is renewed (default TTL/3; clamped to at most TTL/2 so
+    /// one failed round still leaves time for another).
+    pub fn renew_every(mut self, interval: Duration) -> Self {
+        self.renew_every = Some(interval);
+        self
+    }
+
+    /// The renewal interval in effect.
+    pub fn renew_interval(&self) -> Duration {
+        let half = self.ttl / 2;
+        self.renew_every
+            .map_or(self.ttl / 3, |d| d.min(half))
+            .max(Duration::from_millis(1))
+    }
+
+    /// Stops renewing after this much total hold time; the lock then expires one TTL later
+    /// (and its lease reports lost), so a holder stuck in a loop cannot keep it forever.
+    pub fn max_hold(mut self, cap: Duration) -> Self {
+        self.max_hold = Some(cap);
+        self
+    }
+
+    /// The hold-time cap, if any.
+    pub fn max_hold_bound(&self) -> Option<Duration> {
+        self.max_hold
+    }
+
+    /// What `with_lock` does when the lease is lost during the work (default: cancel it).
+    pub fn on_loss(mut self, on_loss: OnLoss) -> Self {
+        self.on_loss = on_loss;
+        self
+    }
+
+    /// The loss policy.
+    pub fn loss_policy(&self) -> OnLoss {
+        self.on_loss
+    }
+
+    /// Requires `replicas` replicas to acknowledge the acquisition (`WAIT replicas timeout`
+    /// right after it, on the same connection) before it counts; if fewer do within `timeout`,
+    /// the lock is released and [`Error::NotReplicated`] returned.
+    ///
+    /// Redis replicates asynchronously: a master that fails over right after granting a lock may
+    /// hand the lock key, and the fencing counter's last `INCR`, to nobody. With an
+    /// acknowledgement the key (and the counter, written by the same script) is on `replicas`
+    /// replicas before the holder starts, so a failover to one of them keeps it. It costs one
+    /// more round trip and the replicas' latency, and `WAIT` holds up the connection's other
+    /// commands meanwhile. It is not consensus: a failover to a replica that did not acknowledge
+    /// still loses the lock (Redisson's `checkLockSyncedSlaves` has the same limit).
+    pub fn replica_ack(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replica_ack = Some((replicas, timeout));
+        self
+    }
+
+    /// The replica acknowledgement required, if any.
+    pub fn replica_ack_required(&self) -> Option<(u32, Duration)> {
+        self.replica_ack
+    }
+
+    /// Takes the lock in arrival order, with direct handoff (see [`crate::redis::fair`]): a waiting
+    /// acquisition joins a queue on the server, and a release hands the lock to the
+    /// longest-waiting live waiter in the same atomic step and wakes only that waiter. No
+    /// barging (a newcomer never overtakes a queue), no herd.
+    ///
+    /// On Redis every holder and waiter of a key must use the same mode: a plain acquisition
+    /// ignores the queue. etcd and PostgreSQL session locks already queue in arrival order, so
+    /// the flag changes nothing there; Redlock and PostgreSQL lease rows refuse it
+    /// ([`Error::Unsupported`](crate::Error::Unsupported)), and so does its combination with
+    /// [`replica_ack`](LockOptions::replica_ack).
+    pub fn fair(mut self, on: bool) -> Self {
+        self.fair = on;
+        self
+    }
+
+    /// Whether the lock is taken in arrival order.
+    pub fn fair_enabled(&self) -> bool {
+        self.fair
+    }
+}
+
+/// Options for a [`LockClient`](crate::LockClient).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientOptions {
+    pub(crate) connect_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+    pub(crate) release: ReleaseStrategy,
+    pub(crate) extend: ExtendStrategy,
+    pub(crate) notify_waiters: bool,
+    pub(crate) tls_ca_file: Option<std::path::PathBuf>,
+}
+
+impl Default for ClientOptions {
+    /// Connect within 5 s, replies within 5 s, strategies detected from the server, release
+    /// notifications on.
+    fn default() -> Self {
+        ClientOptions {
+            connect_timeout: Duration::from_secs(5),
+            response_timeout: Duration::from_secs(5),
+            release: ReleaseStrategy::Auto,
+            extend: ExtendStrategy::Auto,
+            notify_waiters: true,
+            tls_ca_file: None,
+        }
+    }
+}
+
+impl ClientOptions {
+    /// The defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Release notifications (default on): every release publishes the key on
+    /// [`release_channel`](crate::release_channel) in the same round trip, and waiting
+    /// acquisitions subscribe to it (one shared subscriber connection per client) so they retry
+    /// as soon as the lock is released instead of at their next poll. See [`crate::redis::waiting`].
+    /// Off: releases are one bare command, waiters poll.
+    pub fn notify_waiters(mut self, on: bool) -> Self {
+        self.notify_waiters = on;
+        self
+    }
+
+    /// Bound on establishing the connection and detecting the server (default 5 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Bound on waiting for any reply (default 5 s). A command that times out reports an
+    /// ambiguous [`Error::Connection`].
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Forces a release strategy instead of the fastest one the server offers. Connecting fails
+    /// if the server lacks it.
+    pub fn release_strategy(mut self, strategy: ReleaseStrategy) -> Self {
+        self.release = strategy;
+        self
+    }
+
+    /// Forces an extend strategy instead of the fastest one the server offers.
+    pub fn extend_strategy(mut self, strategy: ExtendStrategy) -> Self {
+        self.extend = strategy;
+        self
+    }
+
+    /// For `rediss://` (TLS) endpoints: trust the certificate authority in this PEM file (a
+    /// private CA) instead of the system's roots. Connecting fails with
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) if the file cannot be read or
+    /// holds no certificate.
+    pub fn tls_ca_file(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.tls_ca_file = Some(path.into());
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttl_bounds() {
+        assert!(ttl_millis(Duration::ZERO).is_err());
+        assert!(ttl_millis(Duration::from_micros(999)).is_err());
+        assert_eq!(ttl_millis(Duration::from_millis(1)).unwrap(), 1);
+        assert!(ttl_millis(MAX_TTL + Duration::from_millis(1)).is_err());
+        assert!(ttl_millis(Duration::MAX).is_err());
+    }
+
+    #[test]
+    fn backoff_stays_in_its_band() {
+        let b = Backoff::new(Duration::from_millis(10), Duration::from_millis(80));
+        for attempt in 0..40 {
+            let d = b.delay(attempt);
+            let base = (Duration::from_millis(10) * 2u32.pow(attempt.min(3))).min(b.max());
+            assert!(
+                d >= base / 2 && d <= base,
+                "attempt {attempt}: {d:?} vs {base:?}"
+            );
+        }
+        assert_eq!(Backoff::constant(Duration::ZERO).delay(3), Duration::ZERO);
+    }
+}

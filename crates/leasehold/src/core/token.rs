@@ -1,0 +1,141 @@
+//! Lock tokens and key validation.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::core::error::{Error, Result};
+
+/// The random value a holder stores in the lock key.
+///
+/// Whoever knows a token can release or extend the lock it names, so a token is a capability:
+/// its `Debug` and `Display` show only a short keyed hash of it ([`LockToken::redacted`]), and
+/// tracing records nothing else of it. Use [`LockToken::expose`] where the full value is really
+/// needed (handing it to another process).
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct LockToken(Arc<str>);
+
+impl LockToken {
+    /// A fresh token: a UUID v4 (122 random bits) in its 32-hex-digit form.
+    ///
+    /// The bits come from `rand`'s thread-local generator, a cryptographically secure one (ChaCha)
+    /// seeded and periodically reseeded from the operating system: unpredictable like the OS
+    /// generator, without a system call per token (acquisitions are on the hot path).
+    pub fn random() -> Self {
+        use rand::Rng;
+        let uuid = uuid::Builder::from_random_bytes(rand::rng().random()).into_uuid();
+        let mut hex = [0u8; uuid::fmt::Simple::LENGTH];
+        LockToken(Arc::from(&*uuid.simple().encode_lower(&mut hex)))
+    }
+
+    /// Wraps a token received from elsewhere (another process, the CLI).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if the token is empty.
+    pub fn new(token: impl Into<String>) -> Result<Self> {
+        let token = token.into();
+        if token.is_empty() {
+            return Err(Error::invalid("token", "a lock token cannot be empty"));
+        }
+        Ok(LockToken(token.into()))
+    }
+
+    /// The full token. Treat it like a password.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// A name safe to log: `#` and 8 hex digits of a hash of the token, keyed with a random
+    /// key drawn once per process. Enough to correlate one process's log lines; nothing of the
+    /// token itself (a prefix would give away part of it, or all of a short token chosen by a
+    /// user), and not comparable across processes, so a short token cannot be found by hashing
+    /// guesses either.
+    pub fn redacted(&self) -> String {
+        use std::hash::BuildHasher;
+        static KEY: std::sync::LazyLock<std::hash::RandomState> =
+            std::sync::LazyLock::new(std::hash::RandomState::new);
+        format!("#{:08x}", KEY.hash_one(&*self.0) >> 32)
+    }
+}
+
+impl fmt::Debug for LockToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "LockToken({})", self.redacted())
+    }
+}
+
+impl fmt::Display for LockToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted())
+    }
+}
+
+/// Longest lock key accepted. Redis allows 512 MB keys; a lock name that long is a bug.
+pub const MAX_KEY_LEN: usize = 64 * 1024;
+
+pub(crate) fn validate_key(key: &str) -> Result<()> {
+    if key.is_empty() {
+        return Err(Error::invalid("key", "a lock key cannot be empty"));
+    }
+    if key.len() > MAX_KEY_LEN {
+        return Err(Error::invalid(
+            "key",
+            format!(
+                "{} bytes is longer than the limit of {MAX_KEY_LEN}",
+                key.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_random_and_redacted() {
+        let a = LockToken::random();
+        let b = LockToken::random();
+        assert_ne!(a, b);
+        assert_eq!(a.expose().len(), 32);
+        assert!(!format!("{a:?}").contains(&a.expose()[..4]));
+        assert!(!a.to_string().contains(&a.expose()[..4]));
+        // The same token, the same name; another token, another name.
+        assert_eq!(a.redacted(), LockToken::new(a.expose()).unwrap().redacted());
+        assert_ne!(a.redacted(), b.redacted());
+        assert_eq!(a.redacted().len(), 9);
+        // A short token chosen by a user is not given away either.
+        assert!(!LockToken::new("abc").unwrap().to_string().contains("abc"));
+        assert!(LockToken::new("").is_err());
+    }
+
+    #[test]
+    fn tokens_are_version_4_uuids_and_do_not_repeat() {
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..10_000 {
+            let t = LockToken::random();
+            let hex = t.expose();
+            assert!(
+                hex.bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)),
+                "{hex}"
+            );
+            let uuid = uuid::Uuid::parse_str(hex).expect("a UUID");
+            assert_eq!(uuid.get_version_num(), 4, "{hex}");
+            assert_eq!(uuid.get_variant(), uuid::Variant::RFC4122, "{hex}");
+            assert!(seen.insert(hex.to_string()), "repeated token {hex}");
+        }
+        // Different threads draw different tokens (each has its own generator, seeded apart).
+        let other = std::thread::spawn(|| LockToken::random().expose().to_string())
+            .join()
+            .unwrap();
+        assert!(!seen.contains(&other));
+    }
+
+    #[test]
+    fn keys_are_validated() {
+        assert!(validate_key("").is_err());
+        assert!(validate_key("k").is_ok());
+        assert!(validate_key(&"x".repeat(MAX_KEY_LEN + 1)).is_err());
+    }
+}

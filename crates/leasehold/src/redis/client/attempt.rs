@@ -1,0 +1,304 @@
+//! One acquisition as it goes out: the command, `WAIT` for replicas, and the cleanup of an
+//! attempt whose outcome was never learned.
+
+use std::time::Duration;
+
+use redis::Value;
+
+use crate::core::error::{Error, Operation, Result};
+use crate::core::options::LockOptions;
+use crate::core::token::LockToken;
+use crate::redis::scripts::{ACQUIRE_LUA, ACQUIRE_SCRIPT};
+use crate::redis::slot::fence_key;
+
+use super::{Attempt, LockClient};
+
+impl LockClient {
+    /// One acquisition as `options` ask: the attempt, and with
+    /// [`LockOptions::replica_ack`] the replicas' acknowledgement.
+    pub(super) async fn attempt_with(
+        &self,
+        key: &str,
+        token: &LockToken,
+        ttl_ms: u64,
+        options: &LockOptions,
+        want_remaining: bool,
+    ) -> Result<Attempt> {
+        let fencing = options.fencing_enabled();
+        match options.replica_ack_required() {
+            None => {
+                self.attempt(key, token, ttl_ms, fencing, want_remaining)
+                    .await
+            }
+            Some(ack) => {
+                self.attempt_replicated(key, token, ttl_ms, fencing, want_remaining, ack)
+                    .await
+            }
+        }
+    }
+
+    /// An acquisition confirmed by `wanted` replicas: the acquisition and `WAIT` in one
+    /// pipeline, on one connection, to the key's master.
+    ///
+    /// Guarantee: a lock is granted only if `WAIT` counted the write that took it. `WAIT` counts
+    /// the writes of the connection it arrives on, so it must never reach a server apart from its
+    /// acquisition. Sent separately, a cluster client that lost the master during `WAIT` retried
+    /// the `WAIT` alone on the promoted replica's fresh connection, which acknowledged at once a
+    /// write it never had (`leasehold-lab check --topology cluster --replica-ack 1` found two
+    /// overlaps). As one pipeline, a retry repeats both: the acquisition runs again on the new
+    /// master (busy if our key reached it, so not granted twice) and `WAIT` counts that write.
+    async fn attempt_replicated(
+        &self,
+        key: &str,
+        token: &LockToken,
+        ttl_ms: u64,
+        fencing: bool,
+        want_remaining: bool,
+        (wanted, timeout): (u32, Duration),
+    ) -> Result<Attempt> {
+        let scripted = fencing || want_remaining;
+        // Ours until confirmed: if this future is dropped, or the reply is lost, give it back.
+        let mut cleanup = AbandonedAttempt::arm(self, key, token);
+        let mut conn = self.inner.conn.clone();
+        let mut by_body = false;
+        let replies = loop {
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors()
+                .add_command(acquire_cmd(key, token, ttl_ms, fencing, scripted, by_body))
+                .cmd("WAIT")
+                .arg(wanted)
+                .arg(timeout.as_millis() as u64);
+            let replies = conn.pipeline_on_key_master(key, pipe).await;
+            match &replies {
+                // The script is not cached on this node (a restart, a failover, a new shard):
+                // nothing was written; send its body.
+                Ok(r)
+                    if !by_body
+                        && matches!(r.first(), Some(Value::ServerError(e)) if e.code() == "NOSCRIPT") =>
+                {
+                    by_body = true;
+                }
+                _ => break replies,
+            }
+        };
+        let parsed = replies.and_then(|mut r| {
+            let wait = r.pop().unwrap_or(Value::Nil);
+            let acquire = r.pop().unwrap_or(Value::Nil);
+            let attempt = parse_acquire(acquire, fencing)?;
+            let acked = match wait {
+                Value::ServerError(e) => return Err(redis::RedisError::from(e)),
+                v => redis::from_redis_value::<i64>(v).map_err(redis::RedisError::from)?,
+            };
+            Ok((attempt, acked.max(0) as u32))
+        });
+        let (attempt, acked) = match parsed {
+            Ok(ok) => ok,
+            Err(e) => {
+                let err = Error::from_redis(Operation::Acquire, e);
+                if !err.is_ambiguous() {
+                    cleanup.disarm();
+                    // The acquisition may have succeeded before the error (a refused WAIT, a
+                    // script refused half-way): token-checked, harmless if nothing was set.
+                    let _ = self.release_raw(key, token.expose()).await;
+                }
+                return Err(err);
+            }
+        };
+        cleanup.disarm();
+        if matches!(attempt, Attempt::Busy { .. }) || acked >= wanted {
+            return Ok(attempt);
+        }
+        tracing::warn!(
+            key,
+            acked,
+            wanted,
+            "acquisition not acknowledged by enough replicas; releasing"
+        );
+        let _ = self.release_raw(key, token.expose()).await;
+        Err(Error::NotReplicated {
+            key: key.to_string(),
+            acked,
+            wanted,
+        })
+    }
+
+    /// Sends one acquisition. `want_remaining` asks for the holder's PTTL on busy (the script).
+    pub(crate) async fn attempt(
+        &self,
+        key: &str,
+        token: &LockToken,
+        ttl_ms: u64,
+        fencing: bool,
+        want_remaining: bool,
+    ) -> Result<Attempt> {
+        let mut cleanup = AbandonedAttempt::arm(self, key, token);
+        let mut conn = self.inner.conn.clone();
+        let scripted = fencing || want_remaining;
+        let result = if scripted {
+            let mut inv = ACQUIRE_SCRIPT.key(key);
+            if fencing {
+                inv.key(fence_key(key));
+            }
+            inv.arg(token.expose()).arg(ttl_ms);
+            inv.invoke_async::<(i64, i64)>(&mut conn)
+                .await
+                .map(|(ok, n)| {
+                    if ok == 1 {
+                        Attempt::Acquired {
+                            fencing: fencing.then_some(n as u64),
+                        }
+                    } else {
+                        Attempt::Busy {
+                            remaining: (n >= 0).then(|| Duration::from_millis(n as u64)),
+                        }
+                    }
+                })
+        } else {
+            crate::redis::strategy::sized_cmd(
+                "SET",
+                5,
+                key.len() + token.expose().len() + 2 + 2 + 20,
+            )
+            .arg(key)
+            .arg(token.expose())
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl_ms)
+            .query_async::<Option<String>>(&mut conn)
+            .await
+            .map(|ok| match ok {
+                Some(_) => Attempt::Acquired { fencing: None },
+                None => Attempt::Busy { remaining: None },
+            })
+        };
+        match result {
+            Ok(attempt) => {
+                cleanup.disarm();
+                Ok(attempt)
+            }
+            Err(e) => {
+                let err = Error::from_redis(Operation::Acquire, e);
+                if !err.is_ambiguous() {
+                    cleanup.disarm();
+                }
+                // A script that failed part-way (an ACL refusing its INCR, say) has already
+                // done its SET: scripts do not roll back. Give the token back at once, so the
+                // failure leaves no orphaned lock (token-checked: harmless if nothing was set).
+                if scripted && matches!(err, Error::Server { .. } | Error::PermissionDenied { .. })
+                {
+                    let _ = self.release_raw(key, token.expose()).await;
+                }
+                // An ambiguous failure keeps the cleanup armed: it fires on drop below.
+                Err(err)
+            }
+        }
+    }
+}
+
+/// The acquisition as one command: `SET key token NX PX ttl`, or (`scripted`: with fencing, or
+/// asking the holder's PTTL on busy) the acquire script, by its hash or (`by_body`) its body.
+fn acquire_cmd(
+    key: &str,
+    token: &LockToken,
+    ttl_ms: u64,
+    fencing: bool,
+    scripted: bool,
+    by_body: bool,
+) -> redis::Cmd {
+    if !scripted {
+        let mut c =
+            crate::redis::strategy::sized_cmd("SET", 5, key.len() + token.expose().len() + 24);
+        c.arg(key)
+            .arg(token.expose())
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl_ms);
+        return c;
+    }
+    let mut c = if by_body {
+        let mut c = redis::cmd("EVAL");
+        c.arg(ACQUIRE_LUA);
+        c
+    } else {
+        let mut c = redis::cmd("EVALSHA");
+        c.arg(ACQUIRE_SCRIPT.get_hash());
+        c
+    };
+    if fencing {
+        c.arg(2).arg(key).arg(fence_key(key));
+    } else {
+        c.arg(1).arg(key);
+    }
+    c.arg(token.expose()).arg(ttl_ms);
+    c
+}
+
+/// The reply of [`acquire_cmd`]: `OK`/nil of `SET NX`, or the script's `{ok, n}`.
+fn parse_acquire(reply: Value, fencing: bool) -> redis::RedisResult<Attempt> {
+    match reply {
+        Value::ServerError(e) => Err(redis::RedisError::from(e)),
+        Value::Nil => Ok(Attempt::Busy { remaining: None }),
+        Value::Okay => Ok(Attempt::Acquired { fencing: None }),
+        Value::SimpleString(s) if s == "OK" => Ok(Attempt::Acquired { fencing: None }),
+        other => {
+            let (ok, n): (i64, i64) = redis::from_redis_value(other)?;
+            Ok(if ok == 1 {
+                Attempt::Acquired {
+                    fencing: fencing.then_some(n as u64),
+                }
+            } else {
+                Attempt::Busy {
+                    remaining: (n >= 0).then(|| Duration::from_millis(n as u64)),
+                }
+            })
+        }
+    }
+}
+
+/// Releases the token of an acquisition whose outcome we never learned (the future was dropped,
+/// or the reply was lost), so an orphaned lock does not block everyone for a whole TTL.
+struct AbandonedAttempt<'a> {
+    client: &'a LockClient,
+    key: &'a str,
+    token: &'a LockToken,
+    armed: bool,
+}
+
+impl<'a> AbandonedAttempt<'a> {
+    fn arm(client: &'a LockClient, key: &'a str, token: &'a LockToken) -> Self {
+        AbandonedAttempt {
+            client,
+            key,
+            token,
+            armed: true,
+        }
+    }
+
+    fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for AbandonedAttempt<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(
+                key = self.key,
+                "acquisition abandoned outside a runtime; the lock, if granted, expires with its TTL"
+            );
+            return;
+        };
+        let client = self.client.clone();
+        let key = self.key.to_string();
+        let token = self.token.clone();
+        tracing::debug!(key, token_hash = %token.redacted(), "acquisition abandoned; releasing its token in the background");
+        handle.spawn(async move {
+            if let Ok(true) = client.release_raw(&key, token.expose()).await {
+                tracing::debug!(key, "abandoned acquisition had taken the lock; released");
+            }
+        });
+    }
+}

@@ -1,0 +1,167 @@
+//! Connecting a [`LockClient`], and detecting what the server offers.
+
+use std::sync::{Arc, OnceLock};
+
+use crate::core::error::{Error, Operation, Result};
+use crate::core::options::ClientOptions;
+use crate::redis::connection::ClientConnection;
+use crate::redis::endpoint::Endpoint;
+use crate::redis::server::ServerInfo;
+use crate::redis::waiting::Notifier;
+
+use super::{ClientInner, LockClient};
+
+fn timeout_error(op: Operation, what: &str) -> Error {
+    Error::Connection {
+        op,
+        ambiguous: false,
+        source: std::io::Error::new(std::io::ErrorKind::TimedOut, what.to_string()).into(),
+    }
+}
+
+impl LockClient {
+    /// Connects to `url` with default [`ClientOptions`]. Any form [`Endpoint::parse`] accepts:
+    /// `redis://[user:password@]host:port/db` (also `valkey://`, and `rediss://` for TLS) for
+    /// one server, `redis-cluster://host:port[,host:port…]` for a Redis Cluster,
+    /// `redis-sentinel://host:port[,host:port…]#master` for a Sentinel-monitored primary.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a malformed URL, [`Error::Authentication`] for refused
+    /// credentials, [`Error::Topology`] when the server is not what the URL says (a cluster
+    /// URL to a server without cluster support, a plain URL to a cluster node, an unknown
+    /// Sentinel master name), [`Error::Connection`] if no server can be reached or none answers
+    /// within the connect timeout (5 s by default).
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, ClientOptions::default()).await
+    }
+
+    /// Connects to `url` with the given options.
+    ///
+    /// # Errors
+    /// As [`LockClient::connect`]; also [`Error::InvalidArgument`] when a forced strategy is not
+    /// offered by the server.
+    pub async fn connect_with(url: &str, options: ClientOptions) -> Result<Self> {
+        Self::connect_to(&Endpoint::parse(url)?, options).await
+    }
+
+    /// Connects to a Redis Cluster through one or more of its nodes (`redis://host:port/`).
+    /// Every key a lock operation touches lives in the lock key's slot (see [`crate::redis::slot`]).
+    ///
+    /// # Errors
+    /// As [`LockClient::connect`].
+    pub async fn connect_cluster<S: AsRef<str>>(
+        seeds: &[S],
+        options: ClientOptions,
+    ) -> Result<Self> {
+        let seeds = seeds.iter().map(|s| s.as_ref().to_string());
+        Self::connect_to(&Endpoint::cluster(seeds), options).await
+    }
+
+    /// Connects to the primary that the sentinels (`redis://host:port/`) name `master`, and
+    /// follows it through failovers.
+    ///
+    /// # Errors
+    /// As [`LockClient::connect`].
+    pub async fn connect_sentinel<S: AsRef<str>>(
+        sentinels: &[S],
+        master: &str,
+        options: ClientOptions,
+    ) -> Result<Self> {
+        let sentinels = sentinels.iter().map(|s| s.as_ref().to_string());
+        Self::connect_to(&Endpoint::sentinel(sentinels, master), options).await
+    }
+
+    /// Connects to `endpoint`.
+    ///
+    /// # Errors
+    /// As [`LockClient::connect`].
+    pub async fn connect_to(endpoint: &Endpoint, options: ClientOptions) -> Result<Self> {
+        let bound = options.connect_timeout;
+        let root_cert = crate::redis::topology::read_ca_file(options.tls_ca_file.as_deref())?;
+        // Boxed: the connection futures of every topology nest deep enough to overflow the
+        // compiler's layout depth limit in callers that embed this one.
+        let connect = Box::pin(async {
+            let (conn, source) =
+                crate::redis::topology::open(endpoint, &options, root_cert).await?;
+            let notifier = options
+                .notify_waiters
+                .then(|| Notifier::new(source, options.connect_timeout));
+            Self::build(conn, options, notifier).await
+        });
+        // The client's own timeouts bound each step; this bounds them all together.
+        tokio::time::timeout(bound, connect).await.map_err(|_| {
+            timeout_error(Operation::Connect, "no answer within the connect timeout")
+        })?
+    }
+
+    /// Wraps a connection the caller already has (a [`redis::aio::ConnectionManager`] or
+    /// [`redis::aio::MultiplexedConnection`]), detecting the server's capabilities once.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
+    /// let manager = client.get_connection_manager().await?;
+    /// let locks = leasehold::LockClient::from_connection(manager).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// Releases still publish notifications (unless turned off), but this client's own waiters
+    /// poll: waking them needs a subscriber connection, which only [`LockClient::connect`] can
+    /// open (it knows the URL).
+    ///
+    /// # Errors
+    /// [`Error::Connection`] or [`Error::Authentication`] if detection fails.
+    pub async fn from_connection(conn: impl Into<ClientConnection>) -> Result<Self> {
+        Self::with_connection(conn, ClientOptions::default()).await
+    }
+
+    /// As [`LockClient::from_connection`], with options (forced strategies; the timeouts are
+    /// the connection's own).
+    ///
+    /// # Errors
+    /// As [`LockClient::from_connection`]; [`Error::InvalidArgument`] when a forced strategy is
+    /// not offered by the server.
+    pub async fn with_connection(
+        conn: impl Into<ClientConnection>,
+        options: ClientOptions,
+    ) -> Result<Self> {
+        Self::build(conn.into(), options, None).await
+    }
+
+    async fn build(
+        mut conn: ClientConnection,
+        options: ClientOptions,
+        notifier: Option<Notifier>,
+    ) -> Result<Self> {
+        let server = ServerInfo::detect(&mut conn).await?;
+        if server.cluster_enabled && !conn.is_cluster() {
+            return Err(Error::Topology {
+                reason: format!(
+                    "the server ({server}) is a Redis Cluster node: connect with \
+                     redis-cluster://host:port (the CLI: --cluster), or keys of other slots \
+                     would be refused with MOVED"
+                ),
+            });
+        }
+        let release = server.release_strategy(options.release)?;
+        let extend = server.extend_strategy(options.extend)?;
+        let notify_waiters = options.notify_waiters && server.can_publish;
+        if options.notify_waiters && !server.can_publish {
+            tracing::info!("PUBLISH not allowed on leasehold's channels (ACL): waiters will poll");
+        }
+        let notifier = notifier.filter(|_| notify_waiters);
+        tracing::debug!(%server, %release, %extend, "leasehold connected");
+        Ok(LockClient {
+            inner: Arc::new(ClientInner {
+                conn,
+                server,
+                release,
+                extend,
+                renewer: OnceLock::new(),
+                renewal_stats: Arc::default(),
+                notify_waiters,
+                notifier,
+            }),
+        })
+    }
+}

@@ -1,0 +1,195 @@
+//! [`LockClient`]: connects, detects the server once, and acquires, releases, extends and
+//! inspects locks.
+//!
+//! - `connect`: connecting, and detecting what the server offers;
+//! - `acquire`: one attempt ([`LockClient::try_acquire`]) and the waiting loop
+//!   ([`LockClient::acquire`]);
+//! - `attempt`: the acquisition as it goes out (the command, `WAIT` for replicas, and the
+//!   cleanup of an attempt whose outcome was never learned);
+//! - `release`: the token-checked release and extend;
+//! - `inspect`: reading a lock, and raising its fencing counter.
+
+mod acquire;
+mod attempt;
+mod connect;
+mod inspect;
+mod release;
+
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use futures_util::future::BoxFuture;
+
+use crate::core::error::{Error, Result};
+use crate::core::guard::HeldLock;
+use crate::core::guard::{Lease, LockGuard, clock_drift};
+use crate::core::options::LockOptions;
+use crate::core::token::LockToken;
+use crate::redis::connection::ClientConnection;
+use crate::redis::renewal::{Registration, RenewTarget, RenewalStats, Renewer};
+use crate::redis::server::ServerInfo;
+use crate::redis::strategy::{ExtendStrategy, ReleaseStrategy};
+use crate::redis::waiting::Notifier;
+
+pub(crate) enum Attempt {
+    Acquired { fencing: Option<u64> },
+    Busy { remaining: Option<Duration> },
+}
+
+/// A lock client bound to one Redis or Valkey server.
+///
+/// Cheap to clone (all clones share one multiplexed connection and the capabilities detected when
+/// it connected). Every lock operation is one round trip: acquire is one `SET NX PX` (or one
+/// script with fencing or waiting), release one `DELEX`/`DELIFEQ`/`EVALSHA`, extend one
+/// `SET ... IFEQ`/`EVALSHA`.
+#[derive(Clone)]
+pub struct LockClient {
+    inner: Arc<ClientInner>,
+}
+
+struct ClientInner {
+    conn: ClientConnection,
+    server: ServerInfo,
+    release: ReleaseStrategy,
+    extend: ExtendStrategy,
+    /// Started on the first auto-extended lease.
+    renewer: OnceLock<Renewer>,
+    /// The renewer's counters, from the start (a handle taken early must see its counts).
+    renewal_stats: Arc<RenewalStats>,
+    notify_waiters: bool,
+    /// The subscriber for release notifications; needs a URL to open its own connection.
+    notifier: Option<Notifier>,
+}
+
+impl std::fmt::Debug for LockClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockClient")
+            .field("server", &self.inner.server)
+            .field("release", &self.inner.release)
+            .field("extend", &self.inner.extend)
+            .finish()
+    }
+}
+
+impl LockClient {
+    /// The server and what it offers, as detected when connecting.
+    pub fn server(&self) -> &ServerInfo {
+        &self.inner.server
+    }
+
+    /// The release strategy in use.
+    pub fn release_strategy(&self) -> ReleaseStrategy {
+        self.inner.release
+    }
+
+    /// The extend strategy in use.
+    pub fn extend_strategy(&self) -> ExtendStrategy {
+        self.inner.extend
+    }
+
+    /// A handle on the underlying connection, for the caller's own commands.
+    pub fn connection(&self) -> ClientConnection {
+        self.inner.conn.clone()
+    }
+
+    pub(crate) fn guard(
+        &self,
+        key: &str,
+        token: LockToken,
+        fencing: Option<u64>,
+        started: Instant,
+        options: &LockOptions,
+    ) -> LockGuard {
+        let lease = Lease::new(key, token, fencing, started, options.ttl());
+        self.guard_for(lease, started, options, Arc::new(RedisHeld(self.clone())))
+    }
+
+    /// A guard for `lease` (acquired by a request sent at `started`) that releases through
+    /// `held`; registered for renewal if `options` ask for it.
+    pub(crate) fn guard_for(
+        &self,
+        lease: Lease,
+        started: Instant,
+        options: &LockOptions,
+        held: Arc<dyn HeldLock>,
+    ) -> LockGuard {
+        self.guard_renewing(lease, started, options, held, RenewTarget::Lock)
+    }
+
+    /// [`guard_for`](Self::guard_for), renewing `target` (a semaphore permit's entry).
+    pub(crate) fn guard_renewing(
+        &self,
+        lease: Lease,
+        started: Instant,
+        options: &LockOptions,
+        held: Arc<dyn HeldLock>,
+        target: RenewTarget,
+    ) -> LockGuard {
+        if options.auto_extend_enabled() {
+            self.renewer().register(Registration {
+                lease: lease.clone(),
+                ttl: options.ttl(),
+                interval: options.renew_interval(),
+                stop_at: options.max_hold_bound().map(|cap| started + cap),
+                target,
+            });
+        }
+        LockGuard::new(held, lease)
+    }
+
+    /// The subscriber for release notifications, if this client has one.
+    pub(crate) fn notifier(&self) -> Option<&Notifier> {
+        self.inner.notifier.as_ref()
+    }
+
+    /// Whether releases publish a notification.
+    pub(crate) fn notifies_waiters(&self) -> bool {
+        self.inner.notify_waiters
+    }
+
+    fn renewer(&self) -> &Renewer {
+        self.inner.renewer.get_or_init(|| {
+            Renewer::spawn(
+                self.inner.conn.clone(),
+                self.inner.extend,
+                self.inner.renewal_stats.clone(),
+            )
+        })
+    }
+
+    /// Counters of this client's renewer (all zero until a lease is auto-extended). The handle
+    /// is live: taken before the first auto-extended lease, it still counts every renewal.
+    pub fn renewal_stats(&self) -> Arc<RenewalStats> {
+        self.inner.renewal_stats.clone()
+    }
+
+    /// Whether a waiting acquisition retries after `e` (see [`LockClient::acquire`]).
+    pub(crate) fn retries_while_waiting(&self, e: &Error) -> bool {
+        e.is_topology_in_motion()
+            || (matches!(e, Error::Connection { .. })
+                && matches!(
+                    self.inner.conn,
+                    ClientConnection::Cluster(_) | ClientConnection::Sentinel(_)
+                ))
+    }
+}
+
+/// A lock held on one Redis server (standalone, a cluster's master, a Sentinel's primary).
+#[derive(Debug)]
+struct RedisHeld(LockClient);
+
+impl HeldLock for RedisHeld {
+    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.0.release(lease.key(), lease.token()))
+    }
+
+    fn extend<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Instant>> {
+        Box::pin(async move {
+            let started = Instant::now();
+            self.0.extend(lease.key(), lease.token(), ttl).await?;
+            Ok(started + ttl.saturating_sub(clock_drift(ttl)))
+        })
+    }
+}
+
+crate::core::backend::impl_lock_backend!(LockClient, "redis");

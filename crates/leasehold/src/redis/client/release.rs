@@ -1,0 +1,179 @@
+//! The token-checked release and extend, repeated once over a dropped connection.
+
+use std::time::Duration;
+
+use redis::Value;
+
+use tracing::Instrument;
+
+use crate::core::error::{Error, Operation, Result};
+use crate::core::options::ttl_millis;
+use crate::core::token::{LockToken, validate_key};
+use crate::redis::connection::ClientConnection;
+use crate::redis::scripts::{
+    EXTEND_SCRIPT, RELEASE_NOTIFY_SCRIPT, RELEASE_SCRIPT, RELEASE_SNOTIFY_SCRIPT,
+};
+use crate::redis::slot::release_channel;
+use crate::redis::strategy::{extend_cmd, release_cmd};
+
+use super::LockClient;
+
+impl LockClient {
+    /// Releases `key` if it still holds `token`, atomically (see [`crate::redis::strategy`]).
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if the key is gone or holds another token; [`Error::Server`] with
+    /// `WRONGTYPE` if the key is not a string; [`Error::Connection`].
+    pub async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
+        validate_key(key)?;
+        let span = tracing::debug_span!("leasehold.release", key, token_hash = %token.redacted(), outcome = tracing::field::Empty);
+        async {
+            let deleted = self.release_raw(key, token.expose()).await?;
+            tracing::Span::current()
+                .record("outcome", if deleted { "released" } else { "not held" });
+            if deleted {
+                Ok(())
+            } else {
+                Err(Error::NotHeld {
+                    key: key.to_string(),
+                })
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Resets the TTL of `key` to `ttl` if it still holds `token`, atomically.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if the key is gone or holds another token; as [`LockClient::release`].
+    pub async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<()> {
+        validate_key(key)?;
+        let ttl_ms = ttl_millis(ttl)?;
+        let span = tracing::debug_span!("leasehold.extend", key, token_hash = %token.redacted(), outcome = tracing::field::Empty);
+        async {
+            let extended = self.extend_raw(key, token.expose(), ttl_ms).await?;
+            tracing::Span::current()
+                .record("outcome", if extended { "extended" } else { "not held" });
+            if extended {
+                Ok(())
+            } else {
+                Err(Error::NotHeld {
+                    key: key.to_string(),
+                })
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    pub(crate) async fn release_raw(&self, key: &str, token: &str) -> Result<bool> {
+        let notify = self.inner.notify_waiters;
+        let channel = notify.then(|| release_channel(key));
+        let sharded = self.inner.conn.is_cluster();
+        let deleted: i64 = self
+            .idempotent(Operation::Release, |mut conn| {
+                let channel = channel.as_deref();
+                async move {
+                    match (release_cmd(self.inner.release, key, token), channel) {
+                        // One round trip: the conditional delete and the wake-up, pipelined. A
+                        // wake-up after a release that deleted nothing only makes waiters retry.
+                        (Some(cmd), Some(channel)) => {
+                            let mut publish = crate::redis::strategy::sized_cmd(
+                                if sharded { "SPUBLISH" } else { "PUBLISH" },
+                                2,
+                                channel.len() + key.len(),
+                            );
+                            publish.arg(channel).arg(key);
+                            let mut pipe = redis::Pipeline::with_capacity(2);
+                            pipe.add_command(cmd).add_command(publish);
+                            // The release's own reply decides; a refused notification is
+                            // ignored (it must never turn a completed release into an error).
+                            // The replies are read as they come (server errors in place), not
+                            // through `Pipeline::query_async`, which copies them twice.
+                            let mut replies = redis::aio::ConnectionLike::req_packed_commands(
+                                &mut conn, &pipe, 0, 2,
+                            )
+                            .await?;
+                            match replies.drain(..).next() {
+                                Some(Value::ServerError(e)) => Err(redis::RedisError::from(e)),
+                                Some(reply) => redis::from_redis_value::<i64>(reply)
+                                    .map_err(redis::RedisError::from),
+                                None => Err(redis::RedisError::from((
+                                    redis::ErrorKind::UnexpectedReturnType,
+                                    "no reply to the release",
+                                ))),
+                            }
+                        }
+                        (Some(cmd), None) => cmd.query_async(&mut conn).await,
+                        (None, Some(channel)) => {
+                            let script = if sharded {
+                                &*RELEASE_SNOTIFY_SCRIPT
+                            } else {
+                                &*RELEASE_NOTIFY_SCRIPT
+                            };
+                            script
+                                .key(key)
+                                .arg(token)
+                                .arg(channel)
+                                .invoke_async(&mut conn)
+                                .await
+                        }
+                        (None, None) => {
+                            RELEASE_SCRIPT
+                                .key(key)
+                                .arg(token)
+                                .invoke_async(&mut conn)
+                                .await
+                        }
+                    }
+                }
+            })
+            .await?;
+        Ok(deleted == 1)
+    }
+
+    pub(crate) async fn extend_raw(&self, key: &str, token: &str, ttl_ms: u64) -> Result<bool> {
+        self.idempotent(Operation::Extend, |mut conn| async move {
+            match extend_cmd(self.inner.extend, key, token, ttl_ms) {
+                Some(cmd) => cmd.query_async::<Value>(&mut conn).await.map(|v| {
+                    matches!(v, Value::Okay) || matches!(&v, Value::SimpleString(s) if s == "OK")
+                }),
+                None => EXTEND_SCRIPT
+                    .key(key)
+                    .arg(token)
+                    .arg(ttl_ms)
+                    .invoke_async::<i64>(&mut conn)
+                    .await
+                    .map(|n| n == 1),
+            }
+        })
+        .await
+    }
+
+    /// Runs a token-checked (hence safely repeatable) operation, once more if the connection
+    /// had dropped: the reconnecting connection then carries the retry to the (possibly
+    /// restarted) server. Repeating is safe because the operation only acts while the key holds
+    /// our token; at worst a release whose first reply was lost reports "not held", which is
+    /// true by then. Timeouts are not retried: the bound the caller set would double.
+    pub(crate) async fn idempotent<T, F, Fut>(&self, op: Operation, mut run: F) -> Result<T>
+    where
+        F: FnMut(ClientConnection) -> Fut,
+        Fut: std::future::Future<Output = redis::RedisResult<T>>,
+    {
+        match run(self.inner.conn.clone()).await {
+            // READONLY: a failover demoted the server we spoke to; a Sentinel connection has
+            // switched to the new primary meanwhile.
+            Err(e)
+                if e.is_connection_dropped()
+                    || e.is_connection_refusal()
+                    || e.code() == Some("READONLY") =>
+            {
+                tracing::debug!(%op, error = %e, "connection dropped; retrying once");
+                run(self.inner.conn.clone()).await
+            }
+            other => other,
+        }
+        .map_err(|e| Error::from_redis(op, e))
+    }
+}

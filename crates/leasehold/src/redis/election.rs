@@ -1,0 +1,319 @@
+//! Leader election on top of a lock ([`LockClient::election`]).
+//!
+//! Leadership of `name` is the lock `name`, held with auto-extension: a campaign waits for the
+//! lock; the **term** is the lock's fencing number, drawn in the same script that takes the
+//! lock, which also records `term id` in [`election_leader_key`] and announces the new leader on
+//! `name`'s release channel. Resigning is releasing the guard; a leader that crashes stops
+//! renewing and its lease expires after one TTL, when a waiting candidate takes over (it waits
+//! until the holder's remaining TTL, as the busy reply tells it, or a release notification).
+//!
+//! **Guarantees.** At most one leader at a time while leases are valid (a lock's guarantee,
+//! docs/guarantees.md §1), and terms strictly increase from leader to leader (a fencing
+//! counter's, §2): a resource that refuses a term below the highest it has seen refuses a
+//! deposed leader, even one that was paused and does not know it was deposed. A leader learns
+//! of its loss through the guard ([`LockGuard::lost`]). Observers see each change through
+//! [`Election::watch`]. Assumptions: those of locks; every candidate of `name` campaigns
+//! through this type (a plain lock on `name` blocks the election, and `leader()` then reports a
+//! conflict).
+
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use crate::core::error::{Error, Operation, Result};
+use crate::core::guard::{LockGuard, clock_drift};
+use crate::core::options::{LockOptions, ttl_millis};
+use crate::core::token::{LockToken, validate_key};
+use crate::redis::client::LockClient;
+use crate::redis::scripts::{CAMPAIGN_SCRIPT as CAMPAIGN, LEADER_SCRIPT as LEADER};
+use crate::redis::slot::{fence_key, release_channel, slot_name};
+use crate::redis::waiting::pause_between_attempts;
+
+/// The longest candidate id.
+pub const MAX_ID_LEN: usize = 256;
+
+/// Where the current term's leader id is recorded: [`slot_name`]`(name) + ":leader"` (`term
+/// id`; meaningful only while the lock `name` is held).
+pub fn election_leader_key(name: &str) -> String {
+    format!("{}:leader", slot_name(name))
+}
+
+/// The current leader of an election.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leader {
+    /// The id the leader campaigned with.
+    pub id: String,
+    /// Its term: the fencing number of its lock, strictly increasing from term to term.
+    pub term: u64,
+    /// How long its lease still runs on the server (renewed while it lives).
+    pub ttl: Option<Duration>,
+}
+
+/// An election on `name`; made by [`LockClient::election`], cheap to clone.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use leasehold::{LockClient, LockOptions};
+///
+/// # async fn example(locks: LockClient) -> Result<(), leasehold::Error> {
+/// let election = locks.election("scheduler")?;
+/// // Waits until this process leads; renewed for as long as it lives.
+/// let leadership = election.campaign("worker-7", &LockOptions::new(Duration::from_secs(5))).await?;
+/// let term = leadership.fencing_token().expect("every term has a number");
+/// tokio::select! {
+///     _ = leadership.lost() => eprintln!("deposed during term {term}"),
+///     _ = async { /* lead: stamp writes with `term` */ } => {}
+/// }
+/// leadership.release().await.ok(); // resign
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Election {
+    client: LockClient,
+    name: String,
+    record: String,
+}
+
+impl LockClient {
+    /// An election on `name` (no round trip).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty or over-long name.
+    pub fn election(&self, name: &str) -> Result<Election> {
+        validate_key(name)?;
+        Ok(Election {
+            client: self.clone(),
+            name: name.to_string(),
+            record: election_leader_key(name),
+        })
+    }
+}
+
+impl Election {
+    /// The election's name (its lock key).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Waits to become leader as `id`, until `options.wait_bound()` (for ever without one),
+    /// and returns the leadership: a guard whose fencing number is the term, renewed
+    /// automatically (`auto_extend` and `fencing` are always on). Resign with
+    /// [`LockGuard::release`]; [`LockGuard::lost`] says when the term ended without it.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty or over-long id or a bad TTL;
+    /// [`Error::Unsupported`] with fair mode or `replica_ack`; [`Error::NotAcquired`] at the
+    /// deadline; connection and server errors.
+    pub async fn campaign(&self, id: &str, options: &LockOptions) -> Result<LockGuard> {
+        if id.is_empty() || id.len() > MAX_ID_LEN {
+            return Err(Error::invalid(
+                "id",
+                format!("a candidate id needs 1 to {MAX_ID_LEN} bytes"),
+            ));
+        }
+        let ttl_ms = ttl_millis(options.ttl())?;
+        if options.fair_enabled() || options.replica_ack_required().is_some() {
+            return Err(Error::Unsupported {
+                backend: "redis",
+                what: "fair mode or replica_ack in an election".into(),
+            });
+        }
+        let options = options.clone().fencing(true).auto_extend(true);
+        let begun = Instant::now();
+        let deadline = options.wait_bound().map(|w| begun + w);
+        let mut subscription = match self.client.notifier() {
+            Some(n) => n.subscribe(release_channel(&self.name)).await,
+            None => None,
+        };
+        let mut attempts: u32 = 0;
+        loop {
+            attempts += 1;
+            let token = LockToken::random();
+            let started = Instant::now();
+            if let Some(s) = subscription.as_mut() {
+                s.mark_seen();
+            }
+            let remaining = match self.attempt(&token, ttl_ms, id).await {
+                Ok((1, term)) => {
+                    let ttl = options.ttl();
+                    if started.elapsed() >= ttl.saturating_sub(clock_drift(ttl)) {
+                        // Granted too late to be a lease: give it back, try again.
+                        let _ = self.client.release_raw(&self.name, token.expose()).await;
+                        Some(Duration::ZERO)
+                    } else {
+                        return Ok(self.client.guard(
+                            &self.name,
+                            token,
+                            Some(term as u64),
+                            started,
+                            &options,
+                        ));
+                    }
+                }
+                Ok((_, pttl)) => (pttl >= 0).then(|| Duration::from_millis(pttl as u64)),
+                Err(e) if self.client.retries_while_waiting(&e) => None,
+                Err(e) => return Err(e),
+            };
+            let now = Instant::now();
+            let left = match deadline {
+                Some(d) if now >= d => {
+                    return Err(Error::NotAcquired {
+                        key: self.name.clone(),
+                        waited: begun.elapsed(),
+                        attempts,
+                    });
+                }
+                Some(d) => d - now,
+                None => Duration::MAX,
+            };
+            pause_between_attempts(
+                subscription.as_mut(),
+                options.backoff_policy(),
+                attempts - 1,
+                remaining,
+                left,
+            )
+            .await;
+        }
+    }
+
+    async fn attempt(&self, token: &LockToken, ttl_ms: u64, id: &str) -> Result<(i64, i64)> {
+        let channel = if self.client.notifies_waiters() {
+            release_channel(&self.name)
+        } else {
+            String::new()
+        };
+        let publish = if self.client.connection().is_cluster() {
+            "spublish"
+        } else {
+            "publish"
+        };
+        let mut inv = CAMPAIGN.key(&self.name);
+        inv.key(fence_key(&self.name))
+            .key(&self.record)
+            .arg(token.expose())
+            .arg(ttl_ms)
+            .arg(id)
+            .arg(channel)
+            .arg(publish);
+        let mut conn = self.client.connection();
+        let reply = inv.invoke_async::<(i64, i64)>(&mut conn).await;
+        match reply {
+            Ok(r) => Ok(r),
+            Err(e) => {
+                let err = Error::from_redis(Operation::Acquire, e);
+                if err.is_ambiguous() {
+                    // Token-checked: harmless if the lock was not taken.
+                    let _ = self.client.release_raw(&self.name, token.expose()).await;
+                }
+                Err(err)
+            }
+        }
+    }
+
+    /// Who leads now, and in which term; `None` while nobody does.
+    ///
+    /// # Errors
+    /// [`Error::Conflict`] if the lock `name` is held by something else than a campaign (a
+    /// plain lock); connection and server errors.
+    pub async fn leader(&self) -> Result<Option<Leader>> {
+        let (pttl, counter, record): (i64, String, String) = self
+            .client
+            .idempotent(Operation::Inspect, |mut conn| {
+                let mut inv = LEADER.key(&self.name);
+                inv.key(fence_key(&self.name)).key(&self.record);
+                async move { inv.invoke_async(&mut conn).await }
+            })
+            .await?;
+        if pttl == -2 {
+            return Ok(None);
+        }
+        let parsed = record
+            .split_once(' ')
+            .and_then(|(term, id)| Some((term.parse::<u64>().ok()?, id)));
+        match parsed {
+            Some((term, id)) if counter.parse::<u64>().ok() == Some(term) => Ok(Some(Leader {
+                id: id.to_string(),
+                term,
+                ttl: (pttl >= 0).then(|| Duration::from_millis(pttl as u64)),
+            })),
+            _ => Err(Error::Conflict {
+                key: self.name.clone(),
+                detail: "the election's lock is held, but not by a campaign (a plain lock?)".into(),
+            }),
+        }
+    }
+
+    /// Follows the leadership: a background task reads [`Election::leader`] when a leader is
+    /// elected or resigns (both are announced), when the leader's lease would run out, and
+    /// at least every `every`, and publishes each change. The task ends with the last
+    /// [`LeaderWatch`].
+    pub fn watch(&self, every: Duration) -> LeaderWatch {
+        let (tx, rx) = watch::channel(None);
+        let election = self.clone();
+        let every = every.max(Duration::from_millis(10));
+        tokio::spawn(async move {
+            let mut subscription = match election.client.notifier() {
+                Some(n) => n.subscribe(release_channel(&election.name)).await,
+                None => None,
+            };
+            loop {
+                if let Some(s) = subscription.as_mut() {
+                    s.mark_seen();
+                }
+                let current = election.leader().await.unwrap_or(None);
+                let next = current
+                    .as_ref()
+                    .and_then(|l| l.ttl)
+                    .map_or(every, |t| every.min(t + Duration::from_millis(1)));
+                tx.send_if_modified(|seen: &mut Option<Leader>| {
+                    // A renewal changes the TTL only: not a change of leadership.
+                    let changed = seen.as_ref().map(|l| l.term) != current.as_ref().map(|l| l.term);
+                    if changed {
+                        *seen = current;
+                    }
+                    changed
+                });
+                let sleep = tokio::time::sleep(next);
+                tokio::select! {
+                    _ = tx.closed() => return,
+                    _ = async {
+                        match subscription.as_mut() {
+                            Some(s) => s.released().await,
+                            None => std::future::pending().await,
+                        }
+                    } => {}
+                    _ = sleep => {}
+                }
+            }
+        });
+        LeaderWatch { rx }
+    }
+}
+
+/// Leadership changes of an [`Election`], from [`Election::watch`].
+#[derive(Debug, Clone)]
+pub struct LeaderWatch {
+    rx: watch::Receiver<Option<Leader>>,
+}
+
+impl LeaderWatch {
+    /// The leader as last seen (`None`: nobody, or not read yet).
+    pub fn current(&self) -> Option<Leader> {
+        self.rx.borrow().clone()
+    }
+
+    /// Waits for the next change of leader (a new term, or nobody) and returns it.
+    ///
+    /// # Errors
+    /// [`Error::Connection`] if the watching task ended (its runtime shut down).
+    pub async fn changed(&mut self) -> Result<Option<Leader>> {
+        self.rx.changed().await.map_err(|_| Error::Connection {
+            op: Operation::Inspect,
+            ambiguous: false,
+            source: std::io::Error::other("the election watch ended").into(),
+        })?;
+        Ok(self.rx.borrow_and_update().clone())
+    }
+}

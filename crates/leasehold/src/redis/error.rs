@@ -1,0 +1,67 @@
+//! Redis client errors mapped to the library's [`Error`].
+
+use crate::core::error::{Error, Operation};
+
+impl Error {
+    /// Classifies a client error. `sent` says whether the command may have reached the
+    /// server: a failure before sending (connection refused) is never ambiguous.
+    pub(crate) fn from_redis(op: Operation, err: redis::RedisError) -> Self {
+        use redis::{ErrorKind, ServerErrorKind};
+        let kind = err.kind();
+        if kind == ErrorKind::AuthenticationFailed
+            || matches!(err.code(), Some("WRONGPASS") | Some("NOAUTH"))
+        {
+            return Error::Authentication { source: err.into() };
+        }
+        if err.code() == Some(crate::redis::strategy::FENCING_EXHAUSTED) {
+            return Error::FencingExhausted { op };
+        }
+        if is_acl_refusal(&err) {
+            return Error::PermissionDenied {
+                op,
+                source: err.into(),
+            };
+        }
+        if err.is_io_error()
+            || err.is_timeout()
+            || err.is_connection_dropped()
+            || kind == ErrorKind::Io
+        {
+            // A refused connection never carried our command; anything else (timeout, reset
+            // after sending) may have been applied.
+            let ambiguous = !err.is_connection_refusal() && op != Operation::Connect;
+            return Error::Connection {
+                op,
+                ambiguous,
+                source: err.into(),
+            };
+        }
+        match kind {
+            ErrorKind::Server(ServerErrorKind::BusyLoading)
+            | ErrorKind::Server(ServerErrorKind::MasterDown) => Error::Connection {
+                op,
+                ambiguous: false,
+                source: err.into(),
+            },
+            ErrorKind::UnexpectedReturnType | ErrorKind::Parse => Error::UnexpectedReply {
+                op,
+                detail: err.to_string(),
+            },
+            _ => Error::Server {
+                op,
+                source: err.into(),
+            },
+        }
+    }
+}
+
+/// `NOPERM`, or a refusal inside one of our scripts, which the server reports as a plain `ERR`
+/// ("ACL failure in script: ..." on Redis 8 and Valkey, "The user executing the script can't
+/// ..." on Redis 7).
+fn is_acl_refusal(err: &redis::RedisError) -> bool {
+    if err.code() == Some("NOPERM") {
+        return true;
+    }
+    let text = err.detail().unwrap_or_default();
+    text.contains("ACL failure in script") || text.contains("The user executing the script can't")
+}

@@ -1,0 +1,94 @@
+//! Early handoff within one client (see the module docs): the lock handed to the next in line
+//! before the release script runs, and what the release's reply settles.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::core::error::LossReason;
+use crate::core::guard::{Lease, clock_drift};
+use crate::redis::client::LockClient;
+use crate::redis::handoff::{EarlyGrant, EarlyTerms, Tenure};
+use crate::redis::waiting::Delivery;
+
+use super::handoff_window;
+use super::reply::PassOn;
+
+/// An early handoff about to be made by a release.
+pub(super) struct EarlyHandoff {
+    ticket: String,
+    terms: EarlyTerms,
+    valid_until: Instant,
+    to: tokio::sync::mpsc::UnboundedSender<Delivery>,
+}
+
+/// An early handoff made: what the release's reply settles.
+pub(super) struct GivenEarly {
+    pub(super) ticket: String,
+    ttl: Duration,
+    lease: Lease,
+    tenure: Arc<Tenure>,
+}
+
+impl EarlyHandoff {
+    /// The early handoff for a release of `lease`, if its tenure's next in line waits in this
+    /// client on the same key, offers terms, and would get at least half its TTL.
+    pub(super) fn for_release(
+        client: &LockClient,
+        lease: &Lease,
+        tenure: &Tenure,
+    ) -> Option<EarlyHandoff> {
+        let ticket = tenure.take_next()?;
+        if lease.loss_reason().is_some() {
+            return None;
+        }
+        let (terms, to) = client.notifier()?.take_early(&ticket)?;
+        let valid_until = lease.valid_until().min(terms.entry_alive_until);
+        if terms.key != lease.key() || valid_until < Instant::now() + terms.ttl / 2 {
+            return None;
+        }
+        Some(EarlyHandoff {
+            ticket,
+            terms,
+            valid_until,
+            to,
+        })
+    }
+
+    /// Hands the waiter its lease; `None` if it stopped waiting meanwhile.
+    pub(super) fn give(self) -> Option<GivenEarly> {
+        let lease = Lease::until(&self.terms.key, self.terms.token, None, self.valid_until);
+        let tenure = Arc::new(Tenure::default());
+        let grant = EarlyGrant {
+            lease: lease.clone(),
+            tenure: tenure.clone(),
+            attempt: self.terms.attempt,
+        };
+        self.to.send(Delivery::Early(grant)).ok()?;
+        Some(GivenEarly {
+            ticket: self.ticket,
+            ttl: self.terms.ttl,
+            lease,
+            tenure,
+        })
+    }
+}
+
+impl GivenEarly {
+    /// The release handed the lock to this waiter: the key holds its token for the handoff
+    /// window from the script's run, which came after `sent`.
+    pub(super) fn confirm(self, sent: Instant, next: Option<String>) {
+        let window = handoff_window(self.ttl);
+        self.lease
+            .raise_valid_until(sent + window.saturating_sub(clock_drift(window)));
+        *self.tenure.next.lock().unwrap_or_else(|p| p.into_inner()) = next;
+    }
+
+    pub(super) fn contradicted(self, outcome: &PassOn) {
+        tracing::warn!(
+            key = self.lease.key(),
+            ?outcome,
+            "the release did not hand the lock to the waiter it was handed to early"
+        );
+        self.lease.mark_lost(LossReason::NotHeld);
+    }
+}

@@ -1,0 +1,106 @@
+//! A held fair lock: released by handing it on, extended as a plain lock.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::future::BoxFuture;
+
+use crate::core::error::{Error, Operation, Result};
+use crate::core::guard::HeldLock;
+use crate::core::guard::{Lease, clock_drift};
+use crate::core::token::{LockToken, validate_key};
+use crate::redis::client::LockClient;
+use crate::redis::handoff::Tenure;
+use crate::redis::scripts::FAIR_RELEASE_SCRIPT;
+
+use super::early::EarlyHandoff;
+use super::pass_on::run_pass_on;
+use super::reply::PassOn;
+
+impl LockClient {
+    /// Releases a [fair](crate::LockOptions::fair) lock that holds `token`, handing it to the first
+    /// live waiter in the same step (a guard of a fair lock does this by itself; this is for a
+    /// token received from elsewhere, like the CLI's `release --fair`). A plain
+    /// [`release`](LockClient::release) of a fair lock works too, but leaves the queue to find
+    /// out by itself.
+    ///
+    /// # Errors
+    /// As [`LockClient::release`].
+    pub async fn release_fair(&self, key: &str, token: &LockToken) -> Result<()> {
+        validate_key(key)?;
+        self.release_fair_with(key, token, None).await
+    }
+
+    /// How many of this client's fair waiters for `key` offer an early handoff now (see the
+    /// [`fair`](crate::redis::fair) module docs). For tests, which observe this instead of sleeping.
+    #[doc(hidden)]
+    pub fn early_handoff_offers(&self, key: &str) -> usize {
+        self.notifier()
+            .map_or(0, |n| n.count_early(|terms| terms.key == key))
+    }
+
+    /// A guard's release of its fair lock: early to its next in line if it can (module docs).
+    async fn release_held(&self, lease: &Lease, tenure: &Tenure) -> Result<()> {
+        let early = EarlyHandoff::for_release(self, lease, tenure);
+        self.release_fair_with(lease.key(), lease.token(), early)
+            .await
+    }
+
+    async fn release_fair_with(
+        &self,
+        key: &str,
+        token: &LockToken,
+        early: Option<EarlyHandoff>,
+    ) -> Result<()> {
+        match run_pass_on(
+            self,
+            &FAIR_RELEASE_SCRIPT,
+            key,
+            token.expose(),
+            None,
+            Operation::Release,
+            early,
+        )
+        .await?
+        {
+            PassOn::NotHeld => Err(Error::NotHeld {
+                key: key.to_string(),
+            }),
+            PassOn::Deleted => Ok(()),
+            PassOn::HandedOff { .. } => {
+                crate::core::metrics::handoff();
+                Ok(())
+            }
+        }
+    }
+}
+
+/// A fair lock held on one Redis server: released by handing it on; extended as a plain lock.
+#[derive(Debug)]
+pub(super) struct FairHeld {
+    client: LockClient,
+    tenure: Arc<Tenure>,
+}
+
+impl FairHeld {
+    pub(super) fn new(client: &LockClient, tenure: Arc<Tenure>) -> Arc<FairHeld> {
+        Arc::new(FairHeld {
+            client: client.clone(),
+            tenure,
+        })
+    }
+}
+
+impl HeldLock for FairHeld {
+    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.client.release_held(lease, &self.tenure))
+    }
+
+    fn extend<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Instant>> {
+        Box::pin(async move {
+            let started = Instant::now();
+            self.client.extend(lease.key(), lease.token(), ttl).await?;
+            Ok(started + ttl.saturating_sub(clock_drift(ttl)))
+        })
+    }
+}

@@ -1,0 +1,165 @@
+//! One fair waiter: its attempts (the acquisition script), and its leaving the queue.
+
+use std::time::{Duration, Instant};
+
+use crate::core::error::{Error, Operation, Result};
+use crate::core::guard::{Lease, LockGuard};
+use crate::core::options::{LockOptions, ttl_millis};
+use crate::core::token::LockToken;
+use crate::redis::client::LockClient;
+use crate::redis::handoff::Tenure;
+use crate::redis::scripts::{FAIR_ACQUIRE_SCRIPT, FAIR_LEAVE_SCRIPT};
+use crate::redis::slot::{fair_entry_key, fair_queue_key, fence_key};
+
+use super::held::FairHeld;
+use super::pass_on::run_pass_on;
+use super::reply::PassOn;
+use super::{handoff_window, queue_entry_ttl};
+
+/// One fair waiter: its token and ticket for the whole wait.
+pub(super) struct Waiter<'a> {
+    client: &'a LockClient,
+    key: &'a str,
+    pub(super) token: LockToken,
+    pub(super) ticket: String,
+    /// Its client's owner name if a release by that client can deliver it a handoff (it is
+    /// subscribed through the client), else [`NO_OWNER`].
+    pub(super) owner: &'a str,
+}
+
+/// The owner of a waiter no client delivers handoffs to by a reply: it gets the message.
+pub(super) const NO_OWNER: &str = "-";
+
+pub(super) enum FairAttempt {
+    Acquired { fencing: u64 },
+    Busy { remaining: Option<Duration> },
+}
+
+impl<'a> Waiter<'a> {
+    pub(super) fn new(client: &'a LockClient, key: &'a str) -> Self {
+        let token = LockToken::random();
+        // A ticket is public (it is published): its own random bits, not the token's.
+        let ticket = LockToken::random().expose()[..16].to_string();
+        Waiter {
+            client,
+            key,
+            token,
+            ticket,
+            owner: NO_OWNER,
+        }
+    }
+
+    fn keys(&self) -> [String; 4] {
+        [
+            self.key.to_string(),
+            fair_queue_key(self.key),
+            fair_entry_key(self.key, ""),
+            fence_key(self.key),
+        ]
+    }
+
+    pub(super) async fn attempt(
+        &self,
+        ttl: Duration,
+        queue: bool,
+        fencing: bool,
+        attempt: u64,
+    ) -> Result<FairAttempt> {
+        let ttl_ms = ttl_millis(ttl)?;
+        let mut inv = FAIR_ACQUIRE_SCRIPT.prepare_invoke();
+        for k in self.keys() {
+            inv.key(k);
+        }
+        inv.arg(self.token.expose())
+            .arg(ttl_ms)
+            .arg(&self.ticket)
+            .arg(handoff_window(ttl).as_millis() as u64)
+            .arg(queue_entry_ttl(ttl).as_millis() as u64)
+            .arg(if queue { 1 } else { 0 })
+            .arg(if fencing { 1 } else { 0 })
+            .arg(attempt)
+            .arg(self.owner);
+        let mut conn = self.client.connection();
+        let (ok, n): (i64, i64) = inv
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| Error::from_redis(Operation::Acquire, e))?;
+        Ok(if ok == 1 {
+            FairAttempt::Acquired { fencing: n as u64 }
+        } else {
+            FairAttempt::Busy {
+                remaining: (n >= 0).then(|| Duration::from_millis(n as u64)),
+            }
+        })
+    }
+
+    /// Leaves the queue, passing the lock on if it had been handed to us.
+    pub(super) async fn leave(&self) -> Result<PassOn> {
+        leave(self.client, self.key, &self.token, &self.ticket).await
+    }
+
+    pub(super) fn guard(
+        &self,
+        fencing: Option<u64>,
+        started: Instant,
+        ttl: Duration,
+        options: &LockOptions,
+    ) -> LockGuard {
+        let lease = Lease::new(self.key, self.token.clone(), fencing, started, ttl);
+        self.client.guard_for(
+            lease,
+            started,
+            options,
+            FairHeld::new(self.client, Tenure::after(None)),
+        )
+    }
+}
+
+pub(super) async fn leave(
+    client: &LockClient,
+    key: &str,
+    token: &LockToken,
+    ticket: &str,
+) -> Result<PassOn> {
+    run_pass_on(
+        client,
+        &FAIR_LEAVE_SCRIPT,
+        key,
+        token.expose(),
+        Some(ticket),
+        Operation::Release,
+        None,
+    )
+    .await
+}
+
+/// Leaves the queue when a wait is abandoned (its future dropped, or an error returned), so the
+/// queue does not wait for the entry to expire, and a lock handed to us meanwhile moves on.
+pub(super) struct LeaveOnDrop<'a> {
+    pub(super) waiter: &'a Waiter<'a>,
+    pub(super) armed: bool,
+}
+
+impl Drop for LeaveOnDrop<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(
+                key = self.waiter.key,
+                "fair wait abandoned outside a runtime; its queue entry expires on its own"
+            );
+            return;
+        };
+        let client = self.waiter.client.clone();
+        let key = self.waiter.key.to_string();
+        let token = self.waiter.token.clone();
+        let ticket = self.waiter.ticket.clone();
+        handle.spawn(async move {
+            if let Err(e) = leave(&client, &key, &token, &ticket).await {
+                tracing::debug!(key, error = %e, "leaving the fair queue failed; the entry expires on its own");
+            }
+        });
+    }
+}

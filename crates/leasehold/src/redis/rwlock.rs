@@ -1,0 +1,553 @@
+//! Read-write locks: many readers or one writer, and writers are not starved by a stream of
+//! readers ([`LockClient::rwlock`]).
+//!
+//! **Representation** (all in `name`'s hash slot):
+//! - the **writer** holds the key `name` itself, exactly like a plain lock (`SET NX PX`, its
+//!   token), so the writer's release, extend, auto-extension, fencing and `inspect` are a plain
+//!   lock's, and a plain lock on `name` excludes readers too;
+//! - the **readers** are a sorted set, [`rwlock_readers_key`]: one member per reader (its
+//!   token), scored with its expiry in the server's milliseconds, like a semaphore's permits;
+//! - a **waiting writer** sets [`rwlock_writer_waiting_key`] to its token, refreshed at each
+//!   of its attempts (at least every third of [`writer_wait_ttl`]).
+//!
+//! **Scripts.** A read attempt succeeds only if there is no writer *and no waiting writer*; it
+//! drops expired readers and adds itself with expiry `now + ttl`. A write attempt succeeds only
+//! if there is no writer, no other waiting writer, and no unexpired reader; otherwise, when it
+//! waits, it marks itself as the waiting writer. Readers release and extend like semaphore
+//! permits (only their own unexpired member); every release announces itself on `name`'s
+//! release channel, which waiting readers and writers listen to.
+//!
+//! **Safety claim.** At every instant of the server's clock, either the writer key exists and no
+//! reader's expiry is in the future, or there is no writer: a write attempt takes the key only
+//! after checking (atomically) that every reader expired or left, and a read attempt joins only
+//! while the key is absent. A holder's local validity is counted from before its request was
+//! sent, minus the drift allowance, so no writer's valid lease overlaps another valid lease.
+//! **No starvation of writers**: once a writer waits, no new reader gets in (until its mark
+//! expires, if it vanished), so the readers drain within their TTL. Assumptions: those of locks
+//! (docs/guarantees.md §1), and every client of `name` uses this type (a plain lock on `name`
+//! counts as a writer; a plain lock holder ignores readers).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::future::BoxFuture;
+
+use crate::core::error::{Error, Operation, Result};
+use crate::core::guard::HeldLock;
+use crate::core::guard::{Lease, LockGuard, clock_drift};
+use crate::core::options::{LockOptions, ttl_millis};
+use crate::core::outcome::TryAcquire;
+use crate::core::token::{LockToken, validate_key};
+use crate::redis::client::LockClient;
+use crate::redis::renewal::RenewTarget;
+use crate::redis::scripts::{
+    READ_ACQUIRE_SCRIPT as READ_ACQUIRE, WRITE_ACQUIRE_SCRIPT as WRITE_ACQUIRE,
+    WRITE_LEAVE_SCRIPT as WRITE_LEAVE,
+};
+use crate::redis::semaphore::{extend_member, release_member};
+use crate::redis::slot::{fence_key, release_channel, slot_name};
+use crate::redis::waiting::pause_between_attempts;
+
+/// The sorted set of `name`'s readers: [`slot_name`]`(name) + ":readers"`.
+pub fn rwlock_readers_key(name: &str) -> String {
+    format!("{}:readers", slot_name(name))
+}
+
+/// The waiting writer's mark: [`slot_name`]`(name) + ":writer-waiting"`.
+pub fn rwlock_writer_waiting_key(name: &str) -> String {
+    format!("{}:writer-waiting", slot_name(name))
+}
+
+/// How long a waiting writer's mark keeps new readers out without a refresh: the TTL, within
+/// 1 s ..= 10 s. A writer that vanished while waiting blocks new readers at most this long.
+pub fn writer_wait_ttl(ttl: Duration) -> Duration {
+    ttl.clamp(Duration::from_secs(1), Duration::from_secs(10))
+}
+
+/// A read-write lock on `name`; made by [`LockClient::rwlock`], cheap to clone.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use leasehold::{LockClient, LockOptions};
+///
+/// # async fn example(locks: LockClient) -> Result<(), leasehold::Error> {
+/// let config = locks.rwlock("config")?;
+/// let opts = LockOptions::new(Duration::from_secs(10)).wait(Duration::from_secs(30));
+/// config.with_read(&opts, |_lease| async { /* many readers at once */ }).await?;
+/// let fenced = opts.clone().fencing(true);
+/// let term = config
+///     .with_write(&fenced, |lease| async move {
+///         lease.fencing_token() // the one writer, with a fencing number
+///     })
+///     .await?;
+/// # let _ = term;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct RwLock {
+    client: LockClient,
+    name: String,
+    readers: String,
+    waiting: String,
+}
+
+impl LockClient {
+    /// A read-write lock on `name` (no round trip).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty or over-long name.
+    pub fn rwlock(&self, name: &str) -> Result<RwLock> {
+        validate_key(name)?;
+        Ok(RwLock {
+            client: self.clone(),
+            name: name.to_string(),
+            readers: rwlock_readers_key(name),
+            waiting: rwlock_writer_waiting_key(name),
+        })
+    }
+}
+
+enum Attempt {
+    Acquired { fencing: u64 },
+    Busy { remaining: Option<Duration> },
+}
+
+fn parse((ok, n): (i64, i64)) -> Attempt {
+    if ok == 1 {
+        Attempt::Acquired { fencing: n as u64 }
+    } else {
+        Attempt::Busy {
+            remaining: (n >= 0).then(|| Duration::from_millis(n as u64)),
+        }
+    }
+}
+
+fn expired(started: Instant, ttl: Duration) -> bool {
+    started.elapsed() >= ttl.saturating_sub(clock_drift(ttl))
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Read,
+    Write,
+}
+
+impl RwLock {
+    /// The lock's name (the writer's key).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn check(&self, side: Side, options: &LockOptions) -> Result<u64> {
+        let ttl_ms = ttl_millis(options.ttl())?;
+        let refuse = |what: &str| {
+            Err(Error::Unsupported {
+                backend: "redis",
+                what: format!("{what} on a read-write lock"),
+            })
+        };
+        if side == Side::Read && options.fencing_enabled() {
+            return refuse("fencing for readers (readers share the lock; the writer gets one)");
+        }
+        if options.fair_enabled() {
+            return refuse("fair mode");
+        }
+        if options.replica_ack_required().is_some() {
+            return refuse("replica_ack");
+        }
+        Ok(ttl_ms)
+    }
+
+    async fn attempt(
+        &self,
+        side: Side,
+        token: &LockToken,
+        options: &LockOptions,
+        waiting: bool,
+    ) -> Result<Attempt> {
+        let ttl_ms = ttl_millis(options.ttl())?;
+        let mut cleanup = Abandoned {
+            lock: self,
+            side,
+            token,
+            armed: true,
+        };
+        let mut conn = self.client.connection();
+        let reply = match side {
+            Side::Read => {
+                let mut inv = READ_ACQUIRE.key(&self.readers);
+                inv.key(&self.name)
+                    .key(&self.waiting)
+                    .arg(token.expose())
+                    .arg(ttl_ms);
+                inv.invoke_async::<(i64, i64)>(&mut conn).await
+            }
+            Side::Write => {
+                let mut inv = WRITE_ACQUIRE.key(&self.readers);
+                inv.key(&self.name)
+                    .key(&self.waiting)
+                    .key(fence_key(&self.name))
+                    .arg(token.expose())
+                    .arg(ttl_ms)
+                    .arg(writer_wait_ttl(options.ttl()).as_millis() as u64)
+                    .arg(if waiting { 1 } else { 0 })
+                    .arg(if options.fencing_enabled() { 1 } else { 0 });
+                inv.invoke_async::<(i64, i64)>(&mut conn).await
+            }
+        };
+        match reply {
+            Ok(r) => {
+                cleanup.armed = false;
+                Ok(parse(r))
+            }
+            Err(e) => {
+                let err = Error::from_redis(Operation::Acquire, e);
+                if !err.is_ambiguous() {
+                    cleanup.armed = false;
+                }
+                Err(err)
+            }
+        }
+    }
+
+    /// Gives back what `token` may hold: its reader entry, its writer key, its waiting mark.
+    async fn give_back(&self, side: Side, token: &LockToken) {
+        match side {
+            Side::Read => {
+                let _ =
+                    release_member(&self.client, &self.readers, &self.name, token.expose()).await;
+            }
+            Side::Write => {
+                let _ = self.leave_waiting(token).await;
+                let _ = self.client.release_raw(&self.name, token.expose()).await;
+            }
+        }
+    }
+
+    async fn leave_waiting(&self, token: &LockToken) -> Result<i64> {
+        self.client
+            .idempotent(Operation::Release, |mut conn| {
+                let mut inv = WRITE_LEAVE.key(&self.waiting);
+                inv.arg(token.expose());
+                async move { inv.invoke_async(&mut conn).await }
+            })
+            .await
+    }
+
+    fn guard(
+        &self,
+        side: Side,
+        token: LockToken,
+        fencing: u64,
+        started: Instant,
+        options: &LockOptions,
+    ) -> LockGuard {
+        match side {
+            // The writer's lock is a plain lock on `name`.
+            Side::Write => self.client.guard(
+                &self.name,
+                token,
+                options.fencing_enabled().then_some(fencing),
+                started,
+                options,
+            ),
+            Side::Read => {
+                let lease = Lease::new(&self.name, token, None, started, options.ttl());
+                self.client.guard_renewing(
+                    lease,
+                    started,
+                    options,
+                    Arc::new(ReaderHeld(self.clone())),
+                    RenewTarget::Permit(self.readers.clone()),
+                )
+            }
+        }
+    }
+
+    async fn try_side(&self, side: Side, options: &LockOptions) -> Result<TryAcquire> {
+        self.check(side, options)?;
+        let token = LockToken::random();
+        let started = Instant::now();
+        match self.attempt(side, &token, options, false).await? {
+            Attempt::Acquired { .. } if expired(started, options.ttl()) => {
+                self.give_back(side, &token).await;
+                Err(Error::ExpiredOnArrival {
+                    key: self.name.clone(),
+                    elapsed: started.elapsed(),
+                    ttl: options.ttl(),
+                })
+            }
+            Attempt::Acquired { fencing } => Ok(TryAcquire::Acquired(
+                self.guard(side, token, fencing, started, options),
+            )),
+            Attempt::Busy { remaining } => Ok(TryAcquire::Busy { remaining }),
+        }
+    }
+
+    async fn wait_side(&self, side: Side, options: &LockOptions) -> Result<LockGuard> {
+        self.check(side, options)?;
+        let Some(wait) = options.wait_bound() else {
+            return match self.try_side(side, options).await? {
+                TryAcquire::Acquired(g) => Ok(g),
+                TryAcquire::Busy { .. } => Err(Error::NotAcquired {
+                    key: self.name.clone(),
+                    waited: Duration::ZERO,
+                    attempts: 1,
+                }),
+            };
+        };
+        let begun = Instant::now();
+        let deadline = begun + wait;
+        let mut subscription = match self.client.notifier() {
+            Some(n) => n.subscribe(release_channel(&self.name)).await,
+            None => None,
+        };
+        // A writer keeps one token for its whole wait: its waiting mark is that token.
+        let token = LockToken::random();
+        let mut leave = LeaveOnDrop {
+            lock: self,
+            token: &token,
+            armed: side == Side::Write,
+        };
+        // The writer refreshes its mark in time; a reader has nothing to refresh.
+        let refresh = writer_wait_ttl(options.ttl()) / 3;
+        let mut attempts: u32 = 0;
+        loop {
+            attempts += 1;
+            let token = match side {
+                Side::Write => token.clone(),
+                Side::Read => LockToken::random(),
+            };
+            let started = Instant::now();
+            if let Some(s) = subscription.as_mut() {
+                s.mark_seen();
+            }
+            let remaining = match self.attempt(side, &token, options, true).await {
+                Ok(Attempt::Acquired { .. }) if expired(started, options.ttl()) => {
+                    self.give_back(side, &token).await;
+                    Some(Duration::ZERO)
+                }
+                Ok(Attempt::Acquired { fencing }) => {
+                    leave.armed = false;
+                    return Ok(self.guard(side, token, fencing, started, options));
+                }
+                Ok(Attempt::Busy { remaining }) => remaining,
+                Err(e) if self.client.retries_while_waiting(&e) => None,
+                Err(e) => return Err(e),
+            };
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            let remaining = match side {
+                Side::Write => Some(remaining.map_or(refresh, |r| r.min(refresh))),
+                Side::Read => remaining,
+            };
+            pause_between_attempts(
+                subscription.as_mut(),
+                options.backoff_policy(),
+                attempts - 1,
+                remaining,
+                deadline - now,
+            )
+            .await;
+            if Instant::now() >= deadline {
+                break;
+            }
+        }
+        if side == Side::Write {
+            leave.armed = false;
+            // Now, not in the background: readers waiting behind our mark get in at once.
+            let _ = self.leave_waiting(&token).await;
+        }
+        Err(Error::NotAcquired {
+            key: self.name.clone(),
+            waited: begun.elapsed(),
+            attempts,
+        })
+    }
+
+    /// One attempt to read: succeeds while no writer holds or waits for the lock.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] with fencing, fair mode or `replica_ack`; as
+    /// [`LockClient::try_acquire`].
+    pub async fn try_read(&self, options: &LockOptions) -> Result<TryAcquire> {
+        self.try_side(Side::Read, options).await
+    }
+
+    /// Waits to read until `options.wait_bound()`: woken by releases, or when the writer's
+    /// lease (or a waiting writer's mark) runs out, or after the backoff.
+    ///
+    /// # Errors
+    /// [`Error::NotAcquired`] at the deadline; as [`RwLock::try_read`].
+    pub async fn read(&self, options: &LockOptions) -> Result<LockGuard> {
+        self.wait_side(Side::Read, options).await
+    }
+
+    /// One attempt to write: succeeds with no writer, no waiting writer before us, and no
+    /// reader left. With fencing, the writer gets the next number of `name`'s counter.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] with fair mode or `replica_ack`; as [`LockClient::try_acquire`].
+    pub async fn try_write(&self, options: &LockOptions) -> Result<TryAcquire> {
+        self.try_side(Side::Write, options).await
+    }
+
+    /// Waits to write until `options.wait_bound()`. While it waits, new readers are kept out,
+    /// so the current ones drain: a stream of readers cannot starve it.
+    ///
+    /// # Errors
+    /// [`Error::NotAcquired`] at the deadline; as [`RwLock::try_write`].
+    pub async fn write(&self, options: &LockOptions) -> Result<LockGuard> {
+        self.wait_side(Side::Write, options).await
+    }
+
+    /// [`RwLock::read`], run `work`, release whatever happens (as [`LockClient::with_lock`]).
+    ///
+    /// # Errors
+    /// As [`RwLock::read`]; [`Error::LockLost`]; [`Error::NotHeld`].
+    pub async fn with_read<T, F, Fut>(&self, options: &LockOptions, work: F) -> Result<T>
+    where
+        F: FnOnce(Lease) -> Fut,
+        Fut: std::future::Future<Output = T>,
+    {
+        let guard = self.read(options).await?;
+        crate::core::guard::run_with_lock(guard, options, work).await
+    }
+
+    /// [`RwLock::write`], run `work`, release whatever happens (as [`LockClient::with_lock`]).
+    ///
+    /// # Errors
+    /// As [`RwLock::write`]; [`Error::LockLost`]; [`Error::NotHeld`].
+    pub async fn with_write<T, F, Fut>(&self, options: &LockOptions, work: F) -> Result<T>
+    where
+        F: FnOnce(Lease) -> Fut,
+        Fut: std::future::Future<Output = T>,
+    {
+        let guard = self.write(options).await?;
+        crate::core::guard::run_with_lock(guard, options, work).await
+    }
+
+    /// Releases the read lease that `token` holds (a guard does this by itself).
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if `token` holds no unexpired read lease.
+    pub async fn release_read(&self, token: &LockToken) -> Result<()> {
+        if release_member(&self.client, &self.readers, &self.name, token.expose()).await? {
+            Ok(())
+        } else {
+            Err(Error::NotHeld {
+                key: self.name.clone(),
+            })
+        }
+    }
+
+    /// Releases the write lease that `token` holds (the plain token-checked release of `name`).
+    ///
+    /// # Errors
+    /// As [`LockClient::release`].
+    pub async fn release_write(&self, token: &LockToken) -> Result<()> {
+        self.client.release(&self.name, token).await
+    }
+
+    /// Resets the read lease that `token` holds to `ttl` from now (a guard's renewal does this
+    /// by itself; this is for a token received from elsewhere, like the CLI's `extend --read`).
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if `token` holds no unexpired read lease; [`Error::InvalidArgument`]
+    /// for a bad TTL.
+    pub async fn extend_read(&self, token: &LockToken, ttl: Duration) -> Result<()> {
+        if extend_member(&self.client, &self.readers, token, ttl).await? {
+            Ok(())
+        } else {
+            Err(Error::NotHeld {
+                key: self.name.clone(),
+            })
+        }
+    }
+
+    /// Resets the write lease that `token` holds to `ttl` from now (the plain token-checked
+    /// extend of `name`).
+    ///
+    /// # Errors
+    /// As [`LockClient::extend`].
+    pub async fn extend_write(&self, token: &LockToken, ttl: Duration) -> Result<()> {
+        self.client.extend(&self.name, token, ttl).await
+    }
+
+    /// How many readers hold the lock (unexpired) right now.
+    ///
+    /// # Errors
+    /// Connection and server errors.
+    pub async fn readers(&self) -> Result<u32> {
+        crate::redis::semaphore::count_members(&self.client, &self.readers).await
+    }
+}
+
+/// A read lease, as its guard sees it.
+#[derive(Debug)]
+struct ReaderHeld(RwLock);
+
+impl HeldLock for ReaderHeld {
+    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.0.release_read(lease.token()))
+    }
+
+    fn extend<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Instant>> {
+        Box::pin(async move {
+            let started = Instant::now();
+            if !extend_member(&self.0.client, &self.0.readers, lease.token(), ttl).await? {
+                return Err(Error::NotHeld {
+                    key: self.0.name.clone(),
+                });
+            }
+            Ok(started + ttl.saturating_sub(clock_drift(ttl)))
+        })
+    }
+}
+
+/// Gives back an attempt whose outcome we never learned (dropped future, lost reply).
+struct Abandoned<'a> {
+    lock: &'a RwLock,
+    side: Side,
+    token: &'a LockToken,
+    armed: bool,
+}
+
+impl Drop for Abandoned<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (lock, side, token) = (self.lock.clone(), self.side, self.token.clone());
+        handle.spawn(async move { lock.give_back(side, &token).await });
+    }
+}
+
+/// Removes a waiting writer's mark when its wait is abandoned (dropped future, error), so
+/// readers are not kept out until the mark expires.
+struct LeaveOnDrop<'a> {
+    lock: &'a RwLock,
+    token: &'a LockToken,
+    armed: bool,
+}
+
+impl Drop for LeaveOnDrop<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (lock, token) = (self.lock.clone(), self.token.clone());
+        handle.spawn(async move {
+            let _ = lock.leave_waiting(&token).await;
+        });
+    }
+}

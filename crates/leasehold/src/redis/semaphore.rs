@@ -1,0 +1,464 @@
+//! Counting semaphores: at most N holders of a name at once, each holding a permit that is a
+//! lease of its own ([`LockClient::semaphore`]).
+//!
+//! **Representation.** The permits of `name` are one sorted set, [`semaphore_permits_key`]: one
+//! member per held permit (its random token), scored with the permit's expiry in the server's
+//! milliseconds. A second key, [`semaphore_limit_key`], records N while permits are held, so a
+//! client asking for the same name with another N is refused ([`Error::Conflict`]) instead of
+//! silently admitting more holders. Both live in `name`'s hash slot.
+//!
+//! - **Acquire** (one script): drop the members whose expiry has passed (expired permits are
+//!   reclaimed by the next acquirer), and if fewer than N remain, add ours with expiry
+//!   `now + ttl`; otherwise reply with the time until the first permit expires.
+//! - **Release** and **extend** (one script each) act only on our token's member, and only
+//!   while its expiry has not passed: a permit that ran out is not ours to release or prolong,
+//!   even if nobody reclaimed it yet. Both say [`Error::NotHeld`] otherwise.
+//! - **Waiting**: a release publishes on `name`'s release channel; waiters retry when they
+//!   hear it, when the first permit expires, or after their jittered backoff.
+//! - **Auto-extension** goes through the client's renewer, batched with its other leases.
+//!
+//! **Safety claim.** At every instant of the server's clock, at most N members have an expiry in
+//! the future, because the acquire script counts them (after dropping the rest) before adding
+//! one, atomically; a holder's local validity is counted from before its request was sent,
+//! minus the drift allowance, so while [`Lease::is_held`] says true its member is still counted.
+//! Assumptions: as for locks (§1 of docs/guarantees.md): unique tokens, a server clock that
+//! does not run more than 1% fast, and no outside writes to the set. Like a lock, a semaphore
+//! cannot stop a *paused* holder from acting after its permit expired.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::future::BoxFuture;
+
+use crate::core::error::{Error, Operation, Result};
+use crate::core::guard::HeldLock;
+use crate::core::guard::{Lease, LockGuard, clock_drift};
+use crate::core::options::{LockOptions, ttl_millis};
+use crate::core::outcome::TryAcquire;
+use crate::core::token::{LockToken, validate_key};
+use crate::redis::client::LockClient;
+use crate::redis::renewal::RenewTarget;
+use crate::redis::scripts::{
+    PERMIT_ACQUIRE_SCRIPT as ACQUIRE, PERMIT_COUNT_SCRIPT as COUNT, PERMIT_EXTEND_SCRIPT as EXTEND,
+    PERMIT_RELEASE_SCRIPT as RELEASE,
+};
+use crate::redis::slot::{release_channel, slot_name};
+use crate::redis::waiting::pause_between_attempts;
+
+/// The most permits a semaphore may have.
+pub const MAX_PERMITS: u32 = 1_000_000;
+
+/// The sorted set of `name`'s held permits: [`slot_name`]`(name) + ":permits"`.
+pub fn semaphore_permits_key(name: &str) -> String {
+    format!("{}:permits", slot_name(name))
+}
+
+/// The key that records `name`'s number of permits while any is held:
+/// [`slot_name`]`(name) + ":limit"`.
+pub fn semaphore_limit_key(name: &str) -> String {
+    format!("{}:limit", slot_name(name))
+}
+
+pub use crate::redis::scripts::semaphore_scripts;
+
+/// A counting semaphore on one Redis server or cluster: `permits` holders of `name` at once.
+/// Cheap to clone; made by [`LockClient::semaphore`].
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use leasehold::{LockClient, LockOptions};
+///
+/// # async fn example(locks: LockClient) -> Result<(), leasehold::Error> {
+/// let uploads = locks.semaphore("uploads", 4)?; // at most 4 at once, across every process
+/// let opts = LockOptions::new(Duration::from_secs(30))
+///     .auto_extend(true)
+///     .wait(Duration::from_secs(60));
+/// uploads
+///     .with_permit(&opts, |permit| async move {
+///         // one of at most 4 holders while `permit.is_held()`
+///     })
+///     .await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Semaphore {
+    client: LockClient,
+    name: String,
+    permits: u32,
+    permits_key: String,
+    limit_key: String,
+}
+
+impl LockClient {
+    /// A semaphore of `permits` permits on `name` (no round trip). Every client of `name` must
+    /// use the same number: while permits are held, another number is refused
+    /// ([`Error::Conflict`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty or over-long name, or `permits` outside
+    /// 1 ..= [`MAX_PERMITS`].
+    pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
+        validate_key(name)?;
+        if permits == 0 {
+            return Err(Error::invalid(
+                "permits",
+                "a semaphore needs at least one permit",
+            ));
+        }
+        if permits > MAX_PERMITS {
+            return Err(Error::invalid(
+                "permits",
+                format!("{permits} is more than the limit of {MAX_PERMITS}"),
+            ));
+        }
+        Ok(Semaphore {
+            client: self.clone(),
+            name: name.to_string(),
+            permits,
+            permits_key: semaphore_permits_key(name),
+            limit_key: semaphore_limit_key(name),
+        })
+    }
+}
+
+enum PermitAttempt {
+    Acquired,
+    Busy { remaining: Option<Duration> },
+}
+
+impl Semaphore {
+    /// The semaphore's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// How many holders it admits at once.
+    pub fn permits(&self) -> u32 {
+        self.permits
+    }
+
+    fn check(&self, options: &LockOptions) -> Result<u64> {
+        let ttl_ms = ttl_millis(options.ttl())?;
+        let refuse = |what: &str| {
+            Err(Error::Unsupported {
+                backend: "redis",
+                what: format!("{what} on a semaphore"),
+            })
+        };
+        if options.fencing_enabled() {
+            // N holders at once: a number cannot exclude the others.
+            return refuse("fencing (a semaphore admits several holders at once)");
+        }
+        if options.fair_enabled() {
+            return refuse("fair mode");
+        }
+        if options.replica_ack_required().is_some() {
+            return refuse("replica_ack");
+        }
+        Ok(ttl_ms)
+    }
+
+    async fn attempt(&self, token: &LockToken, ttl_ms: u64) -> Result<PermitAttempt> {
+        let mut cleanup = AbandonedPermit {
+            semaphore: self,
+            token,
+            armed: true,
+        };
+        let mut inv = ACQUIRE.key(&self.permits_key);
+        inv.key(&self.limit_key)
+            .arg(token.expose())
+            .arg(ttl_ms)
+            .arg(self.permits);
+        let mut conn = self.client.connection();
+        let result = inv.invoke_async::<(i64, i64)>(&mut conn).await;
+        match result {
+            Ok((ok, n)) => {
+                cleanup.armed = false;
+                Ok(if ok == 1 {
+                    PermitAttempt::Acquired
+                } else {
+                    PermitAttempt::Busy {
+                        remaining: (n >= 0).then(|| Duration::from_millis(n as u64)),
+                    }
+                })
+            }
+            Err(e) if e.code() == Some("LEASEHOLD_PERMITS") => {
+                cleanup.armed = false;
+                let theirs = e.detail().unwrap_or("another number").trim().to_string();
+                Err(Error::Conflict {
+                    key: self.name.clone(),
+                    detail: format!(
+                        "the semaphore is held with {theirs} permits; this client asked for {}",
+                        self.permits
+                    ),
+                })
+            }
+            Err(e) => {
+                let err = Error::from_redis(Operation::Acquire, e);
+                if !err.is_ambiguous() {
+                    cleanup.armed = false;
+                }
+                Err(err)
+            }
+        }
+    }
+
+    fn guard(&self, token: LockToken, started: Instant, options: &LockOptions) -> LockGuard {
+        let lease = Lease::new(&self.name, token, None, started, options.ttl());
+        self.client.guard_renewing(
+            lease,
+            started,
+            options,
+            Arc::new(PermitHeld(self.clone())),
+            RenewTarget::Permit(self.permits_key.clone()),
+        )
+    }
+
+    /// One attempt to take a permit, without waiting. Busy (all N held) is an outcome, with
+    /// the time until the first held permit expires.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad TTL; [`Error::Unsupported`] with fencing, fair mode
+    /// or `replica_ack`; [`Error::Conflict`] when the name's holders use another number of
+    /// permits; [`Error::ExpiredOnArrival`]; connection and server errors.
+    pub async fn try_acquire(&self, options: &LockOptions) -> Result<TryAcquire> {
+        let ttl_ms = self.check(options)?;
+        let token = LockToken::random();
+        let started = Instant::now();
+        match self.attempt(&token, ttl_ms).await? {
+            PermitAttempt::Acquired if expired(started, options.ttl()) => {
+                let _ = self.release_raw(token.expose()).await;
+                Err(Error::ExpiredOnArrival {
+                    key: self.name.clone(),
+                    elapsed: started.elapsed(),
+                    ttl: options.ttl(),
+                })
+            }
+            PermitAttempt::Acquired => {
+                Ok(TryAcquire::Acquired(self.guard(token, started, options)))
+            }
+            PermitAttempt::Busy { remaining } => Ok(TryAcquire::Busy { remaining }),
+        }
+    }
+
+    /// Takes a permit, retrying until `options.wait_bound()` (one attempt without one): woken
+    /// by a release's notification, when the first held permit expires, or after the jittered
+    /// backoff, whichever comes first. Each attempt has a fresh token.
+    ///
+    /// # Errors
+    /// [`Error::NotAcquired`] if every permit stayed held until the deadline; otherwise as
+    /// [`Semaphore::try_acquire`].
+    pub async fn acquire(&self, options: &LockOptions) -> Result<LockGuard> {
+        let ttl_ms = self.check(options)?;
+        let begun = Instant::now();
+        let deadline = options.wait_bound().map(|w| begun + w);
+        let mut subscription = match (self.client.notifier(), deadline) {
+            (Some(n), Some(_)) => n.subscribe(release_channel(&self.name)).await,
+            _ => None,
+        };
+        let mut attempts: u32 = 0;
+        loop {
+            attempts += 1;
+            let token = LockToken::random();
+            let started = Instant::now();
+            if let Some(s) = subscription.as_mut() {
+                s.mark_seen();
+            }
+            let remaining = match self.attempt(&token, ttl_ms).await {
+                Ok(PermitAttempt::Acquired) if expired(started, options.ttl()) => {
+                    let _ = self.release_raw(token.expose()).await;
+                    Some(Duration::ZERO)
+                }
+                Ok(PermitAttempt::Acquired) => return Ok(self.guard(token, started, options)),
+                Ok(PermitAttempt::Busy { remaining }) => remaining,
+                Err(e) if deadline.is_some() && self.client.retries_while_waiting(&e) => None,
+                Err(e) => return Err(e),
+            };
+            let now = Instant::now();
+            let not_acquired = || Error::NotAcquired {
+                key: self.name.clone(),
+                waited: begun.elapsed(),
+                attempts,
+            };
+            let Some(deadline) = deadline.filter(|d| now < *d) else {
+                return Err(not_acquired());
+            };
+            pause_between_attempts(
+                subscription.as_mut(),
+                options.backoff_policy(),
+                attempts - 1,
+                remaining,
+                deadline - now,
+            )
+            .await;
+            if Instant::now() >= deadline {
+                return Err(not_acquired());
+            }
+        }
+    }
+
+    /// Waits for a permit (as [`Semaphore::acquire`]), runs `work`, and releases the permit
+    /// whatever happens, like [`LockClient::with_lock`]: `work` is dropped at once if the permit
+    /// is lost meanwhile ([`Error::LockLost`]).
+    ///
+    /// # Errors
+    /// As [`Semaphore::acquire`]; [`Error::LockLost`]; [`Error::NotHeld`] if the permit had
+    /// expired by the release.
+    pub async fn with_permit<T, F, Fut>(&self, options: &LockOptions, work: F) -> Result<T>
+    where
+        F: FnOnce(Lease) -> Fut,
+        Fut: std::future::Future<Output = T>,
+    {
+        let guard = self.acquire(options).await?;
+        crate::core::guard::run_with_lock(guard, options, work).await
+    }
+
+    /// Releases the permit that `token` holds (a guard does this by itself; this is for a token
+    /// received from elsewhere).
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if `token` holds no unexpired permit of this semaphore.
+    pub async fn release(&self, token: &LockToken) -> Result<()> {
+        if self.release_raw(token.expose()).await? {
+            Ok(())
+        } else {
+            Err(Error::NotHeld {
+                key: self.name.clone(),
+            })
+        }
+    }
+
+    /// Resets the permit that `token` holds to `ttl` from now.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if `token` holds no unexpired permit; [`Error::InvalidArgument`] for
+    /// a bad TTL.
+    pub async fn extend(&self, token: &LockToken, ttl: Duration) -> Result<()> {
+        if extend_member(&self.client, &self.permits_key, token, ttl).await? {
+            Ok(())
+        } else {
+            Err(Error::NotHeld {
+                key: self.name.clone(),
+            })
+        }
+    }
+
+    /// How many permits are held (unexpired) right now.
+    ///
+    /// # Errors
+    /// Connection and server errors.
+    pub async fn holders(&self) -> Result<u32> {
+        count_members(&self.client, &self.permits_key).await
+    }
+
+    async fn release_raw(&self, token: &str) -> Result<bool> {
+        release_member(&self.client, &self.permits_key, &self.name, token).await
+    }
+}
+
+/// Removes `token`'s member from the expiring set `set` (a semaphore's permits, a read-write
+/// lock's readers) and announces it on `name`'s release channel. True if it was held and
+/// unexpired.
+pub(crate) async fn release_member(
+    client: &LockClient,
+    set: &str,
+    name: &str,
+    token: &str,
+) -> Result<bool> {
+    let channel = if client.notifies_waiters() {
+        release_channel(name)
+    } else {
+        String::new()
+    };
+    let publish = if client.connection().is_cluster() {
+        "spublish"
+    } else {
+        "publish"
+    };
+    let limit = crate::redis::slot::permits_limit_key(set);
+    let released: i64 = client
+        .idempotent(Operation::Release, |mut conn| {
+            let mut inv = RELEASE.key(set);
+            inv.key(&limit).arg(token).arg(&channel).arg(publish);
+            async move { inv.invoke_async(&mut conn).await }
+        })
+        .await?;
+    Ok(released == 1)
+}
+
+/// The unexpired members of the expiring set `set`.
+pub(crate) async fn count_members(client: &LockClient, set: &str) -> Result<u32> {
+    client
+        .idempotent(Operation::Inspect, |mut conn| {
+            let inv = COUNT.key(set);
+            async move { inv.invoke_async(&mut conn).await }
+        })
+        .await
+}
+
+/// Resets `token`'s member of the expiring set `set` to `ttl` from now, if it is there and
+/// unexpired.
+pub(crate) async fn extend_member(
+    client: &LockClient,
+    set: &str,
+    token: &LockToken,
+    ttl: Duration,
+) -> Result<bool> {
+    let ttl_ms = ttl_millis(ttl)?;
+    let limit = crate::redis::slot::permits_limit_key(set);
+    let extended: i64 = client
+        .idempotent(Operation::Extend, |mut conn| {
+            let mut inv = EXTEND.key(set);
+            inv.key(&limit).arg(token.expose()).arg(ttl_ms);
+            async move { inv.invoke_async(&mut conn).await }
+        })
+        .await?;
+    Ok(extended == 1)
+}
+
+fn expired(started: Instant, ttl: Duration) -> bool {
+    started.elapsed() >= ttl.saturating_sub(clock_drift(ttl))
+}
+
+/// Gives back a permit whose acquisition's outcome we never learned (dropped future, lost
+/// reply), so it does not count against the semaphore for a whole TTL.
+struct AbandonedPermit<'a> {
+    semaphore: &'a Semaphore,
+    token: &'a LockToken,
+    armed: bool,
+}
+
+impl Drop for AbandonedPermit<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let semaphore = self.semaphore.clone();
+        let token = self.token.clone();
+        handle.spawn(async move {
+            let _ = semaphore.release_raw(token.expose()).await;
+        });
+    }
+}
+
+/// A held permit, as its guard sees it.
+#[derive(Debug)]
+struct PermitHeld(Semaphore);
+
+impl HeldLock for PermitHeld {
+    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.0.release(lease.token()))
+    }
+
+    fn extend<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Instant>> {
+        Box::pin(async move {
+            let started = Instant::now();
+            self.0.extend(lease.token(), ttl).await?;
+            Ok(started + ttl.saturating_sub(clock_drift(ttl)))
+        })
+    }
+}
