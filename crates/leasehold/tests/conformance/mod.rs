@@ -431,6 +431,10 @@ async fn release_and_extend_check_the_token(subject: &impl Subject) {
             .await
             .unwrap_or_else(|e| panic!("{name}: extend from elsewhere: {e}"));
         assert_holds(subject, &g, &c).await;
+        // The guard's own extend still finds its lock (another's extend kept it ours).
+        g.extend(LONG)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: guard extend after another's: {e}"));
         b.release(&k, &old)
             .await
             .unwrap_or_else(|e| panic!("{name}: release from elsewhere: {e}"));
@@ -464,9 +468,11 @@ async fn release_and_extend_check_the_token(subject: &impl Subject) {
         );
         assert_unsupported(subject, "release from elsewhere", b.release(&k, &old).await);
         assert_holds(subject, &g, &c).await;
-        g.release()
-            .await
-            .unwrap_or_else(|e| panic!("{name}: release: {e}"));
+        // The client that holds it releases it by key and token, without the guard.
+        drop(g.detach());
+        a.release(&k, &old).await.unwrap_or_else(|e| {
+            panic!("{name}: release by token through the holder's client: {e}")
+        });
         take(subject, &c, &k, &held()).await
     };
     assert!(h.fencing_token().unwrap() > n, "{name}: numbers increase");
