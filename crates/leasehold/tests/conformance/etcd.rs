@@ -76,6 +76,7 @@ impl Subject for EtcdSubject {
             release_elsewhere: true,
             max_key_len: MAX_KEY_LEN,
             more_bad_keys: vec!["a\0b".into()],
+            majority: false,
         }
     }
 
@@ -95,14 +96,14 @@ impl Subject for EtcdSubject {
     }
 
     /// The entries queued under the key.
-    async fn waiters_mark(&self, key: &str) -> u64 {
-        self.entries(key).await
+    async fn waiters_mark(&self, key: &str) -> Vec<u64> {
+        vec![self.entries(key).await]
     }
 
     /// A waiter's entry, queued behind the holder's (an acquisition that finds the queue empty
     /// holds the lock).
-    async fn waiter_refused_since(&self, key: &str, mark: u64) -> bool {
-        self.entries(key).await > mark
+    async fn waiter_refused_since(&self, key: &str, mark: &[u64]) -> bool {
+        self.entries(key).await > mark[0]
     }
 }
 

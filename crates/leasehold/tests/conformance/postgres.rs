@@ -73,6 +73,7 @@ impl Subject for Pg {
             release_elsewhere: self.kind == Kind::LeaseRow,
             max_key_len: MAX_PG_KEY_LEN,
             more_bad_keys: vec!["a\0b".into()],
+            majority: false,
         }
     }
 
@@ -108,7 +109,7 @@ impl Subject for Pg {
 
     /// Sessions: nothing to mark (the waiter is in the server's lock queue of the key). Lease
     /// rows: the server's clock, in microseconds.
-    async fn waiters_mark(&self, _key: &str) -> u64 {
+    async fn waiters_mark(&self, _key: &str) -> Vec<u64> {
         let row = self
             .admin
             .query_one(
@@ -117,13 +118,13 @@ impl Subject for Pg {
             )
             .await
             .expect("clock_timestamp");
-        row.get::<_, i64>(0) as u64
+        vec![row.get::<_, i64>(0) as u64]
     }
 
     /// Sessions: a session waits for the key's advisory lock. Lease rows: a session that started
     /// after the mark asked for the holder's remaining lease, which only a refused attempt does,
     /// and went idle (it waits for the release's notification or its backoff).
-    async fn waiter_refused_since(&self, key: &str, mark: u64) -> bool {
+    async fn waiter_refused_since(&self, key: &str, mark: &[u64]) -> bool {
         match self.kind {
             Kind::Session => !self.advisory(key, false).await.is_empty(),
             Kind::LeaseRow => {
@@ -134,7 +135,7 @@ impl Subject for Pg {
                           WHERE backend_start > to_timestamp($1::bigint / 1e6)
                             AND state = 'idle'
                             AND query LIKE 'SELECT (extract(epoch FROM expires_at - clock_timestamp())%'",
-                        &[&(mark as i64)],
+                        &[&(mark[0] as i64)],
                     )
                     .await
                     .expect("pg_stat_activity");
