@@ -10,8 +10,7 @@ use std::time::{Duration, Instant};
 
 use leasehold::etcd::EtcdClient;
 use leasehold::{
-    ClientOptions, Error, LockGuard, LockOptions, LockToken, Locker, LossReason, MAX_KEY_LEN,
-    Operation, TryAcquire, clock_drift,
+    ClientOptions, Error, LockGuard, LockOptions, LossReason, Operation, TryAcquire, clock_drift,
 };
 use leasehold_harness::{Etcd, EtcdCluster, SlowLink, etcd_cluster_for_test, etcd_for_test};
 
@@ -118,6 +117,13 @@ where
     }
 }
 
+/// What etcd itself shows of a lock (the guarantees every backend makes, exclusion, token
+/// checks, fencing and release from another client among them, are checked through `Locker` by
+/// `conformance::etcd`): a busy attempt writes nothing; the holder's entry stores its token, and
+/// its `create_revision` is the fencing number, which an extend (a put) keeps; the validity the
+/// holder believes in never ends after etcd's expiry of the lease; an extend from another
+/// client grants a new lease; after the release no entry is left, and `inspect` shows no holder,
+/// no TTL and no number; a TTL below etcd's minimum is raised to it.
 #[tokio::test]
 async fn acquire_busy_release_fencing_and_token_checks() {
     let Some(etcd) = etcd_for_test() else { return };
@@ -133,7 +139,6 @@ async fn acquire_busy_release_fencing_and_token_checks() {
         .acquired()
         .expect("A acquires");
     let f1 = g1.fencing_token().expect("fencing on");
-    assert!(g1.is_held());
     let busy = b.try_acquire("k", &opts).await.unwrap();
     assert!(matches!(busy, TryAcquire::Busy { .. }), "B must be refused");
     // A busy attempt writes nothing: the only entry is A's, and its revision is the number.
@@ -145,24 +150,11 @@ async fn acquire_busy_release_fencing_and_token_checks() {
     let believed = g1.valid_until();
     let state = b.inspect("k").await.unwrap();
     assert_valid_within_server_lease(believed, state.ttl.unwrap());
-    assert_eq!(state.holder.as_deref(), Some(g1.token().expose()));
-    assert_eq!(state.fencing_counter, Some(f1));
     let ttl = state.ttl.expect("the entry has a lease");
     assert!(
         ttl <= Duration::from_secs(10) && ttl >= Duration::from_secs(5),
         "{ttl:?}"
     );
-
-    // Token checks: a wrong token neither releases nor extends.
-    let wrong = LockToken::new("not-the-token").unwrap();
-    assert!(b.release("k", &wrong).await.unwrap_err().is_not_held());
-    assert!(
-        b.extend("k", &wrong, Duration::from_secs(30))
-            .await
-            .unwrap_err()
-            .is_not_held()
-    );
-    assert_eq!(entries(&raw, "k").await.len(), 1);
 
     // Extend from "another process" (no state, only the token): a new lease, same entry.
     b.extend("k", g1.token(), Duration::from_secs(30))
@@ -171,9 +163,7 @@ async fn acquire_busy_release_fencing_and_token_checks() {
     let state = b.inspect("k").await.unwrap();
     assert!(state.ttl.unwrap() > Duration::from_secs(20), "{state:?}");
     assert_eq!(state.fencing_counter, Some(f1), "a put keeps the revision");
-    // The guard's own extend still works (the entry is still ours, by revision).
-    g1.extend(Duration::from_secs(12)).await.unwrap();
-    assert!(g1.is_held());
+    assert_eq!(entries(&raw, "k").await.len(), 1);
 
     g1.release().await.unwrap();
     assert!(entries(&raw, "k").await.is_empty());
@@ -183,47 +173,13 @@ async fn acquire_busy_release_fencing_and_token_checks() {
         (None, None, None)
     );
 
-    // B takes it; a release by token from elsewhere frees it; numbers strictly increase.
-    let g2 = b
-        .try_acquire("k", &opts)
-        .await
-        .unwrap()
-        .acquired()
-        .expect("B acquires");
-    let f2 = g2.fencing_token().unwrap();
-    assert!(f2 > f1, "{f2} > {f1}");
-    let lease = g2.detach();
-    a.release("k", lease.token()).await.unwrap();
-    assert!(
-        a.release("k", lease.token())
-            .await
-            .unwrap_err()
-            .is_not_held()
-    );
-    let g3 = a
-        .try_acquire("k", &opts)
-        .await
-        .unwrap()
-        .acquired()
-        .expect("A again");
-    assert!(g3.fencing_token().unwrap() > f2);
-    // The old guard's token no longer does anything to the new holder.
-    assert!(
-        b.extend("k", lease.token(), Duration::from_secs(5))
-            .await
-            .unwrap_err()
-            .is_not_held()
-    );
-    g3.release().await.unwrap();
-
-    // Fencing off: no number; a TTL below etcd's minimum is raised to it.
+    // A TTL below etcd's minimum is raised to it.
     let g4 = a
         .try_acquire("k", &LockOptions::new(Duration::from_millis(300)))
         .await
         .unwrap()
         .acquired()
         .unwrap();
-    assert_eq!(g4.fencing_token(), None);
     let ttl = a.inspect("k").await.unwrap().ttl.unwrap();
     assert!(ttl <= Duration::from_secs(2), "{ttl:?}");
     g4.release().await.unwrap();
@@ -442,33 +398,6 @@ async fn auto_extend_outlives_the_ttl_and_plain_locks_expire() {
         .await
         .expect("capped lock reports its expiry");
     assert_eq!(capped.loss_reason(), Some(LossReason::Expired));
-}
-
-#[tokio::test]
-async fn loss_is_reported_when_the_entry_is_deleted() {
-    let Some(etcd) = etcd_for_test() else { return };
-    let raw = raw(&[etcd.endpoint()]).await;
-    let c = client(&etcd).await;
-    let opts = LockOptions::new(Duration::from_secs(2)).auto_extend(true);
-    let g = c.acquire("gone", &opts).await.unwrap();
-    let keep = c.acquire("kept", &opts).await.unwrap();
-    raw.kv_client()
-        .delete(
-            "gone\0",
-            Some(etcd_client::DeleteOptions::new().with_prefix()),
-        )
-        .await
-        .unwrap();
-    tokio::time::timeout(GENEROUS, g.lost())
-        .await
-        .expect("loss reported");
-    assert_eq!(g.loss_reason(), Some(LossReason::NotHeld));
-    assert!(!g.is_held());
-    assert!(g.release().await.unwrap_err().is_not_held());
-    // The other lock on the same session is untouched.
-    assert!(keep.is_held() && keep.loss_reason().is_none());
-    assert_eq!(entries(&raw, "kept").await.len(), 1);
-    keep.release().await.unwrap();
 }
 
 #[tokio::test]
@@ -766,31 +695,10 @@ async fn one_keep_alive_stream_carries_every_ttl() {
 async fn bad_input_and_connection_errors() {
     let Some(etcd) = etcd_for_test() else { return };
     let c = client(&etcd).await;
-    // Frozen: any request would hang until the 5 s response timeout, so a prompt answer
-    // proves none was sent.
+    // Frozen: any request would hang until the 5 s response timeout, so an answer that is
+    // not a connection error proves none was sent. (Bad keys, refused before any round trip:
+    // `conformance::etcd`.)
     etcd.pause().unwrap();
-    let long = "x".repeat(MAX_KEY_LEN + 1);
-    let token = LockToken::new("t").unwrap();
-    let opts = LockOptions::new(Duration::from_secs(5)).wait(Duration::from_secs(5));
-    for key in ["", "a\0b", long.as_str()] {
-        let t0 = Instant::now();
-        let errors = [
-            c.try_acquire(key, &opts).await.map(drop).unwrap_err(),
-            c.acquire(key, &opts).await.map(drop).unwrap_err(),
-            c.release(key, &token).await.unwrap_err(),
-            c.extend(key, &token, Duration::from_secs(1))
-                .await
-                .unwrap_err(),
-            c.inspect(key).await.map(drop).unwrap_err(),
-        ];
-        for e in errors {
-            assert!(
-                matches!(e, Error::InvalidArgument { what: "key", .. }),
-                "{key:.8?}: {e}"
-            );
-        }
-        assert!(t0.elapsed() < Duration::from_secs(1), "a request was sent");
-    }
     let e = c
         .try_acquire("k", &LockOptions::new(Duration::ZERO))
         .await
@@ -889,59 +797,6 @@ async fn bad_input_and_connection_errors() {
         .map(drop)
         .unwrap_err();
     assert!(matches!(e, Error::PermissionDenied { .. }), "{e}");
-}
-
-#[tokio::test]
-async fn locker_end_to_end() {
-    let Some(etcd) = etcd_for_test() else { return };
-    let locker = Locker::connect(&url(&etcd)).await.unwrap();
-    assert_eq!(locker.backend(), "etcd");
-    let opts = LockOptions::new(Duration::from_secs(5))
-        .wait(Duration::from_secs(5))
-        .fencing(true)
-        .auto_extend(true);
-    let (number, token) = locker
-        .with_lock("job", &opts, |lease| async move {
-            (lease.fencing_token().unwrap(), lease.token().clone())
-        })
-        .await
-        .unwrap();
-    let state = locker.inspect("job").await.unwrap();
-    assert_eq!(state.holder, None, "with_lock released");
-    assert!(
-        locker
-            .release("job", &token)
-            .await
-            .unwrap_err()
-            .is_not_held()
-    );
-
-    let guard = locker.acquire("job", &opts).await.unwrap();
-    assert!(guard.fencing_token().unwrap() > number);
-    let state = locker.inspect("job").await.unwrap();
-    assert_eq!(state.holder.as_deref(), Some(guard.token().expose()));
-    assert!(matches!(
-        locker.try_acquire("job", &opts).await.unwrap(),
-        TryAcquire::Busy { .. }
-    ));
-    locker
-        .extend("job", guard.token(), Duration::from_secs(10))
-        .await
-        .unwrap();
-    let lease = guard.detach();
-    locker.release("job", lease.token()).await.unwrap();
-    assert_eq!(locker.inspect("job").await.unwrap().holder, None);
-    let e = locker.raise_fencing_counter("job", 10).await.unwrap_err();
-    assert!(
-        matches!(
-            e,
-            Error::Unsupported {
-                backend: "etcd",
-                ..
-            }
-        ),
-        "{e}"
-    );
 }
 
 /// The lease an entry of `key` rides on (`None`: no entry). Asserts at most one entry.

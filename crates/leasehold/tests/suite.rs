@@ -6,6 +6,7 @@ mod acl;
 mod bad_input;
 mod cluster;
 mod common;
+mod conformance;
 mod election;
 mod etcd_backend;
 mod failover;
