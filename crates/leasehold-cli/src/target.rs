@@ -3,7 +3,9 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use leasehold::{ClientOptions, LockClient, Locker, NodeOutcome, Redlock, RedlockOptions};
+use leasehold::{
+    ClientOptions, LockClient, Locker, NodeOutcome, RedisOptions, Redlock, RedlockOptions,
+};
 
 use crate::exit::{NoMajority, Usage};
 
@@ -137,7 +139,7 @@ impl Servers {
         if let [url] = self.urls.as_slice()
             && is_redlock_url(url)
         {
-            let nodes = leasehold::redlock::node_urls(url)?;
+            let nodes = leasehold::internal::node_urls(url)?;
             let expanded = Servers {
                 urls: nodes,
                 ..self.clone()
@@ -328,7 +330,11 @@ impl Target {
     }
 
     /// Connects with `options` (and `--tls-ca-file`).
-    pub async fn connect_with(&self, options: ClientOptions) -> anyhow::Result<LockClient> {
+    pub async fn connect_with(
+        &self,
+        options: impl Into<RedisOptions>,
+    ) -> anyhow::Result<LockClient> {
+        let options: RedisOptions = options.into();
         let options = match &self.tls_ca_file {
             Some(path) => options.tls_ca_file(path),
             None => options,

@@ -307,7 +307,7 @@ server_test!(async fn elect_runs_the_command_only_while_leader(bin) {
         &["svc", "--ttl", "1s", "--id", "second", "--", "sh", "-c", "echo $LEASEHOLD_LEADER_ID $LEASEHOLD_TERM > second"],
     );
     // While the first leads, the second only waits.
-    let record = leasehold::election::election_leader_key("svc");
+    let record = leasehold::internal::election_leader_key("svc");
     assert_eq!(get(&server, &record), Some(format!("{term} first")));
     assert!(!dir.path().join("second").exists(), "a follower ran its command");
     kill(Pid::from_raw(first.pid() as i32), Signal::SIGKILL).unwrap();

@@ -9,12 +9,9 @@ mod locker;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 mod redis;
-pub mod redlock;
+mod redlock;
 
 pub use self::core::metrics;
-pub use self::redis::{
-    election, endpoint, fair, fencing, multi, renewal, rwlock, semaphore, slot, strategy, waiting,
-};
 
 pub use self::core::backend::{Backend, Fairness};
 pub use self::core::error::{BoxError, Error, LossReason, Operation, Result};
@@ -29,15 +26,32 @@ pub use self::redis::connection::{ClientConnection, SentinelConnection};
 pub use self::redis::election::{Election, Leader, LeaderWatch};
 pub use self::redis::endpoint::Endpoint;
 pub use self::redis::fencing::FencedStore;
-pub use self::redis::multi::MultiLock;
+pub use self::redis::multi::{MAX_KEYS as MAX_MULTI_KEYS, MultiLock};
+pub use self::redis::options::RedisOptions;
 pub use self::redis::renewal::RenewalStats;
 pub use self::redis::rwlock::RwLock;
-pub use self::redis::semaphore::Semaphore;
+pub use self::redis::semaphore::{MAX_PERMITS, Semaphore};
 pub use self::redis::server::{ServerInfo, ServerKind};
 pub use self::redis::slot::{fair_entry_key, fair_queue_key, fence_key, key_slot, release_channel};
 pub use self::redis::strategy::{ExtendStrategy, ReleaseStrategy};
 pub use locker::Locker;
 pub use redlock::{Redlock, RedlockOptions};
+
+/// What the CLI, the lab and the tests need of the internals (script texts, key names, URL
+/// parsing): not part of the API, and not covered by semver.
+#[doc(hidden)]
+pub mod internal {
+    pub use crate::redis::election::election_leader_key;
+    pub use crate::redis::fair::{fair_scripts, queue_entry_ttl};
+    pub use crate::redis::rwlock::{rwlock_readers_key, rwlock_writer_waiting_key};
+    pub use crate::redis::scripts::{
+        ACQUIRE_LUA, EXTEND_LUA, FENCED_WRITE_LUA, RAISE_FENCE_LUA, REDLOCK_ACQUIRE_LUA,
+        RELEASE_LUA, RELEASE_NOTIFY_LUA,
+    };
+    pub use crate::redis::semaphore::{semaphore_permits_key, semaphore_scripts};
+    pub use crate::redis::slot::slot_name;
+    pub use crate::redlock::node_urls;
+}
 
 /// The README's code blocks, compiled as doctests (the crate's own docs are the shorter
 /// `lib.md`).

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::core::backend::{Backend, LockBackend};
+use crate::core::backend::{Backend, Fairness, LockBackend};
 use crate::core::error::{Error, Result};
 use crate::core::guard::{Lease, LockGuard};
 use crate::core::options::{ClientOptions, LockOptions};
@@ -220,7 +220,14 @@ impl Locker {
     /// [`Error::NotHeld`] if it does not; [`Error::Unsupported`] on Redlock and PostgreSQL
     /// lease rows; connection and server errors.
     pub async fn release_fair(&self, key: &str, token: &LockToken) -> Result<()> {
-        self.backend.release_fair(key, token).await
+        match (&self.redis, self.kind().fairness()) {
+            (Some(client), _) => client.release_fair(key, token).await,
+            (None, Fairness::Always) => self.release(key, token).await,
+            _ => Err(Error::Unsupported {
+                backend: self.backend(),
+                what: "a fair release (this backend has no fair mode)".into(),
+            }),
+        }
     }
 
     /// Resets `key`'s TTL to `ttl` if `token` still holds it.

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use common::*;
 use leasehold::{
-    ClientOptions, Error, ExtendStrategy, LockClient, LockOptions, LockToken, ReleaseStrategy,
+    ClientOptions, Error, ExtendStrategy, LockClient, LockOptions, LockToken, RedisOptions,
+    ReleaseStrategy,
 };
 use leasehold_harness::{Server, ServerOptions, SilentServer};
 
@@ -244,7 +245,7 @@ leasehold_harness::server_test!(async fn server_restarted_between_acquire_and_re
 
 // SCRIPT FLUSH between calls: the Lua strategies reload their scripts transparently.
 leasehold_harness::server_test!(async fn script_flush_is_transparent(bin) {
-    let opts = ClientOptions::new().release_strategy(ReleaseStrategy::Lua).extend_strategy(ExtendStrategy::Lua);
+    let opts = RedisOptions::new().release_strategy(ReleaseStrategy::Lua).extend_strategy(ExtendStrategy::Lua);
     let (server, client) = start_with(&bin, opts).await;
     for fencing in [false, true] {
         let lock = LockOptions::new(LONG).fencing(fencing);

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use leasehold::{
     Backoff, ClientOptions, Error, ExtendStrategy, FencedStore, FencedWrite, LockClient,
-    LockOptions, ReleaseStrategy, TryAcquire, fair_entry_key, fair_queue_key, fence_key, key_slot,
-    release_channel,
+    LockOptions, RedisOptions, ReleaseStrategy, TryAcquire, fair_entry_key, fair_queue_key,
+    fence_key, key_slot, release_channel,
 };
 use leasehold_harness::{Cluster, ClusterOptions, Server};
 
@@ -41,7 +41,7 @@ fn start_cluster(bin: &leasehold_harness::ServerBinary) -> Cluster {
     Cluster::start(bin, &ClusterOptions::new()).expect("cluster starts")
 }
 
-async fn connect(cluster: &Cluster, options: ClientOptions) -> LockClient {
+async fn connect(cluster: &Cluster, options: impl Into<RedisOptions>) -> LockClient {
     LockClient::connect_cluster(&cluster.urls(), options)
         .await
         .expect("client connects to the cluster")
@@ -79,7 +79,7 @@ leasehold_harness::server_test!(async fn every_operation_on_every_key_shape(bin)
     let native = connect(&cluster, ClientOptions::new()).await;
     let lua = connect(
         &cluster,
-        ClientOptions::new().release_strategy(ReleaseStrategy::Lua).extend_strategy(ExtendStrategy::Lua),
+        RedisOptions::new().release_strategy(ReleaseStrategy::Lua).extend_strategy(ExtendStrategy::Lua),
     )
     .await;
     assert!(native.server().cluster_enabled);
@@ -148,7 +148,7 @@ leasehold_harness::server_test!(async fn every_operation_on_every_key_shape(bin)
             let p = sem.try_acquire(&LockOptions::new(LONG)).await.unwrap().acquired()
                 .unwrap_or_else(|| panic!("{name}: permit of {key:?} not acquired"));
             assert!(!sem.try_acquire(&LockOptions::new(LONG)).await.unwrap().is_acquired());
-            let permits = leasehold::semaphore::semaphore_permits_key(key);
+            let permits = leasehold::internal::semaphore_permits_key(key);
             assert_eq!(cluster.keyslot(&permits).unwrap(), key_slot(key), "{key:?}");
             assert_eq!(owner.command(&["ZCARD", &permits]).unwrap().as_integer(), Some(1));
             p.release().await.unwrap_or_else(|e| panic!("{name} permit release {key:?}: {e}"));

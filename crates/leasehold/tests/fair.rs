@@ -9,8 +9,8 @@ use common::{calls, until};
 use std::time::{Duration, Instant};
 
 use leasehold::{
-    ClientOptions, Error, LockClient, LockGuard, LockOptions, Redlock, RedlockOptions, TryAcquire,
-    fair_entry_key, fair_queue_key, fence_key,
+    ClientOptions, Error, LockClient, LockGuard, LockOptions, RedisOptions, Redlock,
+    RedlockOptions, TryAcquire, fair_entry_key, fair_queue_key, fence_key,
 };
 use leasehold_harness::{Server, ServerOptions, SlowLink};
 use tokio::sync::{mpsc, oneshot};
@@ -74,7 +74,7 @@ async fn held_with_a_queued_waiter(
 
 /// Loads the fair scripts, so that `INFO commandstats` counts one EVALSHA per operation.
 fn preload(server: &Server) {
-    for script in leasehold::fair::fair_scripts() {
+    for script in leasehold::internal::fair_scripts() {
         assert!(
             !server
                 .command(&["SCRIPT", "LOAD", &script])
@@ -213,7 +213,7 @@ leasehold_harness::server_test!(async fn a_lock_handed_to_a_waiter_that_leaves_m
     let holder = LockClient::connect(&server.url()).await.unwrap();
     // This waiter hears no handoff message: it would claim the lock at its next refresh, 3.3 s
     // after its attempt; it is dropped before that.
-    let deaf = LockClient::connect_with(&server.url(), ClientOptions::new().notify_waiters(false))
+    let deaf = LockClient::connect_with(&server.url(), RedisOptions::new().notify_waiters(false))
         .await
         .unwrap();
     let g = holder.try_acquire(key, &fair(LONG)).await.unwrap().acquired().unwrap();
@@ -287,7 +287,7 @@ leasehold_harness::server_test!(async fn fencing_numbers_increase_through_handof
     // claims it at its next attempt. Both get the number the release issued.
     for notify in [true, false] {
         let key = if notify { "fair:fence:message" } else { "fair:fence:claim" };
-        let client = LockClient::connect_with(&server.url(), ClientOptions::new().notify_waiters(notify))
+        let client = LockClient::connect_with(&server.url(), RedisOptions::new().notify_waiters(notify))
             .await
             .unwrap();
         let opts = fair(LONG).fencing(true);

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::*;
 use leasehold::{
-    ClientOptions, Error, ExtendStrategy, LockClient, LockOptions, LockToken, ReleaseStrategy,
+    Error, ExtendStrategy, LockClient, LockOptions, LockToken, RedisOptions, ReleaseStrategy,
     ServerKind, TryAcquire,
 };
 use leasehold_harness::{Flavor, Server, ServerOptions};
@@ -124,7 +124,7 @@ leasehold_harness::server_test!(async fn extend_only_while_held(bin) {
 
 // The Lua path works on every server (it is the only one on Redis 7).
 leasehold_harness::server_test!(async fn forced_lua_strategies(bin) {
-    let opts = ClientOptions::new()
+    let opts = RedisOptions::new()
         .release_strategy(ReleaseStrategy::Lua)
         .extend_strategy(ExtendStrategy::Lua);
     let (server, client) = start_with(&bin, opts).await;
@@ -144,7 +144,7 @@ leasehold_harness::server_test!(async fn forced_missing_strategy_is_refused(bin)
         (ReleaseStrategy::DelEx, bin.flavor() == Some(Flavor::Redis8)),
         (ReleaseStrategy::DelIfEq, bin.flavor() == Some(Flavor::Valkey9)),
     ] {
-        let r = LockClient::connect_with(&server.url(), ClientOptions::new().release_strategy(strategy)).await;
+        let r = LockClient::connect_with(&server.url(), RedisOptions::new().release_strategy(strategy)).await;
         match r {
             Ok(c) => {
                 assert!(offered, "{strategy:?} accepted on {}", bin.label());

@@ -47,7 +47,7 @@ leasehold_harness::server_test!(async fn one_command_per_operation(bin) {
     for notify in [false, true] {
         let client = leasehold::LockClient::connect_with(
             &server.url(),
-            leasehold::ClientOptions::new().notify_waiters(notify),
+            leasehold::RedisOptions::new().notify_waiters(notify),
         )
         .await
         .unwrap();

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use common::until;
-use leasehold::rwlock::{rwlock_readers_key, rwlock_writer_waiting_key};
+use leasehold::internal::{rwlock_readers_key, rwlock_writer_waiting_key};
 use leasehold::{Backoff, Error, LockClient, LockOptions, LossReason, TryAcquire};
 use leasehold_harness::{Server, ServerOptions};
 

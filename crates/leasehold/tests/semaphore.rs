@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::{calls, until};
-use leasehold::semaphore::{semaphore_permits_key, semaphore_scripts};
+use leasehold::internal::{semaphore_permits_key, semaphore_scripts};
 use leasehold::{Backoff, Error, LockClient, LockOptions, LockToken, LossReason, TryAcquire};
 use leasehold_harness::{Server, ServerOptions};
 

@@ -6,7 +6,7 @@ use common::calls;
 
 use std::time::Duration;
 
-use leasehold::{Backoff, ClientOptions, Error, LockClient, LockOptions};
+use leasehold::{Backoff, Error, LockClient, LockOptions, RedisOptions};
 use leasehold_harness::Server;
 
 const LONG: Duration = Duration::from_secs(60);
@@ -17,7 +17,7 @@ const HANG_GUARD: Duration = Duration::from_secs(60);
 /// the holder releases. Only a notification can wake the waiter before its deadline.
 async fn waiter_after_release(server: &Server, notify: bool) -> Result<(), Error> {
     common::preload_scripts(server); // so the first counted EVALSHA is the real attempt
-    let options = ClientOptions::new().notify_waiters(notify);
+    let options = RedisOptions::new().notify_waiters(notify);
     let holder = LockClient::connect_with(&server.url(), options.clone())
         .await
         .unwrap();
@@ -215,7 +215,7 @@ leasehold_harness::server_test!(async fn waiters_share_one_subscriber_connection
 // than its 4 s deadline, so only the TTL-driven retry can get it the lock.
 leasehold_harness::server_test!(async fn waiter_retries_when_a_crashed_holders_ttl_runs_out(bin) {
     let server = Server::start(&bin, &leasehold_harness::ServerOptions::new()).unwrap();
-    let client = LockClient::connect_with(&server.url(), ClientOptions::new().notify_waiters(false)).await.unwrap();
+    let client = LockClient::connect_with(&server.url(), RedisOptions::new().notify_waiters(false)).await.unwrap();
     let crashed = client
         .try_acquire("orphan", &LockOptions::new(Duration::from_secs(2)))
         .await

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use leasehold::{ClientOptions, LockClient, LockOptions, Locker, Redlock, RedlockOptions};
+use leasehold::{LockClient, LockOptions, Locker, RedisOptions, Redlock, RedlockOptions};
 
 use super::stats::{Latencies, Summary};
 
@@ -58,7 +58,7 @@ pub(crate) async fn w1_leasehold(
     prefix: String,
     notify: bool,
 ) -> anyhow::Result<(Summary, Vec<(f64, f64)>)> {
-    let options = ClientOptions::new().notify_waiters(notify);
+    let options = RedisOptions::new().notify_waiters(notify);
     let client = LockClient::connect_with(&url, options).await?;
     let opts = LockOptions::new(Duration::from_secs(10));
     let mut lat = Latencies::new();
@@ -156,7 +156,7 @@ pub(crate) async fn w2(
     floor: bool,
     notify: bool,
 ) -> anyhow::Result<Summary> {
-    let options = ClientOptions::new().notify_waiters(notify);
+    let options = RedisOptions::new().notify_waiters(notify);
     let client = LockClient::connect_with(&url, options).await?;
     let conn = redis::Client::open(url.as_str())?
         .get_connection_manager()

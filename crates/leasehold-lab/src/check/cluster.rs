@@ -28,7 +28,7 @@ const FINISH_ATTEMPTS: usize = 5;
 /// queue's entry lifetime plus a TTL, so every queue entry written before the migration has
 /// expired while its waiter was refused (`TRYAGAIN`), and holders renewed meanwhile.
 fn held_migration(ttl: Duration) -> Duration {
-    2 * leasehold::fair::queue_entry_ttl(ttl) + ttl
+    2 * leasehold::internal::queue_entry_ttl(ttl) + ttl
 }
 
 /// A cluster holding the lock.

@@ -36,7 +36,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use anyhow::Context;
-use leasehold::{ClientConnection, ClientOptions, ExtendStrategy, LockClient, ReleaseStrategy};
+use leasehold::{ClientConnection, ExtendStrategy, LockClient, RedisOptions, ReleaseStrategy};
 use leasehold_harness::{Flavor, Server, ServerBinary, ServerOptions};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
@@ -228,7 +228,7 @@ async fn session(target: &Target, local: Option<&Local>, stop: &mut Stop) -> any
     let client = target.connect().await?;
     let lua = target
         .connect_with(
-            ClientOptions::new()
+            RedisOptions::new()
                 .release_strategy(ReleaseStrategy::Lua)
                 .extend_strategy(ExtendStrategy::Lua),
         )

@@ -68,7 +68,7 @@ fn for_this_server(line: &str, server: &ServerInfo) -> anyhow::Result<(String, O
         return Ok((
             format!(
                 "EVAL {} 1 {key} {}",
-                quote(leasehold::strategy::RELEASE_LUA),
+                quote(leasehold::internal::RELEASE_LUA),
                 quote(token)
             ),
             Some(format!(
@@ -271,7 +271,7 @@ mod tests {
             split_args(TRANSCRIPT[10]).unwrap(),
             [
                 "EVAL",
-                leasehold::strategy::RELEASE_LUA,
+                leasehold::internal::RELEASE_LUA,
                 "1",
                 "lock:payment",
                 "wrong-token"
@@ -326,7 +326,7 @@ mod tests {
             split_args(&cmd).unwrap(),
             [
                 "EVAL",
-                leasehold::strategy::RELEASE_LUA,
+                leasehold::internal::RELEASE_LUA,
                 "1",
                 "lock:payment",
                 "token-uuid-abc"

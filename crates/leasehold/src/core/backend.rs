@@ -141,8 +141,6 @@ pub(crate) trait LockBackend: Send + Sync + Debug + 'static {
         ttl: Duration,
     ) -> BoxFuture<'a, Result<()>>;
 
-    fn release_fair<'a>(&'a self, key: &'a str, token: &'a LockToken) -> BoxFuture<'a, Result<()>>;
-
     fn inspect<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<LockState>>;
 
     fn raise_fencing_counter<'a>(
@@ -196,14 +194,6 @@ macro_rules! impl_lock_backend {
                 ttl: ::std::time::Duration,
             ) -> ::futures_util::future::BoxFuture<'a, $crate::Result<()>> {
                 Box::pin(<$client>::extend(self, key, token, ttl))
-            }
-
-            fn release_fair<'a>(
-                &'a self,
-                key: &'a str,
-                token: &'a $crate::LockToken,
-            ) -> ::futures_util::future::BoxFuture<'a, $crate::Result<()>> {
-                Box::pin(<$client>::release_fair(self, key, token))
             }
 
             fn inspect<'a>(

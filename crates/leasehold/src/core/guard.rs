@@ -361,7 +361,7 @@ impl LockGuard {
     }
 
     /// Resets the lock's TTL to `ttl` from now, if the key still holds our token (atomically:
-    /// see [`crate::redis::strategy`]). The validity moves to `ttl` after the moment the command was
+    /// see `src/redis/strategy`). The validity moves to `ttl` after the moment the command was
     /// sent. If the outcome is unknown (a timeout, a dropped connection, a server error), the
     /// validity is left at the sooner of what it was and `ttl` after the send: the command may
     /// still be applied, so a shortening extend is believed even when its reply is lost. (On
@@ -475,6 +475,24 @@ where
     }
 }
 
+/// One held lock, as its [`LockGuard`] sees it: release it, or extend it. Cheap to clone
+/// (a guard dropped unreleased moves a clone into a background release).
+pub(crate) trait HeldLock: Send + Sync + std::fmt::Debug + 'static {
+    /// Releases the lock if it is still ours ([`Error::NotHeld`](crate::Error::NotHeld)
+    /// otherwise).
+    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>>;
+
+    /// Extends the lock to `ttl` from now if it is still ours, and returns the new validity
+    /// deadline (counted from before the request was sent, minus the drift allowance).
+    fn extend<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Instant>>;
+
+    /// The drift allowance this backend subtracts from a lease of `ttl`
+    /// ([`clock_drift`](crate::clock_drift) unless it allows more).
+    fn drift(&self, ttl: Duration) -> Duration {
+        clock_drift(ttl)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -530,23 +548,5 @@ mod tests {
         assert_eq!(l.valid_until(), t0 + s / 2);
         l.extend_confirmed(shorter, t0 + s / 2);
         assert_eq!(l.valid_until(), t0 + s / 2);
-    }
-}
-
-/// One held lock, as its [`LockGuard`] sees it: release it, or extend it. Cheap to clone
-/// (a guard dropped unreleased moves a clone into a background release).
-pub(crate) trait HeldLock: Send + Sync + std::fmt::Debug + 'static {
-    /// Releases the lock if it is still ours ([`Error::NotHeld`](crate::Error::NotHeld)
-    /// otherwise).
-    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>>;
-
-    /// Extends the lock to `ttl` from now if it is still ours, and returns the new validity
-    /// deadline (counted from before the request was sent, minus the drift allowance).
-    fn extend<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Instant>>;
-
-    /// The drift allowance this backend subtracts from a lease of `ttl`
-    /// ([`clock_drift`](crate::clock_drift) unless it allows more).
-    fn drift(&self, ttl: Duration) -> Duration {
-        clock_drift(ttl)
     }
 }

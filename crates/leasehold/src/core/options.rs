@@ -6,7 +6,6 @@ use std::time::Duration;
 use rand::Rng;
 
 use crate::core::error::{Error, Result};
-use crate::redis::strategy::{ExtendStrategy, ReleaseStrategy};
 
 /// Shortest TTL accepted. Below a millisecond, `PX` cannot express it.
 pub const MIN_TTL: Duration = Duration::from_millis(1);
@@ -197,7 +196,7 @@ impl LockOptions {
         self.backoff
     }
 
-    /// Issues a fencing token with each acquisition (see [`crate::redis::fencing`]).
+    /// Issues a fencing token with each acquisition (see `src/redis/fencing`).
     ///
     /// Off by default: it costs a Lua script instead of a native `SET`, keeps one counter key per
     /// lock name forever, and protects nothing unless the resource checks the number. Turn it on
@@ -215,7 +214,7 @@ impl LockOptions {
     /// Keeps the lock alive while the guard lives: the client renews it every
     /// [`renew_every`](LockOptions::renew_every) (default TTL/3) with the token-checked extend,
     /// batched with every other lease of the client, and declares it lost at once when a
-    /// renewal fails (see [`crate::redis::renewal`]). The TTL then only bounds how long a *crashed*
+    /// renewal fails (see `src/redis/renewal`). The TTL then only bounds how long a *crashed*
     /// holder blocks others.
     pub fn auto_extend(mut self, on: bool) -> Self {
         self.auto_extend = on;
@@ -286,7 +285,7 @@ impl LockOptions {
         self.replica_ack
     }
 
-    /// Takes the lock in arrival order, with direct handoff (see [`crate::redis::fair`]): a waiting
+    /// Takes the lock in arrival order, with direct handoff (see `src/redis/fair`): a waiting
     /// acquisition joins a queue on the server, and a release hands the lock to the
     /// longest-waiting live waiter in the same atomic step and wakes only that waiter. No
     /// barging (a newcomer never overtakes a queue), no herd.
@@ -307,27 +306,23 @@ impl LockOptions {
     }
 }
 
-/// Options for a [`LockClient`](crate::LockClient).
+/// Connection options every backend takes: how long to wait for a connection and for a
+/// reply, and which certificate authority to trust. What only Redis has (strategies, release
+/// notifications) is in [`RedisOptions`](crate::RedisOptions), which a
+/// [`LockClient`](crate::LockClient) takes (a `ClientOptions` converts into it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientOptions {
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
-    pub(crate) release: ReleaseStrategy,
-    pub(crate) extend: ExtendStrategy,
-    pub(crate) notify_waiters: bool,
     pub(crate) tls_ca_file: Option<std::path::PathBuf>,
 }
 
 impl Default for ClientOptions {
-    /// Connect within 5 s, replies within 5 s, strategies detected from the server, release
-    /// notifications on.
+    /// Connect within 5 s, replies within 5 s, the system's roots for TLS.
     fn default() -> Self {
         ClientOptions {
             connect_timeout: Duration::from_secs(5),
             response_timeout: Duration::from_secs(5),
-            release: ReleaseStrategy::Auto,
-            extend: ExtendStrategy::Auto,
-            notify_waiters: true,
             tls_ca_file: None,
         }
     }
@@ -337,16 +332,6 @@ impl ClientOptions {
     /// The defaults.
     pub fn new() -> Self {
         Self::default()
-    }
-
-    /// Release notifications (default on): every release publishes the key on
-    /// [`release_channel`](crate::release_channel) in the same round trip, and waiting
-    /// acquisitions subscribe to it (one shared subscriber connection per client) so they retry
-    /// as soon as the lock is released instead of at their next poll. See [`crate::redis::waiting`].
-    /// Off: releases are one bare command, waiters poll.
-    pub fn notify_waiters(mut self, on: bool) -> Self {
-        self.notify_waiters = on;
-        self
     }
 
     /// Bound on establishing the connection and detecting the server (default 5 s).
@@ -362,20 +347,7 @@ impl ClientOptions {
         self
     }
 
-    /// Forces a release strategy instead of the fastest one the server offers. Connecting fails
-    /// if the server lacks it.
-    pub fn release_strategy(mut self, strategy: ReleaseStrategy) -> Self {
-        self.release = strategy;
-        self
-    }
-
-    /// Forces an extend strategy instead of the fastest one the server offers.
-    pub fn extend_strategy(mut self, strategy: ExtendStrategy) -> Self {
-        self.extend = strategy;
-        self
-    }
-
-    /// For `rediss://` (TLS) endpoints: trust the certificate authority in this PEM file (a
+    /// For TLS endpoints (`rediss://`): trust the certificate authority in this PEM file (a
     /// private CA) instead of the system's roots. Connecting fails with
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) if the file cannot be read or
     /// holds no certificate.

@@ -241,15 +241,6 @@ impl EtcdClient {
         crate::core::guard::run_with_lock(guard, options, work).await
     }
 
-    /// The same as [`release`](Self::release): etcd's queue and the waiters' watches already hand the lock to the
-    /// longest waiter, so a fair lock needs nothing more.
-    ///
-    /// # Errors
-    /// As [`release`](Self::release).
-    pub async fn release_fair(&self, key: &str, token: &LockToken) -> Result<()> {
-        self.release(key, token).await
-    }
-
     /// Releases `key` if `token` holds it (or waits for it): one transaction,
     /// `If(Value(entry) == token) Then(Delete(entry))`. Needs no state from the acquiring
     /// process.

@@ -425,17 +425,6 @@ impl PostgresLeaseClient {
         crate::core::guard::run_with_lock(guard, options, work).await
     }
 
-    /// Lease rows have no fair mode ([`Error::Unsupported`]).
-    ///
-    /// # Errors
-    /// Always [`Error::Unsupported`].
-    pub async fn release_fair(&self, _key: &str, _token: &LockToken) -> Result<()> {
-        Err(Error::Unsupported {
-            backend: "postgres",
-            what: "a fair lock on lease rows".into(),
-        })
-    }
-
     /// Releases `key` if `token` holds it (from any process), and wakes its waiters.
     ///
     /// # Errors

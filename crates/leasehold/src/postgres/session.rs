@@ -242,15 +242,6 @@ impl PostgresClient {
             .cloned()
     }
 
-    /// The same as [`release`](Self::release): the server's lock queue and its session locks already hand the lock to the
-    /// longest waiter, so a fair lock needs nothing more.
-    ///
-    /// # Errors
-    /// As [`release`](Self::release).
-    pub async fn release_fair(&self, key: &str, token: &LockToken) -> Result<()> {
-        self.release(key, token).await
-    }
-
     /// Releases `key` if this client holds it with `token`.
     ///
     /// # Errors

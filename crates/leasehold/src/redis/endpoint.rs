@@ -1,21 +1,21 @@
-//! Where a [`LockClient`](crate::LockClient) connects: one server, a Redis Cluster, or the
-//! primary of a Sentinel-monitored set, and the URL forms that name each.
-//!
-//! | form | meaning |
-//! |---|---|
-//! | `redis://[user:password@]host:port[/db]`, `valkey://…` | one server (`rediss://`, `valkeys://`: TLS) |
-//! | `redis-cluster://[user:password@]host:port[,host:port…]` | a cluster, from one or more seed nodes (`rediss-cluster://`: TLS) |
-//! | `redis-sentinel://[user:password@]host:port[,host:port…][/db]#master` | the primary named `master` by these sentinels (`rediss-sentinel://`: TLS to the data nodes) |
-//!
-//! The Sentinel form is the one Lettuce (the Java client) established; the cluster form follows
-//! it. Credentials in a cluster URL apply to every node; in a Sentinel URL, to the primary and
-//! replicas (sentinels are asked without credentials). Ports default to 6379 (26379 for
-//! sentinels). `valkey-cluster://` and `valkey-sentinel://` are accepted as synonyms.
+//! Where a [`LockClient`](crate::LockClient) connects (see [`Endpoint`]).
 
 use crate::core::error::{Error, Result};
 use crate::core::url::{parse_hosts, percent_decode, split_multi_host};
 
-/// A parsed connection target.
+/// Where a [`LockClient`](crate::LockClient) connects: one server, a Redis Cluster, or the
+/// primary of a Sentinel-monitored set, and the URL forms that name each.
+///
+/// | form | meaning |
+/// |---|---|
+/// | `redis://[user:password@]host:port[/db]`, `valkey://…` | one server (`rediss://`, `valkeys://`: TLS) |
+/// | `redis-cluster://[user:password@]host:port[,host:port…]` | a cluster, from one or more seed nodes (`rediss-cluster://`: TLS) |
+/// | `redis-sentinel://[user:password@]host:port[,host:port…][/db]#master` | the primary named `master` by these sentinels (`rediss-sentinel://`: TLS to the data nodes) |
+///
+/// The Sentinel form is the one Lettuce (the Java client) established; the cluster form follows
+/// it. Credentials in a cluster URL apply to every node; in a Sentinel URL, to the primary and
+/// replicas (sentinels are asked without credentials). Ports default to 6379 (26379 for
+/// sentinels). `valkey-cluster://` and `valkey-sentinel://` are accepted as synonyms.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Endpoint {
@@ -41,7 +41,7 @@ pub enum Endpoint {
 }
 
 impl Endpoint {
-    /// Parses any of the URL forms in the [module docs](self).
+    /// Parses any of the URL forms in the table above.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an unknown scheme, an empty host list, a bad port, or a

@@ -42,9 +42,6 @@ use crate::redis::scripts::{
     FENCED_READ_SCRIPT as FENCED_READ, FENCED_WRITE_SCRIPT as FENCED_WRITE,
 };
 
-#[doc(hidden)]
-pub use crate::redis::scripts::FENCED_WRITE_LUA;
-
 /// A Redis hash used as a fenced register: the protected resource's side of fencing.
 ///
 /// It can live on the lock's server or (better: lock faults then cannot touch it) on another.

@@ -1,6 +1,6 @@
-//! What an early handoff within one client carries (see the [`crate::redis::fair`] module docs, early
+//! What an early handoff within one client carries (see the `src/redis/fair` module docs, early
 //! handoff): a fair waiter's terms for one, offered to its client, and the grant it receives.
-//! Below both [`crate::redis::fair`], which makes early handoffs, and [`crate::redis::waiting`], which
+//! Below both `src/redis/fair`, which makes early handoffs, and `src/redis/waiting`, which
 //! delivers them.
 
 use std::sync::{Arc, Mutex};
@@ -13,7 +13,7 @@ use crate::core::token::LockToken;
 #[derive(Debug, Default)]
 pub(crate) struct Tenure {
     /// The ticket that was first in the queue when this holder was handed the lock, if the
-    /// release that did it was this client's (its reply names it): see the [`crate::redis::fair`]
+    /// release that did it was this client's (its reply names it): see the `src/redis/fair`
     /// module docs, early handoff.
     pub(crate) next: Mutex<Option<String>>,
 }
@@ -30,7 +30,7 @@ impl Tenure {
     }
 }
 
-/// A waiter's terms for an early handoff (see the [`crate::redis::fair`] module docs), offered to its client after
+/// A waiter's terms for an early handoff (see the `src/redis/fair` module docs), offered to its client after
 /// each attempt that found the lock busy.
 #[derive(Debug)]
 pub(crate) struct EarlyTerms {

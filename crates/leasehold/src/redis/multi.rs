@@ -70,7 +70,7 @@ impl LockClient {
     /// in one global order.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for no keys, more than [`MAX_KEYS`], a bad key, or a key
+    /// [`Error::InvalidArgument`] for no keys, more than [`MAX_MULTI_KEYS`](crate::MAX_MULTI_KEYS), a bad key, or a key
     /// named twice.
     pub fn multi_lock<S: AsRef<str>>(&self, keys: &[S]) -> Result<MultiLock> {
         if keys.is_empty() {

@@ -1,7 +1,7 @@
 //! Auto-extension: many leases on one client kept alive together, and a loss reported at once.
 //!
 //! **What it guarantees.** While a lease is registered, the renewer sends the token-checked
-//! extend (see [`crate::redis::strategy`]) every `interval` (default TTL/3). A lease is declared
+//! extend (see `src/redis/strategy`) every `interval` (default TTL/3). A lease is declared
 //! **lost** (its [`Lease::lost`] future resolves, its [`Lease::lost_token`] is cancelled, and
 //! [`Lease::is_held`] turns false) as soon as
 //! - a renewal finds the key gone or holding another token (or of another type), or
@@ -78,12 +78,12 @@ pub(crate) struct Registration {
 /// What a renewal extends.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum RenewTarget {
-    /// The lock key (the lease's key) with the token-checked extend of [`crate::redis::strategy`].
+    /// The lock key (the lease's key) with the token-checked extend of `src/redis/strategy`.
     Lock,
-    /// A semaphore permit: the token's entry in this sorted set ([`crate::redis::semaphore`]).
+    /// A semaphore permit: the token's entry in this sorted set (`src/redis/semaphore`).
     Permit(String),
     /// A multi-key lock whose keys share one hash slot: all of them, in one script, or none
-    /// ([`crate::redis::multi`]).
+    /// (`src/redis/multi`).
     Keys(Vec<String>),
 }
 

@@ -97,7 +97,7 @@ impl LockClient {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty or over-long name, or `permits` outside
-    /// 1 ..= [`MAX_PERMITS`].
+    /// 1 ..= [`MAX_PERMITS`](crate::MAX_PERMITS).
     pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
         validate_key(name)?;
         if permits == 0 {

@@ -110,13 +110,13 @@ pub fn fence_key(key: &str) -> String {
     format!("{}:fence", slot_name(key))
 }
 
-/// The queue of a [fair](crate::redis::fair) lock's waiters (a sorted set of tickets in arrival
+/// The queue of a fair lock's waiters (a sorted set of tickets in arrival
 /// order): [`slot_name`]`(key) + ":queue"`, in the lock key's slot.
 pub fn fair_queue_key(key: &str) -> String {
     format!("{}:queue", slot_name(key))
 }
 
-/// The entry of the [fair](crate::redis::fair) waiter `ticket` of lock `key` (the waiter's token,
+/// The entry of the fair waiter `ticket` of lock `key` (the waiter's token,
 /// handoff window, fencing flag, owner and last attempt, expiring unless the waiter refreshes it):
 /// [`slot_name`]`(key) + ":waiter:" + ticket`, in the lock key's slot. With an empty ticket,
 /// the prefix of every entry of the lock (`lock:a` -> `{lock:a}:waiter:`).

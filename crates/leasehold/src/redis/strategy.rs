@@ -62,8 +62,6 @@ impl std::fmt::Display for ExtendStrategy {
 
 // The scripts live in `crate::redis::scripts`; these stay reachable here for the tests and the lab.
 pub(crate) use crate::redis::scripts::EXTEND_SCRIPT;
-#[doc(hidden)]
-pub use crate::redis::scripts::{ACQUIRE_LUA, EXTEND_LUA, RELEASE_LUA, RELEASE_NOTIFY_LUA};
 
 /// The error code of a script that refuses to issue a fencing number because the counter is
 /// at [`MAX_FENCING_NUMBER`](crate::MAX_FENCING_NUMBER) (2^53) or beyond: Lua numbers are

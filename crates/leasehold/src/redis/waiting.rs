@@ -17,7 +17,7 @@
 //! `a_busy_waiter_attempts_again_once_subscribed` fails if that attempt is left out.
 //!
 //! On a Redis Cluster the release publishes with `SPUBLISH` on the same channel, which hashes to
-//! the lock key's slot (see [`crate::redis::slot`]), and waiters `SSUBSCRIBE`: the message travels only
+//! the lock key's slot (see `src/redis/slot`), and waiters `SSUBSCRIBE`: the message travels only
 //! within the key's shard instead of being broadcast over the whole cluster bus, and the
 //! subscriber follows the slot when it moves (the cluster connection re-subscribes).
 //!
@@ -31,13 +31,13 @@
 //! timeout path always stays. A waiter that cannot subscribe (no URL to open a subscriber
 //! connection with, or the subscription failed) simply polls.
 //!
-//! A [fair](crate::redis::fair) release hands the lock to one waiter and publishes a *handoff* message
+//! A fair release hands the lock to one waiter and publishes a *handoff* message
 //! on the same channel (`handoff:<ticket>:<attempt>:<fencing>`): the subscriber routes it to the
 //! one waiter that registered the ticket, and wakes nobody else. A waiter of the releasing
 //! client itself gets no message: the release's reply carries the same fields, and
 //! `Notifier::hand_off_locally` delivers them. A waiter that is next in line for a lock its own
 //! client holds may even be handed it before the release runs (an *early* handoff: see
-//! [`crate::redis::fair`]); it offers its terms for that with `Notifier::offer_early`.
+//! `src/redis/fair`); it offers its terms for that with `Notifier::offer_early`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -105,7 +105,7 @@ pub(crate) struct Handoff {
 pub(crate) enum Delivery {
     /// The lock was handed to it (by the message, or by its client's release's reply).
     Handoff(Handoff),
-    /// Its client handed it the lock before the release ran ([`crate::redis::fair`]).
+    /// Its client handed it the lock before the release ran (`src/redis/fair`).
     Early(EarlyGrant),
 }
 

@@ -238,14 +238,6 @@ impl Redlock {
             })
         }
     }
-
-    /// A fair release: Redlock has no fair mode ([`Error::Unsupported`]).
-    ///
-    /// # Errors
-    /// Always [`Error::Unsupported`].
-    pub async fn release_fair(&self, _key: &str, _token: &LockToken) -> Result<()> {
-        Err(fair_unsupported())
-    }
 }
 
 fn fair_unsupported() -> Error {

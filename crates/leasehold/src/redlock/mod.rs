@@ -84,8 +84,6 @@ use crate::core::token::LockToken;
 
 use nodes::{Node, node_label};
 
-#[doc(hidden)]
-pub use crate::redis::scripts::{RAISE_FENCE_LUA, REDLOCK_ACQUIRE_LUA};
 pub use nodes::node_urls;
 pub use options::RedlockOptions;
 
@@ -211,10 +209,6 @@ impl LockBackend for Redlock {
 
     fn release<'a>(&'a self, key: &'a str, token: &'a LockToken) -> BoxFuture<'a, Result<()>> {
         Box::pin(Redlock::release(self, key, token))
-    }
-
-    fn release_fair<'a>(&'a self, key: &'a str, token: &'a LockToken) -> BoxFuture<'a, Result<()>> {
-        Box::pin(Redlock::release_fair(self, key, token))
     }
 
     fn extend<'a>(

@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use crate::core::error::{Error, Result};
-use crate::core::options::ClientOptions;
 use crate::redis::client::LockClient;
+use crate::redis::options::RedisOptions;
 
 pub(super) struct Node {
     pub(super) label: String,
@@ -20,7 +20,7 @@ impl Node {
             .get_or_try_init(|| {
                 // Each node has its own reconnecting connection. Release notifications are off:
                 // Redlock waiters retry by backoff, and a release stays one command per node.
-                let options = ClientOptions::new()
+                let options = RedisOptions::new()
                     .connect_timeout(timeout.max(Duration::from_millis(1)))
                     .notify_waiters(false);
                 LockClient::connect_with(&self.url, options)

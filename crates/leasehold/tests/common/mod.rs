@@ -16,7 +16,10 @@ pub async fn start(bin: &ServerBinary) -> (Server, LockClient) {
 }
 
 /// A fresh server of `bin` and a client with `options`.
-pub async fn start_with(bin: &ServerBinary, options: ClientOptions) -> (Server, LockClient) {
+pub async fn start_with(
+    bin: &ServerBinary,
+    options: impl Into<leasehold::RedisOptions>,
+) -> (Server, LockClient) {
     let server = Server::start(bin, &ServerOptions::new()).expect("server starts");
     let client = LockClient::connect_with(&server.url(), options)
         .await
@@ -78,15 +81,15 @@ pub const GENEROUS: Duration = Duration::from_secs(20);
 /// operation: an `EVALSHA` refused with NOSCRIPT is counted as a call too, and the reload that
 /// follows it would make "the operation ran" indistinguishable from "it was refused".
 pub fn preload_scripts(server: &Server) {
-    use leasehold::{fencing, redlock, strategy};
+    use leasehold::internal::*;
     for script in [
-        strategy::ACQUIRE_LUA,
-        strategy::RELEASE_LUA,
-        strategy::RELEASE_NOTIFY_LUA,
-        strategy::EXTEND_LUA,
-        redlock::REDLOCK_ACQUIRE_LUA,
-        redlock::RAISE_FENCE_LUA,
-        fencing::FENCED_WRITE_LUA,
+        ACQUIRE_LUA,
+        RELEASE_LUA,
+        RELEASE_NOTIFY_LUA,
+        EXTEND_LUA,
+        REDLOCK_ACQUIRE_LUA,
+        RAISE_FENCE_LUA,
+        FENCED_WRITE_LUA,
     ] {
         let reply = server
             .command(&["SCRIPT", "LOAD", script])

@@ -85,7 +85,7 @@ impl LockClient {
     /// none was set).
     ///
     /// Between attempts it sleeps until the lock is released (a notification, see
-    /// [`crate::redis::waiting`]) or for the [`Backoff`](crate::Backoff) delay (exponential, with
+    /// `src/redis/waiting`) or for the [`Backoff`](crate::Backoff) delay (exponential, with
     /// jitter, so waiters do not retry in lock step), never longer than the holder's remaining
     /// lease as the server reported it, nor past the deadline. No attempt is made at or after
     /// the deadline. Each attempt uses a fresh token, so a cleanup of an abandoned attempt can never

@@ -3,9 +3,9 @@
 use std::sync::{Arc, OnceLock};
 
 use crate::core::error::{Error, Operation, Result};
-use crate::core::options::ClientOptions;
 use crate::redis::connection::ClientConnection;
 use crate::redis::endpoint::Endpoint;
+use crate::redis::options::RedisOptions;
 use crate::redis::server::ServerInfo;
 use crate::redis::waiting::Notifier;
 
@@ -20,7 +20,7 @@ fn timeout_error(op: Operation, what: &str) -> Error {
 }
 
 impl LockClient {
-    /// Connects to `url` with default [`ClientOptions`]. Any form [`Endpoint::parse`] accepts:
+    /// Connects to `url` with default [`RedisOptions`]. Any form [`Endpoint::parse`] accepts:
     /// `redis://[user:password@]host:port/db` (also `valkey://`, and `rediss://` for TLS) for
     /// one server, `redis-cluster://host:port[,host:port…]` for a Redis Cluster,
     /// `redis-sentinel://host:port[,host:port…]#master` for a Sentinel-monitored primary.
@@ -32,26 +32,27 @@ impl LockClient {
     /// Sentinel master name), [`Error::Connection`] if no server can be reached or none answers
     /// within the connect timeout (5 s by default).
     pub async fn connect(url: &str) -> Result<Self> {
-        Self::connect_with(url, ClientOptions::default()).await
+        Self::connect_with(url, RedisOptions::default()).await
     }
 
-    /// Connects to `url` with the given options.
+    /// Connects to `url` with the given options ([`RedisOptions`], or the
+    /// [`ClientOptions`](crate::ClientOptions) every backend takes).
     ///
     /// # Errors
     /// As [`LockClient::connect`]; also [`Error::InvalidArgument`] when a forced strategy is not
     /// offered by the server.
-    pub async fn connect_with(url: &str, options: ClientOptions) -> Result<Self> {
+    pub async fn connect_with(url: &str, options: impl Into<RedisOptions>) -> Result<Self> {
         Self::connect_to(&Endpoint::parse(url)?, options).await
     }
 
     /// Connects to a Redis Cluster through one or more of its nodes (`redis://host:port/`).
-    /// Every key a lock operation touches lives in the lock key's slot (see [`crate::redis::slot`]).
+    /// Every key a lock operation touches lives in the lock key's slot (see `src/redis/slot`).
     ///
     /// # Errors
     /// As [`LockClient::connect`].
     pub async fn connect_cluster<S: AsRef<str>>(
         seeds: &[S],
-        options: ClientOptions,
+        options: impl Into<RedisOptions>,
     ) -> Result<Self> {
         let seeds = seeds.iter().map(|s| s.as_ref().to_string());
         Self::connect_to(&Endpoint::cluster(seeds), options).await
@@ -65,7 +66,7 @@ impl LockClient {
     pub async fn connect_sentinel<S: AsRef<str>>(
         sentinels: &[S],
         master: &str,
-        options: ClientOptions,
+        options: impl Into<RedisOptions>,
     ) -> Result<Self> {
         let sentinels = sentinels.iter().map(|s| s.as_ref().to_string());
         Self::connect_to(&Endpoint::sentinel(sentinels, master), options).await
@@ -75,17 +76,19 @@ impl LockClient {
     ///
     /// # Errors
     /// As [`LockClient::connect`].
-    pub async fn connect_to(endpoint: &Endpoint, options: ClientOptions) -> Result<Self> {
-        let bound = options.connect_timeout;
-        let root_cert = crate::redis::topology::read_ca_file(options.tls_ca_file.as_deref())?;
+    pub async fn connect_to(endpoint: &Endpoint, options: impl Into<RedisOptions>) -> Result<Self> {
+        let options = options.into();
+        let bound = options.client.connect_timeout;
+        let root_cert =
+            crate::redis::topology::read_ca_file(options.client.tls_ca_file.as_deref())?;
         // Boxed: the connection futures of every topology nest deep enough to overflow the
         // compiler's layout depth limit in callers that embed this one.
         let connect = Box::pin(async {
             let (conn, source) =
-                crate::redis::topology::open(endpoint, &options, root_cert).await?;
+                crate::redis::topology::open(endpoint, &options.client, root_cert).await?;
             let notifier = options
                 .notify_waiters
-                .then(|| Notifier::new(source, options.connect_timeout));
+                .then(|| Notifier::new(source, options.client.connect_timeout));
             Self::build(conn, options, notifier).await
         });
         // The client's own timeouts bound each step; this bounds them all together.
@@ -112,7 +115,7 @@ impl LockClient {
     /// # Errors
     /// [`Error::Connection`] or [`Error::Authentication`] if detection fails.
     pub async fn from_connection(conn: impl Into<ClientConnection>) -> Result<Self> {
-        Self::with_connection(conn, ClientOptions::default()).await
+        Self::with_connection(conn, RedisOptions::default()).await
     }
 
     /// As [`LockClient::from_connection`], with options (forced strategies; the timeouts are
@@ -123,14 +126,14 @@ impl LockClient {
     /// not offered by the server.
     pub async fn with_connection(
         conn: impl Into<ClientConnection>,
-        options: ClientOptions,
+        options: impl Into<RedisOptions>,
     ) -> Result<Self> {
-        Self::build(conn.into(), options, None).await
+        Self::build(conn.into(), options.into(), None).await
     }
 
     async fn build(
         mut conn: ClientConnection,
-        options: ClientOptions,
+        options: RedisOptions,
         notifier: Option<Notifier>,
     ) -> Result<Self> {
         let server = ServerInfo::detect(&mut conn).await?;

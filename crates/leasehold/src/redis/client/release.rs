@@ -19,7 +19,7 @@ use crate::redis::strategy::{extend_cmd, release_cmd};
 use super::LockClient;
 
 impl LockClient {
-    /// Releases `key` if it still holds `token`, atomically (see [`crate::redis::strategy`]).
+    /// Releases `key` if it still holds `token`, atomically (see `src/redis/strategy`).
     ///
     /// # Errors
     /// [`Error::NotHeld`] if the key is gone or holds another token; [`Error::Server`] with

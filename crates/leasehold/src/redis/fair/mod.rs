@@ -17,7 +17,7 @@
 //!   queue's head until it finds a waiter whose entry is alive, sets the lock key to that
 //!   waiter's token (`SET key token PX window`), issues its fencing number if it asked for one,
 //!   and publishes `handoff:<ticket>:<attempt>:<fencing>` on the key's release channel: the
-//!   subscriber wakes that waiter alone ([`crate::redis::waiting`]). With no live waiter it deletes
+//!   subscriber wakes that waiter alone (`src/redis/waiting`). With no live waiter it deletes
 //!   the key. A waiter of the releasing client gets no message: the reply carries the same
 //!   three fields, and the client hands it to the waiter, then yields once so that the new
 //!   holder runs first.
@@ -117,7 +117,7 @@ use std::time::Duration;
 pub use crate::redis::scripts::fair_scripts;
 
 /// How long a waiter's queue entry lives without a refresh: the TTL, within 1 s ..= 10 s. A
-/// waiter refreshes it every third of the [handoff window](handoff_window), so only a waiter
+/// waiter refreshes it every third of the handoff window, so only a waiter
 /// that stopped (crashed, or paused that long) loses its place.
 pub fn queue_entry_ttl(ttl: Duration) -> Duration {
     ttl.clamp(Duration::from_secs(1), Duration::from_secs(10))

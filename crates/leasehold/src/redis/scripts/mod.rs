@@ -23,7 +23,7 @@ pub const RELEASE_LUA: &str = include_str!("release.lua");
 pub const RELEASE_NOTIFY_LUA: &str = include_str!("release_notify.lua");
 
 /// [`RELEASE_NOTIFY_LUA`] for a Redis Cluster: `SPUBLISH`, on a channel in the key's slot (see
-/// [`crate::redis::slot`]), so the notification stays on the key's shard.
+/// `src/redis/slot`), so the notification stays on the key's shard.
 pub(crate) const RELEASE_SNOTIFY_LUA: &str = include_str!("release_snotify.lua");
 
 /// Extend: reset the TTL only while the key holds our token.
@@ -33,7 +33,7 @@ pub const EXTEND_LUA: &str = include_str!("extend.lua");
 /// counter key is given, `INCR` it in the same atomic step (so the number belongs to exactly this
 /// acquisition); when the lock is busy, return the holder's `PTTL` so a waiter knows when the
 /// lease runs out. Reply: `{1, fencing number or 0}` or `{0, pttl}`; the error
-/// [`FENCING_EXHAUSTED`](crate::redis::strategy::FENCING_EXHAUSTED) (nothing written) if the counter is
+/// `FENCING_EXHAUSTED` (nothing written) if the counter is
 /// at 2^53 or beyond.
 pub const ACQUIRE_LUA: &str = include_str!("acquire.lua");
 
@@ -188,7 +188,7 @@ pub(crate) const READ_ACQUIRE_LUA: &str = include_str!("read_acquire.lua");
 /// A write attempt. `KEYS`: readers, writer, waiting writer, fence counter. `ARGV`: token, TTL
 /// ms, waiting mark ms, `1` to mark itself waiting when busy, fencing `1`/`0`. Reply
 /// `{1, fencing number or 0}` or `{0, ms until the thing in the way may be gone}`; the error
-/// [`FENCING_EXHAUSTED`](crate::redis::strategy::FENCING_EXHAUSTED) instead of taking the lock if the
+/// `FENCING_EXHAUSTED` instead of taking the lock if the
 /// counter is at 2^53 or beyond.
 pub(crate) const WRITE_ACQUIRE_LUA: &str = include_str!("write_acquire.lua");
 
@@ -236,7 +236,7 @@ pub(crate) static MULTI_EXTEND_SCRIPT: LazyLock<Script> =
 /// Take the lock and start a term. `KEYS`: lock, fence counter, leader record. `ARGV`: token,
 /// TTL ms, candidate id, release channel (`''`: no announcement), publish command. Reply
 /// `{1, term}` or `{0, the holder's PTTL}`; the error
-/// [`FENCING_EXHAUSTED`](crate::redis::strategy::FENCING_EXHAUSTED) (nothing written) if the counter is
+/// `FENCING_EXHAUSTED` (nothing written) if the counter is
 /// at 2^53 or beyond.
 pub(crate) const CAMPAIGN_LUA: &str = include_str!("campaign.lua");
 
@@ -251,7 +251,7 @@ pub(crate) static LEADER_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new
 
 // ---- Fenced resources (`fencing`) -------------------------------------------------------------
 
-/// The compare-and-write at the resource; see the [`fencing`](crate::redis::fencing) module docs.
+/// The compare-and-write at the resource; see the `fencing` module docs (`src/redis/fencing.rs`).
 pub const FENCED_WRITE_LUA: &str = include_str!("fenced_write.lua");
 
 /// The fenced read: the same check as the write, and on success the number is claimed (the
