@@ -119,7 +119,7 @@
 //!    sent after the validity ran out ends the session too), and the entry of a
 //!    lock declared lost while its session lives on is deleted (by revision and lease), so it
 //!    cannot stay held, kept alive, with nobody believing they hold it. *Tests:*
-//!    `loss_is_reported_when_the_entry_is_deleted`, `loss_is_reported_when_etcd_stalls_past_the_ttl`
+//!    the conformance suite's loss check (`tests/conformance`, entry deleted), `loss_is_reported_when_etcd_stalls_past_the_ttl`
 //!    (which also takes the lock again once etcd is back), and the unit test
 //!    `lost_entries_are_deleted_by_revision_and_lease`.
 //! 4. **Fencing numbers strictly increase**, cluster-wide (etcd revisions), with each
@@ -128,7 +128,7 @@
 //!    exceeds its predecessor's. *Tests:* `acquire_busy_release_fencing_and_token_checks`,
 //!    `waiting_is_fifo_and_wakes_only_the_head`.
 //! 5. **Bad keys are refused before any round trip** (empty, longer than
-//!    [`MAX_KEY_LEN`](crate::MAX_KEY_LEN), or containing NUL). *Test:* `bad_input_and_connection_errors`.
+//!    [`MAX_KEY_LEN`](crate::MAX_KEY_LEN), or containing NUL). *Test:* the conformance suite's bad-key check.
 //!
 //! FIFO fairness and cancellation are checked by `waiting_is_fifo_and_wakes_only_the_head` and
 //! `a_cancelled_waiter_leaves_nothing_behind`; auto-extension and expiry by
