@@ -3,9 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::core::backend::{Backend, Fairness, LockBackend};
+use crate::core::backend::LockBackend;
 use crate::core::error::{Error, Result};
 use crate::core::guard::{Lease, LockGuard};
+use crate::core::kind::{Backend, Fairness};
 use crate::core::options::{ClientOptions, LockOptions};
 use crate::core::outcome::{LockState, TryAcquire};
 use crate::core::token::LockToken;
@@ -120,7 +121,7 @@ impl Locker {
     /// The backend's name: `redis`, `redlock`, `etcd`, `postgres` (session locks) or
     /// `postgres-lease` (lease rows); [`Locker::kind`] as a string.
     pub fn backend(&self) -> &'static str {
-        self.backend.name()
+        self.kind().name()
     }
 
     /// Which backend this is.
@@ -181,12 +182,7 @@ impl Locker {
         begun: Option<std::time::Instant>,
     ) {
         if self.redis.is_none() && self.redlock.is_none() {
-            crate::core::metrics::acquisition(
-                self.backend(),
-                options.fair_enabled(),
-                outcome,
-                begun,
-            );
+            crate::core::metrics::acquisition(self.kind(), options.fair_enabled(), outcome, begun);
         }
     }
 

@@ -30,95 +30,16 @@ use futures_util::future::BoxFuture;
 
 use crate::core::error::Result;
 use crate::core::guard::LockGuard;
+use crate::core::kind::Backend;
 use crate::core::options::LockOptions;
 use crate::core::outcome::{LockState, TryAcquire};
 use crate::core::token::LockToken;
 
-/// Which backend a [`Locker`](crate::Locker) talks to, and what that implies for the options
-/// every backend takes (the primitives only one backend has are reached through its own client
-/// type: [`Locker::as_redis`](crate::Locker::as_redis)).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Backend {
-    /// One Redis or Valkey server, cluster or Sentinel-monitored primary
-    /// ([`LockClient`](crate::LockClient)).
-    Redis,
-    /// Redlock over independent Redis or Valkey servers ([`Redlock`](crate::Redlock)).
-    Redlock,
-    /// etcd v3 (`etcd::EtcdClient`).
-    Etcd,
-    /// PostgreSQL session advisory locks (`postgres::PostgresClient`).
-    Postgres,
-    /// PostgreSQL lease rows (`postgres::PostgresLeaseClient`, `?lock=lease`).
-    PostgresLease,
-}
-
-impl Backend {
-    /// The backend's name in messages and metric labels: `redis`, `redlock`, `etcd`,
-    /// `postgres`, `postgres-lease`.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Backend::Redis => "redis",
-            Backend::Redlock => "redlock",
-            Backend::Etcd => "etcd",
-            Backend::Postgres => "postgres",
-            Backend::PostgresLease => "postgres-lease",
-        }
-    }
-
-    /// The backend named `name` (see [`Backend::name`]); a compile error when evaluated in a
-    /// constant for any other name.
-    pub(crate) const fn named(name: &str) -> Backend {
-        match name.as_bytes() {
-            b"redis" => Backend::Redis,
-            b"redlock" => Backend::Redlock,
-            b"etcd" => Backend::Etcd,
-            b"postgres" => Backend::Postgres,
-            b"postgres-lease" => Backend::PostgresLease,
-            _ => panic!("unknown backend name"),
-        }
-    }
-
-    /// What [`LockOptions::fair`](crate::LockOptions::fair) means here.
-    pub const fn fairness(self) -> Fairness {
-        match self {
-            Backend::Redis => Fairness::Queue,
-            Backend::Etcd | Backend::Postgres => Fairness::Always,
-            Backend::Redlock | Backend::PostgresLease => Fairness::Unsupported,
-        }
-    }
-}
-
-impl std::fmt::Display for Backend {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// How a backend orders the waiters of a lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Fairness {
-    /// In arrival order only with [`LockOptions::fair`](crate::LockOptions::fair), which
-    /// queues the waiters on the server and hands the lock over on release (Redis).
-    Queue,
-    /// Always in arrival order (etcd's revisions, PostgreSQL's lock queue): the fair option
-    /// changes nothing.
-    Always,
-    /// No fair mode: the fair option is refused ([`Error::Unsupported`](crate::Error::Unsupported)).
-    Unsupported,
-}
-
 /// A connected backend, as a [`Locker`](crate::Locker) sees it. Each method has the meaning of
 /// the [`LockClient`](crate::LockClient) method of the same name.
 pub(crate) trait LockBackend: Send + Sync + Debug + 'static {
-    /// The backend's [name](Backend::name).
-    fn name(&self) -> &'static str;
-
     /// Which backend this is.
-    fn kind(&self) -> Backend {
-        Backend::named(self.name())
-    }
+    fn kind(&self) -> Backend;
 
     fn try_acquire<'a>(
         &'a self,
@@ -152,15 +73,13 @@ pub(crate) trait LockBackend: Send + Sync + Debug + 'static {
 
 /// Implements [`LockBackend`] for a client type whose inherent `try_acquire`, `acquire`,
 /// `release`, `extend`, `inspect` and `raise_fencing_counter` have the `LockClient`
-/// signatures: `impl_lock_backend!(Type, "name");` with a [`Backend::name`]. The
+/// signatures: `impl_lock_backend!(Type, Variant);` with its [`Backend`] variant. The
 /// `From<Type> for Locker` is in `locker.rs` (nothing below the locker imports it).
 macro_rules! impl_lock_backend {
-    ($client:ty, $name:literal) => {
+    ($client:ty, $kind:ident) => {
         impl $crate::core::backend::LockBackend for $client {
-            fn name(&self) -> &'static str {
-                const KIND: $crate::core::backend::Backend =
-                    $crate::core::backend::Backend::named($name);
-                KIND.name()
+            fn kind(&self) -> $crate::core::kind::Backend {
+                $crate::core::kind::Backend::$kind
             }
 
             fn try_acquire<'a>(

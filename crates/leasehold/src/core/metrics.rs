@@ -21,6 +21,7 @@
 use std::time::Instant;
 
 use crate::core::error::LossReason;
+use crate::core::kind::Backend;
 
 /// The metric names, for dashboards and tests.
 pub mod names {
@@ -65,12 +66,7 @@ pub(crate) fn start() -> Option<Instant> {
 
 /// An acquisition started at `begun` ended with `outcome`.
 #[inline]
-pub(crate) fn acquisition(
-    backend: &'static str,
-    fair: bool,
-    outcome: Outcome,
-    begun: Option<Instant>,
-) {
+pub(crate) fn acquisition(backend: Backend, fair: bool, outcome: Outcome, begun: Option<Instant>) {
     #[cfg(feature = "metrics")]
     {
         let mode = if fair { "fair" } else { "plain" };
@@ -82,11 +78,11 @@ pub(crate) fn acquisition(
         };
         metrics::counter!(
             names::ACQUISITIONS,
-            "outcome" => label, "mode" => mode, "backend" => backend
+            "outcome" => label, "mode" => mode, "backend" => backend.name()
         )
         .increment(1);
         if let (Outcome::Acquired, Some(begun)) = (outcome, begun) {
-            metrics::histogram!(names::WAIT_SECONDS, "mode" => mode, "backend" => backend)
+            metrics::histogram!(names::WAIT_SECONDS, "mode" => mode, "backend" => backend.name())
                 .record(begun.elapsed());
         }
     }

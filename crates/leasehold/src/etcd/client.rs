@@ -367,4 +367,4 @@ impl EtcdClient {
     }
 }
 
-crate::core::backend::impl_lock_backend!(EtcdClient, "etcd");
+crate::core::backend::impl_lock_backend!(EtcdClient, Etcd);

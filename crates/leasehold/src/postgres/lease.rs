@@ -603,4 +603,4 @@ impl HeldLock for LeaseRowHeld {
     }
 }
 
-crate::core::backend::impl_lock_backend!(PostgresLeaseClient, "postgres-lease");
+crate::core::backend::impl_lock_backend!(PostgresLeaseClient, PostgresLease);

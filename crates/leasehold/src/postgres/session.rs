@@ -363,4 +363,4 @@ impl Drop for AbandonedSession {
     }
 }
 
-crate::core::backend::impl_lock_backend!(PostgresClient, "postgres");
+crate::core::backend::impl_lock_backend!(PostgresClient, Postgres);

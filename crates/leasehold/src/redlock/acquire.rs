@@ -35,7 +35,12 @@ impl Redlock {
         }
         .await;
         let outcome = crate::core::metrics::Outcome::of_try(&result);
-        crate::core::metrics::acquisition("redlock", false, outcome, begun);
+        crate::core::metrics::acquisition(
+            crate::core::kind::Backend::Redlock,
+            false,
+            outcome,
+            begun,
+        );
         result
     }
 
@@ -48,7 +53,12 @@ impl Redlock {
         let begun = crate::core::metrics::start();
         let result = self.acquire_waiting(key, options).await;
         let outcome = crate::core::metrics::Outcome::of_acquire(&result);
-        crate::core::metrics::acquisition("redlock", false, outcome, begun);
+        crate::core::metrics::acquisition(
+            crate::core::kind::Backend::Redlock,
+            false,
+            outcome,
+            begun,
+        );
         result
     }
 

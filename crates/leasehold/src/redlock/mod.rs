@@ -187,8 +187,8 @@ impl Redlock {
 }
 
 impl LockBackend for Redlock {
-    fn name(&self) -> &'static str {
-        "redlock"
+    fn kind(&self) -> crate::core::kind::Backend {
+        crate::core::kind::Backend::Redlock
     }
 
     fn try_acquire<'a>(

@@ -73,7 +73,7 @@ impl LockClient {
         }
         .await;
         crate::core::metrics::acquisition(
-            "redis",
+            crate::core::kind::Backend::Redis,
             options.fair_enabled(),
             crate::core::metrics::Outcome::of_try(&result),
             begun,
@@ -218,7 +218,7 @@ impl LockClient {
         }
         .await;
         crate::core::metrics::acquisition(
-            "redis",
+            crate::core::kind::Backend::Redis,
             options.fair_enabled(),
             crate::core::metrics::Outcome::of_acquire(&result),
             begun,

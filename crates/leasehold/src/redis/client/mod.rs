@@ -192,4 +192,4 @@ impl HeldLock for RedisHeld {
     }
 }
 
-crate::core::backend::impl_lock_backend!(LockClient, "redis");
+crate::core::backend::impl_lock_backend!(LockClient, Redis);

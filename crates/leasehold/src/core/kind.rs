@@ -1,0 +1,64 @@
+//! Which backend: [`Backend`], and what [`LockOptions::fair`](crate::LockOptions::fair) means on
+//! it ([`Fairness`]).
+
+/// Which backend a [`Locker`](crate::Locker) talks to, and what that implies for the options
+/// every backend takes (the primitives only one backend has are reached through its own client
+/// type: [`Locker::as_redis`](crate::Locker::as_redis)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Backend {
+    /// One Redis or Valkey server, cluster or Sentinel-monitored primary
+    /// ([`LockClient`](crate::LockClient)).
+    Redis,
+    /// Redlock over independent Redis or Valkey servers ([`Redlock`](crate::Redlock)).
+    Redlock,
+    /// etcd v3 (`etcd::EtcdClient`).
+    Etcd,
+    /// PostgreSQL session advisory locks (`postgres::PostgresClient`).
+    Postgres,
+    /// PostgreSQL lease rows (`postgres::PostgresLeaseClient`, `?lock=lease`).
+    PostgresLease,
+}
+
+impl Backend {
+    /// The backend's name in messages and metric labels: `redis`, `redlock`, `etcd`,
+    /// `postgres`, `postgres-lease`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Backend::Redis => "redis",
+            Backend::Redlock => "redlock",
+            Backend::Etcd => "etcd",
+            Backend::Postgres => "postgres",
+            Backend::PostgresLease => "postgres-lease",
+        }
+    }
+
+    /// What [`LockOptions::fair`](crate::LockOptions::fair) means here.
+    pub const fn fairness(self) -> Fairness {
+        match self {
+            Backend::Redis => Fairness::Queue,
+            Backend::Etcd | Backend::Postgres => Fairness::Always,
+            Backend::Redlock | Backend::PostgresLease => Fairness::Unsupported,
+        }
+    }
+}
+
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How a backend orders the waiters of a lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Fairness {
+    /// In arrival order only with [`LockOptions::fair`](crate::LockOptions::fair), which
+    /// queues the waiters on the server and hands the lock over on release (Redis).
+    Queue,
+    /// Always in arrival order (etcd's revisions, PostgreSQL's lock queue): the fair option
+    /// changes nothing.
+    Always,
+    /// No fair mode: the fair option is refused ([`Error::Unsupported`](crate::Error::Unsupported)).
+    Unsupported,
+}
