@@ -936,3 +936,38 @@ async fn a_lease_row_extend_with_an_unknown_outcome_never_raises_validity() {
     link.set_reply_delay(Duration::ZERO);
     g.detach();
 }
+
+// Issue 24: a TTL so short that every grant expires on arrival, with a deadline. Each grant is
+// given back and the wait goes on after its backoff, in a loop: the attempt used to call itself
+// once per grant, nesting one more future each time, and `leasehold run --ttl 1ms` over
+// PostgreSQL (which waits without end) aborted with a stack overflow. Now the wait ends at its
+// deadline with the reason, after a bounded number of attempts (the backoff between them).
+#[tokio::test]
+async fn grants_that_expire_on_arrival_are_retried_with_backoff_until_the_deadline() {
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    let client = PostgresClient::connect(&pg.url()).await.unwrap();
+    let wait = Duration::from_secs(6);
+    let options = LockOptions::new(Duration::from_millis(1)).wait(wait);
+    let began = std::time::Instant::now();
+    let err = tokio::time::timeout(
+        Duration::from_secs(120),
+        client.acquire("jobs:tiny-ttl", &options),
+    )
+    .await
+    .expect("hung")
+    .unwrap_err();
+    assert!(matches!(err, Error::ExpiredOnArrival { .. }), "{err:?}");
+    assert!(
+        began.elapsed() >= wait,
+        "gave up before the deadline: {:?}",
+        began.elapsed()
+    );
+    // Nothing is left held: a plain try takes the key at once.
+    let ok = client
+        .try_acquire("jobs:tiny-ttl", &LockOptions::new(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    assert!(matches!(ok, TryAcquire::Acquired(_)));
+}

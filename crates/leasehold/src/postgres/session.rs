@@ -61,12 +61,13 @@ impl PostgresClient {
                 }
                 // A session that died under us (a server restart, a dropped connection): the
                 // attempt's session was closed, which frees anything it was granted, so a new
-                // session may try again while the deadline allows.
-                Err(e @ Error::Connection { .. }) => {
+                // session may try again while the deadline allows. A grant that came too late
+                // to be a lease was given back: the same, after the same backoff.
+                Err(e @ (Error::Connection { .. } | Error::ExpiredOnArrival { .. })) => {
                     let Some(deadline) = deadline.filter(|d| Instant::now() < *d) else {
                         return Err(e);
                     };
-                    tracing::debug!(key, error = %e, "PostgreSQL session lost while waiting; retrying");
+                    tracing::debug!(key, error = %e, "PostgreSQL attempt failed while waiting; retrying");
                     let delay = options.backoff_policy().delay(attempts - 1);
                     tokio::time::sleep(
                         delay.min(deadline.saturating_duration_since(Instant::now())),
@@ -192,16 +193,11 @@ impl PostgresClient {
         let valid_until = validity_from(started, ttl, silence);
         if Instant::now() >= valid_until {
             // Granted too late to be a lease (see LockClient::try_acquire): give it back.
+            // The caller's loop retries after its backoff while its deadline allows (a call
+            // to itself here nested one more future per grant: with a TTL that always expires
+            // on arrival, a stack overflow).
             let held = PgHeld::new(self.clone(), key, &token, session);
             let _ = held.release_session().await;
-            if wait.is_some() {
-                return Box::pin(self.attempt(
-                    key,
-                    options,
-                    wait.map(|w| w.saturating_sub(started.elapsed())),
-                ))
-                .await;
-            }
             return Err(Error::ExpiredOnArrival {
                 key: key.to_string(),
                 elapsed: started.elapsed(),
