@@ -35,8 +35,6 @@ use crate::redlock::{Redlock, RedlockOptions};
 #[derive(Clone, Debug)]
 pub struct Locker {
     backend: Arc<dyn LockBackend>,
-    redis: Option<LockClient>,
-    redlock: Option<Redlock>,
 }
 
 /// The URL schemes [`Locker::connect`] knows, for messages.
@@ -134,12 +132,12 @@ impl Locker {
     /// ([`LockClient::semaphore`], [`LockClient::rwlock`], [`LockClient::multi_lock`],
     /// [`LockClient::election`]).
     pub fn as_redis(&self) -> Option<&LockClient> {
-        self.redis.as_ref()
+        self.backend.as_any().downcast_ref()
     }
 
     /// The Redlock set behind this locker, if the URL was a `redlock://` one.
     pub fn as_redlock(&self) -> Option<&Redlock> {
-        self.redlock.as_ref()
+        self.backend.as_any().downcast_ref()
     }
 
     /// One attempt to take `key`, without waiting (see [`LockClient::try_acquire`]).
@@ -181,7 +179,7 @@ impl Locker {
         outcome: crate::core::metrics::Outcome,
         begun: Option<std::time::Instant>,
     ) {
-        if self.redis.is_none() && self.redlock.is_none() {
+        if !matches!(self.kind(), Backend::Redis | Backend::Redlock) {
             crate::core::metrics::acquisition(self.kind(), options.fair_enabled(), outcome, begun);
         }
     }
@@ -216,7 +214,7 @@ impl Locker {
     /// [`Error::NotHeld`] if it does not; [`Error::Unsupported`] on Redlock and PostgreSQL
     /// lease rows; connection and server errors.
     pub async fn release_fair(&self, key: &str, token: &LockToken) -> Result<()> {
-        match (&self.redis, self.kind().fairness()) {
+        match (self.as_redis(), self.kind().fairness()) {
             (Some(client), _) => client.release_fair(key, token).await,
             (None, Fairness::Always) => self.release(key, token).await,
             _ => Err(Error::Unsupported {
@@ -254,55 +252,43 @@ impl Locker {
 }
 
 impl Locker {
-    /// A locker over a backend with no capabilities beyond the plain lock.
-    #[cfg(any(feature = "etcd", feature = "postgres"))]
-    fn plain(backend: Arc<dyn LockBackend>) -> Locker {
+    fn of(backend: impl LockBackend) -> Locker {
         Locker {
-            backend,
-            redis: None,
-            redlock: None,
+            backend: Arc::new(backend),
         }
     }
 }
 
 impl From<LockClient> for Locker {
     fn from(client: LockClient) -> Self {
-        Locker {
-            backend: Arc::new(client.clone()),
-            redis: Some(client),
-            redlock: None,
-        }
+        Locker::of(client)
     }
 }
 
 impl From<Redlock> for Locker {
     fn from(redlock: Redlock) -> Self {
-        Locker {
-            backend: Arc::new(redlock.clone()),
-            redis: None,
-            redlock: Some(redlock),
-        }
+        Locker::of(redlock)
     }
 }
 
 #[cfg(feature = "etcd")]
 impl From<crate::etcd::EtcdClient> for Locker {
     fn from(client: crate::etcd::EtcdClient) -> Self {
-        Locker::plain(Arc::new(client))
+        Locker::of(client)
     }
 }
 
 #[cfg(feature = "postgres")]
 impl From<crate::postgres::PostgresClient> for Locker {
     fn from(client: crate::postgres::PostgresClient) -> Self {
-        Locker::plain(Arc::new(client))
+        Locker::of(client)
     }
 }
 
 #[cfg(feature = "postgres")]
 impl From<crate::postgres::PostgresLeaseClient> for Locker {
     fn from(client: crate::postgres::PostgresLeaseClient) -> Self {
-        Locker::plain(Arc::new(client))
+        Locker::of(client)
     }
 }
 

@@ -41,6 +41,10 @@ pub(crate) trait LockBackend: Send + Sync + Debug + 'static {
     /// Which backend this is.
     fn kind(&self) -> Backend;
 
+    /// The client itself, so that a [`Locker`](crate::Locker) can hand out the backend's own
+    /// type ([`Locker::as_redis`](crate::Locker::as_redis)).
+    fn as_any(&self) -> &dyn std::any::Any;
+
     fn try_acquire<'a>(
         &'a self,
         key: &'a str,
@@ -80,6 +84,10 @@ macro_rules! impl_lock_backend {
         impl $crate::core::backend::LockBackend for $client {
             fn kind(&self) -> $crate::core::kind::Backend {
                 $crate::core::kind::Backend::$kind
+            }
+
+            fn as_any(&self) -> &dyn ::std::any::Any {
+                self
             }
 
             fn try_acquire<'a>(

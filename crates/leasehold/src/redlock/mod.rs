@@ -191,6 +191,10 @@ impl LockBackend for Redlock {
         crate::core::kind::Backend::Redlock
     }
 
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
     fn try_acquire<'a>(
         &'a self,
         key: &'a str,
