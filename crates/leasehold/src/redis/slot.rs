@@ -8,11 +8,12 @@
 //!
 //! - a key with a hash tag keeps it: `a{user:1}b` -> `a{user:1}b` (anything without braces
 //!   added before or after leaves the tag, and so the slot, unchanged);
-//! - a key without a tag and without `}` is wrapped: `lock:a` -> `{lock:a}`, whose tag is the
-//!   whole key, so it hashes exactly like the key;
+//! - a non-empty key without a tag and without `}` is wrapped: `lock:a` -> `{lock:a}`, whose tag
+//!   is the whole key, so it hashes exactly like the key;
 //! - any other key (no valid tag, but a `}` that would cut a wrapper short: `a{}b`, `}{x`, `{}`,
-//!   `a}b`) is prefixed with a short tag of our own chosen to hash to the key's slot:
-//!   `{T}:a{}b`, where `CRC16(T) mod 16384 == slot(key)`.
+//!   `a}b`; or the empty key, whose wrapper `{}` would be an empty tag) is prefixed with a short
+//!   tag of our own chosen to hash to the key's slot: `{T}:a{}b`, where
+//!   `CRC16(T) mod 16384 == slot(key)`.
 //!
 //! **Guarantee.** For every key `k` and every brace-free `p` and `s`,
 //! `slot(p + slot_name(k) + s) == slot(k)`. The unit tests check it on the odd shapes, the
@@ -84,12 +85,18 @@ fn slot_tags() -> &'static [String] {
     })
 }
 
+/// Whether `{key}` hashes like `key`: it has no tag of its own, no `}` to end the wrapper early,
+/// and is not empty (`{}` is no tag: it would hash as the two braces, not as the empty key).
+fn wraps_as_tag(key: &str) -> bool {
+    !key.is_empty() && !key.contains('}') && hash_tag(key).is_none()
+}
+
 /// A name that contains `key` and hashes to `key`'s slot, to which brace-free text may be added
 /// on either side without changing the slot (see the module docs).
 pub fn slot_name(key: &str) -> Cow<'_, str> {
     if hash_tag(key).is_some() {
         Cow::Borrowed(key)
-    } else if !key.contains('}') {
+    } else if wraps_as_tag(key) {
         let mut name = String::with_capacity(key.len() + 2);
         name.push('{');
         name.push_str(key);
@@ -132,7 +139,7 @@ pub fn release_channel(key: &str) -> String {
     const PREFIX: &str = "leasehold:released:";
     let mut channel = String::with_capacity(PREFIX.len() + key.len() + 2);
     channel.push_str(PREFIX);
-    if hash_tag(key).is_none() && !key.contains('}') {
+    if wraps_as_tag(key) {
         // slot_name's common case, written in place.
         channel.push('{');
         channel.push_str(key);
@@ -209,6 +216,17 @@ mod tests {
         assert_eq!(release_channel("lock:a"), "leasehold:released:{lock:a}");
         assert_eq!(hash_tag("a{}b"), None);
         assert!(fence_key("a{}b").ends_with(":a{}b:fence"));
+    }
+
+    // Found by the property tests (tests/properties/keys.rs): the empty key was wrapped as `{}`,
+    // which is no hash tag, so `{}:fence` hashed as itself instead of to slot 0.
+    #[test]
+    fn the_empty_key_has_names_in_its_slot() {
+        assert_eq!(key_slot(""), 0);
+        assert_eq!(key_slot(&fence_key("")), 0, "{}", fence_key(""));
+        assert_eq!(key_slot(&release_channel("")), 0, "{}", release_channel(""));
+        assert_eq!(key_slot(&fair_queue_key("")), 0);
+        assert_eq!(key_slot(&format!("x{}y", slot_name(""))), 0);
     }
 
     #[test]
