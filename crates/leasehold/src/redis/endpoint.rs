@@ -92,14 +92,13 @@ impl Endpoint {
                         .parse()
                         .map_err(|_| bad(format!("{url:?}: {d:?} is not a database number")))?,
                 };
+                // An empty user name is no user name, with a password (`:pw@`) or without (`@`).
+                let user = |u: &str| (!u.is_empty()).then(|| percent_decode(u));
                 let (username, password) = match auth {
                     None => (None, None),
                     Some(a) => match a.split_once(':') {
-                        Some((u, p)) => (
-                            (!u.is_empty()).then(|| percent_decode(u)),
-                            Some(percent_decode(p)),
-                        ),
-                        None => (Some(percent_decode(a)), None),
+                        Some((u, p)) => (user(u), Some(percent_decode(p))),
+                        None => (user(a), None),
                     },
                 };
                 Ok(Endpoint::Sentinel {
@@ -205,6 +204,19 @@ mod tests {
         assert!(Endpoint::parse("redis-sentinel://h1:26379").is_err());
         assert!(Endpoint::parse("redis-sentinel://h1:26379#").is_err());
         assert!(Endpoint::parse("redis-sentinel://h1:26379/x#m").is_err());
+    }
+
+    // Found by the property tests (tests/properties/urls.rs): `@` before the hosts gave the
+    // user name Some(""), where `:pw@` gave None.
+    #[test]
+    fn an_empty_sentinel_user_name_is_none() {
+        for url in ["redis-sentinel://@h#m", "redis-sentinel://%@h#m"] {
+            let Endpoint::Sentinel { username, .. } = Endpoint::parse(url).unwrap() else {
+                panic!("{url}: not a Sentinel endpoint");
+            };
+            let expected = url.contains('%').then(|| "%".to_string());
+            assert_eq!(username, expected, "{url}");
+        }
     }
 
     #[test]
