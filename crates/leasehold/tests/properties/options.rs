@@ -1,0 +1,163 @@
+//! The option builders: `Backoff` and `LockOptions` over any durations and attempts.
+
+use std::time::Duration;
+
+use leasehold::{Backoff, LockOptions, OnLoss};
+use proptest::prelude::*;
+
+use crate::config;
+
+/// Any duration, weighted towards the interesting ones: zero, sub-millisecond, milliseconds,
+/// around the TTL bounds, and the largest.
+pub fn any_duration() -> impl Strategy<Value = Duration> {
+    prop_oneof![
+        Just(Duration::ZERO),
+        Just(Duration::MAX),
+        (0u64..2_000_000).prop_map(Duration::from_nanos),
+        (0u64..100_000).prop_map(Duration::from_millis),
+        (0u64..=8 * 24 * 3600).prop_map(Duration::from_secs),
+        (any::<u64>(), 0u32..1_000_000_000).prop_map(|(s, n)| Duration::new(s, n)),
+    ]
+}
+
+/// Durations a program could mean: up to about 584 years (a `u64` of nanoseconds).
+fn sane_duration() -> impl Strategy<Value = Duration> {
+    prop_oneof![
+        Just(Duration::ZERO),
+        (0u64..2_000_000).prop_map(Duration::from_nanos),
+        (0u64..100_000).prop_map(Duration::from_millis),
+        any::<u64>().prop_map(Duration::from_nanos),
+    ]
+}
+
+fn any_attempt() -> impl Strategy<Value = u32> {
+    prop_oneof![0u32..64, Just(u32::MAX), any::<u32>()]
+}
+
+/// The documented base of attempt `n`: `min(max, initial * 2^n)`, without overflow.
+fn documented_base(b: &Backoff, attempt: u32) -> Duration {
+    if b.initial().is_zero() {
+        return Duration::ZERO;
+    }
+    let mut base = b.initial();
+    for _ in 0..attempt.min(200) {
+        if base >= b.max() {
+            break;
+        }
+        base = base.saturating_mul(2);
+    }
+    base.min(b.max())
+}
+
+fn check_delay(b: &Backoff, attempt: u32) -> Result<(), TestCaseError> {
+    let base = documented_base(b, attempt);
+    let d = b.delay(attempt);
+    prop_assert!(
+        d >= base / 2 && d <= base,
+        "{b:?} attempt {attempt}: {d:?} not in [{:?}, {base:?}]",
+        base / 2
+    );
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(config::cases(512))]
+
+    // `new` keeps `initial` and never lets `max` fall below it; `constant` is `new(d, d)`.
+    #[test]
+    fn backoff_builders_keep_their_bounds(initial in any_duration(), max in any_duration()) {
+        let b = Backoff::new(initial, max);
+        prop_assert_eq!(b.initial(), initial);
+        prop_assert_eq!(b.max(), max.max(initial));
+        prop_assert_eq!(Backoff::constant(initial), Backoff::new(initial, initial));
+    }
+
+    // The jittered delay lies in [base/2, base], base = min(max, initial * 2^n), for any
+    // attempt up to u32::MAX. Durations up to ~584 years: beyond, see the ignored property below.
+    #[test]
+    fn backoff_delay_stays_in_its_documented_band(
+        initial in sane_duration(),
+        max in sane_duration(),
+        attempt in any_attempt(),
+    ) {
+        // The delay stops doubling after 2^20 (see the ignored property below): only where that
+        // cap is not reached before `max` is the documented band checked here.
+        prop_assume!(attempt <= 20 || initial.saturating_mul(1 << 20) >= max);
+        check_delay(&Backoff::new(initial, max), attempt)?;
+    }
+
+    // Every builder and getter, with any values: no panic, and each getter returns what its
+    // builder set.
+    #[test]
+    fn lock_options_builders_round_trip(
+        ttl in any_duration(),
+        wait in proptest::option::of(any_duration()),
+        backoff in (any_duration(), any_duration()),
+        fencing in any::<bool>(),
+        auto_extend in any::<bool>(),
+        renew_every in proptest::option::of(any_duration()),
+        max_hold in proptest::option::of(any_duration()),
+        replica_ack in proptest::option::of((any::<u32>(), any_duration())),
+        fair in any::<bool>(),
+        notify in any::<bool>(),
+    ) {
+        let backoff = Backoff::new(backoff.0, backoff.1);
+        let mut o = LockOptions::new(ttl)
+            .backoff(backoff)
+            .fencing(fencing)
+            .auto_extend(auto_extend)
+            .fair(fair)
+            .on_loss(if notify { OnLoss::Notify } else { OnLoss::Cancel });
+        if let Some(w) = wait { o = o.wait(w); }
+        if let Some(r) = renew_every { o = o.renew_every(r); }
+        if let Some(m) = max_hold { o = o.max_hold(m); }
+        if let Some((n, t)) = replica_ack { o = o.replica_ack(n, t); }
+        prop_assert_eq!(o.ttl(), ttl);
+        prop_assert_eq!(o.wait_bound(), wait);
+        prop_assert_eq!(o.clone().no_wait().wait_bound(), None);
+        prop_assert_eq!(o.backoff_policy(), backoff);
+        prop_assert_eq!(o.fencing_enabled(), fencing);
+        prop_assert_eq!(o.auto_extend_enabled(), auto_extend);
+        prop_assert_eq!(o.fair_enabled(), fair);
+        prop_assert_eq!(o.max_hold_bound(), max_hold);
+        prop_assert_eq!(o.replica_ack_required(), replica_ack);
+        prop_assert_eq!(o.loss_policy() == OnLoss::Notify, notify);
+        prop_assert_eq!(o.clone().with_ttl(Duration::from_secs(1)).ttl(), Duration::from_secs(1));
+        let _ = o.renew_interval();
+    }
+
+    // The renewal interval is positive and at most TTL/2 (one failed round leaves time for
+    // another), for any TTL of at least 2 ms and any requested interval.
+    #[test]
+    fn renew_interval_is_within_half_the_ttl(
+        ttl in any_duration().prop_filter("TTL/2 >= 1ms", |t| *t >= Duration::from_millis(2)),
+        renew_every in proptest::option::of(any_duration()),
+    ) {
+        let mut o = LockOptions::new(ttl).auto_extend(true);
+        if let Some(r) = renew_every { o = o.renew_every(r); }
+        let every = o.renew_interval();
+        prop_assert!(!every.is_zero() && every <= ttl / 2, "ttl {ttl:?}: {every:?}");
+        if renew_every.is_none() {
+            prop_assert_eq!(every, (ttl / 3).max(Duration::from_millis(1)));
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(config::cases(512))]
+
+    // The documented band for every duration, up to Duration::MAX. Fails today: the delay
+    // converts nanoseconds to u64, which truncates beyond ~584 years (Backoff::constant(
+    // Duration::MAX).delay(0) panics with an empty range), and caps the exponent at 2^20
+    // (Backoff::new(1ns, 1h).delay(30) is at most ~1 ms, not ~1 s). The fix belongs in
+    // core/options.rs (see issue 24's report).
+    #[test]
+    #[ignore = "Backoff::delay: u64 nanoseconds and the 2^20 cap (core/options.rs, issue 24)"]
+    fn backoff_delay_band_for_every_duration(
+        initial in any_duration(),
+        max in any_duration(),
+        attempt in any_attempt(),
+    ) {
+        check_delay(&Backoff::new(initial, max), attempt)?;
+    }
+}
