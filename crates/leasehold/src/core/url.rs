@@ -7,13 +7,15 @@ pub(crate) fn split_multi_host(rest: &str) -> (Option<&str>, &str, Option<&str>,
         None => (rest, None),
     };
     let rest = rest.split_once('?').map_or(rest, |(r, _)| r);
-    let (auth, rest) = match rest.rsplit_once('@') {
-        Some((a, r)) => (Some(a), r),
-        None => (None, rest),
-    };
-    let (hosts, db) = match rest.split_once('/') {
-        Some((h, d)) => (h, Some(d)),
+    // The authority ends at the first '/': an '@' after it is part of the path, not the end of
+    // a user name (else `h1,h2/0@x` would name the host x alone).
+    let (authority, db) = match rest.split_once('/') {
+        Some((a, d)) => (a, Some(d)),
         None => (rest, None),
+    };
+    let (auth, hosts) = match authority.rsplit_once('@') {
+        Some((a, h)) => (Some(a), h),
+        None => (None, authority),
     };
     (auth, hosts, db, fragment)
 }
@@ -50,9 +52,10 @@ pub(crate) fn parse_hosts(
         }
         let port: u16 = match port {
             None => default_port,
-            Some(p) => p
-                .parse()
-                .ok()
+            // Digits only: `u16::from_str` would also take a sign (`+80`).
+            Some(p) => Some(p)
+                .filter(|p| p.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|p| p.parse().ok())
                 .filter(|p| *p != 0)
                 .ok_or_else(|| format!("bad port {p:?}"))?,
         };
@@ -84,4 +87,138 @@ pub(crate) fn percent_decode(s: &str) -> String {
         i += 1;
     }
     String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn config() -> ProptestConfig {
+        let cases = std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(512);
+        ProptestConfig {
+            cases,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        }
+    }
+
+    /// Every byte but the unreserved ones as `%XX`.
+    fn encode(s: &str) -> String {
+        s.bytes()
+            .map(|b| match b {
+                b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                    (b as char).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect()
+    }
+
+    fn host() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[a-z][a-z0-9.-]{0,10}",
+            Just("[::1]".to_string()),
+            (any::<u16>()).prop_map(|a| format!("[fe80::{a:x}]")),
+        ]
+    }
+
+    // Found by multi_host_urls_split_into_their_parts: an '@' in the path was taken for the end
+    // of the credentials, so the hosts before it were dropped for the text after it.
+    #[test]
+    fn an_at_sign_in_the_path_is_no_userinfo() {
+        assert_eq!(
+            split_multi_host("h1:1,h2:2/0@x:3"),
+            (None, "h1:1,h2:2", Some("0@x:3"), None)
+        );
+        assert_eq!(
+            split_multi_host("u:p@h1/@x#m@y"),
+            (Some("u:p"), "h1", Some("@x"), Some("m@y"))
+        );
+        // The Redlock node list keeps both hosts (the path is left to the database check).
+        let nodes = crate::redlock::node_urls("redlock://h1:1,h2:2/0@x:3").unwrap();
+        assert_eq!(nodes.len(), 2, "{nodes:?}");
+        assert!(nodes[0].starts_with("redis://h1:1/") && nodes[1].starts_with("redis://h2:2/"));
+    }
+
+    // Found by ports_are_digits_in_range: a sign before the port was accepted.
+    #[test]
+    fn a_port_is_digits_only() {
+        for port in ["+1", "+6379", "-0", " 1"] {
+            assert!(parse_hosts(&format!("h:{port}"), 1).is_err(), "{port:?}");
+        }
+        assert_eq!(parse_hosts("h:0080", 1), Ok(vec!["h:80".to_string()]));
+    }
+
+    proptest! {
+        #![proptest_config(config())]
+
+        // Any text decodes without a panic; encoded text decodes to exactly itself.
+        #[test]
+        fn percent_decoding_inverts_encoding(s in any::<String>(), raw in any::<String>()) {
+            let _ = percent_decode(&raw);
+            prop_assert_eq!(percent_decode(&encode(&s)), s);
+            if !raw.contains('%') {
+                prop_assert_eq!(percent_decode(&raw), raw);
+            }
+        }
+
+        // A port is accepted iff it is written in decimal digits only and is 1 ..= 65535.
+        #[test]
+        fn ports_are_digits_in_range(
+            port in prop_oneof!["[0-9]{1,7}", "[+ -]?[0-9]{0,6}", any::<String>()],
+        ) {
+            let valid = !port.is_empty()
+                && port.bytes().all(|b| b.is_ascii_digit())
+                && port.parse::<u32>().is_ok_and(|p| (1..=65535).contains(&p));
+            let parsed = parse_hosts(&format!("h:{port}"), 1);
+            match &parsed {
+                Ok(hosts) if valid => {
+                    prop_assert_eq!(hosts, &vec![format!("h:{}", port.parse::<u16>().unwrap())]);
+                }
+                Err(_) if !valid => {}
+                other => prop_assert!(false, "port {port:?}: {other:?}"),
+            }
+        }
+
+        // `[auth@]hosts[/path][?query][#fragment]` splits into exactly those parts, whatever the
+        // path, query and fragment hold (an `@` there is no userinfo).
+        #[test]
+        fn multi_host_urls_split_into_their_parts(
+            auth in proptest::option::of((any::<String>(), any::<String>())),
+            hosts in proptest::collection::vec((host(), proptest::option::of(1u16..)), 1..4),
+            path in proptest::option::of("[^?#]*"),
+            query in proptest::option::of("[^#]*"),
+            fragment in proptest::option::of(".*"),
+        ) {
+            let auth = auth.map(|(u, p)| format!("{}:{}", encode(&u), encode(&p)));
+            let list: Vec<String> = hosts
+                .iter()
+                .map(|(h, p)| p.map_or(h.clone(), |p| format!("{h}:{p}")))
+                .collect();
+            let list = list.join(",");
+            let mut url = auth.as_ref().map(|a| format!("{a}@")).unwrap_or_default();
+            url.push_str(&list);
+            for (sep, part) in [('/', &path), ('?', &query), ('#', &fragment)] {
+                if let Some(part) = part {
+                    url.push(sep);
+                    url.push_str(part);
+                }
+            }
+            let (a, h, p, f) = split_multi_host(&url);
+            prop_assert_eq!(a, auth.as_deref(), "{:?}", url);
+            prop_assert_eq!(h, list.as_str(), "{:?}", url);
+            prop_assert_eq!(p, path.as_deref(), "{:?}", url);
+            prop_assert_eq!(f, fragment.as_deref(), "{:?}", url);
+            let expected: Vec<String> = hosts
+                .iter()
+                .map(|(h, p)| format!("{h}:{}", p.unwrap_or(7)))
+                .collect();
+            prop_assert_eq!(parse_hosts(h, 7), Ok(expected));
+        }
+    }
 }
