@@ -140,6 +140,40 @@ mod tests {
         assert!(!seen.contains(&other));
     }
 
+    proptest::proptest! {
+        #![proptest_config(crate::core::url::testing::config(512))]
+
+        // Accepted iff 1 ..= MAX_KEY_LEN bytes (not characters), whatever the bytes; a refusal
+        // is InvalidArgument(key).
+        #[test]
+        fn keys_are_accepted_iff_their_length_is_in_bounds(
+            stem in ".{0,4}",
+            len in proptest::sample::select(vec![0, 1, 2, MAX_KEY_LEN - 1, MAX_KEY_LEN, MAX_KEY_LEN + 1]),
+        ) {
+            let mut key = stem;
+            while key.len() < len {
+                key.push(if key.len() + 2 <= len { 'é' } else { '\0' });
+            }
+            let ok = !key.is_empty() && key.len() <= MAX_KEY_LEN;
+            match validate_key(&key) {
+                Ok(()) => proptest::prop_assert!(ok, "{} bytes accepted", key.len()),
+                Err(Error::InvalidArgument { what: "key", .. }) => {
+                    proptest::prop_assert!(!ok, "{} bytes refused", key.len())
+                }
+                Err(e) => proptest::prop_assert!(false, "{e:?}"),
+            }
+        }
+
+        // Tokens: any non-empty text is one, kept exactly; the empty one is refused.
+        #[test]
+        fn tokens_wrap_any_text(text in ".*") {
+            match LockToken::new(text.clone()) {
+                Ok(t) => proptest::prop_assert_eq!(t.expose(), text.as_str()),
+                Err(_) => proptest::prop_assert!(text.is_empty()),
+            }
+        }
+    }
+
     #[test]
     fn keys_are_validated() {
         assert!(validate_key("").is_err());

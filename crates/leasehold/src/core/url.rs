@@ -89,17 +89,17 @@ pub(crate) fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// What the URL parsers' property tests share.
 #[cfg(test)]
-mod tests {
+pub(crate) mod testing {
     use proptest::prelude::*;
 
-    use super::*;
-
-    fn config() -> ProptestConfig {
+    /// `default_cases` cases (or `$PROPTEST_CASES`), no failure files written.
+    pub(crate) fn config(default_cases: u32) -> ProptestConfig {
         let cases = std::env::var("PROPTEST_CASES")
             .ok()
             .and_then(|c| c.parse().ok())
-            .unwrap_or(512);
+            .unwrap_or(default_cases);
         ProptestConfig {
             cases,
             failure_persistence: None,
@@ -108,7 +108,7 @@ mod tests {
     }
 
     /// Every byte but the unreserved ones as `%XX`.
-    fn encode(s: &str) -> String {
+    pub(crate) fn encode(s: &str) -> String {
         s.bytes()
             .map(|b| match b {
                 b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
@@ -119,13 +119,22 @@ mod tests {
             .collect()
     }
 
-    fn host() -> impl Strategy<Value = String> {
+    /// A host name, or a bracketed IPv6 address.
+    pub(crate) fn host() -> impl Strategy<Value = String> {
         prop_oneof![
             "[a-z][a-z0-9.-]{0,10}",
             Just("[::1]".to_string()),
             (any::<u16>()).prop_map(|a| format!("[fe80::{a:x}]")),
         ]
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::testing::{config, encode, host};
+    use super::*;
 
     // Found by multi_host_urls_split_into_their_parts: an '@' in the path was taken for the end
     // of the credentials, so the hosts before it were dropped for the text after it.
@@ -155,7 +164,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(config())]
+        #![proptest_config(config(512))]
 
         // Any text decodes without a panic; encoded text decodes to exactly itself.
         #[test]

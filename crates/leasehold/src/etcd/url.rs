@@ -46,3 +46,59 @@ pub(super) fn parse_url(url: &str) -> Result<EtcdUrl> {
         user,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::core::url::testing::{config, encode, host};
+
+    proptest! {
+        #![proptest_config(config(512))]
+
+        // Any text: a parsed URL or InvalidArgument(url), never a panic.
+        #[test]
+        fn any_text_parses_or_is_refused(tail in ".*", scheme in "(?i:etcd)|[a-z]{0,5}") {
+            for url in [format!("{scheme}://{tail}"), tail.clone()] {
+                if let Err(e) = parse_url(&url) {
+                    prop_assert!(matches!(e, Error::InvalidArgument { what: "url", .. }), "{e:?}");
+                }
+            }
+        }
+
+        // A well-formed URL gives exactly its endpoints and its decoded user and password; an
+        // empty user name, a path or a fragment is refused.
+        #[test]
+        fn urls_round_trip(
+            user in proptest::option::of((".*", proptest::option::of(".*"))),
+            hosts in proptest::collection::vec((host(), proptest::option::of(1u16..)), 1..4),
+            slash in any::<bool>(),
+        ) {
+            let auth = match &user {
+                None => String::new(),
+                Some((u, None)) => format!("{}@", encode(u)),
+                Some((u, Some(p))) => format!("{}:{}@", encode(u), encode(p)),
+            };
+            let list: Vec<String> = hosts
+                .iter()
+                .map(|(h, p)| p.map_or(h.clone(), |p| format!("{h}:{p}")))
+                .collect();
+            let url = format!("etcd://{auth}{}{}", list.join(","), if slash { "/" } else { "" });
+            let parsed = parse_url(&url);
+            if user.as_ref().is_some_and(|(u, _)| u.is_empty()) {
+                prop_assert!(parsed.is_err(), "{url:?}: {parsed:?}");
+                return Ok(());
+            }
+            let endpoints = hosts
+                .iter()
+                .map(|(h, p)| format!("http://{h}:{}", p.unwrap_or(DEFAULT_PORT)))
+                .collect();
+            let user = user.map(|(u, p)| (u, p.unwrap_or_default()));
+            prop_assert_eq!(parsed.unwrap(), EtcdUrl { endpoints, user });
+            for suffix in ["/db", "#f", "/@x:1"] {
+                prop_assert!(parse_url(&format!("{url}{suffix}")).is_err(), "{url:?}{suffix}");
+            }
+        }
+    }
+}
