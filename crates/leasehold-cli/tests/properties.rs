@@ -1,0 +1,292 @@
+//! Property tests (proptest) of the command line: durations, argument parsing of every
+//! subcommand, and the exit status each rejection maps to, in-process through the library's
+//! entry points (`Cli::try_parse_from`, `ServerArgs::resolve`, `run`), plus a few cases through
+//! the real binary for the process's exit code. Nothing connects outside this machine: URLs are
+//! only parsed, or name 127.0.0.1.
+//!
+//! Modest case counts keep the binary within seconds; `PROPTEST_CASES=N` overrides them.
+//! Failures are not persisted (no files in the source tree): a failure prints its minimal
+//! input, which then becomes a named regression test.
+
+#[path = "support/mod.rs"]
+mod support;
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::Parser;
+use leasehold_cli::{Cli, Exit, parse_duration, parse_positive_duration};
+use proptest::prelude::*;
+use proptest::test_runner::Config;
+
+/// The binary under test.
+const BIN: &str = env!("CARGO_BIN_EXE_leasehold");
+
+/// `default_cases` cases (or `$PROPTEST_CASES`), nothing persisted.
+fn cases(default_cases: u32) -> Config {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(default_cases);
+    Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    }
+}
+
+/// Duration text: humantime's units with numbers of any size, combinations, signs, blanks,
+/// and arbitrary text.
+fn duration_text() -> impl Strategy<Value = String> {
+    let unit = proptest::sample::select(
+        &[
+            "", "ns", "nsec", "us", "usec", "µs", "ms", "msec", "s", "sec", "secs", "second", "m",
+            "min", "mins", "minute", "h", "hr", "hour", "hours", "d", "day", "days", "w", "week",
+            "M", "month", "y", "year", "years", "x", "S", "MS",
+        ][..],
+    );
+    let number = prop_oneof![
+        "[0-9]{1,3}",
+        "[0-9]{15,25}",
+        Just("18446744073709551615".to_string()),
+        Just("18446744073709551616".to_string()),
+        "-[0-9]{1,3}",
+        "\\+[0-9]{1,3}",
+        "[0-9]\\.[0-9]",
+    ];
+    let part = (number, unit).prop_map(|(n, u)| format!("{n}{u}"));
+    prop_oneof![
+        3 => proptest::collection::vec(part, 1..4).prop_map(|v| v.join(" ")),
+        1 => proptest::collection::vec("[0-9]{1,4}[a-z]{0,3}", 1..4).prop_map(|v| v.concat()),
+        1 => any::<String>(),
+        1 => Just(String::new()),
+    ]
+}
+
+/// The exit status a parse error gets from the binary (see `leasehold_cli::clap_exit`), without
+/// printing it: 0 for help and version, 64 otherwise.
+fn parse_error_exit(err: &clap::Error) -> Exit {
+    if err.use_stderr() {
+        Exit::Usage
+    } else {
+        Exit::Success
+    }
+}
+
+proptest! {
+    #![proptest_config(cases(1024))]
+
+    // Any text: no panic; an accepted duration prints and parses back to itself, and the
+    // positive parser is the same but for zero.
+    #[test]
+    fn durations_parse_or_are_refused(text in duration_text()) {
+        match parse_duration(&text) {
+            Ok(d) => {
+                let shown = humantime::format_duration(d).to_string();
+                prop_assert_eq!(parse_duration(&shown), Ok(d), "{:?} -> {:?}", text, shown);
+                prop_assert_eq!(parse_positive_duration(&text).is_ok(), !d.is_zero());
+            }
+            Err(e) => {
+                prop_assert!(!e.is_empty());
+                prop_assert!(parse_positive_duration(&text).is_err());
+            }
+        }
+    }
+
+    // Any duration that humantime can print parses back to itself.
+    #[test]
+    fn printed_durations_round_trip(secs in any::<u64>(), nanos in 0u32..1_000_000_000) {
+        let d = Duration::new(secs, nanos);
+        let shown = humantime::format_duration(d).to_string();
+        prop_assert_eq!(parse_duration(&shown), Ok(d), "{}", shown);
+    }
+
+    // Through the command line: a duration flag takes exactly what the parser accepts, and a
+    // refused one is a usage error (64).
+    #[test]
+    fn duration_flags_take_what_the_parser_accepts(
+        text in duration_text(),
+        flag in proptest::sample::select(&["--ttl", "--wait", "--node-timeout", "--kill-grace"][..]),
+    ) {
+        let sub: &[&str] = match flag {
+            "--kill-grace" => &["run", "k", "--ttl", "1s"],
+            "--ttl" => &["acquire", "k"],
+            _ => &["acquire", "k", "--ttl", "1s"],
+        };
+        let mut argv: Vec<&str> = vec!["leasehold"];
+        argv.extend(sub);
+        let with_value = format!("{flag}={text}");
+        argv.push(&with_value);
+        if sub[0] == "run" {
+            argv.extend(["--", "true"]);
+        }
+        let expected = if flag == "--node-timeout" {
+            parse_positive_duration(&text)
+        } else {
+            parse_duration(&text)
+        };
+        match (Cli::try_parse_from(&argv), expected) {
+            (Ok(_), Ok(_)) => {}
+            (Err(e), Err(_)) => {
+                prop_assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation);
+                prop_assert_eq!(parse_error_exit(&e), Exit::Usage);
+            }
+            (got, expected) => prop_assert!(false, "{argv:?}: {got:?} vs {expected:?}"),
+        }
+    }
+}
+
+/// One argument of a command line: a flag any subcommand knows, a value, or anything.
+fn arg() -> impl Strategy<Value = OsString> {
+    let flag = proptest::sample::select(
+        &[
+            "--ttl",
+            "--wait",
+            "--no-wait",
+            "--fencing",
+            "--fair",
+            "--permits",
+            "--read",
+            "--write",
+            "--json",
+            "--token",
+            "--url",
+            "--node-timeout",
+            "--cluster",
+            "--sentinel-master",
+            "--tls-ca-file",
+            "--kill-grace",
+            "--conflict-exit-code",
+            "--metrics-addr",
+            "--id",
+            "--",
+            "-h",
+            "--help",
+            "-V",
+            "--version",
+            "-",
+            "--ttl=",
+            "--url=",
+        ][..],
+    );
+    let url = prop_oneof![
+        "(redis|rediss|valkey|redis-cluster|redis-sentinel|redlock|etcd|postgres|mysql)://[a-z0-9.:,@#/]{0,20}",
+        Just("redis://127.0.0.1:1/".to_string()),
+        Just("etcd://127.0.0.1:1".to_string()),
+    ];
+    prop_oneof![
+        4 => flag.prop_map(OsString::from),
+        2 => duration_text().prop_map(OsString::from),
+        2 => url.prop_map(OsString::from),
+        1 => "[0-9]{1,6}".prop_map(OsString::from),
+        1 => any::<String>().prop_map(OsString::from),
+        1 => proptest::collection::vec(any::<u8>(), 0..6).prop_map(|b| {
+            use std::os::unix::ffi::OsStringExt;
+            OsString::from_vec(b) // possibly not UTF-8
+        }),
+    ]
+}
+
+/// A command line: the program, maybe global flags, a subcommand (or anything), arguments.
+fn argv() -> impl Strategy<Value = Vec<OsString>> {
+    let sub = prop_oneof![
+        4 => proptest::sample::select(&["acquire", "release", "extend", "inspect", "run", "elect"][..])
+            .prop_map(OsString::from),
+        1 => arg(),
+    ];
+    (
+        proptest::collection::vec(arg(), 0..3),
+        sub,
+        proptest::collection::vec(arg(), 0..8),
+    )
+        .prop_map(|(global, sub, rest)| {
+            let mut argv = vec![OsString::from("leasehold")];
+            argv.extend(global);
+            argv.push(sub);
+            argv.extend(rest);
+            argv
+        })
+}
+
+proptest! {
+    #![proptest_config(cases(1024))]
+
+    // Any command line: no panic; a rejection is a usage error (64), or help/version (0); an
+    // accepted one either names its servers or is refused as a usage error too, before any
+    // connection (all of this is what `main` and `run` do before connecting).
+    #[test]
+    fn any_command_line_parses_or_is_a_usage_error(argv in argv()) {
+        match Cli::try_parse_from(&argv) {
+            Err(e) => {
+                let exit = parse_error_exit(&e);
+                if exit == Exit::Success {
+                    prop_assert!(
+                        matches!(e.kind(), clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion),
+                        "{:?} exits 0", e.kind()
+                    );
+                }
+                let _ = e.render();
+            }
+            Ok(cli) => {
+                if let Err(usage) = cli.servers().resolve() {
+                    prop_assert_eq!(Exit::of(&anyhow::Error::new(usage)), Exit::Usage);
+                }
+            }
+        }
+    }
+}
+
+// Through the real binary, a few cases: the process's exit status for bad durations (64),
+// help and version (0), and bad URLs, refused before connecting (64).
+#[test]
+fn the_binary_exits_64_on_bad_arguments() {
+    let mut runner = proptest::test_runner::TestRunner::new(cases(8));
+    let bad = duration_text().prop_filter("refused", |t| parse_duration(t).is_err());
+    runner
+        .run(&bad, |text| {
+            let ttl = format!("--ttl={text}");
+            let run = support::leasehold(&["--url", "redis://127.0.0.1:1/", "acquire", "k", &ttl]);
+            prop_assert_eq!(run.code, 64, "{:?}: {}", text, run.stderr);
+            Ok(())
+        })
+        .unwrap();
+    for (args, code) in [
+        (&["--help"][..], 0),
+        (&["acquire", "--help"][..], 0),
+        (&["--version"][..], 0),
+        (&[][..], 64),
+        (&["frobnicate"][..], 64),
+        (&["acquire", "k"][..], 64),
+        (
+            &["--url", "redis-cluster://127.0.0.1:99999", "inspect", "k"][..],
+            64,
+        ),
+        (
+            &["--url", "redis-cluster://127.0.0.1:+1", "inspect", "k"][..],
+            64,
+        ),
+        (
+            &["--url", "redlock://127.0.0.1:1,127.0.0.1:0", "inspect", "k"][..],
+            64,
+        ),
+        (&["--url", "mysql://127.0.0.1:1/", "inspect", "k"][..], 64),
+        (
+            &["--cluster", "--sentinel-master", "m", "inspect", "k"][..],
+            64,
+        ),
+        (
+            &[
+                "--url",
+                "etcd://127.0.0.1:1",
+                "--url",
+                "redis://127.0.0.1:1/",
+                "inspect",
+                "k",
+            ][..],
+            64,
+        ),
+    ] {
+        let run = support::leasehold(args);
+        assert_eq!(run.code, code, "leasehold {args:?}: {}", run.stderr);
+    }
+}
