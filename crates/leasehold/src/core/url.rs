@@ -50,6 +50,12 @@ pub(crate) fn parse_hosts(
         if host.is_empty() || host == "[]" {
             return Err(format!("empty host in {h:?}"));
         }
+        // `h::1` would be host `h:`, port 1; `::1` host `:`: an IPv6 address needs brackets.
+        if !host.starts_with('[') && host.contains(':') {
+            return Err(format!(
+                "bad host {h:?} (an IPv6 address goes in brackets: [::1]:6379)"
+            ));
+        }
         let port: u16 = match port {
             None => default_port,
             // Digits only: `u16::from_str` would also take a sign (`+80`).
@@ -65,6 +71,22 @@ pub(crate) fn parse_hosts(
         return Err("no host".to_string());
     }
     Ok(out)
+}
+
+/// `url` with the password of its credentials masked (`redis://u:***@h/`), to quote in messages:
+/// errors end up on terminals and in logs. Text without a scheme is taken as starting with the
+/// credentials (`u:pw@h`); anything without a password is returned as it is.
+pub(crate) fn redact(url: &str) -> String {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let rest = &url[start..];
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    match authority.rfind('@') {
+        Some(at) => match authority[..at].find(':') {
+            Some(colon) => format!("{}:***{}", &url[..start + colon], &rest[at..]),
+            None => url.to_string(),
+        },
+        None => url.to_string(),
+    }
 }
 
 /// `%XX` escapes decoded (invalid UTF-8 replaced).
@@ -154,6 +176,18 @@ mod tests {
         assert!(nodes[0].starts_with("redis://h1:1/") && nodes[1].starts_with("redis://h2:2/"));
     }
 
+    #[test]
+    fn passwords_are_masked() {
+        assert_eq!(redact("redis://u:pw@h:1/0"), "redis://u:***@h:1/0");
+        assert_eq!(
+            redact("redis-sentinel://:p@w@h1,h2#m"),
+            "redis-sentinel://:***@h1,h2#m"
+        );
+        assert_eq!(redact("u:pw@h"), "u:***@h");
+        assert_eq!(redact("redis://u@h/:x@y"), "redis://u@h/:x@y");
+        assert_eq!(redact("no url at all"), "no url at all");
+    }
+
     // Found by ports_are_digits_in_range: a sign before the port was accepted.
     #[test]
     fn a_port_is_digits_only() {
@@ -161,6 +195,19 @@ mod tests {
             assert!(parse_hosts(&format!("h:{port}"), 1).is_err(), "{port:?}");
         }
         assert_eq!(parse_hosts("h:0080", 1), Ok(vec!["h:80".to_string()]));
+    }
+
+    // Found by ports_are_digits_in_range (with PROPTEST_CASES=5000; minimal input ":1"): `h::1`
+    // was accepted as host `h:`, and `::1` as host `:`, both with port 1.
+    #[test]
+    fn a_colon_in_a_host_needs_brackets() {
+        for hosts in ["h::1", "::1", "fe80::1:6379", "a:b:c"] {
+            assert!(parse_hosts(hosts, 1).is_err(), "{hosts:?}");
+        }
+        assert_eq!(
+            parse_hosts("[::1]:2,[fe80::1]", 1),
+            Ok(vec!["[::1]:2".to_string(), "[fe80::1]:1".to_string()])
+        );
     }
 
     proptest! {
@@ -174,6 +221,28 @@ mod tests {
             if !raw.contains('%') {
                 prop_assert_eq!(percent_decode(&raw), raw);
             }
+        }
+
+        // Redaction masks exactly the password: any text is left whole but for it.
+        #[test]
+        fn redaction_masks_only_the_password(
+            scheme in proptest::option::of("[a-z+-]{1,8}"),
+            user in "[^:@/?#]{0,6}",
+            password in proptest::option::of("[^/?#]{0,8}"),
+            rest in "(:[0-9]{1,5})?[^@:]{0,12}",
+            raw in any::<String>(),
+        ) {
+            let _ = redact(&raw);
+            let prefix = scheme.map(|s| format!("{s}://")).unwrap_or_default();
+            let url = match &password {
+                Some(p) => format!("{prefix}{user}:{p}@h{rest}"),
+                None => format!("{prefix}{user}@h{rest}"),
+            };
+            let expected = match &password {
+                Some(_) => format!("{prefix}{user}:***@h{rest}"),
+                None => url.clone(),
+            };
+            prop_assert_eq!(redact(&url), expected);
         }
 
         // A port is accepted iff it is written in decimal digits only and is 1 ..= 65535.

@@ -1,7 +1,7 @@
 //! Where a [`LockClient`](crate::LockClient) connects (see [`Endpoint`]).
 
 use crate::core::error::{Error, Result};
-use crate::core::url::{parse_hosts, percent_decode, split_multi_host};
+use crate::core::url::{parse_hosts, percent_decode, redact, split_multi_host};
 
 /// Where a [`LockClient`](crate::LockClient) connects: one server, a Redis Cluster, or the
 /// primary of a Sentinel-monitored set, and the URL forms that name each.
@@ -48,9 +48,11 @@ impl Endpoint {
     /// Sentinel URL without `#master`.
     pub fn parse(url: &str) -> Result<Endpoint> {
         let bad = |reason: String| Error::invalid("url", reason);
+        // Quoted with its password masked: errors are printed and logged.
+        let shown = redact(url);
         let Some((scheme, rest)) = url.split_once("://") else {
             return Err(bad(format!(
-                "{url:?} has no scheme (expected redis://, rediss://, redis-cluster://, redis-sentinel://)"
+                "{shown:?} has no scheme (expected redis://, rediss://, redis-cluster://, redis-sentinel://)"
             )));
         };
         let scheme = scheme.to_ascii_lowercase();
@@ -62,9 +64,9 @@ impl Endpoint {
                 let tls = scheme.starts_with("rediss") || scheme.starts_with("valkeys");
                 let (auth, hosts, _db, fragment) = split_multi_host(rest);
                 if fragment.is_some() {
-                    return Err(bad(format!("{url:?}: a cluster URL takes no #fragment")));
+                    return Err(bad(format!("{shown:?}: a cluster URL takes no #fragment")));
                 }
-                let hosts = parse_hosts(hosts, 6379).map_err(|r| bad(format!("{url:?}: {r}")))?;
+                let hosts = parse_hosts(hosts, 6379).map_err(|r| bad(format!("{shown:?}: {r}")))?;
                 let scheme = if tls { "rediss" } else { "redis" };
                 let auth = auth.map(|a| format!("{a}@")).unwrap_or_default();
                 Ok(Endpoint::Cluster(
@@ -81,16 +83,17 @@ impl Endpoint {
                     Some(m) if !m.is_empty() => percent_decode(m),
                     _ => {
                         return Err(bad(format!(
-                            "{url:?}: a Sentinel URL names the master after '#' (redis-sentinel://host:26379#mymaster)"
+                            "{shown:?}: a Sentinel URL names the master after '#' (redis-sentinel://host:26379#mymaster)"
                         )));
                     }
                 };
-                let hosts = parse_hosts(hosts, 26379).map_err(|r| bad(format!("{url:?}: {r}")))?;
+                let hosts =
+                    parse_hosts(hosts, 26379).map_err(|r| bad(format!("{shown:?}: {r}")))?;
                 let db = match db {
                     None | Some("") => 0,
                     Some(d) => d
                         .parse()
-                        .map_err(|_| bad(format!("{url:?}: {d:?} is not a database number")))?,
+                        .map_err(|_| bad(format!("{shown:?}: {d:?} is not a database number")))?,
                 };
                 // An empty user name is no user name, with a password (`:pw@`) or without (`@`).
                 let user = |u: &str| (!u.is_empty()).then(|| percent_decode(u));
@@ -111,7 +114,7 @@ impl Endpoint {
                 })
             }
             other => Err(bad(format!(
-                "unknown scheme {other:?} in {url:?} (expected redis, rediss, valkey, valkeys, \
+                "unknown scheme {other:?} in {shown:?} (expected redis, rediss, valkey, valkeys, \
                  redis-cluster, rediss-cluster, redis-sentinel or rediss-sentinel; other \
                  backends, through leasehold::Locker: redlock, etcd, postgres)"
             ))),
@@ -216,6 +219,26 @@ mod tests {
             };
             let expected = url.contains('%').then(|| "%".to_string());
             assert_eq!(username, expected, "{url}");
+        }
+    }
+
+    // Found by the property tests (tests/properties/urls.rs, refusals_never_show_the_password;
+    // minimal input mysql://:AAAAAAAAAAAA@127.0.0.1:0): the messages quoted the whole URL,
+    // password and all, and the CLI prints them on stderr.
+    #[test]
+    fn refusals_do_not_show_the_password() {
+        for url in [
+            "mysql://u:hunter2@127.0.0.1/",
+            "u:hunter2@127.0.0.1:6379",
+            "redis-cluster://u:hunter2@127.0.0.1:0",
+            "rediss-cluster://u:hunter2@127.0.0.1:1#x",
+            "redis-sentinel://u:hunter2@127.0.0.1:1",
+            "redis-sentinel://u:hunter2@127.0.0.1:1/x#m",
+        ] {
+            let err = Endpoint::parse(url).unwrap_err();
+            let shown = format!("{err} {err:?}");
+            assert!(!shown.contains("hunter2"), "{shown}");
+            assert!(shown.contains("u:***@127.0.0.1"), "{shown}");
         }
     }
 

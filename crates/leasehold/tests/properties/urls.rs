@@ -310,3 +310,42 @@ proptest! {
         })?;
     }
 }
+
+/// A URL of `scheme` with `user:password@` before `hosts`, made invalid by `defect`.
+fn defective_url(scheme: &str, auth: &str, defect: usize) -> String {
+    let (hosts, suffix) = match defect % 5 {
+        0 => ("127.0.0.1:0", ""),
+        1 => ("127.0.0.1:99999", "#m"),
+        2 => ("127.0.0.1:1", "#"),
+        3 => ("127.0.0.1:1", "/x#m"),
+        _ => ("", "#m"),
+    };
+    format!("{scheme}://{auth}{hosts}{suffix}")
+}
+
+proptest! {
+    #![proptest_config(config::cases(256))]
+
+    // A refused URL's error never shows its password (the CLI prints errors on stderr, and
+    // logs keep them), in any scheme.
+    #[test]
+    fn refusals_never_show_the_password(
+        scheme in proptest::sample::select(SCHEMES).prop_filter("parsed by Endpoint", |s| {
+            !matches!(*s, "etcd" | "postgres" | "postgresql" | "redlock" | "rediss-redlock")
+        }),
+        user in "[a-z]{0,4}",
+        password in "[A-Z]{12}",
+        defect in any::<usize>(),
+        unknown in any::<bool>(),
+    ) {
+        let scheme = if unknown { "mysql" } else { scheme };
+        let url = defective_url(scheme, &format!("{user}:{password}@"), defect);
+        let shown = |e: &Error| format!("{e} {e:?}");
+        if let Err(e) = Endpoint::parse(&url) {
+            prop_assert!(!shown(&e).contains(&password), "{}", shown(&e));
+        }
+        if let Err(e) = node_urls(&url.replacen(scheme, "redlock", 1)) {
+            prop_assert!(!shown(&e).contains(&password), "{}", shown(&e));
+        }
+    }
+}
