@@ -34,9 +34,15 @@ impl RedlockOptions {
         self
     }
 
-    /// Clock drift allowance: `ttl * factor + floor`.
+    /// Clock drift allowance: `ttl * factor + floor`, the factor clamped to `0.0 ..= 0.5` (NaN
+    /// keeps the default, 0.01).
     pub fn drift(mut self, factor: f64, floor: Duration) -> Self {
-        self.drift_factor = factor.clamp(0.0, 0.5);
+        // `clamp` passes NaN through, and `drift_for` would panic on it.
+        self.drift_factor = if factor.is_nan() {
+            RedlockOptions::default().drift_factor
+        } else {
+            factor.clamp(0.0, 0.5)
+        };
         self.drift_floor = floor;
         self
     }
@@ -48,6 +54,26 @@ impl RedlockOptions {
 
     /// The drift allowed for a lock of `ttl`.
     pub fn drift_for(&self, ttl: Duration) -> Duration {
-        ttl.mul_f64(self.drift_factor) + self.drift_floor
+        ttl.mul_f64(self.drift_factor)
+            .saturating_add(self.drift_floor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Found by the property tests (tests/properties/options.rs, redlock_drift_is_bounded;
+    // minimal input factor = NaN): `drift_for` panicked converting NaN seconds; and a floor
+    // near Duration::MAX overflowed the sum.
+    #[test]
+    fn a_nan_factor_or_a_huge_floor_does_not_panic() {
+        let o = RedlockOptions::new().drift(f64::NAN, Duration::from_millis(2));
+        assert_eq!(
+            o.drift_for(Duration::from_secs(10)),
+            Duration::from_millis(102)
+        );
+        let o = RedlockOptions::new().drift(0.5, Duration::MAX);
+        assert_eq!(o.drift_for(Duration::from_secs(10)), Duration::MAX);
     }
 }

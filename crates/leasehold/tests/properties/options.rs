@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use leasehold::{Backoff, LockOptions, OnLoss};
+use leasehold::{Backoff, LockOptions, OnLoss, RedlockOptions};
 use proptest::prelude::*;
 
 use crate::config;
@@ -159,5 +159,39 @@ proptest! {
         attempt in any_attempt(),
     ) {
         check_delay(&Backoff::new(initial, max), attempt)?;
+    }
+}
+
+/// Any float: NaN, infinities, negatives, subnormals, and ordinary factors.
+fn any_factor() -> impl Strategy<Value = f64> {
+    prop_oneof![
+        Just(f64::NAN),
+        Just(f64::INFINITY),
+        Just(f64::NEG_INFINITY),
+        Just(-0.0),
+        0.0f64..1.0,
+        any::<f64>(),
+    ]
+}
+
+proptest! {
+    #![proptest_config(config::cases(512))]
+
+    // The Redlock drift allowance, for any factor and floor and TTL: no panic, at least the
+    // floor, at most half the TTL plus the floor (the factor is clamped to 0 ..= 0.5).
+    #[test]
+    fn redlock_drift_is_bounded(
+        factor in any_factor(),
+        floor in any_duration(),
+        ttl in any_duration(),
+        timeout in any_duration(),
+    ) {
+        let o = RedlockOptions::new().node_timeout(timeout).drift(factor, floor);
+        prop_assert_eq!(o.node_timeout_bound(), timeout);
+        let drift = o.drift_for(ttl);
+        prop_assert!(drift >= floor, "{drift:?} < {floor:?}");
+        // In floating point: `mul_f64` rounds (to the nanosecond, and beyond at Duration::MAX).
+        let bound = ttl.as_secs_f64() * 0.5 + floor.as_secs_f64();
+        prop_assert!(drift.as_secs_f64() <= bound * (1.0 + 1e-12) + 1e-9, "{drift:?} for {ttl:?}");
     }
 }
