@@ -396,6 +396,111 @@ mod tests {
         );
     }
 
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::super::*;
+
+        fn config() -> ProptestConfig {
+            let cases = std::env::var("PROPTEST_CASES")
+                .ok()
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(512);
+            ProptestConfig {
+                cases,
+                failure_persistence: None,
+                ..ProptestConfig::default()
+            }
+        }
+
+        /// `[user[:password]@]`; passwords may hold commas and '@'.
+        fn auth() -> impl Strategy<Value = String> {
+            proptest::option::of(("[a-z]{0,4}", proptest::option::of("[a-zA-Z0-9,@!]{0,8}")))
+                .prop_map(|auth| match auth {
+                    None => String::new(),
+                    Some((u, None)) => format!("{u}@"),
+                    Some((u, Some(p))) => format!("{u}:{p}@"),
+                })
+        }
+
+        fn host() -> impl Strategy<Value = String> {
+            "[a-z][a-z0-9.]{0,6}|\\[::1\\]"
+        }
+
+        /// `scheme://[user[:password]@]host:port[/db]`.
+        fn url() -> impl Strategy<Value = String> {
+            (
+                "(redis|rediss|valkey|redis\\+unix|etcd|postgres)",
+                auth(),
+                host(),
+                1u16..,
+                "(/[0-9]{0,2})?",
+            )
+                .prop_map(|(scheme, auth, host, port, db)| {
+                    format!("{scheme}://{auth}{host}:{port}{db}")
+                })
+        }
+
+        proptest! {
+            #![proptest_config(config())]
+
+            // A list joined with commas (and blanks, and stray commas) splits back into its URLs,
+            // commas inside passwords included.
+            #[test]
+            fn url_lists_split_back(
+                urls in proptest::collection::vec(url(), 1..5),
+                seps in proptest::collection::vec("[ ,]{0,2},[ ,]{0,2}", 4),
+                around in ("[ ,]{0,3}", "[ ,]{0,3}"),
+            ) {
+                let mut list = around.0.clone();
+                for (i, u) in urls.iter().enumerate() {
+                    if i > 0 {
+                        list.push_str(&seps[i - 1]);
+                    }
+                    list.push_str(u);
+                }
+                list.push_str(&around.1);
+                prop_assert_eq!(split_urls(&list), urls);
+            }
+
+            // Redaction: no panic on any text; a password is masked, the rest kept; masking twice
+            // changes nothing more.
+            #[test]
+            fn redaction_masks_the_password(url in url(), raw in any::<String>()) {
+                let _ = redact(&raw);
+                let shown = redact(&url);
+                prop_assert_eq!(redact(&shown), shown.clone());
+                let rest = url.split_once("://").unwrap().1;
+                let authority = rest.split(['/', '?', '#']).next().unwrap();
+                match authority.rsplit_once('@').and_then(|(a, _)| a.split_once(':')) {
+                    Some((user, _)) => {
+                        let host = authority.rsplit_once('@').unwrap().1;
+                        prop_assert!(shown.contains(&format!("{user}:***@{host}")), "{shown}");
+                    }
+                    None => prop_assert_eq!(shown, url),
+                }
+            }
+
+            // The same host and port twice, whatever the credentials, database, scheme or letter
+            // case, is noticed; another port is not.
+            #[test]
+            fn the_same_server_twice_is_noticed_whatever_else_differs(
+                host in host(),
+                port in 1u16..u16::MAX,
+                (a, b) in (auth(), auth()),
+                db in "(/[0-9]{0,2})?",
+                upper in any::<bool>(),
+            ) {
+                let one = format!("redis://{a}{host}:{port}/0");
+                let shouted = if upper { host.to_ascii_uppercase() } else { host.clone() };
+                let two = format!("rediss://{b}{shouted}:{port}{db}");
+                prop_assert_eq!(same_server_twice(&[one.clone(), two]), Some(format!("{host}:{port}")));
+                let next = format!("redis://{a}{host}:{}/0", port + 1);
+                prop_assert_eq!(same_server_twice(&[one, next]), None);
+            }
+        }
+    }
+
     #[test]
     fn the_same_server_twice_is_noticed() {
         let urls = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
