@@ -414,3 +414,49 @@ async fn errors_never_show_the_password() {
         panic!("{e}");
     }
 }
+
+/// Keys and tokens as a shell could pass them, and then some: empty, blanks, braces,
+/// control characters, any text, and lengths around the key limit.
+fn text() -> impl Strategy<Value = String> {
+    let max = leasehold::MAX_KEY_LEN;
+    prop_oneof![
+        4 => "[a-z{}: ]{0,8}",
+        2 => any::<String>(),
+        1 => Just(String::new()),
+        1 => proptest::sample::select(vec![max, max + 1]).prop_map(|n| "k".repeat(n)),
+    ]
+}
+
+// `release`, `extend` and `inspect` with any key and token on a real server, in-process: a
+// key outside 1 ..= MAX_KEY_LEN bytes or an empty token is a usage error (64); otherwise a
+// token that holds nothing is "not held" (1) and inspect succeeds (0). Nothing else (no 70).
+leasehold_harness::server_test!([valkey9] async fn any_key_and_token_through_the_command_line(bin) {
+    use leasehold_harness::{Server, ServerOptions};
+    let server = Server::start(&bin, &ServerOptions::new()).expect("server starts");
+    let url = server.url();
+    let mut runner = proptest::test_runner::TestRunner::new(cases(32));
+    let result = runner.run(&(text(), text(), 0..3usize), |(key, token, command)| {
+        let argv: Vec<&str> = match command {
+            0 => vec!["leasehold", "--url", &url, "release", "--token", &token, "--", &key],
+            1 => vec!["leasehold", "--url", &url, "extend", "--ttl", "10s", "--token", &token, "--", &key],
+            // JSON: the key is printed escaped (output can escape the test's capture).
+            _ => vec!["leasehold", "--url", &url, "inspect", "--json", "--", &key],
+        };
+        let cli = Cli::try_parse_from(&argv).map_err(|e| TestCaseError::fail(format!("{argv:?}: {e}")))?;
+        let code = block_on(tokio::time::timeout(Duration::from_secs(60), leasehold_cli::run(cli)))
+            .expect("leasehold hangs");
+        let key_ok = !key.is_empty() && key.len() <= leasehold::MAX_KEY_LEN;
+        let expected = if !key_ok || (command < 2 && token.is_empty()) {
+            Exit::Usage
+        } else if command < 2 {
+            Exit::NotHeld
+        } else {
+            Exit::Success
+        };
+        prop_assert_eq!(code, expected.into(), "{:?}", &argv[3..argv.len() - 1]);
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+});
