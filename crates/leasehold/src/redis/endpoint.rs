@@ -91,9 +91,11 @@ impl Endpoint {
                     parse_hosts(hosts, 26379).map_err(|r| bad(format!("{shown:?}: {r}")))?;
                 let db = match db {
                     None | Some("") => 0,
-                    Some(d) => d
-                        .parse()
-                        .map_err(|_| bad(format!("{shown:?}: {d:?} is not a database number")))?,
+                    // Digits only: `i64::from_str` takes a sign, and SELECT refuses -1 only later.
+                    Some(d) => Some(d)
+                        .filter(|d| d.bytes().all(|b| b.is_ascii_digit()))
+                        .and_then(|d| d.parse().ok())
+                        .ok_or_else(|| bad(format!("{shown:?}: {d:?} is not a database number")))?,
                 };
                 // An empty user name is no user name, with a password (`:pw@`) or without (`@`).
                 let user = |u: &str| (!u.is_empty()).then(|| percent_decode(u));
@@ -240,6 +242,21 @@ mod tests {
             assert!(!shown.contains("hunter2"), "{shown}");
             assert!(shown.contains("u:***@127.0.0.1"), "{shown}");
         }
+    }
+
+    // Found by sentinel_databases_are_digits (tests/properties/urls.rs; minimal input "-0"): a
+    // signed database number was accepted.
+    #[test]
+    fn a_sentinel_database_is_digits_only() {
+        for db in ["-1", "-0", "+3", " 1"] {
+            let url = format!("redis-sentinel://h/{db}#m");
+            assert!(Endpoint::parse(&url).is_err(), "{url}");
+        }
+        let Endpoint::Sentinel { db, .. } = Endpoint::parse("redis-sentinel://h/007#m").unwrap()
+        else {
+            panic!("not a Sentinel endpoint");
+        };
+        assert_eq!(db, 7);
     }
 
     #[test]

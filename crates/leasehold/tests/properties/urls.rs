@@ -349,3 +349,26 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(config::cases(256))]
+
+    // A Sentinel URL's database is a number written in digits: accepted iff it is one (a
+    // sign would only fail later, at SELECT), refused as InvalidArgument(url) otherwise.
+    #[test]
+    fn sentinel_databases_are_digits(db in "[+-]?[0-9]{0,20}|[0-9a-z ]{1,3}") {
+        let url = format!("redis-sentinel://127.0.0.1/{db}#m");
+        let expected: Option<i64> = if db.is_empty() {
+            Some(0)
+        } else if db.bytes().all(|b| b.is_ascii_digit()) {
+            db.parse().ok()
+        } else {
+            None
+        };
+        match (Endpoint::parse(&url), expected) {
+            (Ok(Endpoint::Sentinel { db: got, .. }), Some(n)) => prop_assert_eq!(got, n),
+            (Err(e), None) => refused_as_url(&e)?,
+            (got, _) => prop_assert!(false, "{url:?}: {got:?}"),
+        }
+    }
+}
