@@ -372,3 +372,26 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(config::cases(64))]
+
+    // Locker::connect's own refusals (no scheme, unknown scheme) quote the whole URL, password
+    // and all (locker.rs: "{url:?} has no scheme", "unknown scheme {other:?} in {url:?}"); the
+    // fix (quote core::url::redact(url)) belongs in locker.rs, outside issue 24's files.
+    #[test]
+    #[ignore = "Locker::connect quotes the URL with its password (locker.rs, issue 24)"]
+    fn locker_refusals_never_show_the_password(
+        scheme in proptest::option::of("[a-z]{2,6}".prop_filter("unknown", |s| !SCHEMES.contains(&s.as_str()))),
+        password in "[A-Z]{12}",
+    ) {
+        let url = match &scheme {
+            Some(s) => format!("{s}://u:{password}@127.0.0.1:1/"),
+            None => format!("u:{password}@127.0.0.1:1"),
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let err = runtime.block_on(Locker::connect(&url)).unwrap_err();
+        refused_as_url(&err)?;
+        prop_assert!(!format!("{err} {err:?}").contains(&password), "{err}");
+    }
+}
