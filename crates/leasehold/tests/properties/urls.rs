@@ -395,3 +395,65 @@ proptest! {
         prop_assert!(!format!("{err} {err:?}").contains(&password), "{err}");
     }
 }
+
+/// Text for the parts of a URL after its authority, and for credentials: URL punctuation,
+/// escapes (valid, cut short, not UTF-8), and any characters.
+fn url_text() -> impl Strategy<Value = String> {
+    let piece = prop_oneof![
+        proptest::sample::select(
+            &[
+                "%", "%4", "%zz", "%ff", "%2F", "%00", "?", "&", "=", "#", "/", "@", ":", " ", "+"
+            ][..]
+        )
+        .prop_map(String::from),
+        "[a-z0-9]{1,4}",
+        any::<char>().prop_map(String::from),
+    ];
+    proptest::collection::vec(piece, 0..8).prop_map(|v| v.concat())
+}
+
+proptest! {
+    #![proptest_config(config::cases(64))]
+
+    // Connecting with any credentials, path, query and fragment to 127.0.0.1:1 (where nothing
+    // listens), by every scheme: a typed error (InvalidArgument for the URL, Connection for the
+    // refused connection), never a panic, never a hang; no other host is ever named.
+    #[test]
+    fn connecting_to_nothing_fails_typed(
+        scheme in proptest::sample::select(SCHEMES).prop_filter("TCP", |s| !s.contains("unix")),
+        user in url_text(),
+        password in proptest::option::of(url_text()),
+        after in url_text(),
+    ) {
+        // Credentials cannot hold '/', '?', '#' or '@' (they would end them, or name a host).
+        let clean = |s: &str| s.replace(['/', '?', '#', '@'], "");
+        let auth = match &password {
+            Some(p) => format!("{}:{}@", clean(&user).replace(':', ""), clean(p)),
+            None => format!("{}@", clean(&user).replace(':', "")),
+        };
+        let after = if after.starts_with(['/', '?', '#']) { after } else { format!("/{after}") };
+        let url = format!("{scheme}://{auth}127.0.0.1:1{after}");
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let options = leasehold::ClientOptions::new()
+            .connect_timeout(std::time::Duration::from_secs(5))
+            .response_timeout(std::time::Duration::from_secs(5));
+        let result = runtime.block_on(async {
+            tokio::time::timeout(
+                std::time::Duration::from_secs(60),
+                Locker::connect_with(&url, options),
+            )
+            .await
+        });
+        match result {
+            Err(_) => prop_assert!(false, "{url:?}: connecting hangs"),
+            Ok(Ok(_)) => prop_assert!(false, "{url:?}: connected to nothing"),
+            Ok(Err(
+                Error::InvalidArgument { .. }
+                | Error::Connection { .. }
+                | Error::NoQuorum { .. }
+                | Error::BackendNotCompiled { .. },
+            )) => {}
+            Ok(Err(e)) => prop_assert!(false, "{url:?}: {e:?}"),
+        }
+    }
+}
