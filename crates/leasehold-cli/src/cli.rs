@@ -215,7 +215,7 @@ pub struct RunArgs {
     /// The lock key.
     pub key: String,
     /// The lease: how long the lock outlives leasehold if leasehold dies (renewed every TTL/3).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30s")]
+    #[arg(long, value_name = "DURATION", value_parser = parse_renewed_ttl, default_value = "30s")]
     pub ttl: Duration,
     /// Wait at most this long for a busy lock (default: wait as long as it takes).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with = "no_wait")]
@@ -267,7 +267,7 @@ pub struct ElectArgs {
     #[arg(long)]
     pub id: Option<String>,
     /// The leader's lease: how long a crashed leader keeps the others waiting.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10s")]
+    #[arg(long, value_name = "DURATION", value_parser = parse_renewed_ttl, default_value = "10s")]
     pub ttl: Duration,
     /// After SIGTERM on a lost leadership, wait this long before SIGKILL.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "5s")]
@@ -300,7 +300,7 @@ pub struct AcquireArgs {
     /// The lock key.
     pub key: String,
     /// How long the lock lives unless released or extended (e.g. 200ms, 30s, 5m).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_ttl)]
     pub ttl: Duration,
     /// Keep retrying a busy lock for this long (default: one attempt).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
@@ -383,7 +383,7 @@ pub struct ExtendArgs {
     )]
     pub token: String,
     /// The new TTL, counted from now (e.g. 30s).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_ttl)]
     pub ttl: Duration,
     /// The token holds a permit or a side of a read-write lock (taken with the same flag).
     #[command(flatten)]
@@ -410,6 +410,32 @@ pub struct InspectArgs {
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s)
         .map_err(|e| format!("{e} (expected a duration such as 200ms, 30s or 1m30s)"))
+}
+
+/// A TTL: a duration within [`leasehold::MIN_TTL`] ..= [`leasehold::MAX_TTL`].
+pub fn parse_ttl(s: &str) -> Result<Duration, String> {
+    ttl_within(parse_duration(s)?, leasehold::LockOptions::new)
+}
+
+/// The TTL of a lease that is renewed while it is held (`run`, `elect`): at least
+/// [`leasehold::MIN_RENEWED_TTL`].
+pub fn parse_renewed_ttl(s: &str) -> Result<Duration, String> {
+    ttl_within(parse_duration(s)?, |ttl| {
+        leasehold::LockOptions::new(ttl).auto_extend(true)
+    })
+}
+
+/// The library's own check of the options the TTL goes into, so the CLI and the library
+/// refuse the same TTLs with the same words.
+fn ttl_within(
+    ttl: Duration,
+    options: impl FnOnce(Duration) -> leasehold::LockOptions,
+) -> Result<Duration, String> {
+    match options(ttl).validate() {
+        Ok(()) => Ok(ttl),
+        Err(leasehold::Error::InvalidArgument { reason, .. }) => Err(reason),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// As [`parse_duration`], refusing zero.

@@ -3,18 +3,8 @@
 
 use crate::support;
 
-use std::net::TcpListener;
-
 use leasehold_harness::{etcd_for_test, postgres_for_test};
-use support::leasehold;
-
-fn closed_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use support::{closed_port, leasehold};
 
 #[test]
 fn etcd_acquire_inspect_extend_release_and_run() {

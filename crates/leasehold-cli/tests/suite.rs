@@ -6,6 +6,7 @@ mod backends;
 mod commands;
 mod redlock;
 mod run;
+mod short_ttl;
 mod support;
 mod topologies;
 

@@ -19,6 +19,7 @@ use std::time::Duration;
 pub struct SlowLink {
     addr: SocketAddr,
     delay_ms: Arc<AtomicU64>,
+    requests: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -29,9 +30,11 @@ impl SlowLink {
         let listener = TcpListener::bind(("127.0.0.1", 0))?;
         let addr = listener.local_addr()?;
         let delay_ms = Arc::new(AtomicU64::new(0));
+        let requests = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
             let (delay_ms, stop) = (Arc::clone(&delay_ms), Arc::clone(&stop));
+            let requests = Arc::clone(&requests);
             thread::Builder::new()
                 .name(format!("slow-link-{}", addr.port()))
                 .spawn(move || {
@@ -46,13 +49,14 @@ impl SlowLink {
                         };
                         let _ = client.set_nodelay(true);
                         let _ = server.set_nodelay(true);
-                        relay(client, server, Arc::clone(&delay_ms));
+                        relay(client, server, Arc::clone(&delay_ms), Arc::clone(&requests));
                     }
                 })?
         };
         Ok(SlowLink {
             addr,
             delay_ms,
+            requests,
             stop,
             thread: Some(thread),
         })
@@ -68,6 +72,13 @@ impl SlowLink {
         self.addr
     }
 
+    /// How many chunks of request bytes were relayed to the server so far, over every
+    /// connection. A client sends each request (or pipeline) in one write, so this counts its
+    /// round trips, give or take a request split by the socket.
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::SeqCst)
+    }
+
     /// Holds every reply chunk read from now on back by `delay` before passing it on.
     pub fn set_reply_delay(&self, delay: Duration) {
         self.delay_ms
@@ -76,28 +87,36 @@ impl SlowLink {
 }
 
 /// Two threads per connection: requests straight through, replies after the delay.
-fn relay(client: TcpStream, server: TcpStream, delay_ms: Arc<AtomicU64>) {
+fn relay(client: TcpStream, server: TcpStream, delay_ms: Arc<AtomicU64>, requests: Arc<AtomicU64>) {
     let (Ok(mut client_r), Ok(mut server_w)) = (client.try_clone(), server.try_clone()) else {
         return;
     };
     let (mut server_r, mut client_w) = (server, client);
     thread::spawn(move || {
-        copy(&mut client_r, &mut server_w, None);
+        copy(&mut client_r, &mut server_w, None, Some(&requests));
         let _ = server_w.shutdown(Shutdown::Write);
     });
     thread::spawn(move || {
-        copy(&mut server_r, &mut client_w, Some(&delay_ms));
+        copy(&mut server_r, &mut client_w, Some(&delay_ms), None);
         let _ = client_w.shutdown(Shutdown::Write);
     });
 }
 
-fn copy(from: &mut TcpStream, to: &mut TcpStream, delay_ms: Option<&AtomicU64>) {
+fn copy(
+    from: &mut TcpStream,
+    to: &mut TcpStream,
+    delay_ms: Option<&AtomicU64>,
+    chunks: Option<&AtomicU64>,
+) {
     let mut buf = [0u8; 16 * 1024];
     loop {
         let n = match from.read(&mut buf) {
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
+        if let Some(chunks) = chunks {
+            chunks.fetch_add(1, Ordering::SeqCst);
+        }
         if let Some(delay) = delay_ms
             .map(|d| d.load(Ordering::SeqCst))
             .filter(|d| *d > 0)

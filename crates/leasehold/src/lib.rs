@@ -17,7 +17,9 @@ pub use self::core::error::{BoxError, Error, LossReason, Operation, Result};
 pub use self::core::fence::{Fence, FencedRead, FencedValue, FencedWrite};
 pub use self::core::guard::{Lease, LockGuard, clock_drift};
 pub use self::core::kind::{Backend, Fairness};
-pub use self::core::options::{Backoff, ClientOptions, LockOptions, MAX_TTL, MIN_TTL, OnLoss};
+pub use self::core::options::{
+    Backoff, ClientOptions, LockOptions, MAX_TTL, MIN_BACKOFF, MIN_RENEWED_TTL, MIN_TTL, OnLoss,
+};
 pub use self::core::outcome::{LockState, MAX_FENCING_NUMBER, TryAcquire};
 pub use self::core::report::{NodeOutcome, NodeReport, NodeReports};
 pub use self::core::token::{LockToken, MAX_KEY_LEN};

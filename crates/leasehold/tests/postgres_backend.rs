@@ -937,37 +937,79 @@ async fn a_lease_row_extend_with_an_unknown_outcome_never_raises_validity() {
     g.detach();
 }
 
-// Issue 24: a TTL so short that every grant expires on arrival, with a deadline. Each grant is
-// given back and the wait goes on after its backoff, in a loop: the attempt used to call itself
-// once per grant, nesting one more future each time, and `leasehold run --ttl 1ms` over
-// PostgreSQL (which waits without end) aborted with a stack overflow. Now the wait ends at its
-// deadline with the reason, after a bounded number of attempts (the backoff between them).
+// Issue 24: every grant expires on arrival (replies held back by a relay for longer than the
+// lease is valid), with a deadline. Each grant is given back and the wait goes on after its
+// backoff, in a loop: the session lock's attempt used to call itself once per grant, nesting one
+// more future each time, with no pause (`leasehold run --ttl 1ms` over PostgreSQL aborted with a
+// stack overflow; that TTL is now refused: `conformance`); the lease-row lock gave up at the
+// first late grant. Now both wait until the deadline and end with the reason, after a number of
+// round trips the backoff bounds (a twentieth of the backoff per reply: a spin makes about ten
+// times as many).
 #[tokio::test]
 async fn grants_that_expire_on_arrival_are_retried_with_backoff_until_the_deadline() {
+    use leasehold::postgres::PostgresLeaseClient;
+    use leasehold::{Backoff, MIN_TTL};
+    use leasehold_harness::SlowLink;
     let Some(pg) = postgres_for_test() else {
         return;
     };
-    let client = PostgresClient::connect(&pg.url()).await.unwrap();
-    let wait = Duration::from_secs(6);
-    let options = LockOptions::new(Duration::from_millis(1)).wait(wait);
-    let began = std::time::Instant::now();
-    let err = tokio::time::timeout(
-        Duration::from_secs(120),
-        client.acquire("jobs:tiny-ttl", &options),
-    )
-    .await
-    .expect("hung")
-    .unwrap_err();
-    assert!(matches!(err, Error::ExpiredOnArrival { .. }), "{err:?}");
-    assert!(
-        began.elapsed() >= wait,
-        "gave up before the deadline: {:?}",
-        began.elapsed()
-    );
-    // Nothing is left held: a plain try takes the key at once.
-    let ok = client
-        .try_acquire("jobs:tiny-ttl", &LockOptions::new(Duration::from_secs(30)))
+    let link = SlowLink::start(pg.addr()).unwrap();
+    let through = |url: String| {
+        url.replace(
+            &format!(":{}/", pg.port()),
+            &format!(":{}/", link.addr().port()),
+        )
+    };
+    let session = PostgresClient::connect(&through(pg.url())).await.unwrap();
+    let rows = PostgresLeaseClient::connect(&through(lease_url(&pg)))
         .await
         .unwrap();
+    let delay = Duration::from_millis(25);
+    let wait = delay * 40;
+    let options = LockOptions::new(MIN_TTL)
+        .backoff(Backoff::constant(delay * 20))
+        .wait(wait);
+    // At most 2 + wait / shortest pause attempts, of at most 3 round trips each (the attempt,
+    // the give-back, a look at the holder).
+    let bound = 3 * (2 + 40 / 10);
+    link.set_reply_delay(delay);
+    for (what, acquire) in [
+        (
+            "session lock",
+            futures_util::FutureExt::boxed(session.acquire("jobs:late", &options)),
+        ),
+        (
+            "lease row",
+            futures_util::FutureExt::boxed(rows.acquire("jobs:late-row", &options)),
+        ),
+    ] {
+        let before = link.requests();
+        let began = std::time::Instant::now();
+        let err = tokio::time::timeout(Duration::from_secs(120), acquire)
+            .await
+            .unwrap_or_else(|_| panic!("{what}: hung"))
+            .unwrap_err();
+        let round_trips = link.requests() - before;
+        assert!(
+            matches!(err, Error::ExpiredOnArrival { .. }),
+            "{what}: {err:?}"
+        );
+        assert!(
+            began.elapsed() >= wait,
+            "{what}: gave up before the deadline: {:?}",
+            began.elapsed()
+        );
+        assert!(
+            round_trips <= bound,
+            "{what}: {round_trips} round trips in {wait:?}, more than the {bound} the backoff \
+             allows: late grants were retried without it"
+        );
+    }
+    link.set_reply_delay(Duration::ZERO);
+    // Nothing is left held: a plain try takes each key at once.
+    let long = LockOptions::new(Duration::from_secs(30));
+    let ok = session.try_acquire("jobs:late", &long).await.unwrap();
+    assert!(matches!(ok, TryAcquire::Acquired(_)));
+    let ok = rows.try_acquire("jobs:late-row", &long).await.unwrap();
     assert!(matches!(ok, TryAcquire::Acquired(_)));
 }

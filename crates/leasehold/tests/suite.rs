@@ -21,5 +21,6 @@ mod roundtrips;
 mod rwlock;
 mod semaphore;
 mod sentinel;
+mod short_ttl;
 mod tls;
 mod waiting;

@@ -217,3 +217,13 @@ pub fn sample(body: &str, metric: &str, labels: &[&str]) -> Option<f64> {
         .filter(|l| l.starts_with(metric) && labels.iter().all(|want| l.contains(want)))
         .find_map(|l| l.rsplit(' ').next()?.parse().ok())
 }
+
+/// A loopback port nobody listens on (bound, then let go): a command that tried to connect to
+/// it would fail to.
+pub fn closed_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}

@@ -427,7 +427,7 @@ impl Drop for LockGuard {
             );
             return;
         };
-        tracing::warn!(
+        crate::core::throttle::warn_throttled!(
             key,
             "lock guard dropped without release(); releasing in the background"
         );

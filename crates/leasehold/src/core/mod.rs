@@ -10,5 +10,6 @@ pub mod metrics;
 pub(crate) mod options;
 pub(crate) mod outcome;
 pub(crate) mod report;
+pub(crate) mod throttle;
 pub(crate) mod token;
 pub(crate) mod url;

@@ -7,18 +7,35 @@ use rand::Rng;
 
 use crate::core::error::{Error, Result};
 
-/// Shortest TTL accepted. Below a millisecond, `PX` cannot express it.
-pub const MIN_TTL: Duration = Duration::from_millis(1);
+/// Shortest TTL accepted: 10 ms.
+///
+/// A lease is valid for its TTL minus the drift allowance (TTL/100 + 2 ms, see
+/// [`clock_drift`](crate::clock_drift)), counted from when the request was sent. At 10 ms that
+/// leaves 7.9 ms: a real, if short, lease. Much below it almost every grant would arrive after
+/// its validity ended, be given back, and be tried again: a lock nobody can hold.
+pub const MIN_TTL: Duration = Duration::from_millis(10);
+/// Shortest TTL of a lease that is renewed ([`LockOptions::auto_extend`], elections): 50 ms.
+///
+/// A renewal is sent at most half a TTL after the last one (see
+/// [`LockOptions::renew_interval`]) and must reach the server before the lease's validity ends:
+/// at 50 ms a renewal round trip has at least 22.5 ms, against 2.9 ms at [`MIN_TTL`].
+pub const MIN_RENEWED_TTL: Duration = Duration::from_millis(50);
 /// Longest TTL accepted: a week. A lock meant to outlive that is a configuration mistake (keep
 /// a shorter TTL and extend it instead: a crashed holder then blocks others for one TTL only).
 pub const MAX_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Shortest first delay of a [`Backoff`]: with less, a waiter whose attempts keep failing at
+/// once (a grant that expires on arrival, a refused request) would spin on the server.
+pub const MIN_BACKOFF: Duration = Duration::from_millis(1);
 
+/// The TTL in whole milliseconds, if it is within [`MIN_TTL`] ..= [`MAX_TTL`].
 pub(crate) fn ttl_millis(ttl: Duration) -> Result<u64> {
     if ttl < MIN_TTL {
         return Err(Error::invalid(
             "ttl",
             format!(
-                "{ttl:?} is below the minimum of 1ms (Redis expires keys in whole milliseconds)"
+                "{ttl:?} is below the minimum of {MIN_TTL:?}: a lease is valid for its TTL minus \
+                 the drift allowance (TTL/100 + 2 ms), and a shorter one would expire before its \
+                 grant arrives"
             ),
         ));
     }
@@ -87,6 +104,27 @@ impl Backoff {
         let half = base / 2;
         let nanos = rand::rng().random_range(half.as_nanos() as u64..=base.as_nanos() as u64);
         Duration::from_nanos(nanos)
+    }
+
+    /// The pause before attempt `attempt + 1` of a waiter: [`Backoff::delay`], cut short to
+    /// wake just after the holder's lease ends when the server said how long it still runs
+    /// (`remaining`), but never below half the first delay (at most 10 ms). Whatever the server
+    /// answers (a lease that always has 0 ms left), a waiter does not retry faster than that.
+    pub(crate) fn pause(&self, attempt: u32, remaining: Option<Duration>) -> Duration {
+        let delay = self.delay(attempt);
+        match remaining {
+            Some(r) => delay.min(self.until_lease_ends(r)),
+            None => delay,
+        }
+    }
+
+    /// How long to sleep to wake just after a lease with `remaining` left has ended, but not
+    /// less than half the first delay, at most 10 ms (the floor of [`Backoff::pause`]): a server
+    /// that keeps saying the lease ends now makes a waiter retry 100 times a second at most,
+    /// and a long backoff still wakes when the holder's lease ends.
+    pub(crate) fn until_lease_ends(&self, remaining: Duration) -> Duration {
+        let floor = (self.initial / 2).min(Duration::from_millis(10));
+        (remaining + Duration::from_millis(1)).max(floor)
     }
 }
 
@@ -304,6 +342,45 @@ impl LockOptions {
     pub fn fair_enabled(&self) -> bool {
         self.fair
     }
+
+    /// Checks the options against the input limits (`docs/guarantees.md`, "Input limits"):
+    /// the TTL within [`MIN_TTL`] ..= [`MAX_TTL`], at least [`MIN_RENEWED_TTL`] when the lease is
+    /// renewed, and a backoff whose first delay is at least [`MIN_BACKOFF`].
+    ///
+    /// Every acquisition runs this before it sends anything; call it yourself to refuse bad
+    /// options where they are built (the CLI does, and exits 64).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming the option and the limit.
+    pub fn validate(&self) -> Result<()> {
+        self.ttl_millis().map(drop)
+    }
+
+    /// [`LockOptions::validate`], then the TTL in milliseconds: what each acquisition sends.
+    pub(crate) fn ttl_millis(&self) -> Result<u64> {
+        let ms = ttl_millis(self.ttl)?;
+        if self.auto_extend && self.ttl < MIN_RENEWED_TTL {
+            return Err(Error::invalid(
+                "ttl",
+                format!(
+                    "{:?} is below the minimum of {MIN_RENEWED_TTL:?} for a lease that is \
+                     renewed: a renewal needs time to reach the server before the lease ends",
+                    self.ttl
+                ),
+            ));
+        }
+        if self.backoff.initial < MIN_BACKOFF {
+            return Err(Error::invalid(
+                "backoff",
+                format!(
+                    "a first delay of {:?} is below the minimum of {MIN_BACKOFF:?}: a waiter \
+                     would retry without pause",
+                    self.backoff.initial
+                ),
+            ));
+        }
+        Ok(ms)
+    }
 }
 
 /// Connection options every backend takes: how long to wait for a connection and for a
@@ -364,10 +441,37 @@ mod tests {
     #[test]
     fn ttl_bounds() {
         assert!(ttl_millis(Duration::ZERO).is_err());
-        assert!(ttl_millis(Duration::from_micros(999)).is_err());
-        assert_eq!(ttl_millis(Duration::from_millis(1)).unwrap(), 1);
+        assert!(ttl_millis(Duration::from_millis(1)).is_err());
+        assert!(ttl_millis(MIN_TTL - Duration::from_micros(1)).is_err());
+        assert_eq!(ttl_millis(MIN_TTL).unwrap(), 10);
         assert!(ttl_millis(MAX_TTL + Duration::from_millis(1)).is_err());
         assert!(ttl_millis(Duration::MAX).is_err());
+    }
+
+    #[test]
+    fn options_are_checked_against_the_input_limits() {
+        let invalid = |o: LockOptions, what: &str| match o.validate() {
+            Err(Error::InvalidArgument { what: w, .. }) => assert_eq!(w, what, "{o:?}"),
+            other => panic!("{o:?}: {other:?}"),
+        };
+        invalid(LockOptions::new(Duration::from_millis(2)), "ttl");
+        invalid(
+            LockOptions::new(Duration::from_millis(49)).auto_extend(true),
+            "ttl",
+        );
+        invalid(
+            LockOptions::default().backoff(Backoff::constant(Duration::ZERO)),
+            "backoff",
+        );
+        LockOptions::new(MIN_TTL).validate().unwrap();
+        LockOptions::new(MIN_RENEWED_TTL)
+            .auto_extend(true)
+            .validate()
+            .unwrap();
+        LockOptions::default()
+            .backoff(Backoff::constant(MIN_BACKOFF))
+            .validate()
+            .unwrap();
     }
 
     #[test]

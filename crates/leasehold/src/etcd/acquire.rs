@@ -113,6 +113,7 @@ enum Watched {
 impl EtcdClient {
     pub(super) fn check_request(&self, key: &str, options: &LockOptions) -> Result<i64> {
         check_key(key)?;
+        options.validate()?;
         let secs = ttl_secs(options.ttl())?;
         if options.replica_ack_required().is_some() {
             return Err(Error::Unsupported {
@@ -186,7 +187,14 @@ impl EtcdClient {
                         let index = if resp.succeeded() { 1 } else { 0 };
                         match txn_get(&resp, index).first() {
                             Some(kv) => break kv.create_revision(),
-                            None => continue 'session,
+                            None => {
+                                // Queue again after the backoff: whatever the server answers, no spin.
+                                if !backoff(&mut failures).await {
+                                    cleanup.run().await;
+                                    return Err(not_acquired(attempts));
+                                }
+                                continue 'session;
+                            }
                         }
                     }
                     // The session's lease died (etcd: "requested lease not found") before its
@@ -199,6 +207,11 @@ impl EtcdClient {
                     }
                     Err(e) if transient(&e) => {
                         if session.0.dead.is_cancelled() {
+                            // Queue again after the backoff: whatever the server answers, no spin.
+                            if !backoff(&mut failures).await {
+                                cleanup.run().await;
+                                return Err(not_acquired(attempts));
+                            }
                             continue 'session;
                         }
                         if !backoff(&mut failures).await {
@@ -226,6 +239,11 @@ impl EtcdClient {
                     Ok(resp) => resp,
                     Err(e) if transient(&e) => {
                         if session.0.dead.is_cancelled() {
+                            // Queue again after the backoff: whatever the server answers, no spin.
+                            if !backoff(&mut failures).await {
+                                cleanup.run().await;
+                                return Err(not_acquired(attempts));
+                            }
                             continue 'session;
                         }
                         if !backoff(&mut failures).await {
@@ -246,6 +264,11 @@ impl EtcdClient {
                         key,
                         "our queue entry vanished while waiting; queueing again"
                     );
+                    // Queue again after the backoff: whatever the server answers, no spin.
+                    if !backoff(&mut failures).await {
+                        cleanup.run().await;
+                        return Err(not_acquired(attempts));
+                    }
                     continue 'session;
                 }
                 let Some(ahead) = txn_get(&resp, 1).into_iter().next() else {
@@ -256,7 +279,14 @@ impl EtcdClient {
                     .await
                 {
                     Watched::Again => {}
-                    Watched::SessionEnded => continue 'session,
+                    Watched::SessionEnded => {
+                        // Queue again after the backoff: whatever the server answers, no spin.
+                        if !backoff(&mut failures).await {
+                            cleanup.run().await;
+                            return Err(not_acquired(attempts));
+                        }
+                        continue 'session;
+                    }
                     Watched::Deadline => {
                         cleanup.run().await;
                         return Err(not_acquired(attempts));
@@ -299,7 +329,14 @@ impl EtcdClient {
                         started,
                         granted,
                     },
-                    Ok(_) => continue 'session,
+                    Ok(_) => {
+                        // Queue again after the backoff: whatever the server answers, no spin.
+                        if !backoff(&mut failures).await {
+                            cleanup.run().await;
+                            return Err(not_acquired(attempts));
+                        }
+                        continue 'session;
+                    }
                     Err(e) if transient(&e) => {
                         cleanup.run().await;
                         if backoff(&mut failures).await {
@@ -315,9 +352,15 @@ impl EtcdClient {
                     cleanup.disarm();
                     return Ok(guard);
                 }
-                Err(Error::ExpiredOnArrival { .. }) => {
+                // Granted too late to be a lease: given back, and queued again after the
+                // backoff (a TTL that keeps expiring on arrival must not spin); at the deadline,
+                // the reason.
+                Err(e @ Error::ExpiredOnArrival { .. }) => {
                     cleanup.run().await;
-                    continue 'session;
+                    if backoff(&mut failures).await {
+                        continue 'session;
+                    }
+                    return Err(e);
                 }
                 Err(e) => return Err(e),
             }
@@ -419,7 +462,10 @@ impl EtcdClient {
             {
                 session.unregister(rev);
             }
-            tracing::warn!(key, "lock granted after its validity ended; releasing");
+            crate::core::throttle::warn_throttled!(
+                key,
+                "lock granted after its validity ended; releasing"
+            );
             return Err(Error::ExpiredOnArrival {
                 key: key.to_string(),
                 elapsed: since.elapsed(),

@@ -60,7 +60,7 @@ fn keys_and_ttls() {
     assert!(check_key("a\0b").is_err());
     assert!(check_key("").is_err());
     assert!(check_key("a/b").is_ok());
-    assert_eq!(ttl_secs(Duration::from_millis(1)).unwrap(), 1);
+    assert_eq!(ttl_secs(Duration::from_millis(10)).unwrap(), 1);
     assert_eq!(ttl_secs(Duration::from_millis(1001)).unwrap(), 2);
     assert_eq!(ttl_secs(Duration::from_secs(5)).unwrap(), 5);
     assert!(ttl_secs(Duration::ZERO).is_err());

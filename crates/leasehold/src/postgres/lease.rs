@@ -297,7 +297,7 @@ impl PostgresLeaseClient {
 
     fn check(&self, key: &str, options: &LockOptions) -> Result<()> {
         validate_pg_key(key)?;
-        ttl_millis(options.ttl())?;
+        options.ttl_millis()?;
         if options.replica_ack_required().is_some() {
             return Err(Error::Unsupported {
                 backend: "postgres",
@@ -377,22 +377,23 @@ impl PostgresLeaseClient {
         let mut attempts = 0u32;
         loop {
             attempts += 1;
-            let remaining = match self.attempt(key, options).await? {
-                TryAcquire::Acquired(guard) => return Ok(guard),
-                TryAcquire::Busy { remaining } => remaining,
+            let (remaining, failure) = match self.attempt(key, options).await {
+                Ok(TryAcquire::Acquired(guard)) => return Ok(guard),
+                Ok(TryAcquire::Busy { remaining }) => (remaining, None),
+                // Granted too late to be a lease and given back: tried again after the
+                // backoff, as a busy lock is; at the deadline, the reason.
+                Err(e @ Error::ExpiredOnArrival { .. }) => (None, Some(e)),
+                Err(e) => return Err(e),
             };
             let now = Instant::now();
             let Some(deadline) = deadline.filter(|d| now < *d) else {
-                return Err(Error::NotAcquired {
+                return Err(failure.unwrap_or_else(|| Error::NotAcquired {
                     key: key.to_string(),
                     waited: now - begun,
                     attempts,
-                });
+                }));
             };
-            let mut delay = options.backoff_policy().delay(attempts - 1);
-            if let Some(r) = remaining {
-                delay = delay.min(r + Duration::from_millis(1));
-            }
+            let delay = options.backoff_policy().pause(attempts - 1, remaining);
             let sleep = tokio::time::sleep(delay.min(deadline - now));
             tokio::pin!(sleep);
             let rx = released.as_mut().expect("subscribed when waiting");

@@ -95,7 +95,7 @@ impl PostgresClient {
 
     fn check(&self, key: &str, options: &LockOptions) -> Result<()> {
         validate_pg_key(key)?;
-        ttl_millis(options.ttl())?;
+        options.ttl_millis()?;
         if options.ttl() > Duration::from_millis(i32::MAX as u64) {
             return Err(Error::invalid(
                 "ttl",

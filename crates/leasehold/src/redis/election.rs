@@ -22,7 +22,7 @@ use tokio::sync::watch;
 
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::{LockGuard, clock_drift};
-use crate::core::options::{LockOptions, ttl_millis};
+use crate::core::options::LockOptions;
 use crate::core::token::{LockToken, validate_key};
 use crate::redis::client::LockClient;
 use crate::redis::scripts::{CAMPAIGN_SCRIPT as CAMPAIGN, LEADER_SCRIPT as LEADER};
@@ -112,7 +112,7 @@ impl Election {
                 format!("a candidate id needs 1 to {MAX_ID_LEN} bytes"),
             ));
         }
-        let ttl_ms = ttl_millis(options.ttl())?;
+        let ttl_ms = options.ttl_millis()?;
         if options.fair_enabled() || options.replica_ack_required().is_some() {
             return Err(Error::Unsupported {
                 backend: "redis",
@@ -134,13 +134,16 @@ impl Election {
             if let Some(s) = subscription.as_mut() {
                 s.mark_seen();
             }
+            let mut gave_back = false;
             let remaining = match self.attempt(&token, ttl_ms, id).await {
                 Ok((1, term)) => {
                     let ttl = options.ttl();
                     if started.elapsed() >= ttl.saturating_sub(clock_drift(ttl)) {
                         // Granted too late to be a lease: give it back, try again.
                         let _ = self.client.release_raw(&self.name, token.expose()).await;
-                        Some(Duration::ZERO)
+                        gave_back = true;
+                        // Given back: the next attempt after the backoff, as for a busy lock.
+                        None
                     } else {
                         return Ok(self.client.guard(
                             &self.name,
@@ -167,8 +170,9 @@ impl Election {
                 Some(d) => d - now,
                 None => Duration::MAX,
             };
+            // Not woken by the release of the grant given back: that would be a spin.
             pause_between_attempts(
-                subscription.as_mut(),
+                subscription.as_mut().filter(|_| !gave_back),
                 options.backoff_policy(),
                 attempts - 1,
                 remaining,

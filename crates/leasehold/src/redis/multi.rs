@@ -129,7 +129,7 @@ impl MultiLock {
     }
 
     fn check(&self, options: &LockOptions) -> Result<u64> {
-        let ttl_ms = ttl_millis(options.ttl())?;
+        let ttl_ms = options.ttl_millis()?;
         let refuse = |what: &str| {
             Err(Error::Unsupported {
                 backend: "redis",
@@ -289,10 +289,13 @@ impl MultiLock {
             for s in subscriptions.iter_mut() {
                 s.mark_seen();
             }
+            let mut gave_back = false;
             let remaining = match self.attempt(&token, ttl_ms).await {
                 Ok(Attempt::Acquired) if expired(started, options.ttl()) => {
                     let _ = self.release_groups(&self.groups, token.expose()).await;
-                    Some(Duration::ZERO)
+                    gave_back = true;
+                    // Given back: the next attempt after the backoff, as for a busy lock.
+                    None
                 }
                 Ok(Attempt::Acquired) => return Ok(self.guard(token, started, options)),
                 Ok(Attempt::Busy { remaining }) => remaining,
@@ -308,12 +311,10 @@ impl MultiLock {
             let Some(deadline) = deadline.filter(|d| now < *d) else {
                 return Err(not_acquired());
             };
-            let mut delay = options.backoff_policy().delay(attempts - 1);
-            if let Some(r) = remaining {
-                delay = delay.min(r + Duration::from_millis(1));
-            }
+            let delay = options.backoff_policy().pause(attempts - 1, remaining);
             let sleep = tokio::time::sleep(delay.min(deadline - now));
-            if subscriptions.is_empty() {
+            // Not woken by the release of the grant given back: that would be a spin.
+            if subscriptions.is_empty() || gave_back {
                 sleep.await;
             } else {
                 let any = futures_util::future::select_all(

@@ -167,11 +167,11 @@ fn outcome_of(key: &str, reply: Value) -> Outcome {
         }
         // WRONGTYPE and the like: the key is not our lock any more.
         Value::ServerError(e) => {
-            tracing::warn!(key, error = %e.details().unwrap_or(e.code()), "renewal refused by the server");
+            crate::core::throttle::warn_throttled!(key, error = %e.details().unwrap_or(e.code()), "renewal refused by the server");
             Outcome::NotHeld
         }
         other => {
-            tracing::warn!(key, reply = ?other, "unexpected renewal reply");
+            crate::core::throttle::warn_throttled!(key, reply = ?other, "unexpected renewal reply");
             Outcome::Retry
         }
     }
@@ -554,7 +554,7 @@ async fn renew_cluster_batch(
             }
             // The key holds something else than a lock: not ours any more.
             Err(e) if e.code() == Some("WRONGTYPE") => {
-                tracing::warn!(key, error = %e, "renewal refused by the server");
+                crate::core::throttle::warn_throttled!(key, error = %e, "renewal refused by the server");
                 Outcome::NotHeld
             }
             // Unreachable, redirected too often, or the slot is migrating: try again; the

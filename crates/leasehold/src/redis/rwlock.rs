@@ -35,7 +35,7 @@ use futures_util::future::BoxFuture;
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::HeldLock;
 use crate::core::guard::{Lease, LockGuard, clock_drift};
-use crate::core::options::{LockOptions, ttl_millis};
+use crate::core::options::LockOptions;
 use crate::core::outcome::TryAcquire;
 use crate::core::token::{LockToken, validate_key};
 use crate::redis::client::LockClient;
@@ -140,7 +140,7 @@ impl RwLock {
     }
 
     fn check(&self, side: Side, options: &LockOptions) -> Result<u64> {
-        let ttl_ms = ttl_millis(options.ttl())?;
+        let ttl_ms = options.ttl_millis()?;
         let refuse = |what: &str| {
             Err(Error::Unsupported {
                 backend: "redis",
@@ -166,7 +166,7 @@ impl RwLock {
         options: &LockOptions,
         waiting: bool,
     ) -> Result<Attempt> {
-        let ttl_ms = ttl_millis(options.ttl())?;
+        let ttl_ms = options.ttl_millis()?;
         let mut cleanup = Abandoned {
             lock: self,
             side,
@@ -323,10 +323,13 @@ impl RwLock {
             if let Some(s) = subscription.as_mut() {
                 s.mark_seen();
             }
+            let mut gave_back = false;
             let remaining = match self.attempt(side, &token, options, true).await {
                 Ok(Attempt::Acquired { .. }) if expired(started, options.ttl()) => {
                     self.give_back(side, &token).await;
-                    Some(Duration::ZERO)
+                    gave_back = true;
+                    // Given back: the next attempt after the backoff, as for a busy lock.
+                    None
                 }
                 Ok(Attempt::Acquired { fencing }) => {
                     leave.armed = false;
@@ -344,8 +347,9 @@ impl RwLock {
                 Side::Write => Some(remaining.map_or(refresh, |r| r.min(refresh))),
                 Side::Read => remaining,
             };
+            // Not woken by the release of the grant given back: that would be a spin.
             pause_between_attempts(
-                subscription.as_mut(),
+                subscription.as_mut().filter(|_| !gave_back),
                 options.backoff_policy(),
                 attempts - 1,
                 remaining,

@@ -139,7 +139,7 @@ impl Semaphore {
     }
 
     fn check(&self, options: &LockOptions) -> Result<u64> {
-        let ttl_ms = ttl_millis(options.ttl())?;
+        let ttl_ms = options.ttl_millis()?;
         let refuse = |what: &str| {
             Err(Error::Unsupported {
                 backend: "redis",
@@ -265,10 +265,13 @@ impl Semaphore {
             if let Some(s) = subscription.as_mut() {
                 s.mark_seen();
             }
+            let mut gave_back = false;
             let remaining = match self.attempt(&token, ttl_ms).await {
                 Ok(PermitAttempt::Acquired) if expired(started, options.ttl()) => {
                     let _ = self.release_raw(token.expose()).await;
-                    Some(Duration::ZERO)
+                    gave_back = true;
+                    // Given back: the next attempt after the backoff, as for a busy lock.
+                    None
                 }
                 Ok(PermitAttempt::Acquired) => return Ok(self.guard(token, started, options)),
                 Ok(PermitAttempt::Busy { remaining }) => remaining,
@@ -284,8 +287,9 @@ impl Semaphore {
             let Some(deadline) = deadline.filter(|d| now < *d) else {
                 return Err(not_acquired());
             };
+            // Not woken by the release of the grant given back: that would be a spin.
             pause_between_attempts(
-                subscription.as_mut(),
+                subscription.as_mut().filter(|_| !gave_back),
                 options.backoff_policy(),
                 attempts - 1,
                 remaining,

@@ -607,11 +607,7 @@ pub(crate) async fn pause_between_attempts(
     remaining: Option<Duration>,
     left: Duration,
 ) {
-    let mut delay = backoff.delay(attempt);
-    if let Some(r) = remaining {
-        delay = delay.min(r + Duration::from_millis(1));
-    }
-    let sleep = tokio::time::sleep(delay.min(left));
+    let sleep = tokio::time::sleep(backoff.pause(attempt, remaining).min(left));
     match subscription {
         Some(s) => tokio::select! {
             _ = s.released() => {}

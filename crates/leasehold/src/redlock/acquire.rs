@@ -29,7 +29,7 @@ impl Redlock {
         let begun = crate::core::metrics::start();
         let result = async {
             validate_key(key)?;
-            ttl_millis(options.ttl())?;
+            options.ttl_millis()?;
             refuse_fair(options)?;
             self.attempt(key, options).await
         }
@@ -64,7 +64,7 @@ impl Redlock {
 
     async fn acquire_waiting(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
         validate_key(key)?;
-        ttl_millis(options.ttl())?;
+        options.ttl_millis()?;
         refuse_fair(options)?;
         let begun = Instant::now();
         let deadline = options.wait_bound().map(|w| begun + w);
@@ -90,10 +90,9 @@ impl Redlock {
             let Some(deadline) = deadline.filter(|d| now < *d) else {
                 return Err(not_acquired(remaining));
             };
-            let mut delay = options.backoff_policy().delay(attempts - 1);
-            if let Ok(Some(r)) = remaining {
-                delay = delay.min(r + Duration::from_millis(1));
-            }
+            let delay = options
+                .backoff_policy()
+                .pause(attempts - 1, remaining.as_ref().ok().copied().flatten());
             tokio::time::sleep(delay.min(deadline - now)).await;
             if Instant::now() >= deadline {
                 return Err(not_acquired(remaining));

@@ -138,6 +138,8 @@ pub async fn conforms<S: Subject>(subject: &S) {
     let step = |what: &str| eprintln!("{}: {what} ({:?})", subject.name(), began.elapsed());
     step("bad keys are refused before any round trip");
     bad_keys_are_refused_before_any_round_trip(subject).await;
+    step("TTLs outside the limits are refused before any round trip");
+    bad_ttls_are_refused_before_any_round_trip(subject).await;
     step("exclusion");
     one_holder_at_a_time(subject).await;
     step("token-checked release and extend");
@@ -293,6 +295,93 @@ fn assert_unsupported<T: std::fmt::Debug>(
 /// the backend's other bad keys are `InvalidArgument` on every operation, **before any round
 /// trip**: the future is ready at its first poll, so it never waited for a reply (or for
 /// anything else). A key of exactly the limit is a lock like any other.
+/// Issue 24: a TTL that leaves no real validity after the drift allowance (below
+/// `leasehold::MIN_TTL`; below `MIN_RENEWED_TTL` for a renewed lease), one above `MAX_TTL`, and
+/// a backoff that does not pause are refused with `InvalidArgument` before anything is sent.
+/// (Before, `leasehold run KEY --ttl 2ms` spun on the server, and over PostgreSQL overflowed
+/// its stack: every grant expired on arrival and was tried again.)
+async fn bad_ttls_are_refused_before_any_round_trip(subject: &impl Subject) {
+    use leasehold::{Backoff, MAX_TTL, MIN_RENEWED_TTL, MIN_TTL};
+    let name = subject.name();
+    let locker = subject.locker().await;
+    let key = key("bad-ttl");
+    let token = LockToken::random();
+    let ms = Duration::from_millis;
+    let bad: Vec<(LockOptions, &str)> = vec![
+        (LockOptions::new(Duration::ZERO), "ttl"),
+        (LockOptions::new(ms(1)), "ttl"),
+        (LockOptions::new(ms(2)), "ttl"),
+        (LockOptions::new(MIN_TTL - Duration::from_micros(1)), "ttl"),
+        (LockOptions::new(MAX_TTL + ms(1)), "ttl"),
+        (
+            LockOptions::new(MIN_RENEWED_TTL - ms(1)).auto_extend(true),
+            "ttl",
+        ),
+        (held().backoff(Backoff::constant(Duration::ZERO)), "backoff"),
+    ];
+    for (options, limit) in &bad {
+        let waiting = options.clone().wait(GENEROUS);
+        let ran = std::cell::Cell::new(false);
+        let outcomes = [
+            (
+                "try_acquire",
+                locker
+                    .try_acquire(&key, options)
+                    .map(|r| r.map(drop))
+                    .now_or_never(),
+            ),
+            (
+                "acquire",
+                locker
+                    .acquire(&key, &waiting)
+                    .map(|r| r.map(drop))
+                    .now_or_never(),
+            ),
+            (
+                "with_lock",
+                locker
+                    .with_lock(&key, &waiting, |_| async { ran.set(true) })
+                    .now_or_never(),
+            ),
+        ];
+        for (op, outcome) in outcomes {
+            match outcome {
+                Some(Err(Error::InvalidArgument { what, .. })) if what == *limit => {}
+                Some(other) => panic!(
+                    "{name}: {op} with {options:?}: expected InvalidArgument ({limit}), got \
+                     {other:?}"
+                ),
+                None => panic!("{name}: {op} with {options:?}: not refused at once"),
+            }
+        }
+        assert!(
+            !ran.get(),
+            "{name}: with_lock ran its work with {options:?}"
+        );
+    }
+    for ttl in [ms(1), MIN_TTL - Duration::from_micros(1), MAX_TTL + ms(1)] {
+        match locker.extend(&key, &token, ttl).now_or_never() {
+            Some(Err(Error::InvalidArgument { what: "ttl", .. })) => {}
+            other => panic!("{name}: extend to {ttl:?}: expected InvalidArgument, got {other:?}"),
+        }
+    }
+    // The limits themselves are accepted: a grant, or one that came too late for so short a
+    // lease on a loaded machine (given back), never a refusal of the options.
+    for options in [
+        LockOptions::new(MIN_TTL),
+        LockOptions::new(MIN_RENEWED_TTL).auto_extend(true),
+    ] {
+        match locker.try_acquire(&key, &options).await {
+            Ok(TryAcquire::Acquired(g)) => match g.release().await {
+                Ok(()) | Err(Error::NotHeld { .. }) => {}
+                Err(e) => panic!("{name}: release of a lock with {options:?}: {e}"),
+            },
+            Err(Error::ExpiredOnArrival { .. }) => {}
+            other => panic!("{name}: try_acquire with {options:?}: {other:?}"),
+        }
+    }
+}
+
 async fn bad_keys_are_refused_before_any_round_trip(subject: &impl Subject) {
     let name = subject.name();
     let form = subject.form();

@@ -1,12 +1,12 @@
 //! Taking a lock: one attempt, or attempts until the wait bound, sleeping in between.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tracing::Instrument;
 
 use crate::core::error::{Error, Result};
 use crate::core::guard::{Lease, LockGuard, clock_drift};
-use crate::core::options::{LockOptions, ttl_millis};
+use crate::core::options::LockOptions;
 use crate::core::outcome::TryAcquire;
 use crate::core::token::{LockToken, validate_key};
 use crate::redis::slot::release_channel;
@@ -37,7 +37,7 @@ impl LockClient {
                 return self.fair_try_acquire(key, options).await;
             }
             validate_key(key)?;
-            let ttl_ms = ttl_millis(options.ttl())?;
+            let ttl_ms = options.ttl_millis()?;
             let span =
                 tracing::debug_span!("leasehold.acquire", key, outcome = tracing::field::Empty);
             async {
@@ -106,7 +106,7 @@ impl LockClient {
                 return self.fair_acquire(key, options).await;
             }
             validate_key(key)?;
-            let ttl_ms = ttl_millis(options.ttl())?;
+            let ttl_ms = options.ttl_millis()?;
             let span = tracing::debug_span!(
                 "leasehold.acquire",
                 key,
@@ -157,12 +157,16 @@ impl LockClient {
                     };
                     let span = tracing::Span::current();
                     span.record("attempts", attempts);
+                    let mut gave_back = false;
                     let remaining = match attempt {
-                        // Granted, but too late to be a lease: released; try again (no wait).
+                        // Granted, but too late to be a lease: released; try again after the
+                        // backoff, as for a busy lock (a TTL that keeps expiring on arrival must
+                        // not make the waiter spin on the server).
                         Attempt::Acquired { .. }
                             if self.expired_on_arrival(key, &token, started, options).await =>
                         {
-                            Some(Duration::ZERO)
+                            gave_back = true;
+                            None
                         }
                         Attempt::Acquired { fencing } => {
                             span.record("outcome", "acquired");
@@ -196,8 +200,9 @@ impl LockClient {
                         }
                         continue;
                     }
+                    // Not woken by the release of the grant given back: that would be a spin.
                     crate::redis::waiting::pause_between_attempts(
-                        subscription.as_mut(),
+                        subscription.as_mut().filter(|_| !gave_back),
                         options.backoff_policy(),
                         pauses,
                         remaining,
@@ -271,7 +276,7 @@ impl LockClient {
         if started.elapsed() < ttl.saturating_sub(clock_drift(ttl)) {
             return false;
         }
-        tracing::warn!(
+        crate::core::throttle::warn_throttled!(
             key,
             elapsed_ms = started.elapsed().as_millis() as u64,
             "lock granted after its validity ended; releasing"

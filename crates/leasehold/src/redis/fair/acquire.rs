@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::core::error::{Error, Result};
 use crate::core::guard::{Lease, LockGuard, clock_drift};
-use crate::core::options::{LockOptions, ttl_millis};
+use crate::core::options::LockOptions;
 use crate::core::outcome::TryAcquire;
 use crate::core::token::validate_key;
 use crate::redis::client::LockClient;
@@ -118,6 +118,8 @@ impl LockClient {
         let mut attempt: u64 = 0;
         let mut left_at: u64 = 0;
         let mut failure = None;
+        // Grants that came too late to be a lease and were given back.
+        let mut given_back: u32 = 0;
         loop {
             attempt += 1;
             let started = Instant::now();
@@ -139,7 +141,8 @@ impl LockClient {
                         // Whatever was handed to an attempt up to this one was given back by
                         // the leave: a delivery of it still on its way is void.
                         left_at = attempt;
-                        Some(Duration::ZERO)
+                        given_back += 1;
+                        None
                     } else {
                         cleanup.armed = false;
                         return Ok(waiter.guard(fencing.then_some(n), started, ttl, options));
@@ -174,10 +177,16 @@ impl LockClient {
                 break;
             }
             // No backoff: only this waiter is woken by its handoff, so retries cannot herd.
-            // Refresh the entry in time; retry when a crashed holder's lease runs out.
+            // Refresh the entry in time; retry when a crashed holder's lease runs out. After a
+            // grant given back (it came too late), the backoff: a TTL that keeps expiring on
+            // arrival must not make the waiter spin on the server.
+            let backoff = options.backoff_policy();
             let mut delay = refresh.min(deadline - now);
             if let Some(r) = remaining {
-                delay = delay.min(r + Duration::from_millis(1));
+                delay = delay.min(backoff.until_lease_ends(r));
+            }
+            if given_back > 0 && left_at == attempt {
+                delay = backoff.delay(given_back - 1).min(deadline - now);
             }
             let sleep = tokio::time::sleep(delay);
             let woke = match subscription.as_mut() {
@@ -257,7 +266,7 @@ fn expired(started: Instant, ttl: Duration) -> bool {
 
 fn check_fair(key: &str, options: &LockOptions) -> Result<()> {
     validate_key(key)?;
-    ttl_millis(options.ttl())?;
+    options.ttl_millis()?;
     if options.replica_ack_required().is_some() {
         return Err(Error::Unsupported {
             backend: "redis",
