@@ -2,7 +2,10 @@
 
 use std::time::Duration;
 
-use leasehold::{Backoff, LockOptions, OnLoss, RedlockOptions};
+use leasehold::{
+    Backoff, Error, LockOptions, MAX_TTL, MIN_BACKOFF, MIN_RENEWED_TTL, MIN_TTL, OnLoss,
+    RedlockOptions, clock_drift,
+};
 use proptest::prelude::*;
 
 use crate::config;
@@ -126,21 +129,86 @@ proptest! {
         let _ = o.renew_interval();
     }
 
-    // The renewal interval is positive and at most TTL/2 (one failed round leaves time for
-    // another), for any TTL of at least 2 ms and any requested interval.
+    // The renewal interval of every auto-extended lease that validates is positive and at most
+    // TTL/2 (one failed round leaves time for another), for any requested interval.
     #[test]
     fn renew_interval_is_within_half_the_ttl(
-        ttl in any_duration().prop_filter("TTL/2 >= 1ms", |t| *t >= Duration::from_millis(2)),
+        ttl in ttl_around_the_limits(),
         renew_every in proptest::option::of(any_duration()),
     ) {
         let mut o = LockOptions::new(ttl).auto_extend(true);
         if let Some(r) = renew_every { o = o.renew_every(r); }
+        prop_assume!(o.validate().is_ok());
         let every = o.renew_interval();
         prop_assert!(!every.is_zero() && every <= ttl / 2, "ttl {ttl:?}: {every:?}");
         if renew_every.is_none() {
-            prop_assert_eq!(every, (ttl / 3).max(Duration::from_millis(1)));
+            prop_assert_eq!(every, ttl / 3);
         }
     }
+
+    // The TTL contract: `validate` refuses (InvalidArgument) exactly a TTL outside
+    // MIN_TTL ..= MAX_TTL, an auto-extended one below MIN_RENEWED_TTL, and a backoff whose first
+    // delay is below MIN_BACKOFF; whatever else the options say.
+    #[test]
+    fn validate_refuses_exactly_the_documented_options(
+        ttl in ttl_around_the_limits(),
+        auto_extend in any::<bool>(),
+        initial in prop_oneof![Just(MIN_BACKOFF), Just(MIN_BACKOFF - Duration::from_nanos(1)), any_duration()],
+        max in any_duration(),
+        fencing in any::<bool>(),
+        fair in any::<bool>(),
+        wait in proptest::option::of(any_duration()),
+        renew_every in proptest::option::of(any_duration()),
+    ) {
+        let mut o = LockOptions::new(ttl)
+            .auto_extend(auto_extend)
+            .backoff(Backoff::new(initial, max))
+            .fencing(fencing)
+            .fair(fair);
+        if let Some(w) = wait { o = o.wait(w); }
+        if let Some(r) = renew_every { o = o.renew_every(r); }
+        let ttl_bad = ttl < MIN_TTL || ttl > MAX_TTL || (auto_extend && ttl < MIN_RENEWED_TTL);
+        let backoff_bad = initial < MIN_BACKOFF;
+        match o.validate() {
+            Ok(()) => prop_assert!(!ttl_bad && !backoff_bad, "{o:?} validated"),
+            Err(Error::InvalidArgument { what, .. }) => {
+                prop_assert!(ttl_bad || backoff_bad, "{o:?} refused");
+                prop_assert!(
+                    (what == "ttl" && ttl_bad) || (what == "backoff" && backoff_bad),
+                    "{o:?} refused as {what}"
+                );
+            }
+            Err(e) => prop_assert!(false, "{o:?}: {e:?}"),
+        }
+    }
+
+    // Every TTL the contract accepts leaves a lease: more than the drift allowance, so a grant
+    // that arrives in time is valid for a while (below, every acquisition expired on arrival).
+    #[test]
+    fn accepted_ttls_outlast_the_drift_allowance(ttl in ttl_around_the_limits()) {
+        prop_assume!(LockOptions::new(ttl).validate().is_ok());
+        prop_assert!(ttl > clock_drift(ttl), "{ttl:?}: drift {:?}", clock_drift(ttl));
+    }
+}
+
+/// TTLs around the contract's limits (MIN_TTL, MIN_RENEWED_TTL, MAX_TTL), and any.
+fn ttl_around_the_limits() -> impl Strategy<Value = Duration> {
+    let ns = Duration::from_nanos(1);
+    prop_oneof![
+        proptest::sample::select(vec![
+            Duration::ZERO,
+            Duration::from_millis(1),
+            Duration::from_millis(2),
+            MIN_TTL - ns,
+            MIN_TTL,
+            MIN_RENEWED_TTL - ns,
+            MIN_RENEWED_TTL,
+            MAX_TTL,
+            MAX_TTL + ns,
+        ]),
+        (0u64..200_000_000).prop_map(Duration::from_nanos),
+        any_duration(),
+    ]
 }
 
 proptest! {

@@ -9,8 +9,9 @@ use leasehold::internal::{
     election_leader_key, rwlock_readers_key, rwlock_writer_waiting_key, semaphore_permits_key,
 };
 use leasehold::{
-    Error, LockClient, LockOptions, MAX_KEY_LEN, MAX_TTL, TryAcquire, fair_entry_key,
-    fair_queue_key, fence_key, release_channel,
+    Backoff, Error, LockClient, LockGuard, LockOptions, MAX_KEY_LEN, MAX_TTL, MIN_BACKOFF,
+    MIN_RENEWED_TTL, MIN_TTL, TryAcquire, fair_entry_key, fair_queue_key, fence_key,
+    release_channel,
 };
 use leasehold_harness::{Cluster, ClusterOptions, Server, ServerOptions};
 use proptest::prelude::*;
@@ -150,6 +151,197 @@ leasehold_harness::server_test!([valkey9] async fn derived_keys_share_the_key_sl
             prop_assert_eq!(cluster.keyslot(&name).expect("CLUSTER KEYSLOT"), slot, "{:?} of {:?}", name, key);
         }
         Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+});
+
+/// Commands the server has executed so far, but for the `INFO` that asks (`INFO commandstats`).
+fn executed(server: &Server) -> u64 {
+    let stats = server.info("commandstats").expect("INFO commandstats");
+    stats
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_") && !l.starts_with("cmdstat_info:"))
+        .filter_map(|l| {
+            l.split_once("calls=")?
+                .1
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// Options around the contract's limits: TTL, auto-extension, first backoff delay, fencing.
+fn options() -> impl Strategy<Value = LockOptions> {
+    let ns = Duration::from_nanos(1);
+    let ttl = proptest::sample::select(vec![
+        Duration::ZERO,
+        Duration::from_millis(2),
+        MIN_TTL - ns,
+        MIN_TTL,
+        MIN_RENEWED_TTL - ns,
+        MIN_RENEWED_TTL,
+        Duration::from_secs(60),
+        MAX_TTL,
+        MAX_TTL + ns,
+    ]);
+    let initial = proptest::sample::select(vec![
+        Duration::ZERO,
+        MIN_BACKOFF - ns,
+        MIN_BACKOFF,
+        Duration::from_millis(10),
+    ]);
+    (ttl, any::<bool>(), initial, any::<bool>()).prop_map(|(ttl, auto_extend, initial, fencing)| {
+        LockOptions::new(ttl)
+            .auto_extend(auto_extend)
+            .backoff(Backoff::new(initial, Duration::from_millis(50)))
+            .fencing(fencing)
+    })
+}
+
+/// Every acquisition path of the Redis client (but elections, see below).
+const PATHS: &[&str] = &[
+    "try_acquire",
+    "acquire",
+    "fair try_acquire",
+    "fair acquire",
+    "semaphore try_acquire",
+    "semaphore acquire",
+    "rwlock try_read",
+    "rwlock read",
+    "rwlock try_write",
+    "rwlock write",
+    "multi try_acquire",
+    "multi acquire",
+];
+
+/// One attempt by `path` with `o` (a short wait where it waits): the guard, or None when busy.
+async fn acquire_by(
+    c: &LockClient,
+    path: &str,
+    o: &LockOptions,
+) -> Result<Option<LockGuard>, Error> {
+    let waiting = o.clone().wait(Duration::from_secs(5));
+    let fair = o.clone().fair(true);
+    // Readers, permits and multi-key locks take no fencing number (refused as unsupported: not
+    // what this checks).
+    let unfenced = o.clone().fencing(false);
+    let unfenced_waiting = unfenced.clone().wait(Duration::from_secs(5));
+    match path {
+        "try_acquire" => c.try_acquire("p:lock", o).await.map(TryAcquire::acquired),
+        "acquire" => c.acquire("p:lock", &waiting).await.map(Some),
+        "fair try_acquire" => c
+            .try_acquire("p:fair", &fair)
+            .await
+            .map(TryAcquire::acquired),
+        "fair acquire" => c
+            .acquire("p:fair", &fair.wait(Duration::from_secs(5)))
+            .await
+            .map(Some),
+        "semaphore try_acquire" => c
+            .semaphore("p:sem", 2)?
+            .try_acquire(&unfenced)
+            .await
+            .map(TryAcquire::acquired),
+        "semaphore acquire" => c
+            .semaphore("p:sem", 2)?
+            .acquire(&unfenced_waiting)
+            .await
+            .map(Some),
+        "rwlock try_read" => c
+            .rwlock("p:rw")?
+            .try_read(&unfenced)
+            .await
+            .map(TryAcquire::acquired),
+        "rwlock read" => c.rwlock("p:rw")?.read(&unfenced_waiting).await.map(Some),
+        "rwlock try_write" => c
+            .rwlock("p:rw")?
+            .try_write(o)
+            .await
+            .map(TryAcquire::acquired),
+        "rwlock write" => c.rwlock("p:rw")?.write(&waiting).await.map(Some),
+        "multi try_acquire" => c
+            .multi_lock(&["p:a", "p:b"])?
+            .try_acquire(&unfenced)
+            .await
+            .map(TryAcquire::acquired),
+        "multi acquire" => c
+            .multi_lock(&["p:a", "p:b"])?
+            .acquire(&unfenced_waiting)
+            .await
+            .map(Some),
+        other => unreachable!("{other}"),
+    }
+}
+
+// The TTL contract on every acquisition path of the Redis client: options that `validate`
+// refuses are refused as InvalidArgument before the server executes a single command (its own
+// INFO commandstats say so); options it accepts are acquired (or expire on arrival, for a TTL
+// of milliseconds) and released. Refused options go to a server of their own, which nothing
+// else talks to: a valid case's background work (a release's handoff, a waiter's cleanup)
+// cannot be counted against them.
+leasehold_harness::server_test!(async fn every_acquisition_path_validates_before_sending(bin) {
+    let server = Server::start(&bin, &ServerOptions::new()).expect("server starts");
+    let client = LockClient::connect(&server.url()).await.expect("client connects");
+    let quiet = Server::start(&bin, &ServerOptions::new()).expect("server starts");
+    let refused_only = LockClient::connect(&quiet.url()).await.expect("client connects");
+    let mut runner = TestRunner::new(config::cases(32));
+    let result = runner.run(&(options(), proptest::sample::select(PATHS)), |(options, name)| {
+        block_on(async {
+            let valid = options.validate().is_ok();
+            let (server, client) = if valid { (&server, &client) } else { (&quiet, &refused_only) };
+            let before = executed(server);
+            let result = tokio::time::timeout(HANG_GUARD, acquire_by(client, name, &options))
+                .await
+                .expect("the acquisition hangs");
+            match result {
+                Err(Error::InvalidArgument { .. }) if !valid => {
+                    prop_assert_eq!(executed(server), before, "{}: {:?} was refused after sending", name, options);
+                }
+                Ok(Some(guard)) if valid => {
+                    let released = guard.release().await;
+                    prop_assert!(matches!(released, Ok(()) | Err(Error::NotHeld { .. })), "{released:?}");
+                }
+                Err(Error::ExpiredOnArrival { .. }) if valid && options.ttl() < Duration::from_secs(1) => {}
+                other => prop_assert!(false, "{name}: {options:?} (valid: {valid}): {other:?}"),
+            }
+            Ok(())
+        })
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+});
+
+// Elections renew their leader's lease (`campaign` turns auto_extend on), so the contract's
+// renewed minimum applies: a TTL below MIN_RENEWED_TTL is refused whether or not the caller set
+// auto_extend. Fails today: campaign validates the options as given, then turns auto_extend
+// on (LockOptions::new(20 ms) is campaigned for and renewed every ~6.7 ms); the fix belongs in
+// redis/election.rs (see issue 24's report).
+leasehold_harness::server_test!([valkey9] #[ignore = "Election::campaign validates before turning auto_extend on (election.rs, issue 24)"] async fn campaigns_refuse_ttls_too_short_to_renew(bin) {
+    let quiet = Server::start(&bin, &ServerOptions::new()).expect("server starts");
+    let client = LockClient::connect(&quiet.url()).await.expect("client connects");
+    let mut runner = TestRunner::new(config::cases(32));
+    let result = runner.run(&options(), |options| {
+        block_on(async {
+            let renewed = options.clone().auto_extend(true).fencing(true);
+            let election = client.election("p:election").expect("election");
+            let result = tokio::time::timeout(HANG_GUARD, election.campaign("me", &options))
+                .await
+                .expect("the campaign hangs");
+            match result {
+                Err(Error::InvalidArgument { .. }) if renewed.validate().is_err() => {}
+                Ok(leader) if renewed.validate().is_ok() => {
+                    let _ = leader.release().await;
+                }
+                Err(Error::ExpiredOnArrival { .. }) if options.ttl() < Duration::from_secs(1) => {}
+                other => prop_assert!(false, "{options:?}: {other:?}"),
+            }
+            Ok(())
+        })
     });
     if let Err(e) = result {
         panic!("{e}");
