@@ -218,7 +218,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_renewed_ttl, default_value = "30s")]
     pub ttl: Duration,
     /// Wait at most this long for a busy lock (default: wait as long as it takes).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with = "no_wait")]
+    #[arg(long, value_name = "DURATION", value_parser = parse_wait, conflicts_with = "no_wait")]
     pub wait: Option<Duration>,
     /// Do not wait: exit 75 at once if the lock is busy.
     #[arg(long)]
@@ -303,7 +303,7 @@ pub struct AcquireArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_ttl)]
     pub ttl: Duration,
     /// Keep retrying a busy lock for this long (default: one attempt).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_wait)]
     pub wait: Option<Duration>,
     /// Also take a fencing number: strictly increasing with each acquisition of this key.
     #[arg(long, conflicts_with_all = ["permits", "read"])]
@@ -438,6 +438,16 @@ fn ttl_within(
     }
 }
 
+/// The longest `--wait` taken as written: a century, what `run` waits without `--wait`.
+pub const MAX_WAIT: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// A wait bound (`--wait`): a duration, longer ones taken as [`MAX_WAIT`], which means the same
+/// (waiting for ever, in practice). The library's deadline is now + the bound, which the clock
+/// cannot represent for the longest durations `humantime` reads (the sum panicked).
+pub fn parse_wait(s: &str) -> Result<Duration, String> {
+    parse_duration(s).map(|d| d.min(MAX_WAIT))
+}
+
 /// As [`parse_duration`], refusing zero.
 pub fn parse_positive_duration(s: &str) -> Result<Duration, String> {
     match parse_duration(s)? {
@@ -466,6 +476,31 @@ mod tests {
             parse_positive_duration("50ms"),
             Ok(Duration::from_millis(50))
         );
+    }
+
+    // Found by the property test acquire_waits_through_the_command_line (tests/properties.rs;
+    // minimal input --wait 18446744073709551615.999999999s): the deadline now + wait overflowed
+    // the clock and `leasehold acquire` panicked (exit 101).
+    #[test]
+    fn waits_beyond_a_century_are_a_century() {
+        for flag in [
+            &["acquire", "k", "--ttl", "1s", "--wait"][..],
+            &["run", "k", "--wait"][..],
+        ] {
+            let mut argv = vec!["leasehold"];
+            argv.extend(flag);
+            argv.push("18446744073709551615s");
+            if argv[1] == "run" {
+                argv.extend(["--", "true"]);
+            }
+            let wait = match Cli::try_parse_from(&argv).unwrap().command {
+                Command::Acquire(a) => a.wait,
+                Command::Run(r) => r.wait,
+                _ => unreachable!(),
+            };
+            assert_eq!(wait, Some(MAX_WAIT), "{argv:?}");
+        }
+        assert_eq!(parse_wait("5s"), Ok(Duration::from_secs(5)));
     }
 
     #[test]
