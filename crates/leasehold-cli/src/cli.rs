@@ -213,6 +213,7 @@ pub struct RunArgs {
     #[command(flatten)]
     pub servers: ServerArgs,
     /// The lock key.
+    #[arg(value_parser = parse_key)]
     pub key: String,
     /// The lease: how long the lock outlives leasehold if leasehold dies (renewed every TTL/3).
     #[arg(long, value_name = "DURATION", value_parser = parse_renewed_ttl, default_value = "30s")]
@@ -262,6 +263,7 @@ pub struct ElectArgs {
     #[command(flatten)]
     pub servers: ServerArgs,
     /// The election's name (its lock key).
+    #[arg(value_parser = parse_key)]
     pub name: String,
     /// This candidate's id, as `leader()` and the other candidates see it (default: pid-PID).
     #[arg(long)]
@@ -298,6 +300,7 @@ pub struct AcquireArgs {
     #[command(flatten)]
     pub servers: ServerArgs,
     /// The lock key.
+    #[arg(value_parser = parse_key)]
     pub key: String,
     /// How long the lock lives unless released or extended (e.g. 200ms, 30s, 5m).
     #[arg(long, value_name = "DURATION", value_parser = parse_ttl)]
@@ -327,7 +330,7 @@ pub struct AcquireArgs {
 pub struct PrimitiveArgs {
     /// KEY is a counting semaphore of N permits: one of them. Every holder of KEY must name
     /// the same N.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = parse_permits)]
     pub permits: Option<u32>,
     /// KEY is a read-write lock: one of its readers (any number at once, none while a writer
     /// holds or waits for it).
@@ -346,6 +349,7 @@ pub struct ReleaseArgs {
     #[command(flatten)]
     pub servers: ServerArgs,
     /// The lock key.
+    #[arg(value_parser = parse_key)]
     pub key: String,
     /// The token `acquire` printed (or $LEASEHOLD_TOKEN, which keeps it out of `ps`).
     #[arg(
@@ -373,6 +377,7 @@ pub struct ExtendArgs {
     #[command(flatten)]
     pub servers: ServerArgs,
     /// The lock key.
+    #[arg(value_parser = parse_key)]
     pub key: String,
     /// The token `acquire` printed (or $LEASEHOLD_TOKEN, which keeps it out of `ps`).
     #[arg(
@@ -400,6 +405,7 @@ pub struct InspectArgs {
     #[command(flatten)]
     pub servers: ServerArgs,
     /// The lock key.
+    #[arg(value_parser = parse_key)]
     pub key: String,
     /// Output format.
     #[command(flatten)]
@@ -434,6 +440,36 @@ fn ttl_within(
     match options(ttl).validate() {
         Ok(()) => Ok(ttl),
         Err(leasehold::Error::InvalidArgument { reason, .. }) => Err(reason),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// A lock key (or election name): 1 to [`leasehold::MAX_KEY_LEN`] bytes, the limit of every
+/// backend (PostgreSQL and etcd check theirs after connecting). Checked as the command line is
+/// read, so a bad key is a usage error (64) even when the server cannot be reached.
+pub fn parse_key(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        return Err("a lock key cannot be empty".into());
+    }
+    if s.len() > leasehold::MAX_KEY_LEN {
+        return Err(format!(
+            "{} bytes is longer than the limit of {}",
+            s.len(),
+            leasehold::MAX_KEY_LEN
+        ));
+    }
+    Ok(s.to_string())
+}
+
+/// A semaphore's number of permits: 1 ..= [`leasehold::MAX_PERMITS`], checked as the command
+/// line is read (as [`parse_key`]).
+pub fn parse_permits(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(n) if (1..=leasehold::MAX_PERMITS).contains(&n) => Ok(n),
+        Ok(n) => Err(format!(
+            "{n} is outside 1 ..= {} permits",
+            leasehold::MAX_PERMITS
+        )),
         Err(e) => Err(e.to_string()),
     }
 }
@@ -501,6 +537,47 @@ mod tests {
             assert_eq!(wait, Some(MAX_WAIT), "{argv:?}");
         }
         assert_eq!(parse_wait("5s"), Ok(Duration::from_secs(5)));
+    }
+
+    // Found by the property test bad_arguments_are_usage_errors_before_connecting
+    // (tests/properties.rs; minimal input `acquire --ttl 10s -- ""` at a closed port): an
+    // empty or over-long key, or --permits 0, was refused only after connecting, so an
+    // unreachable server made it 69 instead of 64.
+    #[test]
+    fn bad_keys_and_permits_are_refused_as_the_command_line_is_read() {
+        let long = "k".repeat(leasehold::MAX_KEY_LEN + 1);
+        for args in [
+            &["acquire", "--ttl", "1s", "--", ""][..],
+            &["acquire", "--ttl", "1s", "--", &long][..],
+            &["acquire", "k", "--ttl", "1s", "--permits", "0"][..],
+            &["acquire", "k", "--ttl", "1s", "--permits", "1000001"][..],
+            &["release", "--token", "t", "--", ""][..],
+            &["extend", "--token", "t", "--ttl", "1s", "--", ""][..],
+            &["inspect", "--", ""][..],
+            &["run", "--", "", "true"][..],
+            &["run", "k", "--permits", "0", "--", "true"][..],
+            &["elect", "--", "", "true"][..],
+        ] {
+            let argv = std::iter::once("leasehold").chain(args.iter().copied());
+            let err = Cli::try_parse_from(argv).unwrap_err();
+            assert_eq!(
+                err.kind(),
+                clap::error::ErrorKind::ValueValidation,
+                "{args:?}"
+            );
+        }
+        let max = "k".repeat(leasehold::MAX_KEY_LEN);
+        Cli::try_parse_from(["leasehold", "inspect", &max]).unwrap();
+        Cli::try_parse_from([
+            "leasehold",
+            "acquire",
+            "k",
+            "--ttl",
+            "1s",
+            "--permits",
+            "1000000",
+        ])
+        .unwrap();
     }
 
     #[test]

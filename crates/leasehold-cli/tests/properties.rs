@@ -311,6 +311,19 @@ fn ttl() -> impl Strategy<Value = Duration> {
     ]
 }
 
+/// The exit status of `argv`, in-process as the binary does it: a parse error's status, or
+/// what `leasehold_cli::run` returns (on the current runtime).
+fn exit_of(argv: &[&str]) -> std::process::ExitCode {
+    match Cli::try_parse_from(argv) {
+        Err(e) => parse_error_exit(&e).into(),
+        Ok(cli) => block_on(tokio::time::timeout(
+            Duration::from_secs(60),
+            leasehold_cli::run(cli),
+        ))
+        .expect("leasehold hangs"),
+    }
+}
+
 /// Runs the async `future` on the current (multi-threaded) runtime from proptest's runner.
 fn block_on<F: std::future::Future>(future: F) -> F::Output {
     tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(future))
@@ -382,6 +395,61 @@ leasehold_harness::server_test!([redis8] async fn acquire_waits_through_the_comm
         panic!("{e}");
     }
 });
+
+/// A `--permits` value: out of range (0, above MAX_PERMITS) or within.
+fn permits() -> impl Strategy<Value = u32> {
+    prop_oneof![
+        Just(0),
+        Just(leasehold::MAX_PERMITS),
+        Just(leasehold::MAX_PERMITS + 1),
+        Just(u32::MAX),
+        1..=leasehold::MAX_PERMITS,
+    ]
+}
+
+// A bad argument is a usage error (64) whatever the server: an empty or over-long key (or
+// election name) and a permit count outside 1 ..= MAX_PERMITS are refused before connecting
+// (the server here is a closed port of 127.0.0.1: connecting would be 69).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_arguments_are_usage_errors_before_connecting() {
+    let url = format!("redis://127.0.0.1:{}/", support::closed_port());
+    let mut runner = proptest::test_runner::TestRunner::new(cases(32));
+    let inputs = (0..6usize, text(), proptest::option::of(permits()));
+    let result = runner.run(&inputs, |(command, key, permits)| {
+        let permits_text = permits.map(|p| p.to_string());
+        let mut argv: Vec<&str> = vec!["leasehold", "--url", &url];
+        argv.extend(match command {
+            0 => &["acquire", "--ttl", "10s"][..],
+            1 => &["release", "--token", "t"][..],
+            2 => &["extend", "--token", "t", "--ttl", "10s"][..],
+            3 => &["inspect"][..],
+            4 => &["run"][..],
+            _ => &["elect"][..],
+        });
+        let takes_permits = matches!(command, 0 | 1 | 2 | 4);
+        if let (true, Some(p)) = (takes_permits, &permits_text) {
+            argv.extend(["--permits", p]);
+        }
+        argv.extend(["--", &key]);
+        if command >= 4 {
+            argv.push("true");
+        }
+        let key_ok = !key.is_empty() && key.len() <= leasehold::MAX_KEY_LEN;
+        let permits_ok =
+            !takes_permits || permits.is_none_or(|p| (1..=leasehold::MAX_PERMITS).contains(&p));
+        let code = exit_of(&argv);
+        let expected = if key_ok && permits_ok {
+            Exit::Unavailable
+        } else {
+            Exit::Usage
+        };
+        prop_assert_eq!(code, expected.into(), "{:?}", &argv[3..]);
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
 
 /// Schemes of every backend the command line reaches (and one it does not know).
 const SCHEMES: &[&str] = &[
@@ -475,9 +543,7 @@ leasehold_harness::server_test!([valkey9] async fn any_key_and_token_to_release_
         } else {
             vec!["leasehold", "--url", &url, "extend", "--ttl", "10s", "--token", &token, "--", &key]
         };
-        let cli = Cli::try_parse_from(&argv).map_err(|e| TestCaseError::fail(format!("{argv:?}: {e}")))?;
-        let code = block_on(tokio::time::timeout(Duration::from_secs(60), leasehold_cli::run(cli)))
-            .expect("leasehold hangs");
+        let code = exit_of(&argv);
         let key_ok = !key.is_empty() && key.len() <= leasehold::MAX_KEY_LEN;
         let expected = if !key_ok || token.is_empty() { Exit::Usage } else { Exit::NotHeld };
         prop_assert_eq!(code, expected.into(), "{:?}", &argv[3..argv.len() - 1]);
