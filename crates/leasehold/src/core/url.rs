@@ -170,10 +170,6 @@ mod tests {
             split_multi_host("u:p@h1/@x#m@y"),
             (Some("u:p"), "h1", Some("@x"), Some("m@y"))
         );
-        // The Redlock node list keeps both hosts (the path is left to the database check).
-        let nodes = crate::redlock::node_urls("redlock://h1:1,h2:2/0@x:3").unwrap();
-        assert_eq!(nodes.len(), 2, "{nodes:?}");
-        assert!(nodes[0].starts_with("redis://h1:1/") && nodes[1].starts_with("redis://h2:2/"));
     }
 
     #[test]

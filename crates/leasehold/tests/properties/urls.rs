@@ -457,3 +457,13 @@ proptest! {
         }
     }
 }
+
+// The regression of core::url::tests::an_at_sign_in_the_path_is_no_userinfo, seen from the
+// Redlock node list: `h1,h2/0@x:3` named the one node x:3 (user "h1"); it keeps both hosts (the
+// path is left to the database check at connect).
+#[test]
+fn an_at_sign_in_the_path_keeps_the_redlock_hosts() {
+    let nodes = node_urls("redlock://h1:1,h2:2/0@x:3").unwrap();
+    assert_eq!(nodes.len(), 2, "{nodes:?}");
+    assert!(nodes[0].starts_with("redis://h1:1/") && nodes[1].starts_with("redis://h2:2/"));
+}
