@@ -61,7 +61,7 @@ use std::process::ExitCode;
 
 pub use cli::{
     AcquireArgs, Cli, Command, ExtendArgs, InspectArgs, OutputArgs, ReleaseArgs, RunArgs,
-    ServerArgs, parse_duration, parse_positive_duration,
+    ServerArgs, parse_duration, parse_positive_duration, parse_renewed_ttl, parse_ttl,
 };
 pub use exit::Exit;
 
