@@ -326,3 +326,23 @@ server_test!([redis8] async fn closed_or_broken_stdout_and_stderr_change_nothing
         assert!(gone(pid), "{how:?}: the command outlived its lock");
     }
 });
+
+// The statuses above are the documented ones.
+#[test]
+fn the_help_documents_the_signal_statuses() {
+    for subcommand in ["run", "elect"] {
+        let help = support::leasehold(&[subcommand, "--help"]).expect(0);
+        for text in [
+            "128+N",
+            "--kill-grace",
+            "process group",
+            "docs/cli-signals.md",
+        ] {
+            assert!(
+                help.stdout.contains(text),
+                "{text:?} missing from {subcommand} --help:\n{}",
+                help.stdout
+            );
+        }
+    }
+}
