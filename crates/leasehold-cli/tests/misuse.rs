@@ -155,7 +155,8 @@ server_test!([redis8] async fn a_signal_while_waiting_for_the_lock_exits_128_plu
         let what = format!("{sig} while waiting (fair: {fair})");
         assert_exit(status, 128 + sig as i32, &what, &stderr);
         assert_eq!(server.command(&["ZCARD", &queue]).unwrap().as_integer(), Some(0), "{what}: still queued");
-        // (Its subscription ends with its connection, which the server may close later.)
+        // Its subscription ends with its connection, which the server may close later; else
+        // the next waiter could be taken for subscribed before it is.
         wait_until("the subscription ended", || subscribers(&server, &channel) == 0);
     }
     assert!(!dir.path().join("ran").exists(), "the command ran without the lock");
@@ -175,6 +176,8 @@ server_test!([redis8] async fn a_signal_while_campaigning_exits_128_plus_n(bin) 
         send(&run, sig);
         let (status, stderr) = run.wait_status();
         assert_exit(status, 128 + sig as i32, &format!("{sig} while campaigning"), &stderr);
+        // Else the next candidate could be taken for subscribed before it is.
+        wait_until("the subscription ended", || subscribers(&server, &channel) == 0);
     }
     assert!(!dir.path().join("ran").exists(), "a candidate ran its command without leading");
 });
@@ -233,7 +236,8 @@ server_test!([redis8] async fn a_command_that_forks_and_exits_leaves_nothing_beh
 
 // During the release (or resignation): the server holds it back (`CLIENT PAUSE ... WRITE`), and
 // the signal arrives while it is blocked. The release is not abandoned: once the server
-// answers, the lock is gone, and leasehold exits 128+N. A second signal gives up at once
+// answers, the lock is gone, and leasehold exits 128+N. (The client's 5 s response timeout
+// must not run out between the release being held back and the UNPAUSE: a few steps.) A second signal gives up at once
 // (128+N while the server still holds the release back); the lock then expires.
 server_test!([redis8] async fn a_signal_during_the_release_lets_it_finish(bin) {
     let (server, dir) = setup(&bin);
