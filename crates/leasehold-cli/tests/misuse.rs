@@ -234,6 +234,25 @@ server_test!([redis8] async fn a_command_that_forks_and_exits_leaves_nothing_beh
     }
 });
 
+// The order: while a leftover of the command lives (it ignores SIGTERM, and the grace is long),
+// the lock is still held; once it is gone (killed here), the lock is released.
+server_test!([redis8] async fn the_lock_is_held_until_the_leftovers_are_gone(bin) {
+    let (server, dir) = setup(&bin);
+    let mut pids = Pids::default();
+    let script = "trap '' TERM; sleep 1000 & echo $! > pids";
+    let args = ["job", "--kill-grace", "10m", "--", "sh", "-c", script];
+    let run = Running::start(&["--url", server.url().as_str()], dir.path(), &args);
+    let left = pids.read(&dir.path().join("pids"))[0];
+    run.wait_for_stderr("leaving processes");
+    assert!(exists(&server, "job"), "released while a leftover still ran");
+    assert!(!gone(left));
+    kill(Pid::from_raw(left), Signal::SIGKILL).unwrap();
+    let (status, stderr) = run.wait_status();
+    assert_exit(status, 0, "leftover killed", &stderr);
+    assert!(!exists(&server, "job"), "lock left behind");
+    assert!(gone(left), "the leftover was not reaped");
+});
+
 // During the release (or resignation): the server holds it back (`CLIENT PAUSE ... WRITE`), and
 // the signal arrives while it is blocked. The release is not abandoned: once the server
 // answers, the lock is gone, and leasehold exits 128+N. (The client's 5 s response timeout
