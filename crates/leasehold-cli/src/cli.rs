@@ -182,6 +182,7 @@ pub enum Command {
     /// it; while CMD runs they are forwarded to its group, which gets SIGKILL if still running
     /// --kill-grace after the first; after CMD ended the release is finished, then leasehold
     /// exits 128+N (a second signal gives up on the release: the lock expires with its TTL).
+    /// SIGTSTP (Ctrl-Z) is ignored once the lock is held: it would stop leasehold, not CMD.
     #[command(after_help = RUN_EXIT_STATUSES)]
     Run(RunArgs),
     /// Run a command only while leader of an election

@@ -23,6 +23,8 @@
 //!   then `leasehold` exits 128+N (76 if the lock had been lost). A second signal gives up on
 //!   the release: `leasehold` exits 128+N at once and the lock expires with its TTL.
 //!
+//! SIGTSTP (Ctrl-Z) is ignored once the lock is held: it would stop leasehold, not the command.
+//!
 //! The command runs in a process group of its own. When it exits, whatever is left in that
 //! group (a background child it forked) gets SIGTERM, and SIGKILL after `--kill-grace`, before
 //! the lock is released: no protected work runs unprotected, and no process is left behind.
@@ -320,6 +322,7 @@ async fn supervise(
     if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
         tracing::warn!(error = %e, "cannot become a child subreaper");
     }
+    ignore_suspension();
     let mut command = tokio::process::Command::new(program);
     command
         .args(&argv[1..])
@@ -407,6 +410,22 @@ async fn supervise(
         status.map_or(Exit::Software.code(), exit_code)
     };
     (code, late)
+}
+
+/// Ctrl-Z (SIGTSTP) would stop leasehold and not the command, in a process group of its own:
+/// the lock would expire under a command still running. So from here on it is ignored, with a
+/// word. (SIGSTOP cannot be: a frozen leasehold is the `kill -9` case, see above.)
+fn ignore_suspension() {
+    let Ok(mut tstp) = signal(SignalKind::from_raw(Signal::SIGTSTP as i32)) else {
+        return;
+    };
+    tokio::spawn(async move {
+        while tstp.recv().await.is_some() {
+            say(format_args!(
+                "leasehold: SIGTSTP ignored: a stopped leasehold cannot renew the lock"
+            ));
+        }
+    });
 }
 
 /// The command has exited: ends whatever is left of its process group (a background child it

@@ -253,6 +253,22 @@ server_test!([redis8] async fn the_lock_is_held_until_the_leftovers_are_gone(bin
     assert!(gone(left), "the leftover was not reaped");
 });
 
+// Ctrl-Z while the command runs: it would stop leasehold (not the command, in its own process
+// group), and the lock would expire under the running command. It is ignored.
+server_test!([redis8] async fn ctrl_z_is_ignored_while_the_lock_is_held(bin) {
+    let (server, dir) = setup(&bin);
+    let mut pids = Pids::default();
+    let script = "echo $$ > pids; while [ ! -e go ]; do sleep 0.02; done";
+    let run = Running::start(&["--url", server.url().as_str()], dir.path(), &["job", "--", "sh", "-c", script]);
+    pids.read(&dir.path().join("pids"));
+    send(&run, Signal::SIGTSTP);
+    run.wait_for_stderr("SIGTSTP ignored");
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    let (status, stderr) = run.wait_status();
+    assert_exit(status, 0, "after SIGTSTP", &stderr);
+    assert!(!exists(&server, "job"), "lock left behind");
+});
+
 // During the release (or resignation): the server holds it back (`CLIENT PAUSE ... WRITE`), and
 // the signal arrives while it is blocked. The release is not abandoned: once the server
 // answers, the lock is gone, and leasehold exits 128+N. (The client's 5 s response timeout
