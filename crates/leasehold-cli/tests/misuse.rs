@@ -132,7 +132,7 @@ fn a_signal_while_connecting_exits_128_plus_n() {
 // Before the lock: waiting for a lock another holder has, plain (subscribed to the release
 // channel) and fair (queued). leasehold exits 128+N, the command never runs, the holder keeps
 // the lock, and a fair waiter leaves the queue before leasehold exits.
-server_test!([redis8] async fn a_signal_while_waiting_for_the_lock_exits_128_plus_n(bin) {
+server_test!(async fn a_signal_while_waiting_for_the_lock_exits_128_plus_n(bin) {
     let (server, dir) = setup(&bin);
     let url = server.url();
     let channel = leasehold::release_channel("job");
@@ -165,7 +165,7 @@ server_test!([redis8] async fn a_signal_while_waiting_for_the_lock_exits_128_plu
 });
 
 // Before leadership: campaigning while another holds the election's lock.
-server_test!([redis8] async fn a_signal_while_campaigning_exits_128_plus_n(bin) {
+server_test!(async fn a_signal_while_campaigning_exits_128_plus_n(bin) {
     let (server, dir) = setup(&bin);
     let url = server.url();
     let channel = leasehold::release_channel("svc");
@@ -186,7 +186,7 @@ server_test!([redis8] async fn a_signal_while_campaigning_exits_128_plus_n(bin) 
 // background child it started ignore INT, TERM and HUP). After --kill-grace the group gets
 // SIGKILL; leasehold exits with the command's status (137) and only then releases: the key is
 // gone and so are both processes. For `run` and `elect` alike.
-server_test!([redis8] async fn a_command_ignoring_the_signal_is_killed_after_the_grace(bin) {
+server_test!(async fn a_command_ignoring_the_signal_is_killed_after_the_grace(bin) {
     let (server, dir) = setup(&bin);
     let url = server.url();
     let script = "trap '' INT TERM HUP; sleep 1000 & echo $$ $! > pids; \
@@ -214,7 +214,7 @@ server_test!([redis8] async fn a_command_ignoring_the_signal_is_killed_after_the
 // group, and is stopped (SIGTERM, or SIGKILL after --kill-grace if it ignores that) before the
 // lock is released: it must not go on unprotected, nor be left behind. The command's status
 // is leasehold's.
-server_test!([redis8] async fn a_command_that_forks_and_exits_leaves_nothing_behind(bin) {
+server_test!(async fn a_command_that_forks_and_exits_leaves_nothing_behind(bin) {
     let (server, dir) = setup(&bin);
     let url = server.url();
     let mut pids = Pids::default();
@@ -236,7 +236,7 @@ server_test!([redis8] async fn a_command_that_forks_and_exits_leaves_nothing_beh
 
 // The order: while a leftover of the command lives (it ignores SIGTERM, and the grace is long),
 // the lock is still held; once it is gone (killed here), the lock is released.
-server_test!([redis8] async fn the_lock_is_held_until_the_leftovers_are_gone(bin) {
+server_test!(async fn the_lock_is_held_until_the_leftovers_are_gone(bin) {
     let (server, dir) = setup(&bin);
     let mut pids = Pids::default();
     let script = "trap '' TERM; sleep 1000 & echo $! > pids";
@@ -255,7 +255,7 @@ server_test!([redis8] async fn the_lock_is_held_until_the_leftovers_are_gone(bin
 
 // Ctrl-Z while the command runs: it would stop leasehold (not the command, in its own process
 // group), and the lock would expire under the running command. It is ignored.
-server_test!([redis8] async fn ctrl_z_is_ignored_while_the_lock_is_held(bin) {
+server_test!(async fn ctrl_z_is_ignored_while_the_lock_is_held(bin) {
     let (server, dir) = setup(&bin);
     let mut pids = Pids::default();
     let script = "echo $$ > pids; while [ ! -e go ]; do sleep 0.02; done";
@@ -274,7 +274,7 @@ server_test!([redis8] async fn ctrl_z_is_ignored_while_the_lock_is_held(bin) {
 // answers, the lock is gone, and leasehold exits 128+N. (The client's 5 s response timeout
 // must not run out between the release being held back and the UNPAUSE: a few steps.) A second signal gives up at once
 // (128+N while the server still holds the release back); the lock then expires.
-server_test!([redis8] async fn a_signal_during_the_release_lets_it_finish(bin) {
+server_test!(async fn a_signal_during_the_release_lets_it_finish(bin) {
     let (server, dir) = setup(&bin);
     let url = server.url();
     let blocked = || {
@@ -343,7 +343,7 @@ fn spoil(how: Spoiled) -> impl FnOnce(&mut Command) {
 // Closed, or broken (EPIPE), stdout and stderr: leasehold writes its lines to stderr (the
 // leader's term; a lost lock) and must not panic on them: the elected command runs and the
 // leadership is given back; a lost lock still stops the command and exits 76.
-server_test!([redis8] async fn closed_or_broken_stdout_and_stderr_change_nothing(bin) {
+server_test!(async fn closed_or_broken_stdout_and_stderr_change_nothing(bin) {
     let (server, dir) = setup(&bin);
     let url = server.url();
     let mut pids = Pids::default();
