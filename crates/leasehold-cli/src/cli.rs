@@ -16,7 +16,8 @@ Exit status:
   75  not acquired: the lock is busy, or --wait elapsed
   76  `run`/`elect`: the lock (or leadership) was lost while the command ran
   77  authentication refused (or an ACL forbids the command)
-  130 interrupted (Ctrl-C)";
+  128+N `run`/`elect`: signal N (SIGINT 130, SIGTERM 143, SIGHUP 129) before CMD started or
+      after it ended (see `leasehold run --help`)";
 
 /// The servers `--url` takes, shown at the end of `--help`.
 const URL_FORMS: &str = "\
@@ -173,6 +174,15 @@ pub enum Command {
     /// SIGINT/SIGTERM/SIGHUP to it, and releases the lock however it ends. If the lock is lost
     /// (a renewal finds it gone or taken over, or cannot reach the server in time), CMD's process
     /// group gets SIGTERM, then SIGKILL after --kill-grace, and leasehold exits 76.
+    ///
+    /// CMD runs in a process group of its own, and the lock is released only once that whole
+    /// group is gone: processes CMD leaves behind (`sleep 1000 &`) get SIGTERM when it exits,
+    /// then SIGKILL after --kill-grace. SIGINT, SIGTERM and SIGHUP are caught from the start:
+    /// before CMD starts (connecting, waiting) leasehold gives up and exits 128+N without running
+    /// it; while CMD runs they are forwarded to its group, which gets SIGKILL if still running
+    /// --kill-grace after the first; after CMD ended the release is finished, then leasehold
+    /// exits 128+N (a second signal gives up on the release: the lock expires with its TTL).
+    /// SIGTSTP (Ctrl-Z) is ignored once the lock is held: it would stop leasehold, not CMD.
     #[command(after_help = RUN_EXIT_STATUSES)]
     Run(RunArgs),
     /// Run a command only while leader of an election
@@ -183,6 +193,10 @@ pub enum Command {
     /// TTL/3; if it is lost, CMD's process group gets SIGTERM (SIGKILL after --kill-grace) and
     /// leasehold exits 76. When CMD ends, leasehold resigns and exits with CMD's status. Redis
     /// and Valkey only.
+    ///
+    /// Signals and leftover processes are handled as by `run`: a signal while campaigning
+    /// exits 128+N without running CMD; while leading it is forwarded (SIGKILL after
+    /// --kill-grace); processes CMD leaves in its group are stopped before resigning.
     #[command(after_help = RUN_EXIT_STATUSES)]
     Elect(ElectArgs),
 }
@@ -197,12 +211,16 @@ on stdout) when fewer than a majority of the nodes answer.";
 /// Exit statuses of `leasehold run`.
 const RUN_EXIT_STATUSES: &str = "\
 Exit status:
-  N    the command's own exit status (128+N if signal N killed it)
+  N    the command's own exit status (128+N if signal N killed it; 137 if it was still
+       running --kill-grace after a forwarded signal)
   69   server unreachable (Redlock: fewer than a majority of the nodes answered)
   75   the lock is busy (--no-wait) or --wait elapsed (or --conflict-exit-code)
   76   the lock was lost while the command ran; the command was stopped
   126  the command could not be executed
   127  the command was not found
+  128+N  signal N (SIGINT 130, SIGTERM 143, SIGHUP 129) before the command started, or after
+       it ended (the lock was released first; a second signal: it expires with its TTL)
+Signals and misuse, stage by stage: docs/cli-signals.md.
 Example, a cron job that must never run twice at once (skipped while another run holds it):
   */5 * * * * leasehold run --no-wait --ttl 1m jobs:nightly-report -- /usr/local/bin/report";
 
@@ -235,7 +253,8 @@ pub struct RunArgs {
     /// by the release (no barging, no herd). Every holder and waiter of the key must use it.
     #[arg(long, conflicts_with_all = ["permits", "read", "write"])]
     pub fair: bool,
-    /// After SIGTERM on a lost lock, wait this long before SIGKILL.
+    /// How long CMD's process group has to end after SIGTERM (a lost lock; processes CMD left
+    /// behind) or a forwarded signal, before SIGKILL.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "5s")]
     pub kill_grace: Duration,
     /// Exit with this status instead of 75 when the lock is busy or --wait elapsed.
@@ -271,7 +290,8 @@ pub struct ElectArgs {
     /// The leader's lease: how long a crashed leader keeps the others waiting.
     #[arg(long, value_name = "DURATION", value_parser = parse_renewed_ttl, default_value = "10s")]
     pub ttl: Duration,
-    /// After SIGTERM on a lost leadership, wait this long before SIGKILL.
+    /// How long CMD's process group has to end after SIGTERM (a lost leadership; processes CMD
+    /// left behind) or a forwarded signal, before SIGKILL.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "5s")]
     pub kill_grace: Duration,
     /// The command and its arguments (after `--`).

@@ -1,4 +1,9 @@
 //! Exit statuses, and how an error maps to one.
+//!
+//! `run` and `elect` add their own: the command's status passed through (128+N if signal N
+//! killed it), 126 and 127 when it cannot be executed or found, and 128+N when signal N
+//! (SIGINT 130, SIGTERM 143, SIGHUP 129) stopped `leasehold` before the command started or
+//! after it ended (`docs/cli-signals.md` has every stage).
 
 use std::fmt;
 use std::process::ExitCode;
@@ -26,7 +31,8 @@ pub enum Exit {
     LockLost,
     /// 77 (`EX_NOPERM`): authentication refused, or an ACL forbids the command.
     NoPermission,
-    /// 130: interrupted by Ctrl-C.
+    /// 130 (128 + SIGINT): interrupted by Ctrl-C. (`run` and `elect` exit 128+N for each of
+    /// SIGINT, SIGTERM and SIGHUP, as a shell reports a process that signal N ended.)
     Interrupted,
 }
 

@@ -61,7 +61,7 @@ use std::process::ExitCode;
 
 pub use cli::{
     AcquireArgs, Cli, Command, ExtendArgs, InspectArgs, OutputArgs, ReleaseArgs, RunArgs,
-    ServerArgs, parse_duration, parse_positive_duration,
+    ServerArgs, parse_duration, parse_positive_duration, parse_renewed_ttl, parse_ttl,
 };
 pub use exit::Exit;
 
@@ -80,7 +80,7 @@ pub fn report(
     match outcome {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("leasehold: {}", exit::render(&err));
+            output::say(format_args!("leasehold: {}", exit::render(&err)));
             exit_of(&err).into()
         }
     }
@@ -116,7 +116,9 @@ pub fn start<C: clap::Parser>(
     match builder.enable_all().build() {
         Ok(runtime) => Ok((cli, runtime)),
         Err(err) => {
-            eprintln!("leasehold: cannot start the async runtime: {err}");
+            output::say(format_args!(
+                "leasehold: cannot start the async runtime: {err}"
+            ));
             Err(Exit::Software.into())
         }
     }

@@ -40,7 +40,7 @@ pub async fn serve(addr: SocketAddr) -> anyhow::Result<SocketAddr> {
             handle.render()
         }
     });
-    eprintln!("leasehold: metrics on http://{local}/metrics");
+    crate::output::say(format_args!("leasehold: metrics on http://{local}/metrics"));
     Ok(local)
 }
 
@@ -58,7 +58,9 @@ pub async fn serve_workers(addr: SocketAddr, logs: PathBuf) -> anyhow::Result<So
         .with_context(|| format!("cannot listen on {addr} for --metrics-addr"))?;
     let local = listener.local_addr()?;
     accept_loop(listener, move || merged(logs.clone()));
-    eprintln!("leasehold: the workers' metrics on http://{local}/metrics");
+    crate::output::say(format_args!(
+        "leasehold: the workers' metrics on http://{local}/metrics"
+    ));
     Ok(local)
 }
 

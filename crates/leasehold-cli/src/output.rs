@@ -1,4 +1,4 @@
-//! Writing results to stdout, as text or as one JSON object.
+//! Writing results to stdout, as text or as one JSON object, and lines to stderr.
 
 use std::io::Write;
 
@@ -17,6 +17,13 @@ pub(crate) fn emit<T: Serialize>(json: bool, value: &T, text: &str) -> anyhow::R
     writeln!(out, "{line}")
         .and_then(|()| out.flush())
         .context("cannot write to stdout")
+}
+
+/// Writes one line to stderr, ignoring failure: `eprintln!` panics when stderr is a pipe
+/// whose reader is gone (EPIPE), and a panic in `run` would leave the command running and the
+/// lock held until its TTL.
+pub fn say(line: std::fmt::Arguments<'_>) {
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 /// A duration in whole milliseconds, as JSON wants it.

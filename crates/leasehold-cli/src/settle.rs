@@ -25,6 +25,9 @@ pub async fn settle(
         .node_timeout
         .unwrap_or_else(|| RedlockOptions::new().node_timeout_bound());
     let deadline = Instant::now() + timeout;
+    // Polled, with a growing pause: a node timeout of seconds must not mean thousands of rounds.
+    let backoff = leasehold::Backoff::new(Duration::from_millis(1), Duration::from_millis(50));
+    let mut rounds = 0;
     loop {
         let settled = redlock
             .inspect(key)
@@ -37,7 +40,9 @@ pub async fn settle(
         if settled || Instant::now() >= deadline {
             return;
         }
-        tokio::time::sleep(Duration::from_millis(1)).await;
+        let left = deadline.saturating_duration_since(Instant::now());
+        tokio::time::sleep(backoff.delay(rounds).min(left)).await;
+        rounds += 1;
     }
 }
 

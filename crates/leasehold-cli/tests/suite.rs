@@ -4,6 +4,7 @@
 
 mod backends;
 mod commands;
+mod misuse;
 mod redlock;
 mod run;
 mod short_ttl;

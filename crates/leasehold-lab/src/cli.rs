@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use leasehold_cli::{ServerArgs, parse_duration, parse_positive_duration};
+use leasehold_cli::{ServerArgs, parse_duration, parse_positive_duration, parse_renewed_ttl};
 use leasehold_harness::Flavor;
 
 /// Exit statuses, shown at the end of `--help`.
@@ -125,8 +125,8 @@ pub struct CheckArgs {
     /// How long to run.
     #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration, default_value = "20s")]
     pub duration: Duration,
-    /// The lock's TTL.
-    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration, default_value = "300ms")]
+    /// The lock's TTL (at least 50 ms: the workers renew their leases).
+    #[arg(long, value_name = "DURATION", value_parser = parse_renewed_ttl, default_value = "300ms")]
     pub ttl: Duration,
     /// How long each worker works while holding the lock (each critical section: 0.5 to 1.5
     /// times this, seeded).

@@ -132,13 +132,27 @@ impl Running {
         subcommand: &str,
         args: &[&str],
     ) -> Running {
+        Self::start_with(global, dir, subcommand, args, |_| {})
+    }
+
+    /// As [`Running::start_subcommand`], with `configure` applied to the command last (to
+    /// change its stdio, say). A stdout or stderr made `Stdio::piped()` has its reading end
+    /// closed at once: writes to it fail with EPIPE.
+    pub fn start_with<S: AsRef<std::ffi::OsStr>>(
+        global: &[S],
+        dir: &Path,
+        subcommand: &str,
+        args: &[&str],
+        configure: impl FnOnce(&mut Command),
+    ) -> Running {
         use std::sync::atomic::{AtomicU32, Ordering};
         static N: AtomicU32 = AtomicU32::new(0);
         let stderr = dir.join(format!(
             "leasehold-{}.err",
             N.fetch_add(1, Ordering::Relaxed)
         ));
-        let child = Command::new(crate::BIN)
+        let mut command = Command::new(crate::BIN);
+        command
             .args(global)
             .arg(subcommand)
             .args(args)
@@ -148,10 +162,30 @@ impl Running {
             .current_dir(dir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&stderr).expect("stderr file"))
-            .spawn()
-            .expect("spawn leasehold run");
+            .stderr(std::fs::File::create(&stderr).expect("stderr file"));
+        configure(&mut command);
+        let mut child = command.spawn().expect("spawn leasehold");
+        drop(child.stdout.take());
+        drop(child.stderr.take());
         Running { child, stderr }
+    }
+
+    /// What leasehold wrote on stderr so far (empty when it went elsewhere).
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    /// Waits until leasehold's stderr contains `text` (bounded).
+    pub fn wait_for_stderr(&self, text: &str) {
+        let start = Instant::now();
+        while !self.stderr().contains(text) {
+            assert!(
+                start.elapsed() < BOUND,
+                "{text:?} never appeared on stderr:\n{}",
+                self.stderr()
+            );
+            thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// The leasehold process's pid.
@@ -160,14 +194,23 @@ impl Running {
     }
 
     /// Waits for leasehold to exit (bounded); returns its status code and stderr.
-    pub fn wait(mut self) -> (i32, String) {
+    pub fn wait(self) -> (i32, String) {
+        let (status, stderr) = self.wait_status();
+        (status.code().expect("leasehold killed by a signal"), stderr)
+    }
+
+    /// Waits for leasehold to exit (bounded); returns its exit status and stderr.
+    pub fn wait_status(mut self) -> (std::process::ExitStatus, String) {
         let start = Instant::now();
         loop {
             if let Some(status) = self.child.try_wait().expect("wait for leasehold") {
-                let stderr = std::fs::read_to_string(&self.stderr).unwrap_or_default();
-                return (status.code().expect("leasehold killed by a signal"), stderr);
+                return (status, self.stderr());
             }
-            assert!(start.elapsed() < BOUND, "leasehold run did not finish");
+            assert!(
+                start.elapsed() < BOUND,
+                "leasehold did not finish:\n{}",
+                self.stderr()
+            );
             thread::sleep(Duration::from_millis(10));
         }
     }

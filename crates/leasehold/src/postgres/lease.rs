@@ -397,6 +397,11 @@ impl PostgresLeaseClient {
             let sleep = tokio::time::sleep(delay.min(deadline - now));
             tokio::pin!(sleep);
             let rx = released.as_mut().expect("subscribed when waiting");
+            if failure.is_some() {
+                // Not woken by the release of the grant given back: that would be a spin.
+                sleep.await;
+                continue;
+            }
             loop {
                 tokio::select! {
                     _ = &mut sleep => break,
