@@ -517,3 +517,52 @@ leasehold_harness::server_test!([valkey9] #[ignore = "Redlock reports an attempt
         panic!("{e}");
     }
 });
+
+// Building a multi-key lock, a semaphore or a read-write lock (no round trip) over any names:
+// refused as InvalidArgument exactly when the docs say (no key, more than MAX_MULTI_KEYS, an
+// invalid or repeated key; permits outside 1 ..= MAX_PERMITS), and a multi-key lock keeps its
+// keys, in some order.
+leasehold_harness::server_test!([valkey9] async fn primitives_accept_exactly_the_documented_names(bin) {
+    let server = Server::start(&bin, &ServerOptions::new()).expect("server starts");
+    let client = LockClient::connect(&server.url()).await.expect("client connects");
+    let mut runner = TestRunner::new(config::cases(256));
+    let keys = prop_oneof![
+        proptest::collection::vec(any_key(), 0..6),
+        proptest::collection::vec("[a-c]{1,2}", 0..6),
+        (1..=leasehold::MAX_MULTI_KEYS + 1).prop_map(|n| (0..n).map(|i| format!("k{i}")).collect()),
+    ];
+    let permits = prop_oneof![Just(0u32), Just(leasehold::MAX_PERMITS + 1), Just(u32::MAX), 1..=leasehold::MAX_PERMITS];
+    let result = runner.run(&(keys, permits), |(keys, permits)| {
+        let valid = |k: &String| !k.is_empty() && k.len() <= MAX_KEY_LEN;
+        let distinct = keys.iter().collect::<std::collections::HashSet<_>>().len() == keys.len();
+        let ok = !keys.is_empty() && keys.len() <= leasehold::MAX_MULTI_KEYS && keys.iter().all(valid) && distinct;
+        match client.multi_lock(&keys) {
+            Ok(multi) => {
+                prop_assert!(ok, "{keys:?} accepted");
+                let mut got = multi.keys().to_vec();
+                let mut want = keys.clone();
+                got.sort();
+                want.sort();
+                prop_assert_eq!(got, want);
+            }
+            Err(Error::InvalidArgument { .. }) => prop_assert!(!ok, "{keys:?} refused"),
+            Err(e) => prop_assert!(false, "{e:?}"),
+        }
+        let name = keys.first().cloned().unwrap_or_default();
+        let permits_ok = (1..=leasehold::MAX_PERMITS).contains(&permits);
+        match client.semaphore(&name, permits) {
+            Ok(s) => prop_assert!(valid(&name) && permits_ok && s.permits() == permits),
+            Err(Error::InvalidArgument { .. }) => prop_assert!(!valid(&name) || !permits_ok),
+            Err(e) => prop_assert!(false, "{e:?}"),
+        }
+        match client.rwlock(&name) {
+            Ok(_) => prop_assert!(valid(&name)),
+            Err(Error::InvalidArgument { .. }) => prop_assert!(!valid(&name)),
+            Err(e) => prop_assert!(false, "{e:?}"),
+        }
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+});
