@@ -13,7 +13,7 @@ Exit status:
   69  server unreachable, or (Redlock) fewer than a majority of the nodes answered; each node's
       outcome is on stderr
   70  any other failure (an unexpected server error or reply)
-  75  not acquired: the lock is busy, or --wait elapsed
+  75  not acquired: the lock is busy, --wait elapsed, or the grant came too late to be a lease
   76  `run`/`elect`: the lock (or leadership) was lost while the command ran
   77  authentication refused (or an ACL forbids the command)
   128+N `run`/`elect`: signal N (SIGINT 130, SIGTERM 143, SIGHUP 129) before CMD started or

@@ -25,7 +25,8 @@ pub enum Exit {
     Unavailable,
     /// 70 (`EX_SOFTWARE`): anything else (an unexpected server error or reply, a bug).
     Software,
-    /// 75 (`EX_TEMPFAIL`): the lock is busy, or `--wait` elapsed.
+    /// 75 (`EX_TEMPFAIL`): the lock is busy, or `--wait` elapsed, or the grant came too late
+    /// to be a lease (given back): try again later.
     NotAcquired,
     /// 76: `run` lost its lock while the command ran, and stopped the command.
     LockLost,
@@ -76,6 +77,9 @@ pub fn classify(cause: &(dyn std::error::Error + 'static)) -> Option<Exit> {
             leasehold::Error::Topology { .. } => Exit::Usage,
             leasehold::Error::NotHeld { .. } => Exit::NotHeld,
             leasehold::Error::NotAcquired { .. } => Exit::NotAcquired,
+            // The grant came after its lease's validity (a slow server or link, a short TTL):
+            // given back; trying again later may well succeed.
+            leasehold::Error::ExpiredOnArrival { .. } => Exit::NotAcquired,
             leasehold::Error::Server { .. } => e.redis_error().map_or(Exit::Software, server_reply),
             leasehold::Error::UnexpectedReply { .. } => Exit::Software,
             leasehold::Error::LockLost { .. } => Exit::LockLost,

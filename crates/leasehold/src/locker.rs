@@ -61,7 +61,10 @@ impl Locker {
         let Some((scheme, _)) = url.split_once("://") else {
             return Err(Error::invalid(
                 "url",
-                format!("{url:?} has no scheme (expected one of: {SCHEMES})"),
+                format!(
+                    "{:?} has no scheme (expected one of: {SCHEMES})",
+                    crate::core::url::redact(url)
+                ),
             ));
         };
         match scheme.to_ascii_lowercase().as_str() {
@@ -111,7 +114,10 @@ impl Locker {
             }
             other => Err(Error::invalid(
                 "url",
-                format!("unknown scheme {other:?} in {url:?} (expected one of: {SCHEMES})"),
+                format!(
+                    "unknown scheme {other:?} in {:?} (expected one of: {SCHEMES})",
+                    crate::core::url::redact(url)
+                ),
             )),
         }
     }

@@ -23,6 +23,10 @@ pub const MIN_RENEWED_TTL: Duration = Duration::from_millis(50);
 /// Longest TTL accepted: a week. A lock meant to outlive that is a configuration mistake (keep
 /// a shorter TTL and extend it instead: a crashed holder then blocks others for one TTL only).
 pub const MAX_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+/// The longest wait and hold cap taken as given: longer ones are taken as this (a century: for
+/// ever, in practice), so that a deadline computed from them cannot overflow an `Instant`.
+pub(crate) const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
 /// Shortest first delay of a [`Backoff`]: with less, a waiter whose attempts keep failing at
 /// once (a grant that expires on arrival, a refused request) would spin on the server.
 pub const MIN_BACKOFF: Duration = Duration::from_millis(1);
@@ -96,14 +100,22 @@ impl Backoff {
 
     /// The delay before attempt `attempt + 1` (attempt counts from 0).
     pub fn delay(&self, attempt: u32) -> Duration {
-        let factor = 1u32.checked_shl(attempt.min(20)).unwrap_or(u32::MAX);
-        let base = self.initial.saturating_mul(factor).min(self.max);
+        // Doubling, saturating, until the maximum: at most ~130 steps whatever `attempt` is.
+        let mut base = self.initial;
+        for _ in 0..attempt {
+            if base.is_zero() || base >= self.max {
+                break;
+            }
+            base = base.saturating_mul(2);
+        }
+        let base = base.min(self.max);
         if base.is_zero() {
             return base;
         }
-        let half = base / 2;
-        let nanos = rand::rng().random_range(half.as_nanos() as u64..=base.as_nanos() as u64);
-        Duration::from_nanos(nanos)
+        // Drawn in whole nanoseconds as u128: every Duration fits, none is truncated.
+        let nanos = rand::rng().random_range(base.as_nanos() / 2..=base.as_nanos());
+        const NANOS: u128 = 1_000_000_000;
+        Duration::new((nanos / NANOS) as u64, (nanos % NANOS) as u32)
     }
 
     /// The pause before attempt `attempt + 1` of a waiter: [`Backoff::delay`], cut short to
@@ -206,7 +218,7 @@ impl LockOptions {
     }
 
     /// How long [`acquire`](crate::LockClient::acquire) keeps retrying a busy lock. `None` (the
-    /// default) makes one attempt.
+    /// default) makes one attempt. A wait over a century is taken as a century.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = Some(wait);
         self
@@ -220,7 +232,7 @@ impl LockOptions {
 
     /// The wait bound, if any.
     pub fn wait_bound(&self) -> Option<Duration> {
-        self.wait
+        self.wait.map(|w| w.min(FOREVER))
     }
 
     /// Sets the retry backoff.
@@ -280,7 +292,8 @@ impl LockOptions {
     }
 
     /// Stops renewing after this much total hold time; the lock then expires one TTL later
-    /// (and its lease reports lost), so a holder stuck in a loop cannot keep it forever.
+    /// (and its lease reports lost), so a holder stuck in a loop cannot keep it forever. A cap
+    /// over a century is taken as a century.
     pub fn max_hold(mut self, cap: Duration) -> Self {
         self.max_hold = Some(cap);
         self
@@ -288,7 +301,7 @@ impl LockOptions {
 
     /// The hold-time cap, if any.
     pub fn max_hold_bound(&self) -> Option<Duration> {
-        self.max_hold
+        self.max_hold.map(|cap| cap.min(FOREVER))
     }
 
     /// What `with_lock` does when the lease is lost during the work (default: cancel it).

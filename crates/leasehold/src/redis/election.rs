@@ -112,7 +112,8 @@ impl Election {
                 format!("a candidate id needs 1 to {MAX_ID_LEN} bytes"),
             ));
         }
-        let ttl_ms = options.ttl_millis()?;
+        // Checked as it will run: renewed, so at least MIN_RENEWED_TTL.
+        let ttl_ms = options.clone().auto_extend(true).ttl_millis()?;
         if options.fair_enabled() || options.replica_ack_required().is_some() {
             return Err(Error::Unsupported {
                 backend: "redis",

@@ -75,7 +75,9 @@ impl Redlock {
             let remaining = match outcome {
                 Ok(TryAcquire::Acquired(guard)) => return Ok(guard),
                 Ok(TryAcquire::Busy { remaining }) => Ok(remaining),
-                Err(e @ Error::NoQuorum { .. }) => Err(e),
+                // No quorum, or a majority granted too late: tried again after the backoff;
+                // at the deadline, the reason.
+                Err(e @ (Error::NoQuorum { .. } | Error::ExpiredOnArrival { .. })) => Err(e),
                 Err(e) => return Err(e),
             };
             let now = Instant::now();
@@ -160,7 +162,8 @@ impl Redlock {
             .filter_map(|(i, (_, counter))| counter.map(|c| (i, c)))
             .collect();
         let reports: Vec<NodeReport> = phase1.into_iter().map(|(r, _)| r).collect();
-        let mut ok = granted.len() >= quorum;
+        let majority_granted = granted.len() >= quorum;
+        let mut ok = majority_granted;
 
         // Phase 2 (fencing): raise the counters of the granting nodes to max + 1, each only
         // while it still holds our token; a majority must confirm.
@@ -196,7 +199,8 @@ impl Redlock {
             fence = Some(number);
         }
         // Counted only if everything above finished within the validity.
-        ok = ok && Instant::now() < valid_until;
+        let in_time = Instant::now() < valid_until;
+        ok = ok && in_time;
 
         if ok {
             let lease = Lease::until(key, token, fence, valid_until);
@@ -233,9 +237,18 @@ impl Redlock {
                 _ => None,
             })
             .collect();
-        // Someone else holds it (on at least one node), or enough nodes granted but too late:
-        // busy, worth a retry. Only failures and silence: no quorum.
-        if !busy.is_empty() || granted.len() >= quorum {
+        // A majority granted, nobody else holds it, but the validity ended first: not busy,
+        // late (as a single server's grant that arrives after its validity).
+        if busy.is_empty() && majority_granted && !in_time {
+            return Err(Error::ExpiredOnArrival {
+                key: key_owned,
+                elapsed: t0.elapsed(),
+                ttl,
+            });
+        }
+        // Someone else holds it (on at least one node), or a majority granted but the fencing
+        // phase was not confirmed: busy, worth a retry. Only failures and silence: no quorum.
+        if !busy.is_empty() || majority_granted {
             Ok(TryAcquire::Busy {
                 remaining: busy.into_iter().flatten().max(),
             })

@@ -130,7 +130,7 @@ leasehold_harness::server_test!(async fn any_key_is_validated_held_and_released(
 
 // The server's own CLUSTER KEYSLOT of every derived key equals that of the key. One flavor
 // (the hash is the same code in all three), one single-master cluster, all cases.
-leasehold_harness::server_test!([valkey9] async fn derived_keys_share_the_key_slot_on_a_real_cluster(bin) {
+leasehold_harness::server_test!(async fn derived_keys_share_the_key_slot_on_a_real_cluster(bin) {
     let cluster = Cluster::start(&bin, &ClusterOptions::new().masters(1).replicas_per_master(0))
         .expect("cluster starts");
     let mut runner = TestRunner::new(config::cases(32));
@@ -332,10 +332,9 @@ leasehold_harness::server_test!(async fn every_acquisition_path_validates_before
 
 // Elections renew their leader's lease (`campaign` turns auto_extend on), so the contract's
 // renewed minimum applies: a TTL below MIN_RENEWED_TTL is refused whether or not the caller set
-// auto_extend. Fails today: campaign validates the options as given, then turns auto_extend
-// on (LockOptions::new(20 ms) is campaigned for and renewed every ~6.7 ms); the fix belongs in
-// redis/election.rs (see issue 24's report).
-leasehold_harness::server_test!([valkey9] #[ignore = "Election::campaign validates before turning auto_extend on (election.rs, issue 24)"] async fn campaigns_refuse_ttls_too_short_to_renew(bin) {
+// auto_extend. It found that campaign validated the options as given, then turned auto_extend
+// on (LockOptions::new(20 ms) was campaigned for and renewed every ~6.7 ms).
+leasehold_harness::server_test!(async fn campaigns_refuse_ttls_too_short_to_renew(bin) {
     let quiet = Server::start(&bin, &ServerOptions::new()).expect("server starts");
     let client = LockClient::connect(&quiet.url()).await.expect("client connects");
     let mut runner = TestRunner::new(config::cases(32));
@@ -363,12 +362,11 @@ leasehold_harness::server_test!([valkey9] #[ignore = "Election::campaign validat
 });
 
 // Any wait bound and hold cap, up to Duration::MAX, on a free lock: no panic; the lock is
-// taken and released. Fails today: the deadline (`begun + wait`) and the renewal's stop time
-// (`started + max_hold`) are Instant + Duration sums, which panic past the clock's range
-// (LockOptions::new(60 s).wait(Duration::MAX): "overflow when adding duration to instant").
-// The fix (checked_add, None meaning no bound) belongs in redis/client/acquire.rs and mod.rs,
-// semaphore.rs, multi.rs, election.rs, rwlock.rs and fair/acquire.rs: see issue 24's report.
-leasehold_harness::server_test!([valkey9] #[ignore = "Instant + wait/max_hold overflows (acquire.rs and others, issue 24)"] async fn any_wait_and_hold_cap_is_taken(bin) {
+// taken and released. It found that the deadline (`begun + wait`) and the renewal's stop time
+// (`started + max_hold`), Instant + Duration sums, panicked past the clock's range
+// (LockOptions::new(60 s).wait(Duration::MAX): "overflow when adding duration to instant"); a
+// wait or cap over a century is now taken as a century.
+leasehold_harness::server_test!(async fn any_wait_and_hold_cap_is_taken(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).expect("server starts");
     let client = LockClient::connect(&server.url()).await.expect("client connects");
     let mut runner = TestRunner::new(config::cases(32));
@@ -400,7 +398,7 @@ leasehold_harness::server_test!([valkey9] #[ignore = "Instant + wait/max_hold ov
 // Any connect and response timeouts, up to Duration::MAX, of a client of a live server: it
 // connects, takes and releases a lock (no panic: the timeouts bound waits, they are not added
 // to instants that overflow).
-leasehold_harness::server_test!([valkey9] async fn any_client_timeouts_work(bin) {
+leasehold_harness::server_test!(async fn any_client_timeouts_work(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).expect("server starts");
     let mut runner = TestRunner::new(config::cases(16));
     let timeout = || prop_oneof![Just(Duration::MAX), (1u64..u64::MAX).prop_map(Duration::from_secs), (50u64..10_000).prop_map(Duration::from_millis)];
@@ -475,7 +473,7 @@ async fn redlock_try(
 // Redlock with any per-node timeout and any drift factor (NaN, infinities, negatives) whose
 // allowance leaves a lease (floor up to 5 s: at most 35 s of a 60 s TTL), over three databases
 // of one live server: no panic, and a free lock is taken and released.
-leasehold_harness::server_test!([valkey9] async fn any_redlock_settings_take_a_free_lock(bin) {
+leasehold_harness::server_test!(async fn any_redlock_settings_take_a_free_lock(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).expect("server starts");
     let nodes = redlock_nodes(&server);
     let mut runner = TestRunner::new(config::cases(16));
@@ -496,9 +494,9 @@ leasehold_harness::server_test!([valkey9] async fn any_redlock_settings_take_a_f
 
 // A drift allowance of the whole TTL or more leaves no lease: the attempt cannot succeed, and
 // should say so as the single-node client does (ExpiredOnArrival), or be refused as an invalid
-// setting. Fails today: Redlock answers Busy { remaining: None } for a free lock (the CLI then
-// exits 75, "the lock is busy"); redlock/acquire.rs, see issue 24's report.
-leasehold_harness::server_test!([valkey9] #[ignore = "Redlock reports an attempt with no validity left as Busy (redlock/acquire.rs, issue 24)"] async fn redlock_without_validity_is_not_busy(bin) {
+// setting. It found that Redlock answered Busy { remaining: None } for a free lock (the CLI said
+// "the lock is busy").
+leasehold_harness::server_test!(async fn redlock_without_validity_is_not_busy(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).expect("server starts");
     let nodes = redlock_nodes(&server);
     let mut runner = TestRunner::new(config::cases(8));
@@ -522,7 +520,7 @@ leasehold_harness::server_test!([valkey9] #[ignore = "Redlock reports an attempt
 // refused as InvalidArgument exactly when the docs say (no key, more than MAX_MULTI_KEYS, an
 // invalid or repeated key; permits outside 1 ..= MAX_PERMITS), and a multi-key lock keeps its
 // keys, in some order.
-leasehold_harness::server_test!([valkey9] async fn primitives_accept_exactly_the_documented_names(bin) {
+leasehold_harness::server_test!(async fn primitives_accept_exactly_the_documented_names(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).expect("server starts");
     let client = LockClient::connect(&server.url()).await.expect("client connects");
     let mut runner = TestRunner::new(config::cases(256));

@@ -376,11 +376,9 @@ proptest! {
 proptest! {
     #![proptest_config(config::cases(64))]
 
-    // Locker::connect's own refusals (no scheme, unknown scheme) quote the whole URL, password
-    // and all (locker.rs: "{url:?} has no scheme", "unknown scheme {other:?} in {url:?}"); the
-    // fix (quote core::url::redact(url)) belongs in locker.rs, outside issue 24's files.
+    // Locker::connect's own refusals (no scheme, unknown scheme) never show the password. It
+    // found that they quoted the whole URL, password and all.
     #[test]
-    #[ignore = "Locker::connect quotes the URL with its password (locker.rs, issue 24)"]
     fn locker_refusals_never_show_the_password(
         scheme in proptest::option::of("[a-z]{2,6}".prop_filter("unknown", |s| !SCHEMES.contains(&s.as_str()))),
         password in "[A-Z]{12}",
