@@ -102,12 +102,20 @@ impl ClientConnection {
 impl ConnectionLike for ClientConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         crate::core::metrics::round_trip();
-        match self {
+        let reply = match self {
             ClientConnection::Manager(c) => c.req_packed_command(cmd),
             ClientConnection::Multiplexed(c) => c.req_packed_command(cmd),
             ClientConnection::Cluster(c) => c.req_packed_command(cmd),
             ClientConnection::Sentinel(c) => c.req_packed_command(cmd),
-        }
+        };
+        let script = script_load_body(cmd);
+        Box::pin(async move {
+            let reply = reply.await?;
+            match script {
+                Some(body) => check_script_hash(body, reply),
+                None => Ok(reply),
+            }
+        })
     }
 
     fn req_packed_commands<'a>(
@@ -133,6 +141,48 @@ impl ConnectionLike for ClientConnection {
             ClientConnection::Sentinel(c) => c.get_db(),
         }
     }
+}
+
+/// The script of a `SCRIPT LOAD` command (the one `Script::invoke_async` sends after
+/// `NOSCRIPT`).
+fn script_load_body(cmd: &Cmd) -> Option<&str> {
+    let mut args = cmd.args_iter().map(|a| match a {
+        redis::Arg::Simple(bytes) => Some(bytes),
+        _ => None,
+    });
+    let is = |arg: Option<Option<&[u8]>>, word: &[u8]| {
+        arg.flatten().is_some_and(|a| a.eq_ignore_ascii_case(word))
+    };
+    if !is(args.next(), b"SCRIPT") || !is(args.next(), b"LOAD") {
+        return None;
+    }
+    std::str::from_utf8(args.next()??).ok()
+}
+
+/// `SCRIPT LOAD`'s reply, if it is the script's hash; an error otherwise.
+///
+/// The redis crate compares that reply with the script's hash in a `debug_assert_eq!`: in a
+/// debug build, a server (or a proxy) answering anything else made the client *panic*. Checked
+/// here first, it is an ordinary error ([`Error::UnexpectedReply`](crate::Error)).
+fn check_script_hash(body: &str, reply: Value) -> RedisResult<Value> {
+    let expected = redis::Script::new(body);
+    let expected = expected.get_hash();
+    let ok = match &reply {
+        Value::BulkString(b) => b == expected.as_bytes(),
+        Value::SimpleString(s) => s == expected,
+        Value::VerbatimString { text, .. } => text == expected,
+        // A refusal is for the caller to report as such.
+        Value::ServerError(_) => true,
+        _ => false,
+    };
+    if ok {
+        return Ok(reply);
+    }
+    Err(redis::RedisError::from((
+        redis::ErrorKind::UnexpectedReturnType,
+        "SCRIPT LOAD did not answer the script's hash",
+        format!("expected {expected}, got {reply:?}"),
+    )))
 }
 
 /// A connection to the current primary of a Sentinel-monitored set.

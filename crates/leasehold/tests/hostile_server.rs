@@ -1,0 +1,79 @@
+//! The client against a hostile RESP server (`leasehold_harness::HostileServer`): malformed,
+//! truncated, oversized, wrongly typed and slow replies, chosen by a seed, to every command.
+//!
+//! For a bounded time (`LEASEHOLD_FUZZ_SECONDS`, default 20 s) it loops over seeds; each seed
+//! starts a server, connects a client and runs lock operations. Whatever the server says, the
+//! client must not panic, must not hang past its timeouts, must fail with a typed error
+//! (ambiguous once the command reached the server and no answer came back), and must never
+//! report a lock, a release or an extension the server did not grant.
+//!
+//! A failure names its seed; `LEASEHOLD_FUZZ_SEED=<seed>` replays that seed alone.
+//! See `fuzz/README.md` for longer runs.
+
+use std::future::Future;
+use std::time::Duration;
+
+use leasehold::{ClientOptions, Error, LockClient, LockOptions};
+use leasehold_harness::{HostileOptions, HostileServer};
+
+/// The client's connect and response timeouts: short, so a seed takes about a second.
+const TIMEOUT: Duration = Duration::from_millis(200);
+/// Only guards against a hang: every operation is bounded by a few response timeouts.
+const HANG_GUARD: Duration = Duration::from_secs(10);
+const TTL: Duration = Duration::from_secs(30);
+
+/// Runs `op` in its own task: a panic comes back as a failure, and so does a hang.
+async fn guarded<T: Send + 'static>(
+    op: &str,
+    work: impl Future<Output = T> + Send + 'static,
+) -> Result<T, String> {
+    let task = tokio::spawn(work);
+    match tokio::time::timeout(HANG_GUARD, task).await {
+        Err(_) => Err(format!("{op}: still running after {HANG_GUARD:?} (hung)")),
+        Ok(Err(join)) if join.is_panic() => Err(format!("{op}: panicked: {join}")),
+        Ok(Err(join)) => Err(format!("{op}: task failed: {join}")),
+        Ok(Ok(v)) => Ok(v),
+    }
+}
+
+// Replies that once broke the client, one by one (each failed without its fix).
+
+/// A server answering every command honestly, but `fixed` ones as given.
+fn server_answering(fixed: &[(&str, &[u8])]) -> HostileServer {
+    let mut options = HostileOptions::new(0).honest_percent(100);
+    for (name, reply) in fixed {
+        options = options.answer(name, reply);
+    }
+    HostileServer::start(options).unwrap()
+}
+
+async fn connect(server: &HostileServer) -> LockClient {
+    let options = ClientOptions::new()
+        .connect_timeout(TIMEOUT * 5)
+        .response_timeout(TIMEOUT * 5);
+    LockClient::connect_with(&server.url(), options)
+        .await
+        .expect("connects through honest replies")
+}
+
+// The redis crate checks `SCRIPT LOAD`'s reply with a `debug_assert_eq!` against the script's
+// hash: a server answering another hash made the client panic (in debug builds).
+#[tokio::test]
+async fn a_wrong_hash_from_script_load_is_an_error_not_a_panic() {
+    let server = server_answering(&[
+        ("EVALSHA", b"-NOSCRIPT No matching script\r\n"),
+        (
+            "SCRIPT LOAD",
+            b"$40\r\n0000000000000000000000000000000000000000\r\n",
+        ),
+    ]);
+    let client = connect(&server).await;
+    let fenced = LockOptions::new(TTL).fencing(true);
+    let result = guarded("fenced acquire", async move {
+        client.try_acquire("k", &fenced).await
+    })
+    .await
+    .unwrap();
+    let err = result.map(|_| ()).unwrap_err();
+    assert!(matches!(err, Error::UnexpectedReply { .. }), "{err:?}");
+}
