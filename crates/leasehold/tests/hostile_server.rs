@@ -11,10 +11,10 @@
 //! See `fuzz/README.md` for longer runs.
 
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use leasehold::{ClientOptions, Error, LockClient, LockOptions};
-use leasehold_harness::{HostileOptions, HostileServer};
+use leasehold_harness::{Exchange, HostileOptions, HostileServer};
 
 /// The client's connect and response timeouts: short, so a seed takes about a second.
 const TIMEOUT: Duration = Duration::from_millis(200);
@@ -34,6 +34,13 @@ async fn guarded<T: Send + 'static>(
         Ok(Err(join)) => Err(format!("{op}: task failed: {join}")),
         Ok(Ok(v)) => Ok(v),
     }
+}
+
+/// The exchanges that carried a command about `key`.
+fn about<'a>(window: &'a [Exchange], key: &'a str) -> impl Iterator<Item = &'a Exchange> + 'a {
+    window
+        .iter()
+        .filter(move |e| e.command.iter().skip(1).any(|a| a == key.as_bytes()))
 }
 
 // Replies that once broke the client, one by one (each failed without its fix).
@@ -56,6 +63,22 @@ async fn connect(server: &HostileServer) -> LockClient {
         .expect("connects through honest replies")
 }
 
+/// Waits until the server has received a command naming `key` whose name is one of `names`.
+async fn until_received(server: &HostileServer, key: &str, names: &[&str]) -> Exchange {
+    let begun = Instant::now();
+    loop {
+        let log = server.log();
+        if let Some(e) = about(&log, key).find(|e| names.contains(&e.name().as_str())) {
+            return e.clone();
+        }
+        assert!(
+            begun.elapsed() < HANG_GUARD,
+            "no {names:?} of {key:?} in {log:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 // The redis crate checks `SCRIPT LOAD`'s reply with a `debug_assert_eq!` against the script's
 // hash: a server answering another hash made the client panic (in debug builds).
 #[tokio::test]
@@ -76,4 +99,37 @@ async fn a_wrong_hash_from_script_load_is_an_error_not_a_panic() {
     .unwrap();
     let err = result.map(|_| ()).unwrap_err();
     assert!(matches!(err, Error::UnexpectedReply { .. }), "{err:?}");
+}
+
+// `SET NX` was read as `Option<String>`: any bulk string (a 3 MB one, "OK" as a bulk, an
+// integer) counted as a grant, and the script's `{ok, n}` was read from anything that converts
+// to two integers, with a negative fencing number wrapping to a huge one. Now only `+OK`/nil
+// and `[1|0, n]` count, and an unreadable reply leaves the cleanup armed: the server may have
+// taken the lock, so its token is released.
+#[tokio::test]
+async fn only_a_real_grant_is_a_lock() {
+    let cases: [(&str, &[u8], bool); 6] = [
+        ("SET k", b"$2\r\nOK\r\n", false),
+        ("SET k", b"$5\r\nhello\r\n", false),
+        ("SET k", b":1\r\n", false),
+        ("EVALSHA", b"*2\r\n:1\r\n:-5\r\n", true),
+        ("EVALSHA", b"*2\r\n$1\r\n1\r\n:5\r\n", true),
+        ("EVALSHA", b"*2\r\n:1\r\n:9007199254740993\r\n", true),
+    ];
+    for (name, reply, fencing) in cases {
+        // DELEX accepted by the probe: the cleanup's release is a DELEX.
+        let server = server_answering(&[(name, reply), ("DELEX", b":1\r\n")]);
+        let client = connect(&server).await;
+        let opts = LockOptions::new(TTL).fencing(fencing);
+        let c = client.clone();
+        let result = guarded("acquire", async move { c.try_acquire("k", &opts).await })
+            .await
+            .unwrap();
+        let shown = String::from_utf8_lossy(reply);
+        match result {
+            Err(Error::UnexpectedReply { .. }) => {}
+            other => panic!("{shown:?}: {:?}", other.map(|o| o.is_acquired())),
+        }
+        until_received(&server, "k", &["DELEX"]).await;
+    }
 }
