@@ -133,3 +133,24 @@ async fn only_a_real_grant_is_a_lock() {
         until_received(&server, "k", &["DELEX"]).await;
     }
 }
+
+// Bytes that are not RESP came out of the redis crate as a parse error, which the library
+// reported as an unambiguous `UnexpectedReply`: "not applied", though the command had reached
+// the server. It is an ambiguous connection error now (the connection is dropped), and the
+// acquisition's cleanup releases the token.
+#[tokio::test]
+async fn an_unreadable_reply_is_ambiguous() {
+    for reply in [&b"^1\r\n"[..], b":12a\r\n", b"$abc\r\n"] {
+        let server = server_answering(&[("SET k", reply), ("DELEX", b":1\r\n")]);
+        let client = connect(&server).await;
+        let c = client.clone();
+        let result = guarded("acquire", async move {
+            c.try_acquire("k", &LockOptions::new(TTL)).await
+        })
+        .await
+        .unwrap();
+        let err = result.map(|_| ()).unwrap_err();
+        assert!(err.is_ambiguous(), "{reply:?}: {err:?}");
+        until_received(&server, "k", &["DELEX"]).await;
+    }
+}

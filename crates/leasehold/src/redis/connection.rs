@@ -110,7 +110,7 @@ impl ConnectionLike for ClientConnection {
         };
         let script = script_load_body(cmd);
         Box::pin(async move {
-            let reply = reply.await?;
+            let reply = reply.await.map_err(unreadable)?;
             match script {
                 Some(body) => check_script_hash(body, reply),
                 None => Ok(reply),
@@ -125,12 +125,13 @@ impl ConnectionLike for ClientConnection {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         crate::core::metrics::round_trip();
-        match self {
+        let replies = match self {
             ClientConnection::Manager(c) => c.req_packed_commands(pipeline, offset, count),
             ClientConnection::Multiplexed(c) => c.req_packed_commands(pipeline, offset, count),
             ClientConnection::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
             ClientConnection::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
-        }
+        };
+        Box::pin(async move { replies.await.map_err(unreadable) })
     }
 
     fn get_db(&self) -> i64 {
@@ -141,6 +142,25 @@ impl ConnectionLike for ClientConnection {
             ClientConnection::Sentinel(c) => c.get_db(),
         }
     }
+}
+
+/// A reply the connection could not read as RESP, as the I/O error it is.
+///
+/// The redis crate reports bytes that are not RESP (a bad type byte, a bad length, a reply cut
+/// short by a closed connection) with the same `ErrorKind::Parse` as a well-formed reply of an
+/// unexpected type, which the library reports as [`Error::UnexpectedReply`](crate::Error), not
+/// ambiguous. But coming out of the connection, before any conversion, it means the command was
+/// sent and no readable answer came back (the connection is dropped): the server may have
+/// applied it, so it must be an ambiguous [`Error::Connection`](crate::Error).
+fn unreadable(e: redis::RedisError) -> redis::RedisError {
+    if e.kind() != redis::ErrorKind::Parse {
+        return e;
+    }
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        format!("unreadable reply from the server: {e}"),
+    )
+    .into()
 }
 
 /// The script of a `SCRIPT LOAD` command (the one `Script::invoke_async` sends after
