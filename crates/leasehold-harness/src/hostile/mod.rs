@@ -57,7 +57,8 @@ impl HostileOptions {
 
     /// Answers every command named `name` with `reply`, exactly, instead of choosing: for tests
     /// of one reply. Case-insensitive; a second word names the first argument (`"SCRIPT LOAD"`,
-    /// or `"SET k"` for a `SET` of the key `k`).
+    /// or `"SET k"` for a `SET` of the key `k`). Several answers to one name are given in turn,
+    /// the last one from then on. An empty reply closes the connection without one.
     pub fn answer(mut self, name: &str, reply: &[u8]) -> Self {
         self.fixed.push((name.to_ascii_uppercase(), reply.to_vec()));
         self
@@ -210,6 +211,8 @@ struct Shared {
     accepted: AtomicUsize,
     /// The script's read position ([`HostileOptions::script`]).
     script_pos: AtomicUsize,
+    /// How many commands each [`HostileOptions::answer`] name has answered.
+    fixed_uses: Mutex<std::collections::HashMap<String, usize>>,
     log: Mutex<Vec<Exchange>>,
     /// A handle on every accepted connection, to close them all on drop.
     streams: Mutex<Vec<TcpStream>>,
@@ -229,6 +232,7 @@ impl HostileServer {
             stop: AtomicBool::new(false),
             accepted: AtomicUsize::new(0),
             script_pos: AtomicUsize::new(0),
+            fixed_uses: Mutex::default(),
             log: Mutex::new(Vec::new()),
             streams: Mutex::new(Vec::new()),
         });
@@ -359,6 +363,7 @@ impl<'a> Connection<'a> {
                 continue;
             }
             let (kind, bytes, after) = match self.fixed(&command) {
+                Some(reply) if reply.is_empty() => (ReplyKind::Fixed, reply, After::Close),
                 Some(reply) => (ReplyKind::Fixed, reply, After::Continue),
                 None => {
                     let honest = self.src.honest(&mut self.resp3, &command);
@@ -406,12 +411,18 @@ impl<'a> Connection<'a> {
                 .unwrap_or_default()
         };
         let (name, sub) = (word(0), format!("{} {}", word(0), word(1)));
-        self.shared
-            .options
-            .fixed
+        let fixed = &self.shared.options.fixed;
+        let (first, _) = fixed.iter().find(|(n, _)| *n == name || *n == sub)?;
+        let answers: Vec<&Vec<u8>> = fixed
             .iter()
-            .find(|(n, _)| *n == name || *n == sub)
-            .map(|(_, reply)| reply.clone())
+            .filter(|(n, _)| n == first)
+            .map(|(_, r)| r)
+            .collect();
+        let mut uses = locked(&self.shared.fixed_uses);
+        let used = uses.entry(first.clone()).or_default();
+        let reply = answers[(*used).min(answers.len() - 1)].clone();
+        *used += 1;
+        Some(reply)
     }
 
     /// Sleeps `d` in short steps; false if the server stopped meanwhile.
@@ -513,6 +524,7 @@ mod tests {
             stop: AtomicBool::new(false),
             accepted: AtomicUsize::new(0),
             script_pos: AtomicUsize::new(0),
+            fixed_uses: Mutex::default(),
             log: Mutex::new(Vec::new()),
             streams: Mutex::new(Vec::new()),
         };
