@@ -10,38 +10,16 @@
 //! A failure names its seed; `LEASEHOLD_FUZZ_SEED=<seed>` replays that seed alone.
 //! See `fuzz/README.md` for longer runs.
 
-use std::future::Future;
+mod hostile;
+
 use std::time::{Duration, Instant};
 
-use leasehold::{ClientOptions, Error, LockClient, LockOptions};
+use hostile::{HANG_GUARD, TTL, about, guarded};
+use leasehold::{ClientOptions, Error, LockClient, LockOptions, LockToken};
 use leasehold_harness::{Exchange, HostileOptions, HostileServer};
 
 /// The client's connect and response timeouts: short, so a seed takes about a second.
 const TIMEOUT: Duration = Duration::from_millis(200);
-/// Only guards against a hang: every operation is bounded by a few response timeouts.
-const HANG_GUARD: Duration = Duration::from_secs(10);
-const TTL: Duration = Duration::from_secs(30);
-
-/// Runs `op` in its own task: a panic comes back as a failure, and so does a hang.
-async fn guarded<T: Send + 'static>(
-    op: &str,
-    work: impl Future<Output = T> + Send + 'static,
-) -> Result<T, String> {
-    let task = tokio::spawn(work);
-    match tokio::time::timeout(HANG_GUARD, task).await {
-        Err(_) => Err(format!("{op}: still running after {HANG_GUARD:?} (hung)")),
-        Ok(Err(join)) if join.is_panic() => Err(format!("{op}: panicked: {join}")),
-        Ok(Err(join)) => Err(format!("{op}: task failed: {join}")),
-        Ok(Ok(v)) => Ok(v),
-    }
-}
-
-/// The exchanges that carried a command about `key`.
-fn about<'a>(window: &'a [Exchange], key: &'a str) -> impl Iterator<Item = &'a Exchange> + 'a {
-    window
-        .iter()
-        .filter(move |e| e.command.iter().skip(1).any(|a| a == key.as_bytes()))
-}
 
 // Replies that once broke the client, one by one (each failed without its fix).
 
@@ -153,4 +131,32 @@ async fn an_unreadable_reply_is_ambiguous() {
         assert!(err.is_ambiguous(), "{reply:?}: {err:?}");
         until_received(&server, "k", &["DELEX"]).await;
     }
+}
+
+// A release read its reply as any i64 (a bulk "1" meant "released"), and an extend by
+// `SET ... IFEQ` read any reply but `+OK` as "not held". Both now take only the replies the
+// server gives (`:1`/`:0`, `+OK`/nil), and anything else is an error, not a verdict.
+#[tokio::test]
+async fn release_and_extend_take_only_their_replies() {
+    let server = server_answering(&[("DELEX", b"$1\r\n1\r\n"), ("SET k", b"$5\r\nhello\r\n")]);
+    let client = connect(&server).await;
+    let token = LockToken::random();
+    let (c, t) = (client.clone(), token.clone());
+    let released = guarded("release", async move { c.release("k", &t).await })
+        .await
+        .unwrap();
+    assert!(
+        matches!(released, Err(Error::UnexpectedReply { .. })),
+        "{released:?}"
+    );
+    let extended = guarded(
+        "extend",
+        async move { client.extend("k", &token, TTL).await },
+    )
+    .await
+    .unwrap();
+    assert!(
+        matches!(extended, Err(Error::UnexpectedReply { .. })),
+        "{extended:?}"
+    );
 }
