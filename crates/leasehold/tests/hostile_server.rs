@@ -160,3 +160,30 @@ async fn release_and_extend_take_only_their_replies() {
         "{extended:?}"
     );
 }
+
+// A release is sent again after a dropped connection; the first may have been applied. When
+// the repeat failed with an error of its own (a refusal), that error alone came back, not
+// ambiguous: "not released", though the first one may have released the lock.
+#[tokio::test]
+async fn a_repeated_release_that_fails_is_ambiguous() {
+    // DELEX: accepted by the probe, then closed without a reply, then refused.
+    let server = server_answering(&[
+        ("DELEX", b":0\r\n"),
+        ("DELEX", b""),
+        (
+            "DELEX",
+            b"-LOADING Redis is loading the dataset in memory\r\n",
+        ),
+    ]);
+    let client = connect(&server).await;
+    let token = LockToken::random();
+    let released = guarded("release", async move { client.release("k", &token).await })
+        .await
+        .unwrap();
+    let sent = about(&server.log(), "k")
+        .filter(|e| e.name() == "DELEX")
+        .count();
+    assert_eq!(sent, 2, "{:#?}", server.log());
+    let err = released.unwrap_err();
+    assert!(err.is_ambiguous(), "{err:?}");
+}

@@ -151,6 +151,9 @@ impl LockClient {
     /// restarted) server. Repeating is safe because the operation only acts while the key holds
     /// our token; at worst a release whose first reply was lost reports "not held", which is
     /// true by then. Timeouts are not retried: the bound the caller set would double.
+    ///
+    /// A retry that fails after a first attempt whose connection dropped is reported as
+    /// ambiguous, whatever its own error: the first attempt may have been applied.
     pub(crate) async fn idempotent<T, F, Fut>(&self, op: Operation, mut run: F) -> Result<T>
     where
         F: FnMut(ClientConnection) -> Fut,
@@ -165,11 +168,31 @@ impl LockClient {
                     || e.code() == Some("READONLY") =>
             {
                 tracing::debug!(%op, error = %e, "connection dropped; retrying once");
-                run(self.inner.conn.clone()).await
+                // A refused connection or READONLY: the first attempt was not applied.
+                let first_unknown = e.is_connection_dropped() && !e.is_connection_refusal();
+                run(self.inner.conn.clone()).await.map_err(|retry| {
+                    match Error::from_redis(op, retry) {
+                        err if first_unknown && !err.is_ambiguous() => {
+                            tracing::debug!(%op, error = %err, "the repeat failed too");
+                            Error::Connection {
+                                op,
+                                ambiguous: true,
+                                source: match err {
+                                    // The client's own error, as `Error::redis_error` promises.
+                                    Error::Connection { source, .. }
+                                    | Error::Server { source, .. }
+                                    | Error::PermissionDenied { source, .. }
+                                    | Error::Authentication { source } => source,
+                                    other => other.into(),
+                                },
+                            }
+                        }
+                        err => err,
+                    }
+                })
             }
-            other => other,
+            other => other.map_err(|e| Error::from_redis(op, e)),
         }
-        .map_err(|e| Error::from_redis(op, e))
     }
 }
 
