@@ -1,11 +1,11 @@
 //! The client against a hostile RESP server (`leasehold_harness::HostileServer`): malformed,
 //! truncated, oversized, wrongly typed and slow replies, chosen by a seed, to every command.
 //!
-//! For a bounded time (`LEASEHOLD_FUZZ_SECONDS`, default 20 s) it loops over seeds; each seed
-//! starts a server, connects a client and runs lock operations. Whatever the server says, the
-//! client must not panic, must not hang past its timeouts, must fail with a typed error
-//! (ambiguous once the command reached the server and no answer came back), and must never
-//! report a lock, a release or an extension the server did not grant.
+//! For a bounded time (`LEASEHOLD_FUZZ_SECONDS`, default 18 s; the seeds under way finish) it
+//! loops over seeds; each seed starts a server, connects a client and runs lock operations.
+//! Whatever the server says, the client must not panic, must not hang past its timeouts, must
+//! fail with a typed error (ambiguous once the command reached the server and no answer came
+//! back), and must never report a lock, a release or an extension the server did not grant.
 //!
 //! A failure names its seed; `LEASEHOLD_FUZZ_SEED=<seed>` replays that seed alone.
 //! See `fuzz/README.md` for longer runs.
@@ -14,12 +14,14 @@ mod hostile;
 
 use std::time::{Duration, Instant};
 
-use hostile::{HANG_GUARD, TTL, about, guarded};
+use hostile::{HANG_GUARD, Stats, TTL, about, guarded};
 use leasehold::{ClientOptions, Error, LockClient, LockOptions, LockToken};
 use leasehold_harness::{Exchange, HostileOptions, HostileServer};
 
 /// The client's connect and response timeouts: short, so a seed takes about a second.
 const TIMEOUT: Duration = Duration::from_millis(200);
+/// Seeds run side by side (they mostly wait for timeouts, not for the CPU).
+const WORKERS: u64 = 4;
 
 // Replies that once broke the client, one by one (each failed without its fix).
 
@@ -186,4 +188,79 @@ async fn a_repeated_release_that_fails_is_ambiguous() {
     assert_eq!(sent, 2, "{:#?}", server.log());
     let err = released.unwrap_err();
     assert!(err.is_ambiguous(), "{err:?}");
+}
+
+// The fuzzing loop.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_replies_never_break_the_client() {
+    let budget = Duration::from_secs(env_u64("LEASEHOLD_FUZZ_SECONDS").unwrap_or(18));
+    let replay = env_u64("LEASEHOLD_FUZZ_SEED");
+    let base = replay.unwrap_or_else(rand::random::<u64>);
+    let begun = Instant::now();
+    let mut workers = tokio::task::JoinSet::new();
+    for w in 0..if replay.is_some() { 1 } else { WORKERS } {
+        workers.spawn(async move {
+            let mut stats = Stats::default();
+            let mut seed = base.wrapping_add(w);
+            loop {
+                if let Err(failure) = run_seed(seed, &mut stats).await {
+                    return Err(format!(
+                        "seed {seed}: {failure}\n(replay: LEASEHOLD_FUZZ_SEED={seed} cargo test \
+                         -p leasehold --test hostile_server)"
+                    ));
+                }
+                seed = seed.wrapping_add(WORKERS);
+                if replay.is_some() || begun.elapsed() >= budget {
+                    return Ok(stats);
+                }
+            }
+        });
+    }
+    let mut total = Stats::default();
+    while let Some(done) = workers.join_next().await {
+        match done.expect("a worker panicked outside an operation") {
+            Ok(stats) => total.add(&stats),
+            Err(failure) => panic!("{failure}"),
+        }
+    }
+    eprintln!(
+        "hostile server: {} seeds from {base} in {:?}: {} connected, {} operations, {} granted",
+        total.seeds,
+        begun.elapsed(),
+        total.connected,
+        total.operations,
+        total.granted
+    );
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    let v = std::env::var(name).ok()?;
+    Some(
+        v.parse()
+            .unwrap_or_else(|_| panic!("{name}={v:?} is not a number")),
+    )
+}
+
+/// One seed: a server, a client, a round of operations.
+async fn run_seed(seed: u64, stats: &mut Stats) -> Result<(), String> {
+    stats.seeds += 1;
+    // From mostly hostile to mostly honest: the handshake needs a run of usable replies.
+    let honest = [60, 85, 93, 97][(seed % 4) as usize];
+    let options = HostileOptions::new(seed)
+        .honest_percent(honest)
+        .slow(TIMEOUT + TIMEOUT / 2);
+    let server = HostileServer::start(options).map_err(|e| e.to_string())?;
+    let result = hostile::drive(&server, TIMEOUT, 3, stats).await;
+    let log = if result.is_err() {
+        let lines: Vec<String> = server.log().iter().map(|e| format!("  {e}")).collect();
+        lines.join("\n")
+    } else {
+        String::new()
+    };
+    // Closing the server joins its threads: not on the runtime's.
+    tokio::task::spawn_blocking(move || drop(server))
+        .await
+        .map_err(|e| e.to_string())?;
+    result.map_err(|f| format!("{f}\nthe server's log:\n{log}"))
 }

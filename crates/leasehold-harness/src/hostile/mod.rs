@@ -129,9 +129,11 @@ pub struct Exchange {
     pub reply_len: usize,
     /// Whether the reply, as sent in full, is a grant for the command.
     pub grant: Option<Grant>,
-    /// Whether a complete, well-formed reply was sent at once (honest, wrongly typed, fixed, or
-    /// a very large one sent in full): one a client can read. False when the client got no
-    /// answer it could read in time (malformed, truncated, closed, slow, hung).
+    /// Whether the client may have read a reply in time: all of it was sent at once and the
+    /// connection went on (a malformed reply too: the bytes that follow may complete it into a
+    /// value, as `+OK` without its CRLF and the next reply's `-ERR ...` make `OK-ERR ...`).
+    /// False when no reply can have been read: truncated, closed, slow, hung, or malformed
+    /// and then closed.
     pub answered: bool,
 }
 
@@ -370,20 +372,18 @@ impl<'a> Connection<'a> {
                     self.choose(honest)
                 }
             };
+            let complete = matches!(after, After::Continue);
+            // Logged before a slow reply's delay: the log's order is the order of the commands.
+            self.record(
+                command,
+                kind,
+                &bytes,
+                complete,
+                complete && kind != ReplyKind::Slow,
+            );
             if kind == ReplyKind::Slow && !self.sleep(self.shared.options.slow) {
                 return;
             }
-            let complete = matches!(after, After::Continue)
-                && !matches!(kind, ReplyKind::TruncatedClose | ReplyKind::TruncatedHang);
-            let answered = complete
-                && matches!(
-                    kind,
-                    ReplyKind::Honest
-                        | ReplyKind::WrongType
-                        | ReplyKind::Fixed
-                        | ReplyKind::Oversized
-                );
-            self.record(command, kind, &bytes, complete, answered);
             if writer
                 .write_all(&bytes)
                 .and_then(|()| writer.flush())
