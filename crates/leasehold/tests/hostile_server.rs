@@ -190,6 +190,48 @@ async fn a_repeated_release_that_fails_is_ambiguous() {
     assert!(err.is_ambiguous(), "{err:?}");
 }
 
+// The semaphore's and the read-write lock's acquire scripts had their `{ok, n}` read as
+// `(i64, i64)`, from anything that converts: a bulk "1" in first place took a permit or a
+// lock. Only an array of two integers counts now.
+#[tokio::test]
+async fn a_permit_or_a_read_write_lock_needs_a_real_grant() {
+    for reply in [&b"*2\r\n$1\r\n1\r\n:5\r\n"[..], b"*2\r\n:1\r\n$1\r\n5\r\n"] {
+        let server = server_answering(&[("EVALSHA", reply)]);
+        let client = connect(&server).await;
+        let shown = String::from_utf8_lossy(reply).into_owned();
+        let opts = LockOptions::new(TTL);
+        let (c, o) = (client.clone(), opts.clone());
+        let permit = guarded("permit", async move {
+            c.semaphore("s", 2).unwrap().try_acquire(&o).await
+        })
+        .await
+        .unwrap();
+        assert!(
+            matches!(permit, Err(Error::UnexpectedReply { .. })),
+            "{shown:?}: permit {:?}",
+            permit.map(|p| p.is_acquired())
+        );
+        for write in [false, true] {
+            let (c, o) = (client.clone(), opts.clone());
+            let lock = guarded("rwlock", async move {
+                let rw = c.rwlock("rw").unwrap();
+                if write {
+                    rw.try_write(&o).await
+                } else {
+                    rw.try_read(&o).await
+                }
+            })
+            .await
+            .unwrap();
+            assert!(
+                matches!(lock, Err(Error::UnexpectedReply { .. })),
+                "{shown:?}: write {write}: {:?}",
+                lock.map(|p| p.is_acquired())
+            );
+        }
+    }
+}
+
 // The fuzzing loop.
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

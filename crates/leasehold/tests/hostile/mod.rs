@@ -135,6 +135,34 @@ pub async fn drive(
         if let Err(e) = result {
             check_error("inspect", &k, &e, &server.log_since(mark))?;
         }
+        for primitive in ["permit", "read", "write"] {
+            let name = key(primitive);
+            let mark = server.log_len();
+            let (c, n, o) = (client.clone(), name.clone(), plain.clone());
+            let result = guarded(primitive, async move {
+                match primitive {
+                    "permit" => c.semaphore(&n, 2)?.try_acquire(&o).await,
+                    "read" => c.rwlock(&n)?.try_read(&o).await,
+                    _ => c.rwlock(&n)?.try_write(&o).await,
+                }
+            })
+            .await?;
+            stats.operations += 1;
+            match result {
+                Ok(TryAcquire::Acquired(g)) => {
+                    stats.granted += 1;
+                    // Their scripts name derived keys: any grant of this operation will do.
+                    if !server.log_since(mark).iter().any(|e| e.grant.is_some()) {
+                        return Err(format!("{primitive}: held, but the server granted nothing"));
+                    }
+                    if let Err(e) = guarded("release", g.release()).await? {
+                        expect_typed(primitive, &e)?;
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => expect_typed(primitive, &e)?,
+            }
+        }
     }
     Ok(())
 }

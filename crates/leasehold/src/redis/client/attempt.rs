@@ -9,6 +9,7 @@ use crate::core::error::{Error, Operation, Result};
 use crate::core::options::LockOptions;
 use crate::core::outcome::MAX_FENCING_NUMBER;
 use crate::core::token::LockToken;
+use crate::redis::error::unexpected_reply;
 use crate::redis::scripts::{ACQUIRE_LUA, ACQUIRE_SCRIPT};
 use crate::redis::slot::fence_key;
 
@@ -228,13 +229,7 @@ fn acquire_cmd(
 /// `UnexpectedReturnType` error, never a grant: taking an unreadable reply for a lock would let
 /// two holders in.
 fn parse_acquire(reply: Value, fencing: bool, scripted: bool) -> redis::RedisResult<Attempt> {
-    let unexpected = |reply: &Value| {
-        redis::RedisError::from((
-            redis::ErrorKind::UnexpectedReturnType,
-            "not an acquisition's reply",
-            format!("{reply:?}"),
-        ))
-    };
+    let unexpected = |reply: &Value| unexpected_reply("not an acquisition's reply", reply);
     match (scripted, reply) {
         (_, Value::ServerError(e)) => Err(redis::RedisError::from(e)),
         (false, Value::Nil) => Ok(Attempt::Busy { remaining: None }),

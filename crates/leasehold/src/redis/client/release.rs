@@ -209,9 +209,5 @@ fn flag(reply: Value) -> redis::RedisResult<bool> {
 }
 
 fn not_a_flag(reply: &Value) -> redis::RedisError {
-    redis::RedisError::from((
-        redis::ErrorKind::UnexpectedReturnType,
-        "not a release's or an extend's reply",
-        format!("{reply:?}"),
-    ))
+    crate::redis::error::unexpected_reply("not a release's or an extend's reply", reply)
 }
