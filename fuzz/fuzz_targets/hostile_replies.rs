@@ -1,6 +1,6 @@
 //! libFuzzer drives the hostile RESP server: its input is the script of the server's choices
-//! (the first byte: how many replies are honest; each further byte picks one reply, or one
-//! detail of it), and the client must come through as in `tests/hostile_server.rs`, whose
+//! (the first byte: how many replies are honest, and with its high bit, RESP3; each further
+//! byte picks one reply, or one detail of it), and the client must come through as in `tests/hostile_server.rs`, whose
 //! checks this target shares (`crates/leasehold/tests/hostile/mod.rs`).
 #![no_main]
 
@@ -34,7 +34,10 @@ fuzz_target!(|data: &[u8]| {
         .script(script);
     let server = HostileServer::start(options).expect("a free loopback port");
     let mut stats = hostile::Stats::default();
-    if let Err(failure) = RUNTIME.block_on(hostile::drive(&server, TIMEOUT, 1, &mut stats)) {
+    // The first byte's high bit: over RESP3.
+    let resp3 = honest & 0x80 != 0;
+    let session = hostile::drive(&server, TIMEOUT, 1, resp3, &mut stats);
+    if let Err(failure) = RUNTIME.block_on(session) {
         let log: Vec<String> = server.log().iter().map(|e| format!("  {e}")).collect();
         panic!("{failure}\nthe server's log:\n{}", log.join("\n"));
     }

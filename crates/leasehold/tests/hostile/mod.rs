@@ -50,15 +50,21 @@ impl Stats {
     }
 }
 
-/// Connects a client with `timeout` as its connect and response timeouts, and runs `rounds`
-/// of lock operations, checking each outcome against what the server said.
+/// Connects a client with `timeout` as its connect and response timeouts (over RESP3 if
+/// `resp3`, which starts with `HELLO 3`), and runs `rounds` of lock operations, checking each
+/// outcome against what the server said.
 pub async fn drive(
     server: &HostileServer,
     timeout: Duration,
     rounds: u32,
+    resp3: bool,
     stats: &mut Stats,
 ) -> Result<(), String> {
-    let url = server.url();
+    let url = if resp3 {
+        format!("{}?protocol=resp3", server.url())
+    } else {
+        server.url()
+    };
     let options = ClientOptions::new()
         .connect_timeout(timeout)
         .response_timeout(timeout);
