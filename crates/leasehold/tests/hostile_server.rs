@@ -190,6 +190,14 @@ async fn a_repeated_release_that_fails_is_ambiguous() {
     assert!(err.is_ambiguous(), "{err:?}");
 }
 
+/// Asserts that `result` is the error for a reply that is not its command's.
+fn not_read<T: std::fmt::Debug>(what: &str, result: Result<T, Error>) {
+    assert!(
+        matches!(result, Err(Error::UnexpectedReply { .. })),
+        "{what}: {result:?}"
+    );
+}
+
 // The semaphore's and the read-write lock's acquire scripts had their `{ok, n}` read as
 // `(i64, i64)`, from anything that converts: a bulk "1" in first place took a permit or a
 // lock. Only an array of two integers counts now.
@@ -206,10 +214,9 @@ async fn a_permit_or_a_read_write_lock_needs_a_real_grant() {
         })
         .await
         .unwrap();
-        assert!(
-            matches!(permit, Err(Error::UnexpectedReply { .. })),
-            "{shown:?}: permit {:?}",
-            permit.map(|p| p.is_acquired())
+        not_read(
+            &format!("{shown:?}: permit"),
+            permit.map(|p| p.is_acquired()),
         );
         for write in [false, true] {
             let (c, o) = (client.clone(), opts.clone());
@@ -223,13 +230,37 @@ async fn a_permit_or_a_read_write_lock_needs_a_real_grant() {
             })
             .await
             .unwrap();
-            assert!(
-                matches!(lock, Err(Error::UnexpectedReply { .. })),
-                "{shown:?}: write {write}: {:?}",
-                lock.map(|p| p.is_acquired())
+            not_read(
+                &format!("{shown:?}: write {write}"),
+                lock.map(|p| p.is_acquired()),
             );
         }
     }
+}
+
+// A multi-resource lock's and an election's scripts had their replies read as tuples of
+// integers, from anything that converts: a bulk "1" in first place took the keys, or the lead.
+#[tokio::test]
+async fn a_multi_lock_or_a_lead_needs_a_real_grant() {
+    let server = server_answering(&[
+        ("EVALSHA", b"*3\r\n$1\r\n1\r\n:0\r\n:0\r\n"),
+        ("EVALSHA", b"*2\r\n$1\r\n1\r\n:5\r\n"),
+    ]);
+    let client = connect(&server).await;
+    let opts = LockOptions::new(TTL);
+    let (c, o) = (client.clone(), opts.clone());
+    let multi = guarded("multi", async move {
+        c.multi_lock(&["a", "b"]).unwrap().try_acquire(&o).await
+    })
+    .await
+    .unwrap();
+    not_read("multi", multi.map(|p| p.is_acquired()));
+    let lead = guarded("campaign", async move {
+        client.election("e").unwrap().campaign("me", &opts).await
+    })
+    .await
+    .unwrap();
+    not_read("lead", lead.map(|g| g.fencing_token()));
 }
 
 // The fuzzing loop.

@@ -80,13 +80,26 @@ pub(crate) fn unexpected_reply(what: &'static str, reply: &redis::Value) -> redi
 /// server sends a Lua table of two numbers. Read as `(i64, i64)`, the redis crate also took a
 /// bulk `"1"`, so a reply that is no grant took a permit or a lock.
 pub(crate) fn int_pair(reply: redis::Value) -> redis::RedisResult<(i64, i64)> {
+    int_array(reply).map(|[ok, n]| (ok, n))
+}
+
+/// A script's reply of exactly `N` integers (see [`int_pair`]); server errors pass through.
+pub(crate) fn int_array<const N: usize>(reply: redis::Value) -> redis::RedisResult<[i64; N]> {
     use redis::Value::{Array, Int, ServerError};
+    let what = "not a script's array of integers";
     match reply {
-        Array(items) => match items.as_slice() {
-            [Int(ok), Int(n)] => Ok((*ok, *n)),
-            _ => Err(unexpected_reply("not a script's {ok, n}", &Array(items))),
-        },
+        Array(items) => {
+            let ints: Option<Vec<i64>> = items
+                .iter()
+                .map(|v| match v {
+                    Int(n) => Some(*n),
+                    _ => None,
+                })
+                .collect();
+            ints.and_then(|v| <[i64; N]>::try_from(v).ok())
+                .ok_or_else(|| unexpected_reply(what, &Array(items)))
+        }
         ServerError(e) => Err(e.into()),
-        other => Err(unexpected_reply("not a script's {ok, n}", &other)),
+        other => Err(unexpected_reply(what, &other)),
     }
 }
