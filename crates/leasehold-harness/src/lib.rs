@@ -24,6 +24,8 @@
 //!   [`DEFAULT_ETCD_MEMBERS`]) into one cluster and tells which member leads. Both can kill,
 //!   pause, resume and restart members, and put/get keys through etcd's JSON gateway.
 //! * [`SilentServer`] is a TCP listener that accepts connections and never answers.
+//! * [`HostileServer`] speaks RESP badly on purpose (malformed, truncated, oversized, wrongly
+//!   typed, slow replies, chosen by a seed) and logs what it answered to each command.
 //! * [`SlowLink`] relays to a real server and can hold its replies back.
 //! * [`server_test!`] declares one `#[tokio::test]` per matrix flavor.
 //!
@@ -37,6 +39,7 @@ mod cluster;
 mod discover;
 mod error;
 mod etcd;
+mod hostile;
 mod macros;
 mod pgbouncer;
 mod postgres;
@@ -58,6 +61,7 @@ pub use etcd::{
     DEFAULT_ETCD_MEMBERS, Etcd, EtcdCluster, EtcdStatus, etcd_cluster_for_test, etcd_for_test,
     find_etcd,
 };
+pub use hostile::{Exchange, Grant, HostileOptions, HostileServer, ReplyKind};
 pub use pgbouncer::{PgBouncer, PgBouncerOptions, PoolMode, find_pgbouncer, pgbouncer_for_test};
 pub use postgres::{POSTGRES_DATABASE, POSTGRES_USER, Postgres, find_postgres, postgres_for_test};
 pub use resp::RespValue;

@@ -102,12 +102,20 @@ impl ClientConnection {
 impl ConnectionLike for ClientConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         crate::core::metrics::round_trip();
-        match self {
+        let reply = match self {
             ClientConnection::Manager(c) => c.req_packed_command(cmd),
             ClientConnection::Multiplexed(c) => c.req_packed_command(cmd),
             ClientConnection::Cluster(c) => c.req_packed_command(cmd),
             ClientConnection::Sentinel(c) => c.req_packed_command(cmd),
-        }
+        };
+        let script = script_load_body(cmd);
+        Box::pin(async move {
+            let reply = reply.await.map_err(unreadable)?;
+            match script {
+                Some(body) => check_script_hash(body, reply),
+                None => Ok(reply),
+            }
+        })
     }
 
     fn req_packed_commands<'a>(
@@ -117,12 +125,13 @@ impl ConnectionLike for ClientConnection {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         crate::core::metrics::round_trip();
-        match self {
+        let replies = match self {
             ClientConnection::Manager(c) => c.req_packed_commands(pipeline, offset, count),
             ClientConnection::Multiplexed(c) => c.req_packed_commands(pipeline, offset, count),
             ClientConnection::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
             ClientConnection::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
-        }
+        };
+        Box::pin(async move { replies.await.map_err(unreadable) })
     }
 
     fn get_db(&self) -> i64 {
@@ -133,6 +142,67 @@ impl ConnectionLike for ClientConnection {
             ClientConnection::Sentinel(c) => c.get_db(),
         }
     }
+}
+
+/// A reply the connection could not read as RESP, as the I/O error it is.
+///
+/// The redis crate reports bytes that are not RESP (a bad type byte, a bad length, a reply cut
+/// short by a closed connection) with the same `ErrorKind::Parse` as a well-formed reply of an
+/// unexpected type, which the library reports as [`Error::UnexpectedReply`](crate::Error), not
+/// ambiguous. But coming out of the connection, before any conversion, it means the command was
+/// sent and no readable answer came back (the connection is dropped): the server may have
+/// applied it, so it must be an ambiguous [`Error::Connection`](crate::Error).
+fn unreadable(e: redis::RedisError) -> redis::RedisError {
+    if e.kind() != redis::ErrorKind::Parse {
+        return e;
+    }
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        format!("unreadable reply from the server: {e}"),
+    )
+    .into()
+}
+
+/// The script of a `SCRIPT LOAD` command (the one `Script::invoke_async` sends after
+/// `NOSCRIPT`).
+fn script_load_body(cmd: &Cmd) -> Option<&str> {
+    let mut args = cmd.args_iter().map(|a| match a {
+        redis::Arg::Simple(bytes) => Some(bytes),
+        _ => None,
+    });
+    let is = |arg: Option<Option<&[u8]>>, word: &[u8]| {
+        arg.flatten().is_some_and(|a| a.eq_ignore_ascii_case(word))
+    };
+    if !is(args.next(), b"SCRIPT") || !is(args.next(), b"LOAD") {
+        return None;
+    }
+    std::str::from_utf8(args.next()??).ok()
+}
+
+/// `SCRIPT LOAD`'s reply, if it is the script's hash; an error otherwise.
+///
+/// The redis crate compares that reply with the script's hash in a `debug_assert_eq!`: in a
+/// debug build, a server (or a proxy) answering anything else made the client *panic*. Checked
+/// here first, it is an ordinary error ([`Error::UnexpectedReply`](crate::Error)).
+fn check_script_hash(body: &str, reply: Value) -> RedisResult<Value> {
+    let expected = redis::Script::new(body);
+    let expected = expected.get_hash();
+    let ok = match &reply {
+        Value::BulkString(b) => b == expected.as_bytes(),
+        Value::SimpleString(s) => s == expected,
+        Value::VerbatimString { text, .. } => text == expected,
+        // A refusal is for the caller to report as such.
+        Value::ServerError(_) => true,
+        _ => false,
+    };
+    if ok {
+        return Ok(reply);
+    }
+    Err(redis::RedisError::from((
+        redis::ErrorKind::UnexpectedReturnType,
+        "SCRIPT LOAD did not answer the script's hash",
+        format!("expected {expected}, got {reply:?}"),
+    )))
 }
 
 /// A connection to the current primary of a Sentinel-monitored set.

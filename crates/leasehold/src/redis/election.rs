@@ -203,12 +203,13 @@ impl Election {
             .arg(channel)
             .arg(publish);
         let mut conn = self.client.connection();
-        let reply = inv.invoke_async::<(i64, i64)>(&mut conn).await;
-        match reply {
+        let reply = inv.invoke_async(&mut conn).await;
+        match reply.and_then(crate::redis::error::int_pair) {
             Ok(r) => Ok(r),
             Err(e) => {
                 let err = Error::from_redis(Operation::Acquire, e);
-                if err.is_ambiguous() {
+                // An unreadable reply tells nothing either: the lock may have been taken.
+                if err.is_ambiguous() || matches!(err, Error::UnexpectedReply { .. }) {
                     // Token-checked: harmless if the lock was not taken.
                     let _ = self.client.release_raw(&self.name, token.expose()).await;
                 }

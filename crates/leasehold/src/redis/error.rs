@@ -65,3 +65,41 @@ fn is_acl_refusal(err: &redis::RedisError) -> bool {
     let text = err.detail().unwrap_or_default();
     text.contains("ACL failure in script") || text.contains("The user executing the script can't")
 }
+
+/// A reply of a shape its command never returns, as the redis crate's error for it (which
+/// becomes [`Error::UnexpectedReply`]): never read as a verdict.
+pub(crate) fn unexpected_reply(what: &'static str, reply: &redis::Value) -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::UnexpectedReturnType,
+        what,
+        format!("{reply:?}"),
+    ))
+}
+
+/// The `{ok, n}` of leasehold's acquire scripts: an array of exactly two integers, as the
+/// server sends a Lua table of two numbers. Read as `(i64, i64)`, the redis crate also took a
+/// bulk `"1"`, so a reply that is no grant took a permit or a lock.
+pub(crate) fn int_pair(reply: redis::Value) -> redis::RedisResult<(i64, i64)> {
+    int_array(reply).map(|[ok, n]| (ok, n))
+}
+
+/// A script's reply of exactly `N` integers (see [`int_pair`]); server errors pass through.
+pub(crate) fn int_array<const N: usize>(reply: redis::Value) -> redis::RedisResult<[i64; N]> {
+    use redis::Value::{Array, Int, ServerError};
+    let what = "not a script's array of integers";
+    match reply {
+        Array(items) => {
+            let ints: Option<Vec<i64>> = items
+                .iter()
+                .map(|v| match v {
+                    Int(n) => Some(*n),
+                    _ => None,
+                })
+                .collect();
+            ints.and_then(|v| <[i64; N]>::try_from(v).ok())
+                .ok_or_else(|| unexpected_reply(what, &Array(items)))
+        }
+        ServerError(e) => Err(e.into()),
+        other => Err(unexpected_reply(what, &other)),
+    }
+}

@@ -203,10 +203,13 @@ impl MultiLock {
             }
             inv.arg(token.expose()).arg(ttl_ms);
             let mut conn = self.client.connection();
-            let reply = inv.invoke_async::<(i64, i64, i64)>(&mut conn).await;
+            let reply = inv
+                .invoke_async(&mut conn)
+                .await
+                .and_then(crate::redis::error::int_array::<3>);
             match reply {
-                Ok((1, _, _)) => {}
-                Ok((_, _, pttl)) => {
+                Ok([1, _, _]) => {}
+                Ok([_, _, pttl]) => {
                     // Give back what this attempt took: nothing is held while we wait.
                     self.release_groups(&self.groups[..i], token.expose())
                         .await?;

@@ -181,7 +181,7 @@ impl RwLock {
                     .key(&self.waiting)
                     .arg(token.expose())
                     .arg(ttl_ms);
-                inv.invoke_async::<(i64, i64)>(&mut conn).await
+                inv.invoke_async(&mut conn).await
             }
             Side::Write => {
                 let mut inv = WRITE_ACQUIRE.key(&self.readers);
@@ -193,10 +193,10 @@ impl RwLock {
                     .arg(writer_wait_ttl(options.ttl()).as_millis() as u64)
                     .arg(if waiting { 1 } else { 0 })
                     .arg(if options.fencing_enabled() { 1 } else { 0 });
-                inv.invoke_async::<(i64, i64)>(&mut conn).await
+                inv.invoke_async(&mut conn).await
             }
         };
-        match reply {
+        match reply.and_then(crate::redis::error::int_pair) {
             Ok(r) => {
                 cleanup.armed = false;
                 Ok(parse(r))

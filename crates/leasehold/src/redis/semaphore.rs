@@ -171,7 +171,10 @@ impl Semaphore {
             .arg(ttl_ms)
             .arg(self.permits);
         let mut conn = self.client.connection();
-        let result = inv.invoke_async::<(i64, i64)>(&mut conn).await;
+        let result = inv
+            .invoke_async(&mut conn)
+            .await
+            .and_then(crate::redis::error::int_pair);
         match result {
             Ok((ok, n)) => {
                 cleanup.armed = false;

@@ -7,7 +7,9 @@ use redis::Value;
 
 use crate::core::error::{Error, Operation, Result};
 use crate::core::options::LockOptions;
+use crate::core::outcome::MAX_FENCING_NUMBER;
 use crate::core::token::LockToken;
+use crate::redis::error::unexpected_reply;
 use crate::redis::scripts::{ACQUIRE_LUA, ACQUIRE_SCRIPT};
 use crate::redis::slot::fence_key;
 
@@ -84,7 +86,7 @@ impl LockClient {
         let parsed = replies.and_then(|mut r| {
             let wait = r.pop().unwrap_or(Value::Nil);
             let acquire = r.pop().unwrap_or(Value::Nil);
-            let attempt = parse_acquire(acquire, fencing)?;
+            let attempt = parse_acquire(acquire, fencing, scripted)?;
             let acked = match wait {
                 Value::ServerError(e) => return Err(redis::RedisError::from(e)),
                 v => redis::from_redis_value::<i64>(v).map_err(redis::RedisError::from)?,
@@ -134,25 +136,13 @@ impl LockClient {
         let mut cleanup = AbandonedAttempt::arm(self, key, token);
         let mut conn = self.inner.conn.clone();
         let scripted = fencing || want_remaining;
-        let result = if scripted {
+        let reply = if scripted {
             let mut inv = ACQUIRE_SCRIPT.key(key);
             if fencing {
                 inv.key(fence_key(key));
             }
             inv.arg(token.expose()).arg(ttl_ms);
-            inv.invoke_async::<(i64, i64)>(&mut conn)
-                .await
-                .map(|(ok, n)| {
-                    if ok == 1 {
-                        Attempt::Acquired {
-                            fencing: fencing.then_some(n as u64),
-                        }
-                    } else {
-                        Attempt::Busy {
-                            remaining: (n >= 0).then(|| Duration::from_millis(n as u64)),
-                        }
-                    }
-                })
+            inv.invoke_async::<Value>(&mut conn).await
         } else {
             crate::redis::strategy::sized_cmd(
                 "SET",
@@ -164,13 +154,10 @@ impl LockClient {
             .arg("NX")
             .arg("PX")
             .arg(ttl_ms)
-            .query_async::<Option<String>>(&mut conn)
+            .query_async::<Value>(&mut conn)
             .await
-            .map(|ok| match ok {
-                Some(_) => Attempt::Acquired { fencing: None },
-                None => Attempt::Busy { remaining: None },
-            })
         };
+        let result = reply.and_then(|r| parse_acquire(r, fencing, scripted));
         match result {
             Ok(attempt) => {
                 cleanup.disarm();
@@ -178,7 +165,9 @@ impl LockClient {
             }
             Err(e) => {
                 let err = Error::from_redis(Operation::Acquire, e);
-                if !err.is_ambiguous() {
+                // A reply we cannot read as a grant or a refusal tells nothing either: the
+                // server may have taken the lock, so the cleanup stays armed for it too.
+                if !err.is_ambiguous() && !matches!(err, Error::UnexpectedReply { .. }) {
                     cleanup.disarm();
                 }
                 // A script that failed part-way (an ACL refusing its INCR, say) has already
@@ -234,24 +223,32 @@ fn acquire_cmd(
 }
 
 /// The reply of [`acquire_cmd`]: `OK`/nil of `SET NX`, or the script's `{ok, n}`.
-fn parse_acquire(reply: Value, fencing: bool) -> redis::RedisResult<Attempt> {
-    match reply {
-        Value::ServerError(e) => Err(redis::RedisError::from(e)),
-        Value::Nil => Ok(Attempt::Busy { remaining: None }),
-        Value::Okay => Ok(Attempt::Acquired { fencing: None }),
-        Value::SimpleString(s) if s == "OK" => Ok(Attempt::Acquired { fencing: None }),
-        other => {
-            let (ok, n): (i64, i64) = redis::from_redis_value(other)?;
-            Ok(if ok == 1 {
-                Attempt::Acquired {
-                    fencing: fencing.then_some(n as u64),
-                }
-            } else {
-                Attempt::Busy {
-                    remaining: (n >= 0).then(|| Duration::from_millis(n as u64)),
-                }
-            })
-        }
+///
+/// Strict: only the replies a server really gives count. Anything else (a bulk string, an
+/// integer, an array of another shape, a fencing number no counter issues) is an
+/// `UnexpectedReturnType` error, never a grant: taking an unreadable reply for a lock would let
+/// two holders in.
+fn parse_acquire(reply: Value, fencing: bool, scripted: bool) -> redis::RedisResult<Attempt> {
+    let unexpected = |reply: &Value| unexpected_reply("not an acquisition's reply", reply);
+    match (scripted, reply) {
+        (_, Value::ServerError(e)) => Err(redis::RedisError::from(e)),
+        (false, Value::Nil) => Ok(Attempt::Busy { remaining: None }),
+        (false, Value::Okay) => Ok(Attempt::Acquired { fencing: None }),
+        (false, Value::SimpleString(s)) if s == "OK" => Ok(Attempt::Acquired { fencing: None }),
+        (true, Value::Array(items)) => match items.as_slice() {
+            [Value::Int(1), Value::Int(_)] if !fencing => Ok(Attempt::Acquired { fencing: None }),
+            // INCR of a counter the script refuses at 2^53 or beyond: 1 ..= 2^53.
+            [Value::Int(1), Value::Int(n)] if (1..=MAX_FENCING_NUMBER as i64).contains(n) => {
+                Ok(Attempt::Acquired {
+                    fencing: Some(*n as u64),
+                })
+            }
+            [Value::Int(0), Value::Int(n)] => Ok(Attempt::Busy {
+                remaining: (*n >= 0).then(|| Duration::from_millis(*n as u64)),
+            }),
+            _ => Err(unexpected(&Value::Array(items))),
+        },
+        (_, other) => Err(unexpected(&other)),
     }
 }
 

@@ -71,81 +71,76 @@ impl LockClient {
         let notify = self.inner.notify_waiters;
         let channel = notify.then(|| release_channel(key));
         let sharded = self.inner.conn.is_cluster();
-        let deleted: i64 = self
-            .idempotent(Operation::Release, |mut conn| {
-                let channel = channel.as_deref();
-                async move {
-                    match (release_cmd(self.inner.release, key, token), channel) {
-                        // One round trip: the conditional delete and the wake-up, pipelined. A
-                        // wake-up after a release that deleted nothing only makes waiters retry.
-                        (Some(cmd), Some(channel)) => {
-                            let mut publish = crate::redis::strategy::sized_cmd(
-                                if sharded { "SPUBLISH" } else { "PUBLISH" },
-                                2,
-                                channel.len() + key.len(),
-                            );
-                            publish.arg(channel).arg(key);
-                            let mut pipe = redis::Pipeline::with_capacity(2);
-                            pipe.add_command(cmd).add_command(publish);
-                            // The release's own reply decides; a refused notification is
-                            // ignored (it must never turn a completed release into an error).
-                            // The replies are read as they come (server errors in place), not
-                            // through `Pipeline::query_async`, which copies them twice.
-                            let mut replies = redis::aio::ConnectionLike::req_packed_commands(
-                                &mut conn, &pipe, 0, 2,
-                            )
-                            .await?;
-                            match replies.drain(..).next() {
-                                Some(Value::ServerError(e)) => Err(redis::RedisError::from(e)),
-                                Some(reply) => redis::from_redis_value::<i64>(reply)
-                                    .map_err(redis::RedisError::from),
-                                None => Err(redis::RedisError::from((
-                                    redis::ErrorKind::UnexpectedReturnType,
-                                    "no reply to the release",
-                                ))),
-                            }
-                        }
-                        (Some(cmd), None) => cmd.query_async(&mut conn).await,
-                        (None, Some(channel)) => {
-                            let script = if sharded {
-                                &*RELEASE_SNOTIFY_SCRIPT
-                            } else {
-                                &*RELEASE_NOTIFY_SCRIPT
-                            };
+        self.idempotent(Operation::Release, |mut conn| {
+            let channel = channel.as_deref();
+            async move {
+                match (release_cmd(self.inner.release, key, token), channel) {
+                    // One round trip: the conditional delete and the wake-up, pipelined. A
+                    // wake-up after a release that deleted nothing only makes waiters retry.
+                    (Some(cmd), Some(channel)) => {
+                        let mut publish = crate::redis::strategy::sized_cmd(
+                            if sharded { "SPUBLISH" } else { "PUBLISH" },
+                            2,
+                            channel.len() + key.len(),
+                        );
+                        publish.arg(channel).arg(key);
+                        let mut pipe = redis::Pipeline::with_capacity(2);
+                        pipe.add_command(cmd).add_command(publish);
+                        // The release's own reply decides; a refused notification is
+                        // ignored (it must never turn a completed release into an error).
+                        // The replies are read as they come (server errors in place), not
+                        // through `Pipeline::query_async`, which copies them twice.
+                        let mut replies =
+                            redis::aio::ConnectionLike::req_packed_commands(&mut conn, &pipe, 0, 2)
+                                .await?;
+                        flag(replies.drain(..).next().unwrap_or(Value::Nil))
+                    }
+                    (Some(cmd), None) => flag(cmd.query_async(&mut conn).await?),
+                    (None, Some(channel)) => {
+                        let script = if sharded {
+                            &*RELEASE_SNOTIFY_SCRIPT
+                        } else {
+                            &*RELEASE_NOTIFY_SCRIPT
+                        };
+                        flag(
                             script
                                 .key(key)
                                 .arg(token)
                                 .arg(channel)
                                 .invoke_async(&mut conn)
-                                .await
-                        }
-                        (None, None) => {
-                            RELEASE_SCRIPT
-                                .key(key)
-                                .arg(token)
-                                .invoke_async(&mut conn)
-                                .await
-                        }
+                                .await?,
+                        )
                     }
+                    (None, None) => flag(
+                        RELEASE_SCRIPT
+                            .key(key)
+                            .arg(token)
+                            .invoke_async(&mut conn)
+                            .await?,
+                    ),
                 }
-            })
-            .await?;
-        Ok(deleted == 1)
+            }
+        })
+        .await
     }
 
     pub(crate) async fn extend_raw(&self, key: &str, token: &str, ttl_ms: u64) -> Result<bool> {
         self.idempotent(Operation::Extend, |mut conn| async move {
             match extend_cmd(self.inner.extend, key, token, ttl_ms) {
-                Some(cmd) => cmd.query_async::<Value>(&mut conn).await.map(|v| {
-                    matches!(v, Value::Okay) || matches!(&v, Value::SimpleString(s) if s == "OK")
-                }),
-                None => EXTEND_SCRIPT
-                    .key(key)
-                    .arg(token)
-                    .arg(ttl_ms)
-                    .invoke_async::<i64>(&mut conn)
-                    .await
-                    .map(|n| n == 1),
+                Some(cmd) => match cmd.query_async::<Value>(&mut conn).await? {
+                    Value::Okay => Ok(true),
+                    Value::SimpleString(s) if s == "OK" => Ok(true),
+                    Value::Nil => Ok(false),
+                    other => Err(not_a_flag(&other)),
+                },
+                None => flag(
+                    EXTEND_SCRIPT
+                        .key(key)
+                        .arg(token)
+                        .arg(ttl_ms)
+                        .invoke_async(&mut conn)
+                        .await?,
+                ),
             }
         })
         .await
@@ -156,6 +151,9 @@ impl LockClient {
     /// restarted) server. Repeating is safe because the operation only acts while the key holds
     /// our token; at worst a release whose first reply was lost reports "not held", which is
     /// true by then. Timeouts are not retried: the bound the caller set would double.
+    ///
+    /// A retry that fails after a first attempt whose connection dropped is reported as
+    /// ambiguous, whatever its own error: the first attempt may have been applied.
     pub(crate) async fn idempotent<T, F, Fut>(&self, op: Operation, mut run: F) -> Result<T>
     where
         F: FnMut(ClientConnection) -> Fut,
@@ -170,10 +168,46 @@ impl LockClient {
                     || e.code() == Some("READONLY") =>
             {
                 tracing::debug!(%op, error = %e, "connection dropped; retrying once");
-                run(self.inner.conn.clone()).await
+                // A refused connection or READONLY: the first attempt was not applied.
+                let first_unknown = e.is_connection_dropped() && !e.is_connection_refusal();
+                run(self.inner.conn.clone()).await.map_err(|retry| {
+                    match Error::from_redis(op, retry) {
+                        err if first_unknown && !err.is_ambiguous() => {
+                            tracing::debug!(%op, error = %err, "the repeat failed too");
+                            Error::Connection {
+                                op,
+                                ambiguous: true,
+                                source: match err {
+                                    // The client's own error, as `Error::redis_error` promises.
+                                    Error::Connection { source, .. }
+                                    | Error::Server { source, .. }
+                                    | Error::PermissionDenied { source, .. }
+                                    | Error::Authentication { source } => source,
+                                    other => other.into(),
+                                },
+                            }
+                        }
+                        err => err,
+                    }
+                })
             }
-            other => other,
+            other => other.map_err(|e| Error::from_redis(op, e)),
         }
-        .map_err(|e| Error::from_redis(op, e))
     }
+}
+
+/// The reply of a token-checked release or extend: `1` (done) or `0` (the key does not hold
+/// the token), as integers. Anything else is an error, never a verdict: a bulk `"1"` or a
+/// `7` is not what `DELEX`, `DELIFEQ` or our scripts answer, so it says nothing about the lock.
+fn flag(reply: Value) -> redis::RedisResult<bool> {
+    match reply {
+        Value::Int(1) => Ok(true),
+        Value::Int(0) => Ok(false),
+        Value::ServerError(e) => Err(e.into()),
+        other => Err(not_a_flag(&other)),
+    }
+}
+
+fn not_a_flag(reply: &Value) -> redis::RedisError {
+    crate::redis::error::unexpected_reply("not a release's or an extend's reply", reply)
 }
