@@ -263,6 +263,27 @@ async fn a_multi_lock_or_a_lead_needs_a_real_grant() {
     not_read("lead", lead.map(|g| g.fencing_token()));
 }
 
+// The fair lock's acquire script had its `{ok, n}` read as `(i64, i64)` too: a bulk "1" in
+// first place took the lock; and a fencing number out of 1..=2^53 was taken as given.
+#[tokio::test]
+async fn a_fair_lock_needs_a_real_grant() {
+    for (reply, fencing) in [
+        (&b"*2\r\n$1\r\n1\r\n:5\r\n"[..], false),
+        (b"*2\r\n:1\r\n$1\r\n5\r\n", false),
+        (b"*2\r\n:1\r\n:-3\r\n", true),
+        (b"*2\r\n:1\r\n:0\r\n", true),
+    ] {
+        let server = server_answering(&[("EVALSHA", reply)]);
+        let client = connect(&server).await;
+        let shown = String::from_utf8_lossy(reply).into_owned();
+        let opts = LockOptions::new(TTL).fair(true).fencing(fencing);
+        let lock = guarded("fair", async move { client.try_acquire("f", &opts).await })
+            .await
+            .unwrap();
+        not_read(&format!("{shown:?}: fair"), lock.map(|l| l.is_acquired()));
+    }
+}
+
 // The fuzzing loop.
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

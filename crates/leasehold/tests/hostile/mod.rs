@@ -141,12 +141,13 @@ pub async fn drive(
         if let Err(e) = result {
             check_error("inspect", &k, &e, &server.log_since(mark))?;
         }
-        for primitive in ["permit", "read", "write"] {
+        for primitive in ["fair", "permit", "read", "write"] {
             let name = key(primitive);
             let mark = server.log_len();
             let (c, n, o) = (client.clone(), name.clone(), plain.clone());
             let result = guarded(primitive, async move {
                 match primitive {
+                    "fair" => c.try_acquire(&n, &o.fair(true)).await,
                     "permit" => c.semaphore(&n, 2)?.try_acquire(&o).await,
                     "read" => c.rwlock(&n)?.try_read(&o).await,
                     _ => c.rwlock(&n)?.try_write(&o).await,

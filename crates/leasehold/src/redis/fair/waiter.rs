@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::{Lease, LockGuard};
 use crate::core::options::{LockOptions, ttl_millis};
+use crate::core::outcome::MAX_FENCING_NUMBER;
 use crate::core::token::LockToken;
 use crate::redis::client::LockClient;
 use crate::redis::handoff::Tenure;
@@ -80,12 +81,25 @@ impl<'a> Waiter<'a> {
             .arg(attempt)
             .arg(self.owner);
         let mut conn = self.client.connection();
-        let (ok, n): (i64, i64) = inv
-            .invoke_async(&mut conn)
+        // Only the script's own reply, two integers, counts: anything else (a bulk "1", a
+        // fencing number out of range) is an unexpected reply, never a grant.
+        let reply = inv
+            .invoke_async::<redis::Value>(&mut conn)
             .await
-            .map_err(|e| Error::from_redis(Operation::Acquire, e))?;
+            .and_then(crate::redis::error::int_pair)
+            .and_then(|(ok, n)| match (ok, n) {
+                (1, n) if !fencing || (1..=MAX_FENCING_NUMBER as i64).contains(&n) => Ok((1, n)),
+                (0, n) => Ok((0, n)),
+                _ => Err(crate::redis::error::unexpected_reply(
+                    "not a fair acquisition's reply",
+                    &redis::Value::Array(vec![redis::Value::Int(ok), redis::Value::Int(n)]),
+                )),
+            });
+        let (ok, n) = reply.map_err(|e| Error::from_redis(Operation::Acquire, e))?;
         Ok(if ok == 1 {
-            FairAttempt::Acquired { fencing: n as u64 }
+            FairAttempt::Acquired {
+                fencing: n.max(0) as u64,
+            }
         } else {
             FairAttempt::Busy {
                 remaining: (n >= 0).then(|| Duration::from_millis(n as u64)),
