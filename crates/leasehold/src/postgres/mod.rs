@@ -91,6 +91,7 @@ mod params;
 mod pooler;
 mod session;
 mod sql;
+mod tls;
 mod url;
 
 #[cfg(test)]
