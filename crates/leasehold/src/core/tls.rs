@@ -4,7 +4,6 @@
 use std::path::Path;
 
 use crate::core::error::{Error, Result};
-use crate::core::options::ClientOptions;
 
 /// A PEM file's bytes, if it can be read and holds a PEM block of `kind` (`CERTIFICATE`, or
 /// `PRIVATE KEY` for any key type). `what` names the file in the error.
@@ -68,7 +67,10 @@ pub(crate) fn read_identity(
 }
 
 /// The client certificate and key of `options`, if any.
-pub(crate) fn options_identity(options: &ClientOptions) -> Result<Option<ClientIdentity>> {
+#[cfg(feature = "etcd")]
+pub(crate) fn options_identity(
+    options: &crate::core::options::ClientOptions,
+) -> Result<Option<ClientIdentity>> {
     read_identity(
         options.tls_cert_file.as_deref(),
         options.tls_key_file.as_deref(),

@@ -53,8 +53,22 @@ pub(super) fn connect_error(err: ec::Error, tls: bool, with_identity: bool) -> E
     }
     let closed = {
         let text = format!("{err:?}");
-        text.contains("connection closed") || text.contains("broken pipe")
+        text.contains("connection closed")
+            || text.contains("broken pipe")
+            || text.contains("connection reset")
     };
+    if tls && crate::core::tls::untrusted_server_certificate(&err) {
+        return Error::Connection {
+            op: Operation::Connect,
+            ambiguous: false,
+            source: Box::new(crate::core::tls::Hinted {
+                hint: "the member's TLS certificate is not trusted: it must chain to the CA \
+                       file (tls_ca_file, --tls-ca-file), else to the system's roots, and name \
+                       the URL's host",
+                source: Box::new(err),
+            }),
+        };
+    }
     if tls && closed {
         let hint = if with_identity {
             "the member closed the TLS connection: does it trust the client certificate's CA?"
