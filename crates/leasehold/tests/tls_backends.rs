@@ -341,3 +341,37 @@ mod etcd {
         assert!(matches!(err, Error::Connection { .. }), "{err:?}");
     }
 }
+
+// A listener that accepts and never answers (no TLS handshake, no SSLRequest reply): every TLS
+// form fails with a connection error within the connect timeout, none hangs.
+#[tokio::test]
+async fn a_silent_server_fails_tls_connects_within_the_connect_timeout() {
+    let silent = leasehold_harness::SilentServer::start().expect("a silent listener");
+    let port = silent.port();
+    let files = certificates();
+    let bounded = ClientOptions::new()
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_millis(500))
+        .tls_ca_file(files.ca_cert())
+        .tls_cert_file(files.client_cert())
+        .tls_key_file(files.client_key());
+    let mut urls = Vec::new();
+    if cfg!(feature = "postgres") {
+        urls.push(format!(
+            "postgres://leasehold@127.0.0.1:{port}/postgres?sslmode=verify-full"
+        ));
+    }
+    if cfg!(feature = "etcd") {
+        urls.push(format!("etcds://127.0.0.1:{port}"));
+    }
+    for url in urls {
+        let err = connect(&url, bounded.clone())
+            .await
+            .expect_err("nothing answers");
+        assert!(matches!(err, Error::Connection { .. }), "{url}: {err:?}");
+    }
+    assert!(
+        silent.accepted() >= 1,
+        "the silent server saw no connection"
+    );
+}
