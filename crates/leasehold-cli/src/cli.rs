@@ -100,7 +100,7 @@ pub struct ServerArgs {
     #[arg(long, value_name = "PATH", env = "LEASEHOLD_TLS_CA_FILE")]
     pub tls_ca_file: Option<std::path::PathBuf>,
 
-    /// Mutual TLS (etcds://, postgres://...?sslmode=...; not Redis): show the client
+    /// Mutual TLS (rediss://, etcds://, postgres://...?sslmode=...): show the client
     /// certificate in this PEM file; give --tls-key-file too.
     #[arg(long, value_name = "PATH", env = "LEASEHOLD_TLS_CERT_FILE")]
     pub tls_cert_file: Option<std::path::PathBuf>,

@@ -349,7 +349,7 @@ impl Target {
         self.connect_with(ClientOptions::new()).await
     }
 
-    /// Connects with `options` (and the `--tls-*` files; Redis refuses a client certificate).
+    /// Connects with `options` (and the `--tls-*` files).
     pub async fn connect_with(
         &self,
         options: impl Into<RedisOptions>,

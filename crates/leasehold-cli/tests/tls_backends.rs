@@ -2,12 +2,14 @@
 //! etcd (`etcds://`), against servers started with certificates made at test time: what
 //! works, and the exit status of each TLS failure (69: the server's certificate is not
 //! trusted; 77: the server refused us for want of TLS or of a client certificate; 64: flags
-//! that cannot work).
+//! that cannot work); Redis takes the same client certificate.
 
 use crate::support;
 
-use leasehold_harness::{TlsFiles, etcd_tls_for_test, postgres_tls_for_test};
-use support::{closed_port, leasehold};
+use leasehold_harness::{
+    Server, ServerOptions, TlsFiles, etcd_tls_for_test, postgres_tls_for_test, server_test,
+};
+use support::leasehold;
 
 fn certificates() -> TlsFiles {
     TlsFiles::temporary().expect("certificates are generated")
@@ -138,22 +140,20 @@ fn etcd_with_tls_flags() {
     assert!(out.stderr.contains("client certificate"), "{}", out.stderr);
 }
 
-// Redis does not take a client certificate yet: refused (64) before connecting, not ignored.
-#[test]
-fn redis_refuses_a_client_certificate() {
-    let url = format!("rediss://127.0.0.1:{}/", closed_port());
-    let out = leasehold(&[
-        "--url",
-        &url,
-        "--tls-cert-file",
-        "/nonexistent/client.crt",
-        "--tls-key-file",
-        "/nonexistent/client.key",
-        "acquire",
-        "tls:k",
-        "--ttl",
-        "30s",
-    ])
-    .expect(64);
-    assert!(out.stderr.contains("client certificate"), "{}", out.stderr);
-}
+// Redis asking for client certificates (`tls-auth-clients yes`): the three flags work (the
+// CA and the client certificate); without the certificate the server refuses (77, or 69 when
+// its reset overtakes its alert).
+server_test!(async fn redis_with_tls_flags(bin) {
+    let files = certificates();
+    let options = ServerOptions::new().tls(&files).args(["--tls-auth-clients", "yes"]);
+    let server = Server::start(&bin, &options).unwrap();
+    let url = server.tls_url().unwrap();
+    let (ca, cert, key) = paths(&files);
+    let token = at(&url, &tls_flags(&ca, &cert, &key), &["acquire", "tls:redis", "--ttl", "30s"]).expect(0).stdout;
+    at(&url, &tls_flags(&ca, &cert, &key), &["release", "tls:redis", "--token", token.trim()]).expect(0);
+    let out = at(&url, &["--tls-ca-file", &ca], &["acquire", "tls:redis", "--ttl", "30s"]);
+    assert!(matches!(out.code, 69 | 77), "{out:?}");
+    if out.code == 77 {
+        assert!(out.stderr.contains("client certificate"), "{}", out.stderr);
+    }
+});

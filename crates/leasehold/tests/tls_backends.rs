@@ -375,3 +375,27 @@ async fn a_silent_server_fails_tls_connects_within_the_connect_timeout() {
         "the silent server saw no connection"
     );
 }
+
+// Redis with `tls-auth-clients yes`: the client certificate of the options is shown (mutual
+// TLS); without one the server refuses the connection, an authentication error.
+leasehold_harness::server_test!(async fn redis_mutual_tls(bin) {
+    use leasehold_harness::{Server, ServerOptions};
+    let files = certificates();
+    let server = Server::start(&bin, &ServerOptions::new().tls(&files).args(["--tls-auth-clients", "yes"]))
+        .expect("a TLS server that asks for client certificates");
+    let url = server.tls_url().expect("a TLS port");
+    let with_ca = options().tls_ca_file(files.ca_cert());
+    let mutual = with_ca.clone().tls_cert_file(files.client_cert()).tls_key_file(files.client_key());
+    let locker = connect(&url, mutual).await.expect("mutual TLS");
+    lock_round_trip(&locker, "tls:redis").await;
+    let err = connect(&url, with_ca).await.map(drop).expect_err("no client certificate");
+    // The server's alert (CertificateRequired) names the refusal: authentication. (Should the
+    // server's reset overtake its alert, only a connection error is left to see.)
+    match &err {
+        Error::Authentication { .. } => {
+            assert!(err.to_string().contains("refused the TLS client certificate"), "{err}");
+        }
+        Error::Connection { .. } => {}
+        other => panic!("{other:?}"),
+    }
+});

@@ -11,7 +11,6 @@ pub(crate) mod options;
 pub(crate) mod outcome;
 pub(crate) mod report;
 pub(crate) mod throttle;
-#[cfg(any(feature = "etcd", feature = "postgres"))]
 pub(crate) mod tls;
 pub(crate) mod token;
 pub(crate) mod url;

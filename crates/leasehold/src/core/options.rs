@@ -439,11 +439,10 @@ impl ClientOptions {
         self
     }
 
-    /// Mutual TLS (`etcds://`, `postgres://…?sslmode=…`): show the client certificate in this
-    /// PEM file (its chain may follow it), with the key of
-    /// [`tls_key_file`](ClientOptions::tls_key_file); give both. For PostgreSQL it is the
-    /// `sslcert` the URL does not name. Redis refuses it
-    /// ([`Error::Unsupported`](crate::Error::Unsupported)). Connecting fails with
+    /// Mutual TLS (`rediss://` and the other TLS forms of Redis, `etcds://`,
+    /// `postgres://…?sslmode=…`): show the client certificate in this PEM file (its chain may
+    /// follow it), with the key of [`tls_key_file`](ClientOptions::tls_key_file); give both.
+    /// For PostgreSQL it is the `sslcert` the URL does not name. Connecting fails with
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) if the file cannot be read,
     /// holds no certificate, or comes without a key.
     pub fn tls_cert_file(mut self, path: impl Into<std::path::PathBuf>) -> Self {

@@ -1,5 +1,5 @@
 //! TLS files every backend reads the same way: a private CA and a client certificate and key
-//! (PEM), named in [`ClientOptions`] or in the URL.
+//! (PEM), named in `ClientOptions` or in the URL; and how TLS refusals read.
 
 use std::path::Path;
 
@@ -30,6 +30,7 @@ pub(crate) fn read_pem(path: &Path, what: &'static str, kind: &str) -> Result<Ve
 }
 
 /// A private CA's certificates (PEM).
+#[cfg(any(feature = "etcd", feature = "postgres"))]
 pub(crate) fn read_ca(path: &Path) -> Result<Vec<u8>> {
     read_pem(path, "TLS CA file", "CERTIFICATE")
 }
@@ -101,6 +102,7 @@ pub(crate) fn refused_client_certificate(err: &(dyn std::error::Error + 'static)
 }
 
 /// Whether the error chain says the peer's certificate failed our check (rustls's words).
+#[cfg(any(feature = "etcd", feature = "postgres"))]
 pub(crate) fn untrusted_server_certificate(err: &(dyn std::error::Error + 'static)) -> bool {
     let mut cur = Some(err);
     while let Some(e) = cur {
@@ -113,17 +115,36 @@ pub(crate) fn untrusted_server_certificate(err: &(dyn std::error::Error + 'stati
 }
 
 /// The error for a TLS alert by which the server refused our client certificate.
+#[cfg(any(feature = "etcd", feature = "postgres"))]
 pub(crate) fn refused_certificate_error(
     source: impl std::error::Error + Send + Sync + 'static,
 ) -> Error {
     Error::Authentication {
         source: Box::new(Hinted {
-            hint: "the server refused the TLS client certificate (none was given, or it is not \
-                   signed by a CA the server trusts)",
+            hint: REFUSED_CERTIFICATE,
             source: Box::new(source),
         }),
     }
 }
+
+/// `err`, or, if it is a connection error whose cause is a TLS alert by which the server refused
+/// our client certificate, that authentication error.
+pub(crate) fn client_certificate_refusal(err: Error) -> Error {
+    match err {
+        Error::Connection { source, .. } if refused_client_certificate(&*source) => {
+            Error::Authentication {
+                source: Box::new(Hinted {
+                    hint: REFUSED_CERTIFICATE,
+                    source,
+                }),
+            }
+        }
+        other => other,
+    }
+}
+
+const REFUSED_CERTIFICATE: &str = "the server refused the TLS client certificate (none was \
+                                   given, or it is not signed by a CA the server trusts)";
 
 /// An error with what probably caused it.
 #[derive(Debug)]
@@ -146,6 +167,7 @@ impl std::error::Error for Hinted {
 
 /// Makes sure rustls has a process-wide crypto provider: ring, unless the application
 /// installed another one first (then that one stays).
+#[cfg(any(feature = "etcd", feature = "postgres"))]
 pub(crate) fn ensure_crypto_provider() {
     if rustls::crypto::CryptoProvider::get_default().is_none() {
         // Losing a race to another installer is fine: some provider is installed either way.
@@ -153,7 +175,7 @@ pub(crate) fn ensure_crypto_provider() {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, any(feature = "etcd", feature = "postgres")))]
 mod tests {
     use super::*;
 
