@@ -10,12 +10,14 @@ Exit status:
   0   success
   1   not held: the token no longer holds the key (expired, released, or taken over)
   64  usage error: bad arguments, a malformed URL, a TTL out of range
-  69  server unreachable, or (Redlock) fewer than a majority of the nodes answered; each node's
-      outcome is on stderr
+  69  server unreachable (also: its TLS certificate is not trusted, or it offers no TLS where
+      the URL asks for it), or (Redlock) fewer than a majority of the nodes answered; each
+      node's outcome is on stderr
   70  any other failure (an unexpected server error or reply)
   75  not acquired: the lock is busy, --wait elapsed, or the grant came too late to be a lease
   76  `run`/`elect`: the lock (or leadership) was lost while the command ran
-  77  authentication refused (or an ACL forbids the command)
+  77  authentication refused (or an ACL forbids the command; also: the server refused the
+      connection for want of TLS or of a client certificate it trusts)
   128+N `run`/`elect`: signal N (SIGINT 130, SIGTERM 143, SIGHUP 129) before CMD started or
       after it ended (see `leasehold run --help`)";
 
@@ -27,8 +29,11 @@ Servers (--url, else $LEASEHOLD_URL, else $REDIS_URL, else redis://127.0.0.1:637
   redis-sentinel://host:port[,host:port...]#NAME     the primary the sentinels call NAME
   redlock://[user:password@]host:port,host:port,...  Redlock over independent servers
                                                      (rediss-redlock://: TLS; or --url several times)
-  etcd://[user:password@]host:port[,host:port...]    etcd v3 (leases; fencing by revision)
+  etcd://[user:password@]host:port[,host:port...]    etcd v3 (leases; fencing by revision;
+                                                     etcds://: TLS)
   postgres://[user:password@]host:port/db            PostgreSQL session advisory locks
+                                                     (TLS: ?sslmode=require|verify-ca|verify-full
+                                                     &sslrootcert=PATH)
   postgres://...?lock=lease                          PostgreSQL lease rows (a token and an expiry;
                                                      they work through a transaction pooler)";
 
@@ -89,10 +94,20 @@ pub struct ServerArgs {
     #[arg(long, value_name = "NAME")]
     pub sentinel_master: Option<String>,
 
-    /// For rediss:// (TLS): trust the certificate authority in this PEM file instead of the
-    /// system's roots.
+    /// For TLS (rediss://, etcds://, postgres://...?sslmode=...): trust the certificate
+    /// authority in this PEM file instead of the system's roots (PostgreSQL: the sslrootcert
+    /// the URL does not name).
     #[arg(long, value_name = "PATH", env = "LEASEHOLD_TLS_CA_FILE")]
     pub tls_ca_file: Option<std::path::PathBuf>,
+
+    /// Mutual TLS (rediss://, etcds://, postgres://...?sslmode=...): show the client
+    /// certificate in this PEM file; give --tls-key-file too.
+    #[arg(long, value_name = "PATH", env = "LEASEHOLD_TLS_CERT_FILE")]
+    pub tls_cert_file: Option<std::path::PathBuf>,
+
+    /// The private key (PEM, unencrypted) of --tls-cert-file.
+    #[arg(long, value_name = "PATH", env = "LEASEHOLD_TLS_KEY_FILE")]
+    pub tls_key_file: Option<std::path::PathBuf>,
 }
 
 impl Cli {
@@ -105,7 +120,7 @@ impl Cli {
 impl ServerArgs {
     /// These (the arguments before the subcommand) and `sub` (the subcommand's own): every
     /// `--url` in order, the subcommand's `--node-timeout`, `--sentinel-master` and
-    /// `--tls-ca-file` over these.
+    /// the `--tls-*` files over these.
     pub fn merge(&self, sub: &ServerArgs) -> ServerArgs {
         ServerArgs {
             url: self.url.iter().chain(&sub.url).cloned().collect(),
@@ -116,6 +131,14 @@ impl ServerArgs {
                 .clone()
                 .or_else(|| self.sentinel_master.clone()),
             tls_ca_file: sub.tls_ca_file.clone().or_else(|| self.tls_ca_file.clone()),
+            tls_cert_file: sub
+                .tls_cert_file
+                .clone()
+                .or_else(|| self.tls_cert_file.clone()),
+            tls_key_file: sub
+                .tls_key_file
+                .clone()
+                .or_else(|| self.tls_key_file.clone()),
         }
     }
 }
@@ -130,7 +153,11 @@ impl ServerArgs {
         crate::target::Servers::resolve(self.url, self.node_timeout).topology(
             self.cluster,
             self.sentinel_master,
-            self.tls_ca_file,
+            crate::target::TlsPaths {
+                ca: self.tls_ca_file,
+                cert: self.tls_cert_file,
+                key: self.tls_key_file,
+            },
         )
     }
 }

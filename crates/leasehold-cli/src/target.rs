@@ -25,8 +25,32 @@ pub enum Source {
 pub struct Target {
     pub url: String,
     pub source: Source,
-    /// `--tls-ca-file`.
-    pub tls_ca_file: Option<std::path::PathBuf>,
+    /// `--tls-ca-file`, `--tls-cert-file`, `--tls-key-file`.
+    pub tls: TlsPaths,
+}
+
+/// `--tls-ca-file`, `--tls-cert-file` and `--tls-key-file`.
+#[derive(Debug, Clone, Default)]
+pub struct TlsPaths {
+    pub ca: Option<std::path::PathBuf>,
+    pub cert: Option<std::path::PathBuf>,
+    pub key: Option<std::path::PathBuf>,
+}
+
+impl TlsPaths {
+    /// `options` with these files.
+    pub fn apply(&self, mut options: ClientOptions) -> ClientOptions {
+        if let Some(path) = &self.ca {
+            options = options.tls_ca_file(path);
+        }
+        if let Some(path) = &self.cert {
+            options = options.tls_cert_file(path);
+        }
+        if let Some(path) = &self.key {
+            options = options.tls_key_file(path);
+        }
+        options
+    }
 }
 
 /// What the URLs name together.
@@ -52,8 +76,8 @@ pub struct Servers {
     pub node_timeout: Option<Duration>,
     /// What the URLs name.
     pub topology: Topology,
-    /// `--tls-ca-file`.
-    pub tls_ca_file: Option<std::path::PathBuf>,
+    /// `--tls-ca-file`, `--tls-cert-file`, `--tls-key-file`.
+    pub tls: TlsPaths,
 }
 
 impl Servers {
@@ -74,11 +98,11 @@ impl Servers {
             source,
             node_timeout,
             topology: Topology::PerUrl,
-            tls_ca_file: None,
+            tls: TlsPaths::default(),
         }
     }
 
-    /// `--cluster`, `--sentinel-master` and `--tls-ca-file`.
+    /// `--cluster`, `--sentinel-master` and the `--tls-*` files.
     ///
     /// # Errors
     /// [`Usage`] for both `--cluster` and `--sentinel-master`, or for a master name without
@@ -87,7 +111,7 @@ impl Servers {
         mut self,
         cluster: bool,
         sentinel_master: Option<String>,
-        tls_ca_file: Option<std::path::PathBuf>,
+        tls: TlsPaths,
     ) -> Result<Servers, Usage> {
         self.topology = match (cluster, sentinel_master) {
             (true, Some(_)) => {
@@ -102,7 +126,7 @@ impl Servers {
             (false, Some(name)) => Topology::Sentinel(name),
             (false, None) => Topology::PerUrl,
         };
-        self.tls_ca_file = tls_ca_file;
+        self.tls = tls;
         Ok(self)
     }
 
@@ -112,7 +136,7 @@ impl Servers {
             ([url], Topology::PerUrl) => Some(Target {
                 url: url.clone(),
                 source: self.source,
-                tls_ca_file: self.tls_ca_file.clone(),
+                tls: self.tls.clone(),
             }),
             _ => None,
         }
@@ -120,11 +144,7 @@ impl Servers {
 
     /// The client options every connection of this command starts from.
     pub fn client_options(&self) -> ClientOptions {
-        let options = ClientOptions::new();
-        match &self.tls_ca_file {
-            Some(path) => options.tls_ca_file(path),
-            None => options,
-        }
+        self.tls.apply(ClientOptions::new())
     }
 
     /// Connects: a [`LockClient`] for one server, a cluster or a Sentinel-monitored primary, a
@@ -220,7 +240,7 @@ impl Servers {
 }
 
 /// The URL schemes served by a backend other than Redis (through [`Locker`]).
-const OTHER_SCHEMES: [&str; 3] = ["etcd", "postgres", "postgresql"];
+const OTHER_SCHEMES: [&str; 4] = ["etcd", "etcds", "postgres", "postgresql"];
 
 fn scheme_of(url: &str) -> Option<String> {
     url.split_once("://").map(|(s, _)| s.to_ascii_lowercase())
@@ -329,16 +349,21 @@ impl Target {
         self.connect_with(ClientOptions::new()).await
     }
 
-    /// Connects with `options` (and `--tls-ca-file`).
+    /// Connects with `options` (and the `--tls-*` files).
     pub async fn connect_with(
         &self,
         options: impl Into<RedisOptions>,
     ) -> anyhow::Result<LockClient> {
-        let options: RedisOptions = options.into();
-        let options = match &self.tls_ca_file {
-            Some(path) => options.tls_ca_file(path),
-            None => options,
-        };
+        let mut options: RedisOptions = options.into();
+        if let Some(path) = &self.tls.ca {
+            options = options.tls_ca_file(path);
+        }
+        if let Some(path) = &self.tls.cert {
+            options = options.tls_cert_file(path);
+        }
+        if let Some(path) = &self.tls.key {
+            options = options.tls_key_file(path);
+        }
         LockClient::connect_with(&self.url, options)
             .await
             .with_context(|| format!("cannot use the server at {}", self.shown()))

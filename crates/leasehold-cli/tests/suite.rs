@@ -9,6 +9,7 @@ mod redlock;
 mod run;
 mod short_ttl;
 mod support;
+mod tls_backends;
 mod topologies;
 
 /// The binary under test.

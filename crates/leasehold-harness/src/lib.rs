@@ -59,11 +59,14 @@ pub use discover::{
 pub use error::HarnessError;
 pub use etcd::{
     DEFAULT_ETCD_MEMBERS, Etcd, EtcdCluster, EtcdStatus, etcd_cluster_for_test, etcd_for_test,
-    find_etcd,
+    etcd_tls_for_test, find_etcd,
 };
 pub use hostile::{Exchange, Grant, HostileOptions, HostileServer, ReplyKind};
 pub use pgbouncer::{PgBouncer, PgBouncerOptions, PoolMode, find_pgbouncer, pgbouncer_for_test};
-pub use postgres::{POSTGRES_DATABASE, POSTGRES_USER, Postgres, find_postgres, postgres_for_test};
+pub use postgres::{
+    POSTGRES_DATABASE, POSTGRES_USER, Postgres, find_postgres, postgres_for_test,
+    postgres_tls_for_test,
+};
 pub use resp::RespValue;
 pub use sentinel::{DEFAULT_MASTER_NAME, SentinelOptions, SentinelSet};
 pub use server::{Server, ServerOptions};

@@ -92,20 +92,46 @@ pub fn find_postgres() -> Option<PathBuf> {
 /// true (`LEASEHOLD_REQUIRE_MATRIX=1` or `CI`), or if it is installed but does not start.
 #[track_caller]
 pub fn postgres_for_test() -> Option<Postgres> {
-    if find_postgres().is_none() {
-        if crate::require_full_matrix() {
-            panic!(
-                "no PostgreSQL server found, and LEASEHOLD_REQUIRE_MATRIX/CI demands the full \
-                 matrix (run scripts/install-servers)"
-            );
-        }
-        eprintln!("skipping: no PostgreSQL server found (run scripts/install-servers)");
+    if !installed_for_test() {
         return None;
     }
     match Postgres::start() {
         Ok(pg) => Some(pg),
         Err(e) => panic!("cannot start PostgreSQL: {e}"),
     }
+}
+
+/// Like [`postgres_for_test`], a server that takes TLS only on TCP (see
+/// [`Postgres::start_tls`]).
+///
+/// # Panics
+/// As [`postgres_for_test`].
+#[track_caller]
+pub fn postgres_tls_for_test(files: &crate::TlsFiles, client_certs: bool) -> Option<Postgres> {
+    if !installed_for_test() {
+        return None;
+    }
+    match Postgres::start_tls(files, client_certs) {
+        Ok(pg) => Some(pg),
+        Err(e) => panic!("cannot start PostgreSQL with TLS: {e}"),
+    }
+}
+
+/// Whether PostgreSQL is installed; if not, prints `skipping: ...`, or panics when the full
+/// matrix is required.
+#[track_caller]
+fn installed_for_test() -> bool {
+    if find_postgres().is_some() {
+        return true;
+    }
+    if crate::require_full_matrix() {
+        panic!(
+            "no PostgreSQL server found, and LEASEHOLD_REQUIRE_MATRIX/CI demands the full \
+             matrix (run scripts/install-servers)"
+        );
+    }
+    eprintln!("skipping: no PostgreSQL server found (run scripts/install-servers)");
+    false
 }
 
 /// A running PostgreSQL server on `127.0.0.1`, with its own temporary directory.
@@ -136,6 +162,25 @@ impl Postgres {
     /// system user is missing or `initdb` fails; [`HarnessError::StartFailed`] if the server
     /// does not come up.
     pub fn start() -> Result<Postgres, HarnessError> {
+        Self::start_with(None)
+    }
+
+    /// Like [`Postgres::start`], with TLS: `ssl=on` with `files`' server certificate and key,
+    /// its CA as `ssl_ca_file`, and `pg_hba.conf` lines that take TCP connections over TLS
+    /// only (`hostssl … trust`, then `hostnossl … reject`); with `client_certs`, the `hostssl`
+    /// line asks for a client certificate signed by the CA (`clientcert=verify-ca`). The Unix
+    /// socket stays plain text.
+    ///
+    /// # Errors
+    /// As [`Postgres::start`]; [`HarnessError::Io`] if the files cannot be copied.
+    pub fn start_tls(
+        files: &crate::TlsFiles,
+        client_certs: bool,
+    ) -> Result<Postgres, HarnessError> {
+        Self::start_with(Some((files, client_certs)))
+    }
+
+    fn start_with(tls: Option<(&crate::TlsFiles, bool)>) -> Result<Postgres, HarnessError> {
         let bin_dir = find_postgres().ok_or_else(|| {
             HarnessError::NotInstalled("no PostgreSQL server binaries found".to_owned())
         })?;
@@ -155,6 +200,9 @@ impl Postgres {
             child: None,
         };
         pg.initdb()?;
+        if let Some((files, client_certs)) = tls {
+            pg.configure_tls(files, client_certs)?;
+        }
 
         let mut last = None;
         for _ in 0..START_ATTEMPTS {
@@ -284,6 +332,50 @@ impl Postgres {
             .ok_or_else(|| setup_error(&self.what(), "the server is not running".into(), ""))?;
         signal::kill(Pid::from_raw(pid), Signal::SIGHUP)
             .map_err(|e| setup_error(&self.what(), format!("SIGHUP: {e}"), ""))?;
+        Ok(())
+    }
+
+    /// Copies the certificates into the data directory (the key must belong to the server's
+    /// user, mode 0600) and turns TLS on (see [`Postgres::start_tls`]).
+    fn configure_tls(
+        &self,
+        files: &crate::TlsFiles,
+        client_certs: bool,
+    ) -> Result<(), HarnessError> {
+        let data = self.dir.path().join(DATA_DIR);
+        for (from, to) in [
+            (files.server_cert(), "server.crt"),
+            (files.server_key(), "server.key"),
+            (files.ca_cert(), "root.crt"),
+        ] {
+            let to = data.join(to);
+            fs::copy(&from, &to)?;
+            fs::set_permissions(&to, fs::Permissions::from_mode(0o600))?;
+            if let Some((uid, gid)) = self.run_as {
+                std::os::unix::fs::chown(&to, Some(uid.as_raw()), Some(gid.as_raw()))?;
+            }
+        }
+        let conf = data.join("postgresql.conf");
+        let mut text = fs::read_to_string(&conf)?;
+        text.push_str(
+            "\nssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n\
+             ssl_ca_file = 'root.crt'\n",
+        );
+        fs::write(&conf, text)?;
+        let hba = data.join("pg_hba.conf");
+        let old = fs::read_to_string(&hba)?;
+        let clientcert = if client_certs {
+            " clientcert=verify-ca"
+        } else {
+            ""
+        };
+        fs::write(
+            &hba,
+            format!(
+                "hostssl all all 127.0.0.1/32 trust{clientcert}\n\
+                 hostnossl all all 127.0.0.1/32 reject\n{old}"
+            ),
+        )?;
         Ok(())
     }
 

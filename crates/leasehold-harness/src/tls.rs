@@ -15,7 +15,13 @@ const CA_CERT: &str = "ca.crt";
 const SERVER_KEY: &str = "server.key";
 const SERVER_CSR: &str = "server.csr";
 const SERVER_CERT: &str = "server.crt";
+const CLIENT_KEY: &str = "client.key";
+const CLIENT_CSR: &str = "client.csr";
+const CLIENT_CERT: &str = "client.crt";
 const OPENSSL_CNF: &str = "openssl.cnf";
+
+/// `openssl req` arguments for a new ECDSA P-256 key.
+const EC_KEY: [&str; 4] = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"];
 
 /// Validity of the generated certificates, in days.
 const DAYS: &str = "3650";
@@ -42,11 +48,19 @@ extendedKeyUsage = serverAuth, clientAuth
 subjectAltName = IP:127.0.0.1, DNS:localhost
 subjectKeyIdentifier = hash
 authorityKeyIdentifier = keyid
+
+[v3_client]
+basicConstraints = critical, CA:FALSE
+keyUsage = critical, digitalSignature, keyEncipherment
+extendedKeyUsage = clientAuth
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid
 ";
 
 /// A throwaway certificate authority and a server certificate signed by it, valid for
 /// `127.0.0.1` and `localhost` (subject alternative names `IP:127.0.0.1`, `DNS:localhost`),
-/// for ten years. Keys are ECDSA P-256, unencrypted, in PEM files.
+/// and a client certificate (`CN=leasehold`, for mutual TLS) signed by it too, for ten
+/// years. Keys are ECDSA P-256, unencrypted, in PEM files.
 ///
 /// Hand it to [`ServerOptions::tls`](crate::ServerOptions::tls) to make a server listen with
 /// TLS; clients trust [`TlsFiles::ca_cert`]. Cloning is cheap; a set made by
@@ -68,7 +82,8 @@ impl fmt::Debug for TlsFiles {
 }
 
 impl TlsFiles {
-    /// Creates `ca.key`, `ca.crt`, `server.key` and `server.crt` in `dir` (created if
+    /// Creates `ca.key`, `ca.crt`, `server.key`, `server.crt`, `client.key` and `client.crt`
+    /// in `dir` (created if
     /// missing; existing files of these names are overwritten) by running `openssl`.
     ///
     /// Fails with [`HarnessError::NotInstalled`] if there is no `openssl` on `PATH`, with
@@ -78,9 +93,8 @@ impl TlsFiles {
         fs::create_dir_all(dir)?;
         let dir = fs::canonicalize(dir)?;
         fs::write(dir.join(OPENSSL_CNF), CONFIG)?;
-        let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"];
         let mut ca = vec!["req", "-x509", "-new", "-nodes"];
-        ca.extend(ec);
+        ca.extend(EC_KEY);
         ca.extend([
             "-keyout",
             CA_KEY,
@@ -96,45 +110,25 @@ impl TlsFiles {
             "/CN=leasehold test CA",
         ]);
         openssl(&dir, &ca, "the CA certificate")?;
-        let mut csr = vec!["req", "-new", "-nodes"];
-        csr.extend(ec);
-        csr.extend([
-            "-keyout",
-            SERVER_KEY,
-            "-out",
-            SERVER_CSR,
-            "-config",
-            OPENSSL_CNF,
-            "-subj",
-            "/CN=localhost",
-        ]);
-        openssl(&dir, &csr, "the server key and request")?;
-        let serial = format!("0x{:016x}", serial_number());
-        openssl(
-            &dir,
-            &[
-                "x509",
-                "-req",
-                "-in",
-                SERVER_CSR,
-                "-CA",
-                CA_CERT,
-                "-CAkey",
-                CA_KEY,
-                "-set_serial",
-                &serial,
-                "-out",
-                SERVER_CERT,
-                "-days",
-                DAYS,
-                "-extfile",
-                OPENSSL_CNF,
-                "-extensions",
-                "v3_server",
-            ],
-            "the server certificate",
-        )?;
-        let _ = fs::remove_file(dir.join(SERVER_CSR));
+        let server = Leaf {
+            key: SERVER_KEY,
+            csr: SERVER_CSR,
+            cert: SERVER_CERT,
+            subject: "/CN=localhost",
+            extensions: "v3_server",
+            what: "server",
+        };
+        sign_leaf(&dir, &server, serial_number())?;
+        let client = Leaf {
+            key: CLIENT_KEY,
+            csr: CLIENT_CSR,
+            cert: CLIENT_CERT,
+            subject: "/CN=leasehold",
+            extensions: "v3_client",
+            what: "client",
+        };
+        // Another serial than the server's: a certificate is named by issuer and serial.
+        sign_leaf(&dir, &client, serial_number() ^ 0x5a5a)?;
         Ok(TlsFiles { dir, _temp: None })
     }
 
@@ -170,6 +164,73 @@ impl TlsFiles {
     pub fn server_key(&self) -> PathBuf {
         self.dir.join(SERVER_KEY)
     }
+
+    /// A client certificate (PEM, `CN=leasehold`, extended key usage `clientAuth`), signed by
+    /// the CA: what a server that asks for client certificates accepts.
+    pub fn client_cert(&self) -> PathBuf {
+        self.dir.join(CLIENT_CERT)
+    }
+
+    /// The client certificate's private key (PEM, unencrypted PKCS#8).
+    pub fn client_key(&self) -> PathBuf {
+        self.dir.join(CLIENT_KEY)
+    }
+}
+
+/// A key and a certificate signed by the CA in the directory.
+struct Leaf {
+    key: &'static str,
+    csr: &'static str,
+    cert: &'static str,
+    subject: &'static str,
+    /// The section of [`CONFIG`] with its extensions.
+    extensions: &'static str,
+    /// `server` or `client`, for errors.
+    what: &'static str,
+}
+
+/// Makes `leaf`'s key and a request, and has the CA sign it.
+fn sign_leaf(dir: &Path, leaf: &Leaf, serial: u64) -> Result<(), HarnessError> {
+    let mut csr = vec!["req", "-new", "-nodes"];
+    csr.extend(EC_KEY);
+    csr.extend([
+        "-keyout",
+        leaf.key,
+        "-out",
+        leaf.csr,
+        "-config",
+        OPENSSL_CNF,
+        "-subj",
+        leaf.subject,
+    ]);
+    openssl(dir, &csr, &format!("the {} key and request", leaf.what))?;
+    let serial = format!("0x{serial:016x}");
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            leaf.csr,
+            "-CA",
+            CA_CERT,
+            "-CAkey",
+            CA_KEY,
+            "-set_serial",
+            &serial,
+            "-out",
+            leaf.cert,
+            "-days",
+            DAYS,
+            "-extfile",
+            OPENSSL_CNF,
+            "-extensions",
+            leaf.extensions,
+        ],
+        &format!("the {} certificate", leaf.what),
+    )?;
+    let _ = fs::remove_file(dir.join(leaf.csr));
+    Ok(())
 }
 
 /// A serial number that differs between runs (time and pid), so clients that cache

@@ -19,8 +19,8 @@ use crate::redlock::{Redlock, RedlockOptions};
 /// |---|---|---|
 /// | `redis://`, `rediss://`, `valkey://`, `redis-cluster://`, `redis-sentinel://`, … | [`LockClient`] (see [`Endpoint`](crate::Endpoint)) | always |
 /// | `redlock://[user:password@]host:port,host:port,…` (`rediss-redlock://`: TLS) | [`Redlock`] over independent servers | always |
-/// | `etcd://[user:password@]host:port[,host:port…]` | `etcd::EtcdClient` (etcd v3) | `etcd` |
-/// | `postgres://…`, `postgresql://…` | `postgres::PostgresClient` (session advisory locks); with `?lock=lease`, `postgres::PostgresLeaseClient` (rows with a token and an expiry) | `postgres` |
+/// | `etcd://[user:password@]host:port[,host:port…]` (`etcds://`: TLS) | `etcd::EtcdClient` (etcd v3) | `etcd` |
+/// | `postgres://…`, `postgresql://…` (TLS: `?sslmode=…`) | `postgres::PostgresClient` (session advisory locks); with `?lock=lease`, `postgres::PostgresLeaseClient` (rows with a token and an expiry) | `postgres` |
 ///
 /// Every backend hands out the same [`LockGuard`] and [`Lease`], so code written against a
 /// `Locker` (or against `LockGuard`) runs unchanged when the URL changes. What each backend
@@ -39,7 +39,7 @@ pub struct Locker {
 
 /// The URL schemes [`Locker::connect`] knows, for messages.
 const SCHEMES: &str = "redis, rediss, valkey, valkeys, redis-cluster, rediss-cluster, \
-     redis-sentinel, rediss-sentinel, redlock, rediss-redlock, etcd, postgres, postgresql";
+     redis-sentinel, rediss-sentinel, redlock, rediss-redlock, etcds, etcd, postgres, postgresql";
 
 impl Locker {
     /// Connects to the backend `url` names, with default [`ClientOptions`].
@@ -80,14 +80,17 @@ impl Locker {
                     .await?
                     .into())
             }
-            "etcd" => {
+            s @ ("etcd" | "etcds") => {
                 #[cfg(feature = "etcd")]
-                return Ok(crate::etcd::EtcdClient::connect_with(url, options)
-                    .await?
-                    .into());
+                {
+                    let _ = s;
+                    return Ok(crate::etcd::EtcdClient::connect_with(url, options)
+                        .await?
+                        .into());
+                }
                 #[cfg(not(feature = "etcd"))]
                 return Err(Error::BackendNotCompiled {
-                    scheme: "etcd".into(),
+                    scheme: s.into(),
                     feature: "etcd",
                 });
             }

@@ -23,4 +23,5 @@ mod semaphore;
 mod sentinel;
 mod short_ttl;
 mod tls;
+mod tls_backends;
 mod waiting;

@@ -41,6 +41,22 @@ pub fn etcd_for_test() -> Option<Etcd> {
     }
 }
 
+/// Like [`etcd_for_test`], a member with a TLS client port that asks for client certificates
+/// (see [`Etcd::start_tls`]).
+///
+/// # Panics
+/// Like [`etcd_for_test`].
+#[track_caller]
+pub fn etcd_tls_for_test(files: &crate::TlsFiles) -> Option<Etcd> {
+    if !etcd_installed_for_test() {
+        return None;
+    }
+    match Etcd::start_tls(files) {
+        Ok(etcd) => Some(etcd),
+        Err(e) => panic!("cannot start etcd with TLS: {e}"),
+    }
+}
+
 /// An [`EtcdCluster`] of `members` members for a test, or `None` (after printing
 /// `skipping: ...`) if etcd is not installed.
 ///

@@ -59,6 +59,8 @@ pub struct Etcd {
     token: String,
     dir: TempDir,
     pub(super) process: Process,
+    /// [`Etcd::start_tls`]: the certificates and the TLS client port.
+    tls: Option<(crate::TlsFiles, u16)>,
 }
 
 impl fmt::Debug for Etcd {
@@ -105,11 +107,30 @@ impl Etcd {
     /// [`HarnessError::NotInstalled`] without etcd; [`HarnessError::StartFailed`] if it does
     /// not come up.
     pub fn start() -> Result<Etcd, HarnessError> {
+        Self::start_with(None)
+    }
+
+    /// Like [`Etcd::start`], plus a second client port that takes TLS only, with `files`'
+    /// server certificate, and asks for a client certificate signed by their CA
+    /// (`--cert-file --key-file --trusted-ca-file --client-cert-auth`, and
+    /// `https://127.0.0.1:T` added to the listen and advertise client URLs): see
+    /// [`Etcd::tls_endpoint`]. The plain client port stays (the harness's own probes use it).
+    ///
+    /// # Errors
+    /// As [`Etcd::start`].
+    pub fn start_tls(files: &crate::TlsFiles) -> Result<Etcd, HarnessError> {
+        Self::start_with(Some(files))
+    }
+
+    fn start_with(tls: Option<&crate::TlsFiles>) -> Result<Etcd, HarnessError> {
         let binary = require_etcd()?;
         let mut last = None;
         for _ in 0..START_ATTEMPTS {
             let mut members = new_members(&binary, 1)?;
             let mut etcd = members.pop().expect("one member");
+            if let Some(files) = tls {
+                etcd.tls = Some((files.clone(), free_port()?));
+            }
             etcd.spawn()?;
             match etcd.wait_ready(READY_TIMEOUT) {
                 Ok(()) => return Ok(etcd),
@@ -126,6 +147,19 @@ impl Etcd {
     /// `http://127.0.0.1:PORT`, the client URL (for an etcd client, or the JSON gateway).
     pub fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.client_port)
+    }
+
+    /// `https://127.0.0.1:PORT`, the TLS client URL of a member started with
+    /// [`Etcd::start_tls`]; `None` otherwise.
+    pub fn tls_endpoint(&self) -> Option<String> {
+        self.tls
+            .as_ref()
+            .map(|(_, port)| format!("https://127.0.0.1:{port}"))
+    }
+
+    /// The TLS client port of a member started with [`Etcd::start_tls`].
+    pub fn tls_port(&self) -> Option<u16> {
+        self.tls.as_ref().map(|(_, port)| *port)
     }
 
     /// The client port; stays the same across [`Etcd::restart`].
@@ -252,7 +286,11 @@ impl Etcd {
             .create(true)
             .append(true)
             .open(self.log_path())?;
-        let client = self.endpoint();
+        let plain = self.endpoint();
+        let client = match self.tls_endpoint() {
+            Some(tls) => format!("{plain},{tls}"),
+            None => plain,
+        };
         let peer = self.peer_url();
         let mut cmd = Command::new(&self.binary);
         for (name, _) in std::env::vars_os() {
@@ -282,8 +320,17 @@ impl Etcd {
             .arg("--logger")
             .arg("zap")
             .arg("--log-outputs")
-            .arg("stderr")
-            .current_dir(self.dir.path())
+            .arg("stderr");
+        if let Some((files, _)) = &self.tls {
+            cmd.arg("--cert-file")
+                .arg(files.server_cert())
+                .arg("--key-file")
+                .arg(files.server_key())
+                .arg("--trusted-ca-file")
+                .arg(files.ca_cert())
+                .arg("--client-cert-auth");
+        }
+        cmd.current_dir(self.dir.path())
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);
@@ -405,6 +452,9 @@ impl Drop for Etcd {
         self.kill();
         release_port(self.client_port);
         release_port(self.peer_port);
+        if let Some((_, port)) = self.tls {
+            release_port(port);
+        }
         // `dir` (a TempDir, with the data dir) is removed after this, as its field is dropped.
     }
 }
@@ -468,6 +518,7 @@ pub(super) fn new_members(binary: &Path, count: usize) -> Result<Vec<Etcd>, Harn
             token: token.clone(),
             dir,
             process: Process::default(),
+            tls: None,
         });
     }
     Ok(members)

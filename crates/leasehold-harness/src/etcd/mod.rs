@@ -16,6 +16,6 @@ mod member;
 mod tests;
 
 pub use cluster::{DEFAULT_ETCD_MEMBERS, EtcdCluster};
-pub use find::{etcd_cluster_for_test, etcd_for_test, find_etcd};
+pub use find::{etcd_cluster_for_test, etcd_for_test, etcd_tls_for_test, find_etcd};
 pub use gateway::EtcdStatus;
 pub use member::Etcd;

@@ -123,7 +123,7 @@ pub(crate) async fn run(target: &Target, args: DemoArgs) -> anyhow::Result<()> {
             let target = Target {
                 url: l.server.url(),
                 source: Source::Flag,
-                tls_ca_file: None,
+                tls: Default::default(),
             };
             session(&target, Some(l), &mut stop).await
         }

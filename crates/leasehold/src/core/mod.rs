@@ -11,5 +11,6 @@ pub(crate) mod options;
 pub(crate) mod outcome;
 pub(crate) mod report;
 pub(crate) mod throttle;
+pub(crate) mod tls;
 pub(crate) mod token;
 pub(crate) mod url;

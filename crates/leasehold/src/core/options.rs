@@ -397,7 +397,8 @@ impl LockOptions {
 }
 
 /// Connection options every backend takes: how long to wait for a connection and for a
-/// reply, and which certificate authority to trust. What only Redis has (strategies, release
+/// reply, which certificate authority to trust, and the client certificate to show (mutual
+/// TLS). What only Redis has (strategies, release
 /// notifications) is in [`RedisOptions`](crate::RedisOptions), which a
 /// [`LockClient`](crate::LockClient) takes (a `ClientOptions` converts into it).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -405,6 +406,8 @@ pub struct ClientOptions {
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
     pub(crate) tls_ca_file: Option<std::path::PathBuf>,
+    pub(crate) tls_cert_file: Option<std::path::PathBuf>,
+    pub(crate) tls_key_file: Option<std::path::PathBuf>,
 }
 
 impl Default for ClientOptions {
@@ -414,6 +417,8 @@ impl Default for ClientOptions {
             connect_timeout: Duration::from_secs(5),
             response_timeout: Duration::from_secs(5),
             tls_ca_file: None,
+            tls_cert_file: None,
+            tls_key_file: None,
         }
     }
 }
@@ -437,12 +442,30 @@ impl ClientOptions {
         self
     }
 
-    /// For TLS endpoints (`rediss://`): trust the certificate authority in this PEM file (a
-    /// private CA) instead of the system's roots. Connecting fails with
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) if the file cannot be read or
-    /// holds no certificate.
+    /// For TLS endpoints (`rediss://`, `etcds://`, `postgres://…?sslmode=…`): trust the
+    /// certificate authority in this PEM file (a private CA) instead of the system's roots.
+    /// For PostgreSQL it is the `sslrootcert` the URL does not name (the URL's wins).
+    /// Connecting fails with [`Error::InvalidArgument`](crate::Error::InvalidArgument) if the
+    /// file cannot be read or holds no certificate.
     pub fn tls_ca_file(mut self, path: impl Into<std::path::PathBuf>) -> Self {
         self.tls_ca_file = Some(path.into());
+        self
+    }
+
+    /// Mutual TLS (`rediss://` and the other TLS forms of Redis, `etcds://`,
+    /// `postgres://…?sslmode=…`): show the client certificate in this PEM file (its chain may
+    /// follow it), with the key of [`tls_key_file`](ClientOptions::tls_key_file); give both.
+    /// For PostgreSQL it is the `sslcert` the URL does not name. Connecting fails with
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) if the file cannot be read,
+    /// holds no certificate, or comes without a key.
+    pub fn tls_cert_file(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.tls_cert_file = Some(path.into());
+        self
+    }
+
+    /// The private key (PEM, unencrypted) of [`tls_cert_file`](ClientOptions::tls_cert_file).
+    pub fn tls_key_file(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.tls_key_file = Some(path.into());
         self
     }
 }

@@ -14,7 +14,7 @@ use crate::core::outcome::{LockState, TryAcquire};
 use crate::core::token::LockToken;
 
 use super::acquire::{Basis, Cleanup};
-use super::error::{from_etcd, never_sent, timeout_error};
+use super::error::{connect_error, never_sent, timeout_error};
 use super::keep_alive::KeepAlives;
 use super::keys::{check_key, entry_key, queue_prefix, ttl_secs};
 use super::request::{header_revision, retries_for};
@@ -23,6 +23,23 @@ use super::url::parse_url;
 
 /// HTTP/2 keep-alive pings on busy connections (etcd refuses pings more often than every 5 s).
 const H2_PING_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The TLS settings of `etcds://`: the private CA (else the system's roots) and the client
+/// certificate, if any.
+fn tls_options(options: &ClientOptions) -> Result<ec::TlsOptions> {
+    crate::core::tls::ensure_crypto_provider();
+    let mut tls = ec::TlsOptions::new();
+    tls = match &options.tls_ca_file {
+        Some(path) => {
+            tls.ca_certificate(ec::Certificate::from_pem(crate::core::tls::read_ca(path)?))
+        }
+        None => tls.with_native_roots(),
+    };
+    if let Some(id) = crate::core::tls::options_identity(options)? {
+        tls = tls.identity(ec::Identity::from_pem(id.cert, id.key));
+    }
+    Ok(tls)
+}
 
 /// A lock client on an etcd v3 cluster.
 ///
@@ -56,7 +73,8 @@ impl std::fmt::Debug for EtcdClient {
 impl EtcdClient {
     /// Connects to `url` with default [`ClientOptions`]:
     /// `etcd://[user:password@]host:port[,host:port...]` (port 2379 by default; user and
-    /// password percent-decoded; with them, etcd authentication is used).
+    /// password percent-decoded; with them, etcd authentication is used), or `etcds://…` for
+    /// TLS to every member.
     ///
     /// # Errors
     /// As [`EtcdClient::connect_with`].
@@ -68,10 +86,17 @@ impl EtcdClient {
     /// with credentials, that they are accepted). Every later request is bounded by the
     /// response timeout.
     ///
+    /// With `etcds://`, the members' certificates must chain to
+    /// [`ClientOptions::tls_ca_file`] (else to the system's roots) and name the host of the
+    /// URL; [`ClientOptions::tls_cert_file`] and [`ClientOptions::tls_key_file`] give the client
+    /// certificate that etcd's `--client-cert-auth` asks for (mutual TLS). With `etcd://` these
+    /// files are not used.
+    ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a malformed URL; [`Error::Authentication`] for refused
-    /// credentials; [`Error::Connection`] (`op: Connect`, not ambiguous) if no member answers
-    /// in time.
+    /// [`Error::InvalidArgument`] for a malformed URL or unreadable TLS files;
+    /// [`Error::Authentication`] for refused credentials, or a client certificate the members
+    /// refuse (or none, where they ask for one); [`Error::Connection`] (`op: Connect`, not
+    /// ambiguous) if no member answers in time, or a member's certificate fails the check.
     pub async fn connect_with(url: &str, options: ClientOptions) -> Result<Self> {
         let parsed = parse_url(url)?;
         let connect_timeout = options.connect_timeout;
@@ -85,6 +110,10 @@ impl EtcdClient {
             .with_keep_alive_while_idle(false)
             // A member cut off from the leader refuses (and ends streams) instead of hanging.
             .with_require_leader(true);
+        let (tls, with_identity) = (parsed.tls, options.tls_cert_file.is_some());
+        if tls {
+            connect = connect.with_tls(tls_options(&options)?);
+        }
         if let Some((name, password)) = &parsed.user {
             connect = connect
                 .with_user(name.clone(), password.clone())
@@ -110,7 +139,7 @@ impl EtcdClient {
                     Err(e) if never_sent(&e) && tried < tries => {
                         tokio::time::sleep(Duration::from_millis(10)).await;
                     }
-                    Err(e) => return Err(from_etcd(Operation::Connect, false, e)),
+                    Err(e) => return Err(connect_error(e, tls, with_identity)),
                 }
             }
         };
@@ -130,7 +159,8 @@ impl EtcdClient {
         })
     }
 
-    /// The member URLs (`http://host:port`) this client talks to.
+    /// The member URLs (`http://host:port`, `https://host:port` for `etcds://`) this client
+    /// talks to.
     pub fn endpoints(&self) -> &[String] {
         &self.inner.endpoints
     }

@@ -40,6 +40,55 @@ pub(super) fn never_sent(err: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
+/// An error connecting: as [`from_etcd`], but a TLS alert from the member that refuses our
+/// certificate (none sent, or not one it trusts) is an authentication failure, not an
+/// unreachable member.
+///
+/// With TLS 1.3 the member's refusal comes after our side of the handshake is done, and the
+/// gRPC client often reports only the closed connection, not the alert: over `etcds://` such
+/// an error says what the likely cause is (`with_identity`: whether we sent a certificate).
+pub(super) fn connect_error(err: ec::Error, tls: bool, with_identity: bool) -> Error {
+    if crate::core::tls::refused_client_certificate(&err) {
+        return crate::core::tls::refused_certificate_error(err);
+    }
+    let closed = {
+        let text = format!("{err:?}");
+        text.contains("connection closed")
+            || text.contains("broken pipe")
+            || text.contains("connection reset")
+    };
+    if tls && crate::core::tls::untrusted_server_certificate(&err) {
+        return Error::Connection {
+            op: Operation::Connect,
+            ambiguous: false,
+            source: Box::new(crate::core::tls::Hinted {
+                hint: "the member's TLS certificate is not trusted: it must chain to the CA \
+                       file (tls_ca_file, --tls-ca-file), else to the system's roots, and name \
+                       the URL's host",
+                source: Box::new(err),
+            }),
+        };
+    }
+    if tls && closed {
+        let hint = if with_identity {
+            "the member closed the TLS connection: does it trust the client certificate's CA?"
+        } else {
+            "the member closed the TLS connection: if it asks for client certificates \
+             (--client-cert-auth), give one (tls_cert_file and tls_key_file, or --tls-cert-file \
+             and --tls-key-file)"
+        };
+        return Error::Connection {
+            op: Operation::Connect,
+            ambiguous: false,
+            source: Box::new(crate::core::tls::Hinted {
+                hint,
+                source: Box::new(err),
+            }),
+        };
+    }
+    from_etcd(Operation::Connect, false, err)
+}
+
 fn is_auth_failure(message: &str) -> bool {
     [
         "authentication failed",

@@ -1,4 +1,4 @@
-//! [`EtcdClient`]: locks on etcd v3 (`etcd://` URLs, cargo feature `etcd`).
+//! [`EtcdClient`]: locks on etcd v3 (`etcd://` and `etcds://` URLs, cargo feature `etcd`).
 //!
 //! # Design
 //!
@@ -160,7 +160,9 @@
 //!   is abandoned (etcd then counts it as started and ended); at most one stream is open at a
 //!   time. The stream stays open while the client or any of its sessions lives, even with no
 //!   lock (as etcd's own Go client does).
-//! * Plain `http` to the members: no TLS (etcd-client is built without its TLS features).
+//! * `etcd://` is plain `http` to the members; `etcds://` is TLS (rustls, ring) to every member,
+//!   with [`ClientOptions::tls_ca_file`](crate::ClientOptions::tls_ca_file) (else the system's
+//!   roots) and, for mutual TLS, `tls_cert_file` and `tls_key_file`.
 //! * The gRPC channel balances over every member of the URL and keeps a dead one in its set;
 //!   a request refused by it (never sent) is sent again, a few times, to reach a live one.
 

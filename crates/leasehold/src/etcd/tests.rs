@@ -32,8 +32,12 @@ fn urls() {
                 "http://[::1]:7".into()
             ],
             user: None,
+            tls: false,
         }
     );
+    let tls = parse_url("etcds://h:1,h2").unwrap();
+    assert!(tls.tls);
+    assert_eq!(tls.endpoints, ["https://h:1", "https://h2:2379"]);
     assert_eq!(
         parse_url("ETCD://u%40x:p%3Aw@h:1/").unwrap().user,
         Some(("u@x".into(), "p:w".into()))

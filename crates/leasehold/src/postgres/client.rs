@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
+use tokio_postgres::Statement;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{NoTls, Statement};
 use tokio_util::sync::CancellationToken;
 
 use super::error::{pg_error, timeout_error};
@@ -19,6 +19,7 @@ use super::sql::{
     CREATE_TABLE, EXTEND, INSPECT, PROBE, RAISE, RELEASE, SET_LOCK_TIMEOUT, try_acquire_sql,
     wait_acquire_sql,
 };
+use super::tls::{PgTls, connector, take_tls_params};
 use super::url::without_lock_param;
 use crate::core::error::LossReason;
 use crate::core::error::{Error, Operation, Result};
@@ -38,6 +39,8 @@ pub struct PostgresClient {
 
 pub(super) struct Inner {
     config: tokio_postgres::Config,
+    /// The TLS connector the URL's `sslmode` asks for.
+    pub(super) tls: PgTls,
     pub(super) options: ClientOptions,
     idle: Mutex<Vec<Session>>,
     /// Locks held through this client, by (key, token): what `release`/`extend` by token find.
@@ -61,6 +64,8 @@ pub(super) struct Session {
     pub(super) client: tokio_postgres::Client,
     /// Cancelled when the connection ends (for whatever reason).
     pub(super) closed: CancellationToken,
+    /// What a cancel request connects with (as the session did).
+    pub(super) tls: PgTls,
     /// The server process serving it (`pg_backend_pid()` at its first statement).
     pub(super) pid: i32,
     /// How long the server may keep the session when the client goes silent (see
@@ -82,6 +87,7 @@ impl Session {
 /// A connection whose first statement ([`PROBE`]) ran; nothing is prepared on it yet.
 struct Opened {
     client: tokio_postgres::Client,
+    tls: PgTls,
     closed: CancellationToken,
     pid: i32,
     silence: Duration,
@@ -98,17 +104,30 @@ impl PostgresClient {
 
     /// Connects to the server `url` names (`postgres://user:password@host:port/dbname`, or any
     /// form `tokio_postgres::Config` parses), opens one session to check the server and
-    /// credentials, and creates the table `leasehold_locks` if it is missing. TLS is not
-    /// offered yet (`sslmode=require` is refused).
+    /// credentials, and creates the table `leasehold_locks` if it is missing.
+    ///
+    /// TLS as libpq does it, on rustls: `sslmode=disable`, `prefer` (the default: TLS if the
+    /// server offers it, the certificate unchecked), `require` (TLS; the chain is checked only
+    /// if a CA is named), `verify-ca` (the chain) or `verify-full` (the chain and the host
+    /// name); `sslrootcert=PATH` (else [`ClientOptions::tls_ca_file`], else the system's
+    /// roots; `sslrootcert=system`: the system's, with `verify-full` only) and
+    /// `sslcert=PATH&sslkey=PATH` (else [`ClientOptions::tls_cert_file`] and
+    /// [`ClientOptions::tls_key_file`]) for a client certificate. `sslmode=allow` and SCRAM
+    /// channel binding are not offered.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a malformed URL; [`Error::Connection`] if the server
-    /// cannot be reached within the connect timeout; [`Error::Authentication`] for refused
-    /// credentials; [`Error::PermissionDenied`] if the table cannot be created.
+    /// [`Error::InvalidArgument`] for a malformed URL or unreadable TLS files;
+    /// [`Error::Connection`] if the server cannot be reached within the connect timeout, does
+    /// not offer TLS that `sslmode` requires, or its certificate fails the check (the message
+    /// names the certificate problem); [`Error::Authentication`] for refused credentials (also
+    /// a `pg_hba.conf` that refuses the connection, e.g. without TLS or without a client
+    /// certificate); [`Error::PermissionDenied`] if the table cannot be created.
     pub async fn connect_with(url: &str, options: ClientOptions) -> Result<Self> {
-        let url = without_lock_param(url);
+        let (url, tls_params) = take_tls_params(&without_lock_param(url))?;
         let mut config = tokio_postgres::Config::from_str(&url)
             .map_err(|e| Error::invalid("url", format!("{e} in a PostgreSQL URL")))?;
+        let (ssl_mode, tls) = connector(&tls_params, &options)?;
+        config.ssl_mode(ssl_mode);
         config.connect_timeout(options.connect_timeout);
         config.keepalives(true);
         config.keepalives_idle(Duration::from_secs(5));
@@ -118,6 +137,7 @@ impl PostgresClient {
         let client = PostgresClient {
             inner: Arc::new(Inner {
                 config,
+                tls,
                 options,
                 idle: Mutex::new(Vec::new()),
                 held: Mutex::new(HashMap::new()),
@@ -175,7 +195,8 @@ impl PostgresClient {
     /// A new connection and its first statement ([`PROBE`]).
     async fn open_raw(&self) -> Result<Opened> {
         let bound = self.inner.options.connect_timeout;
-        let connected = tokio::time::timeout(bound, self.inner.config.connect(NoTls)).await;
+        let connected =
+            tokio::time::timeout(bound, self.inner.config.connect(self.inner.tls.clone())).await;
         let (client, connection) = match connected {
             Ok(r) => r.map_err(|e| pg_error(Operation::Connect, false, e))?,
             Err(_) => return Err(timeout_error(Operation::Connect, false)),
@@ -201,6 +222,7 @@ impl PostgresClient {
         let silence = silence_bound(setting(1)?, setting(2)?, setting(3)?, setting(4)?);
         Ok(Opened {
             client,
+            tls: self.inner.tls.clone(),
             closed,
             pid,
             silence,
@@ -211,6 +233,7 @@ impl PostgresClient {
     async fn prepare(&self, opened: Opened) -> Result<Session> {
         let Opened {
             client,
+            tls,
             closed,
             pid,
             silence,
@@ -254,6 +277,7 @@ impl PostgresClient {
         let wait_acquire = w.map_err(prepare_error)?;
         Ok(Session {
             client,
+            tls,
             closed,
             pid,
             silence,

@@ -36,6 +36,28 @@ pub(crate) fn pg_error(op: Operation, sent: bool, e: tokio_postgres::Error) -> E
             source: e.into(),
         };
     }
+    if crate::core::tls::refused_client_certificate(&e) {
+        return crate::core::tls::refused_certificate_error(e);
+    }
+    if crate::core::tls::untrusted_server_certificate(&e) {
+        // tokio-postgres's own words ("error performing TLS handshake") hide the cause.
+        let cause = std::iter::successors(Some(&e as &(dyn std::error::Error + 'static)), |e| {
+            e.source()
+        })
+        .map(ToString::to_string)
+        .find(|t| t.contains("invalid peer certificate"))
+        .unwrap_or_default();
+        return Error::Connection {
+            op,
+            ambiguous: false,
+            source: format!(
+                "the server's TLS certificate is not trusted ({cause}): sslmode=verify-ca, \
+                 verify-full, and require with a CA check it against sslrootcert (else the CA \
+                 file of the options, else the system's roots)"
+            )
+            .into(),
+        };
+    }
     Error::Connection {
         op,
         ambiguous: sent && op != Operation::Connect,

@@ -42,8 +42,8 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
 use tokio::sync::broadcast;
+use tokio_postgres::AsyncMessage;
 use tokio_postgres::types::Type;
-use tokio_postgres::{AsyncMessage, NoTls};
 
 /// Parameter types, given with every statement: statements are sent unnamed (parsed, bound and
 /// run in one message sequence), so nothing is prepared on a server session across
@@ -53,6 +53,7 @@ use tokio_postgres::{AsyncMessage, NoTls};
 const TEXT: Type = Type::TEXT;
 const INT8: Type = Type::INT8;
 
+use super::tls::{PgTls, PgTlsStream};
 use super::{pg_error, timeout_error, validate_pg_key};
 use crate::core::error::LossReason;
 use crate::core::error::{Error, Operation, Result};
@@ -115,6 +116,8 @@ pub struct PostgresLeaseClient {
 
 struct Inner {
     config: tokio_postgres::Config,
+    /// The TLS connector the URL's `sslmode` asks for.
+    tls: PgTls,
     options: ClientOptions,
     /// The shared connection (requests are pipelined on it); replaced when it closes.
     conn: tokio::sync::Mutex<Option<Arc<tokio_postgres::Client>>>,
@@ -158,9 +161,11 @@ impl PostgresLeaseClient {
     /// # Errors
     /// As [`PostgresClient::connect_with`](super::PostgresClient::connect_with).
     pub async fn connect_with(url: &str, options: ClientOptions) -> Result<Self> {
-        let url = super::without_lock_param(url);
+        let (url, tls_params) = super::tls::take_tls_params(&super::without_lock_param(url))?;
         let mut config = tokio_postgres::Config::from_str(&url)
             .map_err(|e| Error::invalid("url", format!("{e} in a PostgreSQL URL")))?;
+        let (ssl_mode, tls) = super::tls::connector(&tls_params, &options)?;
+        config.ssl_mode(ssl_mode);
         config.connect_timeout(options.connect_timeout);
         if config.get_application_name().is_none() {
             config.application_name("leasehold");
@@ -168,6 +173,7 @@ impl PostgresLeaseClient {
         let client = PostgresLeaseClient {
             inner: Arc::new(Inner {
                 config,
+                tls,
                 options,
                 conn: tokio::sync::Mutex::new(None),
                 releases: Mutex::new(None),
@@ -200,10 +206,10 @@ impl PostgresLeaseClient {
         &self,
     ) -> Result<(
         tokio_postgres::Client,
-        tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>,
+        tokio_postgres::Connection<tokio_postgres::Socket, PgTlsStream<tokio_postgres::Socket>>,
     )> {
         let bound = self.inner.options.connect_timeout;
-        match tokio::time::timeout(bound, self.inner.config.connect(NoTls)).await {
+        match tokio::time::timeout(bound, self.inner.config.connect(self.inner.tls.clone())).await {
             Ok(r) => r.map_err(|e| pg_error(Operation::Connect, false, e)),
             Err(_) => Err(timeout_error(Operation::Connect, false)),
         }

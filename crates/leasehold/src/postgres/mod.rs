@@ -74,6 +74,12 @@
 //! (`pool_mode=session`, with its default `server_reset_query` `DISCARD ALL`, which releases
 //! advisory locks when a client leaves) gives each connection its own server session and is fine.
 //!
+//! # TLS
+//! libpq's `sslmode` in the URL, on rustls (see [`PostgresClient::connect_with`]): `prefer` by
+//! default, `require`, `verify-ca`, `verify-full`, with `sslrootcert`, `sslcert` and `sslkey`
+//! (else the CA and client certificate of [`ClientOptions`](crate::ClientOptions)). Both clients
+//! take the same parameters, and the pooler checks above work the same over TLS.
+//!
 //! # When a lease row is the better choice
 //! A session lock cannot outlive its process: `leasehold acquire` (take now, release from
 //! another process later) has no meaning here, and every held lock costs a server connection.
@@ -91,6 +97,7 @@ mod params;
 mod pooler;
 mod session;
 mod sql;
+mod tls;
 mod url;
 
 #[cfg(test)]

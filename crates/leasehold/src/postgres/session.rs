@@ -3,7 +3,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 
@@ -349,10 +348,11 @@ impl Drop for AbandonedSession {
             // A cancel request stops a statement blocked in the lock queue at once; closing the
             // connection then ends the session (and any lock it got meanwhile).
             let cancel = session.client.cancel_token();
+            let tls = session.tls.clone();
             drop(session);
             if let Ok(handle) = tokio::runtime::Handle::try_current() {
                 handle.spawn(async move {
-                    let _ = cancel.cancel_query(NoTls).await;
+                    let _ = cancel.cancel_query(tls).await;
                 });
             }
         }

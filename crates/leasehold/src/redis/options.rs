@@ -82,4 +82,16 @@ impl RedisOptions {
         self.client = self.client.tls_ca_file(path);
         self
     }
+
+    /// [`ClientOptions::tls_cert_file`].
+    pub fn tls_cert_file(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.client = self.client.tls_cert_file(path);
+        self
+    }
+
+    /// [`ClientOptions::tls_key_file`].
+    pub fn tls_key_file(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.client = self.client.tls_key_file(path);
+        self
+    }
 }

@@ -22,7 +22,8 @@ pub(crate) enum SubscriberSource {
     /// A cluster: one RESP3 cluster connection with sharded subscriptions.
     Cluster {
         seeds: Vec<String>,
-        root_cert: Option<Vec<u8>>,
+        /// The private CA and the client certificate, if any.
+        root_cert: Option<TlsCertificates>,
         connect_timeout: Duration,
     },
 }
@@ -45,15 +46,31 @@ pub(crate) fn read_ca_file(path: Option<&Path>) -> Result<Option<Vec<u8>>> {
     Ok(Some(bytes))
 }
 
-fn certificates(root_cert: &Option<Vec<u8>>) -> Option<TlsCertificates> {
-    root_cert.as_ref().map(|pem| TlsCertificates {
-        client_tls: None,
-        root_cert: Some(pem.clone()),
-    })
+/// The options' private CA and client certificate (mutual TLS), if any.
+pub(crate) fn read_tls_files(options: &ClientOptions) -> Result<Option<TlsCertificates>> {
+    let root_cert = read_ca_file(options.tls_ca_file.as_deref())?;
+    let client_tls = crate::core::tls::read_identity(
+        options.tls_cert_file.as_deref(),
+        options.tls_key_file.as_deref(),
+    )?
+    .map(|id| redis::ClientTlsConfig {
+        client_cert: id.cert,
+        client_key: id.key,
+    });
+    Ok(
+        (root_cert.is_some() || client_tls.is_some()).then_some(TlsCertificates {
+            client_tls,
+            root_cert,
+        }),
+    )
 }
 
-/// A `redis::Client` for one server URL, with the private CA if any.
-pub(crate) fn client_for(url: &str, root_cert: &Option<Vec<u8>>) -> Result<redis::Client> {
+fn certificates(root_cert: &Option<TlsCertificates>) -> Option<TlsCertificates> {
+    root_cert.clone()
+}
+
+/// A `redis::Client` for one server URL, with the private CA and client certificate if any.
+pub(crate) fn client_for(url: &str, root_cert: &Option<TlsCertificates>) -> Result<redis::Client> {
     let bad = |e: redis::RedisError| Error::invalid("url", e.to_string());
     match certificates(root_cert) {
         Some(certs) if is_tls_url(url) => redis::Client::build_with_tls(url, certs).map_err(bad),
@@ -77,7 +94,7 @@ fn manager_config(options: &ClientOptions) -> ConnectionManagerConfig {
 /// delivers sharded messages there.
 pub(crate) fn cluster_client(
     seeds: &[String],
-    root_cert: &Option<Vec<u8>>,
+    root_cert: &Option<TlsCertificates>,
     connect_timeout: std::time::Duration,
     response_timeout: std::time::Duration,
     resp3_pushes: Option<impl redis::aio::AsyncPushSender>,
@@ -116,7 +133,7 @@ fn ensure_crypto_provider() {
 pub(crate) async fn open(
     endpoint: &Endpoint,
     options: &ClientOptions,
-    root_cert: Option<Vec<u8>>,
+    root_cert: Option<TlsCertificates>,
 ) -> Result<(ClientConnection, SubscriberSource)> {
     if endpoint.uses_tls() {
         ensure_crypto_provider();

@@ -79,8 +79,7 @@ impl LockClient {
     pub async fn connect_to(endpoint: &Endpoint, options: impl Into<RedisOptions>) -> Result<Self> {
         let options = options.into();
         let bound = options.client.connect_timeout;
-        let root_cert =
-            crate::redis::topology::read_ca_file(options.client.tls_ca_file.as_deref())?;
+        let root_cert = crate::redis::topology::read_tls_files(&options.client)?;
         // Boxed: the connection futures of every topology nest deep enough to overflow the
         // compiler's layout depth limit in callers that embed this one.
         let connect = Box::pin(async {
@@ -92,9 +91,10 @@ impl LockClient {
             Self::build(conn, options, notifier).await
         });
         // The client's own timeouts bound each step; this bounds them all together.
-        tokio::time::timeout(bound, connect).await.map_err(|_| {
-            timeout_error(Operation::Connect, "no answer within the connect timeout")
-        })?
+        tokio::time::timeout(bound, connect)
+            .await
+            .map_err(|_| timeout_error(Operation::Connect, "no answer within the connect timeout"))?
+            .map_err(crate::core::tls::client_certificate_refusal)
     }
 
     /// Wraps a connection the caller already has (a [`redis::aio::ConnectionManager`] or
