@@ -99,12 +99,18 @@ mod tests {
                 prop_assert!(parsed.is_err(), "{url:?}: {parsed:?}");
                 return Ok(());
             }
-            let endpoints = hosts
+            let endpoints: Vec<String> = hosts
                 .iter()
                 .map(|(h, p)| format!("http://{h}:{}", p.unwrap_or(DEFAULT_PORT)))
                 .collect();
             let user = user.map(|(u, p)| (u, p.unwrap_or_default()));
-            prop_assert_eq!(parsed.unwrap(), EtcdUrl { endpoints, user });
+            let secure: Vec<String> =
+                endpoints.iter().map(|e| e.replacen("http://", "https://", 1)).collect();
+            prop_assert_eq!(
+                parse_url(&url.replacen("etcd://", "etcds://", 1)).unwrap(),
+                EtcdUrl { endpoints: secure, user: user.clone(), tls: true }
+            );
+            prop_assert_eq!(parsed.unwrap(), EtcdUrl { endpoints, user, tls: false });
             for suffix in ["/db", "#f", "/@x:1"] {
                 prop_assert!(parse_url(&format!("{url}{suffix}")).is_err(), "{url:?}{suffix}");
             }
