@@ -30,7 +30,9 @@ Servers (--url, else $LEASEHOLD_URL, else $REDIS_URL, else redis://127.0.0.1:637
   etcd://[user:password@]host:port[,host:port...]    etcd v3 (leases; fencing by revision)
   postgres://[user:password@]host:port/db            PostgreSQL session advisory locks
   postgres://...?lock=lease                          PostgreSQL lease rows (a token and an expiry;
-                                                     they work through a transaction pooler)";
+                                                     they work through a transaction pooler)
+  file:///path/to/folder                             flock'ed files: locks on this machine only
+                                                     (no `acquire`: a lock ends with its process)";
 
 /// `leasehold`: distributed locks from the shell.
 #[derive(Debug, Parser)]
