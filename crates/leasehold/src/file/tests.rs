@@ -188,3 +188,72 @@ async fn the_fair_option_is_refused() {
         crate::Fairness::Unsupported
     );
 }
+
+/// This process's descriptors on `path` (the path as it is now, not a deleted file's).
+fn descriptors(path: &std::path::Path) -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .filter(|target| target == path)
+        .count()
+}
+
+/// Returns once `path` is open twice in this process (a holder and a waiter), or fails.
+async fn two_descriptors(path: &std::path::Path) {
+    let seen = tokio::time::timeout(HANG_GUARD, async {
+        while descriptors(path) < 2 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    });
+    seen.await
+        .expect("a holder and a waiter never had the lock file open");
+}
+
+/// A waiter whose open lock file an outsider deleted does not take the lock when that file's
+/// `flock` is let go: a new file holds the key now, and the waiter waits for that one.
+#[tokio::test]
+async fn a_waiter_on_a_deleted_lock_file_waits_for_the_new_one() {
+    let (dir, a, b) = folder();
+    let c = FileClient::connect(&format!("file://{}", dir.path().display())).unwrap();
+    let path = hooks::lock_path(dir.path(), "k");
+    let g = take(&a, "k", &long()).await;
+    let waiter = {
+        let b = b.clone();
+        tokio::spawn(async move { b.acquire("k", &long().wait(HANG_GUARD)).await })
+    };
+    two_descriptors(&path).await;
+    std::fs::remove_file(&path).unwrap();
+    let h = take(&c, "k", &long()).await;
+    assert!(matches!(g.release().await, Err(Error::NotHeld { .. })));
+    // The waiter has found its old file stale and opened the new one, which `h` holds.
+    two_descriptors(&path).await;
+    assert!(
+        !waiter.is_finished(),
+        "the waiter took a lock someone holds"
+    );
+    let n = h.fencing_token().unwrap();
+    h.release().await.unwrap();
+    let w = tokio::time::timeout(HANG_GUARD, waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(w.fencing_token().unwrap() > n);
+}
+
+/// The check under the previous test, without timing: a `flock` granted on a file the path no
+/// longer names is not a lock.
+#[test]
+fn a_flock_on_a_file_no_path_names_is_not_taken() {
+    let dir = tempfile::tempdir().unwrap();
+    let folder = Folder::open(dir.path().to_path_buf()).unwrap();
+    let old = folder.open_lock_file("k").unwrap();
+    std::fs::remove_file(folder.lock_path("k")).unwrap();
+    let new = folder.open_lock_file("k").unwrap();
+    let held = folder.try_lock("k", new).unwrap();
+    assert!(held.is_ok(), "the new file is free");
+    assert!(
+        matches!(folder.try_lock("k", old), Ok(Err(None))),
+        "a stale file was locked"
+    );
+}

@@ -42,9 +42,12 @@ async fn waiter(
         tx.send(i).unwrap();
         g.release().await.unwrap();
     });
-    while hooks::refusals(&format!("unit-{ns}"), key) == before {
-        tokio::task::yield_now().await;
-    }
+    let refused = tokio::time::timeout(HANG_GUARD, async {
+        while hooks::refusals(&format!("unit-{ns}"), key) == before {
+            tokio::task::yield_now().await;
+        }
+    });
+    refused.await.expect("the waiter was never refused");
     task
 }
 
@@ -116,11 +119,14 @@ async fn a_lock_is_free_exactly_when_its_lease_ends() {
             .acquire("k", &LockOptions::new(ttl).wait(HANG_GUARD))
             .await
             .unwrap();
-        while let TryAcquire::Busy { .. } =
-            b.try_acquire("k", &LockOptions::new(ttl)).await.unwrap()
-        {
-            tokio::task::yield_now().await;
-        }
+        let freed = tokio::time::timeout(HANG_GUARD, async {
+            while let TryAcquire::Busy { .. } =
+                b.try_acquire("k", &LockOptions::new(ttl)).await.unwrap()
+            {
+                tokio::task::yield_now().await;
+            }
+        });
+        freed.await.expect("the lock never expired");
         assert!(g.valid_until() <= Instant::now(), "validities overlap");
     }
 }
