@@ -7,8 +7,33 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use support::{Running, leasehold_at, wait_for_file};
 
-fn folder_url(dir: &std::path::Path) -> String {
-    format!("file://{}", dir.display())
+/// A lock folder, a working folder for the commands' marker files, and the folder's URL.
+struct Folder {
+    locks: tempfile::TempDir,
+    work: tempfile::TempDir,
+    url: String,
+}
+
+impl Folder {
+    fn new() -> Folder {
+        let locks = tempfile::tempdir().unwrap();
+        let url = format!("file://{}", locks.path().display());
+        Folder {
+            locks,
+            work: tempfile::tempdir().unwrap(),
+            url,
+        }
+    }
+
+    /// A background `leasehold --url <folder> run <args>` in the working folder.
+    fn run(&self, args: &[&str]) -> Running {
+        Running::start(&["--url", self.url.as_str()], self.work.path(), args)
+    }
+
+    /// A file of the working folder.
+    fn marker(&self, name: &str) -> std::path::PathBuf {
+        self.work.path().join(name)
+    }
 }
 
 /// While one `leasehold run` holds a key, another one with --no-wait finds it busy (75), and
@@ -16,47 +41,38 @@ fn folder_url(dir: &std::path::Path) -> String {
 /// command sees the first one's end marker.
 #[test]
 fn two_runs_on_one_folder_exclude_each_other() {
-    let locks = tempfile::tempdir().unwrap();
-    let work = tempfile::tempdir().unwrap();
-    let url = folder_url(locks.path());
-    let first = Running::start(
-        &["--url", url.as_str()],
-        work.path(),
-        &[
-            "job",
-            "--",
-            "sh",
-            "-c",
-            "echo started > a.started; while [ ! -e go ]; do sleep 0.02; done; touch a.done",
-        ],
-    );
-    wait_for_file(&work.path().join("a.started"));
-    leasehold_at(&url, &["run", "job", "--no-wait", "--", "true"]).expect(75);
-    let second = Running::start(
-        &["--url", url.as_str()],
-        work.path(),
-        &[
-            "job",
-            "--wait",
-            "60s",
-            "--",
-            "sh",
-            "-c",
-            "if [ -e a.done ]; then echo after > b.txt; else echo overlap > b.txt; fi",
-        ],
-    );
+    let f = Folder::new();
+    let url = &f.url;
+    let first = f.run(&[
+        "job",
+        "--",
+        "sh",
+        "-c",
+        "echo started > a.started; while [ ! -e go ]; do sleep 0.02; done; touch a.done",
+    ]);
+    wait_for_file(&f.marker("a.started"));
+    leasehold_at(url, &["run", "job", "--no-wait", "--", "true"]).expect(75);
+    let second = f.run(&[
+        "job",
+        "--wait",
+        "60s",
+        "--",
+        "sh",
+        "-c",
+        "if [ -e a.done ]; then echo after > b.txt; else echo overlap > b.txt; fi",
+    ]);
     // The second is waiting (it has the lock file open) while the first holds the lock.
-    second_waits_on(&second, locks.path());
+    second_waits_on(&second, f.locks.path());
     assert!(
-        !work.path().join("b.txt").exists(),
+        !f.marker("b.txt").exists(),
         "the second ran while the first held the lock"
     );
-    std::fs::write(work.path().join("go"), "").unwrap();
+    std::fs::write(f.marker("go"), "").unwrap();
     let (status, stderr) = first.wait();
     assert_eq!(status, 0, "{stderr}");
     let (status, stderr) = second.wait();
     assert_eq!(status, 0, "{stderr}");
-    assert_eq!(wait_for_file(&work.path().join("b.txt")), "after\n");
+    assert_eq!(wait_for_file(&f.marker("b.txt")), "after\n");
 }
 
 /// Waits until `run` (a `leasehold run --wait`) has the key's lock file open: it keeps it open
@@ -88,27 +104,22 @@ fn second_waits_on(run: &Running, locks: &std::path::Path) {
 /// the process. The TTL is an hour, so nothing else could have freed it.
 #[test]
 fn a_killed_holder_frees_the_lock_at_once() {
-    let locks = tempfile::tempdir().unwrap();
-    let work = tempfile::tempdir().unwrap();
-    let url = folder_url(locks.path());
-    let holder = Running::start(
-        &["--url", url.as_str()],
-        work.path(),
-        &[
-            "job",
-            "--ttl",
-            "1h",
-            "--",
-            "sh",
-            "-c",
-            "echo $$ > child.pid; exec sleep 600",
-        ],
-    );
-    let child: i32 = wait_for_file(&work.path().join("child.pid"))
+    let f = Folder::new();
+    let url = &f.url;
+    let holder = f.run(&[
+        "job",
+        "--ttl",
+        "1h",
+        "--",
+        "sh",
+        "-c",
+        "echo $$ > child.pid; exec sleep 600",
+    ]);
+    let child: i32 = wait_for_file(&f.marker("child.pid"))
         .trim()
         .parse()
         .unwrap();
-    leasehold_at(&url, &["run", "job", "--no-wait", "--", "true"]).expect(75);
+    leasehold_at(url, &["run", "job", "--no-wait", "--", "true"]).expect(75);
     kill(Pid::from_raw(holder.pid() as i32), Signal::SIGKILL).unwrap();
     let (status, _) = holder.wait_status();
     assert_eq!(
@@ -116,7 +127,7 @@ fn a_killed_holder_frees_the_lock_at_once() {
         Some(9)
     );
     // The orphaned command does not hold the lock: leasehold's descriptors close on exec.
-    leasehold_at(&url, &["run", "job", "--no-wait", "--", "true"]).expect(0);
+    leasehold_at(url, &["run", "job", "--no-wait", "--", "true"]).expect(0);
     let _ = kill(Pid::from_raw(child), Signal::SIGKILL);
 }
 
@@ -124,20 +135,15 @@ fn a_killed_holder_frees_the_lock_at_once() {
 /// last one.
 #[test]
 fn fencing_numbers_increase_across_processes() {
-    let locks = tempfile::tempdir().unwrap();
-    let work = tempfile::tempdir().unwrap();
-    let url = folder_url(locks.path());
-    let numbers = work.path().join("numbers");
+    let f = Folder::new();
+    let url = &f.url;
+    let numbers = f.marker("numbers");
     let script = format!("echo $LEASEHOLD_FENCING_TOKEN >> {}", numbers.display());
     for _ in 0..3 {
-        leasehold_at(
-            &url,
-            &["run", "job", "--fencing", "--", "sh", "-c", &script],
-        )
-        .expect(0);
+        leasehold_at(url, &["run", "job", "--fencing", "--", "sh", "-c", &script]).expect(0);
     }
     assert_eq!(std::fs::read_to_string(&numbers).unwrap(), "1\n2\n3\n");
-    let state = leasehold_at(&url, &["inspect", "job", "--json"])
+    let state = leasehold_at(url, &["inspect", "job", "--json"])
         .expect(0)
         .json();
     assert_eq!(state["fencing_token"], 3, "{state}");
@@ -147,8 +153,8 @@ fn fencing_numbers_increase_across_processes() {
 /// `memory://` is refused with 64 and the reason (one process's memory), before anything runs.
 #[test]
 fn memory_urls_are_refused() {
-    let work = tempfile::tempdir().unwrap();
-    let marker = work.path().join("ran");
+    let f = Folder::new();
+    let marker = f.marker("ran");
     for args in [
         vec!["run", "job", "--", "touch", marker.to_str().unwrap()],
         vec!["acquire", "job", "--ttl", "30s"],
@@ -169,11 +175,11 @@ fn memory_urls_are_refused() {
 /// A folder that does not exist, is not a directory, or takes no new files: 69, saying which.
 #[test]
 fn a_folder_that_cannot_be_used_is_unavailable() {
-    let work = tempfile::tempdir().unwrap();
-    let file = work.path().join("plain");
+    let f = Folder::new();
+    let file = f.marker("plain");
     std::fs::write(&file, "").unwrap();
     for (path, says) in [
-        (work.path().join("missing"), "No such file or directory"),
+        (f.marker("missing"), "No such file or directory"),
         (file, "is not a directory"),
         // /proc takes no new files, not even from root.
         ("/proc".into(), "is not writable"),
@@ -194,27 +200,22 @@ fn a_folder_that_cannot_be_used_is_unavailable() {
 /// stays.
 #[test]
 fn locks_that_would_outlive_their_process_are_refused() {
-    let locks = tempfile::tempdir().unwrap();
-    let work = tempfile::tempdir().unwrap();
-    let url = folder_url(locks.path());
-    let run = leasehold_at(&url, &["acquire", "job", "--ttl", "30s"]).expect(64);
+    let f = Folder::new();
+    let url = &f.url;
+    let run = leasehold_at(url, &["acquire", "job", "--ttl", "30s"]).expect(64);
     assert!(run.stderr.contains("leasehold run"), "{}", run.stderr);
-    let holder = Running::start(
-        &["--url", url.as_str()],
-        work.path(),
-        &[
-            "job",
-            "--",
-            "sh",
-            "-c",
-            "echo $LEASEHOLD_TOKEN > token; while [ ! -e go ]; do sleep 0.02; done",
-        ],
-    );
-    let token = wait_for_file(&work.path().join("token"));
-    let run = leasehold_at(&url, &["release", "job", "--token", token.trim()]).expect(64);
+    let holder = f.run(&[
+        "job",
+        "--",
+        "sh",
+        "-c",
+        "echo $LEASEHOLD_TOKEN > token; while [ ! -e go ]; do sleep 0.02; done",
+    ]);
+    let token = wait_for_file(&f.marker("token"));
+    let run = leasehold_at(url, &["release", "job", "--token", token.trim()]).expect(64);
     assert!(run.stderr.contains("not supported"), "{}", run.stderr);
-    leasehold_at(&url, &["release", "job", "--token", "not-the-token"]).expect(1);
-    leasehold_at(&url, &["run", "job", "--no-wait", "--", "true"]).expect(75);
-    std::fs::write(work.path().join("go"), "").unwrap();
+    leasehold_at(url, &["release", "job", "--token", "not-the-token"]).expect(1);
+    leasehold_at(url, &["run", "job", "--no-wait", "--", "true"]).expect(75);
+    std::fs::write(f.marker("go"), "").unwrap();
     assert_eq!(holder.wait().0, 0);
 }
