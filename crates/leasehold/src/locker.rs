@@ -129,8 +129,8 @@ impl Locker {
         }
     }
 
-    /// The backend's name: `redis`, `redlock`, `etcd`, `postgres` (session locks) or
-    /// `postgres-lease` (lease rows); [`Locker::kind`] as a string.
+    /// The backend's name: `redis`, `redlock`, `etcd`, `postgres` (session locks),
+    /// `postgres-lease` (lease rows), `memory` or `file`; [`Locker::kind`] as a string.
     pub fn backend(&self) -> &'static str {
         self.kind().name()
     }

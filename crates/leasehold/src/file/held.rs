@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime};
 use futures_util::future::BoxFuture;
 use nix::fcntl::Flock;
 
-use super::disk::{Record, unix_ms, write_record};
+use super::disk::{Folder, Record, unix_ms, write_record};
 use super::{FileClient, Inner, io_error};
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::{HeldLock, Lease};
@@ -18,6 +18,9 @@ use crate::core::token::LockToken;
 /// `stat`, a `pread`, a `pwrite`; no `fsync`), done in place under its mutex.
 #[derive(Debug)]
 pub(super) struct FileHeld {
+    /// Where the lock file is (kept here: the lock may outlive its client).
+    folder: Folder,
+    /// The client's table of held locks, to leave it when the lock ends.
     client: Weak<Inner>,
     key: String,
     token: LockToken,
@@ -41,6 +44,7 @@ impl FileHeld {
         expires: Instant,
     ) -> Arc<FileHeld> {
         let held = Arc::new(FileHeld {
+            folder: client.inner.folder.clone(),
             client: Arc::downgrade(&client.inner),
             key: key.to_string(),
             token: token.clone(),
@@ -86,13 +90,10 @@ impl FileHeld {
             self.let_go(state);
         }
         let lock = state.lock.as_ref().ok_or_else(|| self.not_held())?;
-        let ours = match self.client.upgrade() {
-            Some(inner) => inner
-                .folder
-                .still_ours(&self.key, lock, &self.token)
-                .map_err(|e| io_error(op, e))?,
-            None => true,
-        };
+        let ours = self
+            .folder
+            .still_ours(&self.key, lock, &self.token)
+            .map_err(|e| io_error(op, e))?;
         if !ours {
             self.let_go(state);
             return Err(self.not_held());
@@ -118,11 +119,12 @@ impl FileHeld {
     /// Moves the lease's end to `ttl` from now if the lock is still ours; returns it.
     pub(super) fn extend_now(&self, ttl: Duration) -> Result<Instant> {
         let mut state = self.state();
-        let now = Instant::now();
         self.check(&mut state, Operation::Extend)?;
+        // Read together, the wall clock first: the record's end is the lease's, or earlier.
+        let (wall, now) = (SystemTime::now(), Instant::now());
         let record = Record {
             token: self.token.expose().to_string(),
-            expires_ms: unix_ms(SystemTime::now() + ttl),
+            expires_ms: unix_ms(wall + ttl),
         };
         write_record(state.lock.as_ref().expect("checked"), Some(&record))
             .map_err(|e| io_error(Operation::Extend, e))?;

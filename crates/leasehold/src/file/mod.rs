@@ -230,11 +230,13 @@ impl FileClient {
     ) -> Result<std::result::Result<LockGuard, (Option<File>, Option<Duration>)>> {
         let token = LockToken::random();
         let ttl = options.ttl();
+        // Read together, the wall clock first: the record's end is the lease's, or earlier.
+        let expires_ms = unix_ms(SystemTime::now() + ttl);
         let started = Instant::now();
         let attempt = {
             let (folder, key, token) = (self.inner.folder.clone(), key.to_string(), token.clone());
             let fencing = options.fencing_enabled();
-            move || take(&folder, &key, &token, ttl, fencing, file)
+            move || take(&folder, &key, &token, expires_ms, fencing, file)
         };
         let (lock, fencing) = match blocking(Operation::Acquire, attempt).await? {
             Attempt::Taken(lock, fencing) => (lock, fencing),
@@ -355,7 +357,7 @@ fn take(
     folder: &Folder,
     key: &str,
     token: &LockToken,
-    ttl: Duration,
+    expires_ms: u64,
     fencing: bool,
     file: Option<File>,
 ) -> io::Result<Attempt> {
@@ -382,7 +384,7 @@ fn take(
     };
     let record = Record {
         token: token.expose().to_string(),
-        expires_ms: unix_ms(SystemTime::now() + ttl),
+        expires_ms,
     };
     write_record(&lock, Some(&record))?;
     Ok(Attempt::Taken(lock, fence))
