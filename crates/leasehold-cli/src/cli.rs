@@ -11,7 +11,7 @@ Exit status:
   1   not held: the token no longer holds the key (expired, released, or taken over)
   64  usage error: bad arguments, a malformed URL, a TTL out of range
   69  server unreachable, or (Redlock) fewer than a majority of the nodes answered; each node's
-      outcome is on stderr
+      outcome is on stderr; a file:// folder that does not exist or takes no files
   70  any other failure (an unexpected server error or reply)
   75  not acquired: the lock is busy, or --wait elapsed
   76  `run`/`elect`: the lock (or leadership) was lost while the command ran
