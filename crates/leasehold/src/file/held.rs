@@ -25,6 +25,8 @@ pub(super) struct FileHeld {
     key: String,
     token: LockToken,
     state: Mutex<State>,
+    /// Wakes the expiry timer when the lease's end moves or the lock ends.
+    changed: tokio::sync::Notify,
 }
 
 #[derive(Debug)]
@@ -52,6 +54,7 @@ impl FileHeld {
                 lock: Some(lock),
                 expires,
             }),
+            changed: tokio::sync::Notify::new(),
         });
         client
             .inner
@@ -103,6 +106,7 @@ impl FileHeld {
 
     fn let_go(&self, state: &mut State) {
         state.lock = None;
+        self.changed.notify_one();
         self.forget();
     }
 
@@ -129,6 +133,8 @@ impl FileHeld {
         write_record(state.lock.as_ref().expect("checked"), Some(&record))
             .map_err(|e| io_error(Operation::Extend, e))?;
         state.expires = now + ttl;
+        // A shorter lease ends sooner than the timer was set for.
+        self.changed.notify_one();
         Ok(state.expires)
     }
 
@@ -151,16 +157,16 @@ impl FileHeld {
 /// Lets the lock go when its lease ends unextended, as a server would expire it: the lock is
 /// held no longer than the lease's validity says, while this process runs.
 fn expire_at_the_end(held: &Arc<FileHeld>) {
-    let held = Arc::downgrade(held);
+    let held = held.clone();
     tokio::spawn(async move {
-        loop {
-            let Some(until) = held.upgrade().and_then(|h| h.expiry()) else {
-                return;
-            };
-            tokio::time::sleep_until(until.into()).await;
-            match held.upgrade() {
-                Some(h) if !h.expire_if_due() => continue,
-                _ => return,
+        while let Some(until) = held.expiry() {
+            tokio::select! {
+                _ = tokio::time::sleep_until(until.into()) => {
+                    if held.expire_if_due() {
+                        return;
+                    }
+                }
+                _ = held.changed.notified() => {}
             }
         }
     });

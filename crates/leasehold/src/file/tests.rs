@@ -92,6 +92,21 @@ async fn a_lease_not_extended_ends_at_its_ttl() {
     drop(h);
 }
 
+/// An extend to a shorter TTL moves the lock's end sooner too (the timer was set for ten
+/// minutes; the waiter's hang guard is one).
+#[tokio::test]
+async fn a_shortening_extend_ends_the_lock_sooner() {
+    let (_dir, a, b) = folder();
+    let g = take(&a, "k", &long()).await;
+    g.extend(Duration::from_millis(100)).await.unwrap();
+    let h = tokio::time::timeout(HANG_GUARD, b.acquire("k", &long().wait(HANG_GUARD)))
+        .await
+        .expect("the lock outlived its shortened lease")
+        .unwrap();
+    assert!(g.valid_until() <= Instant::now(), "validities overlap");
+    h.release().await.unwrap();
+}
+
 /// No outside expiry: a holder whose runtime does not run (here: its thread blocked) keeps the
 /// lock past its TTL, and `inspect` shows it held with no time left.
 #[tokio::test]

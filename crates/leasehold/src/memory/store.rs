@@ -193,12 +193,13 @@ impl Namespace {
     pub(super) fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<Instant> {
         let mut keys = self.keys();
         let now = Instant::now();
-        let holder = keys
-            .get_mut(key)
-            .and_then(|e| e.held_by(token, now))
-            .ok_or_else(|| not_held(key))?;
+        let e = keys.get_mut(key).ok_or_else(|| not_held(key))?;
+        let holder = e.held_by(token, now).ok_or_else(|| not_held(key))?;
         holder.expires = now + ttl;
-        Ok(holder.expires)
+        let expires = holder.expires;
+        // Waiters sleep until the old end: a shorter lease ends sooner.
+        e.woken.notify_waiters();
+        Ok(expires)
     }
 
     pub(super) fn inspect(&self, key: &str) -> LockState {

@@ -131,6 +131,23 @@ async fn a_lock_is_free_exactly_when_its_lease_ends() {
     }
 }
 
+/// A waiter sleeping until the holder's lease ends is woken when an extend shortens it (its
+/// wait is a minute; the lease was ten).
+#[tokio::test]
+async fn a_shortening_extend_wakes_the_waiters() {
+    let c = client("shorten");
+    let g = take(&c, "k", &long()).await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let w = waiter(&c, "shorten", "k", tx, 0).await;
+    g.extend(Duration::from_millis(50)).await.unwrap();
+    assert_eq!(
+        tokio::time::timeout(HANG_GUARD, rx.recv()).await.unwrap(),
+        Some(0)
+    );
+    assert!(g.valid_until() <= Instant::now(), "validities overlap");
+    w.await.unwrap();
+}
+
 #[tokio::test]
 async fn namespaces_are_separate_and_urls_are_checked() {
     let (a, a2, b) = (client("ns-a"), client("ns-a"), client("ns-b"));
