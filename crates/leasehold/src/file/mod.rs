@@ -61,6 +61,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use nix::fcntl::Flock;
 
+use crate::core::backend::not_held_here;
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::{Lease, LockGuard};
 use crate::core::options::{LockOptions, ttl_millis};
@@ -306,19 +307,11 @@ impl FileClient {
     }
 
     async fn not_ours(&self, key: &str, token: &LockToken, what: &str) -> Error {
-        match self.inspect(key).await {
-            Ok(state) if state.holder.as_deref() == Some(token.expose()) => Error::Unsupported {
-                backend: "file",
-                what: format!(
-                    "{what} a file lock held by another client or process (only its holder \
-                     can; it ends with that process, or at its TTL)"
-                ),
-            },
-            Ok(_) => Error::NotHeld {
-                key: key.to_string(),
-            },
-            Err(e) => e,
-        }
+        let what = format!(
+            "{what} a file lock held by another client or process (only its holder can; it \
+             ends with that process, or at its TTL)"
+        );
+        not_held_here("file", what, key, token, self.inspect(key).await)
     }
 
     /// Who holds `key` (the token in its record), the lease's remaining time by the record (zero
