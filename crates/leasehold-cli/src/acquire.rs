@@ -34,6 +34,15 @@ async fn acquire(locker: &Locker, servers: &Servers, args: AcquireArgs) -> anyho
         )
         .into());
     }
+    if locker.kind() == Backend::File {
+        // Only the process holding a flock can drop it, and it ends when that process does.
+        return Err(Usage(
+            "a file:// lock is held by the process that took it and ends when it exits, so it \
+             cannot outlive this command: use `leasehold run` to hold it while a command runs"
+                .into(),
+        )
+        .into());
+    }
     let options = LockOptions::new(args.ttl)
         .fencing(args.fencing)
         .fair(args.fair);

@@ -12,7 +12,7 @@ Exit status:
   64  usage error: bad arguments, a malformed URL, a TTL out of range
   69  server unreachable (also: its TLS certificate is not trusted, or it offers no TLS where
       the URL asks for it), or (Redlock) fewer than a majority of the nodes answered; each
-      node's outcome is on stderr
+      node's outcome is on stderr; a file:// folder that does not exist or takes no files
   70  any other failure (an unexpected server error or reply)
   75  not acquired: the lock is busy, --wait elapsed, or the grant came too late to be a lease
   76  `run`/`elect`: the lock (or leadership) was lost while the command ran
@@ -35,7 +35,9 @@ Servers (--url, else $LEASEHOLD_URL, else $REDIS_URL, else redis://127.0.0.1:637
                                                      (TLS: ?sslmode=require|verify-ca|verify-full
                                                      &sslrootcert=PATH)
   postgres://...?lock=lease                          PostgreSQL lease rows (a token and an expiry;
-                                                     they work through a transaction pooler)";
+                                                     they work through a transaction pooler)
+  file:///path/to/folder                             flock'ed files: locks on this machine only
+                                                     (no `acquire`: a lock ends with its process)";
 
 /// `leasehold`: distributed locks from the shell.
 #[derive(Debug, Parser)]

@@ -20,8 +20,8 @@ pub enum Exit {
     /// 64 (`EX_USAGE`): bad arguments, a malformed URL, an out-of-range TTL.
     Usage,
     /// 69 (`EX_UNAVAILABLE`): the server cannot be reached (Redlock: fewer than a majority of
-    /// the nodes answered, or a replica-acknowledged lock was not acknowledged), or no server
-    /// could be started.
+    /// the nodes answered, or a replica-acknowledged lock was not acknowledged), no server
+    /// could be started, or a `file://` lock folder does not exist or takes no files.
     Unavailable,
     /// 70 (`EX_SOFTWARE`): anything else (an unexpected server error or reply, a bug).
     Software,

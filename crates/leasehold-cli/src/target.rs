@@ -151,10 +151,26 @@ impl Servers {
     /// [`Redlock`] over several servers (or one `redlock://` URL), or the backend an `etcd://` or
     /// `postgres://` URL names; all as a [`Locker`].
     pub async fn connect(&self) -> anyhow::Result<Locker> {
+        if self
+            .urls
+            .iter()
+            .any(|u| scheme_of(u).as_deref() == Some("memory"))
+        {
+            return Err(Usage(
+                "a memory:// lock lives in the memory of one process, and each leasehold \
+                 command is a process of its own: use file:///path/to/folder for locks on \
+                 this machine"
+                    .into(),
+            )
+            .into());
+        }
         if let Some(other) = self.other_backend()? {
             return Locker::connect_with(&other, self.client_options())
                 .await
-                .with_context(|| format!("cannot use the server at {}", redact(&other)));
+                .with_context(|| match scheme_of(&other).as_deref() {
+                    Some("file") => format!("cannot use the lock folder {other}"),
+                    _ => format!("cannot use the server at {}", redact(&other)),
+                });
         }
         if let [url] = self.urls.as_slice()
             && is_redlock_url(url)
@@ -240,7 +256,7 @@ impl Servers {
 }
 
 /// The URL schemes served by a backend other than Redis (through [`Locker`]).
-const OTHER_SCHEMES: [&str; 4] = ["etcd", "etcds", "postgres", "postgresql"];
+const OTHER_SCHEMES: [&str; 5] = ["etcd", "etcds", "postgres", "postgresql", "file"];
 
 fn scheme_of(url: &str) -> Option<String> {
     url.split_once("://").map(|(s, _)| s.to_ascii_lowercase())
@@ -272,7 +288,8 @@ impl Servers {
                 redact(url)
             ))),
             _ => Err(Usage(
-                "an etcd:// or postgres:// URL names the whole backend: give it alone (one --url)"
+                "an etcd://, postgres:// or file:// URL names the whole backend: give it alone \
+                 (one --url)"
                     .into(),
             )),
         }

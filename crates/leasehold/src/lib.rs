@@ -5,7 +5,10 @@
 mod core;
 #[cfg(feature = "etcd")]
 pub mod etcd;
+#[cfg(unix)]
+pub mod file;
 mod locker;
+pub mod memory;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 mod redis;
@@ -43,6 +46,9 @@ pub use redlock::{Redlock, RedlockOptions};
 /// parsing): not part of the API, and not covered by semver.
 #[doc(hidden)]
 pub mod internal {
+    #[cfg(unix)]
+    pub use crate::file::hooks as file;
+    pub use crate::memory::hooks as memory;
     pub use crate::redis::election::election_leader_key;
     pub use crate::redis::fair::{fair_scripts, queue_entry_ttl};
     pub use crate::redis::rwlock::{rwlock_readers_key, rwlock_writer_waiting_key};

@@ -20,6 +20,8 @@ use crate::redlock::{Redlock, RedlockOptions};
 /// | `redis://`, `rediss://`, `valkey://`, `redis-cluster://`, `redis-sentinel://`, … | [`LockClient`] (see [`Endpoint`](crate::Endpoint)) | always |
 /// | `redlock://[user:password@]host:port,host:port,…` (`rediss-redlock://`: TLS) | [`Redlock`] over independent servers | always |
 /// | `etcd://[user:password@]host:port[,host:port…]` (`etcds://`: TLS) | `etcd::EtcdClient` (etcd v3) | `etcd` |
+/// | `memory://`, `memory://NAME` | [`MemoryClient`](crate::memory::MemoryClient): this process only | always |
+/// | `file:///path/to/folder` | `file::FileClient` (`flock`ed files): this machine only | always (Unix) |
 /// | `postgres://…`, `postgresql://…` (TLS: `?sslmode=…`) | `postgres::PostgresClient` (session advisory locks); with `?lock=lease`, `postgres::PostgresLeaseClient` (rows with a token and an expiry) | `postgres` |
 ///
 /// Every backend hands out the same [`LockGuard`] and [`Lease`], so code written against a
@@ -39,7 +41,8 @@ pub struct Locker {
 
 /// The URL schemes [`Locker::connect`] knows, for messages.
 const SCHEMES: &str = "redis, rediss, valkey, valkeys, redis-cluster, rediss-cluster, \
-     redis-sentinel, rediss-sentinel, redlock, rediss-redlock, etcds, etcd, postgres, postgresql";
+     redis-sentinel, rediss-sentinel, redlock, rediss-redlock, etcds, etcd, postgres, postgresql, \
+     memory, file";
 
 impl Locker {
     /// Connects to the backend `url` names, with default [`ClientOptions`].
@@ -79,6 +82,16 @@ impl Locker {
                 Ok(Redlock::connect(&nodes, RedlockOptions::default())
                     .await?
                     .into())
+            }
+            "memory" => Ok(crate::memory::MemoryClient::connect(url)?.into()),
+            "file" => {
+                #[cfg(unix)]
+                return Ok(crate::file::FileClient::connect(url)?.into());
+                #[cfg(not(unix))]
+                return Err(Error::Unsupported {
+                    backend: "file",
+                    what: "file locks on this platform (flock: Unix only)".into(),
+                });
             }
             s @ ("etcd" | "etcds") => {
                 #[cfg(feature = "etcd")]
@@ -125,8 +138,8 @@ impl Locker {
         }
     }
 
-    /// The backend's name: `redis`, `redlock`, `etcd`, `postgres` (session locks) or
-    /// `postgres-lease` (lease rows); [`Locker::kind`] as a string.
+    /// The backend's name: `redis`, `redlock`, `etcd`, `postgres` (session locks),
+    /// `postgres-lease` (lease rows), `memory` or `file`; [`Locker::kind`] as a string.
     pub fn backend(&self) -> &'static str {
         self.kind().name()
     }
@@ -277,6 +290,19 @@ impl From<LockClient> for Locker {
 impl From<Redlock> for Locker {
     fn from(redlock: Redlock) -> Self {
         Locker::of(redlock)
+    }
+}
+
+impl From<crate::memory::MemoryClient> for Locker {
+    fn from(client: crate::memory::MemoryClient) -> Self {
+        Locker::of(client)
+    }
+}
+
+#[cfg(unix)]
+impl From<crate::file::FileClient> for Locker {
+    fn from(client: crate::file::FileClient) -> Self {
+        Locker::of(client)
     }
 }
 

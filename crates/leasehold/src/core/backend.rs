@@ -75,6 +75,30 @@ pub(crate) trait LockBackend: Send + Sync + Debug + 'static {
     ) -> BoxFuture<'a, Result<u64>>;
 }
 
+/// The error for a release or extend of `key` with `token` by a client that does not hold the
+/// lock itself, on a backend where only the holder can (PostgreSQL session locks, file locks):
+/// [`Error::Unsupported`](crate::Error::Unsupported) saying `what` if `state` (the key as
+/// `inspect` sees it) shows the lock held with `token`, by another client or process; otherwise
+/// [`Error::NotHeld`](crate::Error::NotHeld), or the error `inspect` returned.
+pub(crate) fn not_held_here(
+    backend: &'static str,
+    what: String,
+    key: &str,
+    token: &LockToken,
+    state: Result<LockState>,
+) -> crate::core::error::Error {
+    use crate::core::error::Error;
+    match state {
+        Ok(state) if state.holder.as_deref() == Some(token.expose()) => {
+            Error::Unsupported { backend, what }
+        }
+        Ok(_) => Error::NotHeld {
+            key: key.to_string(),
+        },
+        Err(e) => e,
+    }
+}
+
 /// Implements [`LockBackend`] for a client type whose inherent `try_acquire`, `acquire`,
 /// `release`, `extend`, `inspect` and `raise_fencing_counter` have the `LockClient`
 /// signatures: `impl_lock_backend!(Type, Variant);` with its [`Backend`] variant. The

@@ -209,7 +209,7 @@ pub enum Error {
     /// outside Redis; ...).
     #[error("{backend}: {what} is not supported by this backend")]
     Unsupported {
-        /// The backend (`redis`, `redlock`, `etcd`, `postgres`).
+        /// The backend (`redis`, `redlock`, `etcd`, `postgres`, `memory`, `file`).
         backend: &'static str,
         /// What was asked for.
         what: String,

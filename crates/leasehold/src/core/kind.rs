@@ -18,11 +18,15 @@ pub enum Backend {
     Postgres,
     /// PostgreSQL lease rows (`postgres::PostgresLeaseClient`, `?lock=lease`).
     PostgresLease,
+    /// Locks in this process's memory (`memory::MemoryClient`, `memory://`): one process only.
+    Memory,
+    /// `flock`ed files in a directory (`file::FileClient`, `file:///dir`): one machine only.
+    File,
 }
 
 impl Backend {
     /// The backend's name in messages and metric labels: `redis`, `redlock`, `etcd`,
-    /// `postgres`, `postgres-lease`.
+    /// `postgres`, `postgres-lease`, `memory`, `file`.
     pub const fn name(self) -> &'static str {
         match self {
             Backend::Redis => "redis",
@@ -30,6 +34,8 @@ impl Backend {
             Backend::Etcd => "etcd",
             Backend::Postgres => "postgres",
             Backend::PostgresLease => "postgres-lease",
+            Backend::Memory => "memory",
+            Backend::File => "file",
         }
     }
 
@@ -37,8 +43,8 @@ impl Backend {
     pub const fn fairness(self) -> Fairness {
         match self {
             Backend::Redis => Fairness::Queue,
-            Backend::Etcd | Backend::Postgres => Fairness::Always,
-            Backend::Redlock | Backend::PostgresLease => Fairness::Unsupported,
+            Backend::Etcd | Backend::Postgres | Backend::Memory => Fairness::Always,
+            Backend::Redlock | Backend::PostgresLease | Backend::File => Fairness::Unsupported,
         }
     }
 }
@@ -56,7 +62,8 @@ pub enum Fairness {
     /// In arrival order only with [`LockOptions::fair`](crate::LockOptions::fair), which
     /// queues the waiters on the server and hands the lock over on release (Redis).
     Queue,
-    /// Always in arrival order (etcd's revisions, PostgreSQL's lock queue): the fair option
+    /// Always in arrival order (etcd's revisions, PostgreSQL's lock queue, the memory
+    /// backend's queue per key): the fair option
     /// changes nothing.
     Always,
     /// No fair mode: the fair option is refused ([`Error::Unsupported`](crate::Error::Unsupported)).

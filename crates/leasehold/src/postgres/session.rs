@@ -12,6 +12,7 @@ use super::lifetime::{lease_lifetime, validity_from};
 use super::params::{millis_text, validate_pg_key};
 use super::pooler::pooler_error;
 use super::sql::{INSPECT, RAISE, UNLOCK};
+use crate::core::backend::not_held_here;
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::{Lease, LockGuard};
 use crate::core::options::{LockOptions, ttl_millis};
@@ -264,18 +265,9 @@ impl PostgresClient {
     }
 
     async fn not_ours(&self, key: &str, token: &LockToken, what: &str) -> Error {
-        match self.inspect(key).await {
-            Ok(state) if state.holder.as_deref() == Some(token.expose()) => Error::Unsupported {
-                backend: "postgres",
-                what: format!(
-                    "{what} a session lock held by another connection (it ends with that session)"
-                ),
-            },
-            Ok(_) => Error::NotHeld {
-                key: key.to_string(),
-            },
-            Err(e) => e,
-        }
+        let what =
+            format!("{what} a session lock held by another connection (it ends with that session)");
+        not_held_here("postgres", what, key, token, self.inspect(key).await)
     }
 
     /// Who holds `key` (the token of the session holding the advisory lock), and its fencing

@@ -3,7 +3,8 @@
 //! each subject, as DistributedLock (.NET) does with its abstract test cases.
 //!
 //! A [`Subject`] is a backend on real servers (started once per test function by the file of
-//! its group: `redis.rs`, `etcd.rs`, `postgres.rs`); [`conforms`] runs every check on it in
+//! its group: `redis.rs`, `etcd.rs`, `postgres.rs`), or one that needs none (`memory.rs`,
+//! `file.rs`); [`conforms`] runs every check on it in
 //! sequence, each on keys of its own. Where a backend documents a stronger or a different form
 //! ([`Form`]: its fencing numbers, release by token from another process, its key limit), the
 //! checks assert that form, not a weaker common one.
@@ -20,6 +21,10 @@ use leasehold::{
 };
 
 mod redis;
+
+#[cfg(unix)]
+mod file;
+mod memory;
 
 #[cfg(feature = "etcd")]
 mod etcd;

@@ -1,0 +1,234 @@
+//! The blocking file operations of the file backend: a key's lock file (`<stem>.lock`, held
+//! with `flock` for the whole lease, never deleted nor replaced by leasehold), its record (the
+//! holder's token and expiry, for `inspect` and for the token checks), and its fencing counter
+//! (`<stem>.fence`, replaced atomically under the folder's counter lock).
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
+
+use super::names::stem;
+use crate::core::token::LockToken;
+
+/// The file every counter update holds (`flock`, for microseconds) in the folder.
+const COUNTER_LOCK: &str = ".leasehold-fence.lock";
+
+/// The record's size: always written whole, in one `pwrite`, so a reader never sees half of
+/// one.
+const RECORD: usize = 256;
+
+/// A lock folder.
+#[derive(Debug, Clone)]
+pub(super) struct Folder {
+    pub(super) path: PathBuf,
+}
+
+/// What a key's record says: its holder's token and the lease's end (wall clock).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Record {
+    pub(super) token: String,
+    pub(super) expires_ms: u64,
+}
+
+impl Record {
+    /// How much of the lease is left by the wall clock (zero once over).
+    pub(super) fn remaining(&self) -> Duration {
+        Duration::from_millis(self.expires_ms.saturating_sub(unix_ms(SystemTime::now())))
+    }
+}
+
+pub(super) fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn errno(e: Errno) -> io::Error {
+    io::Error::from(e)
+}
+
+impl Folder {
+    /// Checks that `path` is a folder leasehold can create files in.
+    pub(super) fn open(path: PathBuf) -> io::Result<Folder> {
+        let meta = std::fs::metadata(&path).map_err(|e| {
+            io::Error::new(e.kind(), format!("lock folder {}: {e}", path.display()))
+        })?;
+        if !meta.is_dir() {
+            return Err(io::Error::new(
+                io::ErrorKind::NotADirectory,
+                format!("lock folder {} is not a directory", path.display()),
+            ));
+        }
+        // A file made and removed: the folder takes new files (the lock files and the
+        // counters' replacements), which neither its mode bits (root ignores them) nor an
+        // existing file's openness tells.
+        let probe = path.join(format!(".leasehold-probe-{}", LockToken::random().expose()));
+        let made = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&probe)
+            .and_then(|_| std::fs::remove_file(&probe));
+        made.map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("lock folder {} is not writable: {e}", path.display()),
+            )
+        })?;
+        Ok(Folder { path })
+    }
+
+    pub(super) fn lock_path(&self, key: &str) -> PathBuf {
+        self.path.join(format!("{}.lock", stem(key)))
+    }
+
+    fn fence_path(&self, key: &str) -> PathBuf {
+        self.path.join(format!("{}.fence", stem(key)))
+    }
+
+    /// Opens (creating) `key`'s lock file.
+    pub(super) fn open_lock_file(&self, key: &str) -> io::Result<File> {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(self.lock_path(key))
+    }
+
+    /// One `flock(LOCK_EX | LOCK_NB)` on `file`, `key`'s lock file: the lock if granted and the
+    /// file still is the one the path names (an outsider may have deleted or replaced it, and a
+    /// lock on a file nobody else opens excludes nobody); otherwise the file back, for the next
+    /// attempt (`None`: it is stale, open the path again).
+    pub(super) fn try_lock(
+        &self,
+        key: &str,
+        file: File,
+    ) -> io::Result<Result<Flock<File>, Option<File>>> {
+        let locked = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(locked) => locked,
+            Err((file, Errno::EWOULDBLOCK)) => {
+                let stale = !self.names(key, &file)?;
+                return Ok(Err((!stale).then_some(file)));
+            }
+            Err((_, e)) => return Err(errno(e)),
+        };
+        if self.names(key, &locked)? {
+            Ok(Ok(locked))
+        } else {
+            Ok(Err(None))
+        }
+    }
+
+    /// Whether `key`'s path names `file` (same device and inode).
+    pub(super) fn names(&self, key: &str, file: &File) -> io::Result<bool> {
+        let ours = file.metadata()?;
+        match std::fs::metadata(self.lock_path(key)) {
+            Ok(now) => Ok(now.dev() == ours.dev() && now.ino() == ours.ino()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether `file`, locked by us, is still `key`'s lock file and its record still carries
+    /// `token` (an outsider deleting the file, or writing another record, takes the lock away).
+    pub(super) fn still_ours(&self, key: &str, file: &File, token: &LockToken) -> io::Result<bool> {
+        Ok(self.names(key, file)? && read_record(file)?.is_some_and(|r| r.token == token.expose()))
+    }
+
+    /// The holder's record and the fencing counter of `key`, with whether the lock is held at all:
+    /// a shared `flock` taken for an instant is refused while someone holds it. (At that instant
+    /// an acquisition's exclusive `flock` is refused too: a `try_acquire` racing an `inspect` can
+    /// find the key busy.)
+    pub(super) fn inspect(&self, key: &str) -> io::Result<(Option<Record>, Option<u64>)> {
+        let fence = self.read_fence(key)?;
+        let file = match File::open(self.lock_path(key)) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((None, fence)),
+            Err(e) => return Err(e),
+        };
+        match Flock::lock(file, FlockArg::LockSharedNonblock) {
+            Ok(_free) => Ok((None, fence)),
+            Err((file, Errno::EWOULDBLOCK)) => Ok((read_record(&file)?, fence)),
+            Err((_, e)) => Err(errno(e)),
+        }
+    }
+
+    /// The last fencing number issued for `key` (`None`: none yet).
+    fn read_fence(&self, key: &str) -> io::Result<Option<u64>> {
+        let mut text = String::new();
+        match File::open(self.fence_path(key)) {
+            Ok(mut f) => f.read_to_string(&mut text)?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        // A counter that cannot be read is an error, never a reset to zero.
+        text.trim().parse().map(Some).map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "fencing counter {} holds {text:?}",
+                    self.fence_path(key).display()
+                ),
+            )
+        })
+    }
+
+    /// Sets `key`'s counter to `f(current)` under the folder's counter lock, durably (written
+    /// to a temporary file, synced, renamed over the counter, the folder synced) before it
+    /// returns the new value: a number handed out is never handed out again, across crashes
+    /// and power loss.
+    pub(super) fn update_fence(
+        &self,
+        key: &str,
+        f: impl FnOnce(u64) -> io::Result<u64>,
+    ) -> io::Result<u64> {
+        let lock = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(self.path.join(COUNTER_LOCK))?;
+        let _held = Flock::lock(lock, FlockArg::LockExclusive).map_err(|(_, e)| errno(e))?;
+        let current = self.read_fence(key)?.unwrap_or(0);
+        let next = f(current)?;
+        if next != current {
+            let path = self.fence_path(key);
+            let tmp = path.with_extension("fence.tmp");
+            let mut out = File::create(&tmp)?;
+            out.write_all(format!("{next}\n").as_bytes())?;
+            out.sync_all()?;
+            std::fs::rename(&tmp, &path)?;
+            File::open(&self.path)?.sync_all()?;
+        }
+        Ok(next)
+    }
+}
+
+/// Writes `record` (or an empty one) into a lock file we hold.
+pub(super) fn write_record(file: &File, record: Option<&Record>) -> io::Result<()> {
+    let mut buf = [b' '; RECORD];
+    if let Some(r) = record {
+        let text = format!("leasehold {} {}\n", r.token, r.expires_ms);
+        let n = text.len().min(RECORD);
+        buf[..n].copy_from_slice(&text.as_bytes()[..n]);
+    }
+    file.write_all_at(&buf, 0)
+}
+
+pub(super) fn read_record(file: &File) -> io::Result<Option<Record>> {
+    let mut buf = [0u8; RECORD];
+    let n = file.read_at(&mut buf, 0)?;
+    let text = String::from_utf8_lossy(&buf[..n]);
+    let mut words = text.split_whitespace();
+    Ok(match (words.next(), words.next(), words.next()) {
+        (Some("leasehold"), Some(token), Some(ms)) => ms.parse().ok().map(|expires_ms| Record {
+            token: token.to_string(),
+            expires_ms,
+        }),
+        _ => None,
+    })
+}

@@ -1,0 +1,441 @@
+//! Locks on one machine without a server (`file:///path/to/folder`): one `flock`ed file per key
+//! in a folder, and a fencing counter file beside it. The zero-setup choice for keeping a cron
+//! job from running twice at once on one host. Unix only; always compiled (it needs `nix`'s
+//! `fs` feature, nothing more).
+//!
+//! # How a lock is held
+//! A key has a lock file, `<stem>.lock` (the stem is the key escaped, `%XX` for every byte
+//! outside `[A-Za-z0-9_.-]`, so no key names a path outside the folder; long keys end in a
+//! 128-bit hash of the whole key). Acquiring opens it and takes `flock(LOCK_EX | LOCK_NB)` on
+//! it; the open descriptor holds the lock for the whole lease, and the file records the holder's
+//! token and the lease's end (what `inspect` and other processes read). leasehold never deletes
+//! nor replaces a lock file (a waiter holding the old one would then exclude nobody); after
+//! taking the `flock` it checks that the path still names the file it locked, so an outsider
+//! deleting or replacing the file cannot make two holders either.
+//!
+//! # Guarantees, and their limits
+//! * **One machine only.** `flock` excludes processes on one kernel. A folder on a network file
+//!   system (NFS, SMB, a shared volume seen by several hosts) may give each host its own locks:
+//!   do not use one.
+//! * **A crashed holder frees the lock at once.** The kernel drops the `flock` when the process
+//!   ends, however it ends (`kill -9` too): stronger than a TTL, nobody waits for an expiry.
+//! * **The TTL is kept by the holder's own process.** A lease that is neither extended nor
+//!   released is let go at its end by a timer in the holder's process, so the lock ends with its
+//!   lease as on a server, and [`Lease::valid_until`](crate::Lease::valid_until) is exact (the
+//!   same clock lets it go: no drift allowance). **There is no outside expiry**: a holder that
+//!   is stopped (`SIGSTOP`) or whose async runtime is blocked keeps the lock until it runs again
+//!   or exits; `inspect` then shows a remaining TTL of zero. Nobody can take a lock from a live
+//!   process.
+//! * **Token-checked release and extend, by the holding client only.** Only the descriptor that
+//!   holds a `flock` can drop it: a release or extend through another client or process with the
+//!   holder's token is refused with [`Error::Unsupported`] (the lock ends with its holder, or at
+//!   its TTL); with any other token, [`Error::NotHeld`]. So `leasehold acquire` (take now,
+//!   release from another process later) has no meaning here; `leasehold run` does.
+//! * **Loss is reported**: an auto-extended lease whose file was deleted or rewritten by an
+//!   outsider fires [`Lease::lost`](crate::Lease::lost) at its next renewal.
+//! * **Fencing numbers strictly increase per key, across processes and restarts**: the counter
+//!   file `<stem>.fence` is read, incremented and replaced (written to a temporary file,
+//!   `fsync`ed, renamed over the counter, the folder `fsync`ed) under a `flock` on the folder's
+//!   `.leasehold-fence.lock`, while the key's lock is held, before the number is handed out. A
+//!   counter file that cannot be read is an error, never a reset. Deleting the counter file
+//!   resets it, as deleting a Redis counter key would.
+//! * **Waiting polls** with the backoff (`flock` has no notification), waking when the holder's
+//!   recorded lease ends; there is no queue, so the fair option is refused
+//!   ([`Fairness::Unsupported`](crate::Fairness::Unsupported)).
+//! * **Bad folders are refused when connecting**: a folder that does not exist, is not a
+//!   directory, or does not take new files is [`Error::Connection`] (the CLI exits 69).
+//!
+//! `inspect` takes a shared `flock` for an instant to learn whether the key is held; at that
+//! instant a `try_acquire` of the key finds it busy.
+
+mod disk;
+mod held;
+mod names;
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use nix::fcntl::Flock;
+
+use crate::core::backend::not_held_here;
+use crate::core::error::{Error, Operation, Result};
+use crate::core::guard::{Lease, LockGuard};
+use crate::core::options::{LockOptions, ttl_millis};
+use crate::core::outcome::{LockState, TryAcquire};
+use crate::core::token::{LockToken, validate_key};
+
+use disk::{Folder, Record, unix_ms, write_record};
+use held::FileHeld;
+
+/// A client for file locks in one folder (see the [module docs](self)). Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct FileClient {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    folder: Folder,
+    /// Locks held through this client, by (key, token): what `release`/`extend` by token find.
+    held: Mutex<HashMap<(String, LockToken), Arc<FileHeld>>>,
+}
+
+/// The counter is at `u64::MAX`: no number can be issued.
+#[derive(Debug)]
+struct Exhausted;
+
+impl std::fmt::Display for Exhausted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the fencing counter is at its maximum")
+    }
+}
+
+impl std::error::Error for Exhausted {}
+
+fn io_error(op: Operation, e: io::Error) -> Error {
+    if e.get_ref().is_some_and(|inner| inner.is::<Exhausted>()) {
+        return Error::FencingExhausted { op };
+    }
+    if e.kind() == io::ErrorKind::PermissionDenied && op != Operation::Connect {
+        return Error::PermissionDenied {
+            op,
+            source: Box::new(e),
+        };
+    }
+    Error::Connection {
+        op,
+        ambiguous: false,
+        source: Box::new(e),
+    }
+}
+
+/// Runs blocking file work (opening, `fsync`) off the async threads.
+async fn blocking<T: Send + 'static>(
+    op: Operation,
+    work: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> Result<T> {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(result) => result.map_err(|e| io_error(op, e)),
+        Err(e) => Err(io_error(op, io::Error::other(e))),
+    }
+}
+
+/// What one attempt found.
+enum Attempt {
+    Taken(Flock<File>, Option<u64>),
+    /// The key's file (kept open for the next attempt; `None`: open the path again) and the
+    /// holder's remaining lease as its record says.
+    Busy(Option<File>, Option<Duration>),
+}
+
+impl FileClient {
+    /// A client of the folder `url` names: `file:///absolute/path` (or
+    /// `file://localhost/absolute/path`; `%XX` escapes are decoded).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for another scheme, a host, a relative path, a query or a
+    /// fragment; [`Error::Connection`] for a folder that does not exist, is not a directory or
+    /// does not take new files.
+    pub fn connect(url: &str) -> Result<Self> {
+        let path = folder_of(url)?;
+        let folder = Folder::open(path).map_err(|e| io_error(Operation::Connect, e))?;
+        Ok(FileClient {
+            inner: Arc::new(Inner {
+                folder,
+                held: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    fn check(key: &str, options: &LockOptions) -> Result<()> {
+        validate_key(key)?;
+        options.ttl_millis()?;
+        let unsupported = |what: &str| Error::Unsupported {
+            backend: "file",
+            what: what.into(),
+        };
+        if options.replica_ack_required().is_some() {
+            return Err(unsupported("replica acknowledgement (replica_ack)"));
+        }
+        if options.fair_enabled() {
+            return Err(unsupported(
+                "fair mode (flock keeps no queue: waiters poll with the backoff)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// One attempt to take `key`, without waiting.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad key or TTL; [`Error::Unsupported`] for the fair
+    /// option; [`Error::Connection`] when the files cannot be read or written.
+    pub async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
+        Self::check(key, options)?;
+        // A file found stale (deleted or replaced by an outsider) is opened again at once.
+        let mut file = None;
+        for _ in 0..3 {
+            match self.attempt(key, options, file.take()).await? {
+                Ok(guard) => return Ok(TryAcquire::Acquired(guard)),
+                Err((Some(_), remaining)) => return Ok(TryAcquire::Busy { remaining }),
+                Err((None, _)) => {}
+            }
+        }
+        Ok(TryAcquire::Busy { remaining: None })
+    }
+
+    /// Takes `key`, trying again after each backoff delay (and when the holder's lease ends)
+    /// until `options.wait_bound()`.
+    ///
+    /// # Errors
+    /// [`Error::NotAcquired`] at the deadline; as [`FileClient::try_acquire`].
+    pub async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
+        Self::check(key, options)?;
+        let begun = Instant::now();
+        let deadline = options.wait_bound().map(|w| begun + w);
+        // Kept open between attempts: a waiter is one open descriptor, not one per attempt.
+        let mut file = None;
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let remaining = match self.attempt(key, options, file.take()).await? {
+                Ok(guard) => return Ok(guard),
+                Err((kept, remaining)) => {
+                    file = kept;
+                    remaining
+                }
+            };
+            let now = Instant::now();
+            let Some(deadline) = deadline.filter(|d| now < *d) else {
+                return Err(Error::NotAcquired {
+                    key: key.to_string(),
+                    waited: now - begun,
+                    attempts,
+                });
+            };
+            let pause = options.backoff_policy().pause(attempts - 1, remaining);
+            tokio::time::sleep(pause.min(deadline - now)).await;
+        }
+    }
+
+    /// One attempt: the guard, or the file to try again with and the holder's remaining lease.
+    async fn attempt(
+        &self,
+        key: &str,
+        options: &LockOptions,
+        file: Option<File>,
+    ) -> Result<std::result::Result<LockGuard, (Option<File>, Option<Duration>)>> {
+        let token = LockToken::random();
+        let ttl = options.ttl();
+        // Read together, the wall clock first: the record's end is the lease's, or earlier.
+        let expires_ms = unix_ms(SystemTime::now() + ttl);
+        let started = Instant::now();
+        let attempt = {
+            let (folder, key, token) = (self.inner.folder.clone(), key.to_string(), token.clone());
+            let fencing = options.fencing_enabled();
+            move || take(&folder, &key, &token, expires_ms, fencing, file)
+        };
+        let (lock, fencing) = match blocking(Operation::Acquire, attempt).await? {
+            Attempt::Taken(lock, fencing) => (lock, fencing),
+            Attempt::Busy(file, remaining) => return Ok(Err((file, remaining))),
+        };
+        let expires = started + ttl;
+        if Instant::now() >= expires {
+            // Granted too late to be a lease (a slow fsync): let go at once.
+            drop(lock);
+            return Err(Error::ExpiredOnArrival {
+                key: key.to_string(),
+                elapsed: started.elapsed(),
+                ttl,
+            });
+        }
+        let held = FileHeld::new(self, key, &token, lock, expires);
+        let lease = Lease::until(key, token, fencing, expires);
+        if options.auto_extend_enabled() {
+            crate::core::renew::keep_alive(held.clone(), lease.clone(), options);
+        }
+        Ok(Ok(LockGuard::new(held, lease)))
+    }
+
+    /// Waits for `key`, runs `work`, and releases whatever happens (see
+    /// [`LockClient::with_lock`](crate::LockClient::with_lock)).
+    ///
+    /// # Errors
+    /// As [`LockClient::with_lock`](crate::LockClient::with_lock).
+    pub async fn with_lock<T, F, Fut>(&self, key: &str, options: &LockOptions, work: F) -> Result<T>
+    where
+        F: FnOnce(Lease) -> Fut,
+        Fut: std::future::Future<Output = T>,
+    {
+        let guard = self.acquire(key, options).await?;
+        crate::core::guard::run_with_lock(guard, options, work).await
+    }
+
+    fn find_held(&self, key: &str, token: &LockToken) -> Option<Arc<FileHeld>> {
+        let held = self.inner.held.lock().unwrap_or_else(|p| p.into_inner());
+        held.get(&(key.to_string(), token.clone())).cloned()
+    }
+
+    /// Releases `key` if this client holds it with `token`.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if it does not; [`Error::Unsupported`] if another client or process
+    /// holds it with that token (only its holder can drop a `flock`).
+    pub async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
+        validate_key(key)?;
+        match self.find_held(key, token) {
+            Some(held) => held.release_now(),
+            None => Err(self.not_ours(key, token, "releasing").await),
+        }
+    }
+
+    /// Extends `key` to `ttl` from now if this client holds it with `token`.
+    ///
+    /// # Errors
+    /// As [`FileClient::release`].
+    pub async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<()> {
+        validate_key(key)?;
+        ttl_millis(ttl)?;
+        match self.find_held(key, token) {
+            Some(held) => held.extend_now(ttl).map(drop),
+            None => Err(self.not_ours(key, token, "extending").await),
+        }
+    }
+
+    async fn not_ours(&self, key: &str, token: &LockToken, what: &str) -> Error {
+        let what = format!(
+            "{what} a file lock held by another client or process (only its holder can; it \
+             ends with that process, or at its TTL)"
+        );
+        not_held_here("file", what, key, token, self.inspect(key).await)
+    }
+
+    /// Who holds `key` (the token in its record), the lease's remaining time by the record (zero
+    /// if its holder is past it but has not let go: stopped or blocked), and the fencing counter.
+    ///
+    /// # Errors
+    /// [`Error::Connection`] when the files cannot be read.
+    pub async fn inspect(&self, key: &str) -> Result<LockState> {
+        validate_key(key)?;
+        let (folder, k) = (self.inner.folder.clone(), key.to_string());
+        let (record, fence) = blocking(Operation::Inspect, move || folder.inspect(&k)).await?;
+        Ok(LockState {
+            key: key.to_string(),
+            holder: record.as_ref().map(|r| r.token.clone()),
+            ttl: record.as_ref().map(Record::remaining),
+            fencing_counter: fence,
+        })
+    }
+
+    /// Raises `key`'s fencing counter to at least `at_least` (never lowers it) and returns it.
+    ///
+    /// # Errors
+    /// [`Error::Connection`] when the counter cannot be read or written.
+    pub async fn raise_fencing_counter(&self, key: &str, at_least: u64) -> Result<u64> {
+        validate_key(key)?;
+        let (folder, k) = (self.inner.folder.clone(), key.to_string());
+        blocking(Operation::RaiseFencingCounter, move || {
+            folder.update_fence(&k, |n| Ok(n.max(at_least)))
+        })
+        .await
+    }
+}
+
+/// One attempt, blocking: the `flock`, then the fencing number and the record under it.
+fn take(
+    folder: &Folder,
+    key: &str,
+    token: &LockToken,
+    expires_ms: u64,
+    fencing: bool,
+    file: Option<File>,
+) -> io::Result<Attempt> {
+    let file = match file {
+        Some(file) => file,
+        None => folder.open_lock_file(key)?,
+    };
+    let lock = match folder.try_lock(key, file)? {
+        Ok(lock) => lock,
+        Err(file) => {
+            let remaining = match &file {
+                Some(f) => disk::read_record(f)?.map(|r| r.remaining()),
+                None => None,
+            };
+            return Ok(Attempt::Busy(file, remaining));
+        }
+    };
+    // Dropping `lock` on an error below lets the key go again.
+    let fence = match fencing {
+        true => Some(folder.update_fence(key, |n| {
+            n.checked_add(1).ok_or_else(|| io::Error::other(Exhausted))
+        })?),
+        false => None,
+    };
+    let record = Record {
+        token: token.expose().to_string(),
+        expires_ms,
+    };
+    write_record(&lock, Some(&record))?;
+    Ok(Attempt::Taken(lock, fence))
+}
+
+/// The folder of a `file://` URL.
+fn folder_of(url: &str) -> Result<PathBuf> {
+    let bad = |why: &str| Error::invalid("url", format!("{url:?}: {why}"));
+    let rest = url
+        .split_once("://")
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("file"))
+        .map(|(_, rest)| rest)
+        .ok_or_else(|| bad("not a file:// URL"))?;
+    if rest.contains(['?', '#']) {
+        return Err(bad("a file:// URL takes no query or fragment"));
+    }
+    let path = rest.strip_prefix("localhost").unwrap_or(rest);
+    if !path.starts_with('/') {
+        return Err(bad(
+            "expected file:///absolute/path/to/a/folder (three slashes: no host, an absolute path)",
+        ));
+    }
+    let bytes = path.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok());
+        match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
+            (b'%', Some(b)) => {
+                decoded.push(b);
+                i += 3;
+            }
+            (b, _) => {
+                decoded.push(b);
+                i += 1;
+            }
+        }
+    }
+    use std::os::unix::ffi::OsStringExt;
+    Ok(PathBuf::from(std::ffi::OsString::from_vec(decoded)))
+}
+
+crate::core::backend::impl_lock_backend!(FileClient, File);
+
+/// Test hooks (`leasehold::internal`).
+#[doc(hidden)]
+pub mod hooks {
+    /// The lock file of `key` in `folder` (what an outsider would delete, and what a waiter
+    /// keeps open).
+    pub fn lock_path(folder: &std::path::Path, key: &str) -> std::path::PathBuf {
+        super::Folder {
+            path: folder.to_path_buf(),
+        }
+        .lock_path(key)
+    }
+}
+
+#[cfg(test)]
+mod tests;

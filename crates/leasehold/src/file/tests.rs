@@ -1,0 +1,274 @@
+//! The file backend's own claims (module docs): the TTL kept by the holder's process and no
+//! outside expiry, outsiders' tampering seen, durable counters never reset, URLs and folders
+//! checked. The common contract is the conformance suite's (`tests/conformance/file.rs`);
+//! crashes and several processes, the CLI's `tests/local.rs`.
+
+use std::time::Duration;
+
+use super::*;
+
+/// Only a hang guard: every wait below ends on an observed event.
+const HANG_GUARD: Duration = Duration::from_secs(60);
+
+fn folder() -> (tempfile::TempDir, FileClient, FileClient) {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", dir.path().display());
+    let (a, b) = (
+        FileClient::connect(&url).unwrap(),
+        FileClient::connect(&url).unwrap(),
+    );
+    (dir, a, b)
+}
+
+fn long() -> LockOptions {
+    LockOptions::new(Duration::from_secs(600)).fencing(true)
+}
+
+async fn take(c: &FileClient, key: &str, options: &LockOptions) -> LockGuard {
+    c.try_acquire(key, options)
+        .await
+        .unwrap()
+        .acquired()
+        .expect("free")
+}
+
+#[test]
+fn urls_name_an_absolute_folder() {
+    for (url, path) in [
+        ("file:///tmp/locks", "/tmp/locks"),
+        ("FILE:///tmp", "/tmp"),
+        ("file://localhost/var/lock", "/var/lock"),
+        ("file:///a%20b/c%2", "/a b/c%2"),
+    ] {
+        assert_eq!(folder_of(url).unwrap(), PathBuf::from(path), "{url}");
+    }
+    for url in [
+        "file://relative/x",
+        "file://host/x",
+        "file:///x?y",
+        "file:///x#y",
+        "memory://",
+    ] {
+        assert!(
+            matches!(folder_of(url), Err(Error::InvalidArgument { .. })),
+            "{url}"
+        );
+    }
+}
+
+#[test]
+fn unusable_folders_are_refused_when_connecting() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("plain");
+    std::fs::write(&plain, "").unwrap();
+    // /proc takes no new file, not even from root.
+    for path in [dir.path().join("missing"), plain, "/proc".into()] {
+        match FileClient::connect(&format!("file://{}", path.display())) {
+            Err(e @ Error::Connection { .. }) => {
+                assert!(e.to_string().contains(&path.display().to_string()), "{e}")
+            }
+            other => panic!("{}: {other:?}", path.display()),
+        }
+    }
+}
+
+/// A lease neither extended nor released is let go at its end by the holder's own process: a
+/// waiter gets it then, and not before (the validities never overlap); the old guard's release
+/// is `NotHeld`.
+#[tokio::test]
+async fn a_lease_not_extended_ends_at_its_ttl() {
+    let (_dir, a, b) = folder();
+    let ttl = Duration::from_millis(100);
+    let g = take(&a, "k", &LockOptions::new(ttl)).await;
+    let h = tokio::time::timeout(
+        HANG_GUARD,
+        b.acquire("k", &LockOptions::new(ttl).wait(HANG_GUARD)),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(g.valid_until() <= Instant::now(), "validities overlap");
+    assert!(matches!(g.release().await, Err(Error::NotHeld { .. })));
+    drop(h);
+}
+
+/// An extend to a shorter TTL moves the lock's end sooner too (the timer was set for ten
+/// minutes; the waiter's hang guard is one).
+#[tokio::test]
+async fn a_shortening_extend_ends_the_lock_sooner() {
+    let (_dir, a, b) = folder();
+    let g = take(&a, "k", &long()).await;
+    g.extend(Duration::from_millis(100)).await.unwrap();
+    let h = tokio::time::timeout(HANG_GUARD, b.acquire("k", &long().wait(HANG_GUARD)))
+        .await
+        .expect("the lock outlived its shortened lease")
+        .unwrap();
+    assert!(g.valid_until() <= Instant::now(), "validities overlap");
+    h.release().await.unwrap();
+}
+
+/// No outside expiry: a holder whose runtime does not run (here: its thread blocked) keeps the
+/// lock past its TTL, and `inspect` shows it held with no time left.
+#[tokio::test]
+async fn a_stalled_holder_keeps_its_lock_past_its_ttl() {
+    let (_dir, a, b) = folder();
+    let ttl = Duration::from_millis(50);
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let stalled = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let g = rt.block_on(take(&a, "k", &LockOptions::new(ttl)));
+        held_tx.send(g.valid_until()).unwrap();
+        // Blocked: the runtime's timer cannot let the lock go.
+        go_rx.recv().unwrap();
+        drop(g);
+    });
+    let until = held_rx.recv().unwrap();
+    while Instant::now() < until {
+        tokio::time::sleep(until - Instant::now()).await;
+    }
+    assert!(
+        !b.try_acquire("k", &LockOptions::new(ttl))
+            .await
+            .unwrap()
+            .is_acquired()
+    );
+    let state = b.inspect("k").await.unwrap();
+    assert!(state.holder.is_some());
+    assert_eq!(state.ttl, Some(Duration::ZERO));
+    go_tx.send(()).unwrap();
+    stalled.join().unwrap();
+}
+
+/// An outsider writing another record into the lock file takes the lock away: the holder's
+/// extend and release are `NotHeld` (deleting the file: the conformance suite).
+#[tokio::test]
+async fn a_rewritten_record_takes_the_lock_away() {
+    let (dir, a, _b) = folder();
+    let g = take(&a, "k", &long()).await;
+    let path = hooks::lock_path(dir.path(), "k");
+    std::fs::write(&path, "leasehold someone-else 99999999999999\n").unwrap();
+    assert!(matches!(
+        g.extend(Duration::from_secs(60)).await,
+        Err(Error::NotHeld { .. })
+    ));
+    assert!(!g.is_held());
+    assert!(matches!(g.release().await, Err(Error::NotHeld { .. })));
+}
+
+/// The counter goes on in a new client (a restarted process), a raise is durable, and a
+/// counter that cannot be read fails the acquisition (the lock let go) instead of starting over.
+#[tokio::test]
+async fn counters_survive_clients_and_are_never_reset() {
+    let (dir, a, _b) = folder();
+    take(&a, "k", &long()).await.release().await.unwrap();
+    drop(a);
+    let a = FileClient::connect(&format!("file://{}", dir.path().display())).unwrap();
+    let g = take(&a, "k", &long()).await;
+    assert_eq!(g.fencing_token(), Some(2));
+    g.release().await.unwrap();
+    assert_eq!(a.raise_fencing_counter("k", 40).await.unwrap(), 40);
+    assert_eq!(a.raise_fencing_counter("k", 3).await.unwrap(), 40);
+    let fence = dir.path().join(format!("{}.fence", names::stem("k")));
+    assert_eq!(std::fs::read_to_string(&fence).unwrap(), "40\n");
+    std::fs::write(&fence, "garbage").unwrap();
+    match a.try_acquire("k", &long()).await {
+        Err(e @ Error::Connection { .. }) => assert!(e.to_string().contains("garbage"), "{e}"),
+        other => panic!("{other:?}"),
+    }
+    // The failed attempt let the key go: without fencing it is free.
+    take(&a, "k", &LockOptions::new(Duration::from_secs(60)))
+        .await
+        .release()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn the_fair_option_is_refused() {
+    let (_dir, a, _b) = folder();
+    let fair = long().fair(true);
+    assert!(matches!(
+        a.try_acquire("k", &fair).await,
+        Err(Error::Unsupported {
+            backend: "file",
+            ..
+        })
+    ));
+    assert_eq!(
+        crate::Backend::File.fairness(),
+        crate::Fairness::Unsupported
+    );
+}
+
+/// This process's descriptors on `path` (the path as it is now, not a deleted file's).
+fn descriptors(path: &std::path::Path) -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .filter(|target| target == path)
+        .count()
+}
+
+/// Returns once `path` is open twice in this process (a holder and a waiter), or fails.
+async fn two_descriptors(path: &std::path::Path) {
+    let seen = tokio::time::timeout(HANG_GUARD, async {
+        while descriptors(path) < 2 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    });
+    seen.await
+        .expect("a holder and a waiter never had the lock file open");
+}
+
+/// A waiter whose open lock file an outsider deleted does not take the lock when that file's
+/// `flock` is let go: a new file holds the key now, and the waiter waits for that one.
+#[tokio::test]
+async fn a_waiter_on_a_deleted_lock_file_waits_for_the_new_one() {
+    let (dir, a, b) = folder();
+    let c = FileClient::connect(&format!("file://{}", dir.path().display())).unwrap();
+    let path = hooks::lock_path(dir.path(), "k");
+    let g = take(&a, "k", &long()).await;
+    let waiter = {
+        let b = b.clone();
+        tokio::spawn(async move { b.acquire("k", &long().wait(HANG_GUARD)).await })
+    };
+    two_descriptors(&path).await;
+    std::fs::remove_file(&path).unwrap();
+    let h = take(&c, "k", &long()).await;
+    assert!(matches!(g.release().await, Err(Error::NotHeld { .. })));
+    // The waiter has found its old file stale and opened the new one, which `h` holds.
+    two_descriptors(&path).await;
+    assert!(
+        !waiter.is_finished(),
+        "the waiter took a lock someone holds"
+    );
+    let n = h.fencing_token().unwrap();
+    h.release().await.unwrap();
+    let w = tokio::time::timeout(HANG_GUARD, waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(w.fencing_token().unwrap() > n);
+}
+
+/// The check under the previous test, without timing: a `flock` granted on a file the path no
+/// longer names is not a lock.
+#[test]
+fn a_flock_on_a_file_no_path_names_is_not_taken() {
+    let dir = tempfile::tempdir().unwrap();
+    let folder = Folder::open(dir.path().to_path_buf()).unwrap();
+    let old = folder.open_lock_file("k").unwrap();
+    std::fs::remove_file(folder.lock_path("k")).unwrap();
+    let new = folder.open_lock_file("k").unwrap();
+    let held = folder.try_lock("k", new).unwrap();
+    assert!(held.is_ok(), "the new file is free");
+    assert!(
+        matches!(folder.try_lock("k", old), Ok(Err(None))),
+        "a stale file was locked"
+    );
+}

@@ -1,0 +1,231 @@
+//! Locks in this process's memory (`memory://`, `memory://NAME`): for the unit tests of code
+//! written against [`Locker`](crate::Locker), and for tasks of one process. Always compiled (no
+//! dependency).
+//!
+//! # What it is
+//! A process-wide table per *namespace* (`memory://` is the unnamed one; `memory://NAME` a
+//! separate one, so that tests running in parallel do not share locks) maps each key to its
+//! holder's token and expiry and to its fencing counter, behind one mutex. Every operation is
+//! one step under that mutex, so it is atomic by construction.
+//!
+//! # Guarantees
+//! * **One process only.** Two processes never see each other's memory locks: the CLI refuses
+//!   `memory://` for that reason. Within the process every [`MemoryClient`] of a namespace shares
+//!   the table.
+//! * **Mutual exclusion while valid**, and **the validity is exact**: the lock's expiry and the
+//!   lease's [`valid_until`](crate::Lease::valid_until) are the same [`Instant`] of the one
+//!   clock, so no drift allowance is subtracted; a lock is free from the instant its lease stops
+//!   being valid (a lock past its TTL is free: its holder's release or extend is then `NotHeld`).
+//! * **Token-checked release and extend**, from any client of the namespace.
+//! * **Fencing numbers strictly increase per key**: a counter per key, never reset (kept after
+//!   release, for the life of the process: a key once locked with fencing costs a table entry
+//!   until the process ends), raised by `raise_fencing_counter`.
+//! * **Waiting is FIFO and without polling** ([`Fairness::Always`](crate::Fairness::Always)):
+//!   waiters queue per key; a release, an expiry or a waiter leaving wakes them, and only the
+//!   longest waiter may take the freed lock (a `try_acquire` finds it busy meanwhile).
+//! * **Loss is reported**: an auto-extended lease whose lock is gone fires
+//!   [`Lease::lost`](crate::Lease::lost) at its next renewal.
+//!
+//! Tested by the conformance suite (`tests/conformance/memory.rs`) and `tests/local.rs`.
+
+mod store;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::future::BoxFuture;
+
+use crate::core::error::{Error, Result};
+use crate::core::guard::{HeldLock, Lease, LockGuard};
+use crate::core::options::{LockOptions, ttl_millis};
+use crate::core::outcome::{LockState, TryAcquire};
+use crate::core::token::{LockToken, validate_key};
+
+use store::{Attempt, Namespace};
+
+/// A client for locks in this process's memory (see the [module docs](self)). Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct MemoryClient {
+    ns: Arc<Namespace>,
+}
+
+impl MemoryClient {
+    /// A client of the namespace `url` names: `memory://` (the unnamed one) or `memory://NAME`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for another scheme, or a name with `/`, `?` or `#`.
+    pub fn connect(url: &str) -> Result<Self> {
+        let name = url
+            .split_once("://")
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("memory"))
+            .map(|(_, name)| name)
+            .ok_or_else(|| Error::invalid("url", format!("{url:?} is not a memory:// URL")))?;
+        if name.contains(['/', '?', '#']) {
+            return Err(Error::invalid(
+                "url",
+                format!("{url:?}: a memory:// URL is memory:// or memory://NAME, nothing after"),
+            ));
+        }
+        Ok(MemoryClient {
+            ns: store::namespace(name),
+        })
+    }
+
+    fn check(key: &str, options: &LockOptions) -> Result<()> {
+        validate_key(key)?;
+        options.ttl_millis()?;
+        if options.replica_ack_required().is_some() {
+            return Err(Error::Unsupported {
+                backend: "memory",
+                what: "replica acknowledgement (replica_ack)".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// One attempt to take `key`, without waiting (busy while others wait for it: FIFO).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad key or TTL; [`Error::FencingExhausted`] when the
+    /// counter is at `u64::MAX`.
+    pub async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
+        Self::check(key, options)?;
+        match self.ns.attempt(key, options, None)? {
+            Attempt::Taken(lease) => Ok(TryAcquire::Acquired(self.guard(lease, options))),
+            Attempt::Busy { remaining, .. } => Ok(TryAcquire::Busy { remaining }),
+        }
+    }
+
+    /// Takes `key`, waiting until `options.wait_bound()` in the key's FIFO queue: woken by a
+    /// release, by the holder's expiry, or by a waiter ahead leaving; never polling.
+    ///
+    /// # Errors
+    /// [`Error::NotAcquired`] at the deadline; as [`MemoryClient::try_acquire`].
+    pub async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
+        Self::check(key, options)?;
+        let begun = Instant::now();
+        let deadline = options.wait_bound().map(|w| begun + w);
+        // Our place in the queue, left (and the next waiter woken) however this future ends.
+        let ticket = deadline.map(|_| self.ns.ticket(key));
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let (woken, remaining) = match self.ns.attempt(key, options, ticket.as_ref())? {
+                Attempt::Taken(lease) => return Ok(self.guard(lease, options)),
+                Attempt::Busy { woken, remaining } => (woken, remaining),
+            };
+            let now = Instant::now();
+            let Some(deadline) = deadline.filter(|d| now < *d) else {
+                return Err(Error::NotAcquired {
+                    key: key.to_string(),
+                    waited: now - begun,
+                    attempts,
+                });
+            };
+            // The holder's expiry frees the lock without a release: wake for it too.
+            let wake = remaining.map_or(deadline, |r| deadline.min(now + r));
+            tokio::select! {
+                _ = woken => {}
+                _ = tokio::time::sleep_until(wake.into()) => {}
+            }
+        }
+    }
+
+    /// Waits for `key`, runs `work`, and releases whatever happens (see
+    /// [`LockClient::with_lock`](crate::LockClient::with_lock)).
+    ///
+    /// # Errors
+    /// As [`LockClient::with_lock`](crate::LockClient::with_lock).
+    pub async fn with_lock<T, F, Fut>(&self, key: &str, options: &LockOptions, work: F) -> Result<T>
+    where
+        F: FnOnce(Lease) -> Fut,
+        Fut: std::future::Future<Output = T>,
+    {
+        let guard = self.acquire(key, options).await?;
+        crate::core::guard::run_with_lock(guard, options, work).await
+    }
+
+    fn guard(&self, lease: Lease, options: &LockOptions) -> LockGuard {
+        let held: Arc<dyn HeldLock> = Arc::new(self.clone());
+        if options.auto_extend_enabled() {
+            crate::core::renew::keep_alive(held.clone(), lease.clone(), options);
+        }
+        LockGuard::new(held, lease)
+    }
+
+    /// Releases `key` if `token` holds it (and its lease has not run out), waking its waiters.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if it does not.
+    pub async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
+        validate_key(key)?;
+        self.ns.release(key, token)
+    }
+
+    /// Extends `key` to `ttl` from now if `token` holds it (and its lease has not run out).
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if it does not; [`Error::InvalidArgument`] for a bad TTL.
+    pub async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<()> {
+        validate_key(key)?;
+        ttl_millis(ttl)?;
+        self.ns.extend(key, token, ttl).map(drop)
+    }
+
+    /// The holder's token, its remaining lease and the fencing counter (`None` before the first
+    /// fenced acquisition).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad key.
+    pub async fn inspect(&self, key: &str) -> Result<LockState> {
+        validate_key(key)?;
+        Ok(self.ns.inspect(key))
+    }
+
+    /// Raises `key`'s fencing counter to at least `at_least` (never lowers it) and returns it.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad key.
+    pub async fn raise_fencing_counter(&self, key: &str, at_least: u64) -> Result<u64> {
+        validate_key(key)?;
+        Ok(self.ns.raise(key, at_least))
+    }
+}
+
+impl HeldLock for MemoryClient {
+    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move { self.ns.release(lease.key(), lease.token()) })
+    }
+
+    fn extend<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Instant>> {
+        Box::pin(async move {
+            ttl_millis(ttl)?;
+            self.ns.extend(lease.key(), lease.token(), ttl)
+        })
+    }
+
+    /// One clock: the lease's validity is the lock's expiry itself.
+    fn drift(&self, _ttl: Duration) -> Duration {
+        Duration::ZERO
+    }
+}
+
+crate::core::backend::impl_lock_backend!(MemoryClient, Memory);
+
+/// Test hooks (`leasehold::internal`): what an outsider would do to a server's lock.
+#[doc(hidden)]
+pub mod hooks {
+    /// Clears `key`'s holder in the namespace `name` (its fencing counter stays), as deleting
+    /// a Redis key would; true if it had one.
+    pub fn take_away(name: &str, key: &str) -> bool {
+        super::store::namespace(name).take_away(key)
+    }
+
+    /// How many acquisition attempts of `key` found it busy, in the namespace `name`.
+    pub fn refusals(name: &str, key: &str) -> u64 {
+        super::store::namespace(name).refusals(key)
+    }
+}
+
+#[cfg(test)]
+mod tests;
