@@ -284,6 +284,23 @@ async fn a_fair_lock_needs_a_real_grant() {
     }
 }
 
+// A reply to a write that is not the command's own (here a bulk string to `SET NX`) says the
+// server received the command, not what it did: ambiguous, like a lost reply; to a read it is
+// not (nothing to be ambiguous about).
+#[tokio::test]
+async fn a_wrongly_typed_reply_to_a_write_is_ambiguous() {
+    let server = server_answering(&[("SET", b"$2\r\nOK\r\n")]);
+    let client = connect(&server).await;
+    let opts = LockOptions::new(TTL);
+    let result = guarded("try", async move { client.try_acquire("w", &opts).await })
+        .await
+        .unwrap();
+    match result {
+        Err(e @ Error::UnexpectedReply { .. }) => assert!(e.is_ambiguous(), "{e:?}"),
+        other => panic!("expected an ambiguous UnexpectedReply, got {other:?}"),
+    }
+}
+
 // The fuzzing loop.
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

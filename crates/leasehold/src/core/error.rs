@@ -22,6 +22,13 @@ pub enum Operation {
     RaiseFencingCounter,
 }
 
+impl Operation {
+    /// Whether the operation may change the server's state.
+    fn writes(self) -> bool {
+        !matches!(self, Operation::Connect | Operation::Inspect)
+    }
+}
+
 impl std::fmt::Display for Operation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
@@ -247,15 +254,16 @@ pub enum Error {
 }
 
 impl Error {
-    /// True if the server may have applied the command although the reply was lost.
+    /// True if the server may have applied the command although its reply was lost: a
+    /// connection error after the command was sent, or a reply to a write (acquire, release,
+    /// extend, a fenced write, raising a counter) that is not the command's own (the server
+    /// received the command; what it did is unknown).
     pub fn is_ambiguous(&self) -> bool {
-        matches!(
-            self,
-            Error::Connection {
-                ambiguous: true,
-                ..
-            }
-        )
+        match self {
+            Error::Connection { ambiguous, .. } => *ambiguous,
+            Error::UnexpectedReply { op, .. } => op.writes(),
+            _ => false,
+        }
     }
 
     /// True if the server is moving: a slot being migrated (`TRYAGAIN`, or a `MOVED`/`ASK`
