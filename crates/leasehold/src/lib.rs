@@ -19,23 +19,23 @@ pub use self::core::metrics;
 pub use self::core::error::{BoxError, Error, LossReason, Operation, Result};
 pub use self::core::fence::{Fence, FencedRead, FencedValue, FencedWrite};
 pub use self::core::guard::{Lease, LockGuard, clock_drift};
-pub use self::core::kind::{Backend, Fairness};
+pub use self::core::kind::{Backend, Fairness, Primitive};
 pub use self::core::options::{
     Backoff, ClientOptions, LockOptions, MAX_TTL, MIN_BACKOFF, MIN_RENEWED_TTL, MIN_TTL, OnLoss,
 };
 pub use self::core::outcome::{LockState, MAX_FENCING_NUMBER, TryAcquire};
 pub use self::core::report::{NodeOutcome, NodeReport, NodeReports};
+pub use self::core::sync::{
+    Election, Leader, LeaderWatch, MAX_ELECTION_ID_LEN, MAX_PERMITS, RwLock, Semaphore,
+};
 pub use self::core::token::{LockToken, MAX_KEY_LEN};
 pub use self::redis::client::LockClient;
 pub use self::redis::connection::{ClientConnection, SentinelConnection};
-pub use self::redis::election::{Election, Leader, LeaderWatch};
 pub use self::redis::endpoint::Endpoint;
 pub use self::redis::fencing::FencedStore;
 pub use self::redis::multi::{MAX_KEYS as MAX_MULTI_KEYS, MultiLock};
 pub use self::redis::options::RedisOptions;
 pub use self::redis::renewal::RenewalStats;
-pub use self::redis::rwlock::RwLock;
-pub use self::redis::semaphore::{MAX_PERMITS, Semaphore};
 pub use self::redis::server::{ServerInfo, ServerKind};
 pub use self::redis::slot::{fair_entry_key, fair_queue_key, fence_key, key_slot, release_channel};
 pub use self::redis::strategy::{ExtendStrategy, ReleaseStrategy};

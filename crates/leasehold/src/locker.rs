@@ -3,12 +3,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::core::backend::LockBackend;
+use crate::core::backend::Primitives;
 use crate::core::error::{Error, Result};
 use crate::core::guard::{Lease, LockGuard};
 use crate::core::kind::{Backend, Fairness};
 use crate::core::options::{ClientOptions, LockOptions};
 use crate::core::outcome::{LockState, TryAcquire};
+use crate::core::sync::{Election, RwLock, Semaphore};
 use crate::core::token::LockToken;
 use crate::redis::client::LockClient;
 use crate::redlock::{Redlock, RedlockOptions};
@@ -36,7 +37,7 @@ use crate::redlock::{Redlock, RedlockOptions};
 /// what [`LockOptions::fair`] means on each.
 #[derive(Clone, Debug)]
 pub struct Locker {
-    backend: Arc<dyn LockBackend>,
+    backend: Arc<dyn Primitives>,
 }
 
 /// The URL schemes [`Locker::connect`] knows, for messages.
@@ -162,6 +163,38 @@ impl Locker {
         self.backend.as_any().downcast_ref()
     }
 
+    /// A counting semaphore of `permits` on `name` (no round trip): at most `permits` holders
+    /// at once. Every client of `name` must use the same number.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty or over-long name, or `permits` outside
+    /// 1 ..= [`MAX_PERMITS`](crate::MAX_PERMITS); [`Error::Unsupported`] on a backend without
+    /// semaphores ([`Backend::has`]).
+    pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
+        Semaphore::check(name, permits)?;
+        self.backend.semaphore(name, permits)
+    }
+
+    /// A read-write lock on `name` (no round trip).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty or over-long name; [`Error::Unsupported`] on a
+    /// backend without read-write locks ([`Backend::has`]).
+    pub fn rwlock(&self, name: &str) -> Result<RwLock> {
+        crate::core::token::validate_key(name)?;
+        self.backend.rwlock(name)
+    }
+
+    /// A leader election on `name` (no round trip).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty or over-long name; [`Error::Unsupported`] on a
+    /// backend without elections ([`Backend::has`]).
+    pub fn election(&self, name: &str) -> Result<Election> {
+        crate::core::token::validate_key(name)?;
+        self.backend.election(name)
+    }
+
     /// One attempt to take `key`, without waiting (see [`LockClient::try_acquire`]).
     ///
     /// # Errors
@@ -274,7 +307,7 @@ impl Locker {
 }
 
 impl Locker {
-    fn of(backend: impl LockBackend) -> Locker {
+    fn of(backend: impl Primitives) -> Locker {
         Locker {
             backend: Arc::new(backend),
         }

@@ -30,9 +30,10 @@ use futures_util::future::BoxFuture;
 
 use crate::core::error::Result;
 use crate::core::guard::LockGuard;
-use crate::core::kind::Backend;
+use crate::core::kind::{Backend, Primitive};
 use crate::core::options::LockOptions;
 use crate::core::outcome::{LockState, TryAcquire};
+use crate::core::sync::{Election, RwLock, Semaphore};
 use crate::core::token::LockToken;
 
 /// A connected backend, as a [`Locker`](crate::Locker) sees it. Each method has the meaning of
@@ -73,6 +74,45 @@ pub(crate) trait LockBackend: Send + Sync + Debug + 'static {
         key: &'a str,
         at_least: u64,
     ) -> BoxFuture<'a, Result<u64>>;
+}
+
+/// The primitives beyond the plain lock that a backend offers through a
+/// [`Locker`](crate::Locker): each method makes the primitive's handle (no round trip) or, by
+/// default, refuses with [`Error::Unsupported`](crate::Error::Unsupported) naming the backend
+/// and the primitive. A backend opts in by overriding the method (its client's inherent
+/// `semaphore` / `rwlock` / `election`), so what it has is written in one place.
+pub(crate) trait Primitives: LockBackend {
+    /// A counting semaphore of `permits` on `name`.
+    fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
+        let _ = (name, permits);
+        Err(missing(self.kind(), Primitive::Semaphore))
+    }
+
+    /// A read-write lock on `name`.
+    fn rwlock(&self, name: &str) -> Result<RwLock> {
+        let _ = name;
+        Err(missing(self.kind(), Primitive::RwLock))
+    }
+
+    /// An election on `name`.
+    fn election(&self, name: &str) -> Result<Election> {
+        let _ = name;
+        Err(missing(self.kind(), Primitive::Election))
+    }
+}
+
+/// The refusal of `what` by `backend`, which does not have it.
+fn missing(backend: Backend, what: Primitive) -> crate::core::error::Error {
+    let has = Backend::ALL
+        .iter()
+        .filter(|b| b.has(what))
+        .map(|b| b.name())
+        .collect::<Vec<_>>()
+        .join(", ");
+    crate::core::error::Error::Unsupported {
+        backend: backend.name(),
+        what: format!("{} (backends that have it: {has})", what.describe()),
+    }
 }
 
 /// The error for a release or extend of `key` with `token` by a client that does not hold the

@@ -1,9 +1,8 @@
 //! Which backend: [`Backend`], and what [`LockOptions::fair`](crate::LockOptions::fair) means on
 //! it ([`Fairness`]).
 
-/// Which backend a [`Locker`](crate::Locker) talks to, and what that implies for the options
-/// every backend takes (the primitives only one backend has are reached through its own client
-/// type: [`Locker::as_redis`](crate::Locker::as_redis)).
+/// Which backend a [`Locker`](crate::Locker) talks to, what that implies for the options every
+/// backend takes ([`Backend::fairness`]), and which primitives it has ([`Backend::has`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Backend {
@@ -25,6 +24,28 @@ pub enum Backend {
 }
 
 impl Backend {
+    /// Every backend.
+    pub const ALL: [Backend; 7] = [
+        Backend::Redis,
+        Backend::Redlock,
+        Backend::Etcd,
+        Backend::Postgres,
+        Backend::PostgresLease,
+        Backend::Memory,
+        Backend::File,
+    ];
+
+    /// Whether [`Locker`](crate::Locker) offers `primitive` on this backend (otherwise its
+    /// method returns [`Error::Unsupported`](crate::Error::Unsupported) naming the backend).
+    pub const fn has(self, primitive: Primitive) -> bool {
+        match primitive {
+            Primitive::Lock => true,
+            Primitive::Semaphore | Primitive::RwLock | Primitive::Election => {
+                matches!(self, Backend::Redis)
+            }
+        }
+    }
+
     /// The backend's name in messages and metric labels: `redis`, `redlock`, `etcd`,
     /// `postgres`, `postgres-lease`, `memory`, `file`.
     pub const fn name(self) -> &'static str {
@@ -68,4 +89,39 @@ pub enum Fairness {
     Always,
     /// No fair mode: the fair option is refused ([`Error::Unsupported`](crate::Error::Unsupported)).
     Unsupported,
+}
+
+/// A kind of lock a [`Locker`](crate::Locker) can make, for [`Backend::has`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Primitive {
+    /// The plain lock ([`Locker::acquire`](crate::Locker::acquire)); every backend has it.
+    Lock,
+    /// A counting semaphore ([`Locker::semaphore`](crate::Locker::semaphore)).
+    Semaphore,
+    /// A read-write lock ([`Locker::rwlock`](crate::Locker::rwlock)).
+    RwLock,
+    /// A leader election ([`Locker::election`](crate::Locker::election)).
+    Election,
+}
+
+impl Primitive {
+    /// Every primitive.
+    pub const ALL: [Primitive; 4] = [
+        Primitive::Lock,
+        Primitive::Semaphore,
+        Primitive::RwLock,
+        Primitive::Election,
+    ];
+
+    /// What it is called in messages: `a lock`, `a semaphore`, `a read-write lock`,
+    /// `an election`.
+    pub const fn describe(self) -> &'static str {
+        match self {
+            Primitive::Lock => "a lock",
+            Primitive::Semaphore => "a semaphore",
+            Primitive::RwLock => "a read-write lock",
+            Primitive::Election => "an election",
+        }
+    }
 }

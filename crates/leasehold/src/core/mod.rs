@@ -11,6 +11,7 @@ pub(crate) mod options;
 pub(crate) mod outcome;
 pub(crate) mod renew;
 pub(crate) mod report;
+pub(crate) mod sync;
 pub(crate) mod throttle;
 pub(crate) mod tls;
 pub(crate) mod token;

@@ -398,3 +398,6 @@ impl EtcdClient {
 }
 
 crate::core::backend::impl_lock_backend!(EtcdClient, Etcd);
+
+/// No primitive beyond the plain lock yet (see [`Backend::has`](crate::Backend::has)).
+impl crate::core::backend::Primitives for EtcdClient {}

@@ -439,3 +439,6 @@ pub mod hooks {
 
 #[cfg(test)]
 mod tests;
+
+/// No primitive beyond the plain lock yet (see [`Backend::has`](crate::Backend::has)).
+impl crate::core::backend::Primitives for FileClient {}

@@ -616,3 +616,6 @@ impl HeldLock for LeaseRowHeld {
 }
 
 crate::core::backend::impl_lock_backend!(PostgresLeaseClient, PostgresLease);
+
+/// No primitive beyond the plain lock yet (see [`Backend::has`](crate::Backend::has)).
+impl crate::core::backend::Primitives for PostgresLeaseClient {}

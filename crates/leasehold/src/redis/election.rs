@@ -18,19 +18,17 @@
 
 use std::time::{Duration, Instant};
 
-use tokio::sync::watch;
+use futures_util::future::BoxFuture;
 
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::{LockGuard, clock_drift};
 use crate::core::options::LockOptions;
+use crate::core::sync::{Election, ElectionProvider, Leader, LeaderChanges};
 use crate::core::token::{LockToken, validate_key};
 use crate::redis::client::LockClient;
 use crate::redis::scripts::{CAMPAIGN_SCRIPT as CAMPAIGN, LEADER_SCRIPT as LEADER};
 use crate::redis::slot::{fence_key, release_channel, slot_name};
-use crate::redis::waiting::pause_between_attempts;
-
-/// The longest candidate id.
-pub const MAX_ID_LEN: usize = 256;
+use crate::redis::waiting::{Subscription, pause_between_attempts};
 
 /// Where the current term's leader id is recorded: [`slot_name`]`(name) + ":leader"` (`term
 /// id`; meaningful only while the lock `name` is held).
@@ -38,38 +36,9 @@ pub fn election_leader_key(name: &str) -> String {
     format!("{}:leader", slot_name(name))
 }
 
-/// The current leader of an election.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Leader {
-    /// The id the leader campaigned with.
-    pub id: String,
-    /// Its term: the fencing number of its lock, strictly increasing from term to term.
-    pub term: u64,
-    /// How long its lease still runs on the server (renewed while it lives).
-    pub ttl: Option<Duration>,
-}
-
-/// An election on `name`; made by [`LockClient::election`], cheap to clone.
-///
-/// ```no_run
-/// use std::time::Duration;
-/// use leasehold::{LockClient, LockOptions};
-///
-/// # async fn example(locks: LockClient) -> Result<(), leasehold::Error> {
-/// let election = locks.election("scheduler")?;
-/// // Waits until this process leads; renewed for as long as it lives.
-/// let leadership = election.campaign("worker-7", &LockOptions::new(Duration::from_secs(5))).await?;
-/// let term = leadership.fencing_token().expect("every term has a number");
-/// tokio::select! {
-///     _ = leadership.lost() => eprintln!("deposed during term {term}"),
-///     _ = async { /* lead: stamp writes with `term` */ } => {}
-/// }
-/// leadership.release().await.ok(); // resign
-/// # Ok(())
-/// # }
-/// ```
+/// The Redis protocol of an [`Election`] (see the module's documentation).
 #[derive(Debug, Clone)]
-pub struct Election {
+pub(crate) struct RedisElection {
     client: LockClient,
     name: String,
     record: String,
@@ -82,20 +51,16 @@ impl LockClient {
     /// [`Error::InvalidArgument`] for an empty or over-long name.
     pub fn election(&self, name: &str) -> Result<Election> {
         validate_key(name)?;
-        Ok(Election {
+        let redis = RedisElection {
             client: self.clone(),
             name: name.to_string(),
             record: election_leader_key(name),
-        })
+        };
+        Ok(Election::new(name, redis))
     }
 }
 
-impl Election {
-    /// The election's name (its lock key).
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
+impl RedisElection {
     /// Waits to become leader as `id`, until `options.wait_bound()` (for ever without one),
     /// and returns the leadership: a guard whose fencing number is the term, renewed
     /// automatically (`auto_extend` and `fencing` are always on). Resign with
@@ -106,12 +71,6 @@ impl Election {
     /// [`Error::Unsupported`] with fair mode or `replica_ack`; [`Error::NotAcquired`] at the
     /// deadline; connection and server errors.
     pub async fn campaign(&self, id: &str, options: &LockOptions) -> Result<LockGuard> {
-        if id.is_empty() || id.len() > MAX_ID_LEN {
-            return Err(Error::invalid(
-                "id",
-                format!("a candidate id needs 1 to {MAX_ID_LEN} bytes"),
-            ));
-        }
         // Checked as it will run: renewed, so at least MIN_RENEWED_TTL.
         let ttl_ms = options.clone().auto_extend(true).ttl_millis()?;
         if options.fair_enabled() || options.replica_ack_required().is_some() {
@@ -250,76 +209,38 @@ impl Election {
             }),
         }
     }
+}
 
-    /// Follows the leadership: a background task reads [`Election::leader`] when a leader is
-    /// elected or resigns (both are announced), when the leader's lease would run out, and
-    /// at least every `every`, and publishes each change. The task ends with the last
-    /// [`LeaderWatch`].
-    pub fn watch(&self, every: Duration) -> LeaderWatch {
-        let (tx, rx) = watch::channel(None);
-        let election = self.clone();
-        let every = every.max(Duration::from_millis(10));
-        tokio::spawn(async move {
-            let mut subscription = match election.client.notifier() {
-                Some(n) => n.subscribe(release_channel(&election.name)).await,
-                None => None,
-            };
-            loop {
-                if let Some(s) = subscription.as_mut() {
-                    s.mark_seen();
-                }
-                let current = election.leader().await.unwrap_or(None);
-                let next = current
-                    .as_ref()
-                    .and_then(|l| l.ttl)
-                    .map_or(every, |t| every.min(t + Duration::from_millis(1)));
-                tx.send_if_modified(|seen: &mut Option<Leader>| {
-                    // A renewal changes the TTL only: not a change of leadership.
-                    let changed = seen.as_ref().map(|l| l.term) != current.as_ref().map(|l| l.term);
-                    if changed {
-                        *seen = current;
-                    }
-                    changed
-                });
-                let sleep = tokio::time::sleep(next);
-                tokio::select! {
-                    _ = tx.closed() => return,
-                    _ = async {
-                        match subscription.as_mut() {
-                            Some(s) => s.released().await,
-                            None => std::future::pending().await,
-                        }
-                    } => {}
-                    _ = sleep => {}
-                }
-            }
-        });
-        LeaderWatch { rx }
+impl ElectionProvider for RedisElection {
+    fn campaign<'a>(
+        &'a self,
+        id: &'a str,
+        options: &'a LockOptions,
+    ) -> BoxFuture<'a, Result<LockGuard>> {
+        Box::pin(RedisElection::campaign(self, id, options))
+    }
+
+    fn leader<'a>(&'a self) -> BoxFuture<'a, Result<Option<Leader>>> {
+        Box::pin(RedisElection::leader(self))
+    }
+
+    /// A leader elected or resigning is announced on the name's release channel.
+    fn changes<'a>(&'a self) -> BoxFuture<'a, Option<Box<dyn LeaderChanges>>> {
+        Box::pin(async move {
+            let notifier = self.client.notifier()?;
+            let subscription = notifier.subscribe(release_channel(&self.name)).await?;
+            Some(Box::new(subscription) as Box<dyn LeaderChanges>)
+        })
     }
 }
 
-/// Leadership changes of an [`Election`], from [`Election::watch`].
-#[derive(Debug, Clone)]
-pub struct LeaderWatch {
-    rx: watch::Receiver<Option<Leader>>,
-}
-
-impl LeaderWatch {
-    /// The leader as last seen (`None`: nobody, or not read yet).
-    pub fn current(&self) -> Option<Leader> {
-        self.rx.borrow().clone()
+/// A release channel subscription, as the election's watch hears announcements on it.
+impl LeaderChanges for Subscription {
+    fn mark_seen(&mut self) {
+        Subscription::mark_seen(self);
     }
 
-    /// Waits for the next change of leader (a new term, or nobody) and returns it.
-    ///
-    /// # Errors
-    /// [`Error::Connection`] if the watching task ended (its runtime shut down).
-    pub async fn changed(&mut self) -> Result<Option<Leader>> {
-        self.rx.changed().await.map_err(|_| Error::Connection {
-            op: Operation::Inspect,
-            ambiguous: false,
-            source: std::io::Error::other("the election watch ended").into(),
-        })?;
-        Ok(self.rx.borrow_and_update().clone())
+    fn changed(&mut self) -> BoxFuture<'_, ()> {
+        Box::pin(self.released())
     }
 }

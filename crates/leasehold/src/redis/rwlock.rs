@@ -37,6 +37,7 @@ use crate::core::guard::HeldLock;
 use crate::core::guard::{Lease, LockGuard, clock_drift};
 use crate::core::options::LockOptions;
 use crate::core::outcome::TryAcquire;
+use crate::core::sync::{RwLock, impl_provider};
 use crate::core::token::{LockToken, validate_key};
 use crate::redis::client::LockClient;
 use crate::redis::renewal::RenewTarget;
@@ -64,28 +65,9 @@ pub fn writer_wait_ttl(ttl: Duration) -> Duration {
     ttl.clamp(Duration::from_secs(1), Duration::from_secs(10))
 }
 
-/// A read-write lock on `name`; made by [`LockClient::rwlock`], cheap to clone.
-///
-/// ```no_run
-/// use std::time::Duration;
-/// use leasehold::{LockClient, LockOptions};
-///
-/// # async fn example(locks: LockClient) -> Result<(), leasehold::Error> {
-/// let config = locks.rwlock("config")?;
-/// let opts = LockOptions::new(Duration::from_secs(10)).wait(Duration::from_secs(30));
-/// config.with_read(&opts, |_lease| async { /* many readers at once */ }).await?;
-/// let fenced = opts.clone().fencing(true);
-/// let term = config
-///     .with_write(&fenced, |lease| async move {
-///         lease.fencing_token() // the one writer, with a fencing number
-///     })
-///     .await?;
-/// # let _ = term;
-/// # Ok(())
-/// # }
-/// ```
+/// The Redis protocol of an [`RwLock`] (see the module's documentation).
 #[derive(Debug, Clone)]
-pub struct RwLock {
+pub(crate) struct RedisRwLock {
     client: LockClient,
     name: String,
     readers: String,
@@ -99,12 +81,13 @@ impl LockClient {
     /// [`Error::InvalidArgument`] for an empty or over-long name.
     pub fn rwlock(&self, name: &str) -> Result<RwLock> {
         validate_key(name)?;
-        Ok(RwLock {
+        let redis = RedisRwLock {
             client: self.clone(),
             name: name.to_string(),
             readers: rwlock_readers_key(name),
             waiting: rwlock_writer_waiting_key(name),
-        })
+        };
+        Ok(RwLock::new(name, redis))
     }
 }
 
@@ -133,12 +116,7 @@ enum Side {
     Write,
 }
 
-impl RwLock {
-    /// The lock's name (the writer's key).
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
+impl RedisRwLock {
     fn check(&self, side: Side, options: &LockOptions) -> Result<u64> {
         let ttl_ms = options.ttl_millis()?;
         let refuse = |what: &str| {
@@ -408,32 +386,6 @@ impl RwLock {
         self.wait_side(Side::Write, options).await
     }
 
-    /// [`RwLock::read`], run `work`, release whatever happens (as [`LockClient::with_lock`]).
-    ///
-    /// # Errors
-    /// As [`RwLock::read`]; [`Error::LockLost`]; [`Error::NotHeld`].
-    pub async fn with_read<T, F, Fut>(&self, options: &LockOptions, work: F) -> Result<T>
-    where
-        F: FnOnce(Lease) -> Fut,
-        Fut: std::future::Future<Output = T>,
-    {
-        let guard = self.read(options).await?;
-        crate::core::guard::run_with_lock(guard, options, work).await
-    }
-
-    /// [`RwLock::write`], run `work`, release whatever happens (as [`LockClient::with_lock`]).
-    ///
-    /// # Errors
-    /// As [`RwLock::write`]; [`Error::LockLost`]; [`Error::NotHeld`].
-    pub async fn with_write<T, F, Fut>(&self, options: &LockOptions, work: F) -> Result<T>
-    where
-        F: FnOnce(Lease) -> Fut,
-        Fut: std::future::Future<Output = T>,
-    {
-        let guard = self.write(options).await?;
-        crate::core::guard::run_with_lock(guard, options, work).await
-    }
-
     /// Releases the read lease that `token` holds (a guard does this by itself).
     ///
     /// # Errors
@@ -492,7 +444,7 @@ impl RwLock {
 
 /// A read lease, as its guard sees it.
 #[derive(Debug)]
-struct ReaderHeld(RwLock);
+struct ReaderHeld(RedisRwLock);
 
 impl HeldLock for ReaderHeld {
     fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
@@ -514,7 +466,7 @@ impl HeldLock for ReaderHeld {
 
 /// Gives back an attempt whose outcome we never learned (dropped future, lost reply).
 struct Abandoned<'a> {
-    lock: &'a RwLock,
+    lock: &'a RedisRwLock,
     side: Side,
     token: &'a LockToken,
     armed: bool,
@@ -536,7 +488,7 @@ impl Drop for Abandoned<'_> {
 /// Removes a waiting writer's mark when its wait is abandoned (dropped future, error), so
 /// readers are not kept out until the mark expires.
 struct LeaveOnDrop<'a> {
-    lock: &'a RwLock,
+    lock: &'a RedisRwLock,
     token: &'a LockToken,
     armed: bool,
 }
@@ -555,3 +507,15 @@ impl Drop for LeaveOnDrop<'_> {
         });
     }
 }
+
+impl_provider!(RwLockProvider for RedisRwLock {
+    try_read(options: &'a LockOptions) -> TryAcquire,
+    read(options: &'a LockOptions) -> LockGuard,
+    try_write(options: &'a LockOptions) -> TryAcquire,
+    write(options: &'a LockOptions) -> LockGuard,
+    release_read(token: &'a LockToken) -> (),
+    release_write(token: &'a LockToken) -> (),
+    extend_read(token: &'a LockToken, ttl: Duration) -> (),
+    extend_write(token: &'a LockToken, ttl: Duration) -> (),
+    readers() -> u32,
+});

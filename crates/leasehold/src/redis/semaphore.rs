@@ -35,7 +35,8 @@ use crate::core::guard::HeldLock;
 use crate::core::guard::{Lease, LockGuard, clock_drift};
 use crate::core::options::{LockOptions, ttl_millis};
 use crate::core::outcome::TryAcquire;
-use crate::core::token::{LockToken, validate_key};
+use crate::core::sync::{Semaphore, impl_provider};
+use crate::core::token::LockToken;
 use crate::redis::client::LockClient;
 use crate::redis::renewal::RenewTarget;
 use crate::redis::scripts::{
@@ -44,9 +45,6 @@ use crate::redis::scripts::{
 };
 use crate::redis::slot::{release_channel, slot_name};
 use crate::redis::waiting::pause_between_attempts;
-
-/// The most permits a semaphore may have.
-pub const MAX_PERMITS: u32 = 1_000_000;
 
 /// The sorted set of `name`'s held permits: [`slot_name`]`(name) + ":permits"`.
 pub fn semaphore_permits_key(name: &str) -> String {
@@ -61,28 +59,9 @@ pub fn semaphore_limit_key(name: &str) -> String {
 
 pub use crate::redis::scripts::semaphore_scripts;
 
-/// A counting semaphore on one Redis server or cluster: `permits` holders of `name` at once.
-/// Cheap to clone; made by [`LockClient::semaphore`].
-///
-/// ```no_run
-/// use std::time::Duration;
-/// use leasehold::{LockClient, LockOptions};
-///
-/// # async fn example(locks: LockClient) -> Result<(), leasehold::Error> {
-/// let uploads = locks.semaphore("uploads", 4)?; // at most 4 at once, across every process
-/// let opts = LockOptions::new(Duration::from_secs(30))
-///     .auto_extend(true)
-///     .wait(Duration::from_secs(60));
-/// uploads
-///     .with_permit(&opts, |permit| async move {
-///         // one of at most 4 holders while `permit.is_held()`
-///     })
-///     .await?;
-/// # Ok(())
-/// # }
-/// ```
+/// The Redis protocol of a [`Semaphore`] (see the module's documentation).
 #[derive(Debug, Clone)]
-pub struct Semaphore {
+pub(crate) struct RedisSemaphore {
     client: LockClient,
     name: String,
     permits: u32,
@@ -99,26 +78,15 @@ impl LockClient {
     /// [`Error::InvalidArgument`] for an empty or over-long name, or `permits` outside
     /// 1 ..= [`MAX_PERMITS`](crate::MAX_PERMITS).
     pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
-        validate_key(name)?;
-        if permits == 0 {
-            return Err(Error::invalid(
-                "permits",
-                "a semaphore needs at least one permit",
-            ));
-        }
-        if permits > MAX_PERMITS {
-            return Err(Error::invalid(
-                "permits",
-                format!("{permits} is more than the limit of {MAX_PERMITS}"),
-            ));
-        }
-        Ok(Semaphore {
+        Semaphore::check(name, permits)?;
+        let redis = RedisSemaphore {
             client: self.clone(),
             name: name.to_string(),
             permits,
             permits_key: semaphore_permits_key(name),
             limit_key: semaphore_limit_key(name),
-        })
+        };
+        Ok(Semaphore::new(name, permits, redis))
     }
 }
 
@@ -127,17 +95,7 @@ enum PermitAttempt {
     Busy { remaining: Option<Duration> },
 }
 
-impl Semaphore {
-    /// The semaphore's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// How many holders it admits at once.
-    pub fn permits(&self) -> u32 {
-        self.permits
-    }
-
+impl RedisSemaphore {
     fn check(&self, options: &LockOptions) -> Result<u64> {
         let ttl_ms = options.ttl_millis()?;
         let refuse = |what: &str| {
@@ -305,22 +263,6 @@ impl Semaphore {
         }
     }
 
-    /// Waits for a permit (as [`Semaphore::acquire`]), runs `work`, and releases the permit
-    /// whatever happens, like [`LockClient::with_lock`]: `work` is dropped at once if the permit
-    /// is lost meanwhile ([`Error::LockLost`]).
-    ///
-    /// # Errors
-    /// As [`Semaphore::acquire`]; [`Error::LockLost`]; [`Error::NotHeld`] if the permit had
-    /// expired by the release.
-    pub async fn with_permit<T, F, Fut>(&self, options: &LockOptions, work: F) -> Result<T>
-    where
-        F: FnOnce(Lease) -> Fut,
-        Fut: std::future::Future<Output = T>,
-    {
-        let guard = self.acquire(options).await?;
-        crate::core::guard::run_with_lock(guard, options, work).await
-    }
-
     /// Releases the permit that `token` holds (a guard does this by itself; this is for a token
     /// received from elsewhere).
     ///
@@ -431,7 +373,7 @@ fn expired(started: Instant, ttl: Duration) -> bool {
 /// Gives back a permit whose acquisition's outcome we never learned (dropped future, lost
 /// reply), so it does not count against the semaphore for a whole TTL.
 struct AbandonedPermit<'a> {
-    semaphore: &'a Semaphore,
+    semaphore: &'a RedisSemaphore,
     token: &'a LockToken,
     armed: bool,
 }
@@ -454,7 +396,7 @@ impl Drop for AbandonedPermit<'_> {
 
 /// A held permit, as its guard sees it.
 #[derive(Debug)]
-struct PermitHeld(Semaphore);
+struct PermitHeld(RedisSemaphore);
 
 impl HeldLock for PermitHeld {
     fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
@@ -469,3 +411,11 @@ impl HeldLock for PermitHeld {
         })
     }
 }
+
+impl_provider!(SemaphoreProvider for RedisSemaphore {
+    try_acquire(options: &'a LockOptions) -> TryAcquire,
+    acquire(options: &'a LockOptions) -> LockGuard,
+    release(token: &'a LockToken) -> (),
+    extend(token: &'a LockToken, ttl: Duration) -> (),
+    holders() -> u32,
+});

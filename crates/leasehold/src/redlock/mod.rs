@@ -236,3 +236,6 @@ impl LockBackend for Redlock {
         Box::pin(Redlock::raise_fencing_counter(self, key, at_least))
     }
 }
+
+/// No primitive beyond the plain lock yet (see [`Backend::has`](crate::Backend::has)).
+impl crate::core::backend::Primitives for Redlock {}

@@ -193,3 +193,17 @@ impl HeldLock for RedisHeld {
 }
 
 crate::core::backend::impl_lock_backend!(LockClient, Redis);
+
+impl crate::core::backend::Primitives for LockClient {
+    fn semaphore(&self, name: &str, permits: u32) -> Result<crate::Semaphore> {
+        LockClient::semaphore(self, name, permits)
+    }
+
+    fn rwlock(&self, name: &str) -> Result<crate::RwLock> {
+        LockClient::rwlock(self, name)
+    }
+
+    fn election(&self, name: &str) -> Result<crate::Election> {
+        LockClient::election(self, name)
+    }
+}

@@ -1,0 +1,38 @@
+//! The primitives beyond the plain lock, backend-neutral: [`Semaphore`], [`RwLock`] and
+//! [`Election`]. Each is a thin handle over a *provider* (one per backend that has the
+//! primitive: `SemaphoreProvider`, `RwLockProvider`, `ElectionProvider`), as DistributedLock
+//! (.NET) has a provider interface per primitive: the handle owns the name, the argument checks
+//! and the `with_*` helpers; the provider owns the protocol. A backend offers a primitive by
+//! implementing its provider and returning a handle from its client
+//! ([`LockClient::semaphore`](crate::LockClient::semaphore), ...) and from
+//! [`Locker`](crate::Locker); a backend without it returns [`Error::Unsupported`] naming itself.
+
+mod election;
+mod rwlock;
+mod semaphore;
+
+pub use election::{Election, Leader, LeaderWatch, MAX_ID_LEN as MAX_ELECTION_ID_LEN};
+pub(crate) use election::{ElectionProvider, LeaderChanges};
+pub use rwlock::RwLock;
+pub(crate) use rwlock::RwLockProvider;
+pub(crate) use semaphore::SemaphoreProvider;
+pub use semaphore::{MAX_PERMITS, Semaphore};
+
+/// Implements a provider trait of this module for a type whose inherent async methods have the
+/// trait's names and signatures (each returning `Result<_>`), boxing their futures:
+/// `impl_provider!(SemaphoreProvider for EtcdSemaphore { try_acquire(options: &LockOptions) -> TryAcquire, ... })`.
+macro_rules! impl_provider {
+    ($trait:ident for $ty:ty { $( $method:ident ( $( $arg:ident : $argty:ty ),* ) -> $out:ty ),* $(,)? }) => {
+        impl $crate::core::sync::$trait for $ty {
+            $(
+                fn $method<'a>(
+                    &'a self,
+                    $( $arg: $argty ),*
+                ) -> ::futures_util::future::BoxFuture<'a, $crate::Result<$out>> {
+                    Box::pin(<$ty>::$method(self, $( $arg ),*))
+                }
+            )*
+        }
+    };
+}
+pub(crate) use impl_provider;
