@@ -38,11 +38,15 @@ impl Backend {
     /// Whether [`Locker`](crate::Locker) offers `primitive` on this backend (otherwise its
     /// method returns [`Error::Unsupported`](crate::Error::Unsupported) naming the backend).
     pub const fn has(self, primitive: Primitive) -> bool {
-        match primitive {
-            Primitive::Lock => true,
-            Primitive::Semaphore | Primitive::RwLock | Primitive::Election => {
-                matches!(self, Backend::Redis)
-            }
+        match (self, primitive) {
+            (_, Primitive::Lock) => true,
+            (Backend::Redis, _) => true,
+            (Backend::Redlock, _) => false,
+            (Backend::Etcd, _) => false,
+            (Backend::Postgres, _) => false,
+            (Backend::PostgresLease, _) => false,
+            (Backend::Memory, _) => false,
+            (Backend::File, _) => false,
         }
     }
 
