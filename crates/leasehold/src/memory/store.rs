@@ -139,7 +139,8 @@ impl Entry {
             _ => first_end.is_some(),
         };
         let first_end = first_end.or_else(|| self.holders.iter().map(|h| h.expires).min());
-        Ok(full.then(|| first_end).flatten())
+        // Full means some holder is there, so `first_end` is `Some`.
+        Ok(full.then_some(first_end).flatten())
     }
 
     /// Nothing worth keeping: no holder, no waiter, no fencing number issued.
