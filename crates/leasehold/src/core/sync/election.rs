@@ -11,6 +11,7 @@ use tokio::sync::watch;
 
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::LockGuard;
+use crate::core::kind::Backend;
 use crate::core::options::LockOptions;
 
 /// The longest candidate id.
@@ -92,6 +93,8 @@ pub(crate) trait ElectionProvider: Send + Sync + Debug + 'static {
 pub struct Election {
     name: Arc<str>,
     provider: Arc<dyn ElectionProvider>,
+    /// The backend, for spans (set by the `Locker` that made the handle).
+    backend: Option<Backend>,
 }
 
 impl Election {
@@ -100,7 +103,18 @@ impl Election {
         Election {
             name: name.into(),
             provider: Arc::new(provider),
+            backend: None,
         }
+    }
+
+    /// The same handle, its spans naming `backend`.
+    pub(crate) fn on(mut self, backend: Backend) -> Self {
+        self.backend = Some(backend);
+        self
+    }
+
+    fn span(&self, operation: &'static str) -> tracing::Span {
+        crate::core::trace::span(operation, self.backend, &self.name)
     }
 
     /// The election's name (its lock key).
@@ -126,7 +140,11 @@ impl Election {
         }
         // Checked as it will run: renewed, so at least MIN_RENEWED_TTL.
         options.clone().auto_extend(true).validate()?;
-        self.provider.campaign(id, options).await
+        crate::core::trace::traced(
+            self.span("leasehold.election.campaign"),
+            self.provider.campaign(id, options),
+        )
+        .await
     }
 
     /// Who leads now, and in which term; `None` while nobody does.
@@ -135,7 +153,11 @@ impl Election {
     /// [`Error::Conflict`] if the election's lock is held by something else than a campaign
     /// (a plain lock); connection and server errors.
     pub async fn leader(&self) -> Result<Option<Leader>> {
-        self.provider.leader().await
+        crate::core::trace::traced(
+            self.span("leasehold.election.leader"),
+            self.provider.leader(),
+        )
+        .await
     }
 
     /// Follows the leadership: a background task reads [`Election::leader`] when the backend

@@ -8,6 +8,7 @@ use futures_util::future::BoxFuture;
 
 use crate::core::error::Result;
 use crate::core::guard::{Lease, LockGuard};
+use crate::core::kind::Backend;
 use crate::core::options::LockOptions;
 use crate::core::outcome::TryAcquire;
 use crate::core::token::LockToken;
@@ -53,6 +54,8 @@ pub(crate) trait RwLockProvider: Send + Sync + Debug + 'static {
 pub struct RwLock {
     name: Arc<str>,
     provider: Arc<dyn RwLockProvider>,
+    /// The backend, for spans (set by the `Locker` that made the handle).
+    backend: Option<Backend>,
 }
 
 impl RwLock {
@@ -61,7 +64,18 @@ impl RwLock {
         RwLock {
             name: name.into(),
             provider: Arc::new(provider),
+            backend: None,
         }
+    }
+
+    /// The same handle, its spans naming `backend`.
+    pub(crate) fn on(mut self, backend: Backend) -> Self {
+        self.backend = Some(backend);
+        self
+    }
+
+    fn span(&self, operation: &'static str) -> tracing::Span {
+        crate::core::trace::span(operation, self.backend, &self.name)
     }
 
     /// The lock's name.
@@ -76,7 +90,11 @@ impl RwLock {
     /// does not have (fencing, fair mode, `replica_ack`); as
     /// [`Locker::try_acquire`](crate::Locker::try_acquire).
     pub async fn try_read(&self, options: &LockOptions) -> Result<TryAcquire> {
-        self.provider.try_read(options).await
+        crate::core::trace::traced(
+            self.span("leasehold.rwlock.try_read"),
+            self.provider.try_read(options),
+        )
+        .await
     }
 
     /// Waits to read until `options.wait_bound()`.
@@ -85,7 +103,11 @@ impl RwLock {
     /// [`Error::NotAcquired`](crate::Error::NotAcquired) at the deadline; as
     /// [`RwLock::try_read`].
     pub async fn read(&self, options: &LockOptions) -> Result<LockGuard> {
-        self.provider.read(options).await
+        crate::core::trace::traced(
+            self.span("leasehold.rwlock.read"),
+            self.provider.read(options),
+        )
+        .await
     }
 
     /// One attempt to write: succeeds with no writer, no waiting writer before us, and no
@@ -95,7 +117,11 @@ impl RwLock {
     /// [`Error::Unsupported`](crate::Error::Unsupported) for options the backend does not
     /// have; as [`Locker::try_acquire`](crate::Locker::try_acquire).
     pub async fn try_write(&self, options: &LockOptions) -> Result<TryAcquire> {
-        self.provider.try_write(options).await
+        crate::core::trace::traced(
+            self.span("leasehold.rwlock.try_write"),
+            self.provider.try_write(options),
+        )
+        .await
     }
 
     /// Waits to write until `options.wait_bound()`. While it waits, new readers are kept out.
@@ -104,7 +130,11 @@ impl RwLock {
     /// [`Error::NotAcquired`](crate::Error::NotAcquired) at the deadline; as
     /// [`RwLock::try_write`].
     pub async fn write(&self, options: &LockOptions) -> Result<LockGuard> {
-        self.provider.write(options).await
+        crate::core::trace::traced(
+            self.span("leasehold.rwlock.write"),
+            self.provider.write(options),
+        )
+        .await
     }
 
     /// [`RwLock::read`], run `work`, release whatever happens (as
@@ -142,7 +172,11 @@ impl RwLock {
     /// # Errors
     /// [`Error::NotHeld`](crate::Error::NotHeld) if `token` holds no unexpired read lease.
     pub async fn release_read(&self, token: &LockToken) -> Result<()> {
-        self.provider.release_read(token).await
+        crate::core::trace::traced(
+            self.span("leasehold.rwlock.release_read"),
+            self.provider.release_read(token),
+        )
+        .await
     }
 
     /// Releases the write lease that `token` holds.
@@ -150,7 +184,11 @@ impl RwLock {
     /// # Errors
     /// [`Error::NotHeld`](crate::Error::NotHeld) if it does not hold it.
     pub async fn release_write(&self, token: &LockToken) -> Result<()> {
-        self.provider.release_write(token).await
+        crate::core::trace::traced(
+            self.span("leasehold.rwlock.release_write"),
+            self.provider.release_write(token),
+        )
+        .await
     }
 
     /// Resets the read lease that `token` holds to `ttl` from now (a guard's renewal does this
@@ -160,7 +198,11 @@ impl RwLock {
     /// [`Error::NotHeld`](crate::Error::NotHeld) if `token` holds no unexpired read lease;
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a bad TTL.
     pub async fn extend_read(&self, token: &LockToken, ttl: Duration) -> Result<()> {
-        self.provider.extend_read(token, ttl).await
+        crate::core::trace::traced(
+            self.span("leasehold.rwlock.extend_read"),
+            self.provider.extend_read(token, ttl),
+        )
+        .await
     }
 
     /// Resets the write lease that `token` holds to `ttl` from now.
@@ -168,7 +210,11 @@ impl RwLock {
     /// # Errors
     /// [`Error::NotHeld`](crate::Error::NotHeld) if it does not hold it.
     pub async fn extend_write(&self, token: &LockToken, ttl: Duration) -> Result<()> {
-        self.provider.extend_write(token, ttl).await
+        crate::core::trace::traced(
+            self.span("leasehold.rwlock.extend_write"),
+            self.provider.extend_write(token, ttl),
+        )
+        .await
     }
 
     /// How many readers hold the lock (unexpired) right now.
@@ -176,6 +222,10 @@ impl RwLock {
     /// # Errors
     /// Connection and server errors.
     pub async fn readers(&self) -> Result<u32> {
-        self.provider.readers().await
+        crate::core::trace::traced(
+            self.span("leasehold.rwlock.readers"),
+            self.provider.readers(),
+        )
+        .await
     }
 }

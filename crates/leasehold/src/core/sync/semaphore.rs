@@ -8,6 +8,7 @@ use futures_util::future::BoxFuture;
 
 use crate::core::error::{Error, Result};
 use crate::core::guard::{Lease, LockGuard};
+use crate::core::kind::Backend;
 use crate::core::options::LockOptions;
 use crate::core::outcome::TryAcquire;
 use crate::core::token::{LockToken, validate_key};
@@ -60,6 +61,8 @@ pub struct Semaphore {
     name: Arc<str>,
     permits: u32,
     provider: Arc<dyn SemaphoreProvider>,
+    /// The backend, for spans (set by the `Locker` that made the handle).
+    backend: Option<Backend>,
 }
 
 impl Semaphore {
@@ -92,7 +95,18 @@ impl Semaphore {
             name: name.into(),
             permits,
             provider: Arc::new(provider),
+            backend: None,
         }
+    }
+
+    /// The same handle, its spans naming `backend`.
+    pub(crate) fn on(mut self, backend: Backend) -> Self {
+        self.backend = Some(backend);
+        self
+    }
+
+    fn span(&self, operation: &'static str) -> tracing::Span {
+        crate::core::trace::span(operation, self.backend, &self.name)
     }
 
     /// The semaphore's name.
@@ -114,7 +128,11 @@ impl Semaphore {
     /// [`Error::Conflict`] when the name's holders use another number of permits;
     /// [`Error::ExpiredOnArrival`]; connection and server errors.
     pub async fn try_acquire(&self, options: &LockOptions) -> Result<TryAcquire> {
-        self.provider.try_acquire(options).await
+        crate::core::trace::traced(
+            self.span("leasehold.semaphore.try_acquire"),
+            self.provider.try_acquire(options),
+        )
+        .await
     }
 
     /// Takes a permit, retrying until `options.wait_bound()` (one attempt without one).
@@ -123,7 +141,11 @@ impl Semaphore {
     /// [`Error::NotAcquired`] if every permit stayed held until the deadline; otherwise as
     /// [`Semaphore::try_acquire`].
     pub async fn acquire(&self, options: &LockOptions) -> Result<LockGuard> {
-        self.provider.acquire(options).await
+        crate::core::trace::traced(
+            self.span("leasehold.semaphore.acquire"),
+            self.provider.acquire(options),
+        )
+        .await
     }
 
     /// Waits for a permit (as [`Semaphore::acquire`]), runs `work`, and releases the permit
@@ -149,7 +171,11 @@ impl Semaphore {
     /// [`Error::NotHeld`] if `token` holds no unexpired permit of this semaphore;
     /// [`Error::Unsupported`] on a backend where only the holding client can release.
     pub async fn release(&self, token: &LockToken) -> Result<()> {
-        self.provider.release(token).await
+        crate::core::trace::traced(
+            self.span("leasehold.semaphore.release"),
+            self.provider.release(token),
+        )
+        .await
     }
 
     /// Resets the permit that `token` holds to `ttl` from now.
@@ -158,7 +184,11 @@ impl Semaphore {
     /// [`Error::NotHeld`] if `token` holds no unexpired permit; [`Error::InvalidArgument`] for
     /// a bad TTL.
     pub async fn extend(&self, token: &LockToken, ttl: Duration) -> Result<()> {
-        self.provider.extend(token, ttl).await
+        crate::core::trace::traced(
+            self.span("leasehold.semaphore.extend"),
+            self.provider.extend(token, ttl),
+        )
+        .await
     }
 
     /// How many permits are held (unexpired) right now.
@@ -166,6 +196,10 @@ impl Semaphore {
     /// # Errors
     /// Connection and server errors.
     pub async fn holders(&self) -> Result<u32> {
-        self.provider.holders().await
+        crate::core::trace::traced(
+            self.span("leasehold.semaphore.holders"),
+            self.provider.holders(),
+        )
+        .await
     }
 }
