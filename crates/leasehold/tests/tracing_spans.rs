@@ -90,6 +90,17 @@ impl Spans {
     }
 }
 
+/// Runs `test` on a current-thread runtime with this thread's spans captured, so that every
+/// span it makes is seen (a worker thread's would not be).
+fn on_this_thread<F: std::future::Future<Output = ()>>(test: impl FnOnce(Spans) -> F) {
+    let (spans, _guard) = Spans::capture();
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(test(spans));
+}
+
 fn long() -> LockOptions {
     LockOptions::new(Duration::from_secs(60)).fencing(true)
 }
@@ -156,12 +167,7 @@ async fn operations_are_spanned(locker: &Locker, spans: &Spans, key: &str, db: O
 /// only test that sets it (it is process-wide); the others do not look at keys.
 #[test]
 fn keys_are_shown_hashed_or_omitted_as_asked() {
-    let (spans, _guard) = Spans::capture();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    on_this_thread(|spans| async move {
         let locker = Locker::connect("memory://tracing-keys").await.unwrap();
         let key = "customer:4242:invoice";
         let inspect = |spans: &Spans| spans.one("leasehold.inspect");
@@ -190,12 +196,7 @@ fn keys_are_shown_hashed_or_omitted_as_asked() {
 
 #[test]
 fn memory_operations_are_spanned() {
-    let (spans, _guard) = Spans::capture();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    on_this_thread(|spans| async move {
         let locker = Locker::connect("memory://tracing").await.unwrap();
         operations_are_spanned(&locker, &spans, "tracing:memory", None).await;
         // A primitive's handle names its operation and its backend.
@@ -214,12 +215,7 @@ server_test!(async fn redis_operations_are_spanned(bin) {
     // On this test's own thread: a current-thread runtime, so every span is seen here.
     let url = server.url();
     std::thread::spawn(move || {
-        let (spans, _guard) = Spans::capture();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
+        on_this_thread(|spans| async move {
             let locker = Locker::connect(&url).await.unwrap();
             spans.take();
             operations_are_spanned(&locker, &spans, "tracing:redis", Some("redis")).await;

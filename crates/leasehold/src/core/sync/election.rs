@@ -91,35 +91,28 @@ pub(crate) trait ElectionProvider: Send + Sync + Debug + 'static {
 /// ```
 #[derive(Debug, Clone)]
 pub struct Election {
-    name: Arc<str>,
+    label: super::Label,
     provider: Arc<dyn ElectionProvider>,
-    /// The backend, for spans (set by the `Locker` that made the handle).
-    backend: Option<Backend>,
 }
 
 impl Election {
     /// The handle over `provider`, made for `name` (checked with `validate_key` before).
     pub(crate) fn new(name: &str, provider: impl ElectionProvider) -> Election {
         Election {
-            name: name.into(),
+            label: super::Label::new(name),
             provider: Arc::new(provider),
-            backend: None,
         }
     }
 
     /// The same handle, its spans naming `backend`.
     pub(crate) fn on(mut self, backend: Backend) -> Self {
-        self.backend = Some(backend);
+        self.label.backend = Some(backend);
         self
-    }
-
-    fn span(&self, operation: &'static str) -> tracing::Span {
-        crate::core::trace::span(operation, self.backend, &self.name)
     }
 
     /// The election's name (its lock key).
     pub fn name(&self) -> &str {
-        &self.name
+        &self.label.name
     }
 
     /// Waits to become leader as `id`, until `options.wait_bound()` (for ever without one),
@@ -141,7 +134,7 @@ impl Election {
         // Checked as it will run: renewed, so at least MIN_RENEWED_TTL.
         options.clone().auto_extend(true).validate()?;
         crate::core::trace::traced(
-            self.span("leasehold.election.campaign"),
+            self.label.span("leasehold.election.campaign"),
             self.provider.campaign(id, options),
         )
         .await
@@ -154,7 +147,7 @@ impl Election {
     /// (a plain lock); connection and server errors.
     pub async fn leader(&self) -> Result<Option<Leader>> {
         crate::core::trace::traced(
-            self.span("leasehold.election.leader"),
+            self.label.span("leasehold.election.leader"),
             self.provider.leader(),
         )
         .await

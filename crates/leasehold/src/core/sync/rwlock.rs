@@ -52,35 +52,28 @@ pub(crate) trait RwLockProvider: Send + Sync + Debug + 'static {
 /// ```
 #[derive(Debug, Clone)]
 pub struct RwLock {
-    name: Arc<str>,
+    label: super::Label,
     provider: Arc<dyn RwLockProvider>,
-    /// The backend, for spans (set by the `Locker` that made the handle).
-    backend: Option<Backend>,
 }
 
 impl RwLock {
     /// The handle over `provider`, made for `name` (checked with `validate_key` before).
     pub(crate) fn new(name: &str, provider: impl RwLockProvider) -> RwLock {
         RwLock {
-            name: name.into(),
+            label: super::Label::new(name),
             provider: Arc::new(provider),
-            backend: None,
         }
     }
 
     /// The same handle, its spans naming `backend`.
     pub(crate) fn on(mut self, backend: Backend) -> Self {
-        self.backend = Some(backend);
+        self.label.backend = Some(backend);
         self
-    }
-
-    fn span(&self, operation: &'static str) -> tracing::Span {
-        crate::core::trace::span(operation, self.backend, &self.name)
     }
 
     /// The lock's name.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.label.name
     }
 
     /// One attempt to read: succeeds while no writer holds or waits for the lock.
@@ -91,7 +84,7 @@ impl RwLock {
     /// [`Locker::try_acquire`](crate::Locker::try_acquire).
     pub async fn try_read(&self, options: &LockOptions) -> Result<TryAcquire> {
         crate::core::trace::traced(
-            self.span("leasehold.rwlock.try_read"),
+            self.label.span("leasehold.rwlock.try_read"),
             self.provider.try_read(options),
         )
         .await
@@ -104,7 +97,7 @@ impl RwLock {
     /// [`RwLock::try_read`].
     pub async fn read(&self, options: &LockOptions) -> Result<LockGuard> {
         crate::core::trace::traced(
-            self.span("leasehold.rwlock.read"),
+            self.label.span("leasehold.rwlock.read"),
             self.provider.read(options),
         )
         .await
@@ -118,7 +111,7 @@ impl RwLock {
     /// have; as [`Locker::try_acquire`](crate::Locker::try_acquire).
     pub async fn try_write(&self, options: &LockOptions) -> Result<TryAcquire> {
         crate::core::trace::traced(
-            self.span("leasehold.rwlock.try_write"),
+            self.label.span("leasehold.rwlock.try_write"),
             self.provider.try_write(options),
         )
         .await
@@ -131,7 +124,7 @@ impl RwLock {
     /// [`RwLock::try_write`].
     pub async fn write(&self, options: &LockOptions) -> Result<LockGuard> {
         crate::core::trace::traced(
-            self.span("leasehold.rwlock.write"),
+            self.label.span("leasehold.rwlock.write"),
             self.provider.write(options),
         )
         .await
@@ -173,7 +166,7 @@ impl RwLock {
     /// [`Error::NotHeld`](crate::Error::NotHeld) if `token` holds no unexpired read lease.
     pub async fn release_read(&self, token: &LockToken) -> Result<()> {
         crate::core::trace::traced(
-            self.span("leasehold.rwlock.release_read"),
+            self.label.span("leasehold.rwlock.release_read"),
             self.provider.release_read(token),
         )
         .await
@@ -185,7 +178,7 @@ impl RwLock {
     /// [`Error::NotHeld`](crate::Error::NotHeld) if it does not hold it.
     pub async fn release_write(&self, token: &LockToken) -> Result<()> {
         crate::core::trace::traced(
-            self.span("leasehold.rwlock.release_write"),
+            self.label.span("leasehold.rwlock.release_write"),
             self.provider.release_write(token),
         )
         .await
@@ -199,7 +192,7 @@ impl RwLock {
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a bad TTL.
     pub async fn extend_read(&self, token: &LockToken, ttl: Duration) -> Result<()> {
         crate::core::trace::traced(
-            self.span("leasehold.rwlock.extend_read"),
+            self.label.span("leasehold.rwlock.extend_read"),
             self.provider.extend_read(token, ttl),
         )
         .await
@@ -211,7 +204,7 @@ impl RwLock {
     /// [`Error::NotHeld`](crate::Error::NotHeld) if it does not hold it.
     pub async fn extend_write(&self, token: &LockToken, ttl: Duration) -> Result<()> {
         crate::core::trace::traced(
-            self.span("leasehold.rwlock.extend_write"),
+            self.label.span("leasehold.rwlock.extend_write"),
             self.provider.extend_write(token, ttl),
         )
         .await
@@ -223,7 +216,7 @@ impl RwLock {
     /// Connection and server errors.
     pub async fn readers(&self) -> Result<u32> {
         crate::core::trace::traced(
-            self.span("leasehold.rwlock.readers"),
+            self.label.span("leasehold.rwlock.readers"),
             self.provider.readers(),
         )
         .await

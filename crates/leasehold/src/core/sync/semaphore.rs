@@ -58,11 +58,9 @@ pub(crate) trait SemaphoreProvider: Send + Sync + Debug + 'static {
 /// ```
 #[derive(Debug, Clone)]
 pub struct Semaphore {
-    name: Arc<str>,
+    label: super::Label,
     permits: u32,
     provider: Arc<dyn SemaphoreProvider>,
-    /// The backend, for spans (set by the `Locker` that made the handle).
-    backend: Option<Backend>,
 }
 
 impl Semaphore {
@@ -92,26 +90,21 @@ impl Semaphore {
     /// [`Semaphore::check`] before the provider was made).
     pub(crate) fn new(name: &str, permits: u32, provider: impl SemaphoreProvider) -> Semaphore {
         Semaphore {
-            name: name.into(),
+            label: super::Label::new(name),
             permits,
             provider: Arc::new(provider),
-            backend: None,
         }
     }
 
     /// The same handle, its spans naming `backend`.
     pub(crate) fn on(mut self, backend: Backend) -> Self {
-        self.backend = Some(backend);
+        self.label.backend = Some(backend);
         self
-    }
-
-    fn span(&self, operation: &'static str) -> tracing::Span {
-        crate::core::trace::span(operation, self.backend, &self.name)
     }
 
     /// The semaphore's name.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.label.name
     }
 
     /// How many holders it admits at once.
@@ -129,7 +122,7 @@ impl Semaphore {
     /// [`Error::ExpiredOnArrival`]; connection and server errors.
     pub async fn try_acquire(&self, options: &LockOptions) -> Result<TryAcquire> {
         crate::core::trace::traced(
-            self.span("leasehold.semaphore.try_acquire"),
+            self.label.span("leasehold.semaphore.try_acquire"),
             self.provider.try_acquire(options),
         )
         .await
@@ -142,7 +135,7 @@ impl Semaphore {
     /// [`Semaphore::try_acquire`].
     pub async fn acquire(&self, options: &LockOptions) -> Result<LockGuard> {
         crate::core::trace::traced(
-            self.span("leasehold.semaphore.acquire"),
+            self.label.span("leasehold.semaphore.acquire"),
             self.provider.acquire(options),
         )
         .await
@@ -172,7 +165,7 @@ impl Semaphore {
     /// [`Error::Unsupported`] on a backend where only the holding client can release.
     pub async fn release(&self, token: &LockToken) -> Result<()> {
         crate::core::trace::traced(
-            self.span("leasehold.semaphore.release"),
+            self.label.span("leasehold.semaphore.release"),
             self.provider.release(token),
         )
         .await
@@ -185,7 +178,7 @@ impl Semaphore {
     /// a bad TTL.
     pub async fn extend(&self, token: &LockToken, ttl: Duration) -> Result<()> {
         crate::core::trace::traced(
-            self.span("leasehold.semaphore.extend"),
+            self.label.span("leasehold.semaphore.extend"),
             self.provider.extend(token, ttl),
         )
         .await
@@ -197,7 +190,7 @@ impl Semaphore {
     /// Connection and server errors.
     pub async fn holders(&self) -> Result<u32> {
         crate::core::trace::traced(
-            self.span("leasehold.semaphore.holders"),
+            self.label.span("leasehold.semaphore.holders"),
             self.provider.holders(),
         )
         .await
