@@ -24,6 +24,7 @@ pub use self::core::options::{
     Backoff, ClientOptions, LockOptions, MAX_TTL, MIN_BACKOFF, MIN_RENEWED_TTL, MIN_TTL, OnLoss,
 };
 pub use self::core::outcome::{LockState, MAX_FENCING_NUMBER, TryAcquire};
+pub use self::core::owner::{MAX_OWNER_LABEL_LEN, MAX_OWNER_NAME_LEN, Owner};
 pub use self::core::report::{NodeOutcome, NodeReport, NodeReports};
 pub use self::core::token::{LockToken, MAX_KEY_LEN};
 pub use self::redis::client::LockClient;

@@ -9,6 +9,7 @@ pub(crate) mod kind;
 pub mod metrics;
 pub(crate) mod options;
 pub(crate) mod outcome;
+pub(crate) mod owner;
 pub(crate) mod renew;
 pub(crate) mod report;
 pub(crate) mod throttle;

@@ -181,7 +181,7 @@ impl EtcdClient {
     /// [`Error::PermissionDenied`], [`Error::Authentication`], [`Error::Server`].
     pub async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
         let secs = self.check_request(key, options)?;
-        let token = LockToken::random();
+        let token = options.new_token();
         let entry = entry_key(key, &token);
         let basis = if options.auto_extend_enabled() {
             Basis::Session(self.checkout(secs, options.renew_interval()).await?)
@@ -356,12 +356,7 @@ impl EtcdClient {
             })
             .await?;
         let Some(first) = resp.take_kvs().into_iter().next() else {
-            return Ok(LockState {
-                key: key.to_string(),
-                holder: None,
-                ttl: None,
-                fencing_counter: None,
-            });
+            return Ok(LockState::new(key.to_string(), None, None, None));
         };
         let ttl = if first.lease() != 0 {
             let id = first.lease();
@@ -375,12 +370,12 @@ impl EtcdClient {
         } else {
             None
         };
-        Ok(LockState {
-            key: key.to_string(),
-            holder: Some(String::from_utf8_lossy(first.value()).into_owned()),
+        Ok(LockState::new(
+            key.to_string(),
+            Some(String::from_utf8_lossy(first.value()).into_owned()),
             ttl,
-            fencing_counter: Some(first.create_revision() as u64),
-        })
+            Some(first.create_revision() as u64),
+        ))
     }
 
     /// Always [`Error::Unsupported`]: etcd's fencing numbers are its revisions, which only move

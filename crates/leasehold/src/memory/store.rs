@@ -162,7 +162,7 @@ impl Namespace {
             if ticket.is_some() {
                 e.queue.pop_front();
             }
-            let token = LockToken::random();
+            let token = options.new_token();
             let expires = now + options.ttl();
             e.holder = Some(Holder {
                 token: token.clone(),
@@ -213,12 +213,7 @@ impl Namespace {
             }
             None => (None, None, 0),
         };
-        LockState {
-            key: key.to_string(),
-            holder,
-            ttl,
-            fencing_counter: (fence > 0).then_some(fence),
-        }
+        LockState::new(key.to_string(), holder, ttl, (fence > 0).then_some(fence))
     }
 
     pub(super) fn raise(&self, key: &str, at_least: u64) -> u64 {
