@@ -20,6 +20,10 @@ pub use self::core::error::{BoxError, Error, LossReason, Operation, Result};
 pub use self::core::fence::{Fence, FencedRead, FencedValue, FencedWrite};
 pub use self::core::guard::{Lease, LockGuard, clock_drift};
 pub use self::core::kind::{Backend, Fairness};
+pub use self::core::listing::{
+    FORCED_RECORD_TTL, ForceReleased, LockEntry, LockHolder, LockKind, MAX_REASON_LEN, glob_match,
+    is_lock_value,
+};
 pub use self::core::options::{
     Backoff, ClientOptions, LockOptions, MAX_TTL, MIN_BACKOFF, MIN_RENEWED_TTL, MIN_TTL, OnLoss,
 };
@@ -59,6 +63,7 @@ pub mod internal {
     };
     pub use crate::redis::semaphore::{semaphore_permits_key, semaphore_scripts};
     pub use crate::redis::slot::slot_name;
+    pub use crate::redis::table::forced_record_key;
     pub use crate::redlock::node_urls;
 }
 

@@ -6,6 +6,7 @@ pub(crate) mod error;
 pub(crate) mod fence;
 pub(crate) mod guard;
 pub(crate) mod kind;
+pub(crate) mod listing;
 pub mod metrics;
 pub(crate) mod options;
 pub(crate) mod outcome;

@@ -192,4 +192,4 @@ impl HeldLock for RedisHeld {
     }
 }
 
-crate::core::backend::impl_lock_backend!(LockClient, Redis);
+crate::core::backend::impl_lock_backend!(LockClient, Redis, lock_table);
