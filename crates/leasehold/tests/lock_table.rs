@@ -380,3 +380,160 @@ leasehold_harness::server_test!(async fn force_release_removes_the_lock_and_bump
         ));
     }
 });
+
+/// `list` and `force_release` through a [`Locker`] on a backend with a lock table: the held
+/// locks and only them, with holders, owners and fencing numbers; a forced lock gone, its old
+/// holder refused, and the next number above the counter returned (on a per-key counter:
+/// exactly the old number + 1, then + 2).
+async fn lock_table_works(name: &str, locker: &Locker, per_key_counter: bool) {
+    let me = owner(name);
+    let a = locker
+        .acquire(
+            "tb:a",
+            &LockOptions::new(LONG).fencing(true).owner(me.clone()),
+        )
+        .await
+        .unwrap();
+    let b = locker
+        .acquire("tb:b", &LockOptions::new(LONG).fencing(true))
+        .await
+        .unwrap();
+    let elsewhere = locker
+        .acquire("other:c", &LockOptions::new(LONG))
+        .await
+        .unwrap();
+    let gone = locker
+        .acquire("tb:gone", &LockOptions::new(LONG).fencing(true))
+        .await
+        .unwrap();
+    gone.release().await.unwrap();
+
+    let entries = locker.list("tb:*").await.expect("list");
+    let keys: Vec<&str> = entries.iter().map(|e| e.key.as_str()).collect();
+    assert_eq!(keys, ["tb:a", "tb:b"], "{name}: {entries:#?}");
+    assert_eq!(entries[0].holders[0].token, *a.token(), "{name}");
+    assert_eq!(entries[0].holders[0].owner.as_ref(), Some(&me), "{name}");
+    assert_eq!(entries[0].fencing_counter, a.fencing_token(), "{name}");
+    assert_eq!(entries[1].holders[0].token, *b.token(), "{name}");
+    assert_eq!(entries[1].fencing_counter, b.fencing_token(), "{name}");
+    assert_eq!(locker.list("*").await.unwrap().len(), 3, "{name}");
+
+    let number = a.fencing_token().unwrap();
+    let forced = locker
+        .force_release("tb:a", "table test")
+        .await
+        .expect("force");
+    assert_eq!(forced.previous.token, *a.token(), "{name}");
+    assert_eq!(forced.previous.owner.as_ref(), Some(&me), "{name}");
+    let counter = forced.fencing_counter.expect("a counter");
+    assert!(counter > number, "{name}: {counter} > {number}");
+    assert_eq!(locker.inspect("tb:a").await.unwrap().holder, None, "{name}");
+    assert!(
+        locker.extend("tb:a", a.token(), LONG).await.is_err(),
+        "{name}: the old holder extends"
+    );
+    let next = locker
+        .acquire("tb:a", &LockOptions::new(LONG).fencing(true))
+        .await
+        .unwrap();
+    let next_number = next.fencing_token().unwrap();
+    assert!(next_number > counter, "{name}: {next_number} > {counter}");
+    if per_key_counter {
+        assert_eq!(counter, number + 1, "{name}");
+        assert_eq!(next_number, number + 2, "{name}");
+    }
+    assert!(
+        matches!(
+            locker.force_release("tb:free", "nothing there").await,
+            Err(Error::NotHeld { .. })
+        ),
+        "{name}"
+    );
+    for g in [next, b, elsewhere] {
+        g.release().await.unwrap();
+    }
+    drop(a);
+    assert!(locker.list("tb:*").await.unwrap().is_empty(), "{name}");
+}
+
+#[tokio::test]
+async fn the_lock_table_of_memory_locks() {
+    let locker = Locker::connect("memory://lock-table").await.unwrap();
+    lock_table_works("memory", &locker, true).await;
+    // The old holder's release is refused too.
+    let old = locker
+        .acquire("m:x", &LockOptions::new(LONG))
+        .await
+        .unwrap();
+    locker.force_release("m:x", "test").await.unwrap();
+    assert!(matches!(
+        locker.release("m:x", old.token()).await,
+        Err(Error::NotHeld { .. })
+    ));
+}
+
+#[cfg(feature = "etcd")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lock_table_on_etcd() {
+    let Some(etcd) = leasehold_harness::etcd_for_test() else {
+        return;
+    };
+    let url = format!("etcd://{}", etcd.endpoint().trim_start_matches("http://"));
+    let locker = Locker::connect(&url).await.unwrap();
+    lock_table_works("etcd", &locker, false).await;
+    // A waiter is counted; an etcd key that is not a lock is refused and left alone.
+    let held = locker
+        .acquire("e:w", &LockOptions::new(LONG))
+        .await
+        .unwrap();
+    let waiter = {
+        let locker = locker.clone();
+        tokio::spawn(async move {
+            locker
+                .acquire("e:w", &LockOptions::new(LONG).wait(LONG))
+                .await
+        })
+    };
+    let mut waiters = None;
+    for _ in 0..600 {
+        waiters = locker.list("e:w").await.unwrap()[0].waiters;
+        if waiters == Some(1) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(waiters, Some(1));
+    held.release().await.unwrap();
+    tokio::time::timeout(HANG_GUARD, waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    etcd.put("e:plain", "value").unwrap();
+    let err = locker
+        .force_release("e:plain", "not a lock")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidArgument { what: "key", .. }),
+        "{err:?}"
+    );
+    assert_eq!(etcd.get("e:plain").unwrap().as_deref(), Some(&b"value"[..]));
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lock_table_on_postgres() {
+    let Some(pg) = leasehold_harness::postgres_for_test() else {
+        return;
+    };
+    let lease = Locker::connect(&format!("{}?lock=lease", pg.url()))
+        .await
+        .unwrap();
+    lock_table_works("postgres lease rows", &lease, true).await;
+    let session = Locker::connect(&pg.url()).await.unwrap();
+    lock_table_works("postgres session locks", &session, true).await;
+}

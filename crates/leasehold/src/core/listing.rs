@@ -53,6 +53,15 @@ pub struct LockHolder {
 }
 
 impl LockHolder {
+    /// A holder from its token.
+    pub(crate) fn of_token(token: LockToken, ttl: Option<Duration>) -> Self {
+        LockHolder {
+            owner: token.owner(),
+            token,
+            ttl,
+        }
+    }
+
     /// A holder from the value the lock stores.
     pub(crate) fn from_value(value: &str, ttl: Option<Duration>) -> Option<Self> {
         Some(LockHolder {

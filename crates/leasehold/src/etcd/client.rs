@@ -392,4 +392,4 @@ impl EtcdClient {
     }
 }
 
-crate::core::backend::impl_lock_backend!(EtcdClient, Etcd);
+crate::core::backend::impl_lock_backend!(EtcdClient, Etcd, lock_table);

@@ -29,6 +29,7 @@
 //! Tested by the conformance suite (`tests/conformance/memory.rs`) and `tests/local.rs`.
 
 mod store;
+mod table;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -210,7 +211,7 @@ impl HeldLock for MemoryClient {
     }
 }
 
-crate::core::backend::impl_lock_backend!(MemoryClient, Memory);
+crate::core::backend::impl_lock_backend!(MemoryClient, Memory, lock_table);
 
 /// Test hooks (`leasehold::internal`): what an outsider would do to a server's lock.
 #[doc(hidden)]

@@ -10,6 +10,7 @@ use tokio::sync::futures::OwnedNotified;
 
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::Lease;
+use crate::core::listing::{LockEntry, LockHolder, LockKind};
 use crate::core::options::LockOptions;
 use crate::core::outcome::LockState;
 use crate::core::token::LockToken;
@@ -238,5 +239,47 @@ impl Namespace {
 
     pub(super) fn refusals(&self, key: &str) -> u64 {
         self.keys().get(key).map_or(0, |e| e.refusals)
+    }
+
+    /// The held locks whose keys match `pattern`, read under the table's mutex: an atomic
+    /// snapshot.
+    pub(super) fn list(&self, pattern: &str) -> Vec<LockEntry> {
+        let mut keys = self.keys();
+        let now = Instant::now();
+        let mut entries = Vec::new();
+        for (key, e) in keys.iter_mut() {
+            if !crate::core::listing::glob_match(pattern, key) {
+                continue;
+            }
+            let Some(h) = e.live_holder(now) else {
+                continue;
+            };
+            let holder = LockHolder::from_value(h.token.expose(), Some(h.expires - now));
+            let mut entry =
+                LockEntry::new(key.clone(), LockKind::Lock, holder.into_iter().collect());
+            entry.fencing_counter = (e.fence > 0).then_some(e.fence);
+            entry.waiters = Some(e.queue.len() as u64);
+            entries.push(entry);
+        }
+        entries
+    }
+
+    /// Takes `key`'s holder away and bumps its fencing counter, in one step under the mutex:
+    /// the holder taken and the counter afterwards, or `None` if nobody held it.
+    pub(super) fn force_release(&self, key: &str) -> Result<Option<(LockToken, u64)>> {
+        let mut keys = self.keys();
+        let Some(e) = keys.get_mut(key) else {
+            return Ok(None);
+        };
+        if e.live_holder(Instant::now()).is_none() {
+            return Ok(None);
+        }
+        let fence = e.fence.checked_add(1).ok_or(Error::FencingExhausted {
+            op: Operation::Release,
+        })?;
+        let holder = e.holder.take().map(|h| h.token);
+        e.fence = fence;
+        e.woken.notify_waiters();
+        Ok(holder.map(|t| (t, fence)))
     }
 }

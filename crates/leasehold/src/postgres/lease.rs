@@ -216,7 +216,7 @@ impl PostgresLeaseClient {
     }
 
     /// The shared connection, (re)opened if needed.
-    async fn conn(&self) -> Result<Arc<tokio_postgres::Client>> {
+    pub(super) async fn conn(&self) -> Result<Arc<tokio_postgres::Client>> {
         let mut slot = self.inner.conn.lock().await;
         if let Some(c) = slot.as_ref().filter(|c| !c.is_closed()) {
             return Ok(c.clone());
@@ -232,7 +232,7 @@ impl PostgresLeaseClient {
         Ok(client)
     }
 
-    async fn timed<T>(
+    pub(super) async fn timed<T>(
         &self,
         op: Operation,
         fut: impl std::future::Future<Output = std::result::Result<T, tokio_postgres::Error>>,
@@ -610,4 +610,4 @@ impl HeldLock for LeaseRowHeld {
     }
 }
 
-crate::core::backend::impl_lock_backend!(PostgresLeaseClient, PostgresLease);
+crate::core::backend::impl_lock_backend!(PostgresLeaseClient, PostgresLease, lock_table);

@@ -351,4 +351,4 @@ impl Drop for AbandonedSession {
     }
 }
 
-crate::core::backend::impl_lock_backend!(PostgresClient, Postgres);
+crate::core::backend::impl_lock_backend!(PostgresClient, Postgres, lock_table);
