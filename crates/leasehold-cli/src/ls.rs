@@ -185,8 +185,12 @@ fn owner_text(holder: &LockHolder) -> String {
     holder.owner.as_ref().map_or("-".into(), Owner::to_string)
 }
 
+/// Whole seconds (rounded up, so a live lease never shows 0s): a table redrawn every few
+/// seconds has no use for milliseconds.
 fn ttl_text(holder: &LockHolder) -> String {
-    holder.ttl.map_or("-".into(), human)
+    holder.ttl.map_or("-".into(), |t| {
+        human(Duration::from_secs(t.as_millis().div_ceil(1000) as u64))
+    })
 }
 
 /// The keyboard while watching: `q` quits. The terminal is put in non-canonical mode without
