@@ -357,6 +357,7 @@ leasehold_harness::server_test!(async fn force_release_removes_the_lock_and_bump
 
     // Keys that are not locks are refused and left as they were.
     server.command(&["SET", "f:string", "hello"]).unwrap();
+    server.command(&["SET", "f:string-ttl", "hello", "PX", "60000"]).unwrap();
     server.command(&["HSET", "f:hash", "f", "v"]).unwrap();
     server.command(&["RPUSH", "f:list", "a"]).unwrap();
     let token_like = leasehold::LockToken::random();
@@ -364,7 +365,7 @@ leasehold_harness::server_test!(async fn force_release_removes_the_lock_and_bump
     server.command(&["SET", "f:bad-counter", token_like.expose(), "PX", "60000"]).unwrap();
     server.command(&["SET", &fence_key("f:bad-counter"), "x"]).unwrap();
     let before = snapshot(&server);
-    for key in ["f:string", "f:hash", "f:list", "f:no-ttl", "f:bad-counter"] {
+    for key in ["f:string", "f:string-ttl", "f:hash", "f:list", "f:no-ttl", "f:bad-counter"] {
         let err = locker.force_release(key, "not a lock").await.unwrap_err();
         assert!(matches!(err, Error::InvalidArgument { what: "key", .. }), "{key}: {err:?}");
     }
