@@ -5,14 +5,6 @@ use crate::support;
 
 use leasehold_harness::{Cluster, ClusterOptions, Server, ServerOptions, server_test};
 
-fn get(server: &Server, key: &str) -> Option<String> {
-    server
-        .command(&["GET", key])
-        .unwrap()
-        .as_bytes()
-        .map(|b| String::from_utf8_lossy(b).into_owned())
-}
-
 server_test!(async fn acquire_records_an_owner_that_inspect_and_ls_show(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).unwrap();
     let url = server.url();
@@ -137,8 +129,10 @@ server_test!(async fn force_release_removes_a_stuck_lock_and_refuses_other_keys(
         server.command(&["HGET", "t:hash", "f"]).unwrap().as_bytes(),
         Some(&b"v"[..])
     );
-    assert_eq!(get(&server, "t:string").as_deref(), Some("hello"));
-    assert!(get(&server, &leasehold::fence_key("t:string")).is_none());
+    let string = server.command(&["GET", "t:string"]).unwrap();
+    assert_eq!(string.as_bytes(), Some(&b"hello"[..]));
+    let counter = server.command(&["EXISTS", &leasehold::fence_key("t:string")]).unwrap();
+    assert_eq!(counter.as_integer(), Some(0), "no counter written");
     // A reason is required.
     lh(&["force-release", "t:stuck"]).expect(64);
     lh(&["force-release", "t:stuck", "--reason", ""]).expect(64);

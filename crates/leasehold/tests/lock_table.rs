@@ -94,27 +94,12 @@ leasehold_harness::server_test!(async fn the_owner_is_shown_by_inspect_on_redis_
     assert_eq!(client.inspect("table:fair").await.unwrap().owner, Some(me));
 });
 
-#[cfg(feature = "etcd")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_owner_is_shown_by_inspect_on_etcd() {
-    let Some(etcd) = leasehold_harness::etcd_for_test() else {
-        return;
-    };
-    let url = format!("etcd://{}", etcd.endpoint().trim_start_matches("http://"));
-    owner_is_shown("etcd", &Locker::connect(&url).await.unwrap()).await;
-}
-
-#[cfg(feature = "postgres")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_owner_is_shown_by_inspect_on_postgres() {
-    let Some(pg) = leasehold_harness::postgres_for_test() else {
-        return;
-    };
-    owner_is_shown("postgres", &Locker::connect(&pg.url()).await.unwrap()).await;
-    let lease = Locker::connect(&format!("{}?lock=lease", pg.url()))
+/// Takes `key` with `options`, waiting as they say.
+async fn hold(locker: &Locker, key: &str, options: &LockOptions) -> leasehold::LockGuard {
+    locker
+        .acquire(key, options)
         .await
-        .unwrap();
-    owner_is_shown("postgres lease rows", &lease).await;
+        .unwrap_or_else(|e| panic!("acquire {key}: {e}"))
 }
 
 /// The entry of `key` in `entries`, exactly one.
@@ -131,20 +116,11 @@ leasehold_harness::server_test!(async fn ls_lists_exactly_the_held_locks(bin) {
     let me = owner("plain");
 
     // A plain lock with an owner and fencing; a released one (only its counter is left).
-    let plain = locker
-        .acquire("t:plain", &LockOptions::new(LONG).fencing(true).owner(me.clone()))
-        .await
-        .unwrap();
-    let gone = locker
-        .acquire("t:gone", &LockOptions::new(LONG).fencing(true))
-        .await
-        .unwrap();
+    let plain = hold(&locker, "t:plain", &LockOptions::new(LONG).fencing(true).owner(me.clone())).await;
+    let gone = hold(&locker, "t:gone", &LockOptions::new(LONG).fencing(true)).await;
     gone.release().await.unwrap();
     // A fair lock with one waiter, known queued when the server shows its entry.
-    let fair = locker
-        .acquire("t:fair", &LockOptions::new(LONG).fair(true))
-        .await
-        .unwrap();
+    let fair = hold(&locker, "t:fair", &LockOptions::new(LONG).fair(true)).await;
     let waiter = {
         let locker = locker.clone();
         tokio::spawn(async move {
@@ -278,7 +254,7 @@ leasehold_harness::server_test!(async fn ls_without_scan_rights_is_permission_de
         .expect("ACL SETUSER");
     let url = format!("redis://lister:pw@127.0.0.1:{}/", server.port());
     let locker = Locker::connect(&url).await.expect("connects");
-    let guard = locker.acquire("p:lock", &LockOptions::new(LONG)).await.unwrap();
+    let guard = hold(&locker, "p:lock", &LockOptions::new(LONG)).await;
     let err = locker.list("*").await.unwrap_err();
     assert!(matches!(err, Error::PermissionDenied { .. }), "{err:?}");
     // The same user lists once it may SCAN.
@@ -309,10 +285,7 @@ leasehold_harness::server_test!(async fn force_release_removes_the_lock_and_bump
     let server = Server::start(&bin, &ServerOptions::new()).expect("server starts");
     let locker = Locker::connect(&server.url()).await.unwrap();
     let stuck_owner = owner("stuck job");
-    let stuck = locker
-        .acquire("f:lock", &LockOptions::new(LONG).fencing(true).owner(stuck_owner.clone()))
-        .await
-        .unwrap();
+    let stuck = hold(&locker, "f:lock", &LockOptions::new(LONG).fencing(true).owner(stuck_owner.clone())).await;
     let number = stuck.fencing_token().unwrap();
 
     let forced = locker.force_release("f:lock", "stuck since the deploy").await.unwrap();
@@ -333,10 +306,7 @@ leasehold_harness::server_test!(async fn force_release_removes_the_lock_and_bump
     ));
     // The next holder's number is above the counter after the bump, so above the old one's:
     // a resource that keeps the highest number seen refuses the old holder after it.
-    let next = locker
-        .acquire("f:lock", &LockOptions::new(LONG).fencing(true))
-        .await
-        .unwrap();
+    let next = hold(&locker, "f:lock", &LockOptions::new(LONG).fencing(true)).await;
     assert_eq!(next.fencing_token(), Some(number + 2));
     // The record of who forced it and why.
     let record = server
@@ -388,25 +358,15 @@ leasehold_harness::server_test!(async fn force_release_removes_the_lock_and_bump
 /// exactly the old number + 1, then + 2).
 async fn lock_table_works(name: &str, locker: &Locker, per_key_counter: bool) {
     let me = owner(name);
-    let a = locker
-        .acquire(
-            "tb:a",
-            &LockOptions::new(LONG).fencing(true).owner(me.clone()),
-        )
-        .await
-        .unwrap();
-    let b = locker
-        .acquire("tb:b", &LockOptions::new(LONG).fencing(true))
-        .await
-        .unwrap();
-    let elsewhere = locker
-        .acquire("other:c", &LockOptions::new(LONG))
-        .await
-        .unwrap();
-    let gone = locker
-        .acquire("tb:gone", &LockOptions::new(LONG).fencing(true))
-        .await
-        .unwrap();
+    let a = hold(
+        locker,
+        "tb:a",
+        &LockOptions::new(LONG).fencing(true).owner(me.clone()),
+    )
+    .await;
+    let b = hold(locker, "tb:b", &LockOptions::new(LONG).fencing(true)).await;
+    let elsewhere = hold(locker, "other:c", &LockOptions::new(LONG)).await;
+    let gone = hold(locker, "tb:gone", &LockOptions::new(LONG).fencing(true)).await;
     gone.release().await.unwrap();
 
     let entries = locker.list("tb:*").await.expect("list");
@@ -433,10 +393,7 @@ async fn lock_table_works(name: &str, locker: &Locker, per_key_counter: bool) {
         locker.extend("tb:a", a.token(), LONG).await.is_err(),
         "{name}: the old holder extends"
     );
-    let next = locker
-        .acquire("tb:a", &LockOptions::new(LONG).fencing(true))
-        .await
-        .unwrap();
+    let next = hold(locker, "tb:a", &LockOptions::new(LONG).fencing(true)).await;
     let next_number = next.fencing_token().unwrap();
     assert!(next_number > counter, "{name}: {next_number} > {counter}");
     if per_key_counter {
@@ -462,10 +419,7 @@ async fn the_lock_table_of_memory_locks() {
     let locker = Locker::connect("memory://lock-table").await.unwrap();
     lock_table_works("memory", &locker, true).await;
     // The old holder's release is refused too.
-    let old = locker
-        .acquire("m:x", &LockOptions::new(LONG))
-        .await
-        .unwrap();
+    let old = hold(&locker, "m:x", &LockOptions::new(LONG)).await;
     locker.force_release("m:x", "test").await.unwrap();
     assert!(matches!(
         locker.release("m:x", old.token()).await,
@@ -475,18 +429,16 @@ async fn the_lock_table_of_memory_locks() {
 
 #[cfg(feature = "etcd")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_lock_table_on_etcd() {
+async fn owners_and_the_lock_table_on_etcd() {
     let Some(etcd) = leasehold_harness::etcd_for_test() else {
         return;
     };
     let url = format!("etcd://{}", etcd.endpoint().trim_start_matches("http://"));
     let locker = Locker::connect(&url).await.unwrap();
+    owner_is_shown("etcd", &locker).await;
     lock_table_works("etcd", &locker, false).await;
     // A waiter is counted; an etcd key that is not a lock is refused and left alone.
-    let held = locker
-        .acquire("e:w", &LockOptions::new(LONG))
-        .await
-        .unwrap();
+    let held = hold(&locker, "e:w", &LockOptions::new(LONG)).await;
     let waiter = {
         let locker = locker.clone();
         tokio::spawn(async move {
@@ -527,14 +479,16 @@ async fn the_lock_table_on_etcd() {
 
 #[cfg(feature = "postgres")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_lock_table_on_postgres() {
+async fn owners_and_the_lock_table_on_postgres() {
     let Some(pg) = leasehold_harness::postgres_for_test() else {
         return;
     };
     let lease = Locker::connect(&format!("{}?lock=lease", pg.url()))
         .await
         .unwrap();
+    owner_is_shown("postgres lease rows", &lease).await;
     lock_table_works("postgres lease rows", &lease, true).await;
     let session = Locker::connect(&pg.url()).await.unwrap();
+    owner_is_shown("postgres session locks", &session).await;
     lock_table_works("postgres session locks", &session, true).await;
 }

@@ -140,22 +140,7 @@ pub(crate) fn check_reason(reason: &str) -> Result<()> {
             "a forced release needs a reason (who asked, and why)",
         ));
     }
-    if reason.len() > MAX_REASON_LEN {
-        return Err(Error::invalid(
-            "reason",
-            format!(
-                "{} bytes is longer than the limit of {MAX_REASON_LEN}",
-                reason.len()
-            ),
-        ));
-    }
-    if reason.chars().any(char::is_control) {
-        return Err(Error::invalid(
-            "reason",
-            "a reason cannot have control characters",
-        ));
-    }
-    Ok(())
+    crate::core::owner::check_text("reason", "reason", reason, MAX_REASON_LEN)
 }
 
 /// Whether `value` is what a leasehold lock stores: a random token (32 lowercase hex digits)

@@ -62,8 +62,8 @@ impl Owner {
     /// [`MAX_OWNER_NAME_LEN`] bytes or has a control character.
     pub fn new(host: impl Into<String>, pid: u32, program: impl Into<String>) -> Result<Self> {
         let (host, program) = (host.into(), program.into());
-        check("host", &host, MAX_OWNER_NAME_LEN)?;
-        check("program", &program, MAX_OWNER_NAME_LEN)?;
+        check_text("owner", "host", &host, MAX_OWNER_NAME_LEN)?;
+        check_text("owner", "program", &program, MAX_OWNER_NAME_LEN)?;
         Ok(Owner {
             host,
             pid,
@@ -82,7 +82,7 @@ impl Owner {
         if label.is_empty() {
             return Err(Error::invalid("owner", "an owner label cannot be empty"));
         }
-        check("label", &label, MAX_OWNER_LABEL_LEN)?;
+        check_text("owner", "label", &label, MAX_OWNER_LABEL_LEN)?;
         self.label = Some(label);
         Ok(self)
     }
@@ -164,10 +164,12 @@ impl fmt::Debug for Owner {
     }
 }
 
-fn check(field: &str, text: &str, max: usize) -> Result<()> {
+/// Checks free text shown in terminals and logs (`what` names the argument in the error):
+/// at most `max` bytes, no control characters.
+pub(crate) fn check_text(what: &'static str, field: &str, text: &str, max: usize) -> Result<()> {
     if text.len() > max {
         return Err(Error::invalid(
-            "owner",
+            what,
             format!(
                 "the {field} is {} bytes, more than the limit of {max}",
                 text.len()
@@ -176,7 +178,7 @@ fn check(field: &str, text: &str, max: usize) -> Result<()> {
     }
     if text.chars().any(char::is_control) {
         return Err(Error::invalid(
-            "owner",
+            what,
             format!("the {field} {text:?} has a control character"),
         ));
     }

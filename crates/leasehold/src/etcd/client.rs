@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ec::{Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp};
+use ec::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use etcd_client as ec;
 
 use crate::core::error::{Error, Operation, Result};
@@ -343,19 +343,7 @@ impl EtcdClient {
     /// Connection and server errors.
     pub async fn inspect(&self, key: &str) -> Result<LockState> {
         check_key(key)?;
-        let options = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Ascend)
-            .with_limit(1);
-        let prefix = queue_prefix(key);
-        let mut resp = self
-            .request(Operation::Inspect, false, || {
-                let mut kv = self.inner.etcd.kv_client();
-                let (prefix, options) = (prefix.clone(), options.clone());
-                async move { kv.get(prefix, Some(options)).await }
-            })
-            .await?;
-        let Some(first) = resp.take_kvs().into_iter().next() else {
+        let Some(first) = self.first_entry(key).await? else {
             return Ok(LockState::new(key.to_string(), None, None, None));
         };
         let ttl = if first.lease() != 0 {

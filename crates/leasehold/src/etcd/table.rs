@@ -79,6 +79,23 @@ impl EtcdClient {
         Ok(entries)
     }
 
+    /// `key`'s first entry (its holder's), if any: the lowest create revision under `K\0`.
+    pub(super) async fn first_entry(&self, key: &str) -> Result<Option<ec::KeyValue>> {
+        let options = GetOptions::new()
+            .with_prefix()
+            .with_sort(ec::SortTarget::Create, ec::SortOrder::Ascend)
+            .with_limit(1);
+        let prefix = queue_prefix(key);
+        let mut resp = self
+            .request(Operation::Inspect, false, || {
+                let mut kv = self.inner.etcd.kv_client();
+                let (prefix, options) = (prefix.clone(), options.clone());
+                async move { kv.get(prefix, Some(options)).await }
+            })
+            .await?;
+        Ok(resp.take_kvs().into_iter().next())
+    }
+
     /// A lease's remaining TTL (`None` for no lease, or one already gone).
     async fn lease_ttl(&self, id: i64) -> Result<Option<Duration>> {
         if id == 0 {
@@ -112,20 +129,8 @@ impl EtcdClient {
     pub async fn force_release(&self, key: &str, reason: &str) -> Result<ForceReleased> {
         check_key(key)?;
         check_reason(reason)?;
-        let prefix = queue_prefix(key);
         for _ in 0..3 {
-            let options = GetOptions::new()
-                .with_prefix()
-                .with_sort(ec::SortTarget::Create, ec::SortOrder::Ascend)
-                .with_limit(1);
-            let mut resp = self
-                .request(Operation::Inspect, false, || {
-                    let mut kv = self.inner.etcd.kv_client();
-                    let (prefix, options) = (prefix.clone(), options.clone());
-                    async move { kv.get(prefix, Some(options)).await }
-                })
-                .await?;
-            let Some(first) = resp.take_kvs().into_iter().next() else {
+            let Some(first) = self.first_entry(key).await? else {
                 return Err(self.not_a_lock_or_free(key).await);
             };
             let entry = QueueEntry {

@@ -94,11 +94,7 @@ impl PostgresLeaseClient {
             .await?;
         let bad = unexpected(Operation::Inspect);
         let mut entries = Vec::new();
-        for row in rows {
-            let key: String = row.try_get(0).map_err(&bad)?;
-            if !glob_match(pattern, &key) {
-                continue;
-            }
+        for (key, row) in matching(rows, pattern)? {
             let token: String = row.try_get(1).map_err(&bad)?;
             let fence: i64 = row.try_get(2).map_err(&bad)?;
             let ms: i64 = row.try_get(3).map_err(&bad)?;
@@ -155,11 +151,7 @@ impl PostgresClient {
         self.put_back(session);
         let bad = unexpected(Operation::Inspect);
         let mut entries = Vec::new();
-        for row in rows {
-            let key: String = row.try_get(0).map_err(&bad)?;
-            if !glob_match(pattern, &key) {
-                continue;
-            }
+        for (key, row) in matching(rows, pattern)? {
             let fence: i64 = row.try_get(1).map_err(&bad)?;
             let stored: Option<String> = row.try_get(2).map_err(&bad)?;
             let pid: i32 = row.try_get(3).map_err(&bad)?;
@@ -236,6 +228,21 @@ impl PostgresClient {
             reason,
         )
     }
+}
+
+/// The rows whose first column, the key, matches `pattern`, with their keys.
+fn matching(
+    rows: Vec<tokio_postgres::Row>,
+    pattern: &str,
+) -> Result<Vec<(String, tokio_postgres::Row)>> {
+    let mut found = Vec::new();
+    for row in rows {
+        let key: String = row.try_get(0).map_err(unexpected(Operation::Inspect))?;
+        if glob_match(pattern, &key) {
+            found.push((key, row));
+        }
+    }
+    Ok(found)
 }
 
 fn forced(key: &str, value: &str, counter: Option<u64>, reason: &str) -> Result<ForceReleased> {
