@@ -79,6 +79,29 @@ leasehold_harness::server_test!(async fn the_owner_is_shown_by_inspect_on_redis_
         .await
         .unwrap();
     owner_is_shown("redlock", &redlock).await;
+    // The Redlock table is a majority view: a lock on 2 of 3 nodes is listed, on 1 it is not.
+    let me = owner("redlock");
+    let guard = hold(&redlock, "rl:k", &LockOptions::new(LONG).fencing(true).owner(me.clone())).await;
+    common::until("every node holds the key", || {
+        nodes.iter().all(|n| common::get(n, "rl:k").is_some())
+    })
+    .await;
+    for (deleted, listed) in [(0, true), (1, true), (2, false)] {
+        if deleted > 0 {
+            nodes[deleted - 1].command(&["DEL", "rl:k"]).unwrap();
+        }
+        let entries = redlock.list("rl:*").await.unwrap();
+        assert_eq!(entries.len(), listed as usize, "{deleted} deleted: {entries:#?}");
+        if listed {
+            assert_eq!(entries[0].holders[0].token, *guard.token());
+            assert_eq!(entries[0].holders[0].owner.as_ref(), Some(&me));
+            assert_eq!(entries[0].fencing_counter, guard.fencing_token());
+        }
+    }
+    assert!(matches!(
+        redlock.force_release("rl:k", "not on redlock").await,
+        Err(Error::Unsupported { .. })
+    ));
 
     // Fair locks and semaphores store the same value.
     let client = Locker::connect(&server.url()).await.unwrap();
