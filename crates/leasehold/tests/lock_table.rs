@@ -515,3 +515,19 @@ async fn owners_and_the_lock_table_on_postgres() {
     owner_is_shown("postgres session locks", &session).await;
     lock_table_works("postgres session locks", &session, true).await;
 }
+
+leasehold_harness::server_test!(async fn ls_and_force_release_through_sentinel(bin) {
+    use leasehold_harness::{SentinelOptions, SentinelSet};
+    let set = SentinelSet::start(&bin, &SentinelOptions::new()).expect("sentinel set starts");
+    let locker = Locker::connect(&set.lock_url("redis-sentinel")).await.unwrap();
+    let guard = hold(&locker, "s:job", &LockOptions::new(LONG).fencing(true).owner(owner("s"))).await;
+    let entries = locker.list("*").await.unwrap();
+    assert_eq!(entries.len(), 1, "{entries:#?}");
+    assert_eq!(entries[0].holders[0].token, *guard.token());
+    assert_eq!(entries[0].holders[0].owner, Some(owner("s")));
+    let forced = locker.force_release("s:job", "sentinel test").await.unwrap();
+    assert_eq!(forced.fencing_counter, Some(guard.fencing_token().unwrap() + 1));
+    let primary = set.primary().expect("primary");
+    assert_eq!(common::get(primary, "s:job"), None);
+    assert!(locker.list("*").await.unwrap().is_empty());
+});
