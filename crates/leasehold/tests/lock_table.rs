@@ -171,13 +171,30 @@ leasehold_harness::server_test!(async fn ls_lists_exactly_the_held_locks(bin) {
     let rw = client.rwlock("t:rw").unwrap();
     let r1 = rw.read(&LockOptions::new(LONG)).await.unwrap();
     let r2 = rw.read(&LockOptions::new(LONG)).await.unwrap();
+    // An election's leader.
+    let leader = client
+        .election("t:elect")
+        .unwrap()
+        .campaign("node-1", &LockOptions::new(LONG).owner(owner("leader")))
+        .await
+        .unwrap();
     // Keys that are not locks: a string, a hash, a string that looks like a token without TTL.
     server.command(&["SET", "t:string", "hello"]).unwrap();
     server.command(&["HSET", "t:hash", "f", "v"]).unwrap();
 
     let entries = locker.list("*").await.expect("list");
     let keys: Vec<&str> = entries.iter().map(|e| e.key.as_str()).collect();
-    assert_eq!(keys, ["t:fair", "t:plain", "t:rw", "t:sem"], "{entries:#?}");
+    assert_eq!(
+        keys,
+        ["t:elect", "t:fair", "t:plain", "t:rw", "t:sem"],
+        "{entries:#?}"
+    );
+
+    let e = entry(&entries, "t:elect");
+    assert_eq!(e.kind, LockKind::Election);
+    assert_eq!(e.holders[0].token, *leader.token());
+    assert_eq!(e.holders[0].owner, Some(owner("leader")));
+    assert_eq!(e.fencing_counter, leader.fencing_token());
 
     let e = entry(&entries, "t:plain");
     assert_eq!(e.kind, LockKind::Lock);
@@ -224,7 +241,7 @@ leasehold_harness::server_test!(async fn ls_lists_exactly_the_held_locks(bin) {
     fair.release().await.unwrap();
     let second = tokio::time::timeout(HANG_GUARD, waiter).await.unwrap().unwrap().unwrap();
     second.release().await.unwrap();
-    for g in [plain, p1, p2, r1, r2] {
+    for g in [plain, p1, p2, r1, r2, leader] {
         g.release().await.unwrap();
     }
     assert!(locker.list("*").await.unwrap().is_empty());
