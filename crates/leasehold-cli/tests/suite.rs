@@ -5,6 +5,7 @@
 mod backends;
 mod commands;
 mod local;
+mod lock_table;
 mod misuse;
 mod redlock;
 mod run;

@@ -13,6 +13,7 @@ mod failover;
 mod fair;
 mod fencing;
 mod lock;
+mod lock_table;
 mod multi;
 mod postgres_backend;
 mod redlock;

@@ -166,7 +166,7 @@ impl EtcdClient {
                 }
                 Err(e) => return Err(e),
             };
-            let token = LockToken::random();
+            let token = options.new_token();
             let entry = entry_key(key, &token);
             let mut cleanup = Cleanup::new(self, &entry, &token, None);
             // Enqueue. Repeatable: a retry after an ambiguous failure finds the entry.

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ec::{Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp};
+use ec::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use etcd_client as ec;
 
 use crate::core::error::{Error, Operation, Result};
@@ -181,7 +181,7 @@ impl EtcdClient {
     /// [`Error::PermissionDenied`], [`Error::Authentication`], [`Error::Server`].
     pub async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
         let secs = self.check_request(key, options)?;
-        let token = LockToken::random();
+        let token = options.new_token();
         let entry = entry_key(key, &token);
         let basis = if options.auto_extend_enabled() {
             Basis::Session(self.checkout(secs, options.renew_interval()).await?)
@@ -343,25 +343,8 @@ impl EtcdClient {
     /// Connection and server errors.
     pub async fn inspect(&self, key: &str) -> Result<LockState> {
         check_key(key)?;
-        let options = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Ascend)
-            .with_limit(1);
-        let prefix = queue_prefix(key);
-        let mut resp = self
-            .request(Operation::Inspect, false, || {
-                let mut kv = self.inner.etcd.kv_client();
-                let (prefix, options) = (prefix.clone(), options.clone());
-                async move { kv.get(prefix, Some(options)).await }
-            })
-            .await?;
-        let Some(first) = resp.take_kvs().into_iter().next() else {
-            return Ok(LockState {
-                key: key.to_string(),
-                holder: None,
-                ttl: None,
-                fencing_counter: None,
-            });
+        let Some(first) = self.first_entry(key).await? else {
+            return Ok(LockState::new(key.to_string(), None, None, None));
         };
         let ttl = if first.lease() != 0 {
             let id = first.lease();
@@ -375,12 +358,12 @@ impl EtcdClient {
         } else {
             None
         };
-        Ok(LockState {
-            key: key.to_string(),
-            holder: Some(String::from_utf8_lossy(first.value()).into_owned()),
+        Ok(LockState::new(
+            key.to_string(),
+            Some(String::from_utf8_lossy(first.value()).into_owned()),
             ttl,
-            fencing_counter: Some(first.create_revision() as u64),
-        })
+            Some(first.create_revision() as u64),
+        ))
     }
 
     /// Always [`Error::Unsupported`]: etcd's fencing numbers are its revisions, which only move
@@ -397,7 +380,7 @@ impl EtcdClient {
     }
 }
 
-crate::core::backend::impl_lock_backend!(EtcdClient, Etcd);
+crate::core::backend::impl_lock_backend!(EtcdClient, Etcd, lock_table);
 
 /// No primitive beyond the plain lock yet (see [`Backend::has`](crate::Backend::has)).
 impl crate::core::backend::Primitives for EtcdClient {}

@@ -175,6 +175,7 @@ mod keys;
 mod renewal;
 mod request;
 mod session;
+mod table;
 #[cfg(test)]
 mod tests;
 mod url;

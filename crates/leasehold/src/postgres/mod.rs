@@ -97,6 +97,7 @@ mod params;
 mod pooler;
 mod session;
 mod sql;
+mod table;
 mod tls;
 mod url;
 
