@@ -175,6 +175,7 @@ mod keys;
 mod renewal;
 mod request;
 mod session;
+mod sync;
 #[cfg(test)]
 mod tests;
 mod url;
