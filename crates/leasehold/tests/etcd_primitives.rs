@@ -132,7 +132,8 @@ async fn semaphore_admits_n_and_any_release_wakes_the_waiter(url: &str) {
         .into_iter()
         .map(|l| l.semaphore(name, 2).unwrap())
         .collect();
-    let opts = LockOptions::new(Duration::from_secs(10));
+    // Longer than the hang guard: no permit expires while the test runs.
+    let opts = LockOptions::new(Duration::from_secs(60));
     let outcomes = futures_util::future::join_all(sems.iter().map(|s| s.try_acquire(&opts))).await;
     let mut held: Vec<LockGuard> = Vec::new();
     for outcome in outcomes {
