@@ -45,7 +45,7 @@ impl Backend {
             (Backend::Etcd, _) => true,
             (Backend::Postgres, _) => false,
             (Backend::PostgresLease, _) => false,
-            (Backend::Memory, _) => false,
+            (Backend::Memory, _) => true,
             (Backend::File, _) => false,
         }
     }
