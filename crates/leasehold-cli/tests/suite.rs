@@ -6,6 +6,7 @@ mod backends;
 mod commands;
 mod local;
 mod misuse;
+mod primitives_etcd;
 mod redlock;
 mod run;
 mod short_ttl;
