@@ -8,21 +8,45 @@ use crate::support;
 use std::time::{Duration, Instant};
 
 use leasehold::Locker;
-use leasehold_harness::etcd_for_test;
+use leasehold_harness::{Etcd, etcd_for_test};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use support::{Running, leasehold, wait_for_file};
 
 const HANG_GUARD: Duration = Duration::from_secs(90);
 
-/// A runtime for the library's side of a test (the tests are synchronous: they drive
-/// processes), kept for the whole test: the client's connections live on it.
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap()
+/// A test's etcd member, its folder, and a runtime for the library's side of it (the tests are
+/// synchronous: they drive processes), kept for the whole test: a client's connections live
+/// on it.
+struct Setup {
+    _etcd: Etcd,
+    rt: tokio::runtime::Runtime,
+    url: String,
+    dir: tempfile::TempDir,
+}
+
+impl Setup {
+    fn new() -> Option<Setup> {
+        let etcd = etcd_for_test()?;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        Some(Setup {
+            url: format!("etcd://{}", etcd.addr()),
+            _etcd: etcd,
+            rt,
+            dir: tempfile::tempdir().unwrap(),
+        })
+    }
+
+    /// A `Locker` on the member, as another process would see it.
+    fn locker(&self) -> Locker {
+        self.rt
+            .block_on(Locker::connect(&self.url))
+            .expect("connect")
+    }
 }
 
 /// Polls `check` (against the library, as another process sees etcd) until it is true.
@@ -46,11 +70,9 @@ fn held_until_go(name: &str) -> String {
 /// the two has ended (it checks the first's mark), while the second still holds.
 #[test]
 fn two_permits_admit_two_commands_and_the_third_waits() {
-    let Some(etcd) = etcd_for_test() else { return };
-    let rt = runtime();
-    let url = format!("etcd://{}", etcd.addr());
-    let dir = tempfile::tempdir().unwrap();
-    let global = ["--url", url.as_str()];
+    let Some(t) = Setup::new() else { return };
+    let (rt, url, dir) = (&t.rt, t.url.as_str(), &t.dir);
+    let global = ["--url", url];
     let mut inside = Vec::new();
     for name in ["a", "b"] {
         let script = format!("{}; touch {name}-done", held_until_go(name));
@@ -63,7 +85,7 @@ fn two_permits_admit_two_commands_and_the_third_waits() {
     }
     let busy = leasehold(&[
         "--url",
-        &url,
+        url,
         "run",
         "jobs:pool",
         "--permits",
@@ -75,7 +97,7 @@ fn two_permits_admit_two_commands_and_the_third_waits() {
     assert_eq!(busy.code, 75, "a third holder of two permits: {busy:?}");
     let other_n = leasehold(&[
         "--url",
-        &url,
+        url,
         "run",
         "jobs:pool",
         "--permits",
@@ -102,10 +124,7 @@ fn two_permits_admit_two_commands_and_the_third_waits() {
             "if [ -e a-done ] && [ ! -e b-done ]; then echo after-a > c-in; else echo early > c-in; fi",
         ],
     );
-    let semaphore = rt
-        .block_on(async { Locker::connect(&url).await.unwrap() })
-        .semaphore("jobs:pool", 2)
-        .unwrap();
+    let semaphore = t.locker().semaphore("jobs:pool", 2).unwrap();
     assert_eq!(rt.block_on(semaphore.holders()).unwrap(), 2);
     std::fs::write(dir.path().join("go-a"), "").unwrap();
     assert_eq!(
@@ -127,11 +146,9 @@ fn two_permits_admit_two_commands_and_the_third_waits() {
 /// new reader out (75) and runs once the readers are gone, alone.
 #[test]
 fn write_excludes_read_and_a_waiting_writer_keeps_readers_out() {
-    let Some(etcd) = etcd_for_test() else { return };
-    let rt = runtime();
-    let url = format!("etcd://{}", etcd.addr());
-    let dir = tempfile::tempdir().unwrap();
-    let global = ["--url", url.as_str()];
+    let Some(t) = Setup::new() else { return };
+    let (rt, url, dir) = (&t.rt, t.url.as_str(), &t.dir);
+    let global = ["--url", url];
     let reader = Running::start(
         &global,
         dir.path(),
@@ -147,7 +164,7 @@ fn write_excludes_read_and_a_waiting_writer_keeps_readers_out() {
     wait_for_file(&dir.path().join("r-in"));
     let beside = leasehold(&[
         "--url",
-        &url,
+        url,
         "run",
         "jobs:rw",
         "--read",
@@ -158,7 +175,7 @@ fn write_excludes_read_and_a_waiting_writer_keeps_readers_out() {
     assert_eq!(beside.code, 0, "readers share: {beside:?}");
     let busy = leasehold(&[
         "--url",
-        &url,
+        url,
         "run",
         "jobs:rw",
         "--write",
@@ -182,10 +199,7 @@ fn write_excludes_read_and_a_waiting_writer_keeps_readers_out() {
         ],
     );
     // Once the writer waits, a new reader is kept out.
-    let rwlock = rt
-        .block_on(async { Locker::connect(&url).await.unwrap() })
-        .rwlock("jobs:rw")
-        .unwrap();
+    let rwlock = t.locker().rwlock("jobs:rw").unwrap();
     let options = leasehold::LockOptions::new(Duration::from_secs(10));
     until("the waiting writer keeps a reader out", || {
         match rt.block_on(rwlock.try_read(&options)).unwrap() {
@@ -198,7 +212,7 @@ fn write_excludes_read_and_a_waiting_writer_keeps_readers_out() {
     });
     let kept_out = leasehold(&[
         "--url",
-        &url,
+        url,
         "run",
         "jobs:rw",
         "--read",
@@ -221,11 +235,9 @@ fn write_excludes_read_and_a_waiting_writer_keeps_readers_out() {
 /// second runs its command in a later term, then resigns.
 #[test]
 fn elect_the_second_candidate_takes_over_when_the_first_dies() {
-    let Some(etcd) = etcd_for_test() else { return };
-    let rt = runtime();
-    let url = format!("etcd://{}", etcd.addr());
-    let dir = tempfile::tempdir().unwrap();
-    let global = ["--url", url.as_str()];
+    let Some(t) = Setup::new() else { return };
+    let (rt, url, dir) = (&t.rt, t.url.as_str(), &t.dir);
+    let global = ["--url", url];
     let first = Running::start_subcommand(
         &global,
         dir.path(),
@@ -262,10 +274,7 @@ fn elect_the_second_candidate_takes_over_when_the_first_dies() {
             "echo $LEASEHOLD_LEADER_ID $LEASEHOLD_TERM > second",
         ],
     );
-    let election = rt
-        .block_on(async { Locker::connect(&url).await.unwrap() })
-        .election("svc")
-        .unwrap();
+    let election = t.locker().election("svc").unwrap();
     let leader = rt.block_on(election.leader()).unwrap().expect("a leader");
     assert_eq!((leader.id.as_str(), leader.term), ("first", term));
     kill(Pid::from_raw(first.pid() as i32), Signal::SIGKILL).unwrap();

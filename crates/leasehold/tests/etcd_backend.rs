@@ -15,14 +15,14 @@ use leasehold::{
 use leasehold_harness::{Etcd, EtcdCluster, SlowLink, etcd_cluster_for_test, etcd_for_test};
 
 /// Bound of every wait that should end much sooner.
-const GENEROUS: Duration = Duration::from_secs(20);
+pub(crate) const GENEROUS: Duration = Duration::from_secs(20);
 const POLL: Duration = Duration::from_millis(20);
 
-fn url(etcd: &Etcd) -> String {
+pub(crate) fn url(etcd: &Etcd) -> String {
     format!("etcd://{}", etcd.addr())
 }
 
-fn cluster_url(cluster: &EtcdCluster) -> String {
+pub(crate) fn cluster_url(cluster: &EtcdCluster) -> String {
     let hosts: Vec<String> = cluster
         .members()
         .iter()
@@ -78,7 +78,7 @@ fn assert_valid_within_server_lease(believed: Instant, reported: Duration) {
 }
 
 /// Polls `check` until it is true; panics after `bound`.
-async fn until<F, Fut>(what: &str, bound: Duration, mut check: F)
+pub(crate) async fn until<F, Fut>(what: &str, bound: Duration, mut check: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,

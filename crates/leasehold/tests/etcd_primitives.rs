@@ -6,28 +6,12 @@
 //! etcd holds, a busy attempt, a loss signal) and is bounded only to keep a broken build from
 //! hanging.
 
-use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use leasehold::{Error, LockGuard, LockOptions, Locker, TryAcquire};
-use leasehold_harness::{Etcd, EtcdCluster, etcd_cluster_for_test, etcd_for_test};
+use leasehold_harness::{etcd_cluster_for_test, etcd_for_test};
 
-/// Bound of every wait that should end much sooner.
-const GENEROUS: Duration = Duration::from_secs(20);
-const POLL: Duration = Duration::from_millis(20);
-
-fn url(etcd: &Etcd) -> String {
-    format!("etcd://{}", etcd.addr())
-}
-
-fn cluster_url(cluster: &EtcdCluster) -> String {
-    let hosts: Vec<String> = cluster
-        .members()
-        .iter()
-        .map(|m| m.addr().to_string())
-        .collect();
-    format!("etcd://{}", hosts.join(","))
-}
+use crate::etcd_backend::{GENEROUS, cluster_url, until, url};
 
 async fn locker(url: &str) -> Locker {
     Locker::connect(url).await.expect("connect")
@@ -75,21 +59,8 @@ async fn entries(raw: &etcd_client::Client, prefix: &[u8]) -> Vec<(Vec<u8>, i64,
         .collect()
 }
 
-/// Polls `check` until it is true; panics after `bound`.
-async fn until<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + GENEROUS;
-    while !check().await {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        tokio::time::sleep(POLL).await;
-    }
-}
-
 async fn entry_count_is(raw: &etcd_client::Client, prefix: &[u8], n: usize) {
-    until(&format!("{n} entries"), || async {
+    until(&format!("{n} entries"), GENEROUS, || async {
         entries(raw, prefix).await.len() == n
     })
     .await;
@@ -431,7 +402,7 @@ async fn election_terms_increase_and_the_next_candidate_takes_over(url: &str) {
     assert!(seen.ttl.is_some_and(|t| t > Duration::ZERO));
 
     let mut watch = ec.watch(Duration::from_secs(3600));
-    until("the watch sees a", || {
+    until("the watch sees a", GENEROUS, || {
         let current = watch.current();
         async move { current.is_some_and(|l| l.term == term_a) }
     })
