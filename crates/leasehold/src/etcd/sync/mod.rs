@@ -123,7 +123,14 @@ impl EtcdClient {
         .await
     }
 
-    /// A counting semaphore of `permits` on `name` (see the [module docs](self)).
+    /// A counting semaphore of `permits` on `name`: etcd entries
+    /// `\0semaphore\0name\0token\0permits`, of which the `permits` with the lowest create
+    /// revisions hold. While leases are valid at most `permits` hold; waiters are served in
+    /// arrival order and woken by etcd watches (no polling); another number of permits while
+    /// the semaphore is held or awaited is [`Error::Conflict`]; release and extend are
+    /// token-checked and work from any process with the token. No fencing number, no fair
+    /// mode, no `replica_ack` ([`Error::Unsupported`]). Assumes nobody else writes under the
+    /// prefix, as for locks.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty, over-long or NUL-containing name, or
@@ -138,7 +145,12 @@ impl EtcdClient {
         ))
     }
 
-    /// A read-write lock on `name` (see the [module docs](self)).
+    /// A read-write lock on `name`, after etcd's `RWMutex` recipe: entries
+    /// `\0rwlock\0name\0read\0token` and `...\0write\0token`; a reader waits for the
+    /// writers that came before it, a writer for everyone who came before it. So while leases
+    /// are valid a writer holds alone, readers share, and a reader arriving after a waiting
+    /// writer queues behind it (writers are not starved). A writer's fencing number is its
+    /// entry's create revision (strictly increasing from writer to writer); readers have none.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty, over-long or NUL-containing name.
@@ -147,7 +159,12 @@ impl EtcdClient {
         Ok(RwLock::new(name, EtcdRwLock::new(self, name)))
     }
 
-    /// An election on `name` (see the [module docs](self)).
+    /// An election on `name`, after etcd's `concurrency.Election`: a campaign is an entry
+    /// `\0election\0name\0token\0id` that waits for every earlier entry; the first entry
+    /// leads, and its create revision is the term (the guard's fencing number, strictly
+    /// increasing from leader to leader). Leadership is auto-extended on the client's session;
+    /// a crashed leader's lease expires after its TTL and the next candidate leads.
+    /// [`Election::watch`] hears of changes through an etcd watch on the prefix.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty, over-long or NUL-containing name.
