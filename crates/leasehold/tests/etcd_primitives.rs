@@ -11,7 +11,7 @@ use std::time::Duration;
 use leasehold::{Error, LockGuard, LockOptions, Locker, TryAcquire};
 use leasehold_harness::{etcd_cluster_for_test, etcd_for_test};
 
-use crate::etcd_backend::{GENEROUS, cluster_url, until, url};
+use crate::etcd_backend::{GENEROUS, cluster_url, grpc_calls, until, url};
 
 async fn locker(url: &str) -> Locker {
     Locker::connect(url).await.expect("connect")
@@ -157,6 +157,62 @@ async fn semaphore_admits_n_and_any_release_wakes_the_waiter_on_a_cluster() {
         return;
     };
     semaphore_admits_n_and_any_release_wakes_the_waiter(&cluster_url(&cluster)).await;
+}
+
+/// Semaphore, no herd: with 2 permits held and four waiters, a release wakes only the waiter
+/// whose turn came. Counted by etcd itself (its `Txn` calls): handing two permits on, one after
+/// the other, costs the release, the woken waiter's read and its move onto a lease of its own,
+/// twice (6); waiters that re-read on every release ahead of them would add five reads (each
+/// waiter behind re-reading on each release ahead of it). A little slack for a read repeated
+/// after a broken watch.
+#[tokio::test]
+async fn a_released_permit_wakes_only_the_waiter_whose_turn_came() {
+    let Some(etcd) = etcd_for_test() else { return };
+    let url = url(&etcd);
+    let raw = raw(&url).await;
+    let name = "sem-herd";
+    let p = prefix("semaphore", name);
+    let locker = locker(&url).await;
+    let sem = locker.semaphore(name, 2).unwrap();
+    let opts = LockOptions::new(Duration::from_secs(60));
+    let first = acquired(sem.try_acquire(&opts).await.unwrap());
+    let second = acquired(sem.try_acquire(&opts).await.unwrap());
+    let (tx, mut woken) = tokio::sync::mpsc::unbounded_channel();
+    for i in 0..4 {
+        let (sem, tx, opts) = (sem.clone(), tx.clone(), opts.clone().wait(GENEROUS * 2));
+        tokio::spawn(async move {
+            let _ = tx.send((i, sem.acquire(&opts).await));
+        });
+        // One at a time, so that their order is known.
+        entry_count_is(&raw, &p, 3 + i).await;
+    }
+    let before = grpc_calls(&etcd, "Txn").await.ended;
+    second.release().await.unwrap();
+    let (i, w0) = tokio::time::timeout(GENEROUS, woken.recv())
+        .await
+        .expect("a waiter is woken")
+        .unwrap();
+    assert_eq!(i, 0, "the first waiter is served first");
+    let w0 = w0.unwrap();
+    w0.release().await.unwrap();
+    let (i, w1) = tokio::time::timeout(GENEROUS, woken.recv())
+        .await
+        .expect("a waiter is woken")
+        .unwrap();
+    assert_eq!(i, 1, "then the second");
+    let txns = grpc_calls(&etcd, "Txn").await.ended - before;
+    eprintln!("Txn calls for two handovers among four waiters: {txns}");
+    assert!(
+        txns <= 8,
+        "{txns} transactions: waiters read when it was not their turn"
+    );
+    w1.unwrap().release().await.unwrap();
+    first.release().await.unwrap();
+    for _ in 0..2 {
+        let (_, w) = woken.recv().await.unwrap();
+        w.unwrap().release().await.unwrap();
+    }
+    entry_count_is(&raw, &p, 0).await;
 }
 
 /// Semaphore: another number of permits is refused with `Conflict` while permits are held
