@@ -278,8 +278,13 @@ fn elect_the_second_candidate_takes_over_when_the_first_dies() {
     let leader = rt.block_on(election.leader()).unwrap().expect("a leader");
     assert_eq!((leader.id.as_str(), leader.term), ("first", term));
     kill(Pid::from_raw(first.pid() as i32), Signal::SIGKILL).unwrap();
+    let killed_at = Instant::now();
     let _ = kill(Pid::from_raw(child), Signal::SIGKILL);
     let line = wait_for_file(&dir.path().join("second"));
+    eprintln!(
+        "takeover {:?} after the leader's kill -9 (TTL 2 s)",
+        killed_at.elapsed()
+    );
     let mut fields = line.split_whitespace();
     assert_eq!(fields.next(), Some("second"));
     let next: u64 = fields.next().unwrap().parse().unwrap();
