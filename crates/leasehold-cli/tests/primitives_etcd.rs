@@ -61,6 +61,14 @@ fn until(what: &str, mut check: impl FnMut() -> bool) {
     }
 }
 
+/// `leasehold --url URL run ARGS --no-wait -- true`: one attempt, no command to speak of.
+fn run_no_wait(url: &str, args: &[&str]) -> support::Run {
+    let mut all = vec!["--url", url, "run"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--no-wait", "--", "true"]);
+    leasehold(&all)
+}
+
 /// A command that says it is in (`NAME-in`), then waits for `go-NAME`.
 fn held_until_go(name: &str) -> String {
     format!("echo in > {name}-in; while [ ! -e go-{name} ]; do sleep 0.02; done")
@@ -83,29 +91,9 @@ fn two_permits_admit_two_commands_and_the_third_waits() {
         ));
         wait_for_file(&dir.path().join(format!("{name}-in")));
     }
-    let busy = leasehold(&[
-        "--url",
-        url,
-        "run",
-        "jobs:pool",
-        "--permits",
-        "2",
-        "--no-wait",
-        "--",
-        "true",
-    ]);
+    let busy = run_no_wait(url, &["jobs:pool", "--permits", "2"]);
     assert_eq!(busy.code, 75, "a third holder of two permits: {busy:?}");
-    let other_n = leasehold(&[
-        "--url",
-        url,
-        "run",
-        "jobs:pool",
-        "--permits",
-        "3",
-        "--no-wait",
-        "--",
-        "true",
-    ]);
+    let other_n = run_no_wait(url, &["jobs:pool", "--permits", "3"]);
     assert_eq!(
         other_n.code, 64,
         "another number of permits while held: {other_n:?}"
@@ -162,27 +150,9 @@ fn write_excludes_read_and_a_waiting_writer_keeps_readers_out() {
         ],
     );
     wait_for_file(&dir.path().join("r-in"));
-    let beside = leasehold(&[
-        "--url",
-        url,
-        "run",
-        "jobs:rw",
-        "--read",
-        "--no-wait",
-        "--",
-        "true",
-    ]);
+    let beside = run_no_wait(url, &["jobs:rw", "--read"]);
     assert_eq!(beside.code, 0, "readers share: {beside:?}");
-    let busy = leasehold(&[
-        "--url",
-        url,
-        "run",
-        "jobs:rw",
-        "--write",
-        "--no-wait",
-        "--",
-        "true",
-    ]);
+    let busy = run_no_wait(url, &["jobs:rw", "--write"]);
     assert_eq!(busy.code, 75, "a writer beside a reader: {busy:?}");
 
     let writer = Running::start(
@@ -210,16 +180,7 @@ fn write_excludes_read_and_a_waiting_writer_keeps_readers_out() {
             }
         }
     });
-    let kept_out = leasehold(&[
-        "--url",
-        url,
-        "run",
-        "jobs:rw",
-        "--read",
-        "--no-wait",
-        "--",
-        "true",
-    ]);
+    let kept_out = run_no_wait(url, &["jobs:rw", "--read"]);
     assert_eq!(
         kept_out.code, 75,
         "a reader behind a waiting writer: {kept_out:?}"
