@@ -7,6 +7,7 @@ mod commands;
 mod local;
 mod lock_table;
 mod misuse;
+mod primitives_etcd;
 mod redlock;
 mod run;
 mod short_ttl;

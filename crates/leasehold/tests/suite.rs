@@ -9,6 +9,7 @@ mod common;
 mod conformance;
 mod election;
 mod etcd_backend;
+mod etcd_primitives;
 mod failover;
 mod fair;
 mod fencing;

@@ -42,7 +42,7 @@ impl Backend {
             (_, Primitive::Lock) => true,
             (Backend::Redis, _) => true,
             (Backend::Redlock, _) => false,
-            (Backend::Etcd, _) => false,
+            (Backend::Etcd, _) => true,
             (Backend::Postgres, _) => false,
             (Backend::PostgresLease, _) => false,
             (Backend::Memory, _) => true,
