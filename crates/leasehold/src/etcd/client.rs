@@ -221,7 +221,8 @@ impl EtcdClient {
             return Ok(TryAcquire::Busy { remaining: None });
         }
         let rev = header_revision(&resp)?;
-        let guard = self.finish(key, token, entry, rev, basis, options)?;
+        let min_hold = self.grant_min_hold(options).await?;
+        let guard = self.finish(key, token, (entry, rev), basis, min_hold, options)?;
         cleanup.disarm();
         Ok(TryAcquire::Acquired(guard))
     }

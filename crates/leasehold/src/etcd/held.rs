@@ -25,6 +25,10 @@ pub(super) struct EtcdHeld {
     /// The entry's create revision (its fencing number).
     pub(super) rev: i64,
     pub(super) attach: Arc<Mutex<Attach>>,
+    /// The lease of [`min_hold`](crate::LockOptions::min_hold), granted right after the lock
+    /// was (so it ends no sooner than `min_hold` after the grant, by etcd's clock): a release
+    /// moves the entry onto it instead of deleting it, while it lives.
+    pub(super) min_hold: Option<i64>,
 }
 
 impl std::fmt::Debug for EtcdHeld {
@@ -50,6 +54,10 @@ impl HeldLock for EtcdHeld {
                 Attach::Dedicated(id) => Some(id),
                 Attach::Session(_) => None,
             };
+            let kept = match self.min_hold {
+                Some(id) => self.keep_for_min_hold(lease, id).await,
+                None => Ok(false),
+            };
             let txn = Txn::new()
                 .when([Compare::create_revision(
                     self.entry.clone(),
@@ -57,12 +65,21 @@ impl HeldLock for EtcdHeld {
                     self.rev,
                 )])
                 .and_then([TxnOp::delete(self.entry.clone(), None)]);
-            match self.client.txn(Operation::Release, true, txn).await {
+            let released = match kept {
+                Ok(true) => Ok(ReleaseOutcome::Kept),
+                Ok(false) => self
+                    .client
+                    .txn(Operation::Release, true, txn)
+                    .await
+                    .map(|r| ReleaseOutcome::Deleted(r.succeeded())),
+                Err(e) => Err(e),
+            };
+            match released {
                 Ok(resp) => {
                     if let Some(id) = dedicated {
                         self.client.revoke_in_background(id);
                     }
-                    if resp.succeeded() {
+                    if !matches!(resp, ReleaseOutcome::Deleted(false)) {
                         Ok(())
                     } else {
                         Err(Error::NotHeld {
@@ -270,7 +287,38 @@ impl HeldLock for EtcdHeld {
 /// Pause between the repeats of an ambiguous lease move.
 const REPEAT_PAUSE: Duration = Duration::from_millis(100);
 
+/// How a release went: the entry was moved onto the min_hold lease, or the delete's
+/// compare succeeded (or not: the lock was no longer ours).
+enum ReleaseOutcome {
+    Kept,
+    Deleted(bool),
+}
+
 impl EtcdHeld {
+    /// Moves the entry onto the min_hold lease `id` (`If(CreateRevision(entry) == rev)
+    /// Then(Put(entry, token, lease id))`): true if moved (the lock is kept until that lease
+    /// ends), false if the lease is gone (the minimum hold is over: release as usual) or the
+    /// compare failed (the delete that follows then says not held).
+    async fn keep_for_min_hold(&self, lease: &Lease, id: i64) -> Result<bool> {
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                self.entry.clone(),
+                CompareOp::Equal,
+                self.rev,
+            )])
+            .and_then([TxnOp::put(
+                self.entry.clone(),
+                lease.token().expose(),
+                Some(PutOptions::new().with_lease(id)),
+            )]);
+        match self.client.txn(Operation::Release, true, txn).await {
+            Ok(resp) => Ok(resp.succeeded()),
+            // etcd refuses a put on a lease that expired: the minimum hold is over.
+            Err(e) if e.to_string().contains("lease not found") => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Sends `txn` (an idempotent lease move, see [`HeldLock::extend`]) again until etcd
     /// answers: `Some(true)` moved, `Some(false)` the entry is not ours any more. `None` if
     /// the lock's validity ran out (or `give_up` passed, or `target`, the session the entry

@@ -48,6 +48,8 @@ struct Entry {
 struct Holder {
     token: LockToken,
     expires: Instant,
+    /// Acquisition + [`LockOptions::min_hold`]: a release before it keeps the lock until then.
+    hold_until: Option<Instant>,
 }
 
 impl Entry {
@@ -167,6 +169,7 @@ impl Namespace {
             e.holder = Some(Holder {
                 token: token.clone(),
                 expires,
+                hold_until: options.min_hold_bound().map(|m| now + m),
             });
             return Ok(Attempt::Taken(Lease::until(key, token, fencing, expires)));
         }
@@ -179,11 +182,15 @@ impl Namespace {
 
     pub(super) fn release(&self, key: &str, token: &LockToken) -> Result<()> {
         let mut keys = self.keys();
+        let now = Instant::now();
         let e = keys.get_mut(key).ok_or_else(|| not_held(key))?;
-        if e.held_by(token, Instant::now()).is_none() {
-            return Err(not_held(key));
+        let holder = e.held_by(token, now).ok_or_else(|| not_held(key))?;
+        match holder.hold_until.filter(|until| *until > now) {
+            // Kept until the minimum hold ends, then free by itself (see `LockOptions::min_hold`).
+            Some(until) => holder.expires = until,
+            None => e.holder = None,
         }
-        e.holder = None;
+        // Woken either way: waiters sleep until the old end, and a kept lock may end sooner.
         e.woken.notify_waiters();
         prune(&mut keys, key);
         Ok(())
