@@ -236,8 +236,8 @@ impl FileClient {
         let started = Instant::now();
         let attempt = {
             let (folder, key, token) = (self.inner.folder.clone(), key.to_string(), token.clone());
-            let fencing = options.fencing_enabled();
-            move || take(&folder, &key, &token, expires_ms, fencing, file)
+            let (fencing, min_hold) = (options.fencing_enabled(), options.min_hold_bound());
+            move || take(&folder, &key, &token, expires_ms, (fencing, min_hold), file)
         };
         let (lock, fencing) = match blocking(Operation::Acquire, attempt).await? {
             Attempt::Taken(lock, fencing) => (lock, fencing),
@@ -351,7 +351,7 @@ fn take(
     key: &str,
     token: &LockToken,
     expires_ms: u64,
-    fencing: bool,
+    (fencing, min_hold): (bool, Option<Duration>),
     file: Option<File>,
 ) -> io::Result<Attempt> {
     let file = match file {
@@ -368,6 +368,11 @@ fn take(
             return Ok(Attempt::Busy(file, remaining));
         }
     };
+    // A minimum hold still running keeps the key busy (its holder is gone or released).
+    if let Some((_, left)) = folder.hold_left(key)? {
+        let file = lock.unlock().map_err(|(_, e)| io::Error::from(e))?;
+        return Ok(Attempt::Busy(Some(file), Some(left)));
+    }
     // Dropping `lock` on an error below lets the key go again.
     let fence = match fencing {
         true => Some(folder.update_fence(key, |n| {
@@ -380,6 +385,9 @@ fn take(
         expires_ms,
     };
     write_record(&lock, Some(&record))?;
+    if let Some(min_hold) = min_hold {
+        folder.write_hold(key, token, min_hold)?;
+    }
     Ok(Attempt::Taken(lock, fence))
 }
 

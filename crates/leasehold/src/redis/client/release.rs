@@ -49,6 +49,17 @@ impl LockClient {
     /// until it is and then expires by itself; otherwise it is deleted as by
     /// [`LockClient::release`]. Token-checked and atomic (one script); Ok either way.
     pub(crate) async fn release_min_hold(&self, key: &str, token: &LockToken) -> Result<()> {
+        match self.release_min_hold_raw(key, token.expose()).await? {
+            true => Ok(()),
+            false => Err(Error::NotHeld {
+                key: key.to_string(),
+            }),
+        }
+    }
+
+    /// [`release_min_hold`](Self::release_min_hold): true if released or kept, false if the
+    /// key does not hold `token`.
+    pub(crate) async fn release_min_hold_raw(&self, key: &str, token: &str) -> Result<bool> {
         let channel = match self.inner.notify_waiters {
             true => release_channel(key),
             false => String::new(),
@@ -58,29 +69,22 @@ impl LockClient {
             false => "publish",
         };
         let companion = min_hold_key(key);
-        let released = self
-            .idempotent(Operation::Release, |mut conn| {
-                let (channel, companion) = (&channel, &companion);
-                async move {
-                    flag(
-                        MIN_HOLD_RELEASE_SCRIPT
-                            .key(key)
-                            .key(companion)
-                            .arg(token.expose())
-                            .arg(channel)
-                            .arg(publish)
-                            .invoke_async(&mut conn)
-                            .await?,
-                    )
-                }
-            })
-            .await?;
-        match released {
-            true => Ok(()),
-            false => Err(Error::NotHeld {
-                key: key.to_string(),
-            }),
-        }
+        self.idempotent(Operation::Release, |mut conn| {
+            let (channel, companion) = (&channel, &companion);
+            async move {
+                flag(
+                    MIN_HOLD_RELEASE_SCRIPT
+                        .key(key)
+                        .key(companion)
+                        .arg(token)
+                        .arg(channel)
+                        .arg(publish)
+                        .invoke_async(&mut conn)
+                        .await?,
+                )
+            }
+        })
+        .await
     }
 
     /// Resets the TTL of `key` to `ttl` if it still holds `token`, atomically.

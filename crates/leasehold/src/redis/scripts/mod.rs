@@ -294,6 +294,11 @@ pub(crate) static FENCED_READ_SCRIPT: LazyLock<Script> =
 /// given. Reply `{1, counter}` or `{0, pttl}`.
 pub const REDLOCK_ACQUIRE_LUA: &str = include_str!("redlock_acquire.lua");
 
+/// Phase 1 of a lock taken with [`min_hold`](crate::LockOptions::min_hold): as
+/// [`REDLOCK_ACQUIRE_LUA`], and with the grant the node's min_hold companion (token, `PX
+/// min_hold`), as [`MIN_HOLD_ACQUIRE_LUA`] does on one server.
+pub(crate) const REDLOCK_MIN_HOLD_ACQUIRE_LUA: &str = include_str!("redlock_min_hold_acquire.lua");
+
 /// Phase 2: while the key holds our token, raise the counter to `ARGV[2]` if it is lower.
 /// Reply 1 (held; the counter is now >= the token) or 0 (not held: nothing written).
 pub const RAISE_FENCE_LUA: &str = include_str!("raise_fence.lua");
@@ -301,6 +306,10 @@ pub const RAISE_FENCE_LUA: &str = include_str!("raise_fence.lua");
 /// [`REDLOCK_ACQUIRE_LUA`]. `KEYS`: lock, fence counter (optional); `ARGV`: token, TTL ms.
 pub(crate) static REDLOCK_ACQUIRE_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(REDLOCK_ACQUIRE_LUA));
+/// [`REDLOCK_MIN_HOLD_ACQUIRE_LUA`]. `KEYS`: lock, companion, fence counter (optional);
+/// `ARGV`: token, TTL ms, min_hold ms.
+pub(crate) static REDLOCK_MIN_HOLD_ACQUIRE_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(REDLOCK_MIN_HOLD_ACQUIRE_LUA));
 /// [`RAISE_FENCE_LUA`]. `KEYS`: lock, fence counter; `ARGV`: token, fencing number.
 pub(crate) static RAISE_FENCE_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(RAISE_FENCE_LUA));
