@@ -20,6 +20,7 @@ use leasehold::{
     Error, LockGuard, LockOptions, LockToken, Locker, LossReason, MAX_KEY_LEN, TryAcquire,
 };
 
+mod min_hold;
 mod redis;
 
 #[cfg(unix)]
@@ -157,6 +158,8 @@ pub async fn conforms<S: Subject>(subject: &S) {
     a_waiter_gets_the_lock_when_it_is_released(subject).await;
     step("with_lock");
     with_lock_always_releases(subject).await;
+    step("min_hold");
+    min_hold::a_released_lock_is_kept_until_min_hold(subject).await;
     step("done");
 }
 
