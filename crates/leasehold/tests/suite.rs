@@ -13,6 +13,7 @@ mod failover;
 mod fair;
 mod fencing;
 mod lock;
+mod min_hold;
 mod multi;
 mod postgres_backend;
 mod redlock;
