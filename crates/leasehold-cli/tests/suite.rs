@@ -5,6 +5,7 @@
 mod backends;
 mod commands;
 mod local;
+mod min_hold;
 mod misuse;
 mod redlock;
 mod run;
