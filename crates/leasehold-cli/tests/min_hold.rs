@@ -24,8 +24,10 @@ const MIN_HOLD: &str = "10s";
 /// Only guards against a hang: a period ends when the servers say the key is free.
 const HANG_GUARD: Duration = Duration::from_secs(90);
 
-/// The machines' clocks: the true time and two that are off by seconds.
-const SKEWS: [Option<&str>; 3] = [None, Some("+7s"), Some("-5s")];
+/// The machines' clocks, in the order their cron fires in the sequential periods: one 5 s
+/// behind first (a hold it measured by its own clock would end 12 s early for the last), the
+/// true time, one 7 s ahead.
+const SKEWS: [Option<&str>; 3] = [Some("-5s"), None, Some("+7s")];
 
 /// The `faketime` binary (Debian's faketime package, installed by scripts/install-servers):
 /// required under LEASEHOLD_REQUIRE_MATRIX=1 / CI, else a missing one skips the test.
@@ -108,9 +110,8 @@ fn lines(runs: &Path) -> usize {
     std::fs::read_to_string(runs).map_or(0, |s| s.lines().count())
 }
 
-/// Three periods on `url`: in the first two, the machines fire one after another (the true
-/// clock first, the skewed ones after its job ended, as their clocks make them); in the
-/// third, all at once. Each period's job runs exactly once.
+/// Three periods on `url`: in the first two, the machines fire one after another (each after
+/// the job of the one before ended, as their clocks make them); in the third, all at once. Each period's job runs exactly once.
 fn once_per_period(url: &str) {
     let Some(faketime) = faketime() else { return };
     let dir = tempfile::tempdir().unwrap();
