@@ -45,6 +45,13 @@
 //! * **Bad folders are refused when connecting**: a folder that does not exist, is not a
 //!   directory, or does not take new files is [`Error::Connection`] (the CLI exits 69).
 //!
+//! * **[`min_hold`](LockOptions::min_hold) is measured by the kernel's file times**, not by
+//!   any process's clock (which `faketime` shifts per process): the hold file `<stem>.hold`,
+//!   written under the `flock` right after it is taken, dates the acquisition; an acquisition
+//!   that gets the `flock` while the hold runs (against the time the kernel stamps on
+//!   `.leasehold-clock`) lets it go and reports busy. See `Folder::hold_left` (`disk.rs`)
+//!   and docs/guarantees.md §18.
+//!
 //! `inspect` takes a shared `flock` for an instant to learn whether the key is held; at that
 //! instant a `try_acquire` of the key finds it busy.
 

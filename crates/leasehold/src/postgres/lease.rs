@@ -2,14 +2,17 @@
 //! expiry (`postgres://…?lock=lease`), for locks that must outlive a connection.
 //!
 //! # How a lock is held
-//! The table `leasehold_leases (key, token, expires_at, fence)` has a row per key. Acquiring is
+//! The table `leasehold_leases (key, token, expires_at, fence, hold_until)` has a row per key. Acquiring is
 //! one statement: an upsert that takes the row only if it has no token or its expiry has
 //! passed (by the server's `clock_timestamp()`), sets our token and `expires_at = now + ttl`,
 //! increments `fence` and returns it. Release and extend are `UPDATE … WHERE token = $token AND
 //! expires_at > clock_timestamp()`: token-checked, atomic, and never on an expired lease. A
 //! release also sends `NOTIFY leasehold_release` with the key, in the same statement; waiters
 //! `LISTEN` on one connection per client and retry when their key is released (or after a
-//! backoff with jitter, never longer than the holder's remaining lease).
+//! backoff with jitter, never longer than the holder's remaining lease). With
+//! [`min_hold`](LockOptions::min_hold) the acquisition also sets `hold_until = now + min_hold`
+//! from the same `clock_timestamp()` reading, and a release before it keeps the row (token and
+//! all) until then (docs/guarantees.md §18).
 //!
 //! # Guarantees, and under which assumptions
 //! * **Mutual exclusion while valid.** The upsert's `WHERE` is evaluated on the row's latest
