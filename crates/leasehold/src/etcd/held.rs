@@ -173,17 +173,7 @@ impl HeldLock for EtcdHeld {
                         return Err(not_held());
                     }
                     let stop_at = tracked.as_ref().and_then(|t| t.stop_at);
-                    let txn = Txn::new()
-                        .when([Compare::create_revision(
-                            self.entry.clone(),
-                            CompareOp::Equal,
-                            self.rev,
-                        )])
-                        .and_then([TxnOp::put(
-                            self.entry.clone(),
-                            lease.token().expose(),
-                            Some(PutOptions::new().with_lease(target.0.id)),
-                        )]);
+                    let txn = self.move_txn(lease, target.0.id);
                     // Registered on no session from here until settled: if this future is
                     // dropped meanwhile, the lock is declared lost and its entry deleted.
                     let mut unsettled = Unsettled {
@@ -243,17 +233,7 @@ impl HeldLock for EtcdHeld {
                 Attach::Dedicated(old_id) => {
                     let started = Instant::now();
                     let (id, granted) = self.client.grant(secs, Operation::Extend).await?;
-                    let txn = Txn::new()
-                        .when([Compare::create_revision(
-                            self.entry.clone(),
-                            CompareOp::Equal,
-                            self.rev,
-                        )])
-                        .and_then([TxnOp::put(
-                            self.entry.clone(),
-                            lease.token().expose(),
-                            Some(PutOptions::new().with_lease(id)),
-                        )]);
+                    let txn = self.move_txn(lease, id);
                     let moved = match self.client.txn(Operation::Extend, true, txn.clone()).await {
                         Ok(resp) => resp.succeeded(),
                         // Neither lease is revoked while the entry may ride on it.
@@ -300,7 +280,22 @@ impl EtcdHeld {
     /// ends), false if the lease is gone (the minimum hold is over: release as usual) or the
     /// compare failed (the delete that follows then says not held).
     async fn keep_for_min_hold(&self, lease: &Lease, id: i64) -> Result<bool> {
-        let txn = Txn::new()
+        match self
+            .client
+            .txn(Operation::Release, true, self.move_txn(lease, id))
+            .await
+        {
+            Ok(resp) => Ok(resp.succeeded()),
+            // etcd refuses a put on a lease that expired: the minimum hold is over.
+            Err(e) if e.to_string().contains("lease not found") => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The move of the entry onto lease `id`, guarded by its create revision (a put keeps
+    /// it, so the move is idempotent and never touches a later holder's entry).
+    fn move_txn(&self, lease: &Lease, id: i64) -> Txn {
+        Txn::new()
             .when([Compare::create_revision(
                 self.entry.clone(),
                 CompareOp::Equal,
@@ -310,13 +305,7 @@ impl EtcdHeld {
                 self.entry.clone(),
                 lease.token().expose(),
                 Some(PutOptions::new().with_lease(id)),
-            )]);
-        match self.client.txn(Operation::Release, true, txn).await {
-            Ok(resp) => Ok(resp.succeeded()),
-            // etcd refuses a put on a lease that expired: the minimum hold is over.
-            Err(e) if e.to_string().contains("lease not found") => Ok(false),
-            Err(e) => Err(e),
-        }
+            )])
     }
 
     /// Sends `txn` (an idempotent lease move, see [`HeldLock::extend`]) again until etcd
