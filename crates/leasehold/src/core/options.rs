@@ -374,8 +374,14 @@ impl LockOptions {
     /// exclusion (docs/guarantees.md), and a server clock that does not jump. How each backend
     /// measures it (a companion key's `PX` on Redis, an etcd lease, `clock_timestamp()` on
     /// PostgreSQL lease rows, the kernel's file times for `file://`, the monotonic clock for
-    /// `memory://`) is in docs/guarantees.md, "Minimum hold"; PostgreSQL session locks and
-    /// fair locks refuse it ([`Error::Unsupported`]).
+    /// `memory://`) is in docs/guarantees.md §18. PostgreSQL session locks, and on Redis the
+    /// fair locks, semaphores, read-write and multi-key locks and elections, refuse it
+    /// ([`Error::Unsupported`], before any round trip).
+    ///
+    /// The hold is kept by the guard's release ([`LockGuard::release`](crate::LockGuard::release),
+    /// a dropped guard, `with_lock`). A release by token ([`Locker::release`](crate::Locker::release))
+    /// frees at once on Redis, Redlock and etcd, and keeps the hold on PostgreSQL lease rows,
+    /// `memory://` and `file://`.
     ///
     /// [`validate`](LockOptions::validate) refuses a `min_hold` longer than the TTL: the lock
     /// could expire before it (a crashed holder's lock would be free sooner than a released one's).

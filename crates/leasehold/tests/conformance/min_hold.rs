@@ -1,4 +1,4 @@
-//! [`LockOptions::min_hold`] (docs/guarantees.md, "Minimum hold"), on every subject: a lock
+//! [`LockOptions::min_hold`] (docs/guarantees.md §18), on every subject: a lock
 //! released before `min_hold` after its acquisition stays busy until then, by the server's
 //! clock, and then frees itself; a release after it frees at once; a kept lock is still
 //! token-checked; a `min_hold` over the TTL is refused before any round trip, and so is
