@@ -382,6 +382,17 @@ pub struct RunArgs {
     /// Take a fencing number and export it as LEASEHOLD_FENCING_TOKEN.
     #[arg(long, conflicts_with_all = ["permits", "read"])]
     pub fencing: bool,
+    /// Keep the lock after CMD ends until this long after it was taken, measured by the
+    /// server's clock, so that the same job started on machines whose clocks disagree runs
+    /// once (cron on many hosts; see docs/cron.md). At most --ttl. Not on every URL:
+    /// PostgreSQL session locks refuse it (use ?lock=lease).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration,
+          conflicts_with_all = ["permits", "read", "write", "fair"])]
+    pub min_hold: Option<Duration>,
+    /// Stop renewing the lock this long after it was taken: it then expires one --ttl later,
+    /// and CMD is stopped as for a lost lock (a job stuck for ever keeps nobody out for ever).
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration)]
+    pub max_hold: Option<Duration>,
     /// A semaphore or a read-write lock instead of a lock: the command runs while it holds a
     /// permit (at most N such commands at once, across machines) or its side.
     #[command(flatten)]

@@ -72,22 +72,30 @@ pub(crate) async fn run(servers: &Servers, args: RunArgs) -> anyhow::Result<Exit
     if let Some(addr) = args.metrics_addr {
         crate::metrics::serve(addr).await?;
     }
-    let locker = match signals.until(servers.connect()).await {
-        Ok(locker) => locker?,
-        Err(sig) => return Ok(signalled(sig, "while connecting")),
-    };
     let program = args.command.first().map(|c| {
         std::path::Path::new(c)
             .file_name()
             .map_or_else(|| c.clone(), |n| n.to_string_lossy().into_owned())
     });
-    let options = args.owner.apply(
+    let mut options = args.owner.apply(
         LockOptions::new(args.ttl)
             .fencing(args.fencing)
             .fair(args.fair)
             .auto_extend(true),
         program.as_deref(),
     );
+    if let Some(min_hold) = args.min_hold {
+        options = options.min_hold(min_hold);
+    }
+    if let Some(cap) = args.max_hold {
+        options = options.max_hold(cap);
+    }
+    // Refused before connecting (exit 64): a --min-hold longer than --ttl.
+    options.validate()?;
+    let locker = match signals.until(servers.connect()).await {
+        Ok(locker) => locker?,
+        Err(sig) => return Ok(signalled(sig, "while connecting")),
+    };
     let primitive = Primitive::of(&locker, &args.key, &args.primitive)?;
     let acquiring = async {
         if args.no_wait {

@@ -6,6 +6,7 @@ mod backends;
 mod commands;
 mod local;
 mod lock_table;
+mod min_hold;
 mod misuse;
 mod primitives_etcd;
 mod redlock;

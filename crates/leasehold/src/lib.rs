@@ -43,7 +43,9 @@ pub use self::redis::multi::{MAX_KEYS as MAX_MULTI_KEYS, MultiLock};
 pub use self::redis::options::RedisOptions;
 pub use self::redis::renewal::RenewalStats;
 pub use self::redis::server::{ServerInfo, ServerKind};
-pub use self::redis::slot::{fair_entry_key, fair_queue_key, fence_key, key_slot, release_channel};
+pub use self::redis::slot::{
+    fair_entry_key, fair_queue_key, fence_key, key_slot, min_hold_key, release_channel,
+};
 pub use self::redis::strategy::{ExtendStrategy, ReleaseStrategy};
 pub use locker::Locker;
 pub use redlock::{Redlock, RedlockOptions};

@@ -15,6 +15,7 @@ mod fair;
 mod fencing;
 mod lock;
 mod lock_table;
+mod min_hold;
 mod multi;
 mod postgres_backend;
 mod redlock;

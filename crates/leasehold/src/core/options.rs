@@ -163,6 +163,7 @@ pub struct LockOptions {
     replica_ack: Option<(u32, Duration)>,
     fair: bool,
     owner: Option<crate::core::owner::Owner>,
+    min_hold: Option<Duration>,
 }
 
 /// What [`with_lock`](crate::LockClient::with_lock) does when the lease is lost while the work
@@ -195,6 +196,7 @@ impl Default for LockOptions {
             replica_ack: None,
             fair: false,
             owner: None,
+            min_hold: None,
         }
     }
 }
@@ -377,9 +379,61 @@ impl LockOptions {
         crate::core::token::LockToken::for_owner(self.owner.as_ref())
     }
 
+    /// Keeps the lock, once released, until `min_hold` after its acquisition, **measured by the
+    /// server's clock** (ShedLock's `lockAtLeastFor`); zero turns it off (the default).
+    ///
+    /// The release still returns at once: the holder is done, the key just stays busy and then
+    /// expires by itself. The point is a job run by cron on many machines whose clocks disagree
+    /// by seconds: each machine's run takes the same key, and the first one's lock, kept for
+    /// `min_hold` from when the server granted it, turns away the runs that fire up to
+    /// `min_hold` later, however short the job (see docs/cron.md for a recipe).
+    ///
+    /// **Guarantee.** After a successful acquisition at server time `t` (when the server
+    /// granted it), no other acquisition of the key succeeds before `t + min_hold` by the
+    /// server's clock, if the holder's lock was still valid when it was released (a lock lost
+    /// before its release is not kept: its TTL already ended). Assumptions: those of mutual
+    /// exclusion (docs/guarantees.md), and a server clock that does not jump. How each backend
+    /// measures it (a companion key's `PX` on Redis, an etcd lease, `clock_timestamp()` on
+    /// PostgreSQL lease rows, the kernel's file times for `file://`, the monotonic clock for
+    /// `memory://`) is in docs/guarantees.md §18. PostgreSQL session locks, and on Redis the
+    /// fair locks, semaphores, read-write and multi-key locks and elections, refuse it
+    /// ([`Error::Unsupported`], before any round trip).
+    ///
+    /// The hold is kept by the guard's release ([`LockGuard::release`](crate::LockGuard::release),
+    /// a dropped guard, `with_lock`). A release by token ([`Locker::release`](crate::Locker::release))
+    /// frees at once on Redis, Redlock and etcd, and keeps the hold on PostgreSQL lease rows,
+    /// `memory://` and `file://`.
+    ///
+    /// [`validate`](LockOptions::validate) refuses a `min_hold` longer than the TTL: the lock
+    /// could expire before it (a crashed holder's lock would be free sooner than a released one's).
+    pub fn min_hold(mut self, min_hold: Duration) -> Self {
+        self.min_hold = (!min_hold.is_zero()).then_some(min_hold);
+        self
+    }
+
+    /// The minimum hold time, if any (see [`LockOptions::min_hold`]).
+    pub fn min_hold_bound(&self) -> Option<Duration> {
+        self.min_hold
+    }
+
+    /// These options, or [`Error::Unsupported`] naming `backend` and `what` (the primitive) if
+    /// they ask for a [`min_hold`](LockOptions::min_hold): for the backends and primitives that
+    /// cannot keep a lock after its release, so the option is refused before any round trip
+    /// rather than ignored.
+    pub(crate) fn refuse_min_hold(&self, backend: &'static str, what: &str) -> Result<&Self> {
+        match self.min_hold {
+            Some(_) => Err(Error::Unsupported {
+                backend,
+                what: format!("min_hold on {what}"),
+            }),
+            None => Ok(self),
+        }
+    }
+
     /// Checks the options against the input limits (`docs/guarantees.md`, "Input limits"):
     /// the TTL within [`MIN_TTL`] ..= [`MAX_TTL`], at least [`MIN_RENEWED_TTL`] when the lease is
-    /// renewed, and a backoff whose first delay is at least [`MIN_BACKOFF`].
+    /// renewed, a backoff whose first delay is at least [`MIN_BACKOFF`], and a
+    /// [`min_hold`](LockOptions::min_hold) no longer than the TTL.
     ///
     /// Every acquisition runs this before it sends anything; call it yourself to refuse bad
     /// options where they are built (the CLI does, and exits 64).
@@ -410,6 +464,16 @@ impl LockOptions {
                     "a first delay of {:?} is below the minimum of {MIN_BACKOFF:?}: a waiter \
                      would retry without pause",
                     self.backoff.initial
+                ),
+            ));
+        }
+        if let Some(min_hold) = self.min_hold.filter(|m| *m > self.ttl) {
+            return Err(Error::invalid(
+                "min_hold",
+                format!(
+                    "{min_hold:?} is longer than the TTL of {:?}: the lock would expire before \
+                     it",
+                    self.ttl
                 ),
             ));
         }
@@ -519,6 +583,20 @@ mod tests {
         invalid(
             LockOptions::default().backoff(Backoff::constant(Duration::ZERO)),
             "backoff",
+        );
+        invalid(
+            LockOptions::new(Duration::from_secs(1)).min_hold(Duration::from_millis(1001)),
+            "min_hold",
+        );
+        LockOptions::new(Duration::from_secs(1))
+            .min_hold(Duration::from_secs(1))
+            .validate()
+            .unwrap();
+        assert_eq!(
+            LockOptions::default()
+                .min_hold(Duration::ZERO)
+                .min_hold_bound(),
+            None
         );
         LockOptions::new(MIN_TTL).validate().unwrap();
         LockOptions::new(MIN_RENEWED_TTL)

@@ -312,7 +312,8 @@ impl EtcdClient {
             return outcome;
         }
         let rev = header_revision(&resp)?;
-        let guard = self.finish(queue.name, token, entry, rev, basis, options)?;
+        let min_hold = self.grant_min_hold(options).await?;
+        let guard = self.finish(queue.name, token, (entry, rev), basis, min_hold, options)?;
         cleanup.disarm();
         Ok(TryAcquire::Acquired(guard))
     }
@@ -582,7 +583,8 @@ impl EtcdClient {
                     Err(e) => return Err(e),
                 }
             };
-            match self.finish(queue.name, token, entry, rev, basis, options) {
+            let min_hold = self.grant_min_hold(options).await?;
+            match self.finish(queue.name, token, (entry, rev), basis, min_hold, options) {
                 Ok(guard) => {
                     cleanup.disarm();
                     return Ok(guard);
@@ -663,9 +665,9 @@ impl EtcdClient {
         &self,
         key: &str,
         token: LockToken,
-        entry: Vec<u8>,
-        rev: i64,
+        (entry, rev): (Vec<u8>, i64),
         basis: Basis,
+        min_hold: Option<i64>,
         options: &LockOptions,
     ) -> Result<LockGuard> {
         let fencing = options.fencing_enabled().then_some(rev as u64);
@@ -721,7 +723,21 @@ impl EtcdClient {
             entry,
             rev,
             attach,
+            min_hold,
         };
         Ok(LockGuard::new(Arc::new(held), lease))
+    }
+
+    /// With [`min_hold`](LockOptions::min_hold), the lease a release will move the entry onto,
+    /// granted now, after the lock was: `min_hold` rounded up to whole seconds (etcd may raise
+    /// it to its minimum TTL), so it ends no sooner than `min_hold` after the lock's grant, by
+    /// etcd's clock. An error leaves the caller's cleanup to delete the entry.
+    pub(super) async fn grant_min_hold(&self, options: &LockOptions) -> Result<Option<i64>> {
+        let Some(min_hold) = options.min_hold_bound() else {
+            return Ok(None);
+        };
+        let secs = min_hold.as_secs() + u64::from(min_hold.subsec_nanos() > 0);
+        let (id, _) = self.grant(secs as i64, Operation::Acquire).await?;
+        Ok(Some(id))
     }
 }

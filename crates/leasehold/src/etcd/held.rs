@@ -27,6 +27,10 @@ pub(super) struct EtcdHeld {
     /// The entry's create revision (its fencing number).
     pub(super) rev: i64,
     pub(super) attach: Arc<Mutex<Attach>>,
+    /// The lease of [`min_hold`](crate::LockOptions::min_hold), granted right after the lock
+    /// was (so it ends no sooner than `min_hold` after the grant, by etcd's clock): a release
+    /// moves the entry onto it instead of deleting it, while it lives.
+    pub(super) min_hold: Option<i64>,
 }
 
 impl std::fmt::Debug for EtcdHeld {
@@ -52,6 +56,10 @@ impl HeldLock for EtcdHeld {
                 Attach::Dedicated(id) => Some(id),
                 Attach::Session(_) => None,
             };
+            let kept = match self.min_hold {
+                Some(id) => self.keep_for_min_hold(lease, id).await,
+                None => Ok(false),
+            };
             let txn = Txn::new()
                 .when([Compare::create_revision(
                     self.entry.clone(),
@@ -59,12 +67,21 @@ impl HeldLock for EtcdHeld {
                     self.rev,
                 )])
                 .and_then([TxnOp::delete(self.entry.clone(), None)]);
-            match self.client.txn(Operation::Release, true, txn).await {
+            let released = match kept {
+                Ok(true) => Ok(ReleaseOutcome::Kept),
+                Ok(false) => self
+                    .client
+                    .txn(Operation::Release, true, txn)
+                    .await
+                    .map(|r| ReleaseOutcome::Deleted(r.succeeded())),
+                Err(e) => Err(e),
+            };
+            match released {
                 Ok(resp) => {
                     if let Some(id) = dedicated {
                         self.client.revoke_in_background(id);
                     }
-                    if resp.succeeded() {
+                    if !matches!(resp, ReleaseOutcome::Deleted(false)) {
                         Ok(())
                     } else {
                         Err(Error::NotHeld {
@@ -158,17 +175,7 @@ impl HeldLock for EtcdHeld {
                         return Err(not_held());
                     }
                     let stop_at = tracked.as_ref().and_then(|t| t.stop_at);
-                    let txn = Txn::new()
-                        .when([Compare::create_revision(
-                            self.entry.clone(),
-                            CompareOp::Equal,
-                            self.rev,
-                        )])
-                        .and_then([TxnOp::put(
-                            self.entry.clone(),
-                            lease.token().expose(),
-                            Some(PutOptions::new().with_lease(target.0.id)),
-                        )]);
+                    let txn = self.move_txn(lease, target.0.id);
                     // Registered on no session from here until settled: if this future is
                     // dropped meanwhile, the lock is declared lost and its entry deleted.
                     let mut unsettled = Unsettled {
@@ -228,17 +235,7 @@ impl HeldLock for EtcdHeld {
                 Attach::Dedicated(old_id) => {
                     let started = Instant::now();
                     let (id, granted) = self.client.grant(secs, Operation::Extend).await?;
-                    let txn = Txn::new()
-                        .when([Compare::create_revision(
-                            self.entry.clone(),
-                            CompareOp::Equal,
-                            self.rev,
-                        )])
-                        .and_then([TxnOp::put(
-                            self.entry.clone(),
-                            lease.token().expose(),
-                            Some(PutOptions::new().with_lease(id)),
-                        )]);
+                    let txn = self.move_txn(lease, id);
                     let moved = match self.client.txn(Operation::Extend, true, txn.clone()).await {
                         Ok(resp) => resp.succeeded(),
                         // Neither lease is revoked while the entry may ride on it.
@@ -272,7 +269,47 @@ impl HeldLock for EtcdHeld {
 /// Pause between the repeats of an ambiguous lease move.
 const REPEAT_PAUSE: Duration = Duration::from_millis(100);
 
+/// How a release went: the entry was moved onto the min_hold lease, or the delete's
+/// compare succeeded (or not: the lock was no longer ours).
+enum ReleaseOutcome {
+    Kept,
+    Deleted(bool),
+}
+
 impl EtcdHeld {
+    /// Moves the entry onto the min_hold lease `id` (`If(CreateRevision(entry) == rev)
+    /// Then(Put(entry, token, lease id))`): true if moved (the lock is kept until that lease
+    /// ends), false if the lease is gone (the minimum hold is over: release as usual) or the
+    /// compare failed (the delete that follows then says not held).
+    async fn keep_for_min_hold(&self, lease: &Lease, id: i64) -> Result<bool> {
+        match self
+            .client
+            .txn(Operation::Release, true, self.move_txn(lease, id))
+            .await
+        {
+            Ok(resp) => Ok(resp.succeeded()),
+            // etcd refuses a put on a lease that expired: the minimum hold is over.
+            Err(e) if e.to_string().contains("lease not found") => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The move of the entry onto lease `id`, guarded by its create revision (a put keeps
+    /// it, so the move is idempotent and never touches a later holder's entry).
+    fn move_txn(&self, lease: &Lease, id: i64) -> Txn {
+        Txn::new()
+            .when([Compare::create_revision(
+                self.entry.clone(),
+                CompareOp::Equal,
+                self.rev,
+            )])
+            .and_then([TxnOp::put(
+                self.entry.clone(),
+                lease.token().expose(),
+                Some(PutOptions::new().with_lease(id)),
+            )])
+    }
+
     /// Sends `txn` (an idempotent lease move, see [`HeldLock::extend`]) again until etcd
     /// answers: `Some(true)` moved, `Some(false)` the entry is not ours any more. `None` if
     /// the lock's validity ran out (or `give_up` passed, or `target`, the session the entry

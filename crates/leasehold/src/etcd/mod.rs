@@ -30,6 +30,12 @@
 //!   guarded put (a put keeps `create_revision`, so the fencing number and the queue position
 //!   stay). [`EtcdClient::inspect`] reads the first entry and its lease's remaining TTL.
 //!
+//! **[`min_hold`](LockOptions::min_hold).** A lock taken with it also gets a lease of
+//! `min_hold` (whole seconds, rounded up), granted once the lock is ours, so it ends no sooner
+//! than `min_hold` after the grant by etcd's clock; the guard's release moves the entry onto
+//! it (guarded by the create revision) instead of deleting it, unless etcd says the lease is
+//! gone (the hold is over). A release by token deletes at once (docs/guarantees.md §18).
+//!
 //! **Leases and sessions.** Every entry is attached to an etcd lease, so a crashed client's
 //! entries disappear after its TTL. The client keeps one *session* per TTL in whole seconds
 //! (rounded up; etcd raises it to its minimum, about 2 s with default election settings, and

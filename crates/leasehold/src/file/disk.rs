@@ -18,6 +18,10 @@ use crate::core::token::LockToken;
 /// The file every counter update holds (`flock`, for microseconds) in the folder.
 const COUNTER_LOCK: &str = ".leasehold-fence.lock";
 
+/// The file whose modification time, set by the kernel on a write, is the folder's clock for
+/// [`min_hold`](crate::LockOptions::min_hold) (see [`Folder::hold_left`]).
+const CLOCK: &str = ".leasehold-clock";
+
 /// The record's size: always written whole, in one `pwrite`, so a reader never sees half of
 /// one. A page: room for a token with the longest owner record (about 2.4 kB escaped).
 const RECORD: usize = 4096;
@@ -83,6 +87,67 @@ impl Folder {
 
     pub(super) fn lock_path(&self, key: &str) -> PathBuf {
         self.path.join(format!("{}.lock", stem(key)))
+    }
+
+    fn hold_path(&self, key: &str) -> PathBuf {
+        self.path.join(format!("{}.hold", stem(key)))
+    }
+
+    /// Starts `key`'s minimum hold (under its `flock`, right after taking it): the hold file
+    /// `<stem>.hold`, holding the token and `min_hold`, written whole; the kernel sets its
+    /// modification time, which is when the hold began.
+    pub(super) fn write_hold(
+        &self,
+        key: &str,
+        token: &LockToken,
+        min_hold: Duration,
+    ) -> io::Result<()> {
+        let text = format!(
+            "leasehold-hold {} {}\n",
+            token.expose(),
+            min_hold.as_millis()
+        );
+        File::create(self.hold_path(key))?.write_all(text.as_bytes())
+    }
+
+    /// The token and the time left of `key`'s minimum hold, if one is still running: the hold
+    /// file's modification time plus its `min_hold`, against the folder's clock.
+    ///
+    /// **Why file times.** Both instants are the kernel's (its real-time clock, stamped on a
+    /// write), read back with `stat`: no process clock is involved, so a holder and a
+    /// competitor whose clocks are shifted by `faketime` (or that run on a machine whose time
+    /// is being stepped by hand) still agree on when the hold ends, as clients of a server do.
+    /// The folder's clock is the modification time of `.leasehold-clock` after writing a byte
+    /// to it: another process writing it meanwhile can only make it later by microseconds.
+    pub(super) fn hold_left(&self, key: &str) -> io::Result<Option<(String, Duration)>> {
+        let mut text = String::new();
+        let modified = match File::open(self.hold_path(key)) {
+            Ok(mut f) => {
+                f.read_to_string(&mut text)?;
+                f.metadata()?.modified()?
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let mut words = text.split_whitespace();
+        let (token, min_hold) = match (words.next(), words.next(), words.next()) {
+            (Some("leasehold-hold"), Some(token), Some(ms)) => match ms.parse() {
+                Ok(ms) => (token.to_string(), Duration::from_millis(ms)),
+                Err(_) => return Ok(None),
+            },
+            _ => return Ok(None),
+        };
+        let clock = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(self.path.join(CLOCK))?;
+        clock.write_all_at(b"\n", 0)?;
+        let now = clock.metadata()?.modified()?;
+        let left = (modified + min_hold)
+            .duration_since(now)
+            .unwrap_or(Duration::ZERO);
+        Ok((!left.is_zero()).then_some((token, left)))
     }
 
     fn fence_path(&self, key: &str) -> PathBuf {
@@ -151,7 +216,14 @@ impl Folder {
             Err(e) => return Err(e),
         };
         match Flock::lock(file, FlockArg::LockSharedNonblock) {
-            Ok(_free) => Ok((None, fence)),
+            // Free, unless a minimum hold still runs: shown as held by its token until then.
+            Ok(_free) => Ok((
+                self.hold_left(key)?.map(|(token, left)| Record {
+                    token,
+                    expires_ms: unix_ms(SystemTime::now() + left),
+                }),
+                fence,
+            )),
             Err((file, Errno::EWOULDBLOCK)) => Ok((read_record(&file)?, fence)),
             Err((_, e)) => Err(errno(e)),
         }

@@ -45,6 +45,13 @@
 //! * **Bad folders are refused when connecting**: a folder that does not exist, is not a
 //!   directory, or does not take new files is [`Error::Connection`] (the CLI exits 69).
 //!
+//! * **[`min_hold`](LockOptions::min_hold) is measured by the kernel's file times**, not by
+//!   any process's clock (which `faketime` shifts per process): the hold file `<stem>.hold`,
+//!   written under the `flock` right after it is taken, dates the acquisition; an acquisition
+//!   that gets the `flock` while the hold runs (against the time the kernel stamps on
+//!   `.leasehold-clock`) lets it go and reports busy. See `Folder::hold_left` (`disk.rs`)
+//!   and docs/guarantees.md §18.
+//!
 //! `inspect` takes a shared `flock` for an instant to learn whether the key is held; at that
 //! instant a `try_acquire` of the key finds it busy.
 
@@ -236,8 +243,8 @@ impl FileClient {
         let started = Instant::now();
         let attempt = {
             let (folder, key, token) = (self.inner.folder.clone(), key.to_string(), token.clone());
-            let fencing = options.fencing_enabled();
-            move || take(&folder, &key, &token, expires_ms, fencing, file)
+            let (fencing, min_hold) = (options.fencing_enabled(), options.min_hold_bound());
+            move || take(&folder, &key, &token, expires_ms, (fencing, min_hold), file)
         };
         let (lock, fencing) = match blocking(Operation::Acquire, attempt).await? {
             Attempt::Taken(lock, fencing) => (lock, fencing),
@@ -351,7 +358,7 @@ fn take(
     key: &str,
     token: &LockToken,
     expires_ms: u64,
-    fencing: bool,
+    (fencing, min_hold): (bool, Option<Duration>),
     file: Option<File>,
 ) -> io::Result<Attempt> {
     let file = match file {
@@ -368,6 +375,11 @@ fn take(
             return Ok(Attempt::Busy(file, remaining));
         }
     };
+    // A minimum hold still running keeps the key busy (its holder is gone or released).
+    if let Some((_, left)) = folder.hold_left(key)? {
+        let file = lock.unlock().map_err(|(_, e)| io::Error::from(e))?;
+        return Ok(Attempt::Busy(Some(file), Some(left)));
+    }
     // Dropping `lock` on an error below lets the key go again.
     let fence = match fencing {
         true => Some(folder.update_fence(key, |n| {
@@ -380,6 +392,9 @@ fn take(
         expires_ms,
     };
     write_record(&lock, Some(&record))?;
+    if let Some(min_hold) = min_hold {
+        folder.write_hold(key, token, min_hold)?;
+    }
     Ok(Attempt::Taken(lock, fence))
 }
 

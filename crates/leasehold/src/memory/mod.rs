@@ -30,6 +30,9 @@
 //! * **Loss is reported**: an auto-extended lease whose lock is gone fires
 //!   [`Lease::lost`](crate::Lease::lost) at its next renewal.
 //!
+//! * **[`min_hold`](LockOptions::min_hold)**: a release before it moves the holder's expiry to
+//!   the end of the hold (the same monotonic clock), by the guard or by token.
+//!
 //! Tested by the conformance suite (`tests/conformance/memory.rs`) and `tests/local.rs`.
 
 mod store;

@@ -56,6 +56,8 @@ struct Holder {
     hold: Hold,
     /// An election's leader id.
     leader: Option<String>,
+    /// Acquisition + [`LockOptions::min_hold`]: a release before it keeps the lock until then.
+    hold_until: Option<Instant>,
 }
 
 /// How a holder holds its key.
@@ -260,6 +262,7 @@ impl Namespace {
                     Want::Leader(id) => Some(id.to_string()),
                     _ => None,
                 },
+                hold_until: options.min_hold_bound().map(|m| now + m),
             });
             if want.hold() != Hold::Exclusive {
                 // The next waiter may hold beside us: let it look.
@@ -283,12 +286,15 @@ impl Namespace {
 
     pub(super) fn release(&self, key: &str, token: &LockToken) -> Result<()> {
         let mut keys = self.keys();
+        let now = Instant::now();
         let e = keys.get_mut(key).ok_or_else(|| not_held(key))?;
-        if e.held_by(token, Instant::now()).is_none() {
-            return Err(not_held(key));
+        let holder = e.held_by(token, now).ok_or_else(|| not_held(key))?;
+        match holder.hold_until.filter(|until| *until > now) {
+            // Kept until the minimum hold ends, then free by itself (see `LockOptions::min_hold`).
+            Some(until) => holder.expires = until,
+            None => e.holders.retain(|h| h.token != *token),
         }
-        e.holders.retain(|h| h.token != *token);
-        e.prune_expired(Instant::now());
+        // Woken either way: waiters sleep until the old end, and a kept lock may end sooner.
         e.woken.notify_waiters();
         prune(&mut keys, key);
         Ok(())

@@ -2,14 +2,17 @@
 //! expiry (`postgres://…?lock=lease`), for locks that must outlive a connection.
 //!
 //! # How a lock is held
-//! The table `leasehold_leases (key, token, expires_at, fence)` has a row per key. Acquiring is
+//! The table `leasehold_leases (key, token, expires_at, fence, hold_until)` has a row per key. Acquiring is
 //! one statement: an upsert that takes the row only if it has no token or its expiry has
 //! passed (by the server's `clock_timestamp()`), sets our token and `expires_at = now + ttl`,
 //! increments `fence` and returns it. Release and extend are `UPDATE … WHERE token = $token AND
 //! expires_at > clock_timestamp()`: token-checked, atomic, and never on an expired lease. A
 //! release also sends `NOTIFY leasehold_release` with the key, in the same statement; waiters
 //! `LISTEN` on one connection per client and retry when their key is released (or after a
-//! backoff with jitter, never longer than the holder's remaining lease).
+//! backoff with jitter, never longer than the holder's remaining lease). With
+//! [`min_hold`](LockOptions::min_hold) the acquisition also sets `hold_until = now + min_hold`
+//! from the same `clock_timestamp()` reading, and a release before it keeps the row (token and
+//! all) until then (docs/guarantees.md §18).
 //!
 //! # Guarantees, and under which assumptions
 //! * **Mutual exclusion while valid.** The upsert's `WHERE` is evaluated on the row's latest
@@ -70,12 +73,27 @@ const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS leasehold_leases (
     fence bigint NOT NULL
 )";
 
-/// Takes the row if it is free or expired; no row returned: busy.
+/// The `hold_until` column of [`min_hold`](LockOptions::min_hold) (the instant, by the
+/// server's clock, before which a release keeps the lock), added to a table made before it.
+/// Checked first, so a table that has it takes no `ALTER TABLE` lock.
+const ADD_HOLD_UNTIL: &str = "DO $$ BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                  WHERE attrelid = 'leasehold_leases'::regclass AND attname = 'hold_until'
+                    AND NOT attisdropped) THEN
+    ALTER TABLE leasehold_leases ADD COLUMN IF NOT EXISTS hold_until timestamptz;
+  END IF;
+END $$";
+
+/// Takes the row if it is free or expired; no row returned: busy. `$4`: the min_hold in ms
+/// (NULL: none), counted from the same clock reading as the expiry.
 const ACQUIRE: &str = "\
-INSERT INTO leasehold_leases AS t (key, token, expires_at, fence)
-VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 millisecond', 1)
+INSERT INTO leasehold_leases AS t (key, token, expires_at, fence, hold_until)
+SELECT $1, $2, n + $3::bigint * interval '1 millisecond', 1,
+       n + $4::bigint * interval '1 millisecond'
+  FROM clock_timestamp() AS n
 ON CONFLICT (key) DO UPDATE
-   SET token = EXCLUDED.token, expires_at = EXCLUDED.expires_at, fence = t.fence + 1
+   SET token = EXCLUDED.token, expires_at = EXCLUDED.expires_at, fence = t.fence + 1,
+       hold_until = EXCLUDED.hold_until
  WHERE t.token IS NULL OR t.expires_at <= clock_timestamp()
 RETURNING fence";
 
@@ -84,13 +102,20 @@ const REMAINING: &str = "\
 SELECT (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint
   FROM leasehold_leases WHERE key = $1 AND token IS NOT NULL AND expires_at > clock_timestamp()";
 
-/// Release, and the notification for waiters, in one statement: one row iff released.
+/// Release, and the notification for waiters, in one statement: one row iff released. A lock
+/// taken with [`min_hold`](LockOptions::min_hold) whose `hold_until` is still ahead (by the
+/// server's clock, read once) is kept, with our token, until then and expires by itself; only
+/// a lock really freed is announced.
 const RELEASE: &str = "\
-WITH r AS (
-  UPDATE leasehold_leases SET token = NULL
-   WHERE key = $1 AND token = $2 AND expires_at > clock_timestamp()
-  RETURNING key)
-SELECT pg_notify('leasehold_release', key) FROM r";
+WITH n AS (SELECT clock_timestamp() AS t),
+r AS (
+  UPDATE leasehold_leases l
+     SET token = CASE WHEN l.hold_until > n.t THEN l.token END,
+         expires_at = CASE WHEN l.hold_until > n.t THEN l.hold_until ELSE l.expires_at END
+    FROM n
+   WHERE l.key = $1 AND l.token = $2 AND l.expires_at > n.t
+  RETURNING l.key, l.token IS NULL AS freed)
+SELECT CASE WHEN freed THEN pg_notify('leasehold_release', key) END FROM r";
 
 const EXTEND: &str = "\
 UPDATE leasehold_leases SET expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond'
@@ -181,11 +206,11 @@ impl PostgresLeaseClient {
             }),
         };
         let conn = client.conn().await?;
-        match client
+        let created = client
             .timed(Operation::Connect, conn.batch_execute(CREATE_TABLE))
-            .await
-        {
-            Ok(()) => Ok(client),
+            .await;
+        match created {
+            Ok(()) => {}
             // Two clients creating the table at once: the table is there either way.
             Err(Error::Server { source, .. })
                 if source
@@ -194,12 +219,13 @@ impl PostgresLeaseClient {
                     .is_some_and(|c| {
                         *c == tokio_postgres::error::SqlState::UNIQUE_VIOLATION
                             || *c == tokio_postgres::error::SqlState::DUPLICATE_TABLE
-                    }) =>
-            {
-                Ok(client)
-            }
-            Err(e) => Err(e),
+                    }) => {}
+            Err(e) => return Err(e),
         }
+        client
+            .timed(Operation::Connect, conn.batch_execute(ADD_HOLD_UNTIL))
+            .await?;
+        Ok(client)
     }
 
     async fn connect_raw(
@@ -326,13 +352,19 @@ impl PostgresLeaseClient {
         let token = options.new_token();
         let ttl = options.ttl();
         let ttl_ms = ttl.as_millis() as i64;
+        let min_hold_ms = options.min_hold_bound().map(|m| m.as_millis() as i64);
         let started = Instant::now();
         let row = self
             .timed(
                 Operation::Acquire,
                 conn.query_typed_opt(
                     ACQUIRE,
-                    &[(&key, TEXT), (&token.expose(), TEXT), (&ttl_ms, INT8)],
+                    &[
+                        (&key, TEXT),
+                        (&token.expose(), TEXT),
+                        (&ttl_ms, INT8),
+                        (&min_hold_ms, INT8),
+                    ],
                 ),
             )
             .await?;

@@ -96,6 +96,10 @@ impl PostgresClient {
     fn check(&self, key: &str, options: &LockOptions) -> Result<()> {
         validate_pg_key(key)?;
         options.ttl_millis()?;
+        options.refuse_min_hold(
+            "postgres",
+            "session locks (an advisory lock ends with its unlock; use ?lock=lease)",
+        )?;
         if options.ttl() > Duration::from_millis(i32::MAX as u64) {
             return Err(Error::invalid(
                 "ttl",

@@ -129,7 +129,9 @@ impl MultiLock {
     }
 
     fn check(&self, options: &LockOptions) -> Result<u64> {
-        let ttl_ms = options.ttl_millis()?;
+        let ttl_ms = options
+            .refuse_min_hold("redis", "multi-key locks")?
+            .ttl_millis()?;
         let refuse = |what: &str| {
             Err(Error::Unsupported {
                 backend: "redis",

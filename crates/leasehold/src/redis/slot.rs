@@ -117,6 +117,13 @@ pub fn fence_key(key: &str) -> String {
     format!("{}:fence", slot_name(key))
 }
 
+/// The companion of a lock taken with [`min_hold`](crate::LockOptions::min_hold): it holds the
+/// holder's token and expires `min_hold` after the acquisition, by the server's clock:
+/// [`slot_name`]`(key) + ":minhold"`, in the lock key's slot (`lock:a` -> `{lock:a}:minhold`).
+pub fn min_hold_key(key: &str) -> String {
+    format!("{}:minhold", slot_name(key))
+}
+
 /// The queue of a fair lock's waiters (a sorted set of tickets in arrival
 /// order): [`slot_name`]`(key) + ":queue"`, in the lock key's slot.
 pub fn fair_queue_key(key: &str) -> String {
@@ -199,6 +206,7 @@ mod tests {
             assert_eq!(key_slot(&fence_key(key)), slot, "fence key of {key:?}");
             assert_eq!(key_slot(&release_channel(key)), slot, "channel of {key:?}");
             assert_eq!(key_slot(&fair_queue_key(key)), slot, "queue of {key:?}");
+            assert_eq!(key_slot(&min_hold_key(key)), slot, "min_hold of {key:?}");
             assert_eq!(
                 key_slot(&fair_entry_key(key, "t")),
                 slot,

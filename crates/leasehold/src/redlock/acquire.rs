@@ -11,8 +11,9 @@ use crate::core::outcome::TryAcquire;
 use crate::core::token::validate_key;
 use crate::redis::scripts::{
     RAISE_FENCE_SCRIPT as RAISE_FENCE, REDLOCK_ACQUIRE_SCRIPT as REDLOCK_ACQUIRE,
+    REDLOCK_MIN_HOLD_ACQUIRE_SCRIPT as REDLOCK_MIN_HOLD_ACQUIRE,
 };
-use crate::redis::slot::fence_key;
+use crate::redis::slot::{fence_key, min_hold_key};
 
 use super::Redlock;
 use super::fan_out::{Reply, Wait};
@@ -121,6 +122,9 @@ impl Redlock {
         let ttl = options.ttl();
         let ttl_ms = ttl_millis(ttl)?;
         let fencing = options.fencing_enabled();
+        let min_hold_ms = options
+            .min_hold_bound()
+            .map(|m| m.as_millis().max(1) as u64);
         let token = options.new_token();
         let t0 = Instant::now();
         let quorum = self.quorum();
@@ -138,11 +142,20 @@ impl Redlock {
                 async move {
                     let mut conn = client.connection();
                     let counter = fence_key(&key);
-                    let mut inv = REDLOCK_ACQUIRE.key(&key);
+                    let mut inv = match min_hold_ms {
+                        Some(_) => REDLOCK_MIN_HOLD_ACQUIRE.key(&key),
+                        None => REDLOCK_ACQUIRE.key(&key),
+                    };
+                    if min_hold_ms.is_some() {
+                        inv.key(min_hold_key(&key));
+                    }
                     if fencing {
                         inv.key(&counter);
                     }
                     inv.arg(token.expose()).arg(ttl_ms);
+                    if let Some(min_hold_ms) = min_hold_ms {
+                        inv.arg(min_hold_ms);
+                    }
                     let (ok, n): (i64, i64) = inv
                         .invoke_async(&mut conn)
                         .await
@@ -211,7 +224,7 @@ impl Redlock {
             // them, so it can never overtake one.
             let stragglers = Arc::new(std::sync::Mutex::new(phase1_tasks));
             return Ok(TryAcquire::Acquired(LockGuard::new(
-                Arc::new(RedlockHeld(self.clone(), stragglers)),
+                Arc::new(RedlockHeld(self.clone(), stragglers, min_hold_ms.is_some())),
                 lease,
             )));
         }

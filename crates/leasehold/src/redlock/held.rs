@@ -22,15 +22,18 @@ impl Redlock {
     /// [`Error::NotHeld`] if fewer than a majority still held it (the lock was not ours any
     /// more); [`Error::NoQuorum`] if fewer than a majority answered at all.
     pub async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
-        self.release_after(Vec::new(), key, token).await
+        self.release_after(Vec::new(), key, token, false).await
     }
 
-    /// Release, each node's only after its task in `prior` (the acquisition) finished.
+    /// Release, each node's only after its task in `prior` (the acquisition) finished; with
+    /// `min_hold`, each node keeps the lock until its min_hold companion expires (see
+    /// [`LockOptions::min_hold`]).
     pub(crate) async fn release_after(
         &self,
         prior: Tasks,
         key: &str,
         token: &LockToken,
+        min_hold: bool,
     ) -> Result<()> {
         validate_key(key)?;
         let (key_owned, token) = (key.to_string(), token.clone());
@@ -38,7 +41,10 @@ impl Redlock {
             .fan_out_after(prior, Wait::Quorum, move |client| {
                 let (key, token) = (key_owned.clone(), token.clone());
                 async move {
-                    let deleted = client.release_raw(&key, token.expose()).await?;
+                    let deleted = match min_hold {
+                        true => client.release_min_hold_raw(&key, token.expose()).await?,
+                        false => client.release_raw(&key, token.expose()).await?,
+                    };
                     Ok(if deleted {
                         Reply::Yes(())
                     } else {
@@ -136,16 +142,21 @@ impl Redlock {
 }
 
 /// A lock held on a Redlock set, and the acquisition's requests still on their way to slow
-/// nodes (the release waits for each, so it never overtakes that node's acquisition).
+/// nodes (the release waits for each, so it never overtakes that node's acquisition), and
+/// whether it was taken with [`LockOptions::min_hold`].
 #[derive(Debug)]
-pub(super) struct RedlockHeld(pub(super) Redlock, pub(super) Arc<std::sync::Mutex<Tasks>>);
+pub(super) struct RedlockHeld(
+    pub(super) Redlock,
+    pub(super) Arc<std::sync::Mutex<Tasks>>,
+    pub(super) bool,
+);
 
 impl HeldLock for RedlockHeld {
     fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
             let prior = std::mem::take(&mut *self.1.lock().unwrap_or_else(|p| p.into_inner()));
             self.0
-                .release_after(prior, lease.key(), lease.token())
+                .release_after(prior, lease.key(), lease.token(), self.2)
                 .await
         })
     }

@@ -20,6 +20,7 @@ use leasehold::{
     Error, LockGuard, LockOptions, LockToken, Locker, LossReason, MAX_KEY_LEN, TryAcquire,
 };
 
+mod min_hold;
 mod primitives;
 mod redis;
 
@@ -160,6 +161,8 @@ pub async fn conforms<S: Subject>(subject: &S) {
     with_lock_always_releases(subject).await;
     step("semaphores, read-write locks and elections (or their refusal)");
     primitives::primitives_conform(subject).await;
+    step("min_hold");
+    min_hold::a_released_lock_is_kept_until_min_hold(subject).await;
     step("done");
 }
 

@@ -10,8 +10,10 @@ use crate::core::options::LockOptions;
 use crate::core::outcome::MAX_FENCING_NUMBER;
 use crate::core::token::LockToken;
 use crate::redis::error::unexpected_reply;
-use crate::redis::scripts::{ACQUIRE_LUA, ACQUIRE_SCRIPT};
-use crate::redis::slot::fence_key;
+use crate::redis::scripts::{
+    ACQUIRE_LUA, ACQUIRE_SCRIPT, MIN_HOLD_ACQUIRE_LUA, MIN_HOLD_ACQUIRE_SCRIPT,
+};
+use crate::redis::slot::{fence_key, min_hold_key};
 
 use super::{Attempt, LockClient};
 
@@ -27,14 +29,24 @@ impl LockClient {
         want_remaining: bool,
     ) -> Result<Attempt> {
         let fencing = options.fencing_enabled();
+        let min_hold_ms = options
+            .min_hold_bound()
+            .map(|m| m.as_millis().max(1) as u64);
         match options.replica_ack_required() {
             None => {
-                self.attempt(key, token, ttl_ms, fencing, want_remaining)
+                self.attempt(key, token, ttl_ms, fencing, want_remaining, min_hold_ms)
                     .await
             }
             Some(ack) => {
-                self.attempt_replicated(key, token, ttl_ms, fencing, want_remaining, ack)
-                    .await
+                self.attempt_replicated(
+                    key,
+                    token,
+                    ttl_ms,
+                    (fencing, min_hold_ms),
+                    want_remaining,
+                    ack,
+                )
+                .await
             }
         }
     }
@@ -54,11 +66,11 @@ impl LockClient {
         key: &str,
         token: &LockToken,
         ttl_ms: u64,
-        fencing: bool,
+        (fencing, min_hold_ms): (bool, Option<u64>),
         want_remaining: bool,
         (wanted, timeout): (u32, Duration),
     ) -> Result<Attempt> {
-        let scripted = fencing || want_remaining;
+        let scripted = fencing || want_remaining || min_hold_ms.is_some();
         // Ours until confirmed: if this future is dropped, or the reply is lost, give it back.
         let mut cleanup = AbandonedAttempt::arm(self, key, token);
         let mut conn = self.inner.conn.clone();
@@ -66,7 +78,14 @@ impl LockClient {
         let replies = loop {
             let mut pipe = redis::pipe();
             pipe.ignore_errors()
-                .add_command(acquire_cmd(key, token, ttl_ms, fencing, scripted, by_body))
+                .add_command(acquire_cmd(
+                    key,
+                    token,
+                    ttl_ms,
+                    (fencing, min_hold_ms),
+                    scripted,
+                    by_body,
+                ))
                 .cmd("WAIT")
                 .arg(wanted)
                 .arg(timeout.as_millis() as u64);
@@ -124,7 +143,8 @@ impl LockClient {
         })
     }
 
-    /// Sends one acquisition. `want_remaining` asks for the holder's PTTL on busy (the script).
+    /// Sends one acquisition. `want_remaining` asks for the holder's PTTL on busy (the script);
+    /// `min_hold_ms` sets the lock's min_hold companion with it (the min_hold script).
     pub(crate) async fn attempt(
         &self,
         key: &str,
@@ -132,11 +152,20 @@ impl LockClient {
         ttl_ms: u64,
         fencing: bool,
         want_remaining: bool,
+        min_hold_ms: Option<u64>,
     ) -> Result<Attempt> {
         let mut cleanup = AbandonedAttempt::arm(self, key, token);
         let mut conn = self.inner.conn.clone();
-        let scripted = fencing || want_remaining;
-        let reply = if scripted {
+        let scripted = fencing || want_remaining || min_hold_ms.is_some();
+        let reply = if let Some(min_hold_ms) = min_hold_ms {
+            let mut inv = MIN_HOLD_ACQUIRE_SCRIPT.key(key);
+            inv.key(min_hold_key(key));
+            if fencing {
+                inv.key(fence_key(key));
+            }
+            inv.arg(token.expose()).arg(ttl_ms).arg(min_hold_ms);
+            inv.invoke_async::<Value>(&mut conn).await
+        } else if scripted {
             let mut inv = ACQUIRE_SCRIPT.key(key);
             if fencing {
                 inv.key(fence_key(key));
@@ -185,12 +214,13 @@ impl LockClient {
 }
 
 /// The acquisition as one command: `SET key token NX PX ttl`, or (`scripted`: with fencing, or
-/// asking the holder's PTTL on busy) the acquire script, by its hash or (`by_body`) its body.
+/// asking the holder's PTTL on busy) the acquire script, by its hash or (`by_body`) its body;
+/// with `min_hold_ms`, the min_hold acquire script.
 fn acquire_cmd(
     key: &str,
     token: &LockToken,
     ttl_ms: u64,
-    fencing: bool,
+    (fencing, min_hold_ms): (bool, Option<u64>),
     scripted: bool,
     by_body: bool,
 ) -> redis::Cmd {
@@ -204,21 +234,31 @@ fn acquire_cmd(
             .arg(ttl_ms);
         return c;
     }
+    let (script, body) = match min_hold_ms {
+        Some(_) => (&*MIN_HOLD_ACQUIRE_SCRIPT, MIN_HOLD_ACQUIRE_LUA),
+        None => (&*ACQUIRE_SCRIPT, ACQUIRE_LUA),
+    };
     let mut c = if by_body {
         let mut c = redis::cmd("EVAL");
-        c.arg(ACQUIRE_LUA);
+        c.arg(body);
         c
     } else {
         let mut c = redis::cmd("EVALSHA");
-        c.arg(ACQUIRE_SCRIPT.get_hash());
+        c.arg(script.get_hash());
         c
     };
-    if fencing {
-        c.arg(2).arg(key).arg(fence_key(key));
-    } else {
-        c.arg(1).arg(key);
+    let mut keys = vec![key.to_string()];
+    if min_hold_ms.is_some() {
+        keys.push(min_hold_key(key));
     }
+    if fencing {
+        keys.push(fence_key(key));
+    }
+    c.arg(keys.len()).arg(keys);
     c.arg(token.expose()).arg(ttl_ms);
+    if let Some(min_hold_ms) = min_hold_ms {
+        c.arg(min_hold_ms);
+    }
     c
 }
 

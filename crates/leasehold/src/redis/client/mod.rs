@@ -101,7 +101,8 @@ impl LockClient {
         options: &LockOptions,
     ) -> LockGuard {
         let lease = Lease::new(key, token, fencing, started, options.ttl());
-        self.guard_for(lease, started, options, Arc::new(RedisHeld(self.clone())))
+        let held = RedisHeld(self.clone(), options.min_hold_bound().is_some());
+        self.guard_for(lease, started, options, Arc::new(held))
     }
 
     /// A guard for `lease` (acquired by a request sent at `started`) that releases through
@@ -174,13 +175,18 @@ impl LockClient {
     }
 }
 
-/// A lock held on one Redis server (standalone, a cluster's master, a Sentinel's primary).
+/// A lock held on one Redis server (standalone, a cluster's master, a Sentinel's primary);
+/// `true` if it was taken with [`min_hold`](LockOptions::min_hold) (its release then keeps it
+/// until the minimum hold is over).
 #[derive(Debug)]
-struct RedisHeld(LockClient);
+struct RedisHeld(LockClient, bool);
 
 impl HeldLock for RedisHeld {
     fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
-        Box::pin(self.0.release(lease.key(), lease.token()))
+        match self.1 {
+            true => Box::pin(self.0.release_min_hold(lease.key(), lease.token())),
+            false => Box::pin(self.0.release(lease.key(), lease.token())),
+        }
     }
 
     fn extend<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Instant>> {

@@ -11,9 +11,10 @@ use crate::core::options::ttl_millis;
 use crate::core::token::{LockToken, validate_key};
 use crate::redis::connection::ClientConnection;
 use crate::redis::scripts::{
-    EXTEND_SCRIPT, RELEASE_NOTIFY_SCRIPT, RELEASE_SCRIPT, RELEASE_SNOTIFY_SCRIPT,
+    EXTEND_SCRIPT, MIN_HOLD_RELEASE_SCRIPT, RELEASE_NOTIFY_SCRIPT, RELEASE_SCRIPT,
+    RELEASE_SNOTIFY_SCRIPT,
 };
-use crate::redis::slot::release_channel;
+use crate::redis::slot::{min_hold_key, release_channel};
 use crate::redis::strategy::{extend_cmd, release_cmd};
 
 use super::LockClient;
@@ -40,6 +41,49 @@ impl LockClient {
             }
         }
         .instrument(span)
+        .await
+    }
+
+    /// The release of a lock taken with [`min_hold`](crate::LockOptions::min_hold) (what its
+    /// guard calls): if the minimum hold is not over by the server's clock, the lock is kept
+    /// until it is and then expires by itself; otherwise it is deleted as by
+    /// [`LockClient::release`]. Token-checked and atomic (one script); Ok either way.
+    pub(crate) async fn release_min_hold(&self, key: &str, token: &LockToken) -> Result<()> {
+        match self.release_min_hold_raw(key, token.expose()).await? {
+            true => Ok(()),
+            false => Err(Error::NotHeld {
+                key: key.to_string(),
+            }),
+        }
+    }
+
+    /// [`release_min_hold`](Self::release_min_hold): true if released or kept, false if the
+    /// key does not hold `token`.
+    pub(crate) async fn release_min_hold_raw(&self, key: &str, token: &str) -> Result<bool> {
+        let channel = match self.inner.notify_waiters {
+            true => release_channel(key),
+            false => String::new(),
+        };
+        let publish = match self.inner.conn.is_cluster() {
+            true => "spublish",
+            false => "publish",
+        };
+        let companion = min_hold_key(key);
+        self.idempotent(Operation::Release, |mut conn| {
+            let (channel, companion) = (&channel, &companion);
+            async move {
+                flag(
+                    MIN_HOLD_RELEASE_SCRIPT
+                        .key(key)
+                        .key(companion)
+                        .arg(token)
+                        .arg(channel)
+                        .arg(publish)
+                        .invoke_async(&mut conn)
+                        .await?,
+                )
+            }
+        })
         .await
     }
 

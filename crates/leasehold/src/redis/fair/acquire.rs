@@ -266,7 +266,9 @@ fn expired(started: Instant, ttl: Duration) -> bool {
 
 fn check_fair(key: &str, options: &LockOptions) -> Result<()> {
     validate_key(key)?;
-    options.ttl_millis()?;
+    options
+        .refuse_min_hold("redis", "fair locks (a release hands the lock on)")?
+        .ttl_millis()?;
     if options.replica_ack_required().is_some() {
         return Err(Error::Unsupported {
             backend: "redis",

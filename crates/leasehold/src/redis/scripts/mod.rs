@@ -37,6 +37,29 @@ pub const EXTEND_LUA: &str = include_str!("extend.lua");
 /// at 2^53 or beyond.
 pub const ACQUIRE_LUA: &str = include_str!("acquire.lua");
 
+/// [`ACQUIRE_LUA`] for a lock taken with [`min_hold`](crate::LockOptions::min_hold): with the
+/// lock, in the same atomic step, it sets the companion key (see `slot::min_hold_key`) to the
+/// token with `PX min_hold`, so the minimum hold is counted by the server's clock from the
+/// instant of the grant. `KEYS`: lock, companion, fence counter (optional); `ARGV`: token,
+/// TTL ms, min_hold ms. Reply as [`ACQUIRE_LUA`].
+pub(crate) const MIN_HOLD_ACQUIRE_LUA: &str = include_str!("min_hold_acquire.lua");
+
+/// The release of a lock taken with `min_hold`: if the lock holds `ARGV[1]` and its companion
+/// still holds it too (the minimum hold is not over), the lock's expiry is set to the
+/// companion's `PTTL`, so both end together and the lock then expires by itself; otherwise
+/// the lock is deleted as by a plain release, and waiters are told (`ARGV[2]`: channel, `''`
+/// for none; `ARGV[3]`: publish command). Token-checked, atomic. Reply 1 (released or kept),
+/// 0 (not ours).
+pub(crate) const MIN_HOLD_RELEASE_LUA: &str = include_str!("min_hold_release.lua");
+
+/// [`MIN_HOLD_ACQUIRE_LUA`]. `KEYS`: lock, companion, fence counter (optional); `ARGV`: token,
+/// TTL ms, min_hold ms.
+pub(crate) static MIN_HOLD_ACQUIRE_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(MIN_HOLD_ACQUIRE_LUA));
+/// [`MIN_HOLD_RELEASE_LUA`]. `KEYS`: lock, companion; `ARGV`: token, channel, publish command.
+pub(crate) static MIN_HOLD_RELEASE_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(MIN_HOLD_RELEASE_LUA));
+
 /// Raise a fencing counter to at least `ARGV[1]`, never lower it; reply: the counter afterwards
 /// (as a string: counters are compared as integers, returned exactly).
 pub(crate) const RAISE_COUNTER_LUA: &str = include_str!("raise_counter.lua");
@@ -271,6 +294,11 @@ pub(crate) static FENCED_READ_SCRIPT: LazyLock<Script> =
 /// given. Reply `{1, counter}` or `{0, pttl}`.
 pub const REDLOCK_ACQUIRE_LUA: &str = include_str!("redlock_acquire.lua");
 
+/// Phase 1 of a lock taken with [`min_hold`](crate::LockOptions::min_hold): as
+/// [`REDLOCK_ACQUIRE_LUA`], and with the grant the node's min_hold companion (token, `PX
+/// min_hold`), as [`MIN_HOLD_ACQUIRE_LUA`] does on one server.
+pub(crate) const REDLOCK_MIN_HOLD_ACQUIRE_LUA: &str = include_str!("redlock_min_hold_acquire.lua");
+
 /// Phase 2: while the key holds our token, raise the counter to `ARGV[2]` if it is lower.
 /// Reply 1 (held; the counter is now >= the token) or 0 (not held: nothing written).
 pub const RAISE_FENCE_LUA: &str = include_str!("raise_fence.lua");
@@ -278,6 +306,10 @@ pub const RAISE_FENCE_LUA: &str = include_str!("raise_fence.lua");
 /// [`REDLOCK_ACQUIRE_LUA`]. `KEYS`: lock, fence counter (optional); `ARGV`: token, TTL ms.
 pub(crate) static REDLOCK_ACQUIRE_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(REDLOCK_ACQUIRE_LUA));
+/// [`REDLOCK_MIN_HOLD_ACQUIRE_LUA`]. `KEYS`: lock, companion, fence counter (optional);
+/// `ARGV`: token, TTL ms, min_hold ms.
+pub(crate) static REDLOCK_MIN_HOLD_ACQUIRE_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(REDLOCK_MIN_HOLD_ACQUIRE_LUA));
 /// [`RAISE_FENCE_LUA`]. `KEYS`: lock, fence counter; `ARGV`: token, fencing number.
 pub(crate) static RAISE_FENCE_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(RAISE_FENCE_LUA));
