@@ -15,6 +15,7 @@ mod fencing;
 mod lock;
 mod multi;
 mod postgres_backend;
+mod postgres_primitives;
 mod redlock;
 mod renewal;
 mod roundtrips;

@@ -216,7 +216,7 @@ impl PostgresLeaseClient {
     }
 
     /// The shared connection, (re)opened if needed.
-    async fn conn(&self) -> Result<Arc<tokio_postgres::Client>> {
+    pub(super) async fn conn(&self) -> Result<Arc<tokio_postgres::Client>> {
         let mut slot = self.inner.conn.lock().await;
         if let Some(c) = slot.as_ref().filter(|c| !c.is_closed()) {
             return Ok(c.clone());
@@ -232,7 +232,7 @@ impl PostgresLeaseClient {
         Ok(client)
     }
 
-    async fn timed<T>(
+    pub(super) async fn timed<T>(
         &self,
         op: Operation,
         fut: impl std::future::Future<Output = std::result::Result<T, tokio_postgres::Error>>,
@@ -244,7 +244,7 @@ impl PostgresLeaseClient {
     }
 
     /// A receiver of released keys: the LISTEN connection is opened on first use.
-    async fn releases(&self) -> Result<broadcast::Receiver<String>> {
+    pub(super) async fn releases(&self) -> Result<broadcast::Receiver<String>> {
         if let Some(tx) = self
             .inner
             .releases
@@ -301,7 +301,7 @@ impl PostgresLeaseClient {
         self.attempt(key, options).await
     }
 
-    fn check(&self, key: &str, options: &LockOptions) -> Result<()> {
+    pub(super) fn check(&self, key: &str, options: &LockOptions) -> Result<()> {
         validate_pg_key(key)?;
         options.ttl_millis()?;
         if options.replica_ack_required().is_some() {
@@ -551,7 +551,7 @@ impl PostgresLeaseClient {
     }
 
     /// Extends `lease` every renewal interval until it ends, is lost, or reaches `max_hold`.
-    fn keep_alive(&self, lease: Lease, options: &LockOptions) {
+    pub(super) fn keep_alive(&self, lease: Lease, options: &LockOptions) {
         let stop = tokio_util::sync::CancellationToken::new();
         self.inner
             .renewing
@@ -599,7 +599,7 @@ impl PostgresLeaseClient {
 
 /// A lock held as a lease row.
 #[derive(Debug)]
-struct LeaseRowHeld(PostgresLeaseClient);
+pub(super) struct LeaseRowHeld(pub(super) PostgresLeaseClient);
 
 impl HeldLock for LeaseRowHeld {
     fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
@@ -616,6 +616,3 @@ impl HeldLock for LeaseRowHeld {
 }
 
 crate::core::backend::impl_lock_backend!(PostgresLeaseClient, PostgresLease);
-
-/// No primitive beyond the plain lock yet (see [`Backend::has`](crate::Backend::has)).
-impl crate::core::backend::Primitives for PostgresLeaseClient {}

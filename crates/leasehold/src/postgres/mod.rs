@@ -97,6 +97,7 @@ mod params;
 mod pooler;
 mod session;
 mod sql;
+mod sync;
 mod tls;
 mod url;
 

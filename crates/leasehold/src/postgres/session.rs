@@ -352,6 +352,3 @@ impl Drop for AbandonedSession {
 }
 
 crate::core::backend::impl_lock_backend!(PostgresClient, Postgres);
-
-/// No primitive beyond the plain lock yet (see [`Backend::has`](crate::Backend::has)).
-impl crate::core::backend::Primitives for PostgresClient {}
