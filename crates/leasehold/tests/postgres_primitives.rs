@@ -551,3 +551,59 @@ async fn bad_input_is_refused_before_any_round_trip() {
         .unwrap_err();
     assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
 }
+
+/// Lease rows: a slot that looked free when the statement began but was taken meanwhile is not
+/// taken again: the upsert's condition is checked on the row's latest version, under its row
+/// lock. An outside transaction takes the only slot and keeps it locked while an attempt,
+/// which saw the slot free, waits for the row; once that commits, the attempt is busy (with
+/// the condition evaluated on the snapshot instead, it would hold the slot too).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_permits_are_taken_under_the_row_lock() {
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    let (taker, observer) = (admin(&pg).await, admin(&pg).await);
+    let locker = Locker::connect(&format!("{}?lock=lease", pg.url()))
+        .await
+        .unwrap();
+    let opts = LockOptions::new(Duration::from_secs(30));
+    let sem = locker.semaphore("race", 1).unwrap();
+    // The slot's row exists, free.
+    acquired(sem.try_acquire(&opts).await.unwrap())
+        .release()
+        .await
+        .unwrap();
+
+    taker
+        .batch_execute(
+            "BEGIN; UPDATE leasehold_permits
+                       SET token = 'outside', expires_at = clock_timestamp() + interval '1 minute'
+                     WHERE key = 'race' AND slot = 1",
+        )
+        .await
+        .unwrap();
+    let attempt = {
+        let (sem, opts) = (sem.clone(), opts.clone());
+        tokio::spawn(async move { sem.try_acquire(&opts).await })
+    };
+    until("the attempt waits for the slot's row", || async {
+        let row = observer
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                  WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO leasehold_permits%'",
+                &[],
+            )
+            .await
+            .unwrap();
+        row.get::<_, i64>(0) == 1
+    })
+    .await;
+    taker.batch_execute("COMMIT").await.unwrap();
+    let outcome = tokio::time::timeout(BOUND, attempt)
+        .await
+        .expect("the attempt ends")
+        .unwrap()
+        .unwrap();
+    assert!(is_busy(&outcome), "a slot held by another was taken again");
+    assert_eq!(sem.holders().await.unwrap(), 1);
+}
