@@ -1,12 +1,11 @@
 //! What a command's KEY names: a lock, a counting semaphore (`--permits N`) or one side of a
 //! read-write lock (`--read`, `--write`), and what `run`, `acquire`, `extend` and `release` do
-//! with it. Semaphores and read-write locks are Redis and Valkey only.
+//! with it. Which backend has which primitive: [`leasehold::Backend::has`]; asking another
+//! is a usage error naming the backend.
 
 use std::time::Duration;
 
-use leasehold::{
-    LockClient, LockGuard, LockOptions, LockToken, Locker, Result, RwLock, Semaphore, TryAcquire,
-};
+use leasehold::{LockGuard, LockOptions, LockToken, Locker, Result, RwLock, Semaphore, TryAcquire};
 
 use crate::cli::PrimitiveArgs;
 use crate::exit::Usage;
@@ -34,15 +33,9 @@ impl Primitive {
         args: &PrimitiveArgs,
     ) -> anyhow::Result<Primitive> {
         Ok(match (args.permits, args.read, args.write) {
-            (Some(n), _, _) => {
-                Primitive::Permit(redis(locker, "a semaphore (--permits)")?.semaphore(key, n)?)
-            }
-            (None, true, _) => {
-                Primitive::Reader(redis(locker, "a read-write lock (--read)")?.rwlock(key)?)
-            }
-            (None, false, true) => {
-                Primitive::Writer(redis(locker, "a read-write lock (--write)")?.rwlock(key)?)
-            }
+            (Some(n), _, _) => Primitive::Permit(usage(locker.semaphore(key, n), "--permits")?),
+            (None, true, _) => Primitive::Reader(usage(locker.rwlock(key), "--read")?),
+            (None, false, true) => Primitive::Writer(usage(locker.rwlock(key), "--write")?),
             (None, false, false) => Primitive::Lock,
         })
     }
@@ -112,16 +105,16 @@ impl Primitive {
     }
 }
 
-/// The Redis client behind `locker`, for `what` (a primitive only Redis and Valkey have).
+/// `made`, with a backend's refusal of the primitive (`Error::Unsupported`) turned into a
+/// [`Usage`] error naming the flag that asked for it.
 ///
 /// # Errors
-/// [`Usage`] naming the backend and the URLs that have it.
-pub(crate) fn redis<'a>(locker: &'a Locker, what: &str) -> Result<&'a LockClient, Usage> {
-    locker.as_redis().ok_or_else(|| {
-        Usage(format!(
-            "{what} needs a Redis or Valkey server (redis://, rediss://, valkey://, \
-             redis-cluster://, redis-sentinel://); {} has none",
-            locker.kind()
-        ))
-    })
+/// [`Usage`] for a primitive the backend does not have; the other errors as they are.
+pub(crate) fn usage<T>(made: Result<T>, flag: &str) -> anyhow::Result<T> {
+    match made {
+        Err(leasehold::Error::Unsupported { backend, what }) => {
+            Err(Usage(format!("{flag}: the {backend} backend has no {what}")).into())
+        }
+        other => Ok(other?),
+    }
 }

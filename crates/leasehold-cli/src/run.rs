@@ -151,8 +151,7 @@ pub(crate) async fn elect(servers: &Servers, args: ElectArgs) -> anyhow::Result<
         Ok(locker) => locker?,
         Err(sig) => return Ok(signalled(sig, "while connecting")),
     };
-    let election =
-        crate::primitive::redis(&locker, "an election (leasehold elect)")?.election(&args.name)?;
+    let election = crate::primitive::usage(locker.election(&args.name), "elect")?;
     let id = args
         .id
         .clone()

@@ -3,7 +3,7 @@
 
 use crate::support;
 
-use leasehold_harness::{etcd_for_test, postgres_for_test};
+use leasehold_harness::{Server, ServerOptions, etcd_for_test, postgres_for_test, server_test};
 use support::{closed_port, leasehold};
 
 #[test]
@@ -218,41 +218,35 @@ fn postgres_lease_rows_outlive_the_command() {
     leasehold(&["--url", &bad, "inspect", "k"]).expect(64);
 }
 
-// Capabilities: the primitives only Redis has (semaphores, read-write locks, elections) are a
-// usage error (64) on the other backends, naming the backend and the URLs that have them,
+// Capabilities: a primitive the URL's backend lacks (`Backend::has`; Redlock has only the
+// plain lock) is a usage error (64) naming the flag, the backend and the backends that have it,
 // before anything is taken; and nothing is left held behind.
-#[test]
-fn primitives_a_backend_lacks_are_usage_errors() {
-    let Some(etcd) = etcd_for_test() else { return };
-    let Some(pg) = postgres_for_test() else {
-        return;
-    };
-    let (etcd_url, pg_url) = (format!("etcd://{}", etcd.addr()), pg.url());
-    for (url, backend) in [(etcd_url.as_str(), "etcd"), (pg_url.as_str(), "postgres")] {
-        let lh = |args: &[&str]| support::leasehold_at(url, args);
-        for (args, what) in [
-            (
-                &["run", "jobs:caps", "--permits", "2", "--", "true"][..],
-                "--permits",
-            ),
-            (&["run", "jobs:caps", "--read", "--", "true"][..], "--read"),
-            (
-                &["run", "jobs:caps", "--write", "--", "true"][..],
-                "--write",
-            ),
-            (&["elect", "jobs:caps", "--", "true"][..], "leasehold elect"),
-        ] {
-            let out = lh(args).expect(64);
-            assert!(
-                out.stderr.contains(what)
-                    && out.stderr.contains(backend)
-                    && out.stderr.contains("redis://"),
-                "{backend} {args:?}: {}",
-                out.stderr
-            );
-        }
-        // The plain lock on the same key is free: nothing was taken.
-        let state = lh(&["inspect", "jobs:caps", "--json"]).expect(0).json();
-        assert_eq!(state["held"], false, "{backend}");
+server_test!(async fn primitives_a_backend_lacks_are_usage_errors(bin) {
+    let nodes: Vec<Server> = (0..3)
+        .map(|_| Server::start(&bin, &ServerOptions::new()).unwrap())
+        .collect();
+    let url = format!(
+        "redlock://{}",
+        nodes.iter().map(|n| n.addr().to_string()).collect::<Vec<_>>().join(",")
+    );
+    let lh = |args: &[&str]| support::leasehold_at(&url, args);
+    for (args, flag) in [
+        (&["run", "jobs:caps", "--permits", "2", "--", "true"][..], "--permits"),
+        (&["run", "jobs:caps", "--read", "--", "true"][..], "--read"),
+        (&["run", "jobs:caps", "--write", "--", "true"][..], "--write"),
+        (&["elect", "jobs:caps", "--", "true"][..], "elect"),
+    ] {
+        let out = lh(args).expect(64);
+        assert!(
+            out.stderr.contains(flag)
+                && out.stderr.contains("redlock")
+                && out.stderr.contains("have it: redis"),
+            "{args:?}: {}",
+            out.stderr
+        );
     }
-}
+    // Nothing was written on any node.
+    for node in &nodes {
+        assert_eq!(node.command(&["DBSIZE"]).unwrap().as_integer(), Some(0));
+    }
+});

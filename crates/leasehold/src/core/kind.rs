@@ -47,7 +47,7 @@ impl Backend {
             // Lease rows: no read-write lock (see the `postgres` module's docs).
             (Backend::PostgresLease, Primitive::RwLock) => false,
             (Backend::PostgresLease, _) => true,
-            (Backend::Memory, _) => false,
+            (Backend::Memory, _) => true,
             (Backend::File, _) => false,
         }
     }

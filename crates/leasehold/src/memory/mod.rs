@@ -23,12 +23,17 @@
 //! * **Waiting is FIFO and without polling** ([`Fairness::Always`](crate::Fairness::Always)):
 //!   waiters queue per key; a release, an expiry or a waiter leaving wakes them, and only the
 //!   longest waiter may take the freed lock (a `try_acquire` finds it busy meanwhile).
+//! * **Semaphores, read-write locks and elections** share the key's table entry and queue: a
+//!   key's holders are one exclusive holder (a lock, a writer, a leader), or readers, or up to
+//!   N permits; waiting stays FIFO for all of them, so a waiting writer keeps later readers out.
+//!   An election's term is the key's fencing number, drawn with the leadership.
 //! * **Loss is reported**: an auto-extended lease whose lock is gone fires
 //!   [`Lease::lost`](crate::Lease::lost) at its next renewal.
 //!
 //! Tested by the conformance suite (`tests/conformance/memory.rs`) and `tests/local.rs`.
 
 mod store;
+mod sync;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -41,7 +46,7 @@ use crate::core::options::{LockOptions, ttl_millis};
 use crate::core::outcome::{LockState, TryAcquire};
 use crate::core::token::{LockToken, validate_key};
 
-use store::{Attempt, Namespace};
+use store::{Attempt, Namespace, Want};
 
 /// A client for locks in this process's memory (see the [module docs](self)). Cheap to clone.
 #[derive(Clone, Debug)]
@@ -89,8 +94,13 @@ impl MemoryClient {
     /// [`Error::InvalidArgument`] for a bad key or TTL; [`Error::FencingExhausted`] when the
     /// counter is at `u64::MAX`.
     pub async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
+        self.try_as(key, options, Want::Exclusive)
+    }
+
+    /// One attempt to hold `key` as `want` asks.
+    fn try_as(&self, key: &str, options: &LockOptions, want: Want<'_>) -> Result<TryAcquire> {
         Self::check(key, options)?;
-        match self.ns.attempt(key, options, None)? {
+        match self.ns.attempt(key, options, None, want)? {
             Attempt::Taken(lease) => Ok(TryAcquire::Acquired(self.guard(lease, options))),
             Attempt::Busy { remaining, .. } => Ok(TryAcquire::Busy { remaining }),
         }
@@ -102,6 +112,16 @@ impl MemoryClient {
     /// # Errors
     /// [`Error::NotAcquired`] at the deadline; as [`MemoryClient::try_acquire`].
     pub async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
+        self.acquire_as(key, options, Want::Exclusive).await
+    }
+
+    /// Holds `key` as `want` asks, waiting in the key's queue as [`MemoryClient::acquire`].
+    async fn acquire_as(
+        &self,
+        key: &str,
+        options: &LockOptions,
+        want: Want<'_>,
+    ) -> Result<LockGuard> {
         Self::check(key, options)?;
         let begun = Instant::now();
         let deadline = options.wait_bound().map(|w| begun + w);
@@ -110,7 +130,7 @@ impl MemoryClient {
         let mut attempts = 0;
         loop {
             attempts += 1;
-            let (woken, remaining) = match self.ns.attempt(key, options, ticket.as_ref())? {
+            let (woken, remaining) = match self.ns.attempt(key, options, ticket.as_ref(), want)? {
                 Attempt::Taken(lease) => return Ok(self.guard(lease, options)),
                 Attempt::Busy { woken, remaining } => (woken, remaining),
             };
@@ -229,6 +249,3 @@ pub mod hooks {
 
 #[cfg(test)]
 mod tests;
-
-/// No primitive beyond the plain lock yet (see [`Backend::has`](crate::Backend::has)).
-impl crate::core::backend::Primitives for MemoryClient {}

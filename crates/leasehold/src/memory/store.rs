@@ -33,7 +33,11 @@ pub(super) struct Namespace {
 
 #[derive(Debug, Default)]
 struct Entry {
-    holder: Option<Holder>,
+    /// The live and not yet pruned holders: one exclusive holder, or shared holders (readers),
+    /// or up to `limit` permits of a semaphore.
+    holders: Vec<Holder>,
+    /// A semaphore's number of permits, while permits are held: another number is refused.
+    limit: Option<u32>,
     /// The last fencing number issued (0: none yet). Never lowered.
     fence: u64,
     /// Waiting acquisitions, in arrival order: only the first may take the lock.
@@ -48,26 +52,100 @@ struct Entry {
 struct Holder {
     token: LockToken,
     expires: Instant,
+    hold: Hold,
+    /// An election's leader id.
+    leader: Option<String>,
+}
+
+/// How a holder holds its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hold {
+    /// Alone: a lock, a writer, a leader.
+    Exclusive,
+    /// With other readers.
+    Shared,
+    /// One of a semaphore's permits.
+    Permit,
+}
+
+/// What an attempt asks for.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Want<'a> {
+    /// The key alone (a plain lock, a read-write lock's writer).
+    Exclusive,
+    /// A read lease: shared with readers, never with an exclusive holder.
+    Shared,
+    /// One of `n` permits.
+    Permit(u32),
+    /// The key alone, recording the leader id (an election).
+    Leader(&'a str),
+}
+
+impl Want<'_> {
+    fn hold(self) -> Hold {
+        match self {
+            Want::Exclusive | Want::Leader(_) => Hold::Exclusive,
+            Want::Shared => Hold::Shared,
+            Want::Permit(_) => Hold::Permit,
+        }
+    }
 }
 
 impl Entry {
-    /// The holder, unless its lease ran out at `now` (then the lock is free).
-    fn live_holder(&mut self, now: Instant) -> Option<&Holder> {
-        if self.holder.as_ref().is_some_and(|h| h.expires <= now) {
-            self.holder = None;
+    /// Forgets the holders whose lease ran out at `now` (their hold ended then).
+    fn prune_expired(&mut self, now: Instant) {
+        self.holders.retain(|h| h.expires > now);
+        if !self.holders.iter().any(|h| h.hold == Hold::Permit) {
+            self.limit = None;
         }
-        self.holder.as_ref()
     }
 
-    /// The holder's lease, if `token` holds the lock at `now`.
+    /// The exclusive holder at `now`, if there is one.
+    fn live_holder(&mut self, now: Instant) -> Option<&Holder> {
+        self.prune_expired(now);
+        self.holders.iter().find(|h| h.hold == Hold::Exclusive)
+    }
+
+    /// The lease `token` holds at `now`, if any.
     fn held_by(&mut self, token: &LockToken, now: Instant) -> Option<&mut Holder> {
-        self.live_holder(now);
-        self.holder.as_mut().filter(|h| h.token == *token)
+        self.prune_expired(now);
+        self.holders.iter_mut().find(|h| h.token == *token)
+    }
+
+    /// Whether `want` may join the live holders: `Ok(None)` if it may, `Ok(Some(end))` if not
+    /// (the first end of a holder in the way), or `Conflict` for another number of permits.
+    fn blocked(&self, key: &str, want: Want<'_>) -> Result<Option<Instant>> {
+        if let (Want::Permit(n), Some(limit)) = (want, self.limit)
+            && n != limit
+        {
+            return Err(Error::Conflict {
+                key: key.to_string(),
+                detail: format!("its permits are held as {limit}, not {n}"),
+            });
+        }
+        let in_the_way = |h: &&Holder| match want.hold() {
+            Hold::Exclusive => true,
+            Hold::Shared => h.hold != Hold::Shared,
+            Hold::Permit => h.hold != Hold::Permit,
+        };
+        let first_end = self
+            .holders
+            .iter()
+            .filter(in_the_way)
+            .map(|h| h.expires)
+            .min();
+        let full = match want {
+            Want::Permit(n) => first_end.is_some() || self.holders.len() >= n as usize,
+            _ => first_end.is_some(),
+        };
+        let first_end = first_end.or_else(|| self.holders.iter().map(|h| h.expires).min());
+        // Full means some holder is there, so `first_end` is `Some`.
+        Ok(full.then_some(first_end).flatten())
     }
 
     /// Nothing worth keeping: no holder, no waiter, no fencing number issued.
     fn is_idle(&self) -> bool {
-        self.holder.is_none() && self.queue.is_empty() && self.fence == 0
+        self.holders.is_empty() && self.queue.is_empty() && self.fence == 0
     }
 }
 
@@ -134,12 +212,14 @@ impl Namespace {
         }
     }
 
-    /// Takes `key` if it is free and nobody waits ahead of `ticket` (without one: nobody waits).
+    /// Takes `key` as `want` asks if nothing holding it is in the way and nobody waits ahead
+    /// of `ticket` (without one: nobody waits).
     pub(super) fn attempt(
         &self,
         key: &str,
         options: &LockOptions,
         ticket: Option<&Ticket>,
+        want: Want<'_>,
     ) -> Result<Attempt> {
         let mut keys = self.keys();
         let now = Instant::now();
@@ -148,8 +228,12 @@ impl Namespace {
             Some(t) => e.queue.front() == Some(&t.id),
             None => e.queue.is_empty(),
         };
-        if e.live_holder(now).is_none() && first {
-            let fencing = match options.fencing_enabled() {
+        e.prune_expired(now);
+        let blocked = e.blocked(key, want);
+        if let Ok(None) = blocked
+            && first
+        {
+            let fencing = match options.fencing_enabled() || matches!(want, Want::Leader(_)) {
                 true => {
                     let n = e.fence.checked_add(1).ok_or(Error::FencingExhausted {
                         op: Operation::Acquire,
@@ -162,16 +246,35 @@ impl Namespace {
             if ticket.is_some() {
                 e.queue.pop_front();
             }
+            if let Want::Permit(n) = want {
+                e.limit = Some(n);
+            }
             let token = LockToken::random();
             let expires = now + options.ttl();
-            e.holder = Some(Holder {
+            e.holders.push(Holder {
                 token: token.clone(),
                 expires,
+                hold: want.hold(),
+                leader: match want {
+                    Want::Leader(id) => Some(id.to_string()),
+                    _ => None,
+                },
             });
+            if want.hold() != Hold::Exclusive {
+                // The next waiter may hold beside us: let it look.
+                e.woken.notify_waiters();
+            }
             return Ok(Attempt::Taken(Lease::until(key, token, fencing, expires)));
         }
+        let end = match blocked {
+            Err(err) => {
+                prune(&mut keys, key);
+                return Err(err);
+            }
+            Ok(end) => end,
+        };
         e.refusals += 1;
-        let remaining = e.holder.as_ref().map(|h| h.expires - now);
+        let remaining = end.map(|end| end - now);
         let woken = e.woken.clone().notified_owned();
         prune(&mut keys, key);
         Ok(Attempt::Busy { woken, remaining })
@@ -183,7 +286,8 @@ impl Namespace {
         if e.held_by(token, Instant::now()).is_none() {
             return Err(not_held(key));
         }
-        e.holder = None;
+        e.holders.retain(|h| h.token != *token);
+        e.prune_expired(Instant::now());
         e.woken.notify_waiters();
         prune(&mut keys, key);
         Ok(())
@@ -208,6 +312,7 @@ impl Namespace {
         let (holder, ttl, fence) = match keys.get_mut(key) {
             Some(e) => {
                 let holder = e.live_holder(now);
+                // Only an exclusive holder is the lock's holder: readers and permits are not.
                 let held = holder.map(|h| (h.token.expose().to_string(), h.expires - now));
                 (held.clone().map(|h| h.0), held.map(|h| h.1), e.fence)
             }
@@ -235,10 +340,49 @@ impl Namespace {
         let Some(e) = keys.get_mut(key) else {
             return false;
         };
-        let had = e.holder.take().is_some();
+        let had = !e.holders.is_empty();
+        e.holders.clear();
+        e.limit = None;
         e.woken.notify_waiters();
         prune(&mut keys, key);
         had
+    }
+
+    /// How many hold `key` as `hold` asks (readers, permits) now.
+    pub(super) fn count(&self, key: &str, want: Want<'_>) -> u32 {
+        let mut keys = self.keys();
+        let Some(e) = keys.get_mut(key) else {
+            return 0;
+        };
+        e.prune_expired(Instant::now());
+        let n = e.holders.iter().filter(|h| h.hold == want.hold()).count();
+        prune(&mut keys, key);
+        u32::try_from(n).unwrap_or(u32::MAX)
+    }
+
+    /// The election's leader: its id, term and remaining lease, or a conflict if `key` is held
+    /// by a plain lock.
+    pub(super) fn leader(&self, key: &str) -> Result<Option<(String, u64, Duration)>> {
+        let mut keys = self.keys();
+        let now = Instant::now();
+        let Some(e) = keys.get_mut(key) else {
+            return Ok(None);
+        };
+        let fence = e.fence;
+        let found = match e.live_holder(now) {
+            None => Ok(None),
+            Some(Holder {
+                leader: Some(id),
+                expires,
+                ..
+            }) => Ok(Some((id.clone(), fence, *expires - now))),
+            Some(_) => Err(Error::Conflict {
+                key: key.to_string(),
+                detail: "the election's lock is held, but not by a campaign (a plain lock?)".into(),
+            }),
+        };
+        prune(&mut keys, key);
+        found
     }
 
     pub(super) fn refusals(&self, key: &str) -> u64 {

@@ -172,3 +172,36 @@ async fn namespaces_are_separate_and_urls_are_checked() {
     assert!(MemoryClient::connect("memory://").is_ok());
     assert!(MemoryClient::connect("MEMORY://x").is_ok());
 }
+
+/// A semaphore's number of permits is the one its holders use: another is a conflict while
+/// permits are held, and free again once none is; a plain lock on an election's name is a
+/// conflict for `leader()`, not a leader.
+#[tokio::test]
+async fn permits_disagreeing_and_plain_locks_on_elections_are_conflicts() {
+    use crate::core::backend::Primitives;
+    let c = client("conflicts");
+    let two = c.semaphore("jobs", 2).unwrap();
+    let held = two.try_acquire(&long()).await.unwrap().acquired().unwrap();
+    let three = c.semaphore("jobs", 3).unwrap();
+    assert!(matches!(
+        three.try_acquire(&long()).await,
+        Err(Error::Conflict { .. })
+    ));
+    held.release().await.unwrap();
+    let again = three
+        .try_acquire(&long())
+        .await
+        .unwrap()
+        .acquired()
+        .unwrap();
+    again.release().await.unwrap();
+
+    let plain = take(&c, "leader", &long()).await;
+    let election = c.election("leader").unwrap();
+    assert!(matches!(
+        election.leader().await,
+        Err(Error::Conflict { .. })
+    ));
+    plain.release().await.unwrap();
+    assert_eq!(election.leader().await.unwrap(), None);
+}

@@ -20,6 +20,7 @@ use leasehold::{
     Error, LockGuard, LockOptions, LockToken, Locker, LossReason, MAX_KEY_LEN, TryAcquire,
 };
 
+mod primitives;
 mod redis;
 
 #[cfg(unix)]
@@ -157,6 +158,8 @@ pub async fn conforms<S: Subject>(subject: &S) {
     a_waiter_gets_the_lock_when_it_is_released(subject).await;
     step("with_lock");
     with_lock_always_releases(subject).await;
+    step("semaphores, read-write locks and elections (or their refusal)");
+    primitives::primitives_conform(subject).await;
     step("done");
 }
 

@@ -1,0 +1,198 @@
+//! Semaphores, read-write locks and elections in memory: the key's holders of one table entry
+//! (see the store), under the same mutex and FIFO queue as the plain lock, so their guarantees
+//! are the plain lock's: exact validity, token-checked release and extend, no polling.
+
+use std::time::Duration;
+
+use crate::core::error::{Error, Result};
+use crate::core::guard::LockGuard;
+use crate::core::options::LockOptions;
+use crate::core::outcome::TryAcquire;
+use crate::core::sync::{Election, Leader, RwLock, Semaphore, impl_provider};
+use crate::core::token::{LockToken, validate_key};
+
+use super::MemoryClient;
+use super::store::Want;
+
+impl crate::core::backend::Primitives for MemoryClient {
+    fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
+        Semaphore::check(name, permits)?;
+        let provider = MemorySemaphore {
+            client: self.clone(),
+            name: name.to_string(),
+            permits,
+        };
+        Ok(Semaphore::new(name, permits, provider))
+    }
+
+    fn rwlock(&self, name: &str) -> Result<RwLock> {
+        validate_key(name)?;
+        let provider = MemoryRwLock {
+            client: self.clone(),
+            name: name.to_string(),
+        };
+        Ok(RwLock::new(name, provider))
+    }
+
+    fn election(&self, name: &str) -> Result<Election> {
+        validate_key(name)?;
+        let provider = MemoryElection {
+            client: self.clone(),
+            name: name.to_string(),
+        };
+        Ok(Election::new(name, provider))
+    }
+}
+
+fn no_fair(options: &LockOptions, what: &str) -> Result<()> {
+    if options.fair_enabled() {
+        return Err(Error::Unsupported {
+            backend: "memory",
+            what: format!("fair mode on {what} (its waiting is always in arrival order)"),
+        });
+    }
+    Ok(())
+}
+
+/// `permits` holders of `name` at once.
+#[derive(Debug)]
+struct MemorySemaphore {
+    client: MemoryClient,
+    name: String,
+    permits: u32,
+}
+
+impl MemorySemaphore {
+    async fn try_acquire(&self, options: &LockOptions) -> Result<TryAcquire> {
+        no_fair(options, "a semaphore")?;
+        self.client
+            .try_as(&self.name, options, Want::Permit(self.permits))
+    }
+
+    async fn acquire(&self, options: &LockOptions) -> Result<LockGuard> {
+        no_fair(options, "a semaphore")?;
+        self.client
+            .acquire_as(&self.name, options, Want::Permit(self.permits))
+            .await
+    }
+
+    async fn release(&self, token: &LockToken) -> Result<()> {
+        self.client.release(&self.name, token).await
+    }
+
+    async fn extend(&self, token: &LockToken, ttl: Duration) -> Result<()> {
+        self.client.extend(&self.name, token, ttl).await
+    }
+
+    async fn holders(&self) -> Result<u32> {
+        Ok(self.client.ns.count(&self.name, Want::Permit(self.permits)))
+    }
+}
+
+impl_provider!(SemaphoreProvider for MemorySemaphore {
+    try_acquire(options: &'a LockOptions) -> TryAcquire,
+    acquire(options: &'a LockOptions) -> LockGuard,
+    release(token: &'a LockToken) -> (),
+    extend(token: &'a LockToken, ttl: Duration) -> (),
+    holders() -> u32,
+});
+
+/// Readers of `name` together, or its writer alone.
+#[derive(Debug)]
+struct MemoryRwLock {
+    client: MemoryClient,
+    name: String,
+}
+
+impl MemoryRwLock {
+    async fn try_read(&self, options: &LockOptions) -> Result<TryAcquire> {
+        no_fair(options, "a read-write lock")?;
+        self.client.try_as(&self.name, options, Want::Shared)
+    }
+
+    async fn read(&self, options: &LockOptions) -> Result<LockGuard> {
+        no_fair(options, "a read-write lock")?;
+        self.client
+            .acquire_as(&self.name, options, Want::Shared)
+            .await
+    }
+
+    async fn try_write(&self, options: &LockOptions) -> Result<TryAcquire> {
+        no_fair(options, "a read-write lock")?;
+        self.client.try_as(&self.name, options, Want::Exclusive)
+    }
+
+    async fn write(&self, options: &LockOptions) -> Result<LockGuard> {
+        no_fair(options, "a read-write lock")?;
+        self.client
+            .acquire_as(&self.name, options, Want::Exclusive)
+            .await
+    }
+
+    async fn release_read(&self, token: &LockToken) -> Result<()> {
+        self.client.release(&self.name, token).await
+    }
+
+    async fn release_write(&self, token: &LockToken) -> Result<()> {
+        self.client.release(&self.name, token).await
+    }
+
+    async fn extend_read(&self, token: &LockToken, ttl: Duration) -> Result<()> {
+        self.client.extend(&self.name, token, ttl).await
+    }
+
+    async fn extend_write(&self, token: &LockToken, ttl: Duration) -> Result<()> {
+        self.client.extend(&self.name, token, ttl).await
+    }
+
+    async fn readers(&self) -> Result<u32> {
+        Ok(self.client.ns.count(&self.name, Want::Shared))
+    }
+}
+
+impl_provider!(RwLockProvider for MemoryRwLock {
+    try_read(options: &'a LockOptions) -> TryAcquire,
+    read(options: &'a LockOptions) -> LockGuard,
+    try_write(options: &'a LockOptions) -> TryAcquire,
+    write(options: &'a LockOptions) -> LockGuard,
+    release_read(token: &'a LockToken) -> (),
+    release_write(token: &'a LockToken) -> (),
+    extend_read(token: &'a LockToken, ttl: Duration) -> (),
+    extend_write(token: &'a LockToken, ttl: Duration) -> (),
+    readers() -> u32,
+});
+
+/// Leadership of `name`: its lock held alone, with the leader's id; the term is the fencing
+/// number drawn with it.
+#[derive(Debug)]
+struct MemoryElection {
+    client: MemoryClient,
+    name: String,
+}
+
+impl MemoryElection {
+    async fn campaign(&self, id: &str, options: &LockOptions) -> Result<LockGuard> {
+        no_fair(options, "an election")?;
+        let options = options.clone().fencing(true).auto_extend(true);
+        self.client
+            .acquire_as(&self.name, &options, Want::Leader(id))
+            .await
+    }
+
+    async fn leader(&self) -> Result<Option<Leader>> {
+        Ok(self
+            .client
+            .ns
+            .leader(&self.name)?
+            .map(|(id, term, ttl)| Leader {
+                id,
+                term,
+                ttl: Some(ttl),
+            }))
+    }
+}
+
+impl_provider!(ElectionProvider for MemoryElection {
+    campaign(id: &'a str, options: &'a LockOptions) -> LockGuard,
+    leader() -> Option<Leader>,
+});
