@@ -6,6 +6,7 @@ mod backends;
 mod commands;
 mod local;
 mod misuse;
+mod primitives_postgres;
 mod redlock;
 mod run;
 mod short_ttl;

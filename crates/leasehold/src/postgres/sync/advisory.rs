@@ -380,7 +380,8 @@ impl PostgresClient {
             };
             match self.advisory_attempt(name, ask, options, wait).await {
                 Ok(Some(guard)) => return Ok(guard),
-                Ok(None) if deadline.is_none() && forever => {}
+                // A wait longer than the longest lock_timeout: asked again until the deadline.
+                Ok(None) if deadline.map_or(forever, |d| Instant::now() < d) => {}
                 Ok(None) => {
                     return Err(Error::NotAcquired {
                         key: name.to_string(),
