@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use leasehold::{Error, LockGuard, LockOptions, LockToken, Locker, TryAcquire};
-use leasehold_harness::{Postgres, postgres_for_test};
+use leasehold_harness::{PgBouncerOptions, Postgres, pgbouncer_for_test, postgres_for_test};
 use tokio_postgres::NoTls;
 
 /// Only keeps a broken test from hanging.
@@ -606,4 +606,71 @@ async fn lease_permits_are_taken_under_the_row_lock() {
         .unwrap();
     assert!(is_busy(&outcome), "a slot held by another was taken again");
     assert_eq!(sem.holders().await.unwrap(), 1);
+}
+
+/// Through PgBouncer in transaction mode: lease-row semaphores and elections work (unnamed
+/// statements, nothing kept in the session; a waiter that misses the release's notification
+/// retries after its backoff); session primitives are refused with the session lock's
+/// `Topology` error, which says to use `?lock=lease`, before anything is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_a_transaction_pooler_lease_rows_work_and_sessions_are_refused() {
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    let Some(bouncer) = pgbouncer_for_test(&pg, &PgBouncerOptions::new()) else {
+        return;
+    };
+    let err = Locker::connect(&bouncer.url()).await.unwrap_err();
+    match &err {
+        Error::Topology { reason } => assert!(reason.contains("?lock=lease"), "{reason}"),
+        other => panic!("expected a Topology error, got {other}"),
+    }
+
+    let url = format!("{}?lock=lease", bouncer.url());
+    let (a, b) = (
+        Locker::connect(&url).await.unwrap(),
+        Locker::connect(&url).await.unwrap(),
+    );
+    let opts = LockOptions::new(Duration::from_secs(30));
+    let (sa, sb) = (
+        a.semaphore("pooled", 2).unwrap(),
+        b.semaphore("pooled", 2).unwrap(),
+    );
+    let p1 = acquired(sa.try_acquire(&opts).await.unwrap());
+    let p2 = acquired(sb.try_acquire(&opts).await.unwrap());
+    assert!(is_busy(&sb.try_acquire(&opts).await.unwrap()));
+    let waiter = {
+        let (sb, wait) = (sb.clone(), opts.clone().wait(BOUND));
+        tokio::spawn(async move { sb.acquire(&wait).await })
+    };
+    // Released from the other client with the token alone.
+    sb.release(p1.token()).await.unwrap();
+    let p3 = tokio::time::timeout(BOUND, waiter)
+        .await
+        .expect("the waiter got the permit")
+        .unwrap()
+        .unwrap();
+    assert_eq!(sa.holders().await.unwrap(), 2);
+    p2.release().await.unwrap();
+    p3.release().await.unwrap();
+    drop(p1);
+
+    let (ea, eb) = (
+        a.election("pooled-lead").unwrap(),
+        b.election("pooled-lead").unwrap(),
+    );
+    let first = ea.campaign("a", &opts).await.unwrap();
+    let second = {
+        let (eb, opts) = (eb.clone(), opts.clone());
+        tokio::spawn(async move { eb.campaign("b", &opts).await })
+    };
+    assert_eq!(eb.leader().await.unwrap().unwrap().id, "a");
+    first.release().await.unwrap();
+    let second = tokio::time::timeout(BOUND, second)
+        .await
+        .expect("b elected")
+        .unwrap()
+        .unwrap();
+    assert_eq!(ea.leader().await.unwrap().unwrap().id, "b");
+    second.release().await.unwrap();
 }
