@@ -103,6 +103,46 @@ impl AdvisoryLock {
     }
 }
 
+/// The reply of an acquiring statement sent on `session`: at once (`wait` `None`), or after
+/// `lock_timeout` is set to `wait` in the same round trip (pipelined) and the statement waited
+/// in a lock queue up to that long. `Ok(None)`: the wait ran out (55P03); the session may hold
+/// what it was granted before it timed out, for the caller to give back.
+pub(in crate::postgres) async fn acquiring_reply(
+    client: &PostgresClient,
+    session: &Session,
+    wait: Option<Duration>,
+    acquire: impl std::future::Future<
+        Output = std::result::Result<tokio_postgres::Row, tokio_postgres::Error>,
+    >,
+) -> Result<Option<tokio_postgres::Row>> {
+    let response = client.inner.options.response_timeout;
+    let reply = match wait {
+        None => tokio::time::timeout(response, acquire)
+            .await
+            .map_err(|_| timeout_error(Operation::Acquire, true))?,
+        Some(wait) => {
+            let wait_text = millis_text(wait);
+            let set_params: [&(dyn ToSql + Sync); 1] = [&wait_text];
+            let set = session
+                .client
+                .query_one(&session.set_lock_timeout, &set_params);
+            let both = async { tokio::join!(set, acquire) };
+            // The reply may take up to `wait`; the response timeout counts after that.
+            match tokio::time::timeout(wait + response, both).await {
+                Err(_) => return Err(timeout_error(Operation::Acquire, true)),
+                Ok((Err(e), _)) => return Err(pg_error(Operation::Acquire, true, e)),
+                Ok((Ok(_), r)) => r,
+            }
+        }
+    };
+    match reply {
+        Err(e) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => Ok(None),
+        r => r
+            .map(Some)
+            .map_err(|e| pg_error(Operation::Acquire, true, e)),
+    }
+}
+
 /// What an attempt asks for.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Ask<'a> {
@@ -260,36 +300,14 @@ impl PostgresClient {
             (&pid, Type::INT4),
             (&extra, Type::TEXT),
         ];
-        let reply = match wait {
-            None => tokio::time::timeout(
-                self.inner.options.response_timeout,
-                s.client.query_typed_one(&sql, &params),
-            )
-            .await
-            .map_err(|_| timeout_error(Operation::Acquire, true))?,
-            Some(wait) => {
-                // Pipelined, as the plain lock's waiting attempt: the timeout, then the lock.
-                let wait_text = millis_text(wait);
-                let set_params: [&(dyn ToSql + Sync); 1] = [&wait_text];
-                let set = s.client.query_one(&s.set_lock_timeout, &set_params);
-                let acquire = s.client.query_typed_one(&sql, &params);
-                let both = async { tokio::join!(set, acquire) };
-                let bound = wait + self.inner.options.response_timeout;
-                match tokio::time::timeout(bound, both).await {
-                    Err(_) => return Err(timeout_error(Operation::Acquire, true)),
-                    Ok((Err(e), _)) => return Err(pg_error(Operation::Acquire, true, e)),
-                    Ok((Ok(_), Err(e))) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {
-                        // Timed out in a queue: the advisory lock's, or, once granted, the
-                        // fence row's. A session lock outlives the statement's rollback.
-                        let session = cleanup.0.take().expect("armed");
-                        self.unlock_all_or_discard(session).await;
-                        return Ok(None);
-                    }
-                    Ok((Ok(_), r)) => r,
-                }
-            }
+        let acquire = s.client.query_typed_one(&sql, &params);
+        let Some(row) = acquiring_reply(self, s, wait, acquire).await? else {
+            // Timed out in a queue: the advisory lock's, or, once granted, the fence row's. A
+            // session lock outlives the statement's rollback.
+            let session = cleanup.0.take().expect("armed");
+            self.unlock_all_or_discard(session).await;
+            return Ok(None);
         };
-        let row = reply.map_err(|e| pg_error(Operation::Acquire, true, e))?;
         let bad = |e: tokio_postgres::Error| Error::UnexpectedReply {
             op: Operation::Acquire,
             detail: e.to_string(),

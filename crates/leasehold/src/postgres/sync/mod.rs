@@ -80,7 +80,7 @@ mod advisory;
 mod rows;
 mod session;
 
-pub(super) use advisory::AdvisoryLock;
+pub(super) use advisory::{AdvisoryLock, acquiring_reply};
 
 #[cfg(doc)]
 use crate::core::error::Error;

@@ -17,7 +17,7 @@ use crate::postgres::params::validate_pg_key;
 
 impl PostgresClient {
     /// A semaphore of `permits` permits on `name` (no round trip): `permits` advisory locks,
-    /// one per slot (see [`crate::postgres`]'s primitives section).
+    /// one per slot (see the module docs).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad name or `permits` outside
