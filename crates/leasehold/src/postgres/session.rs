@@ -8,9 +8,8 @@ use tokio_postgres::types::Type;
 use super::client::{PgHeld, PostgresClient, Session};
 use super::lifetime::{lease_lifetime, validity_from};
 use super::params::{millis_text, validate_pg_key};
-use super::pooler::pooler_error;
 use super::sql::{INSPECT, RAISE, UNLOCK};
-use super::sync::acquiring_reply;
+use super::sync::{acquiring_reply, refuse_handed_over};
 use crate::core::backend::not_held_here;
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::{Lease, LockGuard};
@@ -148,22 +147,16 @@ impl PostgresClient {
             op: Operation::Acquire,
             detail: e.to_string(),
         };
-        let moved: bool = row.try_get(0).map_err(bad)?;
-        let mine: bool = row.try_get(1).map_err(bad)?;
-        let fence: Option<i64> = row.try_get(2).map_err(bad)?;
-        if moved {
-            // Dropped armed: the connection is closed.
-            return Err(pooler_error(&format!(
-                "the server process serving this connection changed between two statements \
-                 (pid {pid}, then another)"
-            )));
-        }
-        if mine {
-            return Err(pooler_error(&format!(
+        // Dropped armed on a refusal: the connection is closed.
+        refuse_handed_over(
+            &row,
+            pid,
+            &format!(
                 "this connection's server session already held the lock {key:?} before asking \
                  for it (advisory locks are reentrant: it would have been granted twice)"
-            )));
-        }
+            ),
+        )?;
+        let fence: Option<i64> = row.try_get(2).map_err(bad)?;
         let Some(fence) = fence else {
             let session = cleanup.disarm();
             self.put_back(session);

@@ -143,6 +143,33 @@ pub(in crate::postgres) async fn acquiring_reply(
     }
 }
 
+/// The pooler checks of an acquiring statement's reply (its first two columns, `moved` and
+/// `mine`: see `sql.rs`): a session a pooler moved or handed over is refused
+/// ([`pooler_error`]); `mine` says what the second one means.
+pub(in crate::postgres) fn refuse_handed_over(
+    row: &tokio_postgres::Row,
+    pid: i32,
+    mine: &str,
+) -> Result<()> {
+    let flag = |i: usize| {
+        row.try_get::<_, bool>(i)
+            .map_err(|e| Error::UnexpectedReply {
+                op: Operation::Acquire,
+                detail: e.to_string(),
+            })
+    };
+    if flag(0)? {
+        return Err(pooler_error(&format!(
+            "the server process serving this connection changed between two statements \
+             (pid {pid}, then another)"
+        )));
+    }
+    if flag(1)? {
+        return Err(pooler_error(mine));
+    }
+    Ok(())
+}
+
 /// What an attempt asks for.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Ask<'a> {
@@ -312,22 +339,14 @@ impl PostgresClient {
             op: Operation::Acquire,
             detail: e.to_string(),
         };
-        let moved: bool = row.try_get(0).map_err(bad)?;
-        let mine: bool = row.try_get(1).map_err(bad)?;
+        refuse_handed_over(
+            &row,
+            pid,
+            "this connection's server session already held an advisory lock before asking for \
+             one (a session handed over with another client's lock)",
+        )?;
         let slot: Option<i64> = row.try_get(2).map_err(bad)?;
         let fence: Option<i64> = row.try_get(3).map_err(bad)?;
-        if moved {
-            return Err(pooler_error(&format!(
-                "the server process serving this connection changed between two statements \
-                 (pid {pid}, then another)"
-            )));
-        }
-        if mine {
-            return Err(pooler_error(
-                "this connection's server session already held an advisory lock before asking \
-                 for one (a session handed over with another client's lock)",
-            ));
-        }
         let session = cleanup.0.take().expect("armed");
         let Some(seed) = slot else {
             self.put_back(session);

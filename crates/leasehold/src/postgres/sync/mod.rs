@@ -80,7 +80,7 @@ mod advisory;
 mod rows;
 mod session;
 
-pub(super) use advisory::{AdvisoryLock, acquiring_reply};
+pub(super) use advisory::{AdvisoryLock, acquiring_reply, refuse_handed_over};
 
 #[cfg(doc)]
 use crate::core::error::Error;
