@@ -21,10 +21,12 @@ use crate::postgres::params::millis_text;
 use crate::postgres::pooler::pooler_error;
 use crate::postgres::session::AbandonedSession;
 
-/// The advisory key of `name`'s lock number `seed`, in SQL: seed 0 is the plain lock's key
-/// (so a writer or leader excludes a plain lock of the same name and the reverse), seeds
-/// 1 ..= N a semaphore's slots.
-const KEY: &str = "hashtextextended($1, $2::bigint)";
+/// The advisory key of `$1`'s lock number `seed` (an SQL expression): seed 0 is the plain
+/// lock's key (so a writer or leader excludes a plain lock of the same name and the reverse),
+/// seeds 1 ..= N a semaphore's slots.
+fn advisory_key(seed: &str) -> String {
+    format!("hashtextextended($1, {seed})")
+}
 
 /// A granted advisory lock of `$1`'s key `$2` in `pg_locks` (`l`), as the plain lock's SQL
 /// splits a 64-bit key into `classid` and `objid`.
@@ -47,7 +49,7 @@ fn mark_of(token_param: &str) -> String {
 /// The advisory lock a [`PgHeld`] holds when it is not a plain lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(in crate::postgres) struct AdvisoryLock {
-    /// Its key's seed (see [`KEY`]).
+    /// Its key's seed (see [`advisory_key`]).
     pub(super) seed: i64,
     /// A reader's shared lock.
     pub(super) shared: bool,
@@ -199,7 +201,7 @@ impl Ask<'_> {
             (_, false) => "pg_try_advisory_lock",
             (_, true) => "pg_advisory_lock",
         };
-        Some((format!("{f}({})", KEY.replace("$2::bigint", seed)), seed))
+        Some((format!("{f}({})", advisory_key(seed)), seed))
     }
 
     /// `$5` of the statement: the slot, the number of permits or the leader's id.
@@ -230,7 +232,7 @@ impl Ask<'_> {
             None => format!(
                 "SELECT g::bigint FROM generate_series(1, $5::int) AS g
                   WHERE pg_try_advisory_lock({}) LIMIT 1",
-                KEY.replace("$2::bigint", "g::bigint")
+                advisory_key("g::bigint")
             ),
             Some((call, seed)) if wait => format!("SELECT {seed} FROM (SELECT {call}) AS w"),
             Some((call, seed)) => format!("SELECT CASE WHEN {call} THEN {seed} END"),
