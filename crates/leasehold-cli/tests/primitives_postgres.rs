@@ -233,3 +233,72 @@ fn the_second_candidate_takes_over_when_the_first_exits() {
         assert_eq!(second.wait().0, 0, "{kind}");
     }
 }
+
+// `leasehold elect` on both URLs: the leader's `leasehold` killed with -9 (no resignation) is
+// replaced, in a higher term: on session locks when the server sees its connection close, on
+// lease rows when its row expires (the 1 s TTL).
+#[test]
+fn a_killed_leader_is_replaced() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    for (kind, url) in urls(&pg) {
+        let svc = format!("crash-{kind}");
+        let (first_file, second_file) = (format!("k1-{kind}"), format!("k2-{kind}"));
+        let first = Running::start_subcommand(
+            &["--url", url.as_str()],
+            dir.path(),
+            "elect",
+            &[
+                &svc,
+                "--ttl",
+                "1s",
+                "--id",
+                "first",
+                "--",
+                "sh",
+                "-c",
+                &format!("echo $LEASEHOLD_TERM $$ > {first_file}; exec sleep 600"),
+            ],
+        );
+        let line = wait_for_file(&dir.path().join(&first_file));
+        let mut fields = line.split_whitespace();
+        let term: u64 = fields.next().unwrap().parse().unwrap();
+        let child: i32 = fields.next().unwrap().parse().unwrap();
+        let second = Running::start_subcommand(
+            &["--url", url.as_str()],
+            dir.path(),
+            "elect",
+            &[
+                &svc,
+                "--ttl",
+                "1s",
+                "--id",
+                "second",
+                "--",
+                "sh",
+                "-c",
+                &format!("echo $LEASEHOLD_LEADER_ID $LEASEHOLD_TERM > {second_file}"),
+            ],
+        );
+        assert!(
+            !dir.path().join(&second_file).exists(),
+            "{kind}: a follower ran its command"
+        );
+        kill(Pid::from_raw(first.pid() as i32), Signal::SIGKILL).unwrap();
+        let _ = kill(Pid::from_raw(child), Signal::SIGKILL);
+        let line = wait_for_file(&dir.path().join(&second_file));
+        let mut fields = line.split_whitespace();
+        assert_eq!(fields.next(), Some("second"), "{kind}");
+        let next: u64 = fields.next().unwrap().parse().unwrap();
+        assert!(
+            next > term,
+            "{kind}: terms strictly increase: {term} then {next}"
+        );
+        assert_eq!(second.wait().0, 0, "{kind}");
+        drop(first);
+    }
+}
