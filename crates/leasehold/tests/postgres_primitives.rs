@@ -674,3 +674,35 @@ async fn through_a_transaction_pooler_lease_rows_work_and_sessions_are_refused()
     assert_eq!(ea.leader().await.unwrap().unwrap().id, "b");
     second.release().await.unwrap();
 }
+
+/// Lease rows announce elections and resignations (`NOTIFY`), so a watch that polls only every
+/// ten minutes, of a leader whose lease runs a minute, still sees each change: without the
+/// announcements it would see none within the hang guard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_row_election_watch_hears_every_change() {
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    let locker = Locker::connect(&format!("{}?lock=lease", pg.url()))
+        .await
+        .unwrap();
+    let election = locker.election("watched").unwrap();
+    let mut watch = election.watch(Duration::from_secs(600));
+    let opts = LockOptions::new(Duration::from_secs(60));
+    let a = election.campaign("a", &opts).await.unwrap();
+    let seen = tokio::time::timeout(BOUND, watch.changed())
+        .await
+        .expect("the election announced")
+        .unwrap()
+        .expect("a leads");
+    assert_eq!(
+        (seen.id.as_str(), Some(seen.term)),
+        ("a", a.fencing_token())
+    );
+    a.release().await.unwrap();
+    let seen = tokio::time::timeout(BOUND, watch.changed())
+        .await
+        .expect("the resignation announced")
+        .unwrap();
+    assert_eq!(seen, None);
+}

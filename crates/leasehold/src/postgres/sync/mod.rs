@@ -67,7 +67,10 @@
 //! * **Election.** The lease row of `name` in `leasehold_leases` (a plain lease lock's row),
 //!   taken with its next fencing number (the term), and the term row
 //!   (`leasehold_lease_terms`) in the same statement; renewed as an auto-extended lease row; a
-//!   crashed leader's row expires after its TTL, and a waiting candidate takes over.
+//!   crashed leader's row expires after its TTL, and a waiting candidate takes over. The winning
+//!   statement and a resignation notify the lease rows' channel, so
+//!   [`Election::watch`](crate::Election::watch) hears each change at once (other candidates
+//!   waiting for the name wake too, and try once more).
 //! * **No read-write lock.** Readers as rows with a shared mode need a writer that waits
 //!   without holding, and readers that see it, across rows: not one statement under one row
 //!   lock. [`Backend::has`](crate::Backend::has) says so and

@@ -14,7 +14,9 @@ use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::{HeldLock, Lease, LockGuard, clock_drift};
 use crate::core::options::{LockOptions, ttl_millis};
 use crate::core::outcome::TryAcquire;
-use crate::core::sync::{Election, ElectionProvider, Leader, Semaphore, impl_provider};
+use crate::core::sync::{
+    Election, ElectionProvider, Leader, LeaderChanges, Semaphore, impl_provider,
+};
 use crate::core::token::LockToken;
 use crate::postgres::lease::{LeaseRowHeld, PostgresLeaseClient};
 use crate::postgres::params::validate_pg_key;
@@ -83,8 +85,9 @@ const CREATE_TERMS: &str = "CREATE TABLE IF NOT EXISTS leasehold_lease_terms (
     leader_id text NOT NULL
 )";
 
-/// The lease rows' acquiring upsert, and the term row in the same statement. One row: the
-/// term (NULL: busy) and the ms the holder's lease still runs.
+/// The lease rows' acquiring upsert, and the term row in the same statement, announced on the
+/// lease rows' channel (for [`Election::watch`]). One row: the term (NULL: busy) and the ms the
+/// holder's lease still runs.
 const ELECT: &str = "\
 WITH a AS (
   INSERT INTO leasehold_leases AS t (key, token, expires_at, fence)
@@ -96,8 +99,9 @@ WITH a AS (
 e AS (
   INSERT INTO leasehold_lease_terms AS t (key, term, leader_id) SELECT $1, fence, $4 FROM a
   ON CONFLICT (key) DO UPDATE SET term = EXCLUDED.term, leader_id = EXCLUDED.leader_id
-  RETURNING term)
-SELECT (SELECT term FROM e),
+  RETURNING term),
+n AS (SELECT pg_notify('leasehold_release', $1) FROM e)
+SELECT (SELECT term FROM e), (SELECT count(*) FROM n),
        (SELECT (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint
           FROM leasehold_leases
          WHERE key = $1 AND token IS NOT NULL AND expires_at > clock_timestamp())";
@@ -489,7 +493,7 @@ impl RowElection {
             .await?;
         let bad = unexpected(Operation::Acquire);
         let term: Option<i64> = row.try_get(0).map_err(&bad)?;
-        let remaining: Option<i64> = row.try_get(1).map_err(&bad)?;
+        let remaining: Option<i64> = row.try_get(2).map_err(&bad)?;
         let Some(term) = term else {
             return Ok(Attempt::Busy {
                 remaining: millis(remaining),
@@ -561,6 +565,48 @@ impl ElectionProvider for RowElection {
 
     fn leader<'a>(&'a self) -> BoxFuture<'a, Result<Option<Leader>>> {
         Box::pin(RowElection::leader(self))
+    }
+
+    /// A leader elected or resigning is announced on the lease rows' channel (`LISTEN`; through
+    /// a transaction pooler announcements may be lost, and the watch polls).
+    fn changes<'a>(&'a self) -> BoxFuture<'a, Option<Box<dyn LeaderChanges>>> {
+        Box::pin(async move {
+            let released = self.client.releases().await.ok()?;
+            Some(Box::new(Announcements {
+                released,
+                name: self.name.clone(),
+            }) as Box<dyn LeaderChanges>)
+        })
+    }
+}
+
+/// The lease rows' announcements of one name.
+struct Announcements {
+    released: broadcast::Receiver<String>,
+    name: String,
+}
+
+impl LeaderChanges for Announcements {
+    fn mark_seen(&mut self) {
+        while !matches!(
+            self.released.try_recv(),
+            Err(broadcast::error::TryRecvError::Empty | broadcast::error::TryRecvError::Closed)
+        ) {}
+    }
+
+    fn changed(&mut self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            loop {
+                match self.released.recv().await {
+                    // Lagged: ours may be among the announcements missed.
+                    Ok(k) if k == self.name => return,
+                    Err(broadcast::error::RecvError::Lagged(_)) => return,
+                    Ok(_) => {}
+                    // The listening connection ended: the watch's poll takes over.
+                    Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
+                }
+            }
+        })
     }
 }
 
