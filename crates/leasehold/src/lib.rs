@@ -29,6 +29,7 @@ pub use self::core::sync::{
     Election, Leader, LeaderWatch, MAX_ELECTION_ID_LEN, MAX_PERMITS, RwLock, Semaphore,
 };
 pub use self::core::token::{LockToken, MAX_KEY_LEN};
+pub use self::core::trace::{KeyInSpans, set_key_in_spans};
 pub use self::redis::client::LockClient;
 pub use self::redis::connection::{ClientConnection, SentinelConnection};
 pub use self::redis::endpoint::Endpoint;

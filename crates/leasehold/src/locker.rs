@@ -11,6 +11,7 @@ use crate::core::options::{ClientOptions, LockOptions};
 use crate::core::outcome::{LockState, TryAcquire};
 use crate::core::sync::{Election, RwLock, Semaphore};
 use crate::core::token::LockToken;
+use crate::core::trace;
 use crate::redis::client::LockClient;
 use crate::redlock::{Redlock, RedlockOptions};
 
@@ -172,7 +173,7 @@ impl Locker {
     /// semaphores ([`Backend::has`]).
     pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
         Semaphore::check(name, permits)?;
-        self.backend.semaphore(name, permits)
+        Ok(self.backend.semaphore(name, permits)?.on(self.kind()))
     }
 
     /// A read-write lock on `name` (no round trip).
@@ -182,7 +183,7 @@ impl Locker {
     /// backend without read-write locks ([`Backend::has`]).
     pub fn rwlock(&self, name: &str) -> Result<RwLock> {
         crate::core::token::validate_key(name)?;
-        self.backend.rwlock(name)
+        Ok(self.backend.rwlock(name)?.on(self.kind()))
     }
 
     /// A leader election on `name` (no round trip).
@@ -192,7 +193,7 @@ impl Locker {
     /// backend without elections ([`Backend::has`]).
     pub fn election(&self, name: &str) -> Result<Election> {
         crate::core::token::validate_key(name)?;
-        self.backend.election(name)
+        Ok(self.backend.election(name)?.on(self.kind()))
     }
 
     /// One attempt to take `key`, without waiting (see [`LockClient::try_acquire`]).
@@ -201,7 +202,8 @@ impl Locker {
     /// As the backend's `try_acquire`.
     pub async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
         let begun = crate::core::metrics::start();
-        let result = self.backend.try_acquire(key, options).await;
+        let span = trace::span("leasehold.try_acquire", Some(self.kind()), key);
+        let result = trace::traced(span, self.backend.try_acquire(key, options)).await;
         self.count(
             options,
             crate::core::metrics::Outcome::of_try(&result),
@@ -217,7 +219,8 @@ impl Locker {
     /// backend's `acquire`.
     pub async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
         let begun = crate::core::metrics::start();
-        let result = self.backend.acquire(key, options).await;
+        let span = trace::span("leasehold.acquire", Some(self.kind()), key);
+        let result = trace::traced(span, self.backend.acquire(key, options)).await;
         self.count(
             options,
             crate::core::metrics::Outcome::of_acquire(&result),
@@ -258,7 +261,8 @@ impl Locker {
     /// # Errors
     /// [`Error::NotHeld`] if it does not; connection and server errors.
     pub async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
-        self.backend.release(key, token).await
+        let span = trace::span("leasehold.release", Some(self.kind()), key);
+        trace::traced(span, self.backend.release(key, token)).await
     }
 
     /// Releases a [fair](LockOptions::fair) lock `key` if `token` still holds it, handing it to
@@ -270,7 +274,10 @@ impl Locker {
     /// lease rows; connection and server errors.
     pub async fn release_fair(&self, key: &str, token: &LockToken) -> Result<()> {
         match (self.as_redis(), self.kind().fairness()) {
-            (Some(client), _) => client.release_fair(key, token).await,
+            (Some(client), _) => {
+                let span = trace::span("leasehold.release_fair", Some(self.kind()), key);
+                trace::traced(span, client.release_fair(key, token)).await
+            }
             (None, Fairness::Always) => self.release(key, token).await,
             _ => Err(Error::Unsupported {
                 backend: self.backend(),
@@ -284,7 +291,8 @@ impl Locker {
     /// # Errors
     /// [`Error::NotHeld`] if it does not; connection and server errors.
     pub async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<()> {
-        self.backend.extend(key, token, ttl).await
+        let span = trace::span("leasehold.extend", Some(self.kind()), key);
+        trace::traced(span, self.backend.extend(key, token, ttl)).await
     }
 
     /// Who holds `key`, for how long, and its fencing counter (Redlock: as a majority sees it).
@@ -292,7 +300,8 @@ impl Locker {
     /// # Errors
     /// Connection and server errors.
     pub async fn inspect(&self, key: &str) -> Result<LockState> {
-        self.backend.inspect(key).await
+        let span = trace::span("leasehold.inspect", Some(self.kind()), key);
+        trace::traced(span, self.backend.inspect(key)).await
     }
 
     /// Raises `key`'s fencing counter to at least `at_least` (see
@@ -302,7 +311,8 @@ impl Locker {
     /// [`Error::Unsupported`] on etcd (its fencing numbers are its revisions, which only move
     /// up); connection and server errors.
     pub async fn raise_fencing_counter(&self, key: &str, at_least: u64) -> Result<u64> {
-        self.backend.raise_fencing_counter(key, at_least).await
+        let span = trace::span("leasehold.raise_fencing_counter", Some(self.kind()), key);
+        trace::traced(span, self.backend.raise_fencing_counter(key, at_least)).await
     }
 }
 

@@ -25,4 +25,5 @@ mod sentinel;
 mod short_ttl;
 mod tls;
 mod tls_backends;
+mod tracing_spans;
 mod waiting;

@@ -310,6 +310,30 @@ impl Error {
         matches!(self, Error::NotHeld { .. })
     }
 
+    /// The variant's name (`NotHeld`, `Connection`, ...): OpenTelemetry's `error.type` in
+    /// spans, and a stable label for logs and metrics.
+    pub fn variant_name(&self) -> &'static str {
+        match self {
+            Error::InvalidArgument { .. } => "InvalidArgument",
+            Error::Connection { .. } => "Connection",
+            Error::PermissionDenied { .. } => "PermissionDenied",
+            Error::Topology { .. } => "Topology",
+            Error::Authentication { .. } => "Authentication",
+            Error::Server { .. } => "Server",
+            Error::FencingExhausted { .. } => "FencingExhausted",
+            Error::NotHeld { .. } => "NotHeld",
+            Error::NotAcquired { .. } => "NotAcquired",
+            Error::ExpiredOnArrival { .. } => "ExpiredOnArrival",
+            Error::NotReplicated { .. } => "NotReplicated",
+            Error::NoQuorum { .. } => "NoQuorum",
+            Error::LockLost { .. } => "LockLost",
+            Error::Unsupported { .. } => "Unsupported",
+            Error::Conflict { .. } => "Conflict",
+            Error::BackendNotCompiled { .. } => "BackendNotCompiled",
+            Error::UnexpectedReply { .. } => "UnexpectedReply",
+        }
+    }
+
     pub(crate) fn invalid(what: &'static str, reason: impl Into<String>) -> Self {
         Error::InvalidArgument {
             what,

@@ -378,7 +378,8 @@ impl LockGuard {
         let sent = Instant::now();
         let bound = sent + ttl.saturating_sub(self.held.drift(ttl));
         let seq = self.lease.extend_sent(bound);
-        match self.held.extend(&self.lease, ttl).await {
+        let span = crate::core::trace::span("leasehold.extend", None, self.key());
+        match crate::core::trace::traced(span, self.held.extend(&self.lease, ttl)).await {
             Ok(valid_until) => {
                 self.lease.extend_confirmed(seq, valid_until.min(bound));
                 Ok(())
@@ -408,7 +409,8 @@ impl LockGuard {
         self.done = true;
         self.lease.end();
         crate::core::metrics::held(self.since);
-        self.held.release(&self.lease).await
+        let span = crate::core::trace::span("leasehold.release", None, self.key());
+        crate::core::trace::traced(span, self.held.release(&self.lease)).await
     }
 }
 

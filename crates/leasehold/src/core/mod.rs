@@ -15,4 +15,5 @@ pub(crate) mod sync;
 pub(crate) mod throttle;
 pub(crate) mod tls;
 pub(crate) mod token;
+pub(crate) mod trace;
 pub(crate) mod url;

@@ -56,7 +56,7 @@ impl LockClient {
             name: name.to_string(),
             record: election_leader_key(name),
         };
-        Ok(Election::new(name, redis))
+        Ok(Election::new(name, redis).on(crate::Backend::Redis))
     }
 }
 

@@ -87,7 +87,7 @@ impl LockClient {
             readers: rwlock_readers_key(name),
             waiting: rwlock_writer_waiting_key(name),
         };
-        Ok(RwLock::new(name, redis))
+        Ok(RwLock::new(name, redis).on(crate::Backend::Redis))
     }
 }
 

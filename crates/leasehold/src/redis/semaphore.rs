@@ -86,7 +86,7 @@ impl LockClient {
             permits_key: semaphore_permits_key(name),
             limit_key: semaphore_limit_key(name),
         };
-        Ok(Semaphore::new(name, permits, redis))
+        Ok(Semaphore::new(name, permits, redis).on(crate::Backend::Redis))
     }
 }
 

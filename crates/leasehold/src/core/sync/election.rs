@@ -11,6 +11,7 @@ use tokio::sync::watch;
 
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::LockGuard;
+use crate::core::kind::Backend;
 use crate::core::options::LockOptions;
 
 /// The longest candidate id.
@@ -90,7 +91,7 @@ pub(crate) trait ElectionProvider: Send + Sync + Debug + 'static {
 /// ```
 #[derive(Debug, Clone)]
 pub struct Election {
-    name: Arc<str>,
+    label: super::Label,
     provider: Arc<dyn ElectionProvider>,
 }
 
@@ -98,14 +99,20 @@ impl Election {
     /// The handle over `provider`, made for `name` (checked with `validate_key` before).
     pub(crate) fn new(name: &str, provider: impl ElectionProvider) -> Election {
         Election {
-            name: name.into(),
+            label: super::Label::new(name),
             provider: Arc::new(provider),
         }
     }
 
+    /// The same handle, its spans naming `backend`.
+    pub(crate) fn on(mut self, backend: Backend) -> Self {
+        self.label.backend = Some(backend);
+        self
+    }
+
     /// The election's name (its lock key).
     pub fn name(&self) -> &str {
-        &self.name
+        &self.label.name
     }
 
     /// Waits to become leader as `id`, until `options.wait_bound()` (for ever without one),
@@ -126,7 +133,11 @@ impl Election {
         }
         // Checked as it will run: renewed, so at least MIN_RENEWED_TTL.
         options.clone().auto_extend(true).validate()?;
-        self.provider.campaign(id, options).await
+        crate::core::trace::traced(
+            self.label.span("leasehold.election.campaign"),
+            self.provider.campaign(id, options),
+        )
+        .await
     }
 
     /// Who leads now, and in which term; `None` while nobody does.
@@ -135,7 +146,11 @@ impl Election {
     /// [`Error::Conflict`] if the election's lock is held by something else than a campaign
     /// (a plain lock); connection and server errors.
     pub async fn leader(&self) -> Result<Option<Leader>> {
-        self.provider.leader().await
+        crate::core::trace::traced(
+            self.label.span("leasehold.election.leader"),
+            self.provider.leader(),
+        )
+        .await
     }
 
     /// Follows the leadership: a background task reads [`Election::leader`] when the backend

@@ -36,3 +36,25 @@ macro_rules! impl_provider {
     };
 }
 pub(crate) use impl_provider;
+
+/// What every handle knows of itself: its name, and its backend for spans (set by the
+/// `Locker` that made it, or the backend's own client).
+#[derive(Debug, Clone)]
+struct Label {
+    name: std::sync::Arc<str>,
+    backend: Option<crate::core::kind::Backend>,
+}
+
+impl Label {
+    fn new(name: &str) -> Label {
+        Label {
+            name: name.into(),
+            backend: None,
+        }
+    }
+
+    /// The span of `operation` on this handle's name.
+    fn span(&self, operation: &'static str) -> tracing::Span {
+        crate::core::trace::span(operation, self.backend, &self.name)
+    }
+}

@@ -8,6 +8,7 @@ use futures_util::future::BoxFuture;
 
 use crate::core::error::Result;
 use crate::core::guard::{Lease, LockGuard};
+use crate::core::kind::Backend;
 use crate::core::options::LockOptions;
 use crate::core::outcome::TryAcquire;
 use crate::core::token::LockToken;
@@ -51,7 +52,7 @@ pub(crate) trait RwLockProvider: Send + Sync + Debug + 'static {
 /// ```
 #[derive(Debug, Clone)]
 pub struct RwLock {
-    name: Arc<str>,
+    label: super::Label,
     provider: Arc<dyn RwLockProvider>,
 }
 
@@ -59,14 +60,20 @@ impl RwLock {
     /// The handle over `provider`, made for `name` (checked with `validate_key` before).
     pub(crate) fn new(name: &str, provider: impl RwLockProvider) -> RwLock {
         RwLock {
-            name: name.into(),
+            label: super::Label::new(name),
             provider: Arc::new(provider),
         }
     }
 
+    /// The same handle, its spans naming `backend`.
+    pub(crate) fn on(mut self, backend: Backend) -> Self {
+        self.label.backend = Some(backend);
+        self
+    }
+
     /// The lock's name.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.label.name
     }
 
     /// One attempt to read: succeeds while no writer holds or waits for the lock.
@@ -76,7 +83,11 @@ impl RwLock {
     /// does not have (fencing, fair mode, `replica_ack`); as
     /// [`Locker::try_acquire`](crate::Locker::try_acquire).
     pub async fn try_read(&self, options: &LockOptions) -> Result<TryAcquire> {
-        self.provider.try_read(options).await
+        crate::core::trace::traced(
+            self.label.span("leasehold.rwlock.try_read"),
+            self.provider.try_read(options),
+        )
+        .await
     }
 
     /// Waits to read until `options.wait_bound()`.
@@ -85,7 +96,11 @@ impl RwLock {
     /// [`Error::NotAcquired`](crate::Error::NotAcquired) at the deadline; as
     /// [`RwLock::try_read`].
     pub async fn read(&self, options: &LockOptions) -> Result<LockGuard> {
-        self.provider.read(options).await
+        crate::core::trace::traced(
+            self.label.span("leasehold.rwlock.read"),
+            self.provider.read(options),
+        )
+        .await
     }
 
     /// One attempt to write: succeeds with no writer, no waiting writer before us, and no
@@ -95,7 +110,11 @@ impl RwLock {
     /// [`Error::Unsupported`](crate::Error::Unsupported) for options the backend does not
     /// have; as [`Locker::try_acquire`](crate::Locker::try_acquire).
     pub async fn try_write(&self, options: &LockOptions) -> Result<TryAcquire> {
-        self.provider.try_write(options).await
+        crate::core::trace::traced(
+            self.label.span("leasehold.rwlock.try_write"),
+            self.provider.try_write(options),
+        )
+        .await
     }
 
     /// Waits to write until `options.wait_bound()`. While it waits, new readers are kept out.
@@ -104,7 +123,11 @@ impl RwLock {
     /// [`Error::NotAcquired`](crate::Error::NotAcquired) at the deadline; as
     /// [`RwLock::try_write`].
     pub async fn write(&self, options: &LockOptions) -> Result<LockGuard> {
-        self.provider.write(options).await
+        crate::core::trace::traced(
+            self.label.span("leasehold.rwlock.write"),
+            self.provider.write(options),
+        )
+        .await
     }
 
     /// [`RwLock::read`], run `work`, release whatever happens (as
@@ -142,7 +165,11 @@ impl RwLock {
     /// # Errors
     /// [`Error::NotHeld`](crate::Error::NotHeld) if `token` holds no unexpired read lease.
     pub async fn release_read(&self, token: &LockToken) -> Result<()> {
-        self.provider.release_read(token).await
+        crate::core::trace::traced(
+            self.label.span("leasehold.rwlock.release_read"),
+            self.provider.release_read(token),
+        )
+        .await
     }
 
     /// Releases the write lease that `token` holds.
@@ -150,7 +177,11 @@ impl RwLock {
     /// # Errors
     /// [`Error::NotHeld`](crate::Error::NotHeld) if it does not hold it.
     pub async fn release_write(&self, token: &LockToken) -> Result<()> {
-        self.provider.release_write(token).await
+        crate::core::trace::traced(
+            self.label.span("leasehold.rwlock.release_write"),
+            self.provider.release_write(token),
+        )
+        .await
     }
 
     /// Resets the read lease that `token` holds to `ttl` from now (a guard's renewal does this
@@ -160,7 +191,11 @@ impl RwLock {
     /// [`Error::NotHeld`](crate::Error::NotHeld) if `token` holds no unexpired read lease;
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a bad TTL.
     pub async fn extend_read(&self, token: &LockToken, ttl: Duration) -> Result<()> {
-        self.provider.extend_read(token, ttl).await
+        crate::core::trace::traced(
+            self.label.span("leasehold.rwlock.extend_read"),
+            self.provider.extend_read(token, ttl),
+        )
+        .await
     }
 
     /// Resets the write lease that `token` holds to `ttl` from now.
@@ -168,7 +203,11 @@ impl RwLock {
     /// # Errors
     /// [`Error::NotHeld`](crate::Error::NotHeld) if it does not hold it.
     pub async fn extend_write(&self, token: &LockToken, ttl: Duration) -> Result<()> {
-        self.provider.extend_write(token, ttl).await
+        crate::core::trace::traced(
+            self.label.span("leasehold.rwlock.extend_write"),
+            self.provider.extend_write(token, ttl),
+        )
+        .await
     }
 
     /// How many readers hold the lock (unexpired) right now.
@@ -176,6 +215,10 @@ impl RwLock {
     /// # Errors
     /// Connection and server errors.
     pub async fn readers(&self) -> Result<u32> {
-        self.provider.readers().await
+        crate::core::trace::traced(
+            self.label.span("leasehold.rwlock.readers"),
+            self.provider.readers(),
+        )
+        .await
     }
 }

@@ -8,6 +8,7 @@ use futures_util::future::BoxFuture;
 
 use crate::core::error::{Error, Result};
 use crate::core::guard::{Lease, LockGuard};
+use crate::core::kind::Backend;
 use crate::core::options::LockOptions;
 use crate::core::outcome::TryAcquire;
 use crate::core::token::{LockToken, validate_key};
@@ -57,7 +58,7 @@ pub(crate) trait SemaphoreProvider: Send + Sync + Debug + 'static {
 /// ```
 #[derive(Debug, Clone)]
 pub struct Semaphore {
-    name: Arc<str>,
+    label: super::Label,
     permits: u32,
     provider: Arc<dyn SemaphoreProvider>,
 }
@@ -89,15 +90,21 @@ impl Semaphore {
     /// [`Semaphore::check`] before the provider was made).
     pub(crate) fn new(name: &str, permits: u32, provider: impl SemaphoreProvider) -> Semaphore {
         Semaphore {
-            name: name.into(),
+            label: super::Label::new(name),
             permits,
             provider: Arc::new(provider),
         }
     }
 
+    /// The same handle, its spans naming `backend`.
+    pub(crate) fn on(mut self, backend: Backend) -> Self {
+        self.label.backend = Some(backend);
+        self
+    }
+
     /// The semaphore's name.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.label.name
     }
 
     /// How many holders it admits at once.
@@ -114,7 +121,11 @@ impl Semaphore {
     /// [`Error::Conflict`] when the name's holders use another number of permits;
     /// [`Error::ExpiredOnArrival`]; connection and server errors.
     pub async fn try_acquire(&self, options: &LockOptions) -> Result<TryAcquire> {
-        self.provider.try_acquire(options).await
+        crate::core::trace::traced(
+            self.label.span("leasehold.semaphore.try_acquire"),
+            self.provider.try_acquire(options),
+        )
+        .await
     }
 
     /// Takes a permit, retrying until `options.wait_bound()` (one attempt without one).
@@ -123,7 +134,11 @@ impl Semaphore {
     /// [`Error::NotAcquired`] if every permit stayed held until the deadline; otherwise as
     /// [`Semaphore::try_acquire`].
     pub async fn acquire(&self, options: &LockOptions) -> Result<LockGuard> {
-        self.provider.acquire(options).await
+        crate::core::trace::traced(
+            self.label.span("leasehold.semaphore.acquire"),
+            self.provider.acquire(options),
+        )
+        .await
     }
 
     /// Waits for a permit (as [`Semaphore::acquire`]), runs `work`, and releases the permit
@@ -149,7 +164,11 @@ impl Semaphore {
     /// [`Error::NotHeld`] if `token` holds no unexpired permit of this semaphore;
     /// [`Error::Unsupported`] on a backend where only the holding client can release.
     pub async fn release(&self, token: &LockToken) -> Result<()> {
-        self.provider.release(token).await
+        crate::core::trace::traced(
+            self.label.span("leasehold.semaphore.release"),
+            self.provider.release(token),
+        )
+        .await
     }
 
     /// Resets the permit that `token` holds to `ttl` from now.
@@ -158,7 +177,11 @@ impl Semaphore {
     /// [`Error::NotHeld`] if `token` holds no unexpired permit; [`Error::InvalidArgument`] for
     /// a bad TTL.
     pub async fn extend(&self, token: &LockToken, ttl: Duration) -> Result<()> {
-        self.provider.extend(token, ttl).await
+        crate::core::trace::traced(
+            self.label.span("leasehold.semaphore.extend"),
+            self.provider.extend(token, ttl),
+        )
+        .await
     }
 
     /// How many permits are held (unexpired) right now.
@@ -166,6 +189,10 @@ impl Semaphore {
     /// # Errors
     /// Connection and server errors.
     pub async fn holders(&self) -> Result<u32> {
-        self.provider.holders().await
+        crate::core::trace::traced(
+            self.label.span("leasehold.semaphore.holders"),
+            self.provider.holders(),
+        )
+        .await
     }
 }
