@@ -43,9 +43,12 @@ async fn acquire(locker: &Locker, servers: &Servers, args: AcquireArgs) -> anyho
         )
         .into());
     }
-    let options = LockOptions::new(args.ttl)
-        .fencing(args.fencing)
-        .fair(args.fair);
+    let options = args.owner.apply(
+        LockOptions::new(args.ttl)
+            .fencing(args.fencing)
+            .fair(args.fair),
+        None,
+    );
     let primitive = Primitive::of(locker, &args.key, &args.primitive)?;
     let guard = match args.wait {
         Some(wait) => {

@@ -174,6 +174,8 @@ impl Command {
             Command::Inspect(a) => &a.servers,
             Command::Run(a) => &a.servers,
             Command::Elect(a) => &a.servers,
+            Command::Ls(a) => &a.servers,
+            Command::ForceRelease(a) => &a.servers,
         }
     }
 }
@@ -228,11 +230,117 @@ pub enum Command {
     /// --kill-grace); processes CMD leaves in its group are stopped before resigning.
     #[command(after_help = RUN_EXIT_STATUSES)]
     Elect(ElectArgs),
+    /// List the held locks: key, kind, holders and owners, TTL, fencing counter, waiters
+    ///
+    /// Reads the server (every master of a cluster) with SCAN, never KEYS: the server keeps
+    /// serving while it is listed. PATTERN is a glob on lock names (`*`, `?`, `\`).
+    #[command(after_help = LS_OUTPUT)]
+    Ls(LsArgs),
+    /// Remove a stuck lock whoever holds it, bump its fencing counter, and record why
+    ///
+    /// The old holder's release and extend then fail (it is told it lost the lock), and every
+    /// fencing number issued later is above the counter printed, so a resource that keeps the
+    /// highest number it saw refuses the old holder. Who forced it and why is logged, printed,
+    /// and on Redis kept in a `{KEY}:forced` hash for a week.
+    #[command(after_help = FORCE_RELEASE_OUTPUT)]
+    ForceRelease(ForceReleaseArgs),
+}
+
+/// What `leasehold ls` prints, and its exit statuses.
+const LS_OUTPUT: &str = "\
+JSON output: one array of {key, kind, ttl_ms, fencing_counter, waiters, permits, holders:
+[{holder, owner: {host, pid, program, label} or null, ttl_ms}]}, sorted by key; kind is lock,
+fair, permits, read or election; holder is the token's redacted name (never the token).
+Exit status: 0 listed; 64 usage (a backend without a lock table); 69 server unreachable;
+77 the server refused the listing (a Redis user without SCAN: see docs/acl.md).
+--watch redraws the table every INTERVAL (default 2s) until SIGINT or q.";
+
+/// What `leasehold force-release` prints, and its exit statuses.
+const FORCE_RELEASE_OUTPUT: &str = "\
+JSON output: {key, previous_holder, previous_owner, fencing_counter, forced_by, reason}.
+Exit status: 0 released; 1 nobody holds KEY; 64 KEY is not a lock (another type, a value that
+is not a leasehold token: nothing is written) or the backend cannot force locks; 69 server
+unreachable; 77 permission denied.";
+
+/// Arguments of `leasehold ls`.
+#[derive(Debug, Args)]
+pub struct LsArgs {
+    /// The server(s).
+    #[command(flatten)]
+    pub servers: ServerArgs,
+    /// Only the locks whose names match this glob.
+    #[arg(default_value = "*")]
+    pub pattern: String,
+    /// Redraw the table in place every INTERVAL (default 2s), like `watch`; q or Ctrl-C ends.
+    #[arg(long, value_name = "INTERVAL", value_parser = parse_positive_duration,
+          num_args = 0..=1, default_missing_value = "2s", conflicts_with = "json")]
+    pub watch: Option<Duration>,
+    /// Print one JSON array instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `leasehold force-release`.
+#[derive(Debug, Args)]
+pub struct ForceReleaseArgs {
+    /// The server(s).
+    #[command(flatten)]
+    pub servers: ServerArgs,
+    /// The lock key.
+    #[arg(value_parser = parse_key)]
+    pub key: String,
+    /// Why (kept with the record of the forced release).
+    #[arg(long, value_name = "TEXT")]
+    pub reason: String,
+    /// Output format.
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// Who takes a lock, as `inspect` and `ls` show it (`run` and `acquire`).
+#[derive(Debug, Clone, Args)]
+pub struct OwnerArgs {
+    /// A label stored with the lock's owner record (host, pid and program are always there
+    /// unless --no-owner), shown by `inspect` and `ls`. Default for `run`: CMD's name.
+    #[arg(long, value_name = "TEXT", value_parser = parse_owner_label)]
+    pub owner_label: Option<String>,
+    /// Store no owner record with the lock (the bare token).
+    #[arg(long, conflicts_with = "owner_label")]
+    pub no_owner: bool,
+}
+
+impl OwnerArgs {
+    /// `options` with the owner record these flags ask for (`default_label` when no label).
+    pub fn apply(
+        &self,
+        options: leasehold::LockOptions,
+        default_label: Option<&str>,
+    ) -> leasehold::LockOptions {
+        if self.no_owner {
+            return options;
+        }
+        let me = leasehold::Owner::this_process();
+        let label = self.owner_label.as_deref().or(default_label);
+        // A default label that does not pass (a control character in CMD's name) is left out.
+        let owner = match label {
+            Some(label) => me.clone().label(label).unwrap_or(me),
+            None => me,
+        };
+        options.owner(owner)
+    }
+}
+
+/// An owner label: what [`leasehold::Owner::label`] accepts.
+pub fn parse_owner_label(s: &str) -> Result<String, String> {
+    leasehold::Owner::this_process()
+        .label(s)
+        .map(|_| s.to_string())
+        .map_err(|e| e.to_string())
 }
 
 /// What `leasehold inspect --json` prints.
 const INSPECT_OUTPUT: &str = "\
-JSON output: {key, held, token, ttl_ms, fencing_token}. With several --url (Redlock): {key, held,
+JSON output: {key, held, token, ttl_ms, fencing_token, owner}. With several --url (Redlock): {key, held,
 token, nodes: [{node, held, token, ttl_ms, fencing_token} or {node, error}]}, where held is true
 and token set when a majority of all the nodes hold the same token. Exits 69 (and prints nothing
 on stdout) when fewer than a majority of the nodes answer.";
@@ -294,6 +402,9 @@ pub struct RunArgs {
     /// 127.0.0.1:9464 (any path answers; port 0 picks a free one, printed on stderr).
     #[arg(long, value_name = "ADDR")]
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// The owner record.
+    #[command(flatten)]
+    pub owner: OwnerArgs,
     /// The command and its arguments (after `--`).
     #[arg(
         required = true,
@@ -368,6 +479,9 @@ pub struct AcquireArgs {
     /// `release` with the same flag take its token.
     #[command(flatten)]
     pub primitive: PrimitiveArgs,
+    /// The owner record.
+    #[command(flatten)]
+    pub owner: OwnerArgs,
     /// Output format.
     #[command(flatten)]
     pub output: OutputArgs,

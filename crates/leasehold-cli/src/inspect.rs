@@ -20,6 +20,8 @@ struct Inspected<'a> {
     fencing_token: Option<u64>,
     /// The remaining TTL (`null` when the key is absent or never expires).
     ttl_ms: Option<u64>,
+    /// The holder's owner record (`null` when free or taken without one).
+    owner: Option<crate::ls::OwnerJson>,
 }
 
 impl<'a> Inspected<'a> {
@@ -30,6 +32,7 @@ impl<'a> Inspected<'a> {
             token: state.holder.as_deref(),
             fencing_token: state.fencing_counter,
             ttl_ms: state.ttl.map(millis),
+            owner: state.owner.as_ref().map(crate::ls::OwnerJson::of),
         }
     }
 }
@@ -147,7 +150,13 @@ fn describe(state: &LockState, sep: &str) -> String {
     let fencing = state
         .fencing_counter
         .map_or_else(|| "(never used)".to_string(), |n| n.to_string());
-    format!("holder: {holder}{sep}ttl: {ttl}{sep}fencing counter: {fencing}")
+    let owner = match (&state.holder, &state.owner) {
+        (_, Some(owner)) => format!("{sep}owner: {owner}"),
+        (Some(_), None) => format!("{sep}owner: (no owner record)"),
+        (None, None) => String::new(),
+    };
+    // The owner last: the lines before it keep their shape for scripts that read them.
+    format!("holder: {holder}{sep}ttl: {ttl}{sep}fencing counter: {fencing}{owner}")
 }
 
 /// A node's error, as one phrase. (A node that did not answer within the per-node timeout comes

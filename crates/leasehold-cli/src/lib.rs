@@ -45,7 +45,9 @@ mod cli;
 #[doc(hidden)]
 pub mod exit;
 mod extend;
+mod force_release;
 mod inspect;
+mod ls;
 #[doc(hidden)]
 pub mod metrics;
 mod output;
@@ -95,6 +97,8 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Inspect(args) => inspect::run(&servers, args).await,
         Command::Run(args) => return run::run(&servers, args).await,
         Command::Elect(args) => return run::elect(&servers, args).await,
+        Command::Ls(args) => ls::run(&servers, args).await,
+        Command::ForceRelease(args) => force_release::run(&servers, args).await,
     }
     .map(|()| Exit::Success.into())
 }

@@ -76,10 +76,18 @@ pub(crate) async fn run(servers: &Servers, args: RunArgs) -> anyhow::Result<Exit
         Ok(locker) => locker?,
         Err(sig) => return Ok(signalled(sig, "while connecting")),
     };
-    let options = LockOptions::new(args.ttl)
-        .fencing(args.fencing)
-        .fair(args.fair)
-        .auto_extend(true);
+    let program = args.command.first().map(|c| {
+        std::path::Path::new(c)
+            .file_name()
+            .map_or_else(|| c.clone(), |n| n.to_string_lossy().into_owned())
+    });
+    let options = args.owner.apply(
+        LockOptions::new(args.ttl)
+            .fencing(args.fencing)
+            .fair(args.fair)
+            .auto_extend(true),
+        program.as_deref(),
+    );
     let primitive = Primitive::of(&locker, &args.key, &args.primitive)?;
     let acquiring = async {
         if args.no_wait {

@@ -5,7 +5,9 @@
 mod backends;
 mod commands;
 mod local;
+mod lock_table;
 mod misuse;
+mod primitives_etcd;
 mod primitives_postgres;
 mod redlock;
 mod run;

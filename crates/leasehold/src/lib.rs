@@ -20,10 +20,15 @@ pub use self::core::error::{BoxError, Error, LossReason, Operation, Result};
 pub use self::core::fence::{Fence, FencedRead, FencedValue, FencedWrite};
 pub use self::core::guard::{Lease, LockGuard, clock_drift};
 pub use self::core::kind::{Backend, Fairness, Primitive};
+pub use self::core::listing::{
+    FORCED_RECORD_TTL, ForceReleased, LockEntry, LockHolder, LockKind, MAX_REASON_LEN, glob_match,
+    is_lock_value,
+};
 pub use self::core::options::{
     Backoff, ClientOptions, LockOptions, MAX_TTL, MIN_BACKOFF, MIN_RENEWED_TTL, MIN_TTL, OnLoss,
 };
 pub use self::core::outcome::{LockState, MAX_FENCING_NUMBER, TryAcquire};
+pub use self::core::owner::{MAX_OWNER_LABEL_LEN, MAX_OWNER_NAME_LEN, Owner};
 pub use self::core::report::{NodeOutcome, NodeReport, NodeReports};
 pub use self::core::sync::{
     Election, Leader, LeaderWatch, MAX_ELECTION_ID_LEN, MAX_PERMITS, RwLock, Semaphore,
@@ -59,6 +64,7 @@ pub mod internal {
     };
     pub use crate::redis::semaphore::{semaphore_permits_key, semaphore_scripts};
     pub use crate::redis::slot::slot_name;
+    pub use crate::redis::table::forced_record_key;
     pub use crate::redlock::node_urls;
 }
 

@@ -314,6 +314,49 @@ impl Locker {
         let span = trace::span("leasehold.raise_fencing_counter", Some(self.kind()), key);
         trace::traced(span, self.backend.raise_fencing_counter(key, at_least)).await
     }
+
+    /// The held locks whose names match the glob `pattern` (`*` for all; see [`glob_match`]):
+    /// key, kind, holders with their owners, TTL, fencing counter, waiters. A snapshot read
+    /// without blocking the server (Redis: `SCAN`, never `KEYS`, on every master of a cluster),
+    /// so a lock taken or released during the listing may or may not appear.
+    ///
+    /// # Errors
+    /// [`Error::PermissionDenied`] when the server refuses the listing (a Redis user without
+    /// `SCAN`); [`Error::Unsupported`] on a backend without a lock table; connection errors.
+    ///
+    /// [`glob_match`]: crate::glob_match
+    pub async fn list(&self, pattern: &str) -> Result<Vec<crate::LockEntry>> {
+        let mut entries = self.backend.list(pattern).await?;
+        entries.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(entries)
+    }
+
+    /// Removes `key`'s lock whatever its token, for a stuck holder: bumps its fencing counter
+    /// in the same atomic step (so a resource that keeps the highest number seen refuses the
+    /// old holder once it has seen the counter or a later holder's number), and records who
+    /// forced it and why (logged at warn; on Redis also a `{key}:forced` hash kept
+    /// [`FORCED_RECORD_TTL`](crate::FORCED_RECORD_TTL)). The old holder's release and extend
+    /// then fail with [`Error::NotHeld`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad reason, or a key that is not a leasehold lock (a
+    /// string that is not a lock token, a hash, a list...): nothing is written then;
+    /// [`Error::NotHeld`] when nobody holds it; [`Error::Unsupported`] on a backend without it;
+    /// [`Error::PermissionDenied`]; connection errors.
+    pub async fn force_release(&self, key: &str, reason: &str) -> Result<crate::ForceReleased> {
+        crate::core::listing::check_reason(reason)?;
+        let forced = self.backend.force_release(key, reason).await?;
+        tracing::warn!(
+            key,
+            reason,
+            forced_by = %forced.forced_by,
+            previous_holder = %forced.previous.token,
+            previous_owner = ?forced.previous.owner,
+            fencing_counter = ?forced.fencing_counter,
+            "lock released by force"
+        );
+        Ok(forced)
+    }
 }
 
 impl Locker {

@@ -15,14 +15,14 @@ use leasehold::{
 use leasehold_harness::{Etcd, EtcdCluster, SlowLink, etcd_cluster_for_test, etcd_for_test};
 
 /// Bound of every wait that should end much sooner.
-const GENEROUS: Duration = Duration::from_secs(20);
+pub(crate) const GENEROUS: Duration = Duration::from_secs(20);
 const POLL: Duration = Duration::from_millis(20);
 
-fn url(etcd: &Etcd) -> String {
+pub(crate) fn url(etcd: &Etcd) -> String {
     format!("etcd://{}", etcd.addr())
 }
 
-fn cluster_url(cluster: &EtcdCluster) -> String {
+pub(crate) fn cluster_url(cluster: &EtcdCluster) -> String {
     let hosts: Vec<String> = cluster
         .members()
         .iter()
@@ -78,7 +78,7 @@ fn assert_valid_within_server_lease(believed: Instant, reported: Duration) {
 }
 
 /// Polls `check` until it is true; panics after `bound`.
-async fn until<F, Fut>(what: &str, bound: Duration, mut check: F)
+pub(crate) async fn until<F, Fut>(what: &str, bound: Duration, mut check: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
@@ -524,26 +524,32 @@ async fn cluster_keeps_leases_through_leader_loss_and_expires_a_stalled_holder()
     next.release().await.unwrap();
 }
 
-/// etcd's own count of `LeaseKeepAlive` streams: its gRPC metrics, served on the client port.
+/// etcd's own count of the calls of one gRPC method (`LeaseKeepAlive` streams, `Txn`
+/// requests): its gRPC metrics, served on the client port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct KeepAliveStreams {
-    /// Streams opened (`grpc_server_started_total`).
-    started: u64,
-    /// Streams ended, whatever their status (`grpc_server_handled_total`, all codes).
-    ended: u64,
-    /// Keep-alive requests received, on all streams (`grpc_server_msg_received_total`).
+pub(crate) struct GrpcCalls {
+    /// Calls (streams) opened (`grpc_server_started_total`).
+    pub(crate) started: u64,
+    /// Calls ended, whatever their status (`grpc_server_handled_total`, all codes).
+    pub(crate) ended: u64,
+    /// Requests received, on all streams (`grpc_server_msg_received_total`).
     requests: u64,
 }
 
-impl KeepAliveStreams {
+impl GrpcCalls {
     fn open(&self) -> u64 {
         self.started - self.ended
     }
 }
 
+/// The `LeaseKeepAlive` streams etcd counts.
+async fn keep_alive_streams(etcd: &Etcd) -> GrpcCalls {
+    grpc_calls(etcd, "LeaseKeepAlive").await
+}
+
 /// Reads `GET /metrics` (HTTP/1.0, over a plain TCP connection) from `etcd` and sums the
-/// `LeaseKeepAlive` series of the three counters. Panics if etcd does not expose them.
-async fn keep_alive_streams(etcd: &Etcd) -> KeepAliveStreams {
+/// `method` series of the three counters. Panics if etcd does not expose them.
+pub(crate) async fn grpc_calls(etcd: &Etcd, method: &str) -> GrpcCalls {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let fetch = async {
         let mut conn = tokio::net::TcpStream::connect(etcd.addr()).await?;
@@ -563,20 +569,17 @@ async fn keep_alive_streams(etcd: &Etcd) -> KeepAliveStreams {
             .lines()
             .filter(|l| {
                 l.starts_with(&format!("{counter}{{"))
-                    && l.contains("grpc_method=\"LeaseKeepAlive\"")
+                    && l.contains(&format!("grpc_method=\"{method}\""))
             })
             .map(|l| {
                 let value = l.rsplit(' ').next().unwrap();
                 value.parse::<f64>().unwrap_or_else(|_| panic!("{l}")) as u64
             })
             .collect();
-        assert!(
-            !series.is_empty(),
-            "etcd exposes no {counter} for LeaseKeepAlive"
-        );
+        assert!(!series.is_empty(), "etcd exposes no {counter} for {method}");
         series.iter().sum()
     };
-    KeepAliveStreams {
+    GrpcCalls {
         started: sum("grpc_server_started_total"),
         ended: sum("grpc_server_handled_total"),
         requests: sum("grpc_server_msg_received_total"),

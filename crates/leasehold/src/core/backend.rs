@@ -31,6 +31,7 @@ use futures_util::future::BoxFuture;
 use crate::core::error::Result;
 use crate::core::guard::LockGuard;
 use crate::core::kind::{Backend, Primitive};
+use crate::core::listing::{ForceReleased, LockEntry};
 use crate::core::options::LockOptions;
 use crate::core::outcome::{LockState, TryAcquire};
 use crate::core::sync::{Election, RwLock, Semaphore};
@@ -74,6 +75,33 @@ pub(crate) trait LockBackend: Send + Sync + Debug + 'static {
         key: &'a str,
         at_least: u64,
     ) -> BoxFuture<'a, Result<u64>>;
+
+    // The lock table (`leasehold ls`, `leasehold force-release`): backends without one keep
+    // these defaults; those with one use `impl_lock_backend!(Type, Variant, lock_table)`.
+
+    /// The held locks whose names match `pattern` (see
+    /// [`glob_match`](crate::core::listing::glob_match)).
+    fn list<'a>(&'a self, pattern: &'a str) -> BoxFuture<'a, Result<Vec<LockEntry>>> {
+        let _ = pattern;
+        let backend = self.kind().name();
+        Box::pin(async move { Err(crate::core::listing::unsupported(backend, "listing locks")) })
+    }
+
+    /// Removes `key`'s lock whoever holds it, bumps its fencing counter, records why.
+    fn force_release<'a>(
+        &'a self,
+        key: &'a str,
+        reason: &'a str,
+    ) -> BoxFuture<'a, Result<ForceReleased>> {
+        let _ = (key, reason);
+        let backend = self.kind().name();
+        Box::pin(async move {
+            Err(crate::core::listing::unsupported(
+                backend,
+                "a forced release",
+            ))
+        })
+    }
 }
 
 /// The primitives beyond the plain lock that a backend offers through a
@@ -145,6 +173,31 @@ pub(crate) fn not_held_here(
 /// `From<Type> for Locker` is in `locker.rs` (nothing below the locker imports it).
 macro_rules! impl_lock_backend {
     ($client:ty, $kind:ident) => {
+        $crate::core::backend::impl_lock_backend!(@impl $client, $kind, {});
+    };
+    // A backend with a lock table: its inherent `list` and `force_release` too.
+    ($client:ty, $kind:ident, lock_table) => {
+        $crate::core::backend::impl_lock_backend!(@impl $client, $kind, {
+            fn list<'a>(
+                &'a self,
+                pattern: &'a str,
+            ) -> ::futures_util::future::BoxFuture<
+                'a,
+                $crate::Result<::std::vec::Vec<$crate::LockEntry>>,
+            > {
+                Box::pin(<$client>::list(self, pattern))
+            }
+
+            fn force_release<'a>(
+                &'a self,
+                key: &'a str,
+                reason: &'a str,
+            ) -> ::futures_util::future::BoxFuture<'a, $crate::Result<$crate::ForceReleased>> {
+                Box::pin(<$client>::force_release(self, key, reason))
+            }
+        });
+    };
+    (@impl $client:ty, $kind:ident, { $($lock_table:tt)* }) => {
         impl $crate::core::backend::LockBackend for $client {
             fn kind(&self) -> $crate::core::kind::Backend {
                 $crate::core::kind::Backend::$kind
@@ -201,6 +254,8 @@ macro_rules! impl_lock_backend {
             ) -> ::futures_util::future::BoxFuture<'a, $crate::Result<u64>> {
                 Box::pin(<$client>::raise_fencing_counter(self, key, at_least))
             }
+
+            $($lock_table)*
         }
     };
 }

@@ -495,6 +495,12 @@ pub(crate) trait HeldLock: Send + Sync + std::fmt::Debug + 'static {
     }
 }
 
+impl crate::core::trace::Traced for LockGuard {
+    fn outcome(&self) -> (&'static str, Option<u64>) {
+        ("acquired", self.fencing_token())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

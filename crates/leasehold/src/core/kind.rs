@@ -42,7 +42,7 @@ impl Backend {
             (_, Primitive::Lock) => true,
             (Backend::Redis, _) => true,
             (Backend::Redlock, _) => false,
-            (Backend::Etcd, _) => false,
+            (Backend::Etcd, _) => true,
             (Backend::Postgres, _) => true,
             // Lease rows: no read-write lock (see the `postgres` module's docs).
             (Backend::PostgresLease, Primitive::RwLock) => false,

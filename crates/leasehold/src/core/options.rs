@@ -162,6 +162,7 @@ pub struct LockOptions {
     on_loss: OnLoss,
     replica_ack: Option<(u32, Duration)>,
     fair: bool,
+    owner: Option<crate::core::owner::Owner>,
 }
 
 /// What [`with_lock`](crate::LockClient::with_lock) does when the lease is lost while the work
@@ -193,6 +194,7 @@ impl Default for LockOptions {
             on_loss: OnLoss::Cancel,
             replica_ack: None,
             fair: false,
+            owner: None,
         }
     }
 }
@@ -354,6 +356,25 @@ impl LockOptions {
     /// Whether the lock is taken in arrival order.
     pub fn fair_enabled(&self) -> bool {
         self.fair
+    }
+
+    /// Records `owner` with the lock (default: none): it is stored in the lock's value, so
+    /// `inspect` and `leasehold ls` show it, on every backend, at no extra round trip (see
+    /// [`Owner`](crate::Owner)). An [`Owner`](crate::Owner) is checked when it is built, so a
+    /// bad one never reaches a server.
+    pub fn owner(mut self, owner: crate::core::owner::Owner) -> Self {
+        self.owner = Some(owner);
+        self
+    }
+
+    /// The owner recorded with the lock, if any.
+    pub fn owner_record(&self) -> Option<&crate::core::owner::Owner> {
+        self.owner.as_ref()
+    }
+
+    /// A fresh token for one acquisition with these options (with the owner record, if any).
+    pub(crate) fn new_token(&self) -> crate::core::token::LockToken {
+        crate::core::token::LockToken::for_owner(self.owner.as_ref())
     }
 
     /// Checks the options against the input limits (`docs/guarantees.md`, "Input limits"):

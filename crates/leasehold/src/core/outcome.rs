@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::core::error::{Error, Result};
 use crate::core::guard::LockGuard;
+use crate::core::owner::Owner;
 
 /// The outcome of one acquisition attempt.
 #[derive(Debug)]
@@ -50,6 +51,30 @@ pub struct LockState {
     pub ttl: Option<Duration>,
     /// The last fencing number issued for this key, if fencing was ever used on it.
     pub fencing_counter: Option<u64>,
+    /// Who holds it, as the holder described itself with [`LockOptions::owner`], read from the
+    /// holder's stored value; `None` if the lock is free or was taken without an owner.
+    /// (PostgreSQL session locks: the owner the holder's token carries, as elsewhere.)
+    ///
+    /// [`LockOptions::owner`]: crate::LockOptions::owner
+    pub owner: Option<Owner>,
+}
+
+impl LockState {
+    /// A key's state; its owner is parsed from `holder`.
+    pub(crate) fn new(
+        key: impl Into<String>,
+        holder: Option<String>,
+        ttl: Option<Duration>,
+        fencing_counter: Option<u64>,
+    ) -> Self {
+        LockState {
+            key: key.into(),
+            owner: holder.as_deref().and_then(Owner::from_stored_value),
+            holder,
+            ttl,
+            fencing_counter,
+        }
+    }
 }
 
 /// The largest fencing number a Redis or Valkey lock issues exactly: 2^53. The scripts that
@@ -85,6 +110,24 @@ impl crate::core::metrics::Outcome {
             }) if waited.is_zero() => crate::core::metrics::Outcome::Busy,
             Err(Error::NotAcquired { .. }) => crate::core::metrics::Outcome::TimedOut,
             Err(_) => crate::core::metrics::Outcome::Error,
+        }
+    }
+}
+
+impl crate::core::trace::Traced for TryAcquire {
+    fn outcome(&self) -> (&'static str, Option<u64>) {
+        match self {
+            TryAcquire::Acquired(g) => ("acquired", g.fencing_token()),
+            TryAcquire::Busy { .. } => ("busy", None),
+        }
+    }
+}
+
+impl crate::core::trace::Traced for LockState {
+    fn outcome(&self) -> (&'static str, Option<u64>) {
+        match self.holder {
+            Some(_) => ("held", self.fencing_counter),
+            None => ("free", self.fencing_counter),
         }
     }
 }

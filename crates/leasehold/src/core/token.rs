@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::core::error::{Error, Result};
+use crate::core::owner::Owner;
 
 /// The random value a holder stores in the lock key.
 ///
@@ -25,6 +26,22 @@ impl LockToken {
         let uuid = uuid::Builder::from_random_bytes(rand::rng().random()).into_uuid();
         let mut hex = [0u8; uuid::fmt::Simple::LENGTH];
         LockToken(Arc::from(&*uuid.simple().encode_lower(&mut hex)))
+    }
+
+    /// A fresh token for an acquisition by `owner`: [`LockToken::random`], followed by the
+    /// owner record when there is one (see [`Owner`] for the encoding). The whole value is the
+    /// token: it is what the lock stores and what release and extend compare.
+    pub fn for_owner(owner: Option<&Owner>) -> Self {
+        let random = Self::random();
+        match owner {
+            Some(owner) => LockToken(owner.stored_value(random.expose()).into()),
+            None => random,
+        }
+    }
+
+    /// The owner record carried by this token, if it has one.
+    pub fn owner(&self) -> Option<Owner> {
+        Owner::from_stored_value(&self.0)
     }
 
     /// Wraps a token received from elsewhere (another process, the CLI).
@@ -59,7 +76,12 @@ impl LockToken {
 
 impl fmt::Debug for LockToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "LockToken({})", self.redacted())
+        // The owner part is public (anyone who reads the key sees it); the hash covers the
+        // whole value, so nothing of the random part shows.
+        match self.owner() {
+            Some(owner) => write!(f, "LockToken({}, {owner})", self.redacted()),
+            None => write!(f, "LockToken({})", self.redacted()),
+        }
     }
 }
 
@@ -115,6 +137,23 @@ mod tests {
         assert!(!user.to_string().contains("pw!"));
         assert!(!format!("{user:?}").contains("pw!"));
         assert!(LockToken::new("").is_err());
+    }
+
+    #[test]
+    fn owner_tokens_keep_the_random_part_redacted_and_show_the_owner() {
+        let owner = Owner::new("web-1", 7, "cron")
+            .unwrap()
+            .label("job")
+            .unwrap();
+        let token = LockToken::for_owner(Some(&owner));
+        let random = token.expose().split('|').next().unwrap();
+        assert_eq!(random.len(), 32);
+        assert_eq!(token.owner(), Some(owner));
+        let shown = format!("{token:?} {token}");
+        assert!(!shown.contains(random), "{shown}");
+        assert!(shown.contains("cron[7]@web-1"), "{shown}");
+        assert_eq!(LockToken::for_owner(None).owner(), None);
+        assert_eq!(LockToken::for_owner(None).expose().len(), 32);
     }
 
     #[test]

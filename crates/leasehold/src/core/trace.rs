@@ -102,7 +102,8 @@ pub(crate) fn span(operation: &'static str, backend: Option<Backend>, key: &str)
     )
 }
 
-/// What a finished operation records in its span.
+/// What a finished operation records in its span (implemented beside each result type, so
+/// that this module imports none of them).
 pub(crate) trait Traced {
     /// The outcome's name and the fencing number it issued, if any.
     fn outcome(&self) -> (&'static str, Option<u64>);
@@ -120,21 +121,6 @@ impl Traced for u32 {
     }
 }
 
-impl Traced for crate::core::guard::LockGuard {
-    fn outcome(&self) -> (&'static str, Option<u64>) {
-        ("acquired", self.fencing_token())
-    }
-}
-
-impl Traced for crate::core::outcome::TryAcquire {
-    fn outcome(&self) -> (&'static str, Option<u64>) {
-        match self {
-            crate::core::outcome::TryAcquire::Acquired(g) => g.outcome(),
-            crate::core::outcome::TryAcquire::Busy { .. } => ("busy", None),
-        }
-    }
-}
-
 /// An extension's new validity.
 impl Traced for std::time::Instant {
     fn outcome(&self) -> (&'static str, Option<u64>) {
@@ -146,21 +132,6 @@ impl Traced for std::time::Instant {
 impl Traced for u64 {
     fn outcome(&self) -> (&'static str, Option<u64>) {
         ("raised", Some(*self))
-    }
-}
-
-impl Traced for crate::core::outcome::LockState {
-    fn outcome(&self) -> (&'static str, Option<u64>) {
-        match self.holder {
-            Some(_) => ("held", self.fencing_counter),
-            None => ("free", self.fencing_counter),
-        }
-    }
-}
-
-impl Traced for crate::core::sync::Leader {
-    fn outcome(&self) -> (&'static str, Option<u64>) {
-        ("led", Some(self.term))
     }
 }
 

@@ -1,6 +1,9 @@
-//! Acquiring: the wait in the queue (enqueue, watch the entry ahead, again), the cleanup of
-//! an abandoned entry, and the guard of an entry that came first.
+//! Acquiring: the one attempt and the wait in a queue (enqueue, watch the entries ahead,
+//! again), the cleanup of an abandoned entry, and the guard of an entry whose turn came. Every
+//! primitive is a [`Queue`] (the plain lock, a semaphore, each side of a read-write lock, an
+//! election), so the wait (etcd's `waitDeletes`) lives here once.
 
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -14,15 +17,77 @@ use tokio_util::sync::CancellationToken;
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::{Lease, LockGuard};
 use crate::core::options::LockOptions;
+use crate::core::outcome::TryAcquire;
 use crate::core::token::LockToken;
 
 use super::client::EtcdClient;
 use super::error::{lease_gone, session_lost, transient};
 use super::held::EtcdHeld;
-use super::keys::{check_key, entry_key, queue_prefix, ttl_secs};
+use super::keys::{check_key, queue_prefix, ttl_secs};
 use super::lock;
 use super::request::{header_revision, txn_get};
 use super::session::{Attach, SessionRef, Tracked};
+
+/// A queue of entries, each storing its token on a lease: the entries under `blockers` with a
+/// lower create revision than ours hold us back while `allowed` or more of them remain (etcd's
+/// `waitDeletes` recipe, with a count). The plain lock, a semaphore of `N` (`allowed = N`),
+/// each side of a read-write lock (a reader is held back by earlier writers, a writer by
+/// every earlier entry) and an election are queues.
+pub(super) struct Queue<'a> {
+    /// What errors and the guard name: the lock key, or the primitive's name.
+    pub(super) name: &'a str,
+    /// The entry of a token.
+    pub(super) entry: &'a EntryOf<'a>,
+    /// Every entry of the primitive: the first one is checked by `check_first`.
+    pub(super) all: Vec<u8>,
+    /// The prefix of the entries that hold us back.
+    pub(super) blockers: Vec<u8>,
+    /// How many earlier blockers may remain when we hold (1 or more).
+    pub(super) allowed: usize,
+    /// Checks the key of the first entry under `all` when ours is written (a semaphore
+    /// refuses another number of permits): an error gives our entry back.
+    pub(super) check_first: Option<&'a CheckFirst<'a>>,
+}
+
+/// The entry key of a token.
+pub(super) type EntryOf<'a> = dyn Fn(&LockToken) -> Vec<u8> + Sync + 'a;
+
+/// A check of the first entry's key.
+pub(super) type CheckFirst<'a> = dyn Fn(&[u8]) -> Result<()> + Sync + 'a;
+
+impl Queue<'_> {
+    /// The plain lock `key`'s queue (`K\0token`, held by the first entry).
+    pub(super) fn lock<'a>(key: &'a str, entry: &'a EntryOf<'a>) -> Queue<'a> {
+        Queue {
+            name: key,
+            entry,
+            all: queue_prefix(key),
+            blockers: queue_prefix(key),
+            allowed: 1,
+            check_first: None,
+        }
+    }
+
+    /// A read of the first entry under `all` (keys only), if there is a check.
+    fn first_op(&self) -> Option<TxnOp> {
+        self.check_first.map(|_| {
+            let first = GetOptions::new()
+                .with_prefix()
+                .with_sort(SortTarget::Create, SortOrder::Ascend)
+                .with_limit(1)
+                .with_keys_only();
+            TxnOp::get(self.all.clone(), Some(first))
+        })
+    }
+
+    /// Runs the check on the first entry `resp`'s get at `index` found, if any.
+    fn check(&self, resp: &ec::TxnResponse, index: usize) -> Result<()> {
+        match (self.check_first, txn_get(resp, index).first()) {
+            (Some(check), Some(first)) => check(first.key()),
+            _ => Ok(()),
+        }
+    }
+}
 
 /// Deletes the entry of an acquisition whose outcome is unknown or abandoned (the future was
 /// dropped, the reply was lost, the deadline passed), token-checked, in the background.
@@ -110,6 +175,46 @@ enum Watched {
     Deadline,
 }
 
+/// The deletions a waiter waits for: `needed` of the entries `ahead` (read at the revision the
+/// watch starts after), watched as one key or as the prefix they are under.
+struct Deletions {
+    key: Vec<u8>,
+    prefix: bool,
+    ahead: HashSet<Vec<u8>>,
+    needed: usize,
+}
+
+impl Deletions {
+    /// The deletion of `key` alone.
+    fn of_key(key: &[u8]) -> Self {
+        Deletions {
+            key: key.to_vec(),
+            prefix: false,
+            ahead: HashSet::from([key.to_vec()]),
+            needed: 1,
+        }
+    }
+
+    /// Enough deletions among `ahead` (entries under `prefix`) that fewer than `allowed`
+    /// remain.
+    fn among(prefix: &[u8], ahead: &[ec::KeyValue], allowed: usize) -> Self {
+        Deletions {
+            key: prefix.to_vec(),
+            prefix: true,
+            ahead: ahead.iter().map(|kv| kv.key().to_vec()).collect(),
+            needed: ahead.len() + 1 - allowed,
+        }
+    }
+
+    /// Counts the deletion of `key` (if it was ahead); true once enough have happened.
+    fn deleted(&mut self, key: &[u8]) -> bool {
+        if self.ahead.remove(key) {
+            self.needed = self.needed.saturating_sub(1);
+        }
+        self.needed == 0
+    }
+}
+
 impl EtcdClient {
     pub(super) fn check_request(&self, key: &str, options: &LockOptions) -> Result<i64> {
         check_key(key)?;
@@ -124,16 +229,127 @@ impl EtcdClient {
         Ok(secs)
     }
 
-    pub(super) async fn acquire_queued(
+    /// One attempt to hold a place of `queue`, without waiting (see
+    /// [`EtcdClient::try_acquire`]): with `allowed == 1`, one transaction that writes our entry
+    /// only if no blocker exists (nothing to clean up when busy); with more, one transaction
+    /// that counts the blockers and writes our entry, then a second that deletes it if there
+    /// were `allowed` or more (or the first entry's check refused it).
+    pub(super) async fn try_queue(
         &self,
-        key: &str,
+        queue: &Queue<'_>,
+        options: &LockOptions,
+        secs: i64,
+    ) -> Result<TryAcquire> {
+        let token = options.new_token();
+        let entry = (queue.entry)(&token);
+        let basis = if options.auto_extend_enabled() {
+            Basis::Session(self.checkout(secs, options.renew_interval()).await?)
+        } else {
+            let started = Instant::now();
+            let (id, granted) = self.grant(secs, Operation::Acquire).await?;
+            Basis::Dedicated {
+                id,
+                started,
+                granted,
+            }
+        };
+        let lease_id = match &basis {
+            Basis::Session(s) => s.0.id,
+            Basis::Dedicated { id, .. } => *id,
+        };
+        let mut cleanup = Cleanup::new(
+            self,
+            &entry,
+            &token,
+            matches!(basis, Basis::Dedicated { .. }).then_some(lease_id),
+        );
+        let put = TxnOp::put(
+            entry.clone(),
+            token.expose(),
+            Some(PutOptions::new().with_lease(lease_id)),
+        );
+        // The first entry is read before our put: the check is against the others.
+        let first: Vec<TxnOp> = queue.first_op().into_iter().collect();
+        let txn = if queue.allowed == 1 {
+            Txn::new()
+                .when([
+                    Compare::create_revision(queue.blockers.clone(), CompareOp::Equal, 0)
+                        .with_prefix(),
+                ])
+                .and_then([first.clone(), vec![put]].concat())
+                .or_else(first.clone())
+        } else {
+            let blockers = GetOptions::new().with_prefix().with_keys_only();
+            Txn::new().and_then(
+                [
+                    first.clone(),
+                    vec![TxnOp::get(queue.blockers.clone(), Some(blockers)), put],
+                ]
+                .concat(),
+            )
+        };
+        let resp = self.txn(Operation::Acquire, true, txn).await?;
+        let busy = if let Err(e) = queue.check(&resp, 0) {
+            Some(Err(e))
+        } else if !resp.succeeded()
+            || (queue.allowed > 1 && txn_get(&resp, first.len()).len() >= queue.allowed)
+        {
+            Some(Ok(TryAcquire::Busy { remaining: None }))
+        } else {
+            None
+        };
+        if let Some(outcome) = busy {
+            if resp.succeeded() {
+                // Our entry was written: it goes (token-checked), with a lease of its own.
+                cleanup.run().await;
+            } else {
+                // Nothing was written: only a lease of our own needs giving back.
+                cleanup.disarm();
+                if let Basis::Dedicated { id, .. } = basis {
+                    self.revoke_in_background(id);
+                }
+            }
+            return outcome;
+        }
+        let rev = header_revision(&resp)?;
+        let guard = self.finish(queue.name, token, entry, rev, basis, options)?;
+        cleanup.disarm();
+        Ok(TryAcquire::Acquired(guard))
+    }
+
+    /// A place of `queue`, waiting until `wait` (one attempt without one, or if it is zero).
+    pub(super) async fn acquire_in(
+        &self,
+        queue: &Queue<'_>,
+        options: &LockOptions,
+        secs: i64,
+        wait: Option<Duration>,
+    ) -> Result<LockGuard> {
+        if let Some(wait) = wait.filter(|w| !w.is_zero()) {
+            return self.acquire_queued(queue, options, secs, wait).await;
+        }
+        let begun = Instant::now();
+        match self.try_queue(queue, options, secs).await? {
+            TryAcquire::Acquired(guard) => Ok(guard),
+            TryAcquire::Busy { .. } => Err(Error::NotAcquired {
+                key: queue.name.to_string(),
+                waited: begun.elapsed(),
+                attempts: 1,
+            }),
+        }
+    }
+
+    /// Waits for a place of `queue` (see [`EtcdClient::acquire`]) until `wait` has passed.
+    async fn acquire_queued(
+        &self,
+        queue: &Queue<'_>,
         options: &LockOptions,
         secs: i64,
         wait: Duration,
     ) -> Result<LockGuard> {
+        let key = queue.name;
         let begun = Instant::now();
         let deadline = begun + wait;
-        let prefix = queue_prefix(key);
         let mut attempts: u32 = 0;
         let mut failures: u32 = 0;
         let not_acquired = |attempts: u32| Error::NotAcquired {
@@ -166,25 +382,28 @@ impl EtcdClient {
                 }
                 Err(e) => return Err(e),
             };
-            let token = LockToken::random();
-            let entry = entry_key(key, &token);
+            let token = options.new_token();
+            let entry = (queue.entry)(&token);
             let mut cleanup = Cleanup::new(self, &entry, &token, None);
             // Enqueue. Repeatable: a retry after an ambiguous failure finds the entry.
+            let first: Vec<TxnOp> = queue.first_op().into_iter().collect();
             let rev = loop {
+                let put = TxnOp::put(
+                    entry.clone(),
+                    token.expose(),
+                    Some(PutOptions::new().with_lease(session.0.id)),
+                );
                 let txn = Txn::new()
                     .when([Compare::create_revision(entry.clone(), CompareOp::Equal, 0)])
-                    .and_then([
-                        TxnOp::put(
-                            entry.clone(),
-                            token.expose(),
-                            Some(PutOptions::new().with_lease(session.0.id)),
-                        ),
-                        TxnOp::get(entry.clone(), None),
-                    ])
-                    .or_else([TxnOp::get(entry.clone(), None)]);
+                    .and_then([vec![put, TxnOp::get(entry.clone(), None)], first.clone()].concat())
+                    .or_else([vec![TxnOp::get(entry.clone(), None)], first.clone()].concat());
                 match self.txn(Operation::Acquire, true, txn).await {
                     Ok(resp) => {
                         let index = if resp.succeeded() { 1 } else { 0 };
+                        if let Err(e) = queue.check(&resp, index + 1) {
+                            cleanup.run().await;
+                            return Err(e);
+                        }
                         match txn_get(&resp, index).first() {
                             Some(kv) => break kv.create_revision(),
                             None => {
@@ -222,18 +441,24 @@ impl EtcdClient {
                     Err(e) => return Err(e),
                 }
             };
-            // Wait until no entry is ahead of ours.
+            // Wait until fewer than `allowed` blockers are ahead of ours.
             loop {
                 attempts += 1;
                 let ahead = GetOptions::new()
                     .with_prefix()
                     .with_sort(SortTarget::Create, SortOrder::Descend)
                     .with_max_create_revision(rev - 1)
-                    .with_limit(1)
                     .with_keys_only();
+                // One blocker allowed: the nearest one is enough (watched alone, it goes
+                // after the ones ahead of it are gone, or is replaced by one of them).
+                let ahead = if queue.allowed == 1 {
+                    ahead.with_limit(1)
+                } else {
+                    ahead
+                };
                 let txn = Txn::new().and_then([
                     TxnOp::get(entry.clone(), None),
-                    TxnOp::get(prefix.clone(), Some(ahead)),
+                    TxnOp::get(queue.blockers.clone(), Some(ahead)),
                 ]);
                 let resp = match self.txn(Operation::Acquire, false, txn).await {
                     Ok(resp) => resp,
@@ -271,11 +496,21 @@ impl EtcdClient {
                     }
                     continue 'session;
                 }
-                let Some(ahead) = txn_get(&resp, 1).into_iter().next() else {
+                let ahead = txn_get(&resp, 1);
+                if ahead.len() < queue.allowed {
                     break;
+                }
+                let watch = if queue.allowed == 1 {
+                    // Exactly the entry just ahead: a release wakes only the next waiter.
+                    Deletions::of_key(ahead[0].key())
+                } else {
+                    // Any `len - allowed + 1` of them, whichever holders release first: the
+                    // prefix is watched and the deletions counted here, so a waiter reads
+                    // again only once its turn may have come.
+                    Deletions::among(&queue.blockers, &ahead, queue.allowed)
                 };
                 match self
-                    .watch_deletion(ahead.key(), read_at + 1, &session.0.dead, deadline)
+                    .watch_deletions(watch, read_at + 1, &session.0.dead, deadline)
                     .await
                 {
                     Watched::Again => {}
@@ -347,7 +582,7 @@ impl EtcdClient {
                     Err(e) => return Err(e),
                 }
             };
-            match self.finish(key, token, entry, rev, basis, options) {
+            match self.finish(queue.name, token, entry, rev, basis, options) {
                 Ok(guard) => {
                     cleanup.disarm();
                     return Ok(guard);
@@ -367,21 +602,24 @@ impl EtcdClient {
         }
     }
 
-    /// Waits until `key` is deleted at or after `from` (a revision), the session ends, or the
-    /// deadline passes.
-    async fn watch_deletion(
+    /// Waits until the deletions `watch` counts have happened at or after `from` (a
+    /// revision), the session ends, or the deadline passes.
+    async fn watch_deletions(
         &self,
-        key: &[u8],
+        mut watch: Deletions,
         from: i64,
         session_dead: &CancellationToken,
         deadline: Instant,
     ) -> Watched {
         let mut watcher = self.inner.etcd.watch_client();
-        let options = WatchOptions::new()
+        let mut options = WatchOptions::new()
             .with_start_revision(from)
             .with_filters([WatchFilterType::NoPut]);
+        if watch.prefix {
+            options = options.with_prefix();
+        }
         let opened = tokio::select! {
-            r = tokio::time::timeout(self.inner.response_timeout, watcher.watch(key.to_vec(), Some(options))) => r,
+            r = tokio::time::timeout(self.inner.response_timeout, watcher.watch(watch.key.clone(), Some(options))) => r,
             _ = session_dead.cancelled() => return Watched::SessionEnded,
             _ = tokio::time::sleep_until(deadline.into()) => return Watched::Deadline,
         };
@@ -397,10 +635,16 @@ impl EtcdClient {
             tokio::select! {
                 message = stream.message() => match message {
                     Ok(Some(resp)) => {
-                        if resp.canceled()
-                            || resp.events().iter().any(|e| e.event_type() == EventType::Delete)
-                        {
+                        if resp.canceled() {
                             return Watched::Again;
+                        }
+                        for event in resp.events() {
+                            if event.event_type() == EventType::Delete
+                                && let Some(kv) = event.kv()
+                                && watch.deleted(kv.key())
+                            {
+                                return Watched::Again;
+                            }
                         }
                     }
                     _ => {

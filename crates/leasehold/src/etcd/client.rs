@@ -2,9 +2,8 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use ec::{Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp};
 use etcd_client as ec;
 
 use crate::core::error::{Error, Operation, Result};
@@ -13,11 +12,11 @@ use crate::core::options::{ClientOptions, LockOptions};
 use crate::core::outcome::{LockState, TryAcquire};
 use crate::core::token::LockToken;
 
-use super::acquire::{Basis, Cleanup};
+use super::acquire::Queue;
 use super::error::{connect_error, never_sent, timeout_error};
 use super::keep_alive::KeepAlives;
-use super::keys::{check_key, entry_key, queue_prefix, ttl_secs};
-use super::request::{header_revision, retries_for};
+use super::keys::{check_key, entry_key};
+use super::request::retries_for;
 use super::session::Sessions;
 use super::url::parse_url;
 
@@ -181,49 +180,9 @@ impl EtcdClient {
     /// [`Error::PermissionDenied`], [`Error::Authentication`], [`Error::Server`].
     pub async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
         let secs = self.check_request(key, options)?;
-        let token = LockToken::random();
-        let entry = entry_key(key, &token);
-        let basis = if options.auto_extend_enabled() {
-            Basis::Session(self.checkout(secs, options.renew_interval()).await?)
-        } else {
-            let started = Instant::now();
-            let (id, granted) = self.grant(secs, Operation::Acquire).await?;
-            Basis::Dedicated {
-                id,
-                started,
-                granted,
-            }
-        };
-        let lease_id = match &basis {
-            Basis::Session(s) => s.0.id,
-            Basis::Dedicated { id, .. } => *id,
-        };
-        let mut cleanup = Cleanup::new(
-            self,
-            &entry,
-            &token,
-            matches!(basis, Basis::Dedicated { .. }).then_some(lease_id),
-        );
-        let txn = Txn::new()
-            .when([Compare::create_revision(queue_prefix(key), CompareOp::Equal, 0).with_prefix()])
-            .and_then([TxnOp::put(
-                entry.clone(),
-                token.expose(),
-                Some(PutOptions::new().with_lease(lease_id)),
-            )]);
-        let resp = self.txn(Operation::Acquire, true, txn).await?;
-        if !resp.succeeded() {
-            // Nothing was written: only a lease of our own needs giving back.
-            cleanup.disarm();
-            if let Basis::Dedicated { id, .. } = basis {
-                self.revoke_in_background(id);
-            }
-            return Ok(TryAcquire::Busy { remaining: None });
-        }
-        let rev = header_revision(&resp)?;
-        let guard = self.finish(key, token, entry, rev, basis, options)?;
-        cleanup.disarm();
-        Ok(TryAcquire::Acquired(guard))
+        let entry = |token: &LockToken| entry_key(key, token);
+        self.try_queue(&Queue::lock(key, &entry), options, secs)
+            .await
     }
 
     /// Takes `key`, waiting until `options.wait_bound()` (one attempt, like
@@ -242,18 +201,14 @@ impl EtcdClient {
     /// [`Error::NotAcquired`] at the deadline; otherwise as [`EtcdClient::try_acquire`].
     pub async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
         let secs = self.check_request(key, options)?;
-        let Some(wait) = options.wait_bound().filter(|w| !w.is_zero()) else {
-            let begun = Instant::now();
-            return match self.try_acquire(key, options).await? {
-                TryAcquire::Acquired(guard) => Ok(guard),
-                TryAcquire::Busy { .. } => Err(Error::NotAcquired {
-                    key: key.to_string(),
-                    waited: begun.elapsed(),
-                    attempts: 1,
-                }),
-            };
-        };
-        self.acquire_queued(key, options, secs, wait).await
+        let entry = |token: &LockToken| entry_key(key, token);
+        self.acquire_in(
+            &Queue::lock(key, &entry),
+            options,
+            secs,
+            options.wait_bound(),
+        )
+        .await
     }
 
     /// Waits for `key` (as [`EtcdClient::acquire`]), runs `work`, and releases the lock
@@ -279,22 +234,7 @@ impl EtcdClient {
     /// [`Error::NotHeld`] if there is no such entry; connection and server errors.
     pub async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
         check_key(key)?;
-        let entry = entry_key(key, token);
-        let txn = Txn::new()
-            .when([Compare::value(
-                entry.clone(),
-                CompareOp::Equal,
-                token.expose(),
-            )])
-            .and_then([TxnOp::delete(entry, None)]);
-        let resp = self.txn(Operation::Release, true, txn).await?;
-        if resp.succeeded() {
-            Ok(())
-        } else {
-            Err(Error::NotHeld {
-                key: key.to_string(),
-            })
-        }
+        self.release_entry(key, entry_key(key, token), token).await
     }
 
     /// Gives `key`'s entry for `token` a fresh lease of `ttl` (rounded up to whole seconds):
@@ -307,31 +247,8 @@ impl EtcdClient {
     /// connection and server errors.
     pub async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<()> {
         check_key(key)?;
-        let secs = ttl_secs(ttl)?;
-        let entry = entry_key(key, token);
-        let (id, _) = self.grant(secs, Operation::Extend).await?;
-        let txn = Txn::new()
-            .when([Compare::value(
-                entry.clone(),
-                CompareOp::Equal,
-                token.expose(),
-            )])
-            .and_then([TxnOp::put(
-                entry,
-                token.expose(),
-                Some(PutOptions::new().with_lease(id)),
-            )]);
-        // No reply (`?`): the entry may ride on the new lease, so it is not revoked (it
-        // expires on its own); the caller holds no validity to lower.
-        let resp = self.txn(Operation::Extend, true, txn).await?;
-        if resp.succeeded() {
-            Ok(())
-        } else {
-            self.revoke_in_background(id);
-            Err(Error::NotHeld {
-                key: key.to_string(),
-            })
-        }
+        self.extend_entry(key, entry_key(key, token), token, ttl)
+            .await
     }
 
     /// Who holds `key` (the token of its first entry), the remaining TTL of that entry's lease
@@ -343,25 +260,8 @@ impl EtcdClient {
     /// Connection and server errors.
     pub async fn inspect(&self, key: &str) -> Result<LockState> {
         check_key(key)?;
-        let options = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Ascend)
-            .with_limit(1);
-        let prefix = queue_prefix(key);
-        let mut resp = self
-            .request(Operation::Inspect, false, || {
-                let mut kv = self.inner.etcd.kv_client();
-                let (prefix, options) = (prefix.clone(), options.clone());
-                async move { kv.get(prefix, Some(options)).await }
-            })
-            .await?;
-        let Some(first) = resp.take_kvs().into_iter().next() else {
-            return Ok(LockState {
-                key: key.to_string(),
-                holder: None,
-                ttl: None,
-                fencing_counter: None,
-            });
+        let Some(first) = self.first_entry(key).await? else {
+            return Ok(LockState::new(key.to_string(), None, None, None));
         };
         let ttl = if first.lease() != 0 {
             let id = first.lease();
@@ -375,12 +275,12 @@ impl EtcdClient {
         } else {
             None
         };
-        Ok(LockState {
-            key: key.to_string(),
-            holder: Some(String::from_utf8_lossy(first.value()).into_owned()),
+        Ok(LockState::new(
+            key.to_string(),
+            Some(String::from_utf8_lossy(first.value()).into_owned()),
             ttl,
-            fencing_counter: Some(first.create_revision() as u64),
-        })
+            Some(first.create_revision() as u64),
+        ))
     }
 
     /// Always [`Error::Unsupported`]: etcd's fencing numbers are its revisions, which only move
@@ -397,7 +297,4 @@ impl EtcdClient {
     }
 }
 
-crate::core::backend::impl_lock_backend!(EtcdClient, Etcd);
-
-/// No primitive beyond the plain lock yet (see [`Backend::has`](crate::Backend::has)).
-impl crate::core::backend::Primitives for EtcdClient {}
+crate::core::backend::impl_lock_backend!(EtcdClient, Etcd, lock_table);

@@ -1,4 +1,5 @@
-//! Held locks: a guard's release, and its extend, which moves the entry between leases.
+//! Held locks: a guard's release, and its extend, which moves the entry between leases; and
+//! the token-checked release and extend of an entry by anyone who has its token.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -11,6 +12,7 @@ use crate::core::error::LossReason;
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::HeldLock;
 use crate::core::guard::{Lease, clock_drift};
+use crate::core::token::LockToken;
 
 use super::client::EtcdClient;
 use super::error::{session_lost, transient};
@@ -322,6 +324,78 @@ impl Drop for Unsettled<'_> {
                 self.lease.token().clone(),
                 None,
             );
+        }
+    }
+}
+
+impl EtcdClient {
+    /// Deletes `entry` if it stores `token`: one transaction,
+    /// `If(Value(entry) == token) Then(Delete(entry))`. Needs no state from the acquiring
+    /// process; `name` is what an error names.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if there is no such entry; connection and server errors.
+    pub(super) async fn release_entry(
+        &self,
+        name: &str,
+        entry: Vec<u8>,
+        token: &LockToken,
+    ) -> Result<()> {
+        let txn = Txn::new()
+            .when([Compare::value(
+                entry.clone(),
+                CompareOp::Equal,
+                token.expose(),
+            )])
+            .and_then([TxnOp::delete(entry, None)]);
+        let resp = self.txn(Operation::Release, true, txn).await?;
+        if resp.succeeded() {
+            Ok(())
+        } else {
+            Err(Error::NotHeld {
+                key: name.to_string(),
+            })
+        }
+    }
+
+    /// Moves `entry`, if it stores `token`, onto a fresh lease of `ttl` (rounded up to whole
+    /// seconds): a lease grant, then `If(Value(entry) == token) Then(Put(entry, lease))`. The
+    /// entry keeps its create revision (fencing number and place). The old lease is left to
+    /// expire (it may be a session lease other entries share).
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if there is no such entry; [`Error::InvalidArgument`] for a bad TTL;
+    /// connection and server errors.
+    pub(super) async fn extend_entry(
+        &self,
+        name: &str,
+        entry: Vec<u8>,
+        token: &LockToken,
+        ttl: Duration,
+    ) -> Result<()> {
+        let secs = ttl_secs(ttl)?;
+        let (id, _) = self.grant(secs, Operation::Extend).await?;
+        let txn = Txn::new()
+            .when([Compare::value(
+                entry.clone(),
+                CompareOp::Equal,
+                token.expose(),
+            )])
+            .and_then([TxnOp::put(
+                entry,
+                token.expose(),
+                Some(PutOptions::new().with_lease(id)),
+            )]);
+        // No reply (`?`): the entry may ride on the new lease, so it is not revoked (it
+        // expires on its own); the caller holds no validity to lower.
+        let resp = self.txn(Operation::Extend, true, txn).await?;
+        if resp.succeeded() {
+            Ok(())
+        } else {
+            self.revoke_in_background(id);
+            Err(Error::NotHeld {
+                key: name.to_string(),
+            })
         }
     }
 }

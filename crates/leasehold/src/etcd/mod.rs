@@ -5,7 +5,10 @@
 //! **Queue of entries.** Lock `K` is a queue of etcd keys `K + "\0" + token`, one per holder or
 //! waiter, each storing its token. The *holder* is the entry under the prefix `K\0` with the
 //! lowest `create_revision` (the recipe of etcd's own `concurrency.Mutex`). Keys containing a
-//! NUL byte are refused, so the prefixes of two lock names never overlap.
+//! NUL byte are refused, so the prefixes of two lock names never overlap. Semaphores,
+//! read-write locks and elections are queues too, under prefixes that start with a NUL (so
+//! they never overlap a lock's): their layout, recipes and guarantees are in the `sync`
+//! submodule's docs (`src/etcd/sync/mod.rs`); they wait, renew and report loss as locks do.
 //!
 //! * [`EtcdClient::try_acquire`] is one transaction: `If(no key under K\0) Then(Put(entry))`.
 //!   It writes nothing when the lock is busy (no cleanup round trip, and it cannot jump the
@@ -175,6 +178,8 @@ mod keys;
 mod renewal;
 mod request;
 mod session;
+mod sync;
+mod table;
 #[cfg(test)]
 mod tests;
 mod url;

@@ -19,8 +19,8 @@ use crate::core::token::LockToken;
 const COUNTER_LOCK: &str = ".leasehold-fence.lock";
 
 /// The record's size: always written whole, in one `pwrite`, so a reader never sees half of
-/// one.
-const RECORD: usize = 256;
+/// one. A page: room for a token with the longest owner record (about 2.4 kB escaped).
+const RECORD: usize = 4096;
 
 /// A lock folder.
 #[derive(Debug, Clone)]

@@ -229,7 +229,7 @@ impl FileClient {
         options: &LockOptions,
         file: Option<File>,
     ) -> Result<std::result::Result<LockGuard, (Option<File>, Option<Duration>)>> {
-        let token = LockToken::random();
+        let token = options.new_token();
         let ttl = options.ttl();
         // Read together, the wall clock first: the record's end is the lease's, or earlier.
         let expires_ms = unix_ms(SystemTime::now() + ttl);
@@ -323,12 +323,12 @@ impl FileClient {
         validate_key(key)?;
         let (folder, k) = (self.inner.folder.clone(), key.to_string());
         let (record, fence) = blocking(Operation::Inspect, move || folder.inspect(&k)).await?;
-        Ok(LockState {
-            key: key.to_string(),
-            holder: record.as_ref().map(|r| r.token.clone()),
-            ttl: record.as_ref().map(Record::remaining),
-            fencing_counter: fence,
-        })
+        Ok(LockState::new(
+            key.to_string(),
+            record.as_ref().map(|r| r.token.clone()),
+            record.as_ref().map(Record::remaining),
+            fence,
+        ))
     }
 
     /// Raises `key`'s fencing counter to at least `at_least` (never lowers it) and returns it.

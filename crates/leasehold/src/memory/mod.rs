@@ -34,6 +34,7 @@
 
 mod store;
 mod sync;
+mod table;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -230,7 +231,7 @@ impl HeldLock for MemoryClient {
     }
 }
 
-crate::core::backend::impl_lock_backend!(MemoryClient, Memory);
+crate::core::backend::impl_lock_backend!(MemoryClient, Memory, lock_table);
 
 /// Test hooks (`leasehold::internal`): what an outsider would do to a server's lock.
 #[doc(hidden)]

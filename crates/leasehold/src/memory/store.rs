@@ -10,6 +10,7 @@ use tokio::sync::futures::OwnedNotified;
 
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::Lease;
+use crate::core::listing::{LockEntry, LockHolder, LockKind};
 use crate::core::options::LockOptions;
 use crate::core::outcome::LockState;
 use crate::core::token::LockToken;
@@ -249,7 +250,7 @@ impl Namespace {
             if let Want::Permit(n) = want {
                 e.limit = Some(n);
             }
-            let token = LockToken::random();
+            let token = options.new_token();
             let expires = now + options.ttl();
             e.holders.push(Holder {
                 token: token.clone(),
@@ -318,12 +319,7 @@ impl Namespace {
             }
             None => (None, None, 0),
         };
-        LockState {
-            key: key.to_string(),
-            holder,
-            ttl,
-            fencing_counter: (fence > 0).then_some(fence),
-        }
+        LockState::new(key.to_string(), holder, ttl, (fence > 0).then_some(fence))
     }
 
     pub(super) fn raise(&self, key: &str, at_least: u64) -> u64 {
@@ -387,5 +383,60 @@ impl Namespace {
 
     pub(super) fn refusals(&self, key: &str) -> u64 {
         self.keys().get(key).map_or(0, |e| e.refusals)
+    }
+
+    /// The held locks whose keys match `pattern`, read under the table's mutex: an atomic
+    /// snapshot.
+    pub(super) fn list(&self, pattern: &str) -> Vec<LockEntry> {
+        let mut keys = self.keys();
+        let now = Instant::now();
+        let mut entries = Vec::new();
+        for (key, e) in keys.iter_mut() {
+            if !crate::core::listing::glob_match(pattern, key) {
+                continue;
+            }
+            e.prune_expired(now);
+            let Some(first) = e.holders.first() else {
+                continue;
+            };
+            let kind = match (first.hold, &first.leader) {
+                (Hold::Exclusive, Some(_)) => LockKind::Election,
+                (Hold::Exclusive, None) => LockKind::Lock,
+                (Hold::Shared, _) => LockKind::Read,
+                (Hold::Permit, _) => LockKind::Permits,
+            };
+            let mut holders: Vec<&Holder> = e.holders.iter().collect();
+            holders.sort_by_key(|h| h.expires);
+            let holders = holders
+                .into_iter()
+                .filter_map(|h| LockHolder::from_value(h.token.expose(), Some(h.expires - now)))
+                .collect();
+            let mut entry = LockEntry::new(key.clone(), kind, holders);
+            entry.fencing_counter = (e.fence > 0).then_some(e.fence);
+            entry.waiters = Some(e.queue.len() as u64);
+            entries.push(entry);
+        }
+        entries
+    }
+
+    /// Takes `key`'s holder away and bumps its fencing counter, in one step under the mutex:
+    /// the holder taken and the counter afterwards, or `None` if nobody held it.
+    pub(super) fn force_release(&self, key: &str) -> Result<Option<(LockToken, u64)>> {
+        let mut keys = self.keys();
+        let Some(e) = keys.get_mut(key) else {
+            return Ok(None);
+        };
+        let Some(exclusive) = e.live_holder(Instant::now()) else {
+            return Ok(None);
+        };
+        let token = exclusive.token.clone();
+        let fence = e.fence.checked_add(1).ok_or(Error::FencingExhausted {
+            op: Operation::Release,
+        })?;
+        e.holders.retain(|h| h.token != token);
+        let holder = Some(token);
+        e.fence = fence;
+        e.woken.notify_waiters();
+        Ok(holder.map(|t| (t, fence)))
     }
 }

@@ -323,7 +323,7 @@ impl PostgresLeaseClient {
 
     async fn attempt(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
         let conn = self.conn().await?;
-        let token = LockToken::random();
+        let token = options.new_token();
         let ttl = options.ttl();
         let ttl_ms = ttl.as_millis() as i64;
         let started = Instant::now();
@@ -499,22 +499,17 @@ impl PostgresLeaseClient {
             .await?;
         let bad = unexpected(Operation::Inspect);
         let Some(row) = row else {
-            return Ok(LockState {
-                key: key.to_string(),
-                holder: None,
-                ttl: None,
-                fencing_counter: None,
-            });
+            return Ok(LockState::new(key.to_string(), None, None, None));
         };
         let holder: Option<String> = row.try_get(0).map_err(&bad)?;
         let ttl: Option<i64> = row.try_get(1).map_err(&bad)?;
         let fence: i64 = row.try_get(2).map_err(&bad)?;
-        Ok(LockState {
-            key: key.to_string(),
+        Ok(LockState::new(
+            key.to_string(),
             holder,
-            ttl: ttl.map(|ms| Duration::from_millis(ms.max(0) as u64)),
-            fencing_counter: Some(fence as u64),
-        })
+            ttl.map(|ms| Duration::from_millis(ms.max(0) as u64)),
+            Some(fence as u64),
+        ))
     }
 
     /// Raises `key`'s fencing counter to at least `at_least`.
@@ -615,4 +610,4 @@ impl HeldLock for LeaseRowHeld {
     }
 }
 
-crate::core::backend::impl_lock_backend!(PostgresLeaseClient, PostgresLease);
+crate::core::backend::impl_lock_backend!(PostgresLeaseClient, PostgresLease, lock_table);

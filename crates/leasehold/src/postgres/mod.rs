@@ -121,6 +121,7 @@ mod pooler;
 mod session;
 mod sql;
 mod sync;
+mod table;
 mod tls;
 mod url;
 

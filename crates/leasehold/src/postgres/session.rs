@@ -117,7 +117,7 @@ impl PostgresClient {
         wait: Option<Duration>,
     ) -> Result<Option<LockGuard>> {
         let session = self.take_session().await?;
-        let token = LockToken::random();
+        let token = options.new_token();
         let ttl = options.ttl();
         let ttl_text = millis_text(ttl);
         let started = Instant::now();
@@ -266,12 +266,12 @@ impl PostgresClient {
         let pid: Option<i32> = row.try_get(0).map_err(bad)?;
         let fence: Option<i64> = row.try_get(1).map_err(bad)?;
         let holder: Option<String> = row.try_get(2).map_err(bad)?;
-        Ok(LockState {
-            key: key.to_string(),
-            holder: pid.and(holder),
-            ttl: None,
-            fencing_counter: fence.map(|f| f as u64),
-        })
+        Ok(LockState::new(
+            key.to_string(),
+            pid.and(holder),
+            None,
+            fence.map(|f| f as u64),
+        ))
     }
 
     /// Raises `key`'s fencing counter to at least `at_least` and returns it.
@@ -325,4 +325,4 @@ impl Drop for AbandonedSession {
     }
 }
 
-crate::core::backend::impl_lock_backend!(PostgresClient, Postgres);
+crate::core::backend::impl_lock_backend!(PostgresClient, Postgres, lock_table);

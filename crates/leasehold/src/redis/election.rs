@@ -89,7 +89,7 @@ impl RedisElection {
         let mut attempts: u32 = 0;
         loop {
             attempts += 1;
-            let token = LockToken::random();
+            let token = options.new_token();
             let started = Instant::now();
             if let Some(s) = subscription.as_mut() {
                 s.mark_seen();

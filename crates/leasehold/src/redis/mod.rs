@@ -19,5 +19,6 @@ pub(crate) mod semaphore;
 pub(crate) mod server;
 pub(crate) mod slot;
 pub(crate) mod strategy;
+pub(crate) mod table;
 pub(crate) mod topology;
 pub(crate) mod waiting;

@@ -250,7 +250,7 @@ impl MultiLock {
     /// several hash slots; as [`LockClient::try_acquire`].
     pub async fn try_acquire(&self, options: &LockOptions) -> Result<TryAcquire> {
         let ttl_ms = self.check(options)?;
-        let token = LockToken::random();
+        let token = options.new_token();
         let started = Instant::now();
         match self.attempt(&token, ttl_ms).await? {
             Attempt::Acquired if expired(started, options.ttl()) => {
@@ -287,7 +287,7 @@ impl MultiLock {
         let mut attempts: u32 = 0;
         loop {
             attempts += 1;
-            let token = LockToken::random();
+            let token = options.new_token();
             let started = Instant::now();
             for s in subscriptions.iter_mut() {
                 s.mark_seen();

@@ -245,7 +245,7 @@ impl RedisRwLock {
 
     async fn try_side(&self, side: Side, options: &LockOptions) -> Result<TryAcquire> {
         self.check(side, options)?;
-        let token = LockToken::random();
+        let token = options.new_token();
         let started = Instant::now();
         match self.attempt(side, &token, options, false).await? {
             Attempt::Acquired { .. } if expired(started, options.ttl()) => {
@@ -282,7 +282,7 @@ impl RedisRwLock {
             None => None,
         };
         // A writer keeps one token for its whole wait: its waiting mark is that token.
-        let token = LockToken::random();
+        let token = options.new_token();
         let mut leave = LeaveOnDrop {
             lock: self,
             token: &token,
@@ -295,7 +295,7 @@ impl RedisRwLock {
             attempts += 1;
             let token = match side {
                 Side::Write => token.clone(),
-                Side::Read => LockToken::random(),
+                Side::Read => options.new_token(),
             };
             let started = Instant::now();
             if let Some(s) = subscription.as_mut() {

@@ -185,7 +185,7 @@ impl RedisSemaphore {
     /// permits; [`Error::ExpiredOnArrival`]; connection and server errors.
     pub async fn try_acquire(&self, options: &LockOptions) -> Result<TryAcquire> {
         let ttl_ms = self.check(options)?;
-        let token = LockToken::random();
+        let token = options.new_token();
         let started = Instant::now();
         match self.attempt(&token, ttl_ms).await? {
             PermitAttempt::Acquired if expired(started, options.ttl()) => {
@@ -221,7 +221,7 @@ impl RedisSemaphore {
         let mut attempts: u32 = 0;
         loop {
             attempts += 1;
-            let token = LockToken::random();
+            let token = options.new_token();
             let started = Instant::now();
             if let Some(s) = subscription.as_mut() {
                 s.mark_seen();

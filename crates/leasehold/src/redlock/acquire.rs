@@ -8,7 +8,7 @@ use crate::core::error::{Error, Result};
 use crate::core::guard::{Lease, LockGuard};
 use crate::core::options::{LockOptions, ttl_millis};
 use crate::core::outcome::TryAcquire;
-use crate::core::token::{LockToken, validate_key};
+use crate::core::token::validate_key;
 use crate::redis::scripts::{
     RAISE_FENCE_SCRIPT as RAISE_FENCE, REDLOCK_ACQUIRE_SCRIPT as REDLOCK_ACQUIRE,
 };
@@ -121,7 +121,7 @@ impl Redlock {
         let ttl = options.ttl();
         let ttl_ms = ttl_millis(ttl)?;
         let fencing = options.fencing_enabled();
-        let token = LockToken::random();
+        let token = options.new_token();
         let t0 = Instant::now();
         let quorum = self.quorum();
         let drift = self.inner.options.drift_for(ttl);

@@ -131,11 +131,11 @@ impl Redlock {
                 .filter_map(|s| s.ttl)
                 .min()
         });
-        Ok(crate::LockState {
-            key: key.to_string(),
+        Ok(crate::LockState::new(
+            key.to_string(),
             holder,
             ttl,
-            fencing_counter: answered.iter().filter_map(|s| s.fencing_counter).max(),
-        })
+            answered.iter().filter_map(|s| s.fencing_counter).max(),
+        ))
     }
 }

@@ -66,6 +66,7 @@ mod held;
 mod inspect;
 mod nodes;
 mod options;
+mod table;
 #[cfg(test)]
 mod tests;
 
@@ -234,6 +235,10 @@ impl LockBackend for Redlock {
         at_least: u64,
     ) -> BoxFuture<'a, Result<u64>> {
         Box::pin(Redlock::raise_fencing_counter(self, key, at_least))
+    }
+
+    fn list<'a>(&'a self, pattern: &'a str) -> BoxFuture<'a, Result<Vec<crate::LockEntry>>> {
+        Box::pin(Redlock::list(self, pattern))
     }
 }
 

@@ -222,3 +222,9 @@ impl LeaderWatch {
         Ok(self.rx.borrow_and_update().clone())
     }
 }
+
+impl crate::core::trace::Traced for Leader {
+    fn outcome(&self) -> (&'static str, Option<u64>) {
+        ("led", Some(self.term))
+    }
+}

@@ -523,6 +523,7 @@ impl PostgresClient {
             holder: held.then(|| token.expose().to_string()),
             ttl: None,
             fencing_counter: None,
+            owner: None,
         });
         not_held_here("postgres", what, name, token, state)
     }

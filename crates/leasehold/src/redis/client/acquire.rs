@@ -41,7 +41,7 @@ impl LockClient {
             let span =
                 tracing::debug_span!("leasehold.acquire", key, outcome = tracing::field::Empty);
             async {
-                let token = LockToken::random();
+                let token = options.new_token();
                 let started = Instant::now();
                 let result = self.attempt_with(key, &token, ttl_ms, options, false).await;
                 let span = tracing::Span::current();
@@ -128,7 +128,7 @@ impl LockClient {
                 // Pauses so far: the backoff's exponent (the retry after subscribing is none).
                 let mut pauses: u32 = 0;
                 loop {
-                    let token = LockToken::random();
+                    let token = options.new_token();
                     let started = Instant::now();
                     attempts += 1;
                     if let Some(s) = subscription.as_mut() {

@@ -24,12 +24,12 @@ impl LockClient {
                 async move { pipe.query_async(&mut conn).await }
             })
             .await?;
-        Ok(LockState {
-            key: key.to_string(),
+        Ok(LockState::new(
+            key.to_string(),
             holder,
-            ttl: (pttl >= 0).then(|| Duration::from_millis(pttl as u64)),
-            fencing_counter: counter,
-        })
+            (pttl >= 0).then(|| Duration::from_millis(pttl as u64)),
+            counter,
+        ))
     }
 
     /// Raises `key`'s fencing counter to at least `at_least` (it never lowers it) and returns

@@ -192,7 +192,7 @@ impl HeldLock for RedisHeld {
     }
 }
 
-crate::core::backend::impl_lock_backend!(LockClient, Redis);
+crate::core::backend::impl_lock_backend!(LockClient, Redis, lock_table);
 
 impl crate::core::backend::Primitives for LockClient {
     fn semaphore(&self, name: &str, permits: u32) -> Result<crate::Semaphore> {

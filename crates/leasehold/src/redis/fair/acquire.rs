@@ -30,7 +30,7 @@ impl LockClient {
         options: &LockOptions,
     ) -> Result<TryAcquire> {
         check_fair(key, options)?;
-        let waiter = Waiter::new(self, key);
+        let waiter = Waiter::new(self, key, options);
         let mut cleanup = LeaveOnDrop {
             waiter: &waiter,
             armed: true,
@@ -92,7 +92,7 @@ impl LockClient {
         let refresh = (window / 3).max(Duration::from_millis(10));
         let begun = Instant::now();
         let deadline = begun + wait;
-        let mut waiter = Waiter::new(self, key);
+        let mut waiter = Waiter::new(self, key, options);
         // Registered before the first attempt: no handoff to our ticket can be missed.
         let mut subscription = match self.notifier() {
             Some(n) => {

@@ -37,8 +37,8 @@ pub(super) enum FairAttempt {
 }
 
 impl<'a> Waiter<'a> {
-    pub(super) fn new(client: &'a LockClient, key: &'a str) -> Self {
-        let token = LockToken::random();
+    pub(super) fn new(client: &'a LockClient, key: &'a str, options: &LockOptions) -> Self {
+        let token = options.new_token();
         // A ticket is public (it is published): its own random bits, not the token's.
         let ticket = LockToken::random().expose()[..16].to_string();
         Waiter {

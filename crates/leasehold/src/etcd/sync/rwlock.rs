@@ -1,0 +1,177 @@
+//! [`EtcdRwLock`]: etcd's `RWMutex` recipe, readers under `\0rwlock\0K\0read\0`, writers under
+//! `\0rwlock\0K\0write\0` (see the [module docs](super)).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{GetOptions, SortOrder, SortTarget};
+
+use crate::core::error::Result;
+use crate::core::guard::LockGuard;
+use crate::core::options::LockOptions;
+use crate::core::outcome::TryAcquire;
+use crate::core::sync::impl_provider;
+use crate::core::token::LockToken;
+
+use super::super::acquire::{EntryOf, Queue};
+use super::super::client::EtcdClient;
+use super::{check_options, prefix};
+
+/// A side of the lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Read,
+    Write,
+}
+
+/// The read-write lock `name`, on etcd.
+#[derive(Debug, Clone)]
+pub(super) struct EtcdRwLock {
+    client: EtcdClient,
+    name: Arc<str>,
+    /// `\0rwlock\0name\0`: every entry.
+    prefix: Vec<u8>,
+}
+
+impl EtcdRwLock {
+    pub(super) fn new(client: &EtcdClient, name: &str) -> Self {
+        EtcdRwLock {
+            client: client.clone(),
+            name: name.into(),
+            prefix: prefix("rwlock", name),
+        }
+    }
+
+    /// `prefix read\0` or `prefix write\0`: one side's entries.
+    fn side_prefix(&self, side: Side) -> Vec<u8> {
+        let mut p = self.prefix.clone();
+        p.extend_from_slice(match side {
+            Side::Read => b"read\0",
+            Side::Write => b"write\0",
+        });
+        p
+    }
+
+    fn entry(&self, side: Side, token: &LockToken) -> Vec<u8> {
+        let mut e = self.side_prefix(side);
+        e.extend_from_slice(token.expose().as_bytes());
+        e
+    }
+
+    /// A reader is held back by the writers ahead of it, a writer by every entry ahead.
+    fn queue<'a>(&'a self, side: Side, entry: &'a EntryOf<'a>) -> Queue<'a> {
+        Queue {
+            name: &self.name,
+            entry,
+            all: self.prefix.clone(),
+            blockers: match side {
+                Side::Read => self.side_prefix(Side::Write),
+                Side::Write => self.prefix.clone(),
+            },
+            allowed: 1,
+            check_first: None,
+        }
+    }
+
+    /// Readers share, so only the writer gets a fencing number.
+    fn check(&self, side: Side, options: &LockOptions) -> Result<i64> {
+        let what = match side {
+            Side::Read => "a read-write lock's reader (readers share it; the writer has one)",
+            Side::Write => "a read-write lock",
+        };
+        check_options(&self.client, &self.name, what, options, side == Side::Write)
+    }
+
+    async fn try_side(&self, side: Side, options: &LockOptions) -> Result<TryAcquire> {
+        let secs = self.check(side, options)?;
+        let entry = |t: &LockToken| self.entry(side, t);
+        self.client
+            .try_queue(&self.queue(side, &entry), options, secs)
+            .await
+    }
+
+    async fn wait_side(&self, side: Side, options: &LockOptions) -> Result<LockGuard> {
+        let secs = self.check(side, options)?;
+        let entry = |t: &LockToken| self.entry(side, t);
+        self.client
+            .acquire_in(
+                &self.queue(side, &entry),
+                options,
+                secs,
+                options.wait_bound(),
+            )
+            .await
+    }
+
+    /// One attempt to read: succeeds while no writer holds or waits.
+    pub(super) async fn try_read(&self, options: &LockOptions) -> Result<TryAcquire> {
+        self.try_side(Side::Read, options).await
+    }
+
+    /// Waits to read, behind the writers that came before.
+    pub(super) async fn read(&self, options: &LockOptions) -> Result<LockGuard> {
+        self.wait_side(Side::Read, options).await
+    }
+
+    /// One attempt to write: succeeds while nobody holds or waits.
+    pub(super) async fn try_write(&self, options: &LockOptions) -> Result<TryAcquire> {
+        self.try_side(Side::Write, options).await
+    }
+
+    /// Waits to write, behind everyone who came before; readers who come later wait for it.
+    pub(super) async fn write(&self, options: &LockOptions) -> Result<LockGuard> {
+        self.wait_side(Side::Write, options).await
+    }
+
+    pub(super) async fn release_read(&self, token: &LockToken) -> Result<()> {
+        let entry = self.entry(Side::Read, token);
+        self.client.release_entry(&self.name, entry, token).await
+    }
+
+    pub(super) async fn release_write(&self, token: &LockToken) -> Result<()> {
+        let entry = self.entry(Side::Write, token);
+        self.client.release_entry(&self.name, entry, token).await
+    }
+
+    pub(super) async fn extend_read(&self, token: &LockToken, ttl: Duration) -> Result<()> {
+        let entry = self.entry(Side::Read, token);
+        self.client
+            .extend_entry(&self.name, entry, token, ttl)
+            .await
+    }
+
+    pub(super) async fn extend_write(&self, token: &LockToken, ttl: Duration) -> Result<()> {
+        let entry = self.entry(Side::Write, token);
+        self.client
+            .extend_entry(&self.name, entry, token, ttl)
+            .await
+    }
+
+    /// The readers holding now: the read entries ahead of the first write entry.
+    pub(super) async fn readers(&self) -> Result<u32> {
+        let options = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_keys_only();
+        let resp = self.client.read(&self.prefix, options).await?;
+        let readers = self.side_prefix(Side::Read);
+        let holding = resp
+            .kvs()
+            .iter()
+            .take_while(|kv| kv.key().starts_with(&readers))
+            .count();
+        Ok(holding as u32)
+    }
+}
+
+impl_provider!(RwLockProvider for EtcdRwLock {
+    try_read(options: &'a LockOptions) -> TryAcquire,
+    read(options: &'a LockOptions) -> LockGuard,
+    try_write(options: &'a LockOptions) -> TryAcquire,
+    write(options: &'a LockOptions) -> LockGuard,
+    release_read(token: &'a LockToken) -> (),
+    release_write(token: &'a LockToken) -> (),
+    extend_read(token: &'a LockToken, ttl: Duration) -> (),
+    extend_write(token: &'a LockToken, ttl: Duration) -> (),
+    readers() -> u32,
+});

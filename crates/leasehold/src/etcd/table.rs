@@ -1,0 +1,193 @@
+//! The lock table on etcd: [`EtcdClient::list`] and [`EtcdClient::force_release`].
+//!
+//! A lock `K` is the range of entries `K\0token`, each with its holder's or waiter's lease; the
+//! entry with the lowest create revision holds the lock, the others wait in that order. Listing
+//! reads that layout (one range read from the pattern's literal prefix, then each holder's
+//! lease TTL); keys without a NUL are not lock entries and are not listed.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use ec::{Compare, CompareOp, GetOptions, Txn, TxnOp};
+use etcd_client as ec;
+
+use crate::core::error::{Error, Operation, Result};
+use crate::core::listing::{
+    ForceReleased, LockEntry, LockHolder, LockKind, check_reason, glob_match,
+};
+use crate::core::owner::Owner;
+
+use super::EtcdClient;
+use super::keys::{check_key, queue_prefix};
+
+/// One entry of a lock's queue.
+struct QueueEntry {
+    value: String,
+    key: Vec<u8>,
+    revision: i64,
+    lease: i64,
+}
+
+impl EtcdClient {
+    /// The held locks whose names match `pattern`: holder (the first entry) with its owner and
+    /// lease TTL, fencing number (its create revision), waiters (the other entries). A snapshot
+    /// at one revision of the range read; the TTLs are read after it.
+    ///
+    /// # Errors
+    /// [`Error::PermissionDenied`] when etcd's RBAC refuses the range; connection errors.
+    pub async fn list(&self, pattern: &str) -> Result<Vec<LockEntry>> {
+        let literal: String = pattern
+            .chars()
+            .take_while(|c| !matches!(c, '*' | '?' | '\\'))
+            .collect();
+        let options = GetOptions::new().with_prefix();
+        let mut resp = self
+            .request(Operation::Inspect, false, || {
+                let mut kv = self.inner.etcd.kv_client();
+                let (from, options) = (literal.clone(), options.clone());
+                async move { kv.get(from, Some(options)).await }
+            })
+            .await?;
+        let mut locks: BTreeMap<String, Vec<QueueEntry>> = BTreeMap::new();
+        for kv in resp.take_kvs() {
+            let Some(at) = kv.key().iter().position(|&b| b == 0) else {
+                continue;
+            };
+            let name = String::from_utf8_lossy(&kv.key()[..at]).into_owned();
+            if glob_match(pattern, &name) {
+                locks.entry(name).or_default().push(QueueEntry {
+                    value: String::from_utf8_lossy(kv.value()).into_owned(),
+                    key: kv.key().to_vec(),
+                    revision: kv.create_revision(),
+                    lease: kv.lease(),
+                });
+            }
+        }
+        let mut entries = Vec::new();
+        for (name, mut queue) in locks {
+            queue.sort_by_key(|e| e.revision);
+            let first = &queue[0];
+            let ttl = self.lease_ttl(first.lease).await?;
+            let Some(holder) = LockHolder::from_value(&first.value, ttl) else {
+                continue;
+            };
+            let mut entry = LockEntry::new(name, LockKind::Lock, vec![holder]);
+            entry.fencing_counter = Some(first.revision as u64);
+            entry.waiters = Some(queue.len() as u64 - 1);
+            entries.push(entry);
+        }
+        Ok(entries)
+    }
+
+    /// `key`'s first entry (its holder's), if any: the lowest create revision under `K\0`.
+    pub(super) async fn first_entry(&self, key: &str) -> Result<Option<ec::KeyValue>> {
+        let options = GetOptions::new()
+            .with_prefix()
+            .with_sort(ec::SortTarget::Create, ec::SortOrder::Ascend)
+            .with_limit(1);
+        let prefix = queue_prefix(key);
+        let mut resp = self
+            .request(Operation::Inspect, false, || {
+                let mut kv = self.inner.etcd.kv_client();
+                let (prefix, options) = (prefix.clone(), options.clone());
+                async move { kv.get(prefix, Some(options)).await }
+            })
+            .await?;
+        Ok(resp.take_kvs().into_iter().next())
+    }
+
+    /// A lease's remaining TTL (`None` for no lease, or one already gone).
+    async fn lease_ttl(&self, id: i64) -> Result<Option<Duration>> {
+        if id == 0 {
+            return Ok(None);
+        }
+        let lease = self
+            .request(Operation::Inspect, false, || {
+                let mut leases = self.inner.etcd.lease_client();
+                async move { leases.time_to_live(id, None).await }
+            })
+            .await?;
+        Ok((lease.ttl() >= 0).then(|| Duration::from_secs(lease.ttl() as u64)))
+    }
+
+    /// Deletes `key`'s holder entry whatever its token, in a transaction conditioned on that
+    /// entry still being the one read (same create revision), so a holder that changed
+    /// meanwhile is never removed. The next waiter then takes the lock; the old holder's
+    /// extend and release find no entry ([`Error::NotHeld`]). Its lease is left alone: a
+    /// session's lease may carry that client's other locks too.
+    ///
+    /// **Fencing.** etcd's fencing numbers are create revisions, cluster-wide; the deletion
+    /// moves the revision past the old holder's number, and every later holder's number is
+    /// above the revision returned as `fencing_counter`. The record of who and why is the
+    /// warn log line (no etcd key is written outside the lock's entries: a key under `K\0`
+    /// would be taken for a waiter).
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if nobody holds it (or the holder kept changing over three tries);
+    /// [`Error::InvalidArgument`] for a bad reason, or when `key` has no entries but is itself
+    /// an etcd key (it is not a lock: nothing is written).
+    pub async fn force_release(&self, key: &str, reason: &str) -> Result<ForceReleased> {
+        check_key(key)?;
+        check_reason(reason)?;
+        for _ in 0..3 {
+            let Some(first) = self.first_entry(key).await? else {
+                return Err(self.not_a_lock_or_free(key).await);
+            };
+            let entry = QueueEntry {
+                value: String::from_utf8_lossy(first.value()).into_owned(),
+                key: first.key().to_vec(),
+                revision: first.create_revision(),
+                lease: first.lease(),
+            };
+            let txn = Txn::new()
+                .when([Compare::create_revision(
+                    entry.key.clone(),
+                    CompareOp::Equal,
+                    entry.revision,
+                )])
+                .and_then([TxnOp::delete(entry.key.clone(), None)]);
+            let done = self.txn(Operation::Release, true, txn).await?;
+            if !done.succeeded() {
+                continue;
+            }
+            let previous = LockHolder::from_value(&entry.value, None).ok_or_else(|| {
+                Error::UnexpectedReply {
+                    op: Operation::Release,
+                    detail: format!("{key:?}'s holder entry has an empty value"),
+                }
+            })?;
+            return Ok(ForceReleased {
+                key: key.to_string(),
+                previous,
+                fencing_counter: done.header().map(|h| h.revision() as u64),
+                forced_by: Owner::this_process(),
+                reason: reason.to_string(),
+            });
+        }
+        Err(Error::NotHeld {
+            key: key.to_string(),
+        })
+    }
+
+    /// Why a key with no entries cannot be forced: free, or an etcd key that is not a lock.
+    async fn not_a_lock_or_free(&self, key: &str) -> Error {
+        let options = GetOptions::new().with_count_only();
+        let found = self
+            .request(Operation::Inspect, false, || {
+                let mut kv = self.inner.etcd.kv_client();
+                let options = options.clone();
+                async move { kv.get(key, Some(options)).await }
+            })
+            .await;
+        match found {
+            Ok(resp) if resp.count() > 0 => Error::invalid(
+                "key",
+                format!("{key:?} is an etcd key, not a leasehold lock (no {key:?}\\0 entries)"),
+            ),
+            Ok(_) => Error::NotHeld {
+                key: key.to_string(),
+            },
+            Err(e) => e,
+        }
+    }
+}
