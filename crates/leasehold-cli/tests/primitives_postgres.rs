@@ -14,6 +14,29 @@ fn urls(pg: &leasehold_harness::Postgres) -> [(&'static str, String); 2] {
     ]
 }
 
+/// A background `leasehold elect NAME --ttl 1s --id ID -- sh -c SCRIPT` on `url`.
+fn candidate(url: &str, dir: &std::path::Path, name: &str, id: &str, script: &str) -> Running {
+    Running::start_subcommand(
+        &["--url", url],
+        dir,
+        "elect",
+        &[name, "--ttl", "1s", "--id", id, "--", "sh", "-c", script],
+    )
+}
+
+/// The second candidate wrote `second TERM` to `file`, in a term after `term`, and exited 0.
+fn took_over(file: &std::path::Path, term: u64, second: Running, kind: &str) {
+    let line = wait_for_file(file);
+    let mut fields = line.split_whitespace();
+    assert_eq!(fields.next(), Some("second"), "{kind}");
+    let next: u64 = fields.next().unwrap().parse().unwrap();
+    assert!(
+        next > term,
+        "{kind}: terms strictly increase: {term} then {next}"
+    );
+    assert_eq!(second.wait().0, 0, "{kind}");
+}
+
 /// A command that says it is in (`<name>-in`) and holds on until `go-<kind>` exists.
 fn hold(name: &str, kind: &str) -> String {
     format!("echo in > {name}-in; while [ ! -e go-{kind} ]; do sleep 0.02; done")
@@ -182,55 +205,29 @@ fn the_second_candidate_takes_over_when_the_first_exits() {
         let svc = format!("svc-{kind}");
         let first_file = format!("first-{kind}");
         let second_file = format!("second-{kind}");
-        let first = Running::start_subcommand(
-            &["--url", url.as_str()],
+        let first = candidate(
+            &url,
             dir.path(),
-            "elect",
-            &[
-                &svc,
-                "--ttl",
-                "1s",
-                "--id",
-                "first",
-                "--",
-                "sh",
-                "-c",
-                &format!(
-                    "echo $LEASEHOLD_TERM > {first_file}; while [ ! -e go-{kind} ]; do sleep 0.02; done"
-                ),
-            ],
+            &svc,
+            "first",
+            &format!(
+                "echo $LEASEHOLD_TERM > {first_file}; while [ ! -e go-{kind} ]; do sleep 0.02; done"
+            ),
         );
         let term: u64 = wait_for_file(&dir.path().join(&first_file))
             .trim()
             .parse()
             .unwrap();
-        let second = Running::start_subcommand(
-            &["--url", url.as_str()],
+        let second = candidate(
+            &url,
             dir.path(),
-            "elect",
-            &[
-                &svc,
-                "--ttl",
-                "1s",
-                "--id",
-                "second",
-                "--",
-                "sh",
-                "-c",
-                &format!("echo $LEASEHOLD_LEADER_ID $LEASEHOLD_TERM > {second_file}"),
-            ],
+            &svc,
+            "second",
+            &format!("echo $LEASEHOLD_LEADER_ID $LEASEHOLD_TERM > {second_file}"),
         );
         std::fs::write(dir.path().join(format!("go-{kind}")), "").unwrap();
         assert_eq!(first.wait().0, 0, "{kind}");
-        let line = wait_for_file(&dir.path().join(&second_file));
-        let mut fields = line.split_whitespace();
-        assert_eq!(fields.next(), Some("second"), "{kind}");
-        let next: u64 = fields.next().unwrap().parse().unwrap();
-        assert!(
-            next > term,
-            "{kind}: terms strictly increase: {term} then {next}"
-        );
-        assert_eq!(second.wait().0, 0, "{kind}");
+        took_over(&dir.path().join(&second_file), term, second, kind);
     }
 }
 
@@ -248,41 +245,23 @@ fn a_killed_leader_is_replaced() {
     for (kind, url) in urls(&pg) {
         let svc = format!("crash-{kind}");
         let (first_file, second_file) = (format!("k1-{kind}"), format!("k2-{kind}"));
-        let first = Running::start_subcommand(
-            &["--url", url.as_str()],
+        let first = candidate(
+            &url,
             dir.path(),
-            "elect",
-            &[
-                &svc,
-                "--ttl",
-                "1s",
-                "--id",
-                "first",
-                "--",
-                "sh",
-                "-c",
-                &format!("echo $LEASEHOLD_TERM $$ > {first_file}; exec sleep 600"),
-            ],
+            &svc,
+            "first",
+            &format!("echo $LEASEHOLD_TERM $$ > {first_file}; exec sleep 600"),
         );
         let line = wait_for_file(&dir.path().join(&first_file));
         let mut fields = line.split_whitespace();
         let term: u64 = fields.next().unwrap().parse().unwrap();
         let child: i32 = fields.next().unwrap().parse().unwrap();
-        let second = Running::start_subcommand(
-            &["--url", url.as_str()],
+        let second = candidate(
+            &url,
             dir.path(),
-            "elect",
-            &[
-                &svc,
-                "--ttl",
-                "1s",
-                "--id",
-                "second",
-                "--",
-                "sh",
-                "-c",
-                &format!("echo $LEASEHOLD_LEADER_ID $LEASEHOLD_TERM > {second_file}"),
-            ],
+            &svc,
+            "second",
+            &format!("echo $LEASEHOLD_LEADER_ID $LEASEHOLD_TERM > {second_file}"),
         );
         assert!(
             !dir.path().join(&second_file).exists(),
@@ -290,15 +269,7 @@ fn a_killed_leader_is_replaced() {
         );
         kill(Pid::from_raw(first.pid() as i32), Signal::SIGKILL).unwrap();
         let _ = kill(Pid::from_raw(child), Signal::SIGKILL);
-        let line = wait_for_file(&dir.path().join(&second_file));
-        let mut fields = line.split_whitespace();
-        assert_eq!(fields.next(), Some("second"), "{kind}");
-        let next: u64 = fields.next().unwrap().parse().unwrap();
-        assert!(
-            next > term,
-            "{kind}: terms strictly increase: {term} then {next}"
-        );
-        assert_eq!(second.wait().0, 0, "{kind}");
+        took_over(&dir.path().join(&second_file), term, second, kind);
         drop(first);
     }
 }
