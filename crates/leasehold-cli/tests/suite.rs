@@ -9,6 +9,7 @@ mod lock_table;
 mod min_hold;
 mod misuse;
 mod primitives_etcd;
+mod primitives_postgres;
 mod redlock;
 mod run;
 mod short_ttl;

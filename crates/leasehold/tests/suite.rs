@@ -18,6 +18,7 @@ mod lock_table;
 mod min_hold;
 mod multi;
 mod postgres_backend;
+mod postgres_primitives;
 mod redlock;
 mod renewal;
 mod roundtrips;

@@ -43,8 +43,10 @@ impl Backend {
             (Backend::Redis, _) => true,
             (Backend::Redlock, _) => false,
             (Backend::Etcd, _) => true,
-            (Backend::Postgres, _) => false,
-            (Backend::PostgresLease, _) => false,
+            (Backend::Postgres, _) => true,
+            // Lease rows: no read-write lock (see the `postgres` module's docs).
+            (Backend::PostgresLease, Primitive::RwLock) => false,
+            (Backend::PostgresLease, _) => true,
             (Backend::Memory, _) => true,
             (Backend::File, _) => false,
         }

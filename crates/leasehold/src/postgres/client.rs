@@ -19,6 +19,7 @@ use super::sql::{
     CREATE_TABLE, EXTEND, INSPECT, PROBE, RAISE, RELEASE, SET_LOCK_TIMEOUT, try_acquire_sql,
     wait_acquire_sql,
 };
+use super::sync::AdvisoryLock;
 use super::tls::{PgTls, connector, take_tls_params};
 use super::url::without_lock_param;
 use crate::core::error::LossReason;
@@ -334,6 +335,9 @@ pub(super) struct PgHeld {
     silence: Duration,
     /// Stops the watcher (on release).
     stop: CancellationToken,
+    /// The advisory lock held, when it is not the plain lock on `key` (a reader, a permit's
+    /// slot, a writer or leader: see `sync`); released and checked by unnamed statements.
+    pub(super) lock: Option<AdvisoryLock>,
 }
 
 impl std::fmt::Debug for PgHeld {
@@ -360,6 +364,7 @@ impl PgHeld {
             silence: session.silence,
             session: tokio::sync::Mutex::new(Some(session)),
             stop: CancellationToken::new(),
+            lock: None,
         }
     }
 
@@ -444,14 +449,13 @@ impl PgHeld {
                 key: self.key.clone(),
             });
         }
-        let row = match self
-            .client
-            .timed(
-                Operation::Release,
-                session.client.query_one(&session.release, &[&self.key]),
-            )
-            .await
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&self.key];
+        let release: BoxFuture<'_, std::result::Result<_, tokio_postgres::Error>> = match &self.lock
         {
+            None => Box::pin(session.client.query_one(&session.release, &params)),
+            Some(lock) => Box::pin(lock.release(&session.client, &self.key)),
+        };
+        let row = match self.client.timed(Operation::Release, release).await {
             Ok(row) => row,
             // Dropping the session ends it, which releases the lock anyway.
             Err(e) => return Err(e),
@@ -475,15 +479,19 @@ impl PgHeld {
             });
         };
         let started = Instant::now();
-        let row = self
-            .client
-            .timed(
-                Operation::Extend,
-                session
-                    .client
-                    .query_one(&session.extend, &[&self.key, &millis_text(ttl)]),
-            )
-            .await?;
+        let ttl_text = millis_text(ttl);
+        let row = match &self.lock {
+            None => {
+                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] =
+                    [&self.key, &ttl_text];
+                let extend = session.client.query_one(&session.extend, &params);
+                self.client.timed(Operation::Extend, extend).await?
+            }
+            Some(lock) => {
+                let extend = lock.extend(&session.client, &self.key, &ttl_text);
+                self.client.timed(Operation::Extend, extend).await?
+            }
+        };
         let held: bool = row.try_get(1).unwrap_or(false);
         if !held {
             return Err(Error::NotHeld {

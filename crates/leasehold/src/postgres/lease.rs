@@ -270,7 +270,7 @@ impl PostgresLeaseClient {
     }
 
     /// A receiver of released keys: the LISTEN connection is opened on first use.
-    async fn releases(&self) -> Result<broadcast::Receiver<String>> {
+    pub(super) async fn releases(&self) -> Result<broadcast::Receiver<String>> {
         if let Some(tx) = self
             .inner
             .releases
@@ -327,7 +327,7 @@ impl PostgresLeaseClient {
         self.attempt(key, options).await
     }
 
-    fn check(&self, key: &str, options: &LockOptions) -> Result<()> {
+    pub(super) fn check(&self, key: &str, options: &LockOptions) -> Result<()> {
         validate_pg_key(key)?;
         options.ttl_millis()?;
         if options.replica_ack_required().is_some() {
@@ -578,7 +578,7 @@ impl PostgresLeaseClient {
     }
 
     /// Extends `lease` every renewal interval until it ends, is lost, or reaches `max_hold`.
-    fn keep_alive(&self, lease: Lease, options: &LockOptions) {
+    pub(super) fn keep_alive(&self, lease: Lease, options: &LockOptions) {
         let stop = tokio_util::sync::CancellationToken::new();
         self.inner
             .renewing
@@ -626,7 +626,7 @@ impl PostgresLeaseClient {
 
 /// A lock held as a lease row.
 #[derive(Debug)]
-struct LeaseRowHeld(PostgresLeaseClient);
+pub(super) struct LeaseRowHeld(pub(super) PostgresLeaseClient);
 
 impl HeldLock for LeaseRowHeld {
     fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
@@ -643,6 +643,3 @@ impl HeldLock for LeaseRowHeld {
 }
 
 crate::core::backend::impl_lock_backend!(PostgresLeaseClient, PostgresLease, lock_table);
-
-/// No primitive beyond the plain lock yet (see [`Backend::has`](crate::Backend::has)).
-impl crate::core::backend::Primitives for PostgresLeaseClient {}

@@ -87,6 +87,29 @@
 //! an expiry (what the Redis backend does with a key) fits better; the session lock is the right
 //! tool when the protected data lives in the same database and the lock should die with the
 //! worker's connection.
+//!
+//! # Semaphores, read-write locks and elections
+//! [`PostgresClient::semaphore`], [`PostgresClient::rwlock`] and [`PostgresClient::election`]
+//! (and [`Locker`](crate::Locker)'s, on `postgres://` URLs) hold each permit, reader, writer or
+//! leader as a session lock, on a session of its own, with the same TTL, renewal and loss
+//! report: a semaphore's permits are `N` advisory locks (slots `hashtextextended(name, 1..=N)`;
+//! a waiter queues in one slot's server queue for a backoff delay at a time, then tries every
+//! slot: not fair, and the number of permits cannot be checked between clients); readers take
+//! `pg_advisory_lock_shared` on the plain lock's key and the writer `pg_advisory_lock`, so a
+//! waiting writer keeps new readers out (PostgreSQL queues a request behind a conflicting
+//! waiting one: `LockAcquireExtended` in `src/backend/storage/lmgr/lock.c`); a leader holds the
+//! plain lock's key, its term is the fencing number drawn in the winning statement, which also
+//! writes the term row `leasehold_terms (key, term, leader_id)`. A release by token from
+//! another process is refused as for a session lock (the holding session carries a hash of the
+//! token in its `application_name`, so a token held elsewhere is
+//! [`Error::Unsupported`], one held nowhere [`Error::NotHeld`]).
+//!
+//! [`PostgresLeaseClient::semaphore`] keeps permits as slot rows (`leasehold_permits`), each
+//! taken under its row lock, with [`Error::Conflict`] for another number of permits, and
+//! [`PostgresLeaseClient::election`] the name's lease row plus a term row
+//! (`leasehold_lease_terms`); both work from any process and through a transaction pooler.
+//! Lease rows have no read-write lock ([`Backend::has`](crate::Backend::has) says so). Details
+//! and tests: docs/guarantees.md §9.
 
 mod client;
 mod error;
@@ -97,6 +120,7 @@ mod params;
 mod pooler;
 mod session;
 mod sql;
+mod sync;
 mod table;
 mod tls;
 mod url;

@@ -3,15 +3,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 
 use super::client::{PgHeld, PostgresClient, Session};
-use super::error::{pg_error, timeout_error};
 use super::lifetime::{lease_lifetime, validity_from};
 use super::params::{millis_text, validate_pg_key};
-use super::pooler::pooler_error;
 use super::sql::{INSPECT, RAISE, UNLOCK};
+use super::sync::{acquiring_reply, refuse_handed_over};
 use crate::core::backend::not_held_here;
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::{Lease, LockGuard};
@@ -134,59 +132,35 @@ impl PostgresClient {
         let pid = s.pid;
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
             [&key, &token.expose(), &ttl_text, &pid];
-        let reply = match wait {
-            None => tokio::time::timeout(
-                self.inner.options.response_timeout,
-                s.client.query_one(&s.try_acquire, &params),
-            )
-            .await
-            .map_err(|_| timeout_error(Operation::Acquire, true))?,
-            Some(wait) => {
-                // Pipelined: one round trip for the timeout and the blocking acquisition. The
-                // reply may take up to `wait`; the response timeout counts after that.
-                let wait_text = millis_text(wait);
-                let set_params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&wait_text];
-                let set = s.client.query_one(&s.set_lock_timeout, &set_params);
-                let acquire = s.client.query_one(&s.wait_acquire, &params);
-                let both = async { tokio::join!(set, acquire) };
-                let bound = wait + self.inner.options.response_timeout;
-                match tokio::time::timeout(bound, both).await {
-                    Err(_) => return Err(timeout_error(Operation::Acquire, true)),
-                    Ok((Err(e), _)) => return Err(pg_error(Operation::Acquire, true, e)),
-                    Ok((Ok(_), Err(e))) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {
-                        // Timed out in a lock queue: the advisory lock's, or, after the advisory
-                        // lock was granted, the fence row's (held by someone's open
-                        // transaction). The lock survives the statement's rollback: release it
-                        // before the session goes back to the pool (or close the session).
-                        let session = cleanup.disarm();
-                        self.unlock_or_discard(session, key).await;
-                        return Ok(None);
-                    }
-                    Ok((Ok(_), r)) => r,
-                }
-            }
+        let statement = if wait.is_some() {
+            &s.wait_acquire
+        } else {
+            &s.try_acquire
         };
-        let row = reply.map_err(|e| pg_error(Operation::Acquire, true, e))?;
+        let acquire = s.client.query_one(statement, &params);
+        let Some(row) = acquiring_reply(self, s, wait, acquire).await? else {
+            // Timed out in a lock queue: the advisory lock's, or, after the advisory lock was
+            // granted, the fence row's (held by someone's open transaction). The lock survives
+            // the statement's rollback: release it before the session goes back to the pool
+            // (or close the session).
+            let session = cleanup.disarm();
+            self.unlock_or_discard(session, key).await;
+            return Ok(None);
+        };
         let bad = |e: tokio_postgres::Error| Error::UnexpectedReply {
             op: Operation::Acquire,
             detail: e.to_string(),
         };
-        let moved: bool = row.try_get(0).map_err(bad)?;
-        let mine: bool = row.try_get(1).map_err(bad)?;
-        let fence: Option<i64> = row.try_get(2).map_err(bad)?;
-        if moved {
-            // Dropped armed: the connection is closed.
-            return Err(pooler_error(&format!(
-                "the server process serving this connection changed between two statements \
-                 (pid {pid}, then another)"
-            )));
-        }
-        if mine {
-            return Err(pooler_error(&format!(
+        // Dropped armed on a refusal: the connection is closed.
+        refuse_handed_over(
+            &row,
+            pid,
+            &format!(
                 "this connection's server session already held the lock {key:?} before asking \
                  for it (advisory locks are reentrant: it would have been granted twice)"
-            )));
-        }
+            ),
+        )?;
+        let fence: Option<i64> = row.try_get(2).map_err(bad)?;
         let Some(fence) = fence else {
             let session = cleanup.disarm();
             self.put_back(session);
@@ -356,6 +330,3 @@ impl Drop for AbandonedSession {
 }
 
 crate::core::backend::impl_lock_backend!(PostgresClient, Postgres, lock_table);
-
-/// No primitive beyond the plain lock yet (see [`Backend::has`](crate::Backend::has)).
-impl crate::core::backend::Primitives for PostgresClient {}

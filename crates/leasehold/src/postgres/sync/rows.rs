@@ -1,0 +1,622 @@
+//! The primitives on lease rows ([`PostgresLeaseClient`], `?lock=lease`): a semaphore as slot
+//! rows, an election as the name's lease row plus a term row. No read-write lock (see the
+//! module docs of `sync`).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::future::BoxFuture;
+use tokio::sync::broadcast;
+use tokio_postgres::types::{ToSql, Type};
+
+use super::is_create_race;
+use crate::core::error::{Error, Operation, Result};
+use crate::core::guard::{HeldLock, Lease, LockGuard, clock_drift};
+use crate::core::options::{LockOptions, ttl_millis};
+use crate::core::outcome::TryAcquire;
+use crate::core::sync::{
+    Election, ElectionProvider, Leader, LeaderChanges, Semaphore, impl_provider,
+};
+use crate::core::token::LockToken;
+use crate::postgres::lease::{LeaseRowHeld, PostgresLeaseClient};
+use crate::postgres::params::validate_pg_key;
+
+const TEXT: Type = Type::TEXT;
+const INT8: Type = Type::INT8;
+const INT4: Type = Type::INT4;
+
+/// A semaphore's slots: one row per slot ever taken, with the holder's token and expiry, and
+/// the number of permits the holder asked for.
+const CREATE_PERMITS: &str = "CREATE TABLE IF NOT EXISTS leasehold_permits (
+    key text NOT NULL,
+    slot int NOT NULL,
+    token text,
+    expires_at timestamptz NOT NULL,
+    permits int NOT NULL,
+    PRIMARY KEY (key, slot)
+)";
+
+/// One attempt at a permit: picks a slot that looked free (at random, so that competing
+/// attempts rarely pick the same one) and takes it only if it is still free under the row
+/// lock (`ON CONFLICT DO UPDATE … WHERE`, evaluated on the row's latest version). One row:
+/// the other number of permits the live holders use (a conflict: nothing is taken), whether
+/// a slot looked free, the slot taken (NULL: none), and the ms until the first held permit
+/// expires.
+const PERMIT_ACQUIRE: &str = "\
+WITH live AS (SELECT slot, permits FROM leasehold_permits
+               WHERE key = $1 AND token IS NOT NULL AND expires_at > clock_timestamp()),
+other AS (SELECT min(permits) AS theirs FROM live WHERE permits <> $4),
+cand AS (SELECT g AS slot FROM generate_series(1, $4) AS g
+          WHERE (SELECT theirs FROM other) IS NULL
+            AND NOT EXISTS (SELECT 1 FROM live WHERE live.slot = g)
+          ORDER BY random() LIMIT 1),
+ins AS (INSERT INTO leasehold_permits AS t (key, slot, token, expires_at, permits)
+        SELECT $1, slot, $2, clock_timestamp() + $3 * interval '1 millisecond', $4 FROM cand
+        ON CONFLICT (key, slot) DO UPDATE
+           SET token = EXCLUDED.token, expires_at = EXCLUDED.expires_at, permits = EXCLUDED.permits
+         WHERE t.token IS NULL OR t.expires_at <= clock_timestamp()
+        RETURNING slot)
+SELECT (SELECT theirs FROM other), EXISTS (SELECT 1 FROM cand), (SELECT slot FROM ins),
+       (SELECT (extract(epoch FROM min(expires_at) - clock_timestamp()) * 1000)::bigint
+          FROM leasehold_permits
+         WHERE key = $1 AND token IS NOT NULL AND expires_at > clock_timestamp())";
+
+/// Release, and the notification for waiters (on the lease rows' channel), in one statement.
+const PERMIT_RELEASE: &str = "\
+WITH r AS (
+  UPDATE leasehold_permits SET token = NULL
+   WHERE key = $1 AND token = $2 AND expires_at > clock_timestamp()
+  RETURNING key)
+SELECT pg_notify('leasehold_release', key) FROM r";
+
+const PERMIT_EXTEND: &str = "\
+UPDATE leasehold_permits SET expires_at = clock_timestamp() + $3 * interval '1 millisecond'
+ WHERE key = $1 AND token = $2 AND expires_at > clock_timestamp()";
+
+const PERMIT_HOLDERS: &str = "\
+SELECT count(*) FROM leasehold_permits
+ WHERE key = $1 AND token IS NOT NULL AND expires_at > clock_timestamp()";
+
+/// The terms of elections on lease rows: the fencing number of each win and the winner's id,
+/// written in the winning statement.
+const CREATE_TERMS: &str = "CREATE TABLE IF NOT EXISTS leasehold_lease_terms (
+    key text PRIMARY KEY,
+    term bigint NOT NULL,
+    leader_id text NOT NULL
+)";
+
+/// The lease rows' acquiring upsert, and the term row in the same statement, announced on the
+/// lease rows' channel (for [`Election::watch`]). One row: the term (NULL: busy) and the ms the
+/// holder's lease still runs.
+const ELECT: &str = "\
+WITH a AS (
+  INSERT INTO leasehold_leases AS t (key, token, expires_at, fence)
+  VALUES ($1, $2, clock_timestamp() + $3 * interval '1 millisecond', 1)
+  ON CONFLICT (key) DO UPDATE
+     SET token = EXCLUDED.token, expires_at = EXCLUDED.expires_at, fence = t.fence + 1
+   WHERE t.token IS NULL OR t.expires_at <= clock_timestamp()
+  RETURNING fence),
+e AS (
+  INSERT INTO leasehold_lease_terms AS t (key, term, leader_id) SELECT $1, fence, $4 FROM a
+  ON CONFLICT (key) DO UPDATE SET term = EXCLUDED.term, leader_id = EXCLUDED.leader_id
+  RETURNING term),
+n AS (SELECT pg_notify('leasehold_release', $1) FROM e)
+SELECT (SELECT term FROM e), (SELECT count(*) FROM n),
+       (SELECT (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint
+          FROM leasehold_leases
+         WHERE key = $1 AND token IS NOT NULL AND expires_at > clock_timestamp())";
+
+/// The live lease row of `$1` (ms left, fencing number) and its term row.
+const LEADER: &str = "\
+SELECT (extract(epoch FROM l.expires_at - clock_timestamp()) * 1000)::bigint, l.fence,
+       t.term, t.leader_id
+  FROM leasehold_leases l LEFT JOIN leasehold_lease_terms t ON t.key = l.key
+ WHERE l.key = $1 AND l.token IS NOT NULL AND l.expires_at > clock_timestamp()";
+
+fn unexpected(op: Operation) -> impl Fn(tokio_postgres::Error) -> Error {
+    move |e| Error::UnexpectedReply {
+        op,
+        detail: e.to_string(),
+    }
+}
+
+fn millis(ms: Option<i64>) -> Option<Duration> {
+    ms.map(|ms| Duration::from_millis(ms.max(0) as u64))
+}
+
+impl PostgresLeaseClient {
+    /// A semaphore of `permits` permits on `name` (no round trip): `permits` slot rows in
+    /// `leasehold_permits`, each a lease with a token and an expiry.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad name or `permits` outside
+    /// 1 ..= [`MAX_PERMITS`](crate::MAX_PERMITS).
+    pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
+        Semaphore::check(name, permits)?;
+        validate_pg_key(name)?;
+        let provider = RowSemaphore(Arc::new(RowSemaphoreInner {
+            client: self.clone(),
+            name: name.to_string(),
+            permits,
+            table: tokio::sync::OnceCell::new(),
+        }));
+        Ok(Semaphore::new(name, permits, provider))
+    }
+
+    /// An election on `name` (no round trip): the lease row of `name` and a term row.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad name.
+    pub fn election(&self, name: &str) -> Result<Election> {
+        validate_pg_key(name)?;
+        let provider = RowElection {
+            client: self.clone(),
+            name: name.to_string(),
+            table: tokio::sync::OnceCell::new(),
+        };
+        Ok(Election::new(name, provider))
+    }
+
+    /// Creates a table once per handle (`cell`), accepting a concurrent creation.
+    async fn create_once(&self, cell: &tokio::sync::OnceCell<()>, sql: &str) -> Result<()> {
+        cell.get_or_try_init(|| async {
+            let conn = self.conn().await?;
+            match self
+                .timed(Operation::Connect, conn.batch_execute(sql))
+                .await
+            {
+                Err(e) if !is_create_race(&e) => Err(e),
+                _ => Ok(()),
+            }
+        })
+        .await
+        .map(drop)
+    }
+
+    /// One statement whose parameters are `(value, type)`; one row.
+    async fn row(
+        &self,
+        op: Operation,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<tokio_postgres::Row> {
+        let conn = self.conn().await?;
+        self.timed(op, conn.query_typed_one(sql, params)).await
+    }
+
+    /// Sleeps `pause` (capped by `deadline`), woken early when `name` is released.
+    async fn pause_for_release(
+        released: &mut broadcast::Receiver<String>,
+        name: &str,
+        pause: Duration,
+    ) {
+        let sleep = tokio::time::sleep(pause);
+        tokio::pin!(sleep);
+        loop {
+            tokio::select! {
+                _ = &mut sleep => return,
+                got = released.recv() => match got {
+                    Ok(k) if k == name => return,
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(broadcast::error::RecvError::Closed) => {
+                        (&mut sleep).await;
+                        return;
+                    }
+                },
+            }
+        }
+    }
+}
+
+/// What one attempt got.
+enum Attempt {
+    Acquired(LockGuard),
+    Busy { remaining: Option<Duration> },
+}
+
+/// Waits as a lease row waits: an attempt, then (until the deadline) a pause that a release
+/// of `name` ends early (`LISTEN`), never longer than the backoff or the holder's remaining
+/// lease; a grant given back because it came too late is retried after the backoff only.
+async fn wait_for<F, Fut>(
+    client: &PostgresLeaseClient,
+    name: &str,
+    options: &LockOptions,
+    forever: bool,
+    mut attempt: F,
+) -> Result<LockGuard>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Attempt>>,
+{
+    let begun = Instant::now();
+    let deadline = options.wait_bound().map(|w| begun + w);
+    // Subscribed before the first attempt, so a release right after it is not missed.
+    let mut released = if deadline.is_some() || forever {
+        Some(client.releases().await?)
+    } else {
+        None
+    };
+    let mut attempts = 0u32;
+    loop {
+        attempts += 1;
+        let (remaining, failure) = match attempt().await {
+            Ok(Attempt::Acquired(guard)) => return Ok(guard),
+            Ok(Attempt::Busy { remaining }) => (remaining, None),
+            Err(e @ Error::ExpiredOnArrival { .. }) => (None, Some(e)),
+            Err(e) => return Err(e),
+        };
+        let now = Instant::now();
+        let left = match deadline {
+            Some(d) if now < d => d - now,
+            None if forever => Duration::MAX,
+            _ => {
+                return Err(failure.unwrap_or_else(|| Error::NotAcquired {
+                    key: name.to_string(),
+                    waited: now - begun,
+                    attempts,
+                }));
+            }
+        };
+        let pause = options
+            .backoff_policy()
+            .pause(attempts - 1, remaining)
+            .min(left);
+        match released.as_mut() {
+            // Not woken by the release of the grant given back: that would be a spin.
+            Some(rx) if failure.is_none() => {
+                PostgresLeaseClient::pause_for_release(rx, name, pause).await;
+            }
+            _ => tokio::time::sleep(pause).await,
+        }
+    }
+}
+
+/// A semaphore as slot rows (see the module docs).
+#[derive(Debug, Clone)]
+pub(crate) struct RowSemaphore(Arc<RowSemaphoreInner>);
+
+#[derive(Debug)]
+pub(crate) struct RowSemaphoreInner {
+    client: PostgresLeaseClient,
+    name: String,
+    permits: u32,
+    /// The permits table exists (created by this handle's first attempt).
+    table: tokio::sync::OnceCell<()>,
+}
+
+impl RowSemaphore {
+    fn check(&self, options: &LockOptions) -> Result<()> {
+        options.validate()?;
+        let refuse = |what: &str| {
+            Err(Error::Unsupported {
+                backend: "postgres-lease",
+                what: format!("{what} on a semaphore"),
+            })
+        };
+        if options.fencing_enabled() {
+            return refuse("fencing (a semaphore admits several holders at once)");
+        }
+        if options.fair_enabled() {
+            return refuse("fair mode");
+        }
+        if options.replica_ack_required().is_some() {
+            return refuse("replica_ack");
+        }
+        Ok(())
+    }
+
+    /// One attempt; a slot that looked free but was taken meanwhile by another attempt is
+    /// followed by another look, so a free permit is not reported busy.
+    async fn attempt(&self, options: &LockOptions) -> Result<Attempt> {
+        let s = &self.0;
+        s.client.create_once(&s.table, CREATE_PERMITS).await?;
+        let ttl = options.ttl();
+        let ttl_ms = ttl.as_millis() as i64;
+        let permits = s.permits as i32;
+        for _ in 0..=s.permits {
+            let token = LockToken::random();
+            let token_text = token.expose();
+            let started = Instant::now();
+            let row = s
+                .client
+                .row(
+                    Operation::Acquire,
+                    PERMIT_ACQUIRE,
+                    &[
+                        (&s.name, TEXT),
+                        (&token_text, TEXT),
+                        (&ttl_ms, INT8),
+                        (&permits, INT4),
+                    ],
+                )
+                .await?;
+            let bad = unexpected(Operation::Acquire);
+            let theirs: Option<i32> = row.try_get(0).map_err(&bad)?;
+            let looked_free: bool = row.try_get(1).map_err(&bad)?;
+            let slot: Option<i32> = row.try_get(2).map_err(&bad)?;
+            let remaining: Option<i64> = row.try_get(3).map_err(&bad)?;
+            if let Some(theirs) = theirs {
+                return Err(Error::Conflict {
+                    key: s.name.clone(),
+                    detail: format!(
+                        "the semaphore is held with {theirs} permits; this client asked for {}",
+                        s.permits
+                    ),
+                });
+            }
+            if slot.is_some() {
+                if started.elapsed() >= ttl.saturating_sub(clock_drift(ttl)) {
+                    let _ = self.release(&token).await;
+                    return Err(Error::ExpiredOnArrival {
+                        key: s.name.clone(),
+                        elapsed: started.elapsed(),
+                        ttl,
+                    });
+                }
+                let lease = Lease::new(&s.name, token, None, started, ttl);
+                let held: Arc<dyn HeldLock> = Arc::new(self.clone());
+                if options.auto_extend_enabled() {
+                    crate::core::renew::keep_alive(held.clone(), lease.clone(), options);
+                }
+                return Ok(Attempt::Acquired(LockGuard::new(held, lease)));
+            }
+            if !looked_free {
+                return Ok(Attempt::Busy {
+                    remaining: millis(remaining),
+                });
+            }
+        }
+        Ok(Attempt::Busy { remaining: None })
+    }
+
+    async fn try_acquire(&self, options: &LockOptions) -> Result<TryAcquire> {
+        self.check(options)?;
+        Ok(match self.attempt(options).await? {
+            Attempt::Acquired(guard) => TryAcquire::Acquired(guard),
+            Attempt::Busy { remaining } => TryAcquire::Busy { remaining },
+        })
+    }
+
+    async fn acquire(&self, options: &LockOptions) -> Result<LockGuard> {
+        self.check(options)?;
+        wait_for(&self.0.client, &self.0.name, options, false, || {
+            self.attempt(options)
+        })
+        .await
+    }
+
+    async fn release(&self, token: &LockToken) -> Result<()> {
+        let s = &self.0;
+        let token_text = token.expose();
+        let conn = s.client.conn().await?;
+        let params: [(&(dyn ToSql + Sync), Type); 2] = [(&s.name, TEXT), (&token_text, TEXT)];
+        let rows = s
+            .client
+            .timed(
+                Operation::Release,
+                conn.query_typed(PERMIT_RELEASE, &params),
+            )
+            .await?;
+        if rows.is_empty() {
+            return Err(Error::NotHeld {
+                key: s.name.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    async fn extend(&self, token: &LockToken, ttl: Duration) -> Result<()> {
+        let s = &self.0;
+        let ttl_ms = ttl_millis(ttl)? as i64;
+        let token_text = token.expose();
+        let conn = s.client.conn().await?;
+        let params: [(&(dyn ToSql + Sync), Type); 3] =
+            [(&s.name, TEXT), (&token_text, TEXT), (&ttl_ms, INT8)];
+        let n = s
+            .client
+            .timed(
+                Operation::Extend,
+                conn.execute_typed(PERMIT_EXTEND, &params),
+            )
+            .await?;
+        if n == 0 {
+            return Err(Error::NotHeld {
+                key: s.name.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    async fn holders(&self) -> Result<u32> {
+        let s = &self.0;
+        s.client.create_once(&s.table, CREATE_PERMITS).await?;
+        let row = s
+            .client
+            .row(Operation::Inspect, PERMIT_HOLDERS, &[(&s.name, TEXT)])
+            .await?;
+        let n: i64 = row.try_get(0).map_err(unexpected(Operation::Inspect))?;
+        Ok(u32::try_from(n).unwrap_or(u32::MAX))
+    }
+}
+
+/// A held permit, as its guard sees it.
+impl HeldLock for RowSemaphore {
+    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
+        Box::pin(RowSemaphore::release(self, lease.token()))
+    }
+
+    fn extend<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Instant>> {
+        Box::pin(async move {
+            let started = Instant::now();
+            RowSemaphore::extend(self, lease.token(), ttl).await?;
+            Ok(started + ttl.saturating_sub(clock_drift(ttl)))
+        })
+    }
+}
+
+impl_provider!(SemaphoreProvider for RowSemaphore {
+    try_acquire(options: &'a LockOptions) -> TryAcquire,
+    acquire(options: &'a LockOptions) -> LockGuard,
+    release(token: &'a LockToken) -> (),
+    extend(token: &'a LockToken, ttl: Duration) -> (),
+    holders() -> u32,
+});
+
+/// An election on the lease row of its name and a term row (see the module docs).
+#[derive(Debug)]
+pub(crate) struct RowElection {
+    client: PostgresLeaseClient,
+    name: String,
+    /// The terms table exists (created by this handle's first call).
+    table: tokio::sync::OnceCell<()>,
+}
+
+impl RowElection {
+    async fn attempt(&self, id: &str, options: &LockOptions) -> Result<Attempt> {
+        let ttl = options.ttl();
+        let ttl_ms = ttl.as_millis() as i64;
+        let token = LockToken::random();
+        let token_text = token.expose();
+        let started = Instant::now();
+        let row = self
+            .client
+            .row(
+                Operation::Acquire,
+                ELECT,
+                &[
+                    (&self.name, TEXT),
+                    (&token_text, TEXT),
+                    (&ttl_ms, INT8),
+                    (&id, TEXT),
+                ],
+            )
+            .await?;
+        let bad = unexpected(Operation::Acquire);
+        let term: Option<i64> = row.try_get(0).map_err(&bad)?;
+        let remaining: Option<i64> = row.try_get(2).map_err(&bad)?;
+        let Some(term) = term else {
+            return Ok(Attempt::Busy {
+                remaining: millis(remaining),
+            });
+        };
+        if started.elapsed() >= ttl.saturating_sub(clock_drift(ttl)) {
+            let _ = self.client.release(&self.name, &token).await;
+            return Err(Error::ExpiredOnArrival {
+                key: self.name.clone(),
+                elapsed: started.elapsed(),
+                ttl,
+            });
+        }
+        let lease = Lease::new(&self.name, token, Some(term as u64), started, ttl);
+        self.client.keep_alive(lease.clone(), options);
+        let held = Arc::new(LeaseRowHeld(self.client.clone()));
+        Ok(Attempt::Acquired(LockGuard::new(held, lease)))
+    }
+
+    async fn campaign(&self, id: &str, options: &LockOptions) -> Result<LockGuard> {
+        self.client.check(&self.name, options)?;
+        let options = options.clone().fencing(true).auto_extend(true);
+        self.client.create_once(&self.table, CREATE_TERMS).await?;
+        wait_for(&self.client, &self.name, &options, true, || {
+            self.attempt(id, &options)
+        })
+        .await
+    }
+
+    async fn leader(&self) -> Result<Option<Leader>> {
+        self.client.create_once(&self.table, CREATE_TERMS).await?;
+        let conn = self.client.conn().await?;
+        let params: [(&(dyn ToSql + Sync), Type); 1] = [(&self.name, TEXT)];
+        let Some(row) = self
+            .client
+            .timed(Operation::Inspect, conn.query_typed_opt(LEADER, &params))
+            .await?
+        else {
+            return Ok(None);
+        };
+        let bad = unexpected(Operation::Inspect);
+        let ms: Option<i64> = row.try_get(0).map_err(&bad)?;
+        let fence: i64 = row.try_get(1).map_err(&bad)?;
+        let term: Option<i64> = row.try_get(2).map_err(&bad)?;
+        let id: Option<String> = row.try_get(3).map_err(&bad)?;
+        match (term, id) {
+            (Some(term), Some(id)) if term == fence => Ok(Some(Leader {
+                id,
+                term: term as u64,
+                ttl: millis(ms),
+            })),
+            _ => Err(Error::Conflict {
+                key: self.name.clone(),
+                detail: "the election's lease row is held, but not by a campaign (a plain lock?)"
+                    .into(),
+            }),
+        }
+    }
+}
+
+impl ElectionProvider for RowElection {
+    fn campaign<'a>(
+        &'a self,
+        id: &'a str,
+        options: &'a LockOptions,
+    ) -> BoxFuture<'a, Result<LockGuard>> {
+        Box::pin(RowElection::campaign(self, id, options))
+    }
+
+    fn leader<'a>(&'a self) -> BoxFuture<'a, Result<Option<Leader>>> {
+        Box::pin(RowElection::leader(self))
+    }
+
+    /// A leader elected or resigning is announced on the lease rows' channel (`LISTEN`; through
+    /// a transaction pooler announcements may be lost, and the watch polls).
+    fn changes<'a>(&'a self) -> BoxFuture<'a, Option<Box<dyn LeaderChanges>>> {
+        Box::pin(async move {
+            let released = self.client.releases().await.ok()?;
+            Some(Box::new(Announcements {
+                released,
+                name: self.name.clone(),
+            }) as Box<dyn LeaderChanges>)
+        })
+    }
+}
+
+/// The lease rows' announcements of one name.
+struct Announcements {
+    released: broadcast::Receiver<String>,
+    name: String,
+}
+
+impl LeaderChanges for Announcements {
+    fn mark_seen(&mut self) {
+        while !matches!(
+            self.released.try_recv(),
+            Err(broadcast::error::TryRecvError::Empty | broadcast::error::TryRecvError::Closed)
+        ) {}
+    }
+
+    fn changed(&mut self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            loop {
+                match self.released.recv().await {
+                    // Lagged: ours may be among the announcements missed.
+                    Ok(k) if k == self.name => return,
+                    Err(broadcast::error::RecvError::Lagged(_)) => return,
+                    Ok(_) => {}
+                    // The listening connection ended: the watch's poll takes over.
+                    Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
+                }
+            }
+        })
+    }
+}
+
+/// Semaphores and elections on lease rows; no read-write lock.
+impl crate::core::backend::Primitives for PostgresLeaseClient {
+    fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
+        PostgresLeaseClient::semaphore(self, name, permits)
+    }
+
+    fn election(&self, name: &str) -> Result<Election> {
+        PostgresLeaseClient::election(self, name)
+    }
+}

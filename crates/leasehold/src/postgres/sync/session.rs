@@ -1,0 +1,451 @@
+//! The primitives on session advisory locks ([`PostgresClient`]): semaphore, read-write lock,
+//! election. See the module docs of `sync` for the protocols and their guarantees.
+
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+
+use super::advisory::{AdvisoryLock, Ask, count_sql, slots_held_sql};
+use crate::core::error::{Error, Operation, Result};
+use crate::core::guard::LockGuard;
+use crate::core::options::LockOptions;
+use crate::core::outcome::TryAcquire;
+use crate::core::sync::{Election, ElectionProvider, Leader, RwLock, Semaphore, impl_provider};
+use crate::core::token::LockToken;
+use crate::postgres::client::PostgresClient;
+use crate::postgres::params::validate_pg_key;
+
+impl PostgresClient {
+    /// A semaphore of `permits` permits on `name` (no round trip): `permits` advisory locks,
+    /// one per slot (see the module docs).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad name or `permits` outside
+    /// 1 ..= [`MAX_PERMITS`](crate::MAX_PERMITS).
+    pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
+        Semaphore::check(name, permits)?;
+        validate_pg_key(name)?;
+        let provider = PgSemaphore {
+            client: self.clone(),
+            name: name.to_string(),
+            permits,
+        };
+        Ok(Semaphore::new(name, permits, provider))
+    }
+
+    /// A read-write lock on `name` (no round trip): readers share the advisory lock of `name`
+    /// (`pg_advisory_lock_shared`), the writer holds it alone, as a plain lock does.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad name.
+    pub fn rwlock(&self, name: &str) -> Result<RwLock> {
+        validate_pg_key(name)?;
+        let provider = PgRwLock {
+            client: self.clone(),
+            name: name.to_string(),
+        };
+        Ok(RwLock::new(name, provider))
+    }
+
+    /// An election on `name` (no round trip): the advisory lock of `name` and a term row.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad name.
+    pub fn election(&self, name: &str) -> Result<Election> {
+        validate_pg_key(name)?;
+        let provider = PgElection {
+            client: self.clone(),
+            name: name.to_string(),
+            terms: tokio::sync::OnceCell::new(),
+        };
+        Ok(Election::new(name, provider))
+    }
+
+    /// The options every session primitive refuses before any round trip: a TTL the idle
+    /// limit cannot hold, `replica_ack`; and `what` (fencing, fair mode) when `refused`.
+    fn check_primitive(&self, options: &LockOptions, refused: &[(bool, &str)]) -> Result<()> {
+        options.validate()?;
+        if options.ttl() > Duration::from_millis(i32::MAX as u64) {
+            return Err(Error::invalid(
+                "ttl",
+                "PostgreSQL's idle_session_timeout holds at most 24.8 days",
+            ));
+        }
+        let unsupported = |what: &str| Error::Unsupported {
+            backend: "postgres",
+            what: what.to_string(),
+        };
+        if options.replica_ack_required().is_some() {
+            return Err(unsupported("replica acknowledgement (replica_ack)"));
+        }
+        match refused.iter().find(|(on, _)| *on) {
+            Some((_, what)) => Err(unsupported(what)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A semaphore as `permits` advisory locks (see the module docs).
+#[derive(Debug, Clone)]
+pub(crate) struct PgSemaphore {
+    client: PostgresClient,
+    name: String,
+    permits: u32,
+}
+
+fn is_permit(lock: AdvisoryLock) -> bool {
+    lock.seed > 0
+}
+
+impl PgSemaphore {
+    fn check(&self, options: &LockOptions) -> Result<()> {
+        self.client.check_primitive(
+            options,
+            &[
+                (
+                    options.fencing_enabled(),
+                    "fencing on a semaphore (it admits several holders at once)",
+                ),
+                (
+                    options.fair_enabled(),
+                    "fair mode on a semaphore (its waiters are not queued in arrival order)",
+                ),
+            ],
+        )
+    }
+
+    async fn try_acquire(&self, options: &LockOptions) -> Result<TryAcquire> {
+        self.check(options)?;
+        let ask = Ask::AnySlot(self.permits);
+        match self
+            .client
+            .advisory_attempt(&self.name, ask, options, None)
+            .await?
+        {
+            Some(guard) => Ok(TryAcquire::Acquired(guard)),
+            None => Ok(TryAcquire::Busy { remaining: None }),
+        }
+    }
+
+    /// Tries every slot; while all are held, waits in one slot's queue (a different slot each
+    /// round) for a backoff delay, then tries every slot again.
+    async fn acquire(&self, options: &LockOptions) -> Result<LockGuard> {
+        self.check(options)?;
+        let begun = std::time::Instant::now();
+        let deadline = options.wait_bound().map(|w| begun + w);
+        let mut attempts: u32 = 0;
+        loop {
+            attempts += 1;
+            let scan = self
+                .client
+                .advisory_attempt(&self.name, Ask::AnySlot(self.permits), options, None)
+                .await;
+            let failure = match scan {
+                Ok(Some(guard)) => return Ok(guard),
+                Ok(None) => None,
+                Err(e @ (Error::Connection { .. } | Error::ExpiredOnArrival { .. })) => Some(e),
+                Err(e) => return Err(e),
+            };
+            let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
+            let Some(left) = left.filter(|l| !l.is_zero()) else {
+                return Err(failure.unwrap_or_else(|| Error::NotAcquired {
+                    key: self.name.clone(),
+                    waited: begun.elapsed(),
+                    attempts,
+                }));
+            };
+            let slice = options.backoff_policy().delay(attempts - 1).min(left);
+            if failure.is_some() {
+                tokio::time::sleep(slice).await;
+                continue;
+            }
+            let slot = Ask::Slot((attempts - 1) % self.permits + 1);
+            match self
+                .client
+                .advisory_attempt(&self.name, slot, options, Some(slice))
+                .await
+            {
+                Ok(Some(guard)) => return Ok(guard),
+                Ok(None) => {}
+                Err(e @ (Error::Connection { .. } | Error::ExpiredOnArrival { .. })) => {
+                    tracing::debug!(name = %self.name, error = %e, "waiting for a slot failed; retrying");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn release(&self, token: &LockToken) -> Result<()> {
+        self.client
+            .release_advisory(&self.name, token, is_permit)
+            .await
+    }
+
+    async fn extend(&self, token: &LockToken, ttl: Duration) -> Result<()> {
+        self.client
+            .extend_advisory(&self.name, token, ttl, is_permit)
+            .await
+    }
+
+    async fn holders(&self) -> Result<u32> {
+        let permits = self.permits.to_string();
+        let row = self
+            .client
+            .query_pooled(
+                Operation::Inspect,
+                &slots_held_sql(),
+                &[&self.name, &permits],
+            )
+            .await?;
+        count(&row)
+    }
+}
+
+fn count(row: &tokio_postgres::Row) -> Result<u32> {
+    let n: i64 = row.try_get(0).map_err(|e| Error::UnexpectedReply {
+        op: Operation::Inspect,
+        detail: e.to_string(),
+    })?;
+    Ok(u32::try_from(n).unwrap_or(u32::MAX))
+}
+
+impl_provider!(SemaphoreProvider for PgSemaphore {
+    try_acquire(options: &'a LockOptions) -> TryAcquire,
+    acquire(options: &'a LockOptions) -> LockGuard,
+    release(token: &'a LockToken) -> (),
+    extend(token: &'a LockToken, ttl: Duration) -> (),
+    holders() -> u32,
+});
+
+/// A read-write lock on the advisory lock of its name (see the module docs).
+#[derive(Debug, Clone)]
+pub(crate) struct PgRwLock {
+    client: PostgresClient,
+    name: String,
+}
+
+fn is_reader(lock: AdvisoryLock) -> bool {
+    lock.shared
+}
+
+fn is_writer(lock: AdvisoryLock) -> bool {
+    !lock.shared && lock.seed == 0
+}
+
+impl PgRwLock {
+    fn check(&self, read: bool, options: &LockOptions) -> Result<()> {
+        self.client.check_primitive(
+            options,
+            &[(
+                read && options.fencing_enabled(),
+                "fencing for readers (readers share the lock; the writer gets one)",
+            )],
+        )
+    }
+
+    async fn try_side(&self, ask: Ask<'_>, options: &LockOptions) -> Result<TryAcquire> {
+        self.check(matches!(ask, Ask::Read), options)?;
+        match self
+            .client
+            .advisory_attempt(&self.name, ask, options, None)
+            .await?
+        {
+            Some(guard) => Ok(TryAcquire::Acquired(guard)),
+            None => Ok(TryAcquire::Busy { remaining: None }),
+        }
+    }
+
+    async fn try_read(&self, options: &LockOptions) -> Result<TryAcquire> {
+        self.try_side(Ask::Read, options).await
+    }
+
+    async fn try_write(&self, options: &LockOptions) -> Result<TryAcquire> {
+        self.try_side(Ask::Write, options).await
+    }
+
+    async fn read(&self, options: &LockOptions) -> Result<LockGuard> {
+        self.check(true, options)?;
+        self.client
+            .advisory_wait(&self.name, Ask::Read, options, false)
+            .await
+    }
+
+    async fn write(&self, options: &LockOptions) -> Result<LockGuard> {
+        self.check(false, options)?;
+        self.client
+            .advisory_wait(&self.name, Ask::Write, options, false)
+            .await
+    }
+
+    async fn release_read(&self, token: &LockToken) -> Result<()> {
+        self.client
+            .release_advisory(&self.name, token, is_reader)
+            .await
+    }
+
+    async fn release_write(&self, token: &LockToken) -> Result<()> {
+        self.client
+            .release_advisory(&self.name, token, is_writer)
+            .await
+    }
+
+    async fn extend_read(&self, token: &LockToken, ttl: Duration) -> Result<()> {
+        self.client
+            .extend_advisory(&self.name, token, ttl, is_reader)
+            .await
+    }
+
+    async fn extend_write(&self, token: &LockToken, ttl: Duration) -> Result<()> {
+        self.client
+            .extend_advisory(&self.name, token, ttl, is_writer)
+            .await
+    }
+
+    async fn readers(&self) -> Result<u32> {
+        let row = self
+            .client
+            .query_pooled(
+                Operation::Inspect,
+                &count_sql("ShareLock"),
+                &[&self.name, "0"],
+            )
+            .await?;
+        count(&row)
+    }
+}
+
+impl_provider!(RwLockProvider for PgRwLock {
+    try_read(options: &'a LockOptions) -> TryAcquire,
+    read(options: &'a LockOptions) -> LockGuard,
+    try_write(options: &'a LockOptions) -> TryAcquire,
+    write(options: &'a LockOptions) -> LockGuard,
+    release_read(token: &'a LockToken) -> (),
+    release_write(token: &'a LockToken) -> (),
+    extend_read(token: &'a LockToken, ttl: Duration) -> (),
+    extend_write(token: &'a LockToken, ttl: Duration) -> (),
+    readers() -> u32,
+});
+
+/// The table of election terms on session locks: the fencing number drawn at each win and the
+/// winner's id, written in the winning statement.
+const CREATE_TERMS: &str = "CREATE TABLE IF NOT EXISTS leasehold_terms (
+    key text PRIMARY KEY,
+    term bigint NOT NULL,
+    leader_id text NOT NULL
+)";
+
+/// The leader: whether a session holds `$1`'s exclusive advisory lock, the fencing counter, and
+/// the term row.
+const LEADER: &str = "\
+SELECT EXISTS (SELECT 1 FROM pg_locks l
+                WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+                  AND l.mode = 'ExclusiveLock'
+                  AND l.classid::bigint = ((hashtextextended($1, 0) >> 32) & 4294967295)
+                  AND l.objid::bigint = (hashtextextended($1, 0) & 4294967295)),
+       (SELECT fence FROM leasehold_locks WHERE key = $1),
+       (SELECT term FROM leasehold_terms WHERE key = $1),
+       (SELECT leader_id FROM leasehold_terms WHERE key = $1)";
+
+/// An election on the advisory lock of its name and a term row (see the module docs).
+#[derive(Debug)]
+pub(crate) struct PgElection {
+    client: PostgresClient,
+    name: String,
+    /// The terms table exists (created by this handle's first call).
+    terms: tokio::sync::OnceCell<()>,
+}
+
+impl PgElection {
+    async fn ensure_terms(&self) -> Result<()> {
+        self.terms
+            .get_or_try_init(|| self.create_terms())
+            .await
+            .map(drop)
+    }
+
+    async fn create_terms(&self) -> Result<()> {
+        let session = self.client.take_session().await?;
+        let created = self
+            .client
+            .timed(
+                Operation::Connect,
+                session.client.batch_execute(CREATE_TERMS),
+            )
+            .await;
+        self.client.put_back(session);
+        match created {
+            Err(e) if !super::is_create_race(&e) => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    async fn campaign(&self, id: &str, options: &LockOptions) -> Result<LockGuard> {
+        self.client.check_primitive(options, &[])?;
+        let options = options.clone().fencing(true).auto_extend(true);
+        self.ensure_terms().await?;
+        self.client
+            .advisory_wait(&self.name, Ask::Lead(id), &options, true)
+            .await
+    }
+
+    async fn leader(&self) -> Result<Option<Leader>> {
+        self.ensure_terms().await?;
+        let row = self
+            .client
+            .query_pooled(Operation::Inspect, LEADER, &[&self.name])
+            .await?;
+        let bad = |e: tokio_postgres::Error| Error::UnexpectedReply {
+            op: Operation::Inspect,
+            detail: e.to_string(),
+        };
+        let held: bool = row.try_get(0).map_err(bad)?;
+        let fence: Option<i64> = row.try_get(1).map_err(bad)?;
+        let term: Option<i64> = row.try_get(2).map_err(bad)?;
+        let id: Option<String> = row.try_get(3).map_err(bad)?;
+        if !held {
+            return Ok(None);
+        }
+        match (term, id) {
+            (Some(term), Some(id)) if fence == Some(term) => Ok(Some(Leader {
+                id,
+                term: term as u64,
+                ttl: None,
+            })),
+            _ => Err(Error::Conflict {
+                key: self.name.clone(),
+                detail: "the election's lock is held, but not by a campaign (a plain lock or a \
+                         writer?)"
+                    .into(),
+            }),
+        }
+    }
+}
+
+impl ElectionProvider for PgElection {
+    fn campaign<'a>(
+        &'a self,
+        id: &'a str,
+        options: &'a LockOptions,
+    ) -> BoxFuture<'a, Result<LockGuard>> {
+        Box::pin(PgElection::campaign(self, id, options))
+    }
+
+    fn leader<'a>(&'a self) -> BoxFuture<'a, Result<Option<Leader>>> {
+        Box::pin(PgElection::leader(self))
+    }
+}
+
+/// Semaphores, read-write locks and elections on session advisory locks.
+impl crate::core::backend::Primitives for PostgresClient {
+    fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
+        PostgresClient::semaphore(self, name, permits)
+    }
+
+    fn rwlock(&self, name: &str) -> Result<RwLock> {
+        PostgresClient::rwlock(self, name)
+    }
+
+    fn election(&self, name: &str) -> Result<Election> {
+        PostgresClient::election(self, name)
+    }
+}

@@ -1,0 +1,708 @@
+//! Semaphores, read-write locks and elections on PostgreSQL, through `Locker::connect` as users
+//! reach them: session advisory locks (`postgres://`) and lease rows (`?lock=lease`), against a
+//! real server started by the harness. Every wait observes state (`pg_locks`, a guard's loss,
+//! a task's result); the timeouts only keep a broken test from hanging.
+#![cfg(feature = "postgres")]
+
+use std::time::Duration;
+
+use leasehold::{Error, LockGuard, LockOptions, LockToken, Locker, TryAcquire};
+use leasehold_harness::{PgBouncerOptions, Postgres, pgbouncer_for_test, postgres_for_test};
+use tokio_postgres::NoTls;
+
+/// Only keeps a broken test from hanging.
+const BOUND: Duration = Duration::from_secs(30);
+
+async fn admin(pg: &Postgres) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(&pg.url(), NoTls)
+        .await
+        .expect("admin connects");
+    tokio::spawn(conn);
+    client
+}
+
+/// A locker on session locks and one on lease rows, on the same server.
+async fn lockers(pg: &Postgres) -> [(&'static str, Locker); 2] {
+    [
+        ("session", Locker::connect(&pg.url()).await.unwrap()),
+        (
+            "lease",
+            Locker::connect(&format!("{}?lock=lease", pg.url()))
+                .await
+                .unwrap(),
+        ),
+    ]
+}
+
+async fn until<F, Fut>(what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + BOUND;
+    while !f().await {
+        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Advisory locks of `key`'s seed `seed` in `mode`, granted or waiting.
+async fn advisory(
+    admin: &tokio_postgres::Client,
+    key: &str,
+    seed: i64,
+    mode: &str,
+    granted: bool,
+) -> Vec<i32> {
+    admin
+        .query(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted = $4
+               AND objsubid = 1 AND mode = $3
+               AND classid::bigint = ((hashtextextended($1, $2) >> 32) & 4294967295)
+               AND objid::bigint = (hashtextextended($1, $2) & 4294967295)",
+            &[&key, &seed, &mode, &granted],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+async fn terminate(admin: &tokio_postgres::Client, pid: i32) {
+    let row = admin
+        .query_one("SELECT pg_terminate_backend($1)", &[&pid])
+        .await
+        .unwrap();
+    assert!(row.get::<_, bool>(0), "pid {pid} terminated");
+}
+
+fn acquired(t: TryAcquire) -> LockGuard {
+    match t {
+        TryAcquire::Acquired(g) => g,
+        TryAcquire::Busy { .. } => panic!("busy"),
+    }
+}
+
+fn is_busy(t: &TryAcquire) -> bool {
+    matches!(t, TryAcquire::Busy { .. })
+}
+
+/// At most `permits` holders: of N+1 attempts at once exactly N get a permit, on both kinds;
+/// the holder count says so (and, for sessions, `pg_locks`: one granted slot per holder); a
+/// release wakes a waiter; release and extend are token-checked (`NotHeld`); on lease rows
+/// another number of permits is refused while permits are held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphores_admit_exactly_their_permits() {
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    let admin = admin(&pg).await;
+    let opts = LockOptions::new(Duration::from_secs(30));
+    for (kind, locker) in lockers(&pg).await {
+        let name = format!("sem-{kind}");
+        let sem = locker.semaphore(&name, 3).unwrap();
+        let attempts = (0..4).map(|_| {
+            let (sem, opts) = (sem.clone(), opts.clone());
+            tokio::spawn(async move { sem.try_acquire(&opts).await.unwrap() })
+        });
+        let mut held = Vec::new();
+        let mut busy = 0;
+        for a in attempts.collect::<Vec<_>>() {
+            match a.await.unwrap() {
+                TryAcquire::Acquired(g) => held.push(g),
+                TryAcquire::Busy { .. } => busy += 1,
+            }
+        }
+        assert_eq!((held.len(), busy), (3, 1), "{kind}: 3 of 4 admitted");
+        assert_eq!(sem.holders().await.unwrap(), 3, "{kind}");
+        if kind == "session" {
+            let mut slots = 0;
+            for seed in 1..=3 {
+                slots += advisory(&admin, &name, seed, "ExclusiveLock", true)
+                    .await
+                    .len();
+            }
+            assert_eq!(slots, 3, "one granted slot per holder");
+        }
+
+        // Token-checked: a token that holds nothing is refused, the permits stay.
+        let stranger = LockToken::random();
+        let err = sem.release(&stranger).await.unwrap_err();
+        assert!(matches!(err, Error::NotHeld { .. }), "{kind}: {err}");
+        let err = sem
+            .extend(&stranger, Duration::from_secs(5))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::NotHeld { .. }), "{kind}: {err}");
+        assert_eq!(sem.holders().await.unwrap(), 3, "{kind}");
+
+        if kind == "lease" {
+            let other = locker.semaphore(&name, 5).unwrap();
+            let err = other.try_acquire(&opts).await.unwrap_err();
+            assert!(matches!(err, Error::Conflict { .. }), "{kind}: {err}");
+        }
+
+        // A waiter gets the permit a release frees.
+        let waiter = {
+            let (sem, wait) = (sem.clone(), opts.clone().wait(BOUND));
+            tokio::spawn(async move { sem.acquire(&wait).await })
+        };
+        let first = held.remove(0);
+        let token = first.token().clone();
+        first.release().await.unwrap();
+        let got = tokio::time::timeout(BOUND, waiter)
+            .await
+            .expect("woken")
+            .unwrap()
+            .unwrap();
+        assert_eq!(sem.holders().await.unwrap(), 3, "{kind}");
+        // Released once: its token holds nothing any more.
+        let err = sem.release(&token).await.unwrap_err();
+        assert!(matches!(err, Error::NotHeld { .. }), "{kind}: {err}");
+
+        // A bounded wait while all are held ends with NotAcquired.
+        let err = sem
+            .acquire(&opts.clone().wait(Duration::from_millis(300)))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::NotAcquired { .. }), "{kind}: {err}");
+        got.release().await.unwrap();
+        for g in held {
+            g.release().await.unwrap();
+        }
+        assert_eq!(sem.holders().await.unwrap(), 0, "{kind}");
+    }
+}
+
+/// Session semaphore: a waiter queues in the server on a slot (no polling while it waits
+/// there), and the release of that slot grants it; a permit taken by token from another
+/// client (another process, as the CLI's `release --permits`) is refused as the plain session
+/// lock's is: `Unsupported` while another session holds it, `NotHeld` once nobody does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_semaphore_waiters_queue_in_the_server() {
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    let admin = admin(&pg).await;
+    let locker = Locker::connect(&pg.url()).await.unwrap();
+    let elsewhere = Locker::connect(&pg.url()).await.unwrap();
+    let opts = LockOptions::new(Duration::from_secs(30));
+    let sem = locker.semaphore("one", 1).unwrap();
+    let holder = acquired(sem.try_acquire(&opts).await.unwrap());
+
+    let err = elsewhere
+        .semaphore("one", 1)
+        .unwrap()
+        .release(holder.token())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Unsupported { .. }), "{err}");
+
+    let waiter = {
+        let (sem, wait) = (sem.clone(), opts.clone().wait(BOUND));
+        tokio::spawn(async move { sem.acquire(&wait).await })
+    };
+    // The backoff grows to its maximum (200 ms) while the waiter sits in the slot's queue.
+    until("waiter queued on the slot", || async {
+        !advisory(&admin, "one", 1, "ExclusiveLock", false)
+            .await
+            .is_empty()
+    })
+    .await;
+    let token = holder.token().clone();
+    holder.release().await.unwrap();
+    let next = tokio::time::timeout(BOUND, waiter)
+        .await
+        .expect("granted")
+        .unwrap()
+        .unwrap();
+    let err = elsewhere
+        .semaphore("one", 1)
+        .unwrap()
+        .release(&token)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NotHeld { .. }), "{err}");
+    next.release().await.unwrap();
+}
+
+/// Session read-write lock: readers share, a writer holds alone (observed by `try_*`), a
+/// waiting writer keeps new readers out (`try_read` busy, a waiting reader queued behind it)
+/// while the current reader drains, then gets in before them; writers' fencing numbers
+/// strictly increase and come from the plain lock's counter. Would fail if readers took the
+/// exclusive lock, or if the server let a reader pass a waiting writer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_writer_blocks_new_readers() {
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    let admin = admin(&pg).await;
+    let locker = Locker::connect(&pg.url()).await.unwrap();
+    let opts = LockOptions::new(Duration::from_secs(30));
+    let fenced = opts.clone().fencing(true);
+    let rw = locker.rwlock("doc").unwrap();
+
+    let r1 = acquired(rw.try_read(&opts).await.unwrap());
+    let r2 = acquired(rw.try_read(&opts).await.unwrap());
+    assert_eq!(rw.readers().await.unwrap(), 2);
+    assert!(is_busy(&rw.try_write(&fenced).await.unwrap()));
+    r2.release().await.unwrap();
+
+    let writer = {
+        let (rw, wait) = (rw.clone(), fenced.clone().wait(BOUND));
+        tokio::spawn(async move { rw.write(&wait).await })
+    };
+    until("writer waiting", || async {
+        !advisory(&admin, "doc", 0, "ExclusiveLock", false)
+            .await
+            .is_empty()
+    })
+    .await;
+    assert!(
+        is_busy(&rw.try_read(&opts).await.unwrap()),
+        "a new reader passed a waiting writer"
+    );
+    let reader = {
+        let (rw, wait) = (rw.clone(), opts.clone().wait(BOUND));
+        tokio::spawn(async move { rw.read(&wait).await })
+    };
+    until("reader queued behind the writer", || async {
+        !advisory(&admin, "doc", 0, "ShareLock", false)
+            .await
+            .is_empty()
+    })
+    .await;
+    r1.release().await.unwrap();
+    let w = tokio::time::timeout(BOUND, writer)
+        .await
+        .expect("writer granted")
+        .unwrap()
+        .unwrap();
+    // The writer holds alone: the queued reader still waits, nobody reads.
+    assert_eq!(rw.readers().await.unwrap(), 0);
+    assert!(!reader.is_finished());
+    let n1 = w.fencing_token().expect("fenced writer");
+    w.release().await.unwrap();
+    let r = tokio::time::timeout(BOUND, reader)
+        .await
+        .expect("reader granted")
+        .unwrap()
+        .unwrap();
+    assert_eq!(rw.readers().await.unwrap(), 1);
+    r.release().await.unwrap();
+
+    // The writer's counter is the plain lock's: a plain lock's number follows, then a writer's.
+    let plain = locker.acquire("doc", &fenced).await.unwrap();
+    let n2 = plain.fencing_token().unwrap();
+    assert!(
+        is_busy(&rw.try_read(&opts).await.unwrap()),
+        "a plain lock is a writer"
+    );
+    plain.release().await.unwrap();
+    let w = acquired(rw.try_write(&fenced).await.unwrap());
+    let n3 = w.fencing_token().unwrap();
+    assert!(n1 < n2 && n2 < n3, "{n1} {n2} {n3}");
+
+    // Token-checked by role: a writer's token releases no reader.
+    let err = rw.release_read(w.token()).await.unwrap_err();
+    assert!(matches!(err, Error::NotHeld { .. }), "{err}");
+    rw.extend_write(w.token(), Duration::from_secs(10))
+        .await
+        .unwrap();
+    rw.release_write(&w.token().clone()).await.unwrap();
+    let err = w.release().await.unwrap_err();
+    assert!(matches!(err, Error::NotHeld { .. }), "{err}");
+
+    // Lease rows have no read-write lock, and say so.
+    let lease = Locker::connect(&format!("{}?lock=lease", pg.url()))
+        .await
+        .unwrap();
+    let err = lease.rwlock("doc").unwrap_err();
+    assert!(matches!(err, Error::Unsupported { .. }), "{err}");
+}
+
+/// Elections on both kinds: one leader, `leader()` names it with its term; a second candidate
+/// waits and takes over when the first resigns, with a higher term; nobody leads after the
+/// last resigns; a plain lock on the name is not taken for a leader (`Conflict`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn elections_hand_over_with_increasing_terms() {
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    let opts = LockOptions::new(Duration::from_secs(2));
+    for (kind, locker) in lockers(&pg).await {
+        let name = format!("lead-{kind}");
+        let election = locker.election(&name).unwrap();
+        assert_eq!(election.leader().await.unwrap(), None, "{kind}");
+        let a = election.campaign("a", &opts).await.unwrap();
+        let t1 = a.fencing_token().expect("a term");
+        let seen = election.leader().await.unwrap().expect("a leads");
+        assert_eq!((seen.id.as_str(), seen.term), ("a", t1), "{kind}");
+
+        let b = {
+            let election = election.clone();
+            let opts = opts.clone();
+            tokio::spawn(async move { election.campaign("b", &opts).await })
+        };
+        let c_try = election
+            .campaign("c", &opts.clone().wait(Duration::from_millis(100)))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(c_try, Error::NotAcquired { .. }),
+            "{kind}: {c_try}"
+        );
+        a.release().await.unwrap();
+        let b = tokio::time::timeout(BOUND, b)
+            .await
+            .expect("b elected")
+            .unwrap()
+            .unwrap();
+        let t2 = b.fencing_token().unwrap();
+        assert!(t2 > t1, "{kind}: {t1} then {t2}");
+        let seen = election.leader().await.unwrap().expect("b leads");
+        assert_eq!((seen.id.as_str(), seen.term), ("b", t2), "{kind}");
+        b.release().await.unwrap();
+        assert_eq!(election.leader().await.unwrap(), None, "{kind}");
+
+        let plain = locker.acquire(&name, &opts).await.unwrap();
+        let err = election.leader().await.unwrap_err();
+        assert!(matches!(err, Error::Conflict { .. }), "{kind}: {err}");
+        plain.release().await.unwrap();
+    }
+}
+
+/// A holder whose session is terminated from outside (session locks), or whose lease row
+/// runs out on the server (lease rows), is reported lost and replaced: a permit, a reader, a
+/// writer and a leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_holders_are_reported_lost_and_replaced() {
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    let admin = admin(&pg).await;
+    let [(_, session), (_, lease)] = lockers(&pg).await;
+    let opts = LockOptions::new(Duration::from_secs(30)).auto_extend(true);
+
+    // Session: the permit's slot session is terminated.
+    let sem = session.semaphore("k-sem", 1).unwrap();
+    let permit = acquired(sem.try_acquire(&opts).await.unwrap());
+    let pid = advisory(&admin, "k-sem", 1, "ExclusiveLock", true).await[0];
+    terminate(&admin, pid).await;
+    tokio::time::timeout(BOUND, permit.lost())
+        .await
+        .expect("permit loss");
+    let next = sem.acquire(&opts.clone().wait(BOUND)).await.unwrap();
+    next.release().await.unwrap();
+
+    // Session: a reader, then a writer.
+    let rw = session.rwlock("k-rw").unwrap();
+    let reader = acquired(rw.try_read(&opts).await.unwrap());
+    let pid = advisory(&admin, "k-rw", 0, "ShareLock", true).await[0];
+    terminate(&admin, pid).await;
+    tokio::time::timeout(BOUND, reader.lost())
+        .await
+        .expect("reader loss");
+    let writer = rw.write(&opts.clone().wait(BOUND)).await.unwrap();
+    let pid = advisory(&admin, "k-rw", 0, "ExclusiveLock", true).await[0];
+    terminate(&admin, pid).await;
+    tokio::time::timeout(BOUND, writer.lost())
+        .await
+        .expect("writer loss");
+    let reader = rw.read(&opts.clone().wait(BOUND)).await.unwrap();
+    reader.release().await.unwrap();
+
+    // Session: the leader's session ends; the waiting candidate leads, in a higher term.
+    let election = session.election("k-lead").unwrap();
+    let a = election.campaign("a", &opts).await.unwrap();
+    let b = {
+        let (election, opts) = (election.clone(), opts.clone());
+        tokio::spawn(async move { election.campaign("b", &opts).await })
+    };
+    until("b queued", || async {
+        !advisory(&admin, "k-lead", 0, "ExclusiveLock", false)
+            .await
+            .is_empty()
+    })
+    .await;
+    let pid = advisory(&admin, "k-lead", 0, "ExclusiveLock", true).await[0];
+    terminate(&admin, pid).await;
+    tokio::time::timeout(BOUND, a.lost())
+        .await
+        .expect("leader loss");
+    let b = tokio::time::timeout(BOUND, b)
+        .await
+        .expect("b")
+        .unwrap()
+        .unwrap();
+    assert!(b.fencing_token() > a.fencing_token());
+    assert_eq!(election.leader().await.unwrap().unwrap().id, "b");
+    b.release().await.unwrap();
+
+    // Lease rows: the leader's row expires on the server (as when it stops renewing); its
+    // next renewal finds it gone, and the waiting candidate leads.
+    let opts = LockOptions::new(Duration::from_millis(600));
+    let election = lease.election("k-lead").unwrap();
+    let a = election.campaign("a", &opts).await.unwrap();
+    let b = {
+        let (election, opts) = (election.clone(), opts.clone());
+        tokio::spawn(async move { election.campaign("b", &opts).await })
+    };
+    let n = admin
+        .execute(
+            "UPDATE leasehold_leases SET expires_at = clock_timestamp() WHERE key = 'k-lead'",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    tokio::time::timeout(BOUND, a.lost())
+        .await
+        .expect("leader loss");
+    let b = tokio::time::timeout(BOUND, b)
+        .await
+        .expect("b")
+        .unwrap()
+        .unwrap();
+    assert!(b.fencing_token() > a.fencing_token());
+    b.release().await.unwrap();
+
+    // Lease rows: a permit whose row is taken away is reported lost by its renewal.
+    let sem = lease.semaphore("k-sem", 1).unwrap();
+    let permit = acquired(
+        sem.try_acquire(&opts.clone().auto_extend(true))
+            .await
+            .unwrap(),
+    );
+    admin
+        .execute(
+            "UPDATE leasehold_permits SET token = NULL WHERE key = 'k-sem'",
+            &[],
+        )
+        .await
+        .unwrap();
+    tokio::time::timeout(BOUND, permit.lost())
+        .await
+        .expect("permit loss");
+    let next = acquired(sem.try_acquire(&opts).await.unwrap());
+    next.release().await.unwrap();
+}
+
+/// Bad input and options a primitive does not have are refused before any round trip: the
+/// server is stopped first, so a refusal that needed it would be a connection error.
+#[tokio::test]
+async fn bad_input_is_refused_before_any_round_trip() {
+    let Some(mut pg) = postgres_for_test() else {
+        return;
+    };
+    let lockers = lockers(&pg).await;
+    pg.stop();
+    let opts = LockOptions::new(Duration::from_secs(5));
+    let too_long = "k".repeat(leasehold::postgres::MAX_PG_KEY_LEN + 1);
+    for (kind, locker) in &lockers {
+        for err in [
+            locker.semaphore("s", 0).unwrap_err(),
+            locker.semaphore(&too_long, 2).unwrap_err(),
+            locker.election("").unwrap_err(),
+        ] {
+            assert!(
+                matches!(err, Error::InvalidArgument { .. }),
+                "{kind}: {err}"
+            );
+        }
+        let sem = locker.semaphore("s", 2).unwrap();
+        let unsupported = [
+            sem.try_acquire(&opts.clone().fencing(true))
+                .await
+                .unwrap_err(),
+            sem.try_acquire(&opts.clone().fair(true)).await.unwrap_err(),
+            sem.acquire(&opts.clone().replica_ack(1, Duration::from_millis(5)))
+                .await
+                .unwrap_err(),
+        ];
+        for err in unsupported {
+            assert!(matches!(err, Error::Unsupported { .. }), "{kind}: {err}");
+        }
+        let bad_ttl = LockOptions::new(Duration::ZERO);
+        let err = sem.try_acquire(&bad_ttl).await.unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidArgument { .. }),
+            "{kind}: {err}"
+        );
+        let election = locker.election("e").unwrap();
+        let err = election.campaign("a", &bad_ttl).await.unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidArgument { .. }),
+            "{kind}: {err}"
+        );
+        let err = election
+            .campaign("a", &opts.clone().replica_ack(1, Duration::from_millis(5)))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::Unsupported { .. }), "{kind}: {err}");
+    }
+    let rw = lockers[0].1.rwlock("r").unwrap();
+    let err = rw.try_read(&opts.clone().fencing(true)).await.unwrap_err();
+    assert!(matches!(err, Error::Unsupported { .. }), "{err}");
+    let err = rw
+        .try_write(&LockOptions::new(Duration::ZERO))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+}
+
+/// Lease rows: a slot that looked free when the statement began but was taken meanwhile is not
+/// taken again: the upsert's condition is checked on the row's latest version, under its row
+/// lock. An outside transaction takes the only slot and keeps it locked while an attempt,
+/// which saw the slot free, waits for the row; once that commits, the attempt is busy (with
+/// the condition evaluated on the snapshot instead, it would hold the slot too).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_permits_are_taken_under_the_row_lock() {
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    let (taker, observer) = (admin(&pg).await, admin(&pg).await);
+    let locker = Locker::connect(&format!("{}?lock=lease", pg.url()))
+        .await
+        .unwrap();
+    let opts = LockOptions::new(Duration::from_secs(30));
+    let sem = locker.semaphore("race", 1).unwrap();
+    // The slot's row exists, free.
+    acquired(sem.try_acquire(&opts).await.unwrap())
+        .release()
+        .await
+        .unwrap();
+
+    taker
+        .batch_execute(
+            "BEGIN; UPDATE leasehold_permits
+                       SET token = 'outside', expires_at = clock_timestamp() + interval '1 minute'
+                     WHERE key = 'race' AND slot = 1",
+        )
+        .await
+        .unwrap();
+    let attempt = {
+        let (sem, opts) = (sem.clone(), opts.clone());
+        tokio::spawn(async move { sem.try_acquire(&opts).await })
+    };
+    until("the attempt waits for the slot's row", || async {
+        let row = observer
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                  WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO leasehold_permits%'",
+                &[],
+            )
+            .await
+            .unwrap();
+        row.get::<_, i64>(0) == 1
+    })
+    .await;
+    taker.batch_execute("COMMIT").await.unwrap();
+    let outcome = tokio::time::timeout(BOUND, attempt)
+        .await
+        .expect("the attempt ends")
+        .unwrap()
+        .unwrap();
+    assert!(is_busy(&outcome), "a slot held by another was taken again");
+    assert_eq!(sem.holders().await.unwrap(), 1);
+}
+
+/// Through PgBouncer in transaction mode: lease-row semaphores and elections work (unnamed
+/// statements, nothing kept in the session; a waiter that misses the release's notification
+/// retries after its backoff); session primitives are refused with the session lock's
+/// `Topology` error, which says to use `?lock=lease`, before anything is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_a_transaction_pooler_lease_rows_work_and_sessions_are_refused() {
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    let Some(bouncer) = pgbouncer_for_test(&pg, &PgBouncerOptions::new()) else {
+        return;
+    };
+    let err = Locker::connect(&bouncer.url()).await.unwrap_err();
+    match &err {
+        Error::Topology { reason } => assert!(reason.contains("?lock=lease"), "{reason}"),
+        other => panic!("expected a Topology error, got {other}"),
+    }
+
+    let url = format!("{}?lock=lease", bouncer.url());
+    let (a, b) = (
+        Locker::connect(&url).await.unwrap(),
+        Locker::connect(&url).await.unwrap(),
+    );
+    let opts = LockOptions::new(Duration::from_secs(30));
+    let (sa, sb) = (
+        a.semaphore("pooled", 2).unwrap(),
+        b.semaphore("pooled", 2).unwrap(),
+    );
+    let p1 = acquired(sa.try_acquire(&opts).await.unwrap());
+    let p2 = acquired(sb.try_acquire(&opts).await.unwrap());
+    assert!(is_busy(&sb.try_acquire(&opts).await.unwrap()));
+    let waiter = {
+        let (sb, wait) = (sb.clone(), opts.clone().wait(BOUND));
+        tokio::spawn(async move { sb.acquire(&wait).await })
+    };
+    // Released from the other client with the token alone.
+    sb.release(p1.token()).await.unwrap();
+    let p3 = tokio::time::timeout(BOUND, waiter)
+        .await
+        .expect("the waiter got the permit")
+        .unwrap()
+        .unwrap();
+    assert_eq!(sa.holders().await.unwrap(), 2);
+    p2.release().await.unwrap();
+    p3.release().await.unwrap();
+    drop(p1);
+
+    let (ea, eb) = (
+        a.election("pooled-lead").unwrap(),
+        b.election("pooled-lead").unwrap(),
+    );
+    let first = ea.campaign("a", &opts).await.unwrap();
+    let second = {
+        let (eb, opts) = (eb.clone(), opts.clone());
+        tokio::spawn(async move { eb.campaign("b", &opts).await })
+    };
+    assert_eq!(eb.leader().await.unwrap().unwrap().id, "a");
+    first.release().await.unwrap();
+    let second = tokio::time::timeout(BOUND, second)
+        .await
+        .expect("b elected")
+        .unwrap()
+        .unwrap();
+    assert_eq!(ea.leader().await.unwrap().unwrap().id, "b");
+    second.release().await.unwrap();
+}
+
+/// Lease rows announce elections and resignations (`NOTIFY`), so a watch that polls only every
+/// ten minutes, of a leader whose lease runs a minute, still sees each change: without the
+/// announcements it would see none within the hang guard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_row_election_watch_hears_every_change() {
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    let locker = Locker::connect(&format!("{}?lock=lease", pg.url()))
+        .await
+        .unwrap();
+    let election = locker.election("watched").unwrap();
+    let mut watch = election.watch(Duration::from_secs(600));
+    let opts = LockOptions::new(Duration::from_secs(60));
+    let a = election.campaign("a", &opts).await.unwrap();
+    let seen = tokio::time::timeout(BOUND, watch.changed())
+        .await
+        .expect("the election announced")
+        .unwrap()
+        .expect("a leads");
+    assert_eq!(
+        (seen.id.as_str(), Some(seen.term)),
+        ("a", a.fencing_token())
+    );
+    a.release().await.unwrap();
+    let seen = tokio::time::timeout(BOUND, watch.changed())
+        .await
+        .expect("the resignation announced")
+        .unwrap();
+    assert_eq!(seen, None);
+}
