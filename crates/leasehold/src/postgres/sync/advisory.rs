@@ -311,7 +311,7 @@ impl PostgresClient {
         wait: Option<Duration>,
     ) -> Result<Option<LockGuard>> {
         let session = self.take_session().await?;
-        let token = LockToken::random();
+        let token = options.new_token();
         let ttl = options.ttl();
         let ttl_text = millis_text(ttl);
         let started = Instant::now();

@@ -314,7 +314,7 @@ impl RowSemaphore {
         let ttl_ms = ttl.as_millis() as i64;
         let permits = s.permits as i32;
         for _ in 0..=s.permits {
-            let token = LockToken::random();
+            let token = options.new_token();
             let token_text = token.expose();
             let started = Instant::now();
             let row = s
@@ -475,7 +475,7 @@ impl RowElection {
     async fn attempt(&self, id: &str, options: &LockOptions) -> Result<Attempt> {
         let ttl = options.ttl();
         let ttl_ms = ttl.as_millis() as i64;
-        let token = LockToken::random();
+        let token = options.new_token();
         let token_text = token.expose();
         let started = Instant::now();
         let row = self
