@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::core::backend::Primitives;
 use crate::core::error::{Error, Result};
 use crate::core::guard::{Lease, LockGuard};
+use crate::core::history::{HistoryEvent, HistoryKind, HistoryLog, HistoryOptions};
 use crate::core::kind::{Backend, Fairness};
 use crate::core::options::{ClientOptions, LockOptions};
 use crate::core::outcome::{LockState, TryAcquire};
@@ -38,6 +39,8 @@ use crate::redlock::{Redlock, RedlockOptions};
 #[derive(Clone, Debug)]
 pub struct Locker {
     backend: Arc<dyn Primitives>,
+    /// Where lock events are recorded ([`ClientOptions::history`]); `None`: not recorded.
+    history: Option<Arc<dyn HistoryLog>>,
 }
 
 /// The URL schemes [`Locker::connect`] knows, for messages.
@@ -61,7 +64,20 @@ impl Locker {
     /// [`Error::BackendNotCompiled`] for a backend whose cargo feature is off; otherwise the
     /// backend's own connect errors ([`Error::Connection`] for a server that cannot be
     /// reached, [`Error::Authentication`] for refused credentials).
+    /// With [`ClientOptions::history`]: [`Error::Unsupported`] on a backend without a history
+    /// log (Redlock, `file://`), [`Error::InvalidArgument`] for a cap or retention out of
+    /// bounds.
     pub async fn connect_with(url: &str, options: ClientOptions) -> Result<Self> {
+        let history = options.history;
+        if let Some(h) = &history {
+            h.validate()?;
+        }
+        Self::connect_backend(url, options)
+            .await?
+            .recording(history)
+    }
+
+    async fn connect_backend(url: &str, options: ClientOptions) -> Result<Self> {
         let Some((scheme, _)) = url.split_once("://") else {
             return Err(Error::invalid(
                 "url",
@@ -201,12 +217,15 @@ impl Locker {
     /// As the backend's `try_acquire`.
     pub async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
         let begun = crate::core::metrics::start();
-        let result = self.backend.try_acquire(key, options).await;
+        let mut result = self.backend.try_acquire(key, options).await;
         self.count(
             options,
             crate::core::metrics::Outcome::of_try(&result),
             begun,
         );
+        if let Ok(TryAcquire::Acquired(guard)) = &mut result {
+            self.record_acquired(guard).await;
+        }
         result
     }
 
@@ -217,12 +236,15 @@ impl Locker {
     /// backend's `acquire`.
     pub async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
         let begun = crate::core::metrics::start();
-        let result = self.backend.acquire(key, options).await;
+        let mut result = self.backend.acquire(key, options).await;
         self.count(
             options,
             crate::core::metrics::Outcome::of_acquire(&result),
             begun,
         );
+        if let Ok(guard) = &mut result {
+            self.record_acquired(guard).await;
+        }
         result
     }
 
@@ -258,7 +280,10 @@ impl Locker {
     /// # Errors
     /// [`Error::NotHeld`] if it does not; connection and server errors.
     pub async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
-        self.backend.release(key, token).await
+        self.backend.release(key, token).await?;
+        self.record_by_token(key, token, HistoryKind::Released)
+            .await;
+        Ok(())
     }
 
     /// Releases a [fair](LockOptions::fair) lock `key` if `token` still holds it, handing it to
@@ -270,7 +295,15 @@ impl Locker {
     /// lease rows; connection and server errors.
     pub async fn release_fair(&self, key: &str, token: &LockToken) -> Result<()> {
         match (self.as_redis(), self.kind().fairness()) {
-            (Some(client), _) => client.release_fair(key, token).await,
+            (Some(client), _) => {
+                let handed_over = client.release_fair_handed_over(key, token).await?;
+                let kind = match handed_over {
+                    true => HistoryKind::HandedOver,
+                    false => HistoryKind::Released,
+                };
+                self.record_by_token(key, token, kind).await;
+                Ok(())
+            }
             (None, Fairness::Always) => self.release(key, token).await,
             _ => Err(Error::Unsupported {
                 backend: self.backend(),
@@ -310,6 +343,85 @@ impl Locker {
     fn of(backend: impl Primitives) -> Locker {
         Locker {
             backend: Arc::new(backend),
+            history: None,
+        }
+    }
+}
+
+/// The lock history (see [`crate::core::history`]): recording when on, and reading.
+impl Locker {
+    /// Up to `limit` of `key`'s newest history events, newest first (none if nothing was
+    /// recorded). Works whether this locker records history or not.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] on a backend without a history log (Redlock, `file://`);
+    /// [`Error::InvalidArgument`] for a bad key; connection and server errors.
+    pub async fn history(&self, key: &str, limit: usize) -> Result<Vec<HistoryEvent>> {
+        crate::core::token::validate_key(key)?;
+        let log = match &self.history {
+            Some(log) => log.clone(),
+            None => self.history_log(&HistoryOptions::default())?,
+        };
+        log.read(key, limit).await
+    }
+
+    /// Whether this locker records lock history ([`ClientOptions::history`]).
+    pub fn records_history(&self) -> bool {
+        self.history.is_some()
+    }
+
+    /// The backend's history log, or the refusal naming the backend.
+    fn history_log(&self, options: &HistoryOptions) -> Result<Arc<dyn HistoryLog>> {
+        self.backend
+            .history_log(options)
+            .ok_or_else(|| Error::Unsupported {
+                backend: self.backend(),
+                what: "a lock history (backends that keep one: redis, etcd, postgres, \
+                       postgres-lease, memory)"
+                    .into(),
+            })
+    }
+
+    /// This locker, recording history as `options` says (refused at once by a backend
+    /// without a history log, rather than at the first lock).
+    fn recording(mut self, options: Option<HistoryOptions>) -> Result<Self> {
+        if let Some(options) = options {
+            self.history = Some(self.history_log(&options)?);
+        }
+        Ok(self)
+    }
+
+    /// Records `guard`'s acquisition, and hands it the log for its release and loss.
+    async fn record_acquired(&self, guard: &mut LockGuard) {
+        if let Some(log) = &self.history {
+            let event = crate::core::guard::lease_event(guard.lease(), HistoryKind::Acquired);
+            crate::core::history::record(&**log, guard.key(), event).await;
+            guard.record_history(log.clone());
+        }
+    }
+
+    /// Records a release (or handover) by token, whose fencing number is not known here.
+    async fn record_by_token(&self, key: &str, token: &LockToken, kind: HistoryKind) {
+        if let Some(log) = &self.history {
+            let event = HistoryEvent {
+                holder: Some(token.redacted()),
+                ..HistoryEvent::new(kind)
+            };
+            crate::core::history::record(&**log, key, event).await;
+        }
+    }
+
+    /// Records that an operator forced `key` free (`force-release`), with `reason` and the
+    /// fencing number the counter was raised to; a no-op when this locker does not record.
+    #[allow(dead_code)] // Wired to `force-release` at merge.
+    pub(crate) async fn record_forced(&self, key: &str, fencing: Option<u64>, reason: &str) {
+        if let Some(log) = &self.history {
+            let event = HistoryEvent {
+                fencing,
+                detail: Some(reason.to_string()),
+                ..HistoryEvent::new(HistoryKind::Forced)
+            };
+            crate::core::history::record(&**log, key, event).await;
         }
     }
 }

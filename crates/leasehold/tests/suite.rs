@@ -12,6 +12,7 @@ mod etcd_backend;
 mod failover;
 mod fair;
 mod fencing;
+mod history;
 mod lock;
 mod multi;
 mod postgres_backend;

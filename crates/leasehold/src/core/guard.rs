@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::core::error::{Error, LossReason, Result};
 use crate::core::fence::Fence;
+use crate::core::history::{HistoryEvent, HistoryKind, HistoryLog};
 use crate::core::token::LockToken;
 
 /// Safety margin for the holder's local view of its lease: the server's clock may run slightly
@@ -298,6 +299,8 @@ pub struct LockGuard {
     done: bool,
     /// When the guard was made, for the hold-time metric (`None` without the feature).
     since: Option<Instant>,
+    /// Where its release and loss are recorded, when the locker records history.
+    history: Option<Recording>,
 }
 
 impl LockGuard {
@@ -307,6 +310,7 @@ impl LockGuard {
             lease,
             done: false,
             since: crate::core::metrics::start(),
+            history: None,
         }
     }
 
@@ -408,7 +412,11 @@ impl LockGuard {
         self.done = true;
         self.lease.end();
         crate::core::metrics::held(self.since);
-        self.held.release(&self.lease).await
+        let released = self.held.release(&self.lease).await;
+        if let (Ok(()), Some(recording)) = (&released, self.history.take()) {
+            recording.released(&self.lease).await;
+        }
+        released
     }
 }
 
@@ -433,10 +441,74 @@ impl Drop for LockGuard {
         );
         let held = self.held.clone();
         let lease = self.lease.clone();
+        let history = self.history.take();
         handle.spawn(async move {
-            if let Err(e) = held.release(&lease).await {
-                tracing::warn!(key, error = %e, "background release of a dropped guard failed");
+            match held.release(&lease).await {
+                Err(e) => {
+                    tracing::warn!(key, error = %e, "background release of a dropped guard failed")
+                }
+                Ok(()) => {
+                    if let Some(recording) = history {
+                        recording.released(&lease).await;
+                    }
+                }
             }
+        });
+    }
+}
+
+/// A guard's link to the history log: records its release, and (a watcher task, stopped when
+/// this is dropped) its loss. Best effort: see [`crate::core::history`].
+#[derive(Debug)]
+struct Recording {
+    log: Arc<dyn HistoryLog>,
+    _stop_watching: tokio_util::sync::DropGuard,
+}
+
+impl Recording {
+    async fn released(self, lease: &Lease) {
+        let event = lease_event(lease, HistoryKind::Released);
+        crate::core::history::record(&*self.log, lease.key(), event).await;
+    }
+}
+
+/// An event of `kind` about `lease`'s acquisition.
+pub(crate) fn lease_event(lease: &Lease, kind: HistoryKind) -> HistoryEvent {
+    HistoryEvent {
+        fencing: lease.fencing_token(),
+        holder: Some(lease.token().redacted()),
+        ..HistoryEvent::new(kind)
+    }
+}
+
+impl LockGuard {
+    /// Records this guard's release and loss in `log` (the acquisition is the caller's to
+    /// record). The loss is appended by a spawned task when the lease's lost token fires, the
+    /// first time only, and never after a release; it logs a failure at debug (the server may
+    /// be unreachable, which may be why the lease was lost).
+    pub(crate) fn record_history(&mut self, log: Arc<dyn HistoryLog>) {
+        let stop = CancellationToken::new();
+        let lost = self.lease.lost_token();
+        let (lease, watcher_log, watch_stop) = (self.lease.clone(), log.clone(), stop.clone());
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(async move {
+                tokio::select! {
+                    // A loss that fired before the release is still recorded.
+                    biased;
+                    _ = lost.cancelled() => {
+                        let mut event = lease_event(&lease, HistoryKind::Lost);
+                        event.detail = lease.loss_reason().map(|r| r.to_string());
+                        if let Err(e) = watcher_log.append(lease.key(), &event).await {
+                            tracing::debug!(key = lease.key(), error = %e, "could not record a lock's loss");
+                        }
+                    }
+                    _ = watch_stop.cancelled() => {}
+                }
+            });
+        }
+        self.history = Some(Recording {
+            log,
+            _stop_watching: stop.drop_guard(),
         });
     }
 }

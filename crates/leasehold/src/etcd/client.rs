@@ -400,4 +400,11 @@ impl EtcdClient {
 crate::core::backend::impl_lock_backend!(EtcdClient, Etcd);
 
 /// No primitive beyond the plain lock yet (see [`Backend::has`](crate::Backend::has)).
-impl crate::core::backend::Primitives for EtcdClient {}
+impl crate::core::backend::Primitives for EtcdClient {
+    fn history_log(
+        &self,
+        options: &crate::HistoryOptions,
+    ) -> Option<Arc<dyn crate::core::history::HistoryLog>> {
+        Some(super::history::log(self, options))
+    }
+}

@@ -32,6 +32,7 @@
 //!
 //! Tested by the conformance suite (`tests/conformance/memory.rs`) and `tests/local.rs`.
 
+mod history;
 mod store;
 mod sync;
 

@@ -216,7 +216,7 @@ impl PostgresLeaseClient {
     }
 
     /// The shared connection, (re)opened if needed.
-    async fn conn(&self) -> Result<Arc<tokio_postgres::Client>> {
+    pub(super) async fn conn(&self) -> Result<Arc<tokio_postgres::Client>> {
         let mut slot = self.inner.conn.lock().await;
         if let Some(c) = slot.as_ref().filter(|c| !c.is_closed()) {
             return Ok(c.clone());
@@ -232,7 +232,7 @@ impl PostgresLeaseClient {
         Ok(client)
     }
 
-    async fn timed<T>(
+    pub(super) async fn timed<T>(
         &self,
         op: Operation,
         fut: impl std::future::Future<Output = std::result::Result<T, tokio_postgres::Error>>,
@@ -618,4 +618,11 @@ impl HeldLock for LeaseRowHeld {
 crate::core::backend::impl_lock_backend!(PostgresLeaseClient, PostgresLease);
 
 /// No primitive beyond the plain lock yet (see [`Backend::has`](crate::Backend::has)).
-impl crate::core::backend::Primitives for PostgresLeaseClient {}
+impl crate::core::backend::Primitives for PostgresLeaseClient {
+    fn history_log(
+        &self,
+        options: &crate::HistoryOptions,
+    ) -> Option<Arc<dyn crate::core::history::HistoryLog>> {
+        Some(super::history::log(self, options))
+    }
+}

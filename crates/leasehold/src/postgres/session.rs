@@ -354,4 +354,11 @@ impl Drop for AbandonedSession {
 crate::core::backend::impl_lock_backend!(PostgresClient, Postgres);
 
 /// No primitive beyond the plain lock yet (see [`Backend::has`](crate::Backend::has)).
-impl crate::core::backend::Primitives for PostgresClient {}
+impl crate::core::backend::Primitives for PostgresClient {
+    fn history_log(
+        &self,
+        options: &crate::HistoryOptions,
+    ) -> Option<std::sync::Arc<dyn crate::core::history::HistoryLog>> {
+        Some(super::history::log(self, options))
+    }
+}

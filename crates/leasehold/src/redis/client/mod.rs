@@ -206,4 +206,11 @@ impl crate::core::backend::Primitives for LockClient {
     fn election(&self, name: &str) -> Result<crate::Election> {
         LockClient::election(self, name)
     }
+
+    fn history_log(
+        &self,
+        options: &crate::HistoryOptions,
+    ) -> Option<Arc<dyn crate::core::history::HistoryLog>> {
+        Some(crate::redis::history::log(self, options))
+    }
 }

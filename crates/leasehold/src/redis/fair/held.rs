@@ -27,6 +27,16 @@ impl LockClient {
     /// # Errors
     /// As [`LockClient::release`].
     pub async fn release_fair(&self, key: &str, token: &LockToken) -> Result<()> {
+        self.release_fair_handed_over(key, token).await.map(drop)
+    }
+
+    /// [`LockClient::release_fair`], saying whether the lock went to a waiter (true) or was
+    /// deleted (false).
+    pub(crate) async fn release_fair_handed_over(
+        &self,
+        key: &str,
+        token: &LockToken,
+    ) -> Result<bool> {
         validate_key(key)?;
         self.release_fair_with(key, token, None).await
     }
@@ -44,6 +54,7 @@ impl LockClient {
         let early = EarlyHandoff::for_release(self, lease, tenure);
         self.release_fair_with(lease.key(), lease.token(), early)
             .await
+            .map(drop)
     }
 
     async fn release_fair_with(
@@ -51,7 +62,7 @@ impl LockClient {
         key: &str,
         token: &LockToken,
         early: Option<EarlyHandoff>,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         match run_pass_on(
             self,
             &FAIR_RELEASE_SCRIPT,
@@ -66,10 +77,10 @@ impl LockClient {
             PassOn::NotHeld => Err(Error::NotHeld {
                 key: key.to_string(),
             }),
-            PassOn::Deleted => Ok(()),
+            PassOn::Deleted => Ok(false),
             PassOn::HandedOff { .. } => {
                 crate::core::metrics::handoff();
-                Ok(())
+                Ok(true)
             }
         }
     }
