@@ -72,9 +72,11 @@ impl Locker {
         if let Some(h) = &history {
             h.validate()?;
         }
-        Self::connect_backend(url, options)
-            .await?
-            .recording(history)
+        let locker = Self::connect_backend(url, options).await?;
+        match history {
+            Some(history) => locker.with_history(history),
+            None => Ok(locker),
+        }
     }
 
     async fn connect_backend(url: &str, options: ClientOptions) -> Result<Self> {
@@ -382,12 +384,17 @@ impl Locker {
             })
     }
 
-    /// This locker, recording history as `options` says (refused at once by a backend
-    /// without a history log, rather than at the first lock).
-    fn recording(mut self, options: Option<HistoryOptions>) -> Result<Self> {
-        if let Some(options) = options {
-            self.history = Some(self.history_log(&options)?);
-        }
+    /// This locker, recording history as `options` say: what [`ClientOptions::history`] does
+    /// when connecting, for a locker made from a client (`Locker::from(LockClient)`). Clones
+    /// made before keep their setting.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] on a backend without a history log (Redlock, `file://`), at once
+    /// rather than at the first lock; [`Error::InvalidArgument`] for a cap or retention out of
+    /// bounds.
+    pub fn with_history(mut self, options: HistoryOptions) -> Result<Self> {
+        options.validate()?;
+        self.history = Some(self.history_log(&options)?);
         Ok(self)
     }
 
