@@ -102,10 +102,7 @@ struct Event<'a> {
 impl<'a> Event<'a> {
     fn of(e: &'a HistoryEvent) -> Self {
         Event {
-            at_ms: e
-                .at
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| millis(d)),
+            at_ms: e.at.duration_since(std::time::UNIX_EPOCH).map_or(0, millis),
             event: e.kind.as_str(),
             fencing_token: e.fencing,
             holder: e.holder.as_deref(),

@@ -350,7 +350,7 @@ impl Locker {
     }
 }
 
-/// The lock history (see [`crate::core::history`]): recording when on, and reading.
+/// The lock history (see [`HistoryOptions`]): recording when on, and reading.
 impl Locker {
     /// Up to `limit` of `key`'s newest history events, newest first (none if nothing was
     /// recorded). Works whether this locker records history or not.

@@ -255,19 +255,23 @@ async fn history_conforms<S: Stored>(subject: &S) {
     );
 }
 
-/// A fair lock released by token with a waiter queued is recorded as handed over (Redis only:
-/// the other backends' fair release is a plain release).
-async fn handed_over_is_recorded(subject: &Redis) {
-    let name = subject.name();
+/// A fair lock released with a waiter queued is recorded as handed over, whether released by
+/// token (`by_guard` false: `Locker::release_fair`, the CLI's `release --fair`) or by its guard
+/// (Redis only: the other backends' fair release is a plain release).
+async fn handed_over_is_recorded(subject: &Redis, by_guard: bool) {
+    let name = format!("{} (by guard: {by_guard})", subject.name());
     let (a, b) = (recording(subject).await, recording(subject).await);
-    let key = "h-fair";
+    let key = if by_guard {
+        "h-fair-guard"
+    } else {
+        "h-fair-token"
+    };
     let options = LockOptions::new(Duration::from_secs(60))
         .fencing(true)
         .fair(true)
         .wait(GENEROUS);
     let first = a.acquire(key, &options).await.expect("acquires");
     let f1 = first.fencing_token();
-    let lease = first.detach();
     let queue = leasehold::fair_queue_key(key);
     let masters = subject.masters_of(key);
     let waiter = tokio::spawn({
@@ -281,9 +285,17 @@ async fn handed_over_is_recorded(subject: &Redis) {
         })
     })
     .await;
-    a.release_fair(key, lease.token())
-        .await
-        .expect("hands over");
+    // By token, the fencing number is not known to the releaser.
+    let handed_over = if by_guard {
+        first.release().await.expect("hands over");
+        (HistoryKind::HandedOver, f1)
+    } else {
+        let lease = first.detach();
+        a.release_fair(key, lease.token())
+            .await
+            .expect("hands over");
+        (HistoryKind::HandedOver, None)
+    };
     let (b, second) = tokio::time::timeout(GENEROUS, waiter)
         .await
         .expect("the waiter gets it")
@@ -302,7 +314,7 @@ async fn handed_over_is_recorded(subject: &Redis) {
     middle.sort_by_key(|(k, _)| k.as_str());
     assert_eq!(
         middle,
-        vec![(HistoryKind::Acquired, f2), (HistoryKind::HandedOver, None)],
+        vec![(HistoryKind::Acquired, f2), handed_over],
         "{name}: {events:?}"
     );
 }
@@ -328,13 +340,15 @@ async fn refuses(url: &str, backend: &str) {
 leasehold_harness::server_test!(async fn redis_standalone(bin) {
     let subject = Redis::one(&bin);
     history_conforms(&subject).await;
-    handed_over_is_recorded(&subject).await;
+    handed_over_is_recorded(&subject, false).await;
+    handed_over_is_recorded(&subject, true).await;
 });
 
 leasehold_harness::server_test!(async fn redis_cluster(bin) {
     let subject = Redis::cluster(&bin);
     history_conforms(&subject).await;
-    handed_over_is_recorded(&subject).await;
+    handed_over_is_recorded(&subject, false).await;
+    handed_over_is_recorded(&subject, true).await;
 });
 
 leasehold_harness::server_test!(async fn redlock_refuses(bin) {

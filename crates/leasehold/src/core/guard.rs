@@ -412,11 +412,12 @@ impl LockGuard {
         self.done = true;
         self.lease.end();
         crate::core::metrics::held(self.since);
-        let released = self.held.release(&self.lease).await;
-        if let (Ok(()), Some(recording)) = (&released, self.history.take()) {
-            recording.released(&self.lease).await;
-        }
-        released
+        let Some(recording) = self.history.take() else {
+            return self.held.release(&self.lease).await;
+        };
+        let handed_over = self.held.release_handing_over(&self.lease).await?;
+        recording.released(&self.lease, handed_over).await;
+        Ok(())
     }
 }
 
@@ -443,13 +444,13 @@ impl Drop for LockGuard {
         let lease = self.lease.clone();
         let history = self.history.take();
         handle.spawn(async move {
-            match held.release(&lease).await {
+            match held.release_handing_over(&lease).await {
                 Err(e) => {
                     tracing::warn!(key, error = %e, "background release of a dropped guard failed")
                 }
-                Ok(()) => {
+                Ok(handed_over) => {
                     if let Some(recording) = history {
-                        recording.released(&lease).await;
+                        recording.released(&lease, handed_over).await;
                     }
                 }
             }
@@ -466,8 +467,13 @@ struct Recording {
 }
 
 impl Recording {
-    async fn released(self, lease: &Lease) {
-        let event = lease_event(lease, HistoryKind::Released);
+    /// Records the release (`handed_over`: to a waiter, in the same step).
+    async fn released(self, lease: &Lease, handed_over: bool) {
+        let kind = match handed_over {
+            true => HistoryKind::HandedOver,
+            false => HistoryKind::Released,
+        };
+        let event = lease_event(lease, kind);
         crate::core::history::record(&*self.log, lease.key(), event).await;
     }
 }
@@ -553,6 +559,12 @@ pub(crate) trait HeldLock: Send + Sync + std::fmt::Debug + 'static {
     /// Releases the lock if it is still ours ([`Error::NotHeld`](crate::Error::NotHeld)
     /// otherwise).
     fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>>;
+
+    /// [`HeldLock::release`], saying whether the lock went to a waiter in the same step (a
+    /// fair lock's handover) rather than being freed: for the lock history.
+    fn release_handing_over<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(async move { self.release(lease).await.map(|()| false) })
+    }
 
     /// Extends the lock to `ttl` from now if it is still ours, and returns the new validity
     /// deadline (counted from before the request was sent, minus the drift allowance).

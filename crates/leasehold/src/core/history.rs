@@ -190,7 +190,18 @@ pub(crate) fn from_unix_millis(ms: u64) -> SystemTime {
 }
 
 /// How much history to keep, per key: turned on with
-/// [`ClientOptions::history`](crate::ClientOptions::history).
+/// [`ClientOptions::history`](crate::ClientOptions::history) (off by default: nothing is
+/// written), read with [`Locker::history`](crate::Locker::history).
+///
+/// **Guarantees and limits** (docs/guarantees.md §18). Recording is best effort and
+/// client-side: the [`Locker`](crate::Locker) appends each event as a separate request after
+/// the lock operation succeeded, so a crash or a lost connection between the two loses the
+/// event, and a failed append is logged (throttled), never returned as an error. The history is
+/// an audit aid, not a source of truth: the lock key is. Each key keeps at most
+/// [`cap`](HistoryOptions::cap) events after each append (plus one per append running
+/// concurrently, on etcd and PostgreSQL), each for at most the
+/// [`retention`](HistoryOptions::retention). Redlock and `file://` keep no history
+/// ([`Error::Unsupported`](crate::Error::Unsupported) when connecting).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HistoryOptions {
     cap: u32,

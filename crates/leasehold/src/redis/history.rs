@@ -32,12 +32,14 @@ pub fn history_key(key: &str) -> String {
     format!("{}:history", slot_name(key))
 }
 
-/// The history log of `client`'s server.
-pub(crate) fn log(client: &LockClient, options: &HistoryOptions) -> Arc<dyn HistoryLog> {
-    Arc::new(RedisHistory {
-        client: client.clone(),
-        options: *options,
-    })
+impl LockClient {
+    /// The history log of this client's server (streams, see the module docs).
+    pub(crate) fn history_streams(&self, options: &HistoryOptions) -> Arc<dyn HistoryLog> {
+        Arc::new(RedisHistory {
+            client: self.clone(),
+            options: *options,
+        })
+    }
 }
 
 #[derive(Debug)]

@@ -211,6 +211,6 @@ impl crate::core::backend::Primitives for LockClient {
         &self,
         options: &crate::HistoryOptions,
     ) -> Option<Arc<dyn crate::core::history::HistoryLog>> {
-        Some(crate::redis::history::log(self, options))
+        Some(self.history_streams(options))
     }
 }

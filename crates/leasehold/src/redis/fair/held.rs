@@ -50,11 +50,11 @@ impl LockClient {
     }
 
     /// A guard's release of its fair lock: early to its next in line if it can (module docs).
-    async fn release_held(&self, lease: &Lease, tenure: &Tenure) -> Result<()> {
+    /// True if the lock went to a waiter.
+    async fn release_held(&self, lease: &Lease, tenure: &Tenure) -> Result<bool> {
         let early = EarlyHandoff::for_release(self, lease, tenure);
         self.release_fair_with(lease.key(), lease.token(), early)
             .await
-            .map(drop)
     }
 
     async fn release_fair_with(
@@ -104,6 +104,15 @@ impl FairHeld {
 
 impl HeldLock for FairHeld {
     fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            self.client
+                .release_held(lease, &self.tenure)
+                .await
+                .map(drop)
+        })
+    }
+
+    fn release_handing_over<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<bool>> {
         Box::pin(self.client.release_held(lease, &self.tenure))
     }
 
