@@ -67,29 +67,25 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 /// `cycles` try_acquire + release on distinct keys (after 200 warm-up cycles), in ops/s.
 async fn w1(locker: &Locker, cycles: u64, prefix: &str) -> leasehold::Result<f64> {
-    let options = LockOptions::new(Duration::from_secs(10));
     for i in 0..200 {
-        let guard = locker
-            .try_acquire(&format!("{prefix}:warm:{i}"), &options)
-            .await?;
-        guard
-            .acquired()
-            .expect("a distinct key is free")
-            .release()
-            .await?;
+        cycle(locker, &format!("{prefix}:warm:{i}")).await?;
     }
     let began = Instant::now();
     for i in 0..cycles {
-        let guard = locker
-            .try_acquire(&format!("{prefix}:{i}"), &options)
-            .await?;
-        guard
-            .acquired()
-            .expect("a distinct key is free")
-            .release()
-            .await?;
+        cycle(locker, &format!("{prefix}:{i}")).await?;
     }
     Ok(cycles as f64 / began.elapsed().as_secs_f64())
+}
+
+/// One try_acquire + release of the free `key`.
+async fn cycle(locker: &Locker, key: &str) -> leasehold::Result<()> {
+    let options = LockOptions::new(Duration::from_secs(10));
+    let guard = locker.try_acquire(key, &options).await?;
+    guard
+        .acquired()
+        .expect("a distinct key is free")
+        .release()
+        .await
 }
 
 fn median(rates: &mut [f64]) -> f64 {

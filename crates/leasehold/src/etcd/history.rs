@@ -144,6 +144,17 @@ impl EtcdHistory {
         Ok(())
     }
 
+    /// A range read under `prefix`.
+    async fn get(&self, prefix: &[u8], options: GetOptions) -> Result<ec::GetResponse> {
+        self.client
+            .request(Operation::History, false, || {
+                let mut kv = self.client.inner.etcd.kv_client();
+                let (prefix, options) = (prefix.to_vec(), options.clone());
+                async move { kv.get(prefix, Some(options)).await }
+            })
+            .await
+    }
+
     /// Deletes the `excess` oldest events under `prefix`.
     async fn trim(&self, prefix: &[u8], excess: i64) -> Result<()> {
         let options = GetOptions::new()
@@ -151,14 +162,7 @@ impl EtcdHistory {
             .with_keys_only()
             .with_sort(SortTarget::Create, SortOrder::Ascend)
             .with_limit(excess);
-        let mut resp = self
-            .client
-            .request(Operation::History, false, || {
-                let mut kv = self.client.inner.etcd.kv_client();
-                let (prefix, options) = (prefix.to_vec(), options.clone());
-                async move { kv.get(prefix, Some(options)).await }
-            })
-            .await?;
+        let mut resp = self.get(prefix, options).await?;
         let oldest: Vec<Vec<u8>> = resp
             .take_kvs()
             .into_iter()
@@ -185,15 +189,7 @@ impl EtcdHistory {
             .with_prefix()
             .with_sort(SortTarget::Create, SortOrder::Descend)
             .with_limit(i64::try_from(limit).unwrap_or(i64::MAX));
-        let prefix = history_prefix(key);
-        let mut resp = self
-            .client
-            .request(Operation::History, false, || {
-                let mut kv = self.client.inner.etcd.kv_client();
-                let (prefix, options) = (prefix.clone(), options.clone());
-                async move { kv.get(prefix, Some(options)).await }
-            })
-            .await?;
+        let mut resp = self.get(&history_prefix(key), options).await?;
         resp.take_kvs()
             .iter()
             .map(|kv| decode(kv.value()))
