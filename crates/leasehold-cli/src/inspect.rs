@@ -128,13 +128,14 @@ fn history_table(events: &[HistoryEvent]) -> String {
             .flatten()
             .collect::<Vec<_>>()
             .join(" / ");
-        text.push_str(&format!(
+        let line = format!(
             "\n  {:<24}  {:<11}  {:>8}  {:<9}  {note}",
             humantime::format_rfc3339_millis(e.at).to_string(),
             e.kind.as_str(),
             fencing,
             e.holder.as_deref().unwrap_or("-"),
-        ));
+        );
+        text.push_str(line.trim_end());
     }
     text
 }
