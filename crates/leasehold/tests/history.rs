@@ -1,7 +1,7 @@
 //! The lock history (`ClientOptions::history`, `Locker::history`) on every backend that keeps
-//! one, on real servers: Redis and Valkey (standalone and cluster, every server of the matrix),
-//! etcd, PostgreSQL (session locks and lease rows) and `memory://`; and its refusal by Redlock
-//! and `file://`.
+//! one, on real servers: Redis and Valkey (standalone, cluster and Sentinel, every server of the
+//! matrix), etcd, PostgreSQL (session locks and lease rows) and `memory://`; and its refusal by
+//! Redlock and `file://`.
 //!
 //! The subjects are the conformance suite's (their `take_away` takes a lock from outside); what
 //! the servers store is read from outside too ([`Stored`]), so "off by default writes nothing"
@@ -349,6 +349,10 @@ leasehold_harness::server_test!(async fn redis_cluster(bin) {
     history_conforms(&subject).await;
     handed_over_is_recorded(&subject, false).await;
     handed_over_is_recorded(&subject, true).await;
+});
+
+leasehold_harness::server_test!(async fn redis_sentinel(bin) {
+    history_conforms(&Redis::sentinel(&bin)).await;
 });
 
 leasehold_harness::server_test!(async fn redlock_refuses(bin) {

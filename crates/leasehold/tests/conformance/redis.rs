@@ -52,7 +52,7 @@ impl Redis {
         }
     }
 
-    fn sentinel(bin: &ServerBinary) -> Redis {
+    pub(crate) fn sentinel(bin: &ServerBinary) -> Redis {
         let set = SentinelSet::start(bin, &SentinelOptions::new()).expect("sentinel set starts");
         Redis {
             name: format!("{} sentinel", bin.label()),
