@@ -21,6 +21,12 @@ Exit status:
   128+N `run`/`elect`: signal N (SIGINT 130, SIGTERM 143, SIGHUP 129) before CMD started or
       after it ended (see `leasehold run --help`)";
 
+/// How to record lock history, shown at the end of `--help`.
+const HISTORY_ENV: &str = "\
+Lock history: LEASEHOLD_HISTORY=1 records each lock's events (acquired, released, lost, handed
+over; 100 per key, kept 7 days) on redis, etcd and postgres URLs; `inspect KEY --history` shows
+them. Off by default; Redlock and file:// keep no history (exit 64 when asked to).";
+
 /// The servers `--url` takes, shown at the end of `--help`.
 const URL_FORMS: &str = "\
 Servers (--url, else $LEASEHOLD_URL, else $REDIS_URL, else redis://127.0.0.1:6379/):
@@ -46,7 +52,7 @@ Servers (--url, else $LEASEHOLD_URL, else $REDIS_URL, else redis://127.0.0.1:637
     version,
     about = "Distributed locks on Redis, Valkey, etcd and PostgreSQL: take, release, extend and \
              inspect them from the shell, run a command under a lock, or elect a leader",
-    after_help = format!("{URL_FORMS}\n\n{EXIT_STATUSES}")
+    after_help = format!("{URL_FORMS}\n\n{HISTORY_ENV}\n\n{EXIT_STATUSES}")
 )]
 pub struct Cli {
     /// The server(s).
@@ -343,7 +349,11 @@ const INSPECT_OUTPUT: &str = "\
 JSON output: {key, held, token, ttl_ms, fencing_token, owner}. With several --url (Redlock): {key, held,
 token, nodes: [{node, held, token, ttl_ms, fencing_token} or {node, error}]}, where held is true
 and token set when a majority of all the nodes hold the same token. Exits 69 (and prints nothing
-on stdout) when fewer than a majority of the nodes answer.";
+on stdout) when fewer than a majority of the nodes answer.
+With --history[=N]: also history, newest first: [{at_ms, event, fencing_token, holder, owner,
+detail}], event one of acquired, released, lost, forced, handed-over. Events are recorded only by
+commands and programs run with history on: LEASEHOLD_HISTORY=1 in the environment of `run`,
+`acquire`, `release` (ClientOptions::history in the library). Redlock and file:// keep none.";
 
 /// Exit statuses of `leasehold run`.
 const RUN_EXIT_STATUSES: &str = "\
@@ -581,6 +591,10 @@ pub struct InspectArgs {
     /// The lock key.
     #[arg(value_parser = parse_key)]
     pub key: String,
+    /// Also show the key's N newest history events (default 20), recorded by the clients
+    /// that had history on (LEASEHOLD_HISTORY=1)
+    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "20")]
+    pub history: Option<usize>,
     /// Output format.
     #[command(flatten)]
     pub output: OutputArgs,

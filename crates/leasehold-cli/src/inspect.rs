@@ -1,7 +1,7 @@
 //! `leasehold inspect`: who holds a lock, for how long, and its fencing counter (Redlock: on
 //! each node, and whether a majority agrees).
 
-use leasehold::{LockState, NodeOutcome, Redlock};
+use leasehold::{HistoryEvent, LockState, NodeOutcome, Redlock};
 use serde::Serialize;
 
 use crate::cli::InspectArgs;
@@ -22,6 +22,9 @@ struct Inspected<'a> {
     ttl_ms: Option<u64>,
     /// The holder's owner record (`null` when free or taken without one).
     owner: Option<crate::ls::OwnerJson>,
+    /// `--history`: the newest events, newest first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    history: Option<Vec<Event<'a>>>,
 }
 
 impl<'a> Inspected<'a> {
@@ -33,6 +36,7 @@ impl<'a> Inspected<'a> {
             fencing_token: state.fencing_counter,
             ttl_ms: state.ttl.map(millis),
             owner: state.owner.as_ref().map(crate::ls::OwnerJson::of),
+            history: None,
         }
     }
 }
@@ -61,15 +65,82 @@ struct NodeState<'a> {
 pub(crate) async fn run(servers: &Servers, args: InspectArgs) -> anyhow::Result<()> {
     let locker = servers.connect().await?;
     match locker.as_redlock() {
-        Some(redlock) => nodes(redlock, args).await,
-        None => single(locker.inspect(&args.key).await?, args),
+        Some(redlock) if args.history.is_none() => nodes(redlock, args).await,
+        _ => {
+            let history = match args.history {
+                Some(limit) => Some(locker.history(&args.key, limit).await?),
+                None => None,
+            };
+            single(locker.inspect(&args.key).await?, history, args)
+        }
     }
 }
 
-fn single(state: LockState, args: InspectArgs) -> anyhow::Result<()> {
-    let result = Inspected::of(&state);
-    let text = format!("key: {}\n{}", state.key, describe(&state, "\n"));
+fn single(
+    state: LockState,
+    history: Option<Vec<HistoryEvent>>,
+    args: InspectArgs,
+) -> anyhow::Result<()> {
+    let mut result = Inspected::of(&state);
+    let mut text = format!("key: {}\n{}", state.key, describe(&state, "\n"));
+    if let Some(events) = &history {
+        result.history = Some(events.iter().map(Event::of).collect());
+        text.push_str(&history_table(events));
+    }
     emit(args.output.json, &result, &text)
+}
+
+/// One history event, as `inspect --history --json` prints it.
+#[derive(Serialize)]
+struct Event<'a> {
+    /// Milliseconds since the Unix epoch.
+    at_ms: u64,
+    event: &'static str,
+    fencing_token: Option<u64>,
+    holder: Option<&'a str>,
+    owner: Option<&'a str>,
+    detail: Option<&'a str>,
+}
+
+impl<'a> Event<'a> {
+    fn of(e: &'a HistoryEvent) -> Self {
+        Event {
+            at_ms: e.at.duration_since(std::time::UNIX_EPOCH).map_or(0, millis),
+            event: e.kind.as_str(),
+            fencing_token: e.fencing,
+            holder: e.holder.as_deref(),
+            owner: e.owner.as_deref(),
+            detail: e.detail.as_deref(),
+        }
+    }
+}
+
+/// The history as a table, newest first (a line saying so when there is none).
+fn history_table(events: &[HistoryEvent]) -> String {
+    if events.is_empty() {
+        return "\nhistory: (none recorded: LEASEHOLD_HISTORY=1 records it)".into();
+    }
+    let mut text = format!(
+        "\nhistory (newest first):\n  {:<24}  {:<11}  {:>8}  {:<9}  {}",
+        "AT (UTC)", "EVENT", "FENCING", "HOLDER", "OWNER / DETAIL"
+    );
+    for e in events {
+        let fencing = e.fencing.map_or_else(|| "-".into(), |n| n.to_string());
+        let note = [e.owner.as_deref(), e.detail.as_deref()]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join(" / ");
+        let line = format!(
+            "\n  {:<24}  {:<11}  {:>8}  {:<9}  {note}",
+            humantime::format_rfc3339_millis(e.at).to_string(),
+            e.kind.as_str(),
+            fencing,
+            e.holder.as_deref().unwrap_or("-"),
+        );
+        text.push_str(line.trim_end());
+    }
+    text
 }
 
 async fn nodes(redlock: &Redlock, args: InspectArgs) -> anyhow::Result<()> {

@@ -64,6 +64,23 @@ pub enum Topology {
     Sentinel(String),
 }
 
+/// `$LEASEHOLD_HISTORY`: `1` (or `on`, `true`, `yes`) records each lock's history with the
+/// library's defaults (100 events per key, kept 7 days); unset, empty, `0` (`off`, `false`,
+/// `no`): not recorded.
+///
+/// # Errors
+/// [`Usage`] for any other value.
+pub fn history_from_env() -> Result<Option<leasehold::HistoryOptions>, Usage> {
+    let value = std::env::var("LEASEHOLD_HISTORY").unwrap_or_default();
+    match value.trim().to_ascii_lowercase().as_str() {
+        "" | "0" | "off" | "false" | "no" => Ok(None),
+        "1" | "on" | "true" | "yes" => Ok(Some(leasehold::HistoryOptions::new())),
+        other => Err(Usage(format!(
+            "LEASEHOLD_HISTORY={other:?}: expected 1 (record lock history) or 0"
+        ))),
+    }
+}
+
 /// The URL when neither `--url` nor the environment names one.
 pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379/";
 
@@ -150,7 +167,18 @@ impl Servers {
     /// Connects: a [`LockClient`] for one server, a cluster or a Sentinel-monitored primary, a
     /// [`Redlock`] over several servers (or one `redlock://` URL), or the backend an `etcd://` or
     /// `postgres://` URL names; all as a [`Locker`].
+    ///
+    /// With `LEASEHOLD_HISTORY=1`, the locker records each lock's history (see
+    /// [`history_from_env`]).
     pub async fn connect(&self) -> anyhow::Result<Locker> {
+        let locker = self.connect_backend().await?;
+        match history_from_env()? {
+            Some(history) => Ok(locker.with_history(history)?),
+            None => Ok(locker),
+        }
+    }
+
+    async fn connect_backend(&self) -> anyhow::Result<Locker> {
         if self
             .urls
             .iter()

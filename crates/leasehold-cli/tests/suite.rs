@@ -4,6 +4,7 @@
 
 mod backends;
 mod commands;
+mod history;
 mod local;
 mod lock_table;
 mod min_hold;

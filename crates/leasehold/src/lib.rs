@@ -19,6 +19,9 @@ pub use self::core::metrics;
 pub use self::core::error::{BoxError, Error, LossReason, Operation, Result};
 pub use self::core::fence::{Fence, FencedRead, FencedValue, FencedWrite};
 pub use self::core::guard::{Lease, LockGuard, clock_drift};
+pub use self::core::history::{
+    HistoryEvent, HistoryKind, HistoryOptions, MAX_HISTORY_CAP, MAX_HISTORY_RETENTION,
+};
 pub use self::core::kind::{Backend, Fairness, Primitive};
 pub use self::core::listing::{
     FORCED_RECORD_TTL, ForceReleased, LockEntry, LockHolder, LockKind, MAX_REASON_LEN, glob_match,
@@ -39,6 +42,7 @@ pub use self::redis::client::LockClient;
 pub use self::redis::connection::{ClientConnection, SentinelConnection};
 pub use self::redis::endpoint::Endpoint;
 pub use self::redis::fencing::FencedStore;
+pub use self::redis::history::history_key;
 pub use self::redis::multi::{MAX_KEYS as MAX_MULTI_KEYS, MultiLock};
 pub use self::redis::options::RedisOptions;
 pub use self::redis::renewal::RenewalStats;

@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::core::backend::Primitives;
 use crate::core::error::{Error, Result};
 use crate::core::guard::{Lease, LockGuard};
+use crate::core::history::{HistoryEvent, HistoryKind, HistoryLog, HistoryOptions};
 use crate::core::kind::{Backend, Fairness};
 use crate::core::options::{ClientOptions, LockOptions};
 use crate::core::outcome::{LockState, TryAcquire};
@@ -39,6 +40,8 @@ use crate::redlock::{Redlock, RedlockOptions};
 #[derive(Clone, Debug)]
 pub struct Locker {
     backend: Arc<dyn Primitives>,
+    /// Where lock events are recorded ([`ClientOptions::history`]); `None`: not recorded.
+    history: Option<Arc<dyn HistoryLog>>,
 }
 
 /// The URL schemes [`Locker::connect`] knows, for messages.
@@ -62,7 +65,22 @@ impl Locker {
     /// [`Error::BackendNotCompiled`] for a backend whose cargo feature is off; otherwise the
     /// backend's own connect errors ([`Error::Connection`] for a server that cannot be
     /// reached, [`Error::Authentication`] for refused credentials).
+    /// With [`ClientOptions::history`]: [`Error::Unsupported`] on a backend without a history
+    /// log (Redlock, `file://`), [`Error::InvalidArgument`] for a cap or retention out of
+    /// bounds.
     pub async fn connect_with(url: &str, options: ClientOptions) -> Result<Self> {
+        let history = options.history;
+        if let Some(h) = &history {
+            h.validate()?;
+        }
+        let locker = Self::connect_backend(url, options).await?;
+        match history {
+            Some(history) => locker.with_history(history),
+            None => Ok(locker),
+        }
+    }
+
+    async fn connect_backend(url: &str, options: ClientOptions) -> Result<Self> {
         let Some((scheme, _)) = url.split_once("://") else {
             return Err(Error::invalid(
                 "url",
@@ -203,12 +221,15 @@ impl Locker {
     pub async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
         let begun = crate::core::metrics::start();
         let span = trace::span("leasehold.try_acquire", Some(self.kind()), key);
-        let result = trace::traced(span, self.backend.try_acquire(key, options)).await;
+        let mut result = trace::traced(span, self.backend.try_acquire(key, options)).await;
         self.count(
             options,
             crate::core::metrics::Outcome::of_try(&result),
             begun,
         );
+        if let Ok(TryAcquire::Acquired(guard)) = &mut result {
+            self.record_acquired(guard).await;
+        }
         result
     }
 
@@ -220,12 +241,15 @@ impl Locker {
     pub async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
         let begun = crate::core::metrics::start();
         let span = trace::span("leasehold.acquire", Some(self.kind()), key);
-        let result = trace::traced(span, self.backend.acquire(key, options)).await;
+        let mut result = trace::traced(span, self.backend.acquire(key, options)).await;
         self.count(
             options,
             crate::core::metrics::Outcome::of_acquire(&result),
             begun,
         );
+        if let Ok(guard) = &mut result {
+            self.record_acquired(guard).await;
+        }
         result
     }
 
@@ -262,7 +286,10 @@ impl Locker {
     /// [`Error::NotHeld`] if it does not; connection and server errors.
     pub async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
         let span = trace::span("leasehold.release", Some(self.kind()), key);
-        trace::traced(span, self.backend.release(key, token)).await
+        trace::traced(span, self.backend.release(key, token)).await?;
+        self.record_by_token(key, token, HistoryKind::Released)
+            .await;
+        Ok(())
     }
 
     /// Releases a [fair](LockOptions::fair) lock `key` if `token` still holds it, handing it to
@@ -276,7 +303,14 @@ impl Locker {
         match (self.as_redis(), self.kind().fairness()) {
             (Some(client), _) => {
                 let span = trace::span("leasehold.release_fair", Some(self.kind()), key);
-                trace::traced(span, client.release_fair(key, token)).await
+                let handed_over =
+                    trace::traced(span, client.release_fair_handed_over(key, token)).await?;
+                let kind = match handed_over {
+                    true => HistoryKind::HandedOver,
+                    false => HistoryKind::Released,
+                };
+                self.record_by_token(key, token, kind).await;
+                Ok(())
             }
             (None, Fairness::Always) => self.release(key, token).await,
             _ => Err(Error::Unsupported {
@@ -355,6 +389,7 @@ impl Locker {
             fencing_counter = ?forced.fencing_counter,
             "lock released by force"
         );
+        self.record_forced(&forced).await;
         Ok(forced)
     }
 }
@@ -363,6 +398,90 @@ impl Locker {
     fn of(backend: impl Primitives) -> Locker {
         Locker {
             backend: Arc::new(backend),
+            history: None,
+        }
+    }
+}
+
+/// The lock history (see [`HistoryOptions`]): recording when on, and reading.
+impl Locker {
+    /// Up to `limit` of `key`'s newest history events, newest first (none if nothing was
+    /// recorded). Works whether this locker records history or not.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] on a backend without a history log (Redlock, `file://`);
+    /// [`Error::InvalidArgument`] for a bad key; connection and server errors.
+    pub async fn history(&self, key: &str, limit: usize) -> Result<Vec<HistoryEvent>> {
+        crate::core::token::validate_key(key)?;
+        let log = match &self.history {
+            Some(log) => log.clone(),
+            None => self.history_log(&HistoryOptions::default())?,
+        };
+        log.read(key, limit).await
+    }
+
+    /// Whether this locker records lock history ([`ClientOptions::history`]).
+    pub fn records_history(&self) -> bool {
+        self.history.is_some()
+    }
+
+    /// The backend's history log, or the refusal naming the backend.
+    fn history_log(&self, options: &HistoryOptions) -> Result<Arc<dyn HistoryLog>> {
+        self.backend
+            .history_log(options)
+            .ok_or_else(|| Error::Unsupported {
+                backend: self.backend(),
+                what: "a lock history (backends that keep one: redis, etcd, postgres, \
+                       postgres-lease, memory)"
+                    .into(),
+            })
+    }
+
+    /// This locker, recording history as `options` say: what [`ClientOptions::history`] does
+    /// when connecting, for a locker made from a client (`Locker::from(LockClient)`). Clones
+    /// made before keep their setting.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] on a backend without a history log (Redlock, `file://`), at once
+    /// rather than at the first lock; [`Error::InvalidArgument`] for a cap or retention out of
+    /// bounds.
+    pub fn with_history(mut self, options: HistoryOptions) -> Result<Self> {
+        options.validate()?;
+        self.history = Some(self.history_log(&options)?);
+        Ok(self)
+    }
+
+    /// Records `guard`'s acquisition, and hands it the log for its release and loss.
+    async fn record_acquired(&self, guard: &mut LockGuard) {
+        if let Some(log) = &self.history {
+            let event = crate::core::guard::lease_event(guard.lease(), HistoryKind::Acquired);
+            crate::core::history::record(&**log, guard.key(), event).await;
+            guard.record_history(log.clone());
+        }
+    }
+
+    /// Records a release (or handover) by token, whose fencing number is not known here.
+    async fn record_by_token(&self, key: &str, token: &LockToken, kind: HistoryKind) {
+        if let Some(log) = &self.history {
+            let event = HistoryEvent::of_holder(kind, token);
+            crate::core::history::record(&**log, key, event).await;
+        }
+    }
+
+    /// Records that an operator forced `key` free (`force-release`): the holder removed, the
+    /// fencing number the counter was raised to, the reason and who forced it; a no-op when
+    /// this locker does not record.
+    async fn record_forced(&self, forced: &crate::ForceReleased) {
+        if let Some(log) = &self.history {
+            let event = HistoryEvent {
+                fencing: forced.fencing_counter,
+                detail: Some(format!(
+                    "{} (forced by {})",
+                    forced.reason, forced.forced_by
+                )),
+                ..HistoryEvent::of_holder(HistoryKind::Forced, &forced.previous.token)
+            };
+            crate::core::history::record(&**log, &forced.key, event).await;
         }
     }
 }

@@ -13,6 +13,7 @@ mod etcd_primitives;
 mod failover;
 mod fair;
 mod fencing;
+mod history;
 mod lock;
 mod lock_table;
 mod min_hold;

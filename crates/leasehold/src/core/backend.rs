@@ -127,6 +127,16 @@ pub(crate) trait Primitives: LockBackend {
         let _ = name;
         Err(missing(self.kind(), Primitive::Election))
     }
+
+    /// The backend's history log, keeping `options`' cap and retention; `None` for a backend
+    /// that keeps no history (see [`crate::core::history`]).
+    fn history_log(
+        &self,
+        options: &crate::core::history::HistoryOptions,
+    ) -> Option<std::sync::Arc<dyn crate::core::history::HistoryLog>> {
+        let _ = options;
+        None
+    }
 }
 
 /// The refusal of `what` by `backend`, which does not have it.

@@ -20,6 +20,8 @@ pub enum Operation {
     FencedWrite,
     /// Raising a fencing counter.
     RaiseFencingCounter,
+    /// Appending to or reading a lock's history.
+    History,
 }
 
 impl Operation {
@@ -39,6 +41,7 @@ impl std::fmt::Display for Operation {
             Operation::Inspect => "inspect",
             Operation::FencedWrite => "fenced write",
             Operation::RaiseFencingCounter => "raise fencing counter",
+            Operation::History => "history",
         })
     }
 }

@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::core::error::{Error, LossReason, Result};
 use crate::core::fence::Fence;
+use crate::core::history::{HistoryEvent, HistoryKind, HistoryLog};
 use crate::core::token::LockToken;
 
 /// Safety margin for the holder's local view of its lease: the server's clock may run slightly
@@ -298,6 +299,8 @@ pub struct LockGuard {
     done: bool,
     /// When the guard was made, for the hold-time metric (`None` without the feature).
     since: Option<Instant>,
+    /// Where its release and loss are recorded, when the locker records history.
+    history: Option<Recording>,
 }
 
 impl LockGuard {
@@ -307,6 +310,7 @@ impl LockGuard {
             lease,
             done: false,
             since: crate::core::metrics::start(),
+            history: None,
         }
     }
 
@@ -410,7 +414,13 @@ impl LockGuard {
         self.lease.end();
         crate::core::metrics::held(self.since);
         let span = crate::core::trace::span("leasehold.release", None, self.key());
-        crate::core::trace::traced(span, self.held.release(&self.lease)).await
+        let Some(recording) = self.history.take() else {
+            return crate::core::trace::traced(span, self.held.release(&self.lease)).await;
+        };
+        let handed_over =
+            crate::core::trace::traced(span, self.held.release_handing_over(&self.lease)).await?;
+        recording.released(&self.lease, handed_over).await;
+        Ok(())
     }
 }
 
@@ -435,10 +445,78 @@ impl Drop for LockGuard {
         );
         let held = self.held.clone();
         let lease = self.lease.clone();
+        let history = self.history.take();
         handle.spawn(async move {
-            if let Err(e) = held.release(&lease).await {
-                tracing::warn!(key, error = %e, "background release of a dropped guard failed");
+            match held.release_handing_over(&lease).await {
+                Err(e) => {
+                    tracing::warn!(key, error = %e, "background release of a dropped guard failed")
+                }
+                Ok(handed_over) => {
+                    if let Some(recording) = history {
+                        recording.released(&lease, handed_over).await;
+                    }
+                }
             }
+        });
+    }
+}
+
+/// A guard's link to the history log: records its release, and (a watcher task, stopped when
+/// this is dropped) its loss. Best effort: see [`crate::core::history`].
+#[derive(Debug)]
+struct Recording {
+    log: Arc<dyn HistoryLog>,
+    _stop_watching: tokio_util::sync::DropGuard,
+}
+
+impl Recording {
+    /// Records the release (`handed_over`: to a waiter, in the same step).
+    async fn released(self, lease: &Lease, handed_over: bool) {
+        let kind = match handed_over {
+            true => HistoryKind::HandedOver,
+            false => HistoryKind::Released,
+        };
+        let event = lease_event(lease, kind);
+        crate::core::history::record(&*self.log, lease.key(), event).await;
+    }
+}
+
+/// An event of `kind` about `lease`'s acquisition.
+pub(crate) fn lease_event(lease: &Lease, kind: HistoryKind) -> HistoryEvent {
+    HistoryEvent {
+        fencing: lease.fencing_token(),
+        ..HistoryEvent::of_holder(kind, lease.token())
+    }
+}
+
+impl LockGuard {
+    /// Records this guard's release and loss in `log` (the acquisition is the caller's to
+    /// record). The loss is appended by a spawned task when the lease's lost token fires, the
+    /// first time only, and never after a release; it logs a failure at debug (the server may
+    /// be unreachable, which may be why the lease was lost).
+    pub(crate) fn record_history(&mut self, log: Arc<dyn HistoryLog>) {
+        let stop = CancellationToken::new();
+        let lost = self.lease.lost_token();
+        let (lease, watcher_log, watch_stop) = (self.lease.clone(), log.clone(), stop.clone());
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(async move {
+                tokio::select! {
+                    // A loss that fired before the release is still recorded.
+                    biased;
+                    _ = lost.cancelled() => {
+                        let mut event = lease_event(&lease, HistoryKind::Lost);
+                        event.detail = lease.loss_reason().map(|r| r.to_string());
+                        if let Err(e) = watcher_log.append(lease.key(), &event).await {
+                            tracing::debug!(key = lease.key(), error = %e, "could not record a lock's loss");
+                        }
+                    }
+                    _ = watch_stop.cancelled() => {}
+                }
+            });
+        }
+        self.history = Some(Recording {
+            log,
+            _stop_watching: stop.drop_guard(),
         });
     }
 }
@@ -483,6 +561,12 @@ pub(crate) trait HeldLock: Send + Sync + std::fmt::Debug + 'static {
     /// Releases the lock if it is still ours ([`Error::NotHeld`](crate::Error::NotHeld)
     /// otherwise).
     fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>>;
+
+    /// [`HeldLock::release`], saying whether the lock went to a waiter in the same step (a
+    /// fair lock's handover) rather than being freed: for the lock history.
+    fn release_handing_over<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(async move { self.release(lease).await.map(|()| false) })
+    }
 
     /// Extends the lock to `ttl` from now if it is still ours, and returns the new validity
     /// deadline (counted from before the request was sent, minus the drift allowance).

@@ -5,6 +5,7 @@ pub(crate) mod backend;
 pub(crate) mod error;
 pub(crate) mod fence;
 pub(crate) mod guard;
+pub(crate) mod history;
 pub(crate) mod kind;
 pub(crate) mod listing;
 pub mod metrics;

@@ -493,6 +493,7 @@ pub struct ClientOptions {
     pub(crate) tls_ca_file: Option<std::path::PathBuf>,
     pub(crate) tls_cert_file: Option<std::path::PathBuf>,
     pub(crate) tls_key_file: Option<std::path::PathBuf>,
+    pub(crate) history: Option<crate::core::history::HistoryOptions>,
 }
 
 impl Default for ClientOptions {
@@ -504,6 +505,7 @@ impl Default for ClientOptions {
             tls_ca_file: None,
             tls_cert_file: None,
             tls_key_file: None,
+            history: None,
         }
     }
 }
@@ -551,6 +553,17 @@ impl ClientOptions {
     /// The private key (PEM, unencrypted) of [`tls_cert_file`](ClientOptions::tls_cert_file).
     pub fn tls_key_file(mut self, path: impl Into<std::path::PathBuf>) -> Self {
         self.tls_key_file = Some(path.into());
+        self
+    }
+}
+
+impl ClientOptions {
+    /// Records each lock's history (see [`HistoryOptions`](crate::HistoryOptions)): a
+    /// [`Locker`](crate::Locker) connected with it appends an event for each acquisition,
+    /// release, loss and handover it sees. Off by default. A backend without a history log
+    /// (Redlock, `file://`) is refused when connecting.
+    pub fn history(mut self, history: crate::core::history::HistoryOptions) -> Self {
+        self.history = Some(history);
         self
     }
 }

@@ -115,6 +115,16 @@ impl Traced for () {
     }
 }
 
+/// A release that says whether it handed the lock to a waiter (a fair release).
+impl Traced for bool {
+    fn outcome(&self) -> (&'static str, Option<u64>) {
+        match self {
+            true => ("handed_over", None),
+            false => ("done", None),
+        }
+    }
+}
+
 impl Traced for u32 {
     fn outcome(&self) -> (&'static str, Option<u64>) {
         ("counted", None)

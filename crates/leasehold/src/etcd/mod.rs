@@ -179,6 +179,7 @@ mod acquire;
 mod client;
 mod error;
 mod held;
+mod history;
 mod keep_alive;
 mod keys;
 mod renewal;

@@ -35,6 +35,7 @@
 //!
 //! Tested by the conformance suite (`tests/conformance/memory.rs`) and `tests/local.rs`.
 
+mod history;
 mod store;
 mod sync;
 mod table;

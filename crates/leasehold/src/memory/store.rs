@@ -30,6 +30,8 @@ pub(super) fn namespace(name: &str) -> Arc<Namespace> {
 pub(super) struct Namespace {
     keys: Mutex<HashMap<String, Entry>>,
     next_ticket: AtomicU64,
+    /// The lock history (kept only by lockers that record it).
+    pub(super) history: super::history::Histories,
 }
 
 #[derive(Debug, Default)]

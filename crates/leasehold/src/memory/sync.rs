@@ -15,6 +15,13 @@ use super::MemoryClient;
 use super::store::Want;
 
 impl crate::core::backend::Primitives for MemoryClient {
+    fn history_log(
+        &self,
+        options: &crate::HistoryOptions,
+    ) -> Option<std::sync::Arc<dyn crate::core::history::HistoryLog>> {
+        Some(super::history::log(self, options))
+    }
+
     fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
         Semaphore::check(name, permits)?;
         let provider = MemorySemaphore {

@@ -114,6 +114,7 @@
 mod client;
 mod error;
 mod fenced;
+mod history;
 mod lease;
 mod lifetime;
 mod params;

@@ -10,6 +10,7 @@ pub(crate) mod error;
 pub(crate) mod fair;
 pub(crate) mod fencing;
 pub(crate) mod handoff;
+pub(crate) mod history;
 pub(crate) mod multi;
 pub(crate) mod options;
 pub(crate) mod renewal;

@@ -6,21 +6,21 @@ use leasehold::MAX_KEY_LEN;
 use leasehold_harness::{Etcd, EtcdCluster, etcd_cluster_for_test, etcd_for_test};
 
 /// The members behind a subject (kept until the test ends).
-enum Members {
+pub(crate) enum Members {
     One(Etcd),
     Cluster(EtcdCluster),
 }
 
-struct EtcdSubject {
+pub(crate) struct EtcdSubject {
     name: String,
     url: String,
     /// Looks at (and tampers with) the entries from outside.
-    raw: etcd_client::Client,
+    pub(crate) raw: etcd_client::Client,
     _members: Members,
 }
 
 impl EtcdSubject {
-    async fn new(members: Members) -> Self {
+    pub(crate) async fn new(members: Members) -> Self {
         let all: Vec<&Etcd> = match &members {
             Members::One(etcd) => vec![etcd],
             Members::Cluster(cluster) => cluster.members().iter().collect(),

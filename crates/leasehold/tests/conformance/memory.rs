@@ -5,9 +5,9 @@ use super::{Form, Subject, conforms};
 
 use leasehold::internal::memory as hooks;
 
-struct Memory {
+pub(crate) struct Memory {
     /// The namespace: the test's own, so no other test shares its locks.
-    name: String,
+    pub(crate) name: String,
 }
 
 impl Subject for Memory {

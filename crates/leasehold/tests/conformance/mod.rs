@@ -22,17 +22,17 @@ use leasehold::{
 
 mod min_hold;
 mod primitives;
-mod redis;
+pub(crate) mod redis;
 
 #[cfg(unix)]
 mod file;
-mod memory;
+pub(crate) mod memory;
 
 #[cfg(feature = "etcd")]
-mod etcd;
+pub(crate) mod etcd;
 
 #[cfg(feature = "postgres")]
-mod postgres;
+pub(crate) mod postgres;
 
 /// Only keeps a broken build from hanging: every event it bounds takes milliseconds to seconds.
 pub const GENEROUS: Duration = Duration::from_secs(30);

@@ -9,20 +9,20 @@ use tokio_postgres::NoTls;
 
 /// Which kind of lock the subject takes.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(crate) enum Kind {
     Session,
     LeaseRow,
 }
 
-struct Pg {
+pub(crate) struct Pg {
     kind: Kind,
     pg: Postgres,
     /// Looks at (and tampers with) the server from outside.
-    admin: tokio_postgres::Client,
+    pub(crate) admin: tokio_postgres::Client,
 }
 
 impl Pg {
-    async fn new(kind: Kind, pg: Postgres) -> Pg {
+    pub(crate) async fn new(kind: Kind, pg: Postgres) -> Pg {
         let (admin, conn) = tokio_postgres::connect(&pg.url(), NoTls)
             .await
             .expect("admin connects");

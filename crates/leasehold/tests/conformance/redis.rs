@@ -20,7 +20,7 @@ enum Servers {
     Redlock(Vec<Server>),
 }
 
-struct Redis {
+pub(crate) struct Redis {
     name: String,
     url: String,
     backend: &'static str,
@@ -28,7 +28,7 @@ struct Redis {
 }
 
 impl Redis {
-    fn one(bin: &ServerBinary) -> Redis {
+    pub(crate) fn one(bin: &ServerBinary) -> Redis {
         let server = Server::start(bin, &ServerOptions::new()).expect("server starts");
         Redis {
             name: format!("{} standalone", bin.label()),
@@ -38,7 +38,7 @@ impl Redis {
         }
     }
 
-    fn cluster(bin: &ServerBinary) -> Redis {
+    pub(crate) fn cluster(bin: &ServerBinary) -> Redis {
         let cluster = Cluster::start(bin, &ClusterOptions::new()).expect("cluster starts");
         let hosts: Vec<String> = cluster.nodes()[..cluster.options().master_count()]
             .iter()
@@ -52,7 +52,7 @@ impl Redis {
         }
     }
 
-    fn sentinel(bin: &ServerBinary) -> Redis {
+    pub(crate) fn sentinel(bin: &ServerBinary) -> Redis {
         let set = SentinelSet::start(bin, &SentinelOptions::new()).expect("sentinel set starts");
         Redis {
             name: format!("{} sentinel", bin.label()),
@@ -62,7 +62,7 @@ impl Redis {
         }
     }
 
-    fn redlock(bin: &ServerBinary) -> Redis {
+    pub(crate) fn redlock(bin: &ServerBinary) -> Redis {
         let nodes: Vec<Server> = (0..3)
             .map(|_| Server::start(bin, &ServerOptions::new()).expect("server starts"))
             .collect();
@@ -77,7 +77,7 @@ impl Redis {
 
     /// The servers that take writes of `key`: the one server, the key's master, the primary,
     /// every Redlock node.
-    fn masters_of(&self, key: &str) -> Vec<&Server> {
+    pub(crate) fn masters_of(&self, key: &str) -> Vec<&Server> {
         match &self.servers {
             Servers::One(server) => vec![server],
             Servers::Cluster(cluster) => vec![cluster.master_for_key(key).expect("key's master")],

@@ -176,6 +176,13 @@ impl EtcdClient {
 
 /// Every primitive ([`Backend::has`](crate::Backend::has)).
 impl crate::core::backend::Primitives for EtcdClient {
+    fn history_log(
+        &self,
+        options: &crate::HistoryOptions,
+    ) -> Option<std::sync::Arc<dyn crate::core::history::HistoryLog>> {
+        Some(super::history::log(self, options))
+    }
+
     fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
         EtcdClient::semaphore(self, name, permits)
     }

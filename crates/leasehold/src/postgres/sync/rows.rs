@@ -612,6 +612,13 @@ impl LeaderChanges for Announcements {
 
 /// Semaphores and elections on lease rows; no read-write lock.
 impl crate::core::backend::Primitives for PostgresLeaseClient {
+    fn history_log(
+        &self,
+        options: &crate::HistoryOptions,
+    ) -> Option<std::sync::Arc<dyn crate::core::history::HistoryLog>> {
+        Some(super::super::history::log(self, options))
+    }
+
     fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
         PostgresLeaseClient::semaphore(self, name, permits)
     }

@@ -437,6 +437,13 @@ impl ElectionProvider for PgElection {
 
 /// Semaphores, read-write locks and elections on session advisory locks.
 impl crate::core::backend::Primitives for PostgresClient {
+    fn history_log(
+        &self,
+        options: &crate::HistoryOptions,
+    ) -> Option<std::sync::Arc<dyn crate::core::history::HistoryLog>> {
+        Some(super::super::history::log(self, options))
+    }
+
     fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
         PostgresClient::semaphore(self, name, permits)
     }

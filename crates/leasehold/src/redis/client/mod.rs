@@ -212,4 +212,11 @@ impl crate::core::backend::Primitives for LockClient {
     fn election(&self, name: &str) -> Result<crate::Election> {
         LockClient::election(self, name)
     }
+
+    fn history_log(
+        &self,
+        options: &crate::HistoryOptions,
+    ) -> Option<Arc<dyn crate::core::history::HistoryLog>> {
+        Some(self.history_streams(options))
+    }
 }

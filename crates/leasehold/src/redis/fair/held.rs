@@ -27,6 +27,16 @@ impl LockClient {
     /// # Errors
     /// As [`LockClient::release`].
     pub async fn release_fair(&self, key: &str, token: &LockToken) -> Result<()> {
+        self.release_fair_handed_over(key, token).await.map(drop)
+    }
+
+    /// [`LockClient::release_fair`], saying whether the lock went to a waiter (true) or was
+    /// deleted (false).
+    pub(crate) async fn release_fair_handed_over(
+        &self,
+        key: &str,
+        token: &LockToken,
+    ) -> Result<bool> {
         validate_key(key)?;
         self.release_fair_with(key, token, None).await
     }
@@ -40,7 +50,8 @@ impl LockClient {
     }
 
     /// A guard's release of its fair lock: early to its next in line if it can (module docs).
-    async fn release_held(&self, lease: &Lease, tenure: &Tenure) -> Result<()> {
+    /// True if the lock went to a waiter.
+    async fn release_held(&self, lease: &Lease, tenure: &Tenure) -> Result<bool> {
         let early = EarlyHandoff::for_release(self, lease, tenure);
         self.release_fair_with(lease.key(), lease.token(), early)
             .await
@@ -51,7 +62,7 @@ impl LockClient {
         key: &str,
         token: &LockToken,
         early: Option<EarlyHandoff>,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         match run_pass_on(
             self,
             &FAIR_RELEASE_SCRIPT,
@@ -66,10 +77,10 @@ impl LockClient {
             PassOn::NotHeld => Err(Error::NotHeld {
                 key: key.to_string(),
             }),
-            PassOn::Deleted => Ok(()),
+            PassOn::Deleted => Ok(false),
             PassOn::HandedOff { .. } => {
                 crate::core::metrics::handoff();
-                Ok(())
+                Ok(true)
             }
         }
     }
@@ -93,6 +104,15 @@ impl FairHeld {
 
 impl HeldLock for FairHeld {
     fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            self.client
+                .release_held(lease, &self.tenure)
+                .await
+                .map(drop)
+        })
+    }
+
+    fn release_handing_over<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<bool>> {
         Box::pin(self.client.release_held(lease, &self.tenure))
     }
 
