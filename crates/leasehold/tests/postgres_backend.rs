@@ -965,13 +965,15 @@ async fn grants_that_expire_on_arrival_are_retried_with_backoff_until_the_deadli
         .await
         .unwrap();
     let delay = Duration::from_millis(25);
-    let wait = delay * 40;
+    let wait = delay * 80;
     let options = LockOptions::new(MIN_TTL)
-        .backoff(Backoff::constant(delay * 20))
+        .backoff(Backoff::constant(delay * 40))
         .wait(wait);
-    // At most 2 + wait / shortest pause attempts, of at most 3 round trips each (the attempt,
-    // the give-back, a look at the holder).
-    let bound = 3 * (2 + 40 / 10);
+    // At most 2 + wait / shortest pause (half the backoff) attempts, of at most 3 round trips
+    // each (the attempt, the give-back, a look at the holder): 18. Twice that leaves room for
+    // what a loaded machine adds (19 were seen once); without the backoff every attempt would
+    // follow the last at once: wait / (3 delays) = 26 attempts, about 80 round trips.
+    let bound = 2 * 3 * (2 + 80 / 20);
     link.set_reply_delay(delay);
     for (what, acquire) in [
         (
