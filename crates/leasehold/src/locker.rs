@@ -32,11 +32,12 @@ use crate::redlock::{Redlock, RedlockOptions};
 /// guarantees, and where they differ, is in docs/guarantees.md.
 ///
 /// **Capabilities.** The plain lock (and `with_lock`, fencing, auto-extension) works on every
-/// backend. What only one backend has is reached through its own client type, so that asking a
-/// backend for something it cannot do does not compile: [`Locker::as_redis`] gives the
-/// [`LockClient`] with its semaphores, read-write locks, multi-key locks and elections;
-/// [`Locker::as_redlock`] the [`Redlock`] with its per-node views. [`Backend::fairness`] says
-/// what [`LockOptions::fair`] means on each.
+/// backend; [`Locker::semaphore`], [`Locker::rwlock`] and [`Locker::election`] on those that
+/// have them ([`Backend::has`]; the others refuse with [`Error::Unsupported`] naming the
+/// backends that do). What only one backend has is reached through its own client type:
+/// [`Locker::as_redis`] gives the [`LockClient`] with its multi-key locks; [`Locker::as_redlock`]
+/// the [`Redlock`] with its per-node views. [`Backend::fairness`] says what
+/// [`LockOptions::fair`] means on each.
 #[derive(Clone, Debug)]
 pub struct Locker {
     backend: Arc<dyn Primitives>,
@@ -170,9 +171,8 @@ impl Locker {
     }
 
     /// The Redis client behind this locker, if the URL named a Redis or Valkey server, cluster
-    /// or Sentinel-monitored primary: the way to the primitives only Redis has
-    /// ([`LockClient::semaphore`], [`LockClient::rwlock`], [`LockClient::multi_lock`],
-    /// [`LockClient::election`]).
+    /// or Sentinel-monitored primary: the way to what only Redis has
+    /// ([`LockClient::multi_lock`], its strategies and server information).
     pub fn as_redis(&self) -> Option<&LockClient> {
         self.backend.as_any().downcast_ref()
     }
