@@ -47,9 +47,13 @@ enum Part {
     WriterWaiting,
     Leader,
     Forced,
+    /// A `min_hold` companion (`min_hold_key`): held with the lock, not a lock of its own.
+    MinHold,
+    /// The history stream (`history_key`).
+    History,
 }
 
-const SUFFIXES: [(&str, Part); 8] = [
+const SUFFIXES: [(&str, Part); 10] = [
     (":fence", Part::Fence),
     (":queue", Part::Queue),
     (":permits", Part::Permits),
@@ -58,6 +62,8 @@ const SUFFIXES: [(&str, Part); 8] = [
     (":writer-waiting", Part::WriterWaiting),
     (":leader", Part::Leader),
     (":forced", Part::Forced),
+    (":minhold", Part::MinHold),
+    (":history", Part::History),
 ];
 
 /// `{key}:forced`: the record of the last forced release of `key`.
@@ -130,11 +136,13 @@ impl LockClient {
         }
         let mut entries = Vec::new();
         for (name, parts) in names {
-            // A fencing counter or a forced record alone is no lock.
-            if parts
-                .iter()
-                .all(|p| matches!(p, Some(Part::Fence | Part::Forced | Part::Limit)))
-            {
+            // A fencing counter, a forced record, a hold or a history alone is no lock.
+            if parts.iter().all(|p| {
+                matches!(
+                    p,
+                    Some(Part::Fence | Part::Forced | Part::Limit | Part::MinHold | Part::History)
+                )
+            }) {
                 continue;
             }
             let read = self.read_lock(&name).await?;
@@ -489,6 +497,15 @@ mod tests {
             assert_eq!(
                 classify(&forced_record_key(name)),
                 Some((name.to_string(), Some(Part::Forced)))
+            );
+            // Found listed as locks of their own before (a held lock's min_hold companion).
+            assert_eq!(
+                classify(&crate::redis::slot::min_hold_key(name)),
+                Some((name.to_string(), Some(Part::MinHold)))
+            );
+            assert_eq!(
+                classify(&crate::redis::history::history_key(name)),
+                Some((name.to_string(), Some(Part::History)))
             );
         }
         // A key that only looks derived is a lock of its own.
