@@ -515,6 +515,71 @@ async fn owners_and_the_lock_table_on_etcd() {
         "{err:?}"
     );
     assert_eq!(etcd.get("e:plain").unwrap().as_deref(), Some(&b"value"[..]));
+
+    // The primitives are listed as their kinds, under their own names (their entries' keys
+    // start with a NUL: before, `ls` showed them as one lock named ""), with a waiter counted.
+    let opts = LockOptions::new(LONG);
+    let pool = locker.semaphore("p:pool", 2).unwrap();
+    let (p1, p2) = (
+        pool.acquire(&opts).await.unwrap(),
+        pool.acquire(&opts).await.unwrap(),
+    );
+    let extra = {
+        let pool = pool.clone();
+        tokio::spawn(async move { pool.acquire(&LockOptions::new(LONG).wait(LONG)).await })
+    };
+    let reader = locker.rwlock("p:cfg").unwrap().read(&opts).await.unwrap();
+    let leader = locker
+        .election("p:lead")
+        .unwrap()
+        .campaign("node-1", &opts)
+        .await
+        .unwrap();
+    let mut listed = Vec::new();
+    for _ in 0..600 {
+        listed = locker.list("p:*").await.unwrap();
+        if listed
+            .iter()
+            .any(|e| e.key == "p:pool" && e.waiters == Some(1))
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let shown: Vec<(&str, LockKind, usize, Option<u64>)> = listed
+        .iter()
+        .map(|e| (e.key.as_str(), e.kind, e.holders.len(), e.waiters))
+        .collect();
+    assert_eq!(
+        shown,
+        vec![
+            ("p:cfg", LockKind::Read, 1, Some(0)),
+            ("p:lead", LockKind::Election, 1, Some(0)),
+            ("p:pool", LockKind::Permits, 2, Some(1)),
+        ],
+        "{listed:?}"
+    );
+    let lead = listed.iter().find(|e| e.key == "p:lead").unwrap();
+    assert_eq!(lead.fencing_counter, leader.fencing_token());
+    assert!(
+        locker
+            .list("*")
+            .await
+            .unwrap()
+            .iter()
+            .all(|e| !e.key.is_empty())
+    );
+    for guard in [p1, p2, reader, leader] {
+        guard.release().await.unwrap();
+    }
+    tokio::time::timeout(HANG_GUARD, extra)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
 }
 
 #[cfg(feature = "postgres")]

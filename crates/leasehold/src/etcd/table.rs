@@ -3,7 +3,10 @@
 //! A lock `K` is the range of entries `K\0token`, each with its holder's or waiter's lease; the
 //! entry with the lowest create revision holds the lock, the others wait in that order. Listing
 //! reads that layout (one range read from the pattern's literal prefix, then each holder's
-//! lease TTL); keys without a NUL are not lock entries and are not listed.
+//! lease TTL); keys without a NUL are not lock entries and are not listed. The primitives'
+//! entries (`\0semaphore\0K\0…`, `\0rwlock\0K\0…`, `\0election\0K\0…`: see the `sync`
+//! module) are read from their own prefixes and listed as their kinds; the history's
+//! (`\0history\0…`) are not locks.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -50,7 +53,8 @@ impl EtcdClient {
             .await?;
         let mut locks: BTreeMap<String, Vec<QueueEntry>> = BTreeMap::new();
         for kv in resp.take_kvs() {
-            let Some(at) = kv.key().iter().position(|&b| b == 0) else {
+            // No NUL: not a lock entry; a NUL first: a primitive's or the history's (below).
+            let Some(at) = kv.key().iter().position(|&b| b == 0).filter(|&at| at > 0) else {
                 continue;
             };
             let name = String::from_utf8_lossy(&kv.key()[..at]).into_owned();
@@ -76,7 +80,98 @@ impl EtcdClient {
             entry.waiters = Some(queue.len() as u64 - 1);
             entries.push(entry);
         }
+        for kind in ["semaphore", "rwlock", "election"] {
+            self.list_primitive(kind, &literal, pattern, &mut entries)
+                .await?;
+        }
+        entries.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(entries)
+    }
+
+    /// The held `kind` primitives (`semaphore`, `rwlock`, `election`) whose names start with
+    /// `literal` and match `pattern`, added to `entries`: the holders as the primitive's
+    /// recipe makes them (a semaphore's `N` first entries; a writer first, or the readers
+    /// before the first writer; the first candidate), the others waiting.
+    async fn list_primitive(
+        &self,
+        kind: &str,
+        literal: &str,
+        pattern: &str,
+        entries: &mut Vec<LockEntry>,
+    ) -> Result<()> {
+        let mut prefix = format!("\0{kind}\0").into_bytes();
+        prefix.extend_from_slice(literal.as_bytes());
+        let options = GetOptions::new().with_prefix();
+        let mut resp = self
+            .request(Operation::Inspect, false, || {
+                let mut kv = self.inner.etcd.kv_client();
+                let (from, options) = (prefix.clone(), options.clone());
+                async move { kv.get(from, Some(options)).await }
+            })
+            .await?;
+        // name -> its entries, each with the parts of its key after the name.
+        let mut found: BTreeMap<String, Vec<(QueueEntry, Vec<String>)>> = BTreeMap::new();
+        for kv in resp.take_kvs() {
+            let parts: Vec<String> = kv
+                .key()
+                .split(|&b| b == 0)
+                .map(|p| String::from_utf8_lossy(p).into_owned())
+                .collect();
+            let [_, _, name, rest @ ..] = parts.as_slice() else {
+                continue;
+            };
+            if !glob_match(pattern, name) {
+                continue;
+            }
+            let entry = QueueEntry {
+                value: String::from_utf8_lossy(kv.value()).into_owned(),
+                key: kv.key().to_vec(),
+                revision: kv.create_revision(),
+                lease: kv.lease(),
+            };
+            found
+                .entry(name.clone())
+                .or_default()
+                .push((entry, rest.to_vec()));
+        }
+        for (name, mut queue) in found {
+            queue.sort_by_key(|(e, _)| e.revision);
+            let (kind, holding, permits) = match kind {
+                "semaphore" => {
+                    // `token \0 N`: the N of the first entry is the semaphore's.
+                    let n = queue[0].1.get(1).and_then(|n| n.parse::<usize>().ok());
+                    let n = n.unwrap_or(1);
+                    (LockKind::Permits, n.min(queue.len()), Some(n as u64))
+                }
+                "rwlock" if queue[0].1.first().map(String::as_str) == Some("write") => {
+                    (LockKind::Lock, 1, None)
+                }
+                "rwlock" => {
+                    let readers = queue
+                        .iter()
+                        .take_while(|(_, rest)| rest.first().map(String::as_str) == Some("read"))
+                        .count();
+                    (LockKind::Read, readers, None)
+                }
+                _ => (LockKind::Election, 1, None),
+            };
+            let mut holders = Vec::new();
+            for (e, _) in &queue[..holding] {
+                let ttl = self.lease_ttl(e.lease).await?;
+                holders.extend(LockHolder::from_value(&e.value, ttl));
+            }
+            if holders.is_empty() {
+                continue;
+            }
+            let mut entry = LockEntry::new(name, kind, holders);
+            if kind != LockKind::Permits && kind != LockKind::Read {
+                entry.fencing_counter = Some(queue[0].0.revision as u64);
+            }
+            entry.waiters = Some((queue.len() - holding) as u64);
+            entry.permits = permits;
+            entries.push(entry);
+        }
+        Ok(())
     }
 
     /// `key`'s first entry (its holder's), if any: the lowest create revision under `K\0`.
