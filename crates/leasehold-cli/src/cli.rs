@@ -536,11 +536,13 @@ pub struct ReleaseArgs {
     #[arg(value_parser = parse_key)]
     pub key: String,
     /// The token `acquire` printed (or $LEASEHOLD_TOKEN, which keeps it out of `ps`).
+    /// (Any text: a token may begin with `-`.)
     #[arg(
         long,
         value_name = "TOKEN",
         env = "LEASEHOLD_TOKEN",
-        hide_env_values = true
+        hide_env_values = true,
+        allow_hyphen_values = true
     )]
     pub token: String,
     /// The lock was taken with --fair: hand it to the first waiter in the queue.
@@ -564,11 +566,13 @@ pub struct ExtendArgs {
     #[arg(value_parser = parse_key)]
     pub key: String,
     /// The token `acquire` printed (or $LEASEHOLD_TOKEN, which keeps it out of `ps`).
+    /// (Any text: a token may begin with `-`.)
     #[arg(
         long,
         value_name = "TOKEN",
         env = "LEASEHOLD_TOKEN",
-        hide_env_values = true
+        hide_env_values = true,
+        allow_hyphen_values = true
     )]
     pub token: String,
     /// The new TTL, counted from now (e.g. 30s).
@@ -725,6 +729,22 @@ mod tests {
             assert_eq!(wait, Some(MAX_WAIT), "{argv:?}");
         }
         assert_eq!(parse_wait("5s"), Ok(Duration::from_secs(5)));
+    }
+
+    // Found by the property test any_key_and_token_to_release_or_extend (tests/properties.rs;
+    // minimal input `extend --ttl 10s --token -0 -- " "`): a token that begins with `-` was
+    // taken for a flag, so a release or extend with it was a usage error (64).
+    #[test]
+    fn a_token_may_begin_with_a_hyphen() {
+        for command in ["release", "extend"] {
+            let mut argv = vec!["leasehold", command, "--token", "-0"];
+            if command == "extend" {
+                argv.extend(["--ttl", "10s"]);
+            }
+            argv.extend(["--", "k"]);
+            let parsed = Cli::try_parse_from(&argv);
+            assert!(parsed.is_ok(), "{argv:?}: {:?}", parsed.err());
+        }
     }
 
     // Found by the property test bad_arguments_are_usage_errors_before_connecting
