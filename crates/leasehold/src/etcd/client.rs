@@ -119,6 +119,7 @@ impl EtcdClient {
                 .with_auto_token_refresh(true);
         }
         let endpoints = parsed.endpoints.clone();
+        let keep_alive_connect = connect.clone();
         let tries = retries_for(endpoints.len());
         let probe = async move {
             let mut tried = 0;
@@ -148,11 +149,15 @@ impl EtcdClient {
         tracing::debug!(endpoints = ?parsed.endpoints, "leasehold connected to etcd");
         Ok(EtcdClient {
             inner: Arc::new(Inner {
-                endpoints: parsed.endpoints,
+                endpoints: parsed.endpoints.clone(),
                 user: parsed.user.map(|(name, _)| name),
                 response_timeout,
                 sessions: Arc::new(tokio::sync::Mutex::new(HashMap::new())),
-                keep_alives: Arc::new(KeepAlives::new(etcd.clone())),
+                keep_alives: Arc::new(KeepAlives::new(
+                    etcd.clone(),
+                    parsed.endpoints.clone(),
+                    keep_alive_connect,
+                )),
                 etcd,
             }),
         })

@@ -13,12 +13,25 @@ use super::lock;
 /// The client's one keep-alive stream: the keep-alives of every session (every TTL) go out on
 /// it, and each reply is routed back to the request it answers by its lease id. Opened on
 /// first use (by the first keep-alive) and again, once, after it broke or got stuck.
+///
+/// **Each stream goes to the next member, in turn.** The client's balanced channel picks a
+/// member at random for each new stream, and a frozen member's connection still looks ready,
+/// so a stream replacing one stuck on a frozen member could land on it again, and again,
+/// until the lease lapsed (a 1-in-3 chance per try on three members). Opening stream `n` on
+/// member `n mod m` through a client of that member alone means that after a stuck stream the
+/// next try goes elsewhere: one frozen member costs at most one failed keep-alive.
 pub(super) struct KeepAlives {
+    /// The client of every member (used as is when there is one member).
     etcd: ec::Client,
+    /// The members, and how to connect to one alone.
+    members: Vec<String>,
+    connect: ec::ConnectOptions,
+    /// A client per member, made on first use.
+    per_member: Mutex<Vec<Option<ec::Client>>>,
     /// The current stream. An async mutex: a stream is opened under it, so sessions that find
     /// none at the same time open one, not one each.
     current: tokio::sync::Mutex<Option<Arc<Generation>>>,
-    /// Streams opened so far (the number of the current one).
+    /// Streams tried so far (the number of the current one); also picks the next member.
     opened: AtomicU64,
 }
 
@@ -152,12 +165,31 @@ impl Generation {
 }
 
 impl KeepAlives {
-    pub(super) fn new(etcd: ec::Client) -> Self {
+    pub(super) fn new(etcd: ec::Client, members: Vec<String>, connect: ec::ConnectOptions) -> Self {
         KeepAlives {
             etcd,
+            per_member: Mutex::new(vec![None; members.len()]),
+            members,
+            connect,
             current: tokio::sync::Mutex::new(None),
             opened: AtomicU64::new(0),
         }
+    }
+
+    /// The client to open the next stream with: the next member's in turn (see the type's
+    /// docs), or the client of every member when there is one member.
+    async fn next_member(&self) -> Result<ec::Client, ec::Error> {
+        if self.members.len() <= 1 {
+            return Ok(self.etcd.clone());
+        }
+        let i = (self.opened.load(Ordering::SeqCst) as usize) % self.members.len();
+        if let Some(client) = lock(&self.per_member)[i].clone() {
+            return Ok(client);
+        }
+        // With credentials this authenticates (a round trip, bounded by the caller's deadline).
+        let client = ec::Client::connect([&self.members[i]], Some(self.connect.clone())).await?;
+        lock(&self.per_member)[i] = Some(client.clone());
+        Ok(client)
     }
 
     /// Sends one keep-alive for `lease` and waits (at most `wait`) for its reply, on the
@@ -174,12 +206,16 @@ impl KeepAlives {
                 _ => {
                     *current = None;
                     // Opening the stream sends the first keep-alive (this one) and reads its
-                    // reply.
+                    // reply. Whatever the outcome, the next stream goes to the next member.
                     let sent = Instant::now();
-                    let mut leases = self.etcd.lease_client();
-                    return match tokio::time::timeout_at(deadline, leases.keep_alive(lease)).await {
+                    let open = async {
+                        let mut leases = self.next_member().await?.lease_client();
+                        leases.keep_alive(lease).await
+                    };
+                    let opened = tokio::time::timeout_at(deadline, open).await;
+                    let number = self.opened.fetch_add(1, Ordering::SeqCst) + 1;
+                    return match opened {
                         Ok(Ok((keeper, replies))) => {
-                            let number = self.opened.fetch_add(1, Ordering::SeqCst) + 1;
                             let generation = Arc::new(Generation::new(number, keeper));
                             tokio::spawn(read_replies(generation.clone(), replies));
                             *current = Some(generation);
