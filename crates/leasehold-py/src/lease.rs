@@ -1,0 +1,224 @@
+//! `Lease`: a held lock (or permit, read or write hold, leadership) as Python sees it.
+
+use std::sync::Arc;
+
+use tokio::sync::RwLock;
+
+use pyo3::prelude::*;
+use tokio_util::sync::CancellationToken;
+
+use leasehold::{LockGuard, LossReason};
+
+use crate::runtime::{awaitable, block_on, drop_in_runtime, duration, forked};
+
+/// The name of a loss reason, as Python sees it.
+pub(crate) fn reason_name(reason: LossReason) -> &'static str {
+    match reason {
+        LossReason::NotHeld => "not_held",
+        LossReason::Expired => "expired",
+        _ => "lost",
+    }
+}
+
+/// A held lease. Released by `release()` (or at the end of its `with` block); a lease dropped
+/// unreleased is released in the background.
+#[pyclass(module = "leasehold._native", frozen)]
+pub struct Lease {
+    /// The guard, shared with extends in flight (`extend` takes `&LockGuard`; a cancelled
+    /// extend must not drop it); `None` once released.
+    guard: Arc<RwLock<Option<LockGuard>>>,
+    lease: leasehold::Lease,
+    /// Cancelled at release or drop: ends the task that waits for a loss.
+    done: CancellationToken,
+}
+
+impl Lease {
+    pub(crate) fn new(guard: LockGuard) -> Self {
+        Lease {
+            lease: guard.lease().clone(),
+            guard: Arc::new(RwLock::new(Some(guard))),
+            done: CancellationToken::new(),
+        }
+    }
+
+    /// Takes the guard out (to release it); `None` if it was released, or an extend is in
+    /// flight (then the release is refused rather than waiting).
+    fn take(&self) -> Option<LockGuard> {
+        self.guard.try_write().ok().and_then(|mut g| g.take())
+    }
+
+    fn released(&self, py: Python<'_>) -> PyErr {
+        crate::errors::raise(
+            py,
+            "NotHeld",
+            format!(
+                "lock {:?}: this lease was already released (at the end of its with block, or \
+                 by release())",
+                self.lease.key()
+            ),
+            &[(
+                "key",
+                self.lease
+                    .key()
+                    .into_pyobject(py)
+                    .map(|k| k.into_any())
+                    .expect("a str"),
+            )],
+        )
+    }
+
+    /// The extend future, if the lease is still ours to extend.
+    fn extend_future(
+        &self,
+        py: Python<'_>,
+        ttl: &Bound<'_, PyAny>,
+    ) -> PyResult<impl std::future::Future<Output = leasehold::Result<()>> + Send + 'static> {
+        let ttl = duration(py, "ttl", ttl)?;
+        let Ok(held) = self.guard.clone().try_read_owned() else {
+            return Err(self.released(py));
+        };
+        if held.is_none() {
+            return Err(self.released(py));
+        }
+        let key = self.lease.key().to_string();
+        Ok(async move {
+            match held.as_ref() {
+                Some(g) => g.extend(ttl).await,
+                None => Err(leasehold::Error::NotHeld { key }),
+            }
+        })
+    }
+}
+
+#[pymethods]
+impl Lease {
+    /// The lock's key (or the primitive's name).
+    #[getter]
+    fn key(&self) -> &str {
+        self.lease.key()
+    }
+
+    /// The fencing number issued with this acquisition (`None` unless `fencing=True`). Pass it
+    /// to the protected resource, which refuses any number lower than one it has seen.
+    #[getter]
+    fn fence(&self) -> Option<u64> {
+        self.lease.fencing_token()
+    }
+
+    /// The token stored in the lock: a secret capability (whoever has it can release or extend
+    /// the lock). For handing the lock to another process or language.
+    #[getter]
+    fn token(&self) -> String {
+        self.lease.token().expose().to_string()
+    }
+
+    /// True until the lease is released, found lost, or its validity runs out.
+    #[getter]
+    fn held(&self) -> bool {
+        self.lease.is_held()
+    }
+
+    /// True once the lease was found lost (a renewal or extend found it gone, or its validity
+    /// ran out without a renewal). Never set by a normal release.
+    #[getter]
+    fn lost(&self) -> bool {
+        self.lease.loss_reason().is_some()
+    }
+
+    /// Why it was lost: `"expired"` or `"not_held"`; `None` while not lost.
+    #[getter]
+    fn loss_reason(&self) -> Option<&'static str> {
+        self.lease.loss_reason().map(reason_name)
+    }
+
+    /// Seconds of validity left (0.0 once over): how long the lock is certainly still ours.
+    #[getter]
+    fn remaining(&self) -> f64 {
+        self.lease.remaining().as_secs_f64()
+    }
+
+    /// Releases the lock (GIL released meanwhile). Raises `NotHeld` if it was not ours any
+    /// more, or was already released.
+    fn release(&self, py: Python<'_>) -> PyResult<()> {
+        let Some(g) = self.take() else {
+            return Err(self.released(py));
+        };
+        self.done.cancel();
+        block_on(py, g.release())
+    }
+
+    /// `release()` as an awaitable.
+    fn release_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let Some(g) = self.take() else {
+            return Err(self.released(py));
+        };
+        self.done.cancel();
+        awaitable(py, g.release())
+    }
+
+    /// Sets the lease's validity to `ttl` from now, if it is still ours (else `NotHeld`, and
+    /// the lease counts as lost).
+    fn extend(&self, py: Python<'_>, ttl: &Bound<'_, PyAny>) -> PyResult<()> {
+        let fut = self.extend_future(py, ttl)?;
+        block_on(py, fut)
+    }
+
+    /// `extend(ttl)` as an awaitable.
+    fn extend_async<'py>(
+        &self,
+        py: Python<'py>,
+        ttl: &Bound<'_, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let fut = self.extend_future(py, ttl)?;
+        awaitable(py, fut)
+    }
+
+    /// Calls `callback()` (no arguments, on a background thread) once if the lease is lost
+    /// while held. Not called after a normal release. Exceptions it raises are reported as
+    /// unraisable.
+    fn on_lost(&self, py: Python<'_>, callback: Py<PyAny>) -> PyResult<()> {
+        crate::runtime::check_fork(py)?;
+        let lease = self.lease.clone();
+        let done = self.done.clone();
+        crate::runtime::runtime().spawn(async move {
+            tokio::select! {
+                _ = lease.lost() => {}
+                _ = done.cancelled() => return,
+            }
+            Python::attach(|py| {
+                if let Err(e) = callback.call0(py) {
+                    e.write_unraisable(py, None);
+                }
+            });
+        });
+        Ok(())
+    }
+
+    fn __repr__(&self) -> String {
+        let state = if self.lease.loss_reason().is_some() {
+            "lost"
+        } else if self.lease.is_held() {
+            "held"
+        } else {
+            "ended"
+        };
+        match self.lease.fencing_token() {
+            Some(f) => format!("<Lease {:?} {state} fence={f}>", self.lease.key()),
+            None => format!("<Lease {:?} {state}>", self.lease.key()),
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if forked() {
+            // A copy inherited through fork: the lock is the parent's; leave it alone (and
+            // touch nothing the parent's runtime threads shared).
+            std::mem::forget(self.take());
+            return;
+        }
+        self.done.cancel();
+        // If an extend is in flight, it holds the guard and drops it, inside the runtime.
+        drop_in_runtime(self.take());
+    }
+}

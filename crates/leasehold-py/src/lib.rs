@@ -1,0 +1,27 @@
+//! The native module of the `leasehold` Python package (`leasehold._native`): Python bindings
+//! over the Rust library, so that Python and Rust processes speak the same protocol (same keys,
+//! scripts and fencing counters). The Python package (`python/leasehold/`) adds the context
+//! managers, the loss policies and the typing on top; see its docstrings and the README's
+//! Python section.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+use pyo3::prelude::*;
+
+mod errors;
+mod lease;
+mod locker;
+mod runtime;
+
+/// The module `leasehold._native`.
+#[pymodule]
+fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    errors::register(module)?;
+    module.add_class::<locker::Locker>()?;
+    module.add_class::<locker::Request>()?;
+    module.add_class::<lease::Lease>()?;
+    module.add_function(wrap_pyfunction!(locker::connect_async, module)?)?;
+    module.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,0 +1,315 @@
+//! `Locker` (a connection to one backend, any URL) and `Request` (what to take, how: built
+//! once, then acquired as many times as wanted, blocking or as an awaitable).
+
+use std::time::Duration;
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use leasehold::{ClientOptions, HistoryOptions, LockGuard, LockOptions, Locker as Core, Owner};
+
+use crate::errors;
+use crate::lease::Lease;
+use crate::runtime::{awaitable, block_on, duration};
+
+/// A connection to a lock backend (`redis://`, `rediss://`, `redis+sentinel://`,
+/// `redis+cluster://`, `redlock://`, `etcd://`, `etcds://`, `postgres://`, `memory://`,
+/// `file://`). Cheap to share between threads and tasks.
+#[pyclass(module = "leasehold._native", frozen)]
+pub struct Locker {
+    core: Core,
+}
+
+/// What a request takes.
+#[derive(Clone)]
+enum Target {
+    Lock(String),
+    Semaphore(String, u32),
+    Read(String),
+    Write(String),
+    Multi(Vec<String>),
+    Campaign(String, String),
+}
+
+impl Target {
+    async fn acquire(self, core: Core, options: LockOptions) -> leasehold::Result<LockGuard> {
+        match self {
+            Target::Lock(key) => core.acquire(&key, &options).await,
+            Target::Semaphore(name, permits) => {
+                core.semaphore(&name, permits)?.acquire(&options).await
+            }
+            Target::Read(name) => core.rwlock(&name)?.read(&options).await,
+            Target::Write(name) => core.rwlock(&name)?.write(&options).await,
+            Target::Multi(keys) => match core.as_redis() {
+                Some(client) => client.multi_lock(&keys)?.acquire(&options).await,
+                None => Err(leasehold::Error::Unsupported {
+                    backend: core.backend(),
+                    what: "multi-locks (one lock over several keys; redis:// only)".into(),
+                }),
+            },
+            Target::Campaign(name, id) => core.election(&name)?.campaign(&id, &options).await,
+        }
+    }
+}
+
+/// A lock request: the target and its options, checked when made. `acquire()` blocks (GIL
+/// released, Ctrl-C cancels the wait), `acquire_async()` is awaitable; both raise
+/// `NotAcquired` if it is still busy when the wait ends (at once without a wait).
+#[pyclass(module = "leasehold._native", frozen)]
+pub struct Request {
+    core: Core,
+    target: Target,
+    options: LockOptions,
+}
+
+impl Request {
+    fn future(
+        &self,
+    ) -> impl std::future::Future<Output = leasehold::Result<Lease>> + Send + 'static {
+        let (core, target, options) =
+            (self.core.clone(), self.target.clone(), self.options.clone());
+        async move { target.acquire(core, options).await.map(Lease::new) }
+    }
+}
+
+#[pymethods]
+impl Request {
+    /// Takes it, waiting up to the request's `wait`.
+    fn acquire(&self, py: Python<'_>) -> PyResult<Lease> {
+        block_on(py, self.future())
+    }
+
+    /// `acquire()` as an awaitable (cancelling it gives up the wait, and never leaves the lock
+    /// held).
+    fn acquire_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        awaitable(py, self.future())
+    }
+
+    /// The key, or the primitive's name (the keys of a multi-lock, joined by commas).
+    #[getter]
+    fn key(&self) -> String {
+        match &self.target {
+            Target::Lock(k)
+            | Target::Semaphore(k, _)
+            | Target::Read(k)
+            | Target::Write(k)
+            | Target::Campaign(k, _) => k.clone(),
+            Target::Multi(keys) => keys.join(","),
+        }
+    }
+}
+
+fn opt_duration(
+    py: Python<'_>,
+    what: &str,
+    value: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<Duration>> {
+    value
+        .filter(|v| !v.is_none())
+        .map(|v| duration(py, what, v))
+        .transpose()
+}
+
+#[pymethods]
+impl Locker {
+    /// Connects (blocking, GIL released) and checks that the backend answers.
+    #[new]
+    #[pyo3(signature = (url, *, connect_timeout=None, response_timeout=None, tls_ca_file=None, tls_cert_file=None, tls_key_file=None, history=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        url: &str,
+        connect_timeout: Option<&Bound<'_, PyAny>>,
+        response_timeout: Option<&Bound<'_, PyAny>>,
+        tls_ca_file: Option<std::path::PathBuf>,
+        tls_cert_file: Option<std::path::PathBuf>,
+        tls_key_file: Option<std::path::PathBuf>,
+        history: bool,
+    ) -> PyResult<Self> {
+        let options = client_options(
+            py,
+            connect_timeout,
+            response_timeout,
+            [tls_ca_file, tls_cert_file, tls_key_file],
+            history,
+        )?;
+        let url = url.to_string();
+        let core = block_on(py, async move { Core::connect_with(&url, options).await })?;
+        Ok(Locker { core })
+    }
+
+    /// The backend's name: `"redis"`, `"redlock"`, `"etcd"`, `"postgres"`, `"memory"`,
+    /// `"file"`.
+    #[getter]
+    fn backend(&self) -> &'static str {
+        self.core.backend()
+    }
+
+    /// A request for `key` (`kind`: `"lock"`, `"semaphore"` with `permits`, `"read"`,
+    /// `"write"`, `"multi"` with `keys`, `"campaign"` with `id`). The options are those of
+    /// `leasehold::LockOptions`; durations in seconds or as `datetime.timedelta`.
+    #[pyo3(signature = (kind, key, *, ttl, wait=None, fencing=false, auto_extend=false, fair=false, permits=None, keys=None, id=None, max_hold=None, min_hold=None, renew_every=None, owner_label=None, owner=true))]
+    #[allow(clippy::too_many_arguments)]
+    fn request(
+        &self,
+        py: Python<'_>,
+        kind: &str,
+        key: &str,
+        ttl: &Bound<'_, PyAny>,
+        wait: Option<&Bound<'_, PyAny>>,
+        fencing: bool,
+        auto_extend: bool,
+        fair: bool,
+        permits: Option<u32>,
+        keys: Option<Vec<String>>,
+        id: Option<String>,
+        max_hold: Option<&Bound<'_, PyAny>>,
+        min_hold: Option<&Bound<'_, PyAny>>,
+        renew_every: Option<&Bound<'_, PyAny>>,
+        owner_label: Option<String>,
+        owner: bool,
+    ) -> PyResult<Request> {
+        let mut options = LockOptions::new(duration(py, "ttl", ttl)?)
+            .fencing(fencing)
+            .auto_extend(auto_extend)
+            .fair(fair);
+        if let Some(w) = opt_duration(py, "wait", wait)? {
+            options = options.wait(w);
+        }
+        if let Some(d) = opt_duration(py, "max_hold", max_hold)? {
+            options = options.max_hold(d);
+        }
+        if let Some(d) = opt_duration(py, "min_hold", min_hold)? {
+            options = options.min_hold(d);
+        }
+        if let Some(d) = opt_duration(py, "renew_every", renew_every)? {
+            options = options.renew_every(d);
+        }
+        if owner || owner_label.is_some() {
+            let mut record = Owner::this_process();
+            if let Some(label) = owner_label {
+                record = record.label(label).map_err(|e| errors::to_py(py, e))?;
+            }
+            options = options.owner(record);
+        }
+        options.validate().map_err(|e| errors::to_py(py, e))?;
+        let target = match (kind, permits, keys, id) {
+            ("lock", None, None, None) => Target::Lock(key.into()),
+            ("semaphore", Some(n), None, None) => Target::Semaphore(key.into(), n),
+            ("read", None, None, None) => Target::Read(key.into()),
+            ("write", None, None, None) => Target::Write(key.into()),
+            ("multi", None, Some(keys), None) => Target::Multi(keys),
+            ("campaign", None, None, Some(id)) => Target::Campaign(key.into(), id),
+            _ => {
+                return Err(errors::invalid(
+                    py,
+                    format!("invalid request: kind {kind:?} with these arguments"),
+                ));
+            }
+        };
+        Ok(Request {
+            core: self.core.clone(),
+            target,
+            options,
+        })
+    }
+
+    /// What the server says about `key` (no lock taken): a dict with `holder` (redacted),
+    /// `ttl` (seconds or None), `fencing_counter`, `owner`.
+    fn inspect<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Bound<'py, PyDict>> {
+        let (core, key) = (self.core.clone(), key.to_string());
+        let state = block_on(py, async move { core.inspect(&key).await })?;
+        let d = PyDict::new(py);
+        d.set_item("key", &state.key)?;
+        d.set_item("holder", state.holder.as_deref())?;
+        d.set_item("ttl", state.ttl.map(|t| t.as_secs_f64()))?;
+        d.set_item("fencing_counter", state.fencing_counter)?;
+        d.set_item("owner", state.owner.map(|o| o.to_string()))?;
+        Ok(d)
+    }
+
+    /// The current leader of election `name`: `(id, term)`, or None.
+    fn leader(&self, py: Python<'_>, name: &str) -> PyResult<Option<(String, u64)>> {
+        let election = self.core.election(name).map_err(|e| errors::to_py(py, e))?;
+        let leader = block_on(py, async move { election.leader().await })?;
+        Ok(leader.map(|l| (l.id, l.term)))
+    }
+
+    /// Releases `key` held with `token` (a token taken elsewhere: another process, the CLI).
+    fn release(&self, py: Python<'_>, key: &str, token: &str) -> PyResult<()> {
+        let token = leasehold::LockToken::new(token).map_err(|e| errors::to_py(py, e))?;
+        let (core, key) = (self.core.clone(), key.to_string());
+        block_on(py, async move { core.release(&key, &token).await })
+    }
+
+    /// Removes `key`'s holder whatever its token, bumps its fencing counter (so the old
+    /// holder's numbers are refused) and records `reason`. Returns the counter after the bump.
+    fn force_release(&self, py: Python<'_>, key: &str, reason: &str) -> PyResult<Option<u64>> {
+        let (core, key, reason) = (self.core.clone(), key.to_string(), reason.to_string());
+        let out = block_on(py, async move { core.force_release(&key, &reason).await })?;
+        Ok(out.fencing_counter)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<Locker {}>", self.core.backend())
+    }
+}
+
+/// The client options of `Locker(...)` and `connect_async(...)`.
+fn client_options(
+    py: Python<'_>,
+    connect_timeout: Option<&Bound<'_, PyAny>>,
+    response_timeout: Option<&Bound<'_, PyAny>>,
+    [ca, cert, key]: [Option<std::path::PathBuf>; 3],
+    history: bool,
+) -> PyResult<ClientOptions> {
+    let mut options = ClientOptions::new();
+    if let Some(t) = opt_duration(py, "connect_timeout", connect_timeout)? {
+        options = options.connect_timeout(t);
+    }
+    if let Some(t) = opt_duration(py, "response_timeout", response_timeout)? {
+        options = options.response_timeout(t);
+    }
+    if let Some(p) = ca {
+        options = options.tls_ca_file(p);
+    }
+    if let Some(p) = cert {
+        options = options.tls_cert_file(p);
+    }
+    if let Some(p) = key {
+        options = options.tls_key_file(p);
+    }
+    if history {
+        options = options.history(HistoryOptions::default());
+    }
+    Ok(options)
+}
+
+/// `Locker(url, ...)` as an awaitable: connects without blocking the event loop.
+#[pyfunction]
+#[pyo3(signature = (url, *, connect_timeout=None, response_timeout=None, tls_ca_file=None, tls_cert_file=None, tls_key_file=None, history=false))]
+#[allow(clippy::too_many_arguments)]
+pub fn connect_async<'py>(
+    py: Python<'py>,
+    url: &str,
+    connect_timeout: Option<&Bound<'_, PyAny>>,
+    response_timeout: Option<&Bound<'_, PyAny>>,
+    tls_ca_file: Option<std::path::PathBuf>,
+    tls_cert_file: Option<std::path::PathBuf>,
+    tls_key_file: Option<std::path::PathBuf>,
+    history: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let options = client_options(
+        py,
+        connect_timeout,
+        response_timeout,
+        [tls_ca_file, tls_cert_file, tls_key_file],
+        history,
+    )?;
+    let url = url.to_string();
+    awaitable(py, async move {
+        Core::connect_with(&url, options)
+            .await
+            .map(|core| Locker { core })
+    })
+}

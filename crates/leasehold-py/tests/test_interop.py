@@ -1,0 +1,175 @@
+"""One protocol across languages: the Rust CLI (`leasehold`, the same library) and Python on
+the same keys, and redis-py's Lock beside leasehold."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Dict, List
+
+import pytest
+
+import leasehold
+from conftest import CLI, SERVERS, locker_for, server_url
+
+GENEROUS = 30.0
+
+
+def cli(url: str, *args: str) -> Dict[str, Any]:
+    """Runs the Rust CLI with --json; its JSON answer."""
+    out = subprocess.run(
+        [CLI, *args, "--url", url, "--json"], check=True, capture_output=True, text=True
+    )
+    answer = json.loads(out.stdout)
+    assert isinstance(answer, dict)
+    return answer
+
+
+def waiters(url: str, key: str) -> int:
+    out = subprocess.run(
+        [CLI, "ls", key, "--url", url, "--json"], check=True, capture_output=True, text=True
+    )
+    entries = [e for e in json.loads(out.stdout) if e["key"] == key]
+    return int(entries[0]["waiters"] or 0) if entries else 0
+
+
+def until(cond: Any, what: str) -> None:
+    deadline = time.monotonic() + GENEROUS
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never happened: {what}")
+        time.sleep(0.02)
+
+
+@pytest.fixture(params=SERVERS)
+def server(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def lease_url(server: str) -> str:
+    """The server's URL for locks that outlive a CLI command: on PostgreSQL, lease rows
+    (`?lock=lease`; a session lock dies with the command's connection). Both sides must use
+    the same form: session locks and lease rows are different protocols."""
+    url = server_url(server)
+    return url + "?lock=lease" if server == "postgres" else url
+
+
+def test_fencing_numbers_increase_across_languages(server: str, key: str) -> None:
+    url = lease_url(server)
+    locks = leasehold.Locker(url)
+    seen: List[int] = []
+    for _ in range(3):
+        held = cli(url, "acquire", key, "--ttl", "30s", "--fencing")
+        seen.append(int(held["fencing_token"]))
+        cli(url, "release", key, "--token", held["token"])
+        with locks.lock(key, ttl=30, fencing=True) as lease:
+            assert lease.fence is not None
+            seen.append(lease.fence)
+    assert all(a < b for a, b in zip(seen, seen[1:])), seen
+
+
+@pytest.mark.parametrize("name", ["redis7", "redis8", "valkey9"])
+def test_a_rust_holder_hands_over_to_python_waiters_in_arrival_order(
+    name: str, key: str
+) -> None:
+    url, locks = server_url(name), locker_for(name)
+    held = cli(url, "acquire", key, "--ttl", "60s", "--fair")
+    order: List[int] = []
+
+    def wait_in_line(n: int) -> None:
+        with locks.lock(key, ttl=60, wait=GENEROUS, fair=True):
+            order.append(n)
+
+    threads = []
+    for n in range(3):
+        t = threading.Thread(target=wait_in_line, args=(n,))
+        t.start()
+        threads.append(t)
+        # The next waiter starts once this one is in the server's queue: arrival order known.
+        until(lambda: waiters(url, key) == n + 1, f"waiter {n} queued")
+    cli(url, "release", key, "--token", held["token"], "--fair")
+    for t in threads:
+        t.join()
+    assert order == [0, 1, 2]
+
+
+HOLDER = """
+import sys, time, leasehold
+locks = leasehold.Locker(sys.argv[1])
+lease = locks.lock(sys.argv[2], ttl=2, auto_extend=True, fencing=True).acquire()
+print(lease.fence, flush=True)
+time.sleep(3600)
+"""
+
+
+def test_a_python_holder_killed_is_taken_over_by_rust_after_the_ttl(
+    server: str, key: str
+) -> None:
+    url = lease_url(server)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, url, key], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None
+        fence = int(holder.stdout.readline())
+        # Held, and renewed past its TTL while the process lives.
+        busy = subprocess.run(
+            [CLI, "acquire", key, "--ttl", "10s", "--url", url], capture_output=True
+        )
+        assert busy.returncode != 0
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    taken = cli(url, "acquire", key, "--ttl", "10s", "--fencing", "--wait", "60s")
+    assert int(taken["fencing_token"]) > fence
+    cli(url, "release", key, "--token", taken["token"])
+
+
+def test_a_forked_child_is_refused_and_leaves_the_parents_lock(key: str) -> None:
+    locks = locker_for("redis8")
+    with locks.lock(key, ttl=60) as lease:
+        pid = os.fork()
+        if pid == 0:  # the child
+            code = 1
+            try:
+                locks.lock(key + ":child", ttl=5).acquire()
+            except leasehold.ForkedProcess:
+                code = 0
+            except BaseException:
+                code = 2
+            del lease  # an inherited lease dropped in the child: not released
+            import gc
+
+            gc.collect()
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+        assert lease.held
+        with pytest.raises(leasehold.NotAcquired):
+            locks.lock(key, ttl=5).acquire()
+
+
+@pytest.mark.parametrize("name", ["redis7", "redis8", "valkey9"])
+def test_redis_py_lock_and_leasehold_exclude_each_other(name: str, key: str) -> None:
+    redis = pytest.importorskip("redis")
+    url, locks = server_url(name), locker_for(name)
+    client = redis.Redis.from_url(url)
+    theirs = client.lock(key, timeout=30)
+    assert theirs.acquire(blocking=False)
+    with pytest.raises(leasehold.NotAcquired):
+        locks.lock(key, ttl=30).acquire()
+    theirs.release()
+    with locks.lock(key, ttl=30) as ours:
+        assert not client.lock(key, timeout=30).acquire(blocking=False)
+        # redis-py's release of a lock it does not hold is refused, as ours would be.
+        stranger = client.lock(key, timeout=30)
+        stranger.local.token = b"not-ours"
+        with pytest.raises(redis.exceptions.LockNotOwnedError):
+            stranger.release()
+        assert ours.held
+    client.close()

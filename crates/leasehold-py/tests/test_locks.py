@@ -1,0 +1,255 @@
+"""The Python API on every backend: locks, waits, fencing, primitives, loss, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from datetime import timedelta
+from typing import Callable, List
+
+import pytest
+
+import leasehold
+from conftest import locker_for
+
+GENEROUS = 30.0  # seconds: a bound that only a hang reaches
+
+
+def until(cond: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + GENEROUS
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never happened: {what}")
+        time.sleep(0.01)
+
+
+def test_a_lock_excludes_and_is_free_after_its_block(locks: leasehold.Locker, key: str) -> None:
+    with locks.lock(key, ttl=10) as lease:
+        assert lease.held and lease.key == key and not lease.lost
+        assert 0 < lease.remaining <= 10
+        with pytest.raises(leasehold.Busy) as busy:
+            locks.lock(key, ttl=10).acquire()
+        assert isinstance(busy.value, TimeoutError) and busy.value.key == key
+    assert not lease.held and not lease.lost
+    locks.lock(key, ttl=10).acquire().release()
+
+
+def test_fencing_numbers_strictly_increase(locks: leasehold.Locker, key: str) -> None:
+    fences: List[int] = []
+    for _ in range(3):
+        with locks.lock(key, ttl=10, fencing=True) as lease:
+            assert lease.fence is not None
+            fences.append(lease.fence)
+    assert fences == sorted(set(fences)), fences
+    with locks.lock(key, ttl=10) as plain:
+        assert plain.fence is None
+
+
+def test_a_waiter_gets_the_lock_when_it_is_released(locks: leasehold.Locker, key: str) -> None:
+    holder = locks.lock(key, ttl=10).acquire()
+    got: List[leasehold.Lease] = []
+    waiter = threading.Thread(
+        target=lambda: got.append(locks.lock(key, ttl=10, wait=GENEROUS).acquire())
+    )
+    waiter.start()
+    holder.release()
+    waiter.join()
+    assert got and got[0].held
+    got[0].release()
+
+
+def test_durations_take_timedelta(locks: leasehold.Locker, key: str) -> None:
+    with locks.lock(key, ttl=timedelta(seconds=5), wait=timedelta(0)) as lease:
+        assert 0 < lease.remaining <= 5
+
+
+def test_auto_extend_keeps_the_lock_past_its_ttl(locks: leasehold.Locker, key: str) -> None:
+    with locks.lock(key, ttl=1, auto_extend=True) as lease:
+        # Three TTLs: held only if renewed (the margin is the TTL's two thirds per renewal).
+        time.sleep(3)
+        assert lease.held and not lease.lost
+        with pytest.raises(leasehold.NotAcquired):
+            locks.lock(key, ttl=1).acquire()
+
+
+def test_extend_and_release_after_the_block_are_refused(
+    locks: leasehold.Locker, key: str
+) -> None:
+    with locks.lock(key, ttl=10) as lease:
+        lease.extend(20)
+        assert lease.remaining > 10
+    with pytest.raises(leasehold.NotHeld):
+        lease.release()
+    with pytest.raises(leasehold.NotHeld):
+        lease.extend(5)
+    assert lease.fence is None and lease.key == key  # still readable
+
+
+def test_loss_raises_in_the_blocks_thread(locks: leasehold.Locker, key: str) -> None:
+    with pytest.raises(leasehold.LockLost) as lost:
+        with locks.lock(key, ttl=1, auto_extend=True, fencing=True) as lease:
+            locks.force_release(key, "test: loss inside a with block")
+            deadline = time.monotonic() + GENEROUS
+            while time.monotonic() < deadline:  # the block's work, interrupted by the loss
+                time.sleep(0.01)
+            raise AssertionError("the block was not interrupted")
+    assert lease.lost and lost.value.key == key
+
+
+def test_loss_with_on_loss_check_raises_at_the_end(locks: leasehold.Locker, key: str) -> None:
+    reached_end = False
+    with pytest.raises(leasehold.LockLost):
+        with locks.lock(key, ttl=1, auto_extend=True, on_loss="check") as lease:
+            locks.force_release(key, "test: loss, checked at the end")
+            until(lambda: lease.lost, "the loss noticed")
+            reached_end = True
+    assert reached_end
+
+
+def test_loss_cancels_the_asyncio_task(locks: leasehold.Locker, key: str) -> None:
+    async def main() -> None:
+        with pytest.raises(leasehold.LockLost):
+            async with locks.lock(key, ttl=1, auto_extend=True) as lease:
+                locks.force_release(key, "test: loss inside async with")
+                await asyncio.sleep(GENEROUS)
+                raise AssertionError("the task was not cancelled")
+        assert lease.lost
+        # The task goes on (the cancellation was turned into LockLost, not left pending).
+        await asyncio.sleep(0)
+
+    asyncio.run(main())
+
+
+def test_asyncio_lock_and_cancelled_wait(locks: leasehold.Locker, key: str) -> None:
+    async def main() -> None:
+        async with locks.lock(key, ttl=10, fencing=True) as lease:
+            assert lease.fence is not None
+            waiter = asyncio.ensure_future(locks.lock(key, ttl=10, wait=GENEROUS).acquire_async())
+            await asyncio.sleep(0.2)
+            waiter.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiter
+        # Nothing left behind by the cancelled waiter: the lock is free at once.
+        again = await locks.lock(key, ttl=10, fair=locks.backend != "postgres").acquire_async()
+        await again.release_async()
+
+    asyncio.run(main())
+
+
+def test_async_connect() -> None:
+    async def main() -> None:
+        locks = await leasehold.Locker.connect("memory://")
+        async with locks.lock("async-connect", ttl=5):
+            pass
+
+    asyncio.run(main())
+
+
+def test_keyboard_interrupt_during_a_wait_leaves_nothing_held(
+    locks: leasehold.Locker, key: str
+) -> None:
+    fair = locks.backend in ("redis", "memory", "etcd")
+    # TTLs far beyond the test's bound: the lock comes free by cleanup, never by expiry.
+    ttl = 4 * GENEROUS
+    holder = locks.lock(key, ttl=ttl, fair=fair).acquire()
+    # Ctrl-C arrives while the main thread waits (its signal handler runs in the wait loop).
+    timer = threading.Timer(0.3, lambda: __import__("_thread").interrupt_main())
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        locks.lock(key, ttl=ttl, wait=4 * GENEROUS, fair=fair).acquire()
+    timer.join()
+    holder.release()
+    # The interrupted waiter's queue entry is removed in the background (a lock handed over
+    # to it meanwhile is released with it): the lock comes free long before any TTL.
+    locks.lock(key, ttl=ttl, fair=fair, wait=GENEROUS).acquire().release()
+
+
+def test_semaphore_counts_permits(locks: leasehold.Locker, key: str) -> None:
+    with locks.semaphore(key, 2, ttl=10) as a, locks.semaphore(key, 2, ttl=10) as b:
+        assert a.held and b.held
+        with pytest.raises(leasehold.NotAcquired):
+            locks.semaphore(key, 2, ttl=10).acquire()
+    locks.semaphore(key, 2, ttl=10).acquire().release()
+
+
+def test_read_write_lock(locks: leasehold.Locker, key: str) -> None:
+    with locks.read_lock(key, ttl=10), locks.read_lock(key, ttl=10):
+        with pytest.raises(leasehold.NotAcquired):
+            locks.write_lock(key, ttl=10).acquire()
+    with locks.write_lock(key, ttl=10, fencing=True) as w:
+        assert w.fence is not None
+        with pytest.raises(leasehold.NotAcquired):
+            locks.read_lock(key, ttl=10).acquire()
+
+
+def test_election_has_one_leader(locks: leasehold.Locker, key: str) -> None:
+    assert locks.leader(key) is None
+    with locks.campaign(key, "py-a", ttl=2) as term:
+        leader = locks.leader(key)
+        assert leader is not None and leader.id == "py-a"
+        assert term.fence is not None and leader.term == term.fence
+        with pytest.raises(leasehold.NotAcquired):
+            locks.campaign(key, "py-b", ttl=2).acquire()
+
+
+def test_multi_lock_takes_all_or_none(locks: leasehold.Locker, key: str) -> None:
+    keys = [f"{{{key}}}:a", f"{{{key}}}:b"]
+    if locks.backend != "redis":
+        with pytest.raises(leasehold.Unsupported):
+            locks.multi_lock(keys, ttl=10).acquire()
+        return
+    with locks.lock(keys[1], ttl=10):
+        with pytest.raises(leasehold.NotAcquired):
+            locks.multi_lock(keys, ttl=10).acquire()
+        # None taken: the first key is still free.
+        locks.lock(keys[0], ttl=10).acquire().release()
+    with locks.multi_lock(keys, ttl=10):
+        with pytest.raises(leasehold.NotAcquired):
+            locks.lock(keys[0], ttl=10).acquire()
+
+
+def test_wrong_types_and_values_are_refused() -> None:
+    locks = locker_for("memory")
+    with pytest.raises(TypeError):
+        locks.lock("k", ttl="5")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        locks.lock("k", ttl=True)
+    with pytest.raises(TypeError):
+        locks.lock(5, ttl=1)  # type: ignore[arg-type]
+    for bad in (-1, float("nan"), float("inf")):
+        with pytest.raises(leasehold.InvalidArgument) as e:
+            locks.lock("k", ttl=5, wait=bad)
+        assert isinstance(e.value, ValueError)
+    with pytest.raises(leasehold.InvalidArgument):
+        locks.lock("k", ttl=0.001)  # below the minimum TTL
+    with pytest.raises(leasehold.InvalidArgument):
+        locks.lock("k", ttl=5, on_loss="ignore")
+    with pytest.raises(leasehold.InvalidArgument):
+        locks.semaphore("k", 0)
+    with pytest.raises(leasehold.InvalidArgument):
+        locks.lock("", ttl=5).acquire()
+    with pytest.raises(leasehold.InvalidArgument):
+        leasehold.Locker("nosuch://x")
+    with pytest.raises(TypeError):
+        leasehold.Locker(None)  # type: ignore[arg-type]
+
+
+def test_awaitables_need_a_running_loop() -> None:
+    request = locker_for("memory").lock("no-loop", ttl=5)
+    with pytest.raises(RuntimeError):
+        request._native.acquire_async()  # no running event loop
+    # And a lease from a closed loop's task still releases from outside it.
+    lease = asyncio.run(request.acquire_async())
+    lease.release()
+
+
+def test_fence_gate_refuses_older_numbers() -> None:
+    gate = leasehold.FenceGate()
+    gate.admit(3)
+    gate.admit(3)
+    with pytest.raises(leasehold.StaleFence):
+        gate.admit(2)
+    assert gate.highest == 3
+    with pytest.raises(TypeError):
+        gate.admit(None)
