@@ -56,6 +56,13 @@ pub(crate) fn discover(repo: &Path) -> (Vec<Peer>, Vec<&'static str>) {
             python.exists(),
         ),
         (
+            "leasehold-py",
+            python.clone(),
+            vec![repo.join("bench/python/leasehold_py.py").display().to_string()],
+            vec![],
+            python.exists() && cache.join("leasehold-py.installed").exists(),
+        ),
+        (
             "node-redlock",
             PathBuf::from("node"),
             vec![repo.join("bench/node/redlock.mjs").display().to_string()],

@@ -146,6 +146,40 @@ pub(super) fn targets(r: &Results) -> Value {
         true,
         "fair mode: <= 150 us",
     );
+    // leasehold-py (the Python package on this library) beside the Python peers.
+    let best_python_w3 = [
+        "redis-py",
+        "python-redis-lock",
+        "redis-py_tuned",
+        "python-redis-lock_tuned",
+    ]
+    .iter()
+    .filter_map(|p| r.get("W3", p, "ops_per_s"))
+    .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
+    check(
+        "W1 leasehold-py cycles/s / redis-py",
+        ratio(
+            r.get("W1", "leasehold-py", "ops_per_s"),
+            r.get("W1", "redis-py", "ops_per_s"),
+        ),
+        1.0,
+        false,
+        "Python: at least as fast as redis-py's Lock",
+    );
+    check(
+        "W3 leasehold-py (fair) acquisitions/s / best Python peer",
+        ratio(r.get("W3", "leasehold-py", "ops_per_s"), best_python_w3),
+        1.0,
+        false,
+        "Python, fair: >= the best Python peer's throughput",
+    );
+    check(
+        "W3 leasehold-py (fair) max wait (ms)",
+        r.get("W3", "leasehold-py", "max_wait_ms"),
+        60.0,
+        true,
+        "Python, fair: <= 60 ms",
+    );
     let w4 = |n: &str| {
         r.workloads
             .get("W4")?
