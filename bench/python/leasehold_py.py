@@ -73,7 +73,7 @@ if __name__ == "__main__":
                     "tokio runtime; GIL released during each round trip)",
                     "api": "Locker(url).lock(key, ttl=10, wait=..., fair=...).acquire() -> "
                     "lease.release()",
-                    "key_naming": "<key> (and <key>:fair / <key>:fencing when used)",
+                    "key_naming": "<key> (and {<key>}:queue, the fair waiters)",
                 },
             )
         )

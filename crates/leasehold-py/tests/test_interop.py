@@ -163,6 +163,10 @@ def test_redis_py_lock_and_leasehold_exclude_each_other(name: str, key: str) -> 
     assert theirs.acquire(blocking=False)
     with pytest.raises(leasehold.NotAcquired):
         locks.lock(key, ttl=30).acquire()
+    # leasehold's release with a token that is not the holder's is refused too.
+    with pytest.raises(leasehold.NotHeld):
+        locks.release(key, "not-theirs")
+    assert client.get(key) == theirs.local.token
     theirs.release()
     with locks.lock(key, ttl=30) as ours:
         assert not client.lock(key, timeout=30).acquire(blocking=False)
