@@ -149,6 +149,8 @@ impl Lease {
 
     /// `release()` as an awaitable.
     fn release_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        // Without a running loop nothing can await it: refuse before the guard is taken.
+        py.import("asyncio")?.call_method0("get_running_loop")?;
         let Some(g) = self.take() else {
             return Err(self.released(py));
         };

@@ -239,9 +239,27 @@ def test_awaitables_need_a_running_loop() -> None:
     request = locker_for("memory").lock("no-loop", ttl=5)
     with pytest.raises(RuntimeError):
         request._native.acquire_async()  # no running event loop
-    # And a lease from a closed loop's task still releases from outside it.
+    # A lease taken in a loop that is closed since: its awaitables need a running loop, and
+    # the blocking calls still work.
     lease = asyncio.run(request.acquire_async())
+    with pytest.raises(RuntimeError):
+        lease.release_async()
+    assert lease.held
     lease.release()
+    assert not lease.held
+
+
+def test_a_loss_after_the_loop_closed_is_ignored_quietly(locks: leasehold.Locker, key: str) -> None:
+    held: List[leasehold.Lease] = []
+
+    async def main() -> None:
+        request = locks.lock(key, ttl=1, auto_extend=True)
+        lease = await request.__aenter__()  # a block whose end never runs: the loop closes
+        held.append(lease)
+
+    asyncio.run(main())
+    locks.force_release(key, "test: loss after the loop closed")
+    until(lambda: held[0].lost, "the loss noticed")  # the watch's cancel finds no loop: no error
 
 
 def test_fence_gate_refuses_older_numbers() -> None:

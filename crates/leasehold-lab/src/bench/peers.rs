@@ -58,7 +58,11 @@ pub(crate) fn discover(repo: &Path) -> (Vec<Peer>, Vec<&'static str>) {
         (
             "leasehold-py",
             python.clone(),
-            vec![repo.join("bench/python/leasehold_py.py").display().to_string()],
+            vec![
+                repo.join("bench/python/leasehold_py.py")
+                    .display()
+                    .to_string(),
+            ],
             vec![],
             python.exists() && cache.join("leasehold-py.installed").exists(),
         ),
