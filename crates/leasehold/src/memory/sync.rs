@@ -51,6 +51,9 @@ impl crate::core::backend::Primitives for MemoryClient {
     }
 }
 
+/// The wait of a campaign without one: as good as for ever.
+const CAMPAIGN_FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
 fn no_fair(options: &LockOptions, what: &str) -> Result<()> {
     if options.fair_enabled() {
         return Err(Error::Unsupported {
@@ -180,7 +183,11 @@ struct MemoryElection {
 impl MemoryElection {
     async fn campaign(&self, id: &str, options: &LockOptions) -> Result<LockGuard> {
         no_fair(options, "an election")?;
-        let options = options.clone().fencing(true).auto_extend(true);
+        let mut options = options.clone().fencing(true).auto_extend(true);
+        if options.wait_bound().is_none() {
+            // A campaign without a wait lasts until it wins, as on every backend.
+            options = options.wait(CAMPAIGN_FOREVER);
+        }
         self.client
             .acquire_as(&self.name, &options, Want::Leader(id))
             .await
