@@ -228,6 +228,69 @@ impl Locker {
         Ok(d)
     }
 
+    /// The locks whose keys match `pattern` (`*` and `?` globs): a list of dicts with `key`,
+    /// `kind` (`lock`, `fair`, `permits`, `read`, `election`), `holders` (each a dict of
+    /// `holder` (redacted), `owner`, `ttl`), `ttl`, `fencing_counter`, `waiters`, `permits`.
+    fn list<'py>(&self, py: Python<'py>, pattern: &str) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let (core, pattern) = (self.core.clone(), pattern.to_string());
+        let entries = block_on(py, async move { core.list(&pattern).await })?;
+        let secs = |d: Option<Duration>| d.map(|d| d.as_secs_f64());
+        entries
+            .into_iter()
+            .map(|e| {
+                let d = PyDict::new(py);
+                d.set_item("key", &e.key)?;
+                d.set_item("kind", e.kind.name())?;
+                let holders = e
+                    .holders
+                    .iter()
+                    .map(|h| {
+                        let hd = PyDict::new(py);
+                        hd.set_item("holder", h.token.redacted())?;
+                        hd.set_item("owner", h.owner.as_ref().map(|o| o.to_string()))?;
+                        hd.set_item("ttl", secs(h.ttl))?;
+                        Ok(hd)
+                    })
+                    .collect::<PyResult<Vec<_>>>()?;
+                d.set_item("holders", holders)?;
+                d.set_item("ttl", secs(e.ttl))?;
+                d.set_item("fencing_counter", e.fencing_counter)?;
+                d.set_item("waiters", e.waiters)?;
+                d.set_item("permits", e.permits)?;
+                Ok(d)
+            })
+            .collect()
+    }
+
+    /// The last `limit` history events of `key`, newest first (with `Locker(..., history=True)`
+    /// on the writers): dicts with `at` (seconds since the epoch), `kind` (`acquired`,
+    /// `released`, `lost`, `forced`, `handed-over`), `fencing`, `holder`, `owner`, `detail`.
+    fn history<'py>(
+        &self,
+        py: Python<'py>,
+        key: &str,
+        limit: usize,
+    ) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let (core, key) = (self.core.clone(), key.to_string());
+        let events = block_on(py, async move { core.history(&key, limit).await })?;
+        events
+            .into_iter()
+            .map(|e| {
+                let d = PyDict::new(py);
+                let at =
+                    e.at.duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0.0, |d| d.as_secs_f64());
+                d.set_item("at", at)?;
+                d.set_item("kind", e.kind.as_str())?;
+                d.set_item("fencing", e.fencing)?;
+                d.set_item("holder", e.holder)?;
+                d.set_item("owner", e.owner)?;
+                d.set_item("detail", e.detail)?;
+                Ok(d)
+            })
+            .collect()
+    }
+
     /// The current leader of election `name`: `(id, term)`, or None.
     fn leader(&self, py: Python<'_>, name: &str) -> PyResult<Option<(String, u64)>> {
         let election = self.core.election(name).map_err(|e| errors::to_py(py, e))?;

@@ -271,3 +271,22 @@ def test_fence_gate_refuses_older_numbers() -> None:
     assert gate.highest == 3
     with pytest.raises(TypeError):
         gate.admit(None)
+
+
+def test_list_shows_the_holder_and_its_owner(locks: leasehold.Locker, key: str) -> None:
+    with locks.lock(key, ttl=30, fencing=True, owner_label="py list test"):
+        entries = [e for e in locks.list(key + "*") if e["key"] == key]
+        assert len(entries) == 1, entries
+        (holder,) = entries[0]["holders"]
+        assert holder["holder"].startswith("#") and "py list test" in holder["owner"]
+    assert [e for e in locks.list(key + "*") if e["key"] == key] == []
+
+
+def test_history_records_acquire_and_release(backend: str, key: str) -> None:
+    from conftest import server_url
+
+    locks = leasehold.Locker(server_url(backend), history=True)
+    with locks.lock(key, ttl=30, fencing=True) as lease:
+        pass
+    kinds = [(e["kind"], e["fencing"]) for e in locks.history(key, 10)]
+    assert kinds == [("released", lease.fence), ("acquired", lease.fence)], kinds

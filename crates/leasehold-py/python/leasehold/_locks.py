@@ -484,6 +484,18 @@ class Locker:
         ``fencing_counter``, ``owner``."""
         return self._native.inspect(key)
 
+    def list(self, pattern: str = "*") -> List[Dict[str, Any]]:
+        """The locks whose keys match ``pattern`` (``*``/``?`` globs), as ``leasehold ls``
+        shows them: ``key``, ``kind``, ``holders`` (``holder`` redacted, ``owner``, ``ttl``),
+        ``ttl``, ``fencing_counter``, ``waiters``, ``permits``."""
+        return self._native.list(pattern)
+
+    def history(self, key: str, limit: int = 20) -> List[Dict[str, Any]]:
+        """The last ``limit`` events of ``key``, newest first (recorded by Lockers made with
+        ``history=True``): ``at`` (epoch seconds), ``kind``, ``fencing``, ``holder``,
+        ``owner``, ``detail``."""
+        return self._native.history(key, limit)
+
     def release(self, key: str, token: str) -> None:
         """Releases ``key`` held with ``token`` (a lease's ``token``, handed over)."""
         self._native.release(key, token)
