@@ -73,7 +73,7 @@ def test_fencing_numbers_increase_across_languages(server: str, key: str) -> Non
     assert all(a < b for a, b in zip(seen, seen[1:])), seen
 
 
-@pytest.mark.parametrize("name", ["redis7", "redis8", "valkey9"])
+@pytest.mark.parametrize("name", ["redis7", "redis8", "valkey9", "etcd"])
 def test_a_rust_holder_hands_over_to_python_waiters_in_arrival_order(
     name: str, key: str
 ) -> None:
