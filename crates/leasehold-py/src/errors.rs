@@ -100,8 +100,8 @@ const CLASSES: &[(&str, &[&str], &str)] = &[
     (
         "ForkedProcess",
         &[],
-        "leasehold was used in a process forked from one that had already used it; its \
-         background threads do not survive a fork.",
+        "A Locker or lease made before a fork was used in the forked child: it holds the \
+         parent's connections. Make a new Locker in the child.",
     ),
 ];
 

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use leasehold::{LockGuard, LossReason};
 
-use crate::runtime::{awaitable, block_on, drop_in_runtime, duration, forked};
+use crate::runtime::{Process, awaitable, block_on, drop_in_runtime, duration};
 
 /// The name of a loss reason, as Python sees it.
 pub(crate) fn reason_name(reason: LossReason) -> &'static str {
@@ -30,6 +30,8 @@ pub struct Lease {
     lease: leasehold::Lease,
     /// Cancelled at release or drop: ends the task that waits for a loss.
     done: CancellationToken,
+    /// The process that took it (a forked child must not touch it).
+    owner: Process,
 }
 
 impl Lease {
@@ -38,6 +40,7 @@ impl Lease {
             lease: guard.lease().clone(),
             guard: Arc::new(RwLock::new(Some(guard))),
             done: CancellationToken::new(),
+            owner: Process::this(),
         }
     }
 
@@ -73,6 +76,7 @@ impl Lease {
         py: Python<'_>,
         ttl: &Bound<'_, PyAny>,
     ) -> PyResult<impl std::future::Future<Output = leasehold::Result<()>> + Send + 'static> {
+        self.owner.check(py, "lease")?;
         let ttl = duration(py, "ttl", ttl)?;
         let Ok(held) = self.guard.clone().try_read_owned() else {
             return Err(self.released(py));
@@ -140,6 +144,7 @@ impl Lease {
     /// Releases the lock (GIL released meanwhile). Raises `NotHeld` if it was not ours any
     /// more, or was already released.
     fn release(&self, py: Python<'_>) -> PyResult<()> {
+        self.owner.check(py, "lease")?;
         let Some(g) = self.take() else {
             return Err(self.released(py));
         };
@@ -150,6 +155,7 @@ impl Lease {
     /// `release()` as an awaitable.
     fn release_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         // Without a running loop nothing can await it: refuse before the guard is taken.
+        self.owner.check(py, "lease")?;
         py.import("asyncio")?.call_method0("get_running_loop")?;
         let Some(g) = self.take() else {
             return Err(self.released(py));
@@ -179,7 +185,7 @@ impl Lease {
     /// while held. Not called after a normal release. Exceptions it raises are reported as
     /// unraisable.
     fn on_lost(&self, py: Python<'_>, callback: Py<PyAny>) -> PyResult<()> {
-        crate::runtime::check_fork(py)?;
+        self.owner.check(py, "lease")?;
         let lease = self.lease.clone();
         let done = self.done.clone();
         crate::runtime::runtime().spawn(async move {
@@ -213,7 +219,7 @@ impl Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        if forked() {
+        if self.owner.forked() {
             // A copy inherited through fork: the lock is the parent's; leave it alone (and
             // touch nothing the parent's runtime threads shared).
             std::mem::forget(self.take());

@@ -10,7 +10,7 @@ use leasehold::{ClientOptions, HistoryOptions, LockGuard, LockOptions, Locker as
 
 use crate::errors;
 use crate::lease::Lease;
-use crate::runtime::{awaitable, block_on, duration};
+use crate::runtime::{Process, awaitable, block_on, duration};
 
 /// A connection to a lock backend (`redis://`, `rediss://`, `redis+sentinel://`,
 /// `redis+cluster://`, `redlock://`, `etcd://`, `etcds://`, `postgres://`, `memory://`,
@@ -18,6 +18,8 @@ use crate::runtime::{awaitable, block_on, duration};
 #[pyclass(module = "leasehold._native", frozen)]
 pub struct Locker {
     core: Core,
+    /// The process that connected (its connections are useless in a forked child).
+    owner: Process,
 }
 
 /// What a request takes.
@@ -58,6 +60,7 @@ impl Target {
 #[pyclass(module = "leasehold._native", frozen)]
 pub struct Request {
     core: Core,
+    owner: Process,
     target: Target,
     options: LockOptions,
 }
@@ -76,12 +79,14 @@ impl Request {
 impl Request {
     /// Takes it, waiting up to the request's `wait`.
     fn acquire(&self, py: Python<'_>) -> PyResult<Lease> {
+        self.owner.check(py, "Locker's request")?;
         block_on(py, self.future())
     }
 
     /// `acquire()` as an awaitable (cancelling it gives up the wait, and never leaves the lock
     /// held).
     fn acquire_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.owner.check(py, "Locker's request")?;
         awaitable(py, self.future())
     }
 
@@ -135,7 +140,10 @@ impl Locker {
         )?;
         let url = url.to_string();
         let core = block_on(py, async move { Core::connect_with(&url, options).await })?;
-        Ok(Locker { core })
+        Ok(Locker {
+            core,
+            owner: Process::this(),
+        })
     }
 
     /// The backend's name: `"redis"`, `"redlock"`, `"etcd"`, `"postgres"`, `"memory"`,
@@ -169,6 +177,7 @@ impl Locker {
         owner_label: Option<String>,
         owner: bool,
     ) -> PyResult<Request> {
+        self.owner.check(py, "Locker")?;
         let mut options = LockOptions::new(duration(py, "ttl", ttl)?)
             .fencing(fencing)
             .auto_extend(auto_extend)
@@ -209,6 +218,7 @@ impl Locker {
         };
         Ok(Request {
             core: self.core.clone(),
+            owner: self.owner,
             target,
             options,
         })
@@ -217,6 +227,7 @@ impl Locker {
     /// What the server says about `key` (no lock taken): a dict with `holder` (redacted),
     /// `ttl` (seconds or None), `fencing_counter`, `owner`.
     fn inspect<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Bound<'py, PyDict>> {
+        self.owner.check(py, "Locker")?;
         let (core, key) = (self.core.clone(), key.to_string());
         let state = block_on(py, async move { core.inspect(&key).await })?;
         let d = PyDict::new(py);
@@ -232,6 +243,7 @@ impl Locker {
     /// `kind` (`lock`, `fair`, `permits`, `read`, `election`), `holders` (each a dict of
     /// `holder` (redacted), `owner`, `ttl`), `ttl`, `fencing_counter`, `waiters`, `permits`.
     fn list<'py>(&self, py: Python<'py>, pattern: &str) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        self.owner.check(py, "Locker")?;
         let (core, pattern) = (self.core.clone(), pattern.to_string());
         let entries = block_on(py, async move { core.list(&pattern).await })?;
         let secs = |d: Option<Duration>| d.map(|d| d.as_secs_f64());
@@ -271,6 +283,7 @@ impl Locker {
         key: &str,
         limit: usize,
     ) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        self.owner.check(py, "Locker")?;
         let (core, key) = (self.core.clone(), key.to_string());
         let events = block_on(py, async move { core.history(&key, limit).await })?;
         events
@@ -293,6 +306,7 @@ impl Locker {
 
     /// The current leader of election `name`: `(id, term)`, or None.
     fn leader(&self, py: Python<'_>, name: &str) -> PyResult<Option<(String, u64)>> {
+        self.owner.check(py, "Locker")?;
         let election = self.core.election(name).map_err(|e| errors::to_py(py, e))?;
         let leader = block_on(py, async move { election.leader().await })?;
         Ok(leader.map(|l| (l.id, l.term)))
@@ -300,6 +314,7 @@ impl Locker {
 
     /// Releases `key` held with `token` (a token taken elsewhere: another process, the CLI).
     fn release(&self, py: Python<'_>, key: &str, token: &str) -> PyResult<()> {
+        self.owner.check(py, "Locker")?;
         let token = leasehold::LockToken::new(token).map_err(|e| errors::to_py(py, e))?;
         let (core, key) = (self.core.clone(), key.to_string());
         block_on(py, async move { core.release(&key, &token).await })
@@ -308,6 +323,7 @@ impl Locker {
     /// Removes `key`'s holder whatever its token, bumps its fencing counter (so the old
     /// holder's numbers are refused) and records `reason`. Returns the counter after the bump.
     fn force_release(&self, py: Python<'_>, key: &str, reason: &str) -> PyResult<Option<u64>> {
+        self.owner.check(py, "Locker")?;
         let (core, key, reason) = (self.core.clone(), key.to_string(), reason.to_string());
         let out = block_on(py, async move { core.force_release(&key, &reason).await })?;
         Ok(out.fencing_counter)
@@ -371,8 +387,9 @@ pub fn connect_async<'py>(
     )?;
     let url = url.to_string();
     awaitable(py, async move {
-        Core::connect_with(&url, options)
-            .await
-            .map(|core| Locker { core })
+        Core::connect_with(&url, options).await.map(|core| Locker {
+            core,
+            owner: Process::this(),
+        })
     })
 }

@@ -1,5 +1,5 @@
-//! The one tokio runtime behind every call, the blocking bridge for the synchronous API, and
-//! the fork check.
+//! The process's tokio runtime behind every call, the blocking bridge for the synchronous API,
+//! and what a fork leaves behind.
 //!
 //! **Blocking calls release the GIL and stay interruptible.** The future runs on the runtime;
 //! the calling thread waits for it with the GIL released, waking every [`SIGNAL_POLL`] to let
@@ -8,13 +8,22 @@
 //! at the last moment is released in the background, and a wait that was cancelled removes its
 //! queue entry (the library's cancellation contract). So an interrupted wait never leaves the
 //! lock held.
+//!
+//! **One runtime per process.** `fork` copies none of the runtime's threads, so a child that
+//! used the parent's runtime would wait for ever. The runtime is made per process id: a forked
+//! child gets its own on first use (the parent's copy is leaked, never dropped: dropping it
+//! would wait for threads that do not exist). Objects made before the fork (a `Locker`, a
+//! `Lease`) hold the parent's connections and runtime, so they refuse use in the child
+//! ([`Process::check`]) and a lease dropped there leaves the parent's lock alone.
 
 use std::future::Future;
-use std::sync::OnceLock;
+use std::pin::Pin;
+use std::sync::Mutex;
 use std::sync::mpsc::{RecvTimeoutError, channel};
 use std::time::Duration;
 
 use pyo3::prelude::*;
+use pyo3_async_runtimes::TaskLocals;
 use tokio_util::sync::CancellationToken;
 
 use crate::errors;
@@ -22,35 +31,67 @@ use crate::errors;
 /// How often a blocked call lets Python check for signals.
 const SIGNAL_POLL: Duration = Duration::from_millis(50);
 
-/// The process that first used the runtime.
-static OWNER_PID: OnceLock<u32> = OnceLock::new();
+/// The current process's runtime, by process id (leaked: it lives as long as the process).
+/// Locked only by threads that hold the GIL (see [`drop_in_runtime`]), so no thread holds it
+/// while another forks (`os.fork` holds the GIL too).
+static CURRENT: Mutex<Option<(u32, &'static tokio::runtime::Runtime)>> = Mutex::new(None);
 
-/// Refuses use from a forked child of a process that had started the runtime: its worker
-/// threads were not copied by `fork`, so nothing spawned on it would ever run.
-pub(crate) fn check_fork(py: Python<'_>) -> PyResult<()> {
+/// The runtime of this process, made on first use (and again in a forked child).
+pub(crate) fn runtime() -> &'static tokio::runtime::Runtime {
     let pid = std::process::id();
-    if *OWNER_PID.get_or_init(|| pid) != pid {
-        return Err(errors::raise(
+    let mut current = CURRENT.lock().unwrap_or_else(|p| p.into_inner());
+    match *current {
+        Some((owner, runtime)) if owner == pid => runtime,
+        _ => {
+            let runtime = Box::leak(Box::new(
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .thread_name("leasehold")
+                    .enable_all()
+                    .build()
+                    .expect("a tokio runtime"),
+            ));
+            *current = Some((pid, runtime));
+            runtime
+        }
+    }
+}
+
+/// The process an object was made in (a forked child must not use it).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Process {
+    pid: u32,
+}
+
+impl Process {
+    /// This process.
+    pub(crate) fn this() -> Self {
+        Process {
+            pid: std::process::id(),
+        }
+    }
+
+    /// True in a forked child of the owner.
+    pub(crate) fn forked(self) -> bool {
+        self.pid != std::process::id()
+    }
+
+    /// Refuses use from a forked child: the object holds the parent's connections.
+    pub(crate) fn check(self, py: Python<'_>, what: &str) -> PyResult<()> {
+        if !self.forked() {
+            return Ok(());
+        }
+        Err(errors::raise(
             py,
             "ForkedProcess",
-            "leasehold was already in use when this process was forked; its background threads \
-             did not survive the fork. Create Lockers only in the child (use leasehold there \
-             first), or start children with multiprocessing's 'spawn' or 'forkserver' method"
-                .into(),
+            format!(
+                "this {what} was made in process {} before a fork, and holds that process's \
+                 connections; make a new Locker in this process",
+                self.pid
+            ),
             &[],
-        ));
+        ))
     }
-    Ok(())
-}
-
-/// True in a forked child of the process that started the runtime.
-pub(crate) fn forked() -> bool {
-    OWNER_PID.get().is_some_and(|p| *p != std::process::id())
-}
-
-/// The runtime (started on first use).
-pub(crate) fn runtime() -> &'static tokio::runtime::Runtime {
-    pyo3_async_runtimes::tokio::get_runtime()
 }
 
 /// Runs `fut` on the runtime and waits for it with the GIL released (see the module docs).
@@ -59,7 +100,6 @@ where
     F: Future<Output = leasehold::Result<T>> + Send + 'static,
     T: Send + 'static,
 {
-    check_fork(py)?;
     let cancel = CancellationToken::new();
     let (tx, rx) = channel();
     let stop = cancel.clone();
@@ -102,7 +142,12 @@ where
 }
 
 /// Drops `value` inside the runtime, so a lock guard among it releases in the background.
+/// On one of the runtime's own threads it is dropped there, without [`runtime`]'s lock.
 pub(crate) fn drop_in_runtime<T>(value: T) {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        drop(value);
+        return;
+    }
     let _entered = runtime().enter();
     drop(value);
 }
@@ -115,8 +160,7 @@ where
     F: Future<Output = leasehold::Result<T>> + Send + 'static,
     T: for<'a> IntoPyObject<'a> + Send + 'static,
 {
-    check_fork(py)?;
-    pyo3_async_runtimes::tokio::future_into_py(py, async move {
+    pyo3_async_runtimes::generic::future_into_py::<ProcessTokio, _, T>(py, async move {
         let out = fut.await;
         out.map_err(|e| Python::attach(|py| errors::to_py(py, e)))
     })
@@ -150,4 +194,48 @@ pub(crate) fn duration(py: Python<'_>, what: &str, value: &Bound<'_, PyAny>) -> 
     }
     Duration::try_from_secs_f64(secs)
         .map_err(|_| errors::invalid(py, format!("invalid {what}: {secs} s is too long")))
+}
+
+/// [`runtime`] for pyo3-async-runtimes (its own tokio runtime is one per library, not per
+/// process). Task locals as its tokio module keeps them.
+struct ProcessTokio;
+
+tokio::task_local! {
+    static TASK_LOCALS: std::cell::OnceCell<TaskLocals>;
+}
+
+impl pyo3_async_runtimes::generic::Runtime for ProcessTokio {
+    type JoinError = tokio::task::JoinError;
+    type JoinHandle = tokio::task::JoinHandle<()>;
+
+    fn spawn<F>(fut: F) -> Self::JoinHandle
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        runtime().spawn(fut)
+    }
+
+    fn spawn_blocking<F>(f: F) -> Self::JoinHandle
+    where
+        F: FnOnce() + Send + 'static,
+    {
+        runtime().spawn_blocking(f)
+    }
+}
+
+impl pyo3_async_runtimes::generic::ContextExt for ProcessTokio {
+    fn scope<F, R>(locals: TaskLocals, fut: F) -> Pin<Box<dyn Future<Output = R> + Send>>
+    where
+        F: Future<Output = R> + Send + 'static,
+    {
+        let cell = std::cell::OnceCell::new();
+        let _ = cell.set(locals);
+        Box::pin(TASK_LOCALS.scope(cell, fut))
+    }
+
+    fn get_task_locals() -> Option<TaskLocals> {
+        TASK_LOCALS
+            .try_with(|c| c.get().cloned())
+            .unwrap_or_default()
+    }
 }

@@ -130,25 +130,33 @@ def test_a_python_holder_killed_is_taken_over_by_rust_after_the_ttl(
     cli(url, "release", key, "--token", taken["token"])
 
 
-def test_a_forked_child_is_refused_and_leaves_the_parents_lock(key: str) -> None:
+def test_a_forked_child_makes_its_own_locker_and_leaves_the_parents_lock(key: str) -> None:
     locks = locker_for("redis8")
     with locks.lock(key, ttl=60) as lease:
         pid = os.fork()
         if pid == 0:  # the child
-            code = 1
+            code = 0
             try:
-                locks.lock(key + ":child", ttl=5).acquire()
-            except leasehold.ForkedProcess:
-                code = 0
+                try:
+                    locks.lock(key + ":child", ttl=5).acquire()
+                    code = 1  # the parent's Locker worked in the child
+                except leasehold.ForkedProcess:
+                    pass
+                try:
+                    lease.release()
+                    code = 2  # the parent's lease was released by the child
+                except leasehold.ForkedProcess:
+                    pass
+                own = leasehold.Locker(server_url("redis8"))  # a runtime of its own
+                with own.lock(key + ":child", ttl=5, fencing=True) as mine:
+                    assert mine.fence is not None
+                with pytest.raises(leasehold.NotAcquired):
+                    own.lock(key, ttl=5).acquire()  # the parent still holds it
             except BaseException:
-                code = 2
-            del lease  # an inherited lease dropped in the child: not released
-            import gc
-
-            gc.collect()
+                code = 3
             os._exit(code)
         _, status = os.waitpid(pid, 0)
-        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
         assert lease.held
         with pytest.raises(leasehold.NotAcquired):
             locks.lock(key, ttl=5).acquire()
