@@ -13,6 +13,7 @@ mod errors;
 mod lease;
 mod locker;
 mod runtime;
+mod watch;
 
 /// The module `leasehold._native`.
 #[pymodule]
@@ -21,6 +22,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<locker::Locker>()?;
     module.add_class::<locker::Request>()?;
     module.add_class::<lease::Lease>()?;
+    module.add_class::<watch::LeaderWatch>()?;
     module.add_function(wrap_pyfunction!(locker::connect_async, module)?)?;
     module.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

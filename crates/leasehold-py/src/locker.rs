@@ -312,6 +312,29 @@ impl Locker {
         Ok(leader.map(|l| (l.id, l.term)))
     }
 
+    /// Follows the leadership of election `name`, reading it at least every `every`.
+    fn watch_leader(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        every: &Bound<'_, PyAny>,
+    ) -> PyResult<crate::watch::LeaderWatch> {
+        self.owner.check(py, "Locker")?;
+        let every = duration(py, "every", every)?;
+        let election = self.core.election(name).map_err(|e| errors::to_py(py, e))?;
+        Ok(crate::watch::LeaderWatch::start(&election, every))
+    }
+
+    /// Raises `key`'s fencing counter to at least `at_least` (after a restore or a move to
+    /// another server, so that no number is issued twice); returns the counter.
+    fn raise_fencing_counter(&self, py: Python<'_>, key: &str, at_least: u64) -> PyResult<u64> {
+        self.owner.check(py, "Locker")?;
+        let (core, key) = (self.core.clone(), key.to_string());
+        block_on(py, async move {
+            core.raise_fencing_counter(&key, at_least).await
+        })
+    }
+
     /// Releases `key` held with `token` (a token taken elsewhere: another process, the CLI).
     fn release(&self, py: Python<'_>, key: &str, token: &str) -> PyResult<()> {
         self.owner.check(py, "Locker")?;

@@ -294,3 +294,26 @@ def test_history_records_acquire_and_release(backend: str, key: str) -> None:
         pass
     kinds = [(e["kind"], e["fencing"]) for e in locks.history(key, 10)]
     assert kinds == [("released", lease.fence), ("acquired", lease.fence)], kinds
+
+
+def test_watch_leader_follows_terms(locks: leasehold.Locker, key: str) -> None:
+    watch = locks.watch_leader(key, every=0.2)
+    with locks.campaign(key, "py-a", ttl=2) as a:
+        seen = watch.changed()
+        assert seen is not None and (seen.id, seen.term) == ("py-a", a.fence), seen
+    assert watch.changed() is None  # resigned: nobody leads
+    with locks.campaign(key, "py-b", ttl=2) as b:
+        seen = next(iter(watch))
+        assert seen is not None and seen.id == "py-b" and b.fence is not None
+        assert a.fence is not None and seen.term == b.fence > a.fence
+    assert watch.current is None or watch.current.id == "py-b"
+
+
+def test_raise_fencing_counter(locks: leasehold.Locker, key: str) -> None:
+    if locks.backend == "etcd":
+        with pytest.raises(leasehold.Unsupported):
+            locks.raise_fencing_counter(key, 1000)
+        return
+    assert locks.raise_fencing_counter(key, 1000) >= 1000
+    with locks.lock(key, ttl=10, fencing=True) as lease:
+        assert lease.fence is not None and lease.fence > 1000

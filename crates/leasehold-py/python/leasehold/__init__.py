@@ -21,7 +21,7 @@ runs on and ``LockLost`` is raised at its end. See the README's Python section.
 
 from __future__ import annotations
 
-from ._locks import FenceGate, Leader, LockRequest, Locker, StaleFence
+from ._locks import FenceGate, Leader, LeaderWatch, LockRequest, Locker, StaleFence
 from ._native import (
     AuthenticationFailed,
     BackendNotCompiled,
@@ -59,6 +59,7 @@ __all__ = [
     "ForkedProcess",
     "InvalidArgument",
     "Leader",
+    "LeaderWatch",
     "Lease",
     "LeaseholdError",
     "LockLost",

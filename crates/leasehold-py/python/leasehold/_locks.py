@@ -7,7 +7,19 @@ import ctypes
 import threading
 from datetime import timedelta
 from types import TracebackType
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Type, Union
+from typing import (
+    Any,
+    AsyncIterator,
+    Dict,
+    Iterator,
+    List,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Tuple,
+    Type,
+    Union,
+)
 
 from . import _native
 from ._native import Lease, LeaseholdError, LockLost, NotHeld
@@ -28,6 +40,39 @@ class Leader(NamedTuple):
 
     id: str
     term: int
+
+
+class LeaderWatch:
+    """The changes of an election's leadership (``Locker.watch_leader``): iterate it (each
+    item the new ``Leader``, or ``None`` when nobody leads), with ``for`` or ``async for``, or
+    call ``changed()`` / ``await changed_async()``. A renewal is not a change; a new term is."""
+
+    def __init__(self, native: _native.LeaderWatch) -> None:
+        self._native = native
+
+    @property
+    def current(self) -> Optional[Leader]:
+        """The leader as last seen (``None``: nobody, or not read yet)."""
+        found = self._native.current
+        return Leader(*found) if found is not None else None
+
+    def changed(self) -> Optional[Leader]:
+        """Waits (GIL released, Ctrl-C cancels) for the next change; the new leader."""
+        found = self._native.changed()
+        return Leader(*found) if found is not None else None
+
+    async def changed_async(self) -> Optional[Leader]:
+        """``changed()`` for asyncio."""
+        found = await self._native.changed_async()
+        return Leader(*found) if found is not None else None
+
+    def __iter__(self) -> Iterator[Optional[Leader]]:
+        while True:
+            yield self.changed()
+
+    async def __aiter__(self) -> AsyncIterator[Optional[Leader]]:
+        while True:
+            yield await self.changed_async()
 
 
 class FenceGate:
@@ -478,6 +523,16 @@ class Locker:
         """The current leader of election ``name``, or ``None``."""
         found = self._native.leader(name)
         return Leader(*found) if found is not None else None
+
+    def watch_leader(self, name: str, every: Duration = 1.0) -> LeaderWatch:
+        """Follows the leadership of election ``name``: told at once of an election or a
+        resignation where the backend announces them, and read at least every ``every``."""
+        return LeaderWatch(self._native.watch_leader(name, every))
+
+    def raise_fencing_counter(self, key: str, at_least: int) -> int:
+        """Raises ``key``'s fencing counter to at least ``at_least`` (after a restore, or a
+        move to another server, so that no number is issued twice); returns the counter."""
+        return self._native.raise_fencing_counter(key, at_least)
 
     def inspect(self, key: str) -> Dict[str, Any]:
         """What the server says about ``key``: ``holder`` (redacted), ``ttl`` (seconds),
