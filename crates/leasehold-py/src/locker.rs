@@ -20,6 +20,9 @@ pub struct Locker {
     core: Core,
     /// The process that connected (its connections are useless in a forked child).
     owner: Process,
+    /// This process's owner record, read once (host name and executable are system calls),
+    /// not at every request.
+    record: Owner,
 }
 
 /// What a request takes.
@@ -138,12 +141,7 @@ impl Locker {
             [tls_ca_file, tls_cert_file, tls_key_file],
             history,
         )?;
-        let url = url.to_string();
-        let core = block_on(py, async move { Core::connect_with(&url, options).await })?;
-        Ok(Locker {
-            core,
-            owner: Process::this(),
-        })
+        block_on(py, connect(url.to_string(), options))
     }
 
     /// The backend's name: `"redis"`, `"redlock"`, `"etcd"`, `"postgres"`, `"memory"`,
@@ -195,7 +193,7 @@ impl Locker {
             options = options.renew_every(d);
         }
         if owner || owner_label.is_some() {
-            let mut record = Owner::this_process();
+            let mut record = self.record.clone();
             if let Some(label) = owner_label {
                 record = record.label(label).map_err(|e| errors::to_py(py, e))?;
             }
@@ -408,11 +406,15 @@ pub fn connect_async<'py>(
         [tls_ca_file, tls_cert_file, tls_key_file],
         history,
     )?;
-    let url = url.to_string();
-    awaitable(py, async move {
-        Core::connect_with(&url, options).await.map(|core| Locker {
-            core,
-            owner: Process::this(),
-        })
+    awaitable(py, connect(url.to_string(), options))
+}
+
+/// Connects a `Locker` (the future behind both `Locker(...)` and `connect_async`).
+async fn connect(url: String, options: ClientOptions) -> leasehold::Result<Locker> {
+    let core = Core::connect_with(&url, options).await?;
+    Ok(Locker {
+        core,
+        owner: Process::this(),
+        record: Owner::this_process(),
     })
 }
