@@ -45,37 +45,101 @@ struct LeaseState {
     reason: OnceLock<LossReason>,
 }
 
-/// The holder's belief about its lease, and the extends it has sent since the last one
-/// confirmed.
+/// The holder's belief about its lease, and the extends whose outcome can still change the key.
 ///
 /// **Rule (every backend).** An extend is recorded when it is *sent*, with its bound
-/// `sent + ttl - drift`: the server sets the new TTL no earlier than `sent`, so if the extend is
-/// applied at all, the key lives at least until that bound. Until its outcome is known the
-/// command may be applied at any moment (also late, after a timeout or a lost reply), so on
-/// sending, the validity drops to `min(valid_until, bound)`: a shortening extend with an
-/// unknown outcome never leaves a longer belief standing, and nothing but a success reply
-/// raises the validity. A success reply for an extend raises the validity to its bound, but no
-/// higher than the bound of *any* extend sent after it (each may be applied after it and
-/// shorten the key again); sends are ordered by a sequence number, not by clock readings that
-/// can be equal. Once an extend is confirmed, those sent before it can raise nothing more and
-/// are forgotten.
+/// `sent + life` (`life = ttl - drift`): the server sets the new TTL no earlier than `sent`, so
+/// if the extend is applied at all, the key lives at least until that bound. Until its outcome
+/// is known the command may be applied at any moment (also late, after a timeout or a lost
+/// reply), so on sending, the validity drops to `min(valid_until, bound)`: a shortening extend
+/// with an unknown outcome never leaves a longer belief standing, and nothing but a success
+/// reply raises the validity.
 ///
-/// **Assumption:** the server applies a lease's extends in the order they were sent (one
-/// connection, or a new connection only after the old one's commands were applied or dropped).
-/// A command stuck on a dead connection and applied after a later one on a new connection is
-/// beyond any client-side rule (the model checker shows it: `docs/model-checking.md`).
+/// A success reply for extend `c` raises the validity to its bound, but no higher than
+/// `max(sent_s, sent_c) + life_s` for every other extend `s` still pending: `s` may be applied
+/// after `c` (sent after it, or an older send *re-sent* by the client: the `idempotent` retry
+/// after a dropped connection, redis-rs Cluster re-sending a timed-out request), and then it is
+/// applied no earlier than `c` was sent and no earlier than itself was sent, so the key lives at
+/// least that long. Sends are ordered by a sequence number, not by clock readings that can be
+/// equal.
 ///
-/// Tested by `renewal.rs::an_extend_with_an_unknown_outcome_never_raises_validity` and by the
+/// An extend stays pending while the call that sent it runs (a re-send may still come), and,
+/// once that call has returned without a success, until its own bound has passed. A success for
+/// an extend older than the newest confirmed one removes it and raises nothing.
+///
+/// **Assumption:** once the call that sent an extend has returned, no copy of it is applied
+/// after its own bound (`ttl` after it was sent): a copy held up longer than that (a server
+/// paused with the command in its input buffer for longer than the TTL) is beyond any
+/// client-side rule; the model checker shows the rule under re-sends (`docs/model-checking.md`).
+///
+/// Tested by the unit tests below, by `renewal.rs::a_resent_extend_applied_after_a_renewal_caps_validity`
+/// and `renewal.rs::an_extend_with_an_unknown_outcome_never_raises_validity`, and by the
 /// extend model in `crates/leasehold-model`.
 #[derive(Debug)]
 struct Validity {
     until: Instant,
-    /// Extends sent after the newest one confirmed: sequence number and bound.
-    pending: Vec<(u64, Instant)>,
+    /// Extends whose outcome can still change the key (see the rule above).
+    pending: Vec<PendingExtend>,
     /// The sequence number of the last extend sent.
     sent: u64,
     /// The sequence number of the newest extend confirmed (0: none).
     confirmed: u64,
+}
+
+/// One extend in [`Validity::pending`].
+#[derive(Debug, Clone, Copy)]
+struct PendingExtend {
+    seq: u64,
+    /// When it was recorded (before it left).
+    sent: Instant,
+    /// Its bound minus `sent`: how long the key lives at least once it is applied.
+    life: Duration,
+    /// The call that sent it has returned without a success: no re-send comes any more, and
+    /// the entry is kept only until its bound has passed.
+    settled: bool,
+}
+
+impl PendingExtend {
+    fn bound(&self) -> Instant {
+        self.sent + self.life
+    }
+}
+
+impl Validity {
+    /// Forgets settled extends whose bound has passed (by the assumption above, no copy of
+    /// them is applied any more).
+    fn prune(&mut self, now: Instant) {
+        self.pending.retain(|p| !p.settled || p.bound() > now);
+    }
+}
+
+/// An extend recorded as sent ([`Lease::extend_sent`]). [`SentExtend::confirm`] it with the
+/// bound its success reply gives; drop it when the call returned without a success (an unknown
+/// outcome or a refusal): it then stays pending until its own bound has passed (see
+/// [`Validity`]), and a dropped future settles it too.
+#[derive(Debug)]
+#[must_use = "confirm it on success; dropping it says the call returned without one"]
+pub(crate) struct SentExtend {
+    lease: Lease,
+    seq: u64,
+    confirmed: bool,
+}
+
+impl SentExtend {
+    /// The extend succeeded: the key lives until at least `bound` (its bound from
+    /// [`Lease::extend_sent`], or a lower one the backend computed).
+    pub(crate) fn confirm(mut self, bound: Instant) {
+        self.confirmed = true;
+        self.lease.extend_confirmed(self.seq, bound);
+    }
+}
+
+impl Drop for SentExtend {
+    fn drop(&mut self) {
+        if !self.confirmed {
+            self.lease.extend_settled(self.seq);
+        }
+    }
 }
 
 impl Lease {
@@ -216,38 +280,60 @@ impl Lease {
 
     /// Records an extend about to be sent whose success would make the key live at least
     /// until `bound` (`sent + ttl - drift`, `sent` taken before the command leaves), lowering
-    /// the validity to that bound (see [`Validity`]). Returns its sequence number, for
-    /// [`Lease::extend_confirmed`].
-    pub(crate) fn extend_sent(&self, bound: Instant) -> u64 {
+    /// the validity to that bound (see [`Validity`]). Confirm the returned [`SentExtend`] on
+    /// success; drop it otherwise.
+    pub(crate) fn extend_sent(&self, sent: Instant, bound: Instant) -> SentExtend {
         let mut v = self.validity();
+        v.prune(Instant::now());
         v.sent += 1;
         let seq = v.sent;
-        v.pending.push((seq, bound));
+        v.pending.push(PendingExtend {
+            seq,
+            sent,
+            life: bound.saturating_duration_since(sent),
+            settled: false,
+        });
         v.until = v.until.min(bound);
-        seq
+        SentExtend {
+            lease: self.clone(),
+            seq,
+            confirmed: false,
+        }
     }
 
-    /// The extend `seq` succeeded: the key lives until at least `bound` (its bound from
-    /// [`Lease::extend_sent`], or a lower one the backend computed), unless an extend sent
-    /// after it is applied after it. The validity rises to the lowest of those bounds, never
-    /// falls.
-    pub(crate) fn extend_confirmed(&self, seq: u64, bound: Instant) {
+    /// The extend `seq` succeeded with `bound`: the validity rises to the lowest of `bound`
+    /// and every other pending extend's cap (see [`Validity`]), never falls.
+    fn extend_confirmed(&self, seq: u64, bound: Instant) {
+        let now = Instant::now();
         let mut v = self.validity();
-        if seq <= v.confirmed {
+        v.prune(now);
+        let Some(at) = v.pending.iter().position(|p| p.seq == seq) else {
+            return;
+        };
+        let this = v.pending.swap_remove(at);
+        if seq < v.confirmed {
             // A later extend was confirmed already: this one can raise nothing more.
             return;
         }
         let cap = v
             .pending
             .iter()
-            .filter(|(s, _)| *s > seq)
-            .map(|(_, b)| *b)
+            .map(|s| s.sent.max(this.sent) + s.life)
             .fold(bound, Instant::min);
         if cap > v.until {
             v.until = cap;
         }
         v.confirmed = seq;
-        v.pending.retain(|(s, _)| *s > seq);
+    }
+
+    /// The call that sent extend `seq` returned without a success: it is kept until its bound
+    /// has passed (see [`Validity`]).
+    fn extend_settled(&self, seq: u64) {
+        let mut v = self.validity();
+        if let Some(p) = v.pending.iter_mut().find(|p| p.seq == seq) {
+            p.settled = true;
+        }
+        v.prune(Instant::now());
     }
 
     /// A keep-alive sent at `sent` with `ttl` succeeded, for a renewer that always sends the
@@ -255,8 +341,7 @@ impl Lease {
     #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
     pub(crate) fn renewed(&self, sent: Instant, ttl: Duration) {
         let bound = sent + ttl.saturating_sub(clock_drift(ttl));
-        let seq = self.extend_sent(bound);
-        self.extend_confirmed(seq, bound);
+        self.extend_sent(sent, bound).confirm(bound);
     }
 
     /// Moves the validity to `until` if that is later (a handoff's reply confirmed a lease
@@ -381,11 +466,11 @@ impl LockGuard {
         // its bound from now on (see `Validity`); only a success raises it again.
         let sent = Instant::now();
         let bound = sent + ttl.saturating_sub(self.held.drift(ttl));
-        let seq = self.lease.extend_sent(bound);
+        let sent_extend = self.lease.extend_sent(sent, bound);
         let span = crate::core::trace::span("leasehold.extend", None, self.key());
         match crate::core::trace::traced(span, self.held.extend(&self.lease, ttl)).await {
             Ok(valid_until) => {
-                self.lease.extend_confirmed(seq, valid_until.min(bound));
+                sent_extend.confirm(valid_until.min(bound));
                 Ok(())
             }
             Err(e @ Error::NotHeld { .. }) => {
@@ -596,24 +681,75 @@ mod tests {
     // The model checker's counterexamples to a rule that capped a success by the newest extend
     // alone, or ordered extends by clock readings.
     #[test]
-    fn a_success_is_capped_by_every_extend_sent_after_it() {
+    fn a_success_is_capped_by_every_extend_still_pending() {
         let t0 = Instant::now();
         let s = Duration::from_secs(1);
         let l = lease(t0 + 3 * s);
-        let e0 = l.extend_sent(t0 + 3 * s);
-        let e1 = l.extend_sent(t0 + s); // shortening, outcome unknown
-        let e2 = l.extend_sent(t0 + 3 * s);
+        let e0 = l.extend_sent(t0, t0 + 3 * s);
+        let e1 = l.extend_sent(t0, t0 + s); // shortening, outcome unknown
+        let e2 = l.extend_sent(t0, t0 + 3 * s);
         assert_eq!(l.valid_until(), t0 + s, "lowered on sending");
-        l.extend_confirmed(e0, t0 + 3 * s);
+        e0.confirm(t0 + 3 * s);
         assert_eq!(l.valid_until(), t0 + s, "e1 may be applied after e0");
-        l.extend_confirmed(e2, t0 + 3 * s);
-        assert_eq!(l.valid_until(), t0 + 3 * s, "e2 was applied after e1");
-        l.extend_confirmed(e1, t0 + s);
+        e2.confirm(t0 + 3 * s);
+        assert_eq!(l.valid_until(), t0 + s, "e1 may be re-sent after e2");
+        e1.confirm(t0 + s);
+        assert_eq!(l.valid_until(), t0 + s, "an older success raises nothing");
+        let e3 = l.extend_sent(t0, t0 + 3 * s);
+        e3.confirm(t0 + 3 * s);
+        assert_eq!(l.valid_until(), t0 + 3 * s, "nothing pending any more");
+    }
+
+    // Finding U1 of the 2026-12-02 review: the client itself re-sends an older extend (the
+    // `idempotent` retry after a dropped connection; redis-rs Cluster re-sending a timed-out
+    // request) and it is applied after a later one was confirmed. The old rule forgot every
+    // extend older than the confirmed one and believed the renewal's 30 s.
+    #[test]
+    fn a_resent_older_extend_caps_a_later_success() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        let l = lease(t0 + 30 * s);
+        let short = l.extend_sent(t0, t0 + 2 * s); // its reply lost; re-sent later
+        let renewal_sent = t0 + s / 2;
+        let renewal = l.extend_sent(renewal_sent, renewal_sent + 30 * s);
+        renewal.confirm(renewal_sent + 30 * s);
         assert_eq!(
             l.valid_until(),
-            t0 + 3 * s,
-            "an older success lowers nothing"
+            renewal_sent + 2 * s,
+            "the re-send may be applied after the renewal"
         );
+        drop(short); // returned without an answer: pending until its bound
+        let next_sent = t0 + s;
+        l.extend_sent(next_sent, next_sent + 30 * s)
+            .confirm(next_sent + 30 * s);
+        assert_eq!(l.valid_until(), next_sent + 2 * s, "still within its bound");
+    }
+
+    #[test]
+    fn a_settled_extend_is_forgotten_once_its_bound_passed_but_one_in_flight_is_not() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        let past = t0 - 10 * s;
+        let l = lease(t0 + s);
+        let settled = l.extend_sent(past, past + 2 * s);
+        drop(settled);
+        l.extend_sent(t0, t0 + 30 * s).confirm(t0 + 30 * s);
+        assert_eq!(
+            l.valid_until(),
+            t0 + 30 * s,
+            "a settled extend past its bound"
+        );
+        let in_flight = l.extend_sent(past, past + 2 * s);
+        assert_eq!(l.valid_until(), past + 2 * s, "lowered on sending");
+        l.extend_sent(t0, t0 + 30 * s).confirm(t0 + 30 * s);
+        assert_eq!(
+            l.valid_until(),
+            t0 + 2 * s,
+            "a call still running may re-send it at any moment"
+        );
+        drop(in_flight);
+        l.extend_sent(t0, t0 + 30 * s).confirm(t0 + 30 * s);
+        assert_eq!(l.valid_until(), t0 + 30 * s);
     }
 
     #[test]
@@ -621,11 +757,11 @@ mod tests {
         let t0 = Instant::now();
         let s = Duration::from_secs(1);
         let l = lease(t0 + 3 * s);
-        let long = l.extend_sent(t0 + 3 * s);
-        let short = l.extend_sent(t0 + s);
-        l.extend_confirmed(long, t0 + 3 * s);
+        let long = l.extend_sent(t0, t0 + 3 * s);
+        let short = l.extend_sent(t0, t0 + s);
+        long.confirm(t0 + 3 * s);
         assert_eq!(l.valid_until(), t0 + s);
-        l.extend_confirmed(short, t0 + s);
+        short.confirm(t0 + s);
         assert_eq!(l.valid_until(), t0 + s);
     }
 
@@ -634,11 +770,11 @@ mod tests {
         let t0 = Instant::now();
         let s = Duration::from_secs(1);
         let l = lease(t0 + s);
-        let _lost = l.extend_sent(t0 + 10 * s);
+        let _lost = l.extend_sent(t0, t0 + 10 * s);
         assert_eq!(l.valid_until(), t0 + s);
-        let shorter = l.extend_sent(t0 + s / 2);
+        let shorter = l.extend_sent(t0, t0 + s / 2);
         assert_eq!(l.valid_until(), t0 + s / 2);
-        l.extend_confirmed(shorter, t0 + s / 2);
+        shorter.confirm(t0 + s / 2);
         assert_eq!(l.valid_until(), t0 + s / 2);
     }
 }

@@ -25,10 +25,11 @@ pub(crate) fn keep_alive(held: Arc<dyn HeldLock>, lease: Lease, options: &LockOp
                 return;
             }
             // Recorded as sent first: only a success raises the validity (guard.rs).
-            let bound = Instant::now() + ttl.saturating_sub(held.drift(ttl));
-            let seq = lease.extend_sent(bound);
+            let sent = Instant::now();
+            let bound = sent + ttl.saturating_sub(held.drift(ttl));
+            let sent_extend = lease.extend_sent(sent, bound);
             match held.extend(&lease, ttl).await {
-                Ok(until) => lease.extend_confirmed(seq, until.min(bound)),
+                Ok(until) => sent_extend.confirm(until.min(bound)),
                 Err(Error::NotHeld { .. }) => {
                     lease.mark_lost(LossReason::NotHeld);
                     return;

@@ -141,8 +141,7 @@ impl Session {
                 None => t.lease.renewed(sent, ttl),
                 Some(ceiling) => {
                     let bound = (sent + ttl.saturating_sub(clock_drift(ttl))).min(ceiling);
-                    let seq = t.lease.extend_sent(bound);
-                    t.lease.extend_confirmed(seq, bound);
+                    t.lease.extend_sent(sent, bound).confirm(bound);
                 }
             }
         }

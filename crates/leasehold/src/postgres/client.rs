@@ -420,9 +420,9 @@ impl PgHeld {
                 // Recorded as sent first: only a success raises the validity (guard.rs).
                 let sent = Instant::now();
                 let bound = validity_from(sent, ttl, silence);
-                let seq = lease.extend_sent(bound);
+                let sent_extend = lease.extend_sent(sent, bound);
                 match held.extend_session(ttl).await {
-                    Ok(until) => lease.extend_confirmed(seq, until.min(bound)),
+                    Ok(until) => sent_extend.confirm(until.min(bound)),
                     Err(Error::NotHeld { .. }) => {
                         lease.mark_lost(LossReason::NotHeld);
                         return;

@@ -608,9 +608,9 @@ impl PostgresLeaseClient {
                 // Recorded as sent first: only a success raises the validity (guard.rs).
                 let started = Instant::now();
                 let bound = started + ttl.saturating_sub(clock_drift(ttl));
-                let seq = lease.extend_sent(bound);
+                let sent_extend = lease.extend_sent(started, bound);
                 match client.extend(lease.key(), lease.token(), ttl).await {
-                    Ok(()) => lease.extend_confirmed(seq, bound),
+                    Ok(()) => sent_extend.confirm(bound),
                     Err(Error::NotHeld { .. }) => {
                         lease.mark_lost(LossReason::NotHeld);
                         client.stop_renewing(lease.key(), lease.token());

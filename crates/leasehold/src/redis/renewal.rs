@@ -37,7 +37,7 @@ use redis::cluster_routing::SingleNodeRoutingInfo;
 use tokio::sync::mpsc;
 
 use crate::core::error::LossReason;
-use crate::core::guard::{Lease, clock_drift};
+use crate::core::guard::{Lease, SentExtend, clock_drift};
 use crate::redis::connection::ClientConnection;
 use crate::redis::scripts::{MULTI_EXTEND_SCRIPT, PERMIT_EXTEND_SCRIPT};
 use crate::redis::strategy::{EXTEND_SCRIPT, ExtendStrategy, extend_cmd};
@@ -121,8 +121,8 @@ struct Entry {
     due: Instant,
     stop_at: Option<Instant>,
     in_flight: bool,
-    /// The lease's sequence number of the renewal in flight.
-    seq: u64,
+    /// The renewal in flight, recorded on the lease (dropped unconfirmed: see `SentExtend`).
+    sent: Option<SentExtend>,
 }
 
 enum Outcome {
@@ -212,7 +212,9 @@ async fn run(
                             stats.renewals.fetch_add(1, Ordering::Relaxed);
                             crate::core::metrics::renewed();
                             let bound = started + e.ttl.saturating_sub(clock_drift(e.ttl));
-                            e.lease.extend_confirmed(e.seq, bound);
+                            if let Some(sent) = e.sent.take() {
+                                sent.confirm(bound);
+                            }
                             e.due = started + e.interval;
                         }
                         Outcome::NotHeld => {
@@ -225,7 +227,9 @@ async fn run(
                             continue;
                         }
                         // Try again soon; the validity deadline still bounds the wait.
+                        // The renewal is settled unconfirmed (kept pending until its bound).
                         Outcome::Retry | Outcome::Reload | Outcome::Redirected => {
+                            e.sent = None;
                             e.due = Instant::now() + (e.interval / 8).max(Duration::from_millis(5));
                         }
                     }
@@ -251,7 +255,7 @@ async fn run(
                         interval: r.interval,
                         stop_at: r.stop_at,
                         in_flight: false,
-                        seq: 0,
+                        sent: None,
                     });
                     next_id += 1;
                     match registrations.try_recv() {
@@ -292,9 +296,10 @@ async fn run(
                 e.in_flight = true;
                 // Recorded as sent now (before it leaves): until its reply says it succeeded,
                 // the validity is at most this extend's bound.
-                e.seq = e
-                    .lease
-                    .extend_sent(now + e.ttl.saturating_sub(clock_drift(e.ttl)));
+                e.sent = Some(
+                    e.lease
+                        .extend_sent(now, now + e.ttl.saturating_sub(clock_drift(e.ttl))),
+                );
                 let key = match &e.target {
                     RenewTarget::Lock => e.lease.key().to_string(),
                     RenewTarget::Permit(set) => set.clone(),
@@ -660,4 +665,59 @@ mod tests {
             Outcome::Reload
         ));
     }
+}
+
+/// Finding U1 of the 2026-12-02 review on a real server: the client re-sends an older, shorter
+/// extend (its `idempotent` retry after a dropped connection; redis-rs Cluster re-sending a
+/// timed-out request) and the server applies it after a later renewal was confirmed. The steps
+/// are the client's sends in that order, on one connection, so the test is deterministic.
+#[cfg(test)]
+mod resent_extends {
+    use std::time::{Duration, Instant};
+
+    use leasehold_harness::{Server, ServerOptions};
+
+    use crate::core::guard::clock_drift;
+    use crate::core::options::LockOptions;
+    use crate::redis::client::LockClient;
+
+    leasehold_harness::server_test!(async fn a_resent_extend_applied_after_a_renewal_caps_validity(bin) {
+        let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+        let client = LockClient::connect(&server.url()).await.unwrap();
+        let key = "resent-extend";
+        let guard = client
+            .try_acquire(key, &LockOptions::new(Duration::from_secs(30)))
+            .await
+            .unwrap()
+            .acquired()
+            .unwrap();
+        let lease = guard.lease().clone();
+        let token = lease.token().expose().to_string();
+        let life = |ttl: Duration| ttl.saturating_sub(clock_drift(ttl));
+        let (short, long) = (Duration::from_secs(2), Duration::from_secs(30));
+
+        // 1. A short extend goes out and is applied; its reply is lost.
+        let sent = Instant::now();
+        let lost_reply = lease.extend_sent(sent, sent + life(short));
+        assert!(client.extend_raw(key, &token, 2_000).await.unwrap());
+        // 2. A renewal sent after it is applied and confirmed.
+        let sent = Instant::now();
+        let renewal = lease.extend_sent(sent, sent + life(long));
+        assert!(client.extend_raw(key, &token, 30_000).await.unwrap());
+        renewal.confirm(sent + life(long));
+        // 3. The client's retry of the short extend is applied after the renewal.
+        assert!(client.extend_raw(key, &token, 2_000).await.unwrap());
+        let pttl = server
+            .command(&["PTTL", key])
+            .unwrap()
+            .as_integer()
+            .unwrap();
+        let believed = lease.valid_until().saturating_duration_since(Instant::now());
+        assert!(
+            pttl > 0 && believed <= Duration::from_millis(pttl as u64),
+            "the holder believes {believed:?} while the key has {pttl} ms left"
+        );
+        drop(lost_reply);
+        guard.release().await.unwrap();
+    });
 }

@@ -177,3 +177,51 @@ impl Drop for LeaveOnDrop<'_> {
         });
     }
 }
+
+/// Finding U2 of the 2026-12-02 review, on a real server: a handoff left `granted n` for this
+/// waiter; the lock then expired, another client took it with n + 1 and released it; this
+/// waiter's next attempt takes the free lock, and that script is sent again (its reply lost:
+/// redis-rs re-sends a timed-out script, a waiting acquisition repeats an attempt after a
+/// connection error). The repeat must not claim the stale, lower number.
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use leasehold_harness::{Server, ServerOptions};
+
+    use super::{FairAttempt, Waiter};
+    use crate::core::options::LockOptions;
+    use crate::redis::client::LockClient;
+    use crate::redis::slot::{fair_entry_key, fence_key};
+
+    fn number(attempt: FairAttempt) -> u64 {
+        match attempt {
+            FairAttempt::Acquired { fencing } => fencing,
+            FairAttempt::Busy { .. } => panic!("the lock is free: the attempt must take it"),
+        }
+    }
+
+    leasehold_harness::server_test!(async fn a_repeated_attempt_never_claims_a_stale_grant(bin) {
+        let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+        let client = LockClient::connect(&server.url()).await.unwrap();
+        let key = "stale-grant";
+        let ttl = Duration::from_secs(10);
+        let options = LockOptions::new(ttl).fair(true).fencing(true);
+        let waiter = Waiter::new(&client, key, &options);
+        // What the handoff of an earlier tenure left (kept 2 windows), and the counter after
+        // the other client's tenure: 7 was issued after 5.
+        let entry = fair_entry_key(key, &waiter.ticket);
+        server
+            .command(&["SET", &entry, "granted 5", "PX", "60000"])
+            .unwrap();
+        server.command(&["SET", &fence_key(key), "7"]).unwrap();
+
+        let first = number(waiter.attempt(ttl, true, true, 1).await.unwrap());
+        assert_eq!(first, 8, "a free lock is taken with the next number");
+        let repeat = number(waiter.attempt(ttl, true, true, 1).await.unwrap());
+        assert!(
+            repeat > 7,
+            "the repeated attempt returned {repeat}, not above the 7 issued before this holder"
+        );
+    });
+}

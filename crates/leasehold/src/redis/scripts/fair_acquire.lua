@@ -4,6 +4,10 @@ if holder == ARGV[1] then
   -- Handed to us (or taken by an earlier attempt of ours whose reply was lost): a full TTL.
   local grant = ARGV[7] == '1' and redis.call('get', entry)
   local number = grant and string.match(grant, '^granted (%d+)$')
+  -- Only the number of this very tenure: nothing draws from the counter while the key holds
+  -- our token, so a grant below the counter is stale (an earlier tenure's, U2) and a repeat of
+  -- our take must draw a new number, never hand back an older one.
+  if number and number ~= redis.call('get', KEYS[4]) then number = nil end
   if ARGV[7] == '1' and not (number and number ~= '0') and exhausted() then
     return redis.error_reply(EXHAUSTED)
   end
@@ -37,10 +41,10 @@ if not holder then
   if not first or first == ARGV[3] then
     if ARGV[7] == '1' and exhausted() then return redis.error_reply(EXHAUSTED) end
     redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
-    if first then
-      redis.call('zrem', KEYS[2], first)
-      redis.call('del', entry)
-    end
+    if first then redis.call('zrem', KEYS[2], first) end
+    -- Our entry goes whether or not we were queued: a `granted n` left by an earlier handoff
+    -- must not be claimed by a repeat of this attempt (U2).
+    redis.call('del', entry)
     local n = 0
     if ARGV[7] == '1' then n = redis.call('incr', KEYS[4]) end
     return {1, n}
