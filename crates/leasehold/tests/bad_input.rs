@@ -29,6 +29,47 @@ leasehold_harness::server_test!(async fn empty_key_is_rejected(bin) {
     }
 });
 
+// Finding U4 of the 2026-12-02 review: a lock named `{jobs}:leader` was overwritten (with no
+// TTL) by an election named `jobs`, and one named `{x}:minhold` by a `min_hold` lock on `x`.
+// Names a primitive derives are refused before any round trip; names without a hash tag never
+// are (their derived keys are `{name}:...`).
+leasehold_harness::server_test!(async fn names_a_primitive_derives_are_refused(bin) {
+    let (server, client) = start(&bin).await;
+    let opts = LockOptions::new(LONG);
+    // The overwrite the refusal prevents: an election on `jobs` writes `{jobs}:leader`.
+    let election = client.election("jobs").unwrap();
+    let leader = election.campaign("a", &opts).await.unwrap();
+    assert!(server.command(&["EXISTS", "{jobs}:leader"]).unwrap().as_integer() == Some(1));
+    for key in [
+        "{jobs}:leader",
+        "{x}:minhold",
+        "{x}:fence",
+        "{x}:queue",
+        "{x}:waiter:0123456789abcdef",
+        "a{t}b:limit",
+        "{s}:permits",
+        "{r}:readers",
+        "{r}:writer-waiting",
+        "{x}:forced",
+        "{x}:history",
+    ] {
+        for err in [
+            client.try_acquire(key, &opts).await.map(|_| ()).unwrap_err(),
+            client.release(key, &LockToken::random()).await.unwrap_err(),
+            client.semaphore(key, 2).map(|_| ()).unwrap_err(),
+            client.rwlock(key).map(|_| ()).unwrap_err(),
+            client.election(key).map(|_| ()).unwrap_err(),
+        ] {
+            assert!(matches!(err, Error::InvalidArgument { what: "key", .. }), "{key}: {err:?}");
+        }
+    }
+    for key in ["jobs:leader", "x:minhold", "{jobs}", "{jobs}:leader:2", "{}:fence"] {
+        let guard = client.try_acquire(key, &opts).await.unwrap().acquired();
+        guard.expect(key).release().await.unwrap();
+    }
+    leader.release().await.unwrap();
+});
+
 leasehold_harness::server_test!(async fn a_fencing_counter_beyond_exact_numbers_is_refused(bin) {
     let (server, client) = start(&bin).await;
     let counter = leasehold::fence_key("f");

@@ -306,6 +306,30 @@ leasehold_harness::server_test!(async fn redlock_fencing_tokens_strictly_increas
 
 // Raising the counters on a majority is enough: every later acquisition's majority shares a
 // raised node, so its number exceeds the raised value; with a majority down it is refused.
+// Finding M8 of the 2026-12-02 review: phase 1 read the counters as Lua numbers (doubles), so
+// a counter at 2^53 made every later holder draw 2^53 + 1 (rounded): repeated numbers. As on one
+// node, no number is issued past 2^53: the grants are given back and the acquisition refused.
+leasehold_harness::server_test!(async fn no_fencing_number_is_issued_past_exact_numbers(bin) {
+    let nodes = servers(&bin, 3, &ServerOptions::new());
+    let r = redlock(&nodes, Duration::from_secs(2)).await;
+    let fenced = LockOptions::new(LONG).fencing(true);
+    let last = leasehold::MAX_FENCING_NUMBER - 1;
+    r.raise_fencing_counter("k", last).await.unwrap();
+    let g = r.try_acquire("k", &fenced).await.unwrap().acquired().expect("2^53 is exact");
+    assert_eq!(g.fencing_token(), Some(leasehold::MAX_FENCING_NUMBER));
+    g.release().await.unwrap();
+    for _ in 0..2 {
+        match r.try_acquire("k", &fenced).await {
+            Err(Error::FencingExhausted { .. }) => {}
+            other => panic!("a number past 2^53 was issued: {other:?}"),
+        }
+        assert_eq!(holders(&nodes, "k"), vec![None, None, None], "the grants were given back");
+    }
+    // Without fencing the lock still works.
+    let g = r.try_acquire("k", &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
+    g.release().await.unwrap();
+});
+
 leasehold_harness::server_test!(async fn raising_the_counters_needs_a_majority(bin) {
     let mut nodes = servers(&bin, 3, &ServerOptions::new());
     let r = redlock(&nodes, Duration::from_secs(2)).await;

@@ -24,9 +24,10 @@ use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::{LockGuard, clock_drift};
 use crate::core::options::LockOptions;
 use crate::core::sync::{Election, ElectionProvider, Leader, LeaderChanges};
-use crate::core::token::{LockToken, validate_key};
+use crate::core::token::LockToken;
 use crate::redis::client::LockClient;
 use crate::redis::scripts::{CAMPAIGN_SCRIPT as CAMPAIGN, LEADER_SCRIPT as LEADER};
+use crate::redis::slot::validate_name;
 use crate::redis::slot::{fence_key, release_channel, slot_name};
 use crate::redis::waiting::{Subscription, pause_between_attempts};
 
@@ -50,7 +51,7 @@ impl LockClient {
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty or over-long name.
     pub fn election(&self, name: &str) -> Result<Election> {
-        validate_key(name)?;
+        validate_name(name)?;
         let redis = RedisElection {
             client: self.clone(),
             name: name.to_string(),

@@ -80,7 +80,7 @@ impl FencedStore {
         fence: &Fence,
         value: impl ToRedisArgs,
     ) -> Result<FencedWrite> {
-        crate::core::token::validate_key(key)?;
+        crate::redis::slot::validate_name(key)?;
         let mut conn = self.conn.clone();
         let (ok, highest): (i64, u64) = FENCED_WRITE
             .key(key)
@@ -104,7 +104,7 @@ impl FencedStore {
     /// # Errors
     /// [`Error::Server`] (`WRONGTYPE`), [`Error::Connection`].
     pub async fn read_fenced(&self, key: &str, fence: &Fence) -> Result<FencedRead> {
-        crate::core::token::validate_key(key)?;
+        crate::redis::slot::validate_name(key)?;
         let mut conn = self.conn.clone();
         let (ok, payload): (i64, redis::Value) = FENCED_READ
             .key(key)
@@ -136,7 +136,7 @@ impl FencedStore {
     /// # Errors
     /// [`Error::Server`] (`WRONGTYPE`), [`Error::Connection`].
     pub async fn read(&self, key: &str) -> Result<Option<FencedValue>> {
-        crate::core::token::validate_key(key)?;
+        crate::redis::slot::validate_name(key)?;
         let mut conn = self.conn.clone();
         let (value, fence): (Option<Vec<u8>>, Option<u64>) = redis::cmd("HMGET")
             .arg(key)

@@ -23,9 +23,9 @@ use crate::core::error::{Error, Operation, Result};
 use crate::core::history::{
     HistoryEvent, HistoryLog, HistoryOptions, from_unix_millis, unix_millis,
 };
-use crate::core::token::validate_key;
 use crate::redis::client::LockClient;
 use crate::redis::slot::slot_name;
+use crate::redis::slot::validate_name;
 
 /// The stream that holds lock `key`'s history: [`slot_name`]`(key) + ":history"`.
 pub fn history_key(key: &str) -> String {
@@ -50,7 +50,7 @@ struct RedisHistory {
 
 impl RedisHistory {
     async fn append(&self, key: &str, event: &HistoryEvent) -> Result<()> {
-        validate_key(key)?;
+        validate_name(key)?;
         let stream = history_key(key);
         let retention = self.options.retention_period();
         let cutoff = SystemTime::now()
@@ -89,7 +89,7 @@ impl RedisHistory {
     }
 
     async fn read(&self, key: &str, limit: usize) -> Result<Vec<HistoryEvent>> {
-        validate_key(key)?;
+        validate_name(key)?;
         let stream = history_key(key);
         let reply: Value = self
             .client

@@ -31,12 +31,13 @@ use crate::core::guard::HeldLock;
 use crate::core::guard::{Lease, LockGuard, clock_drift};
 use crate::core::options::{LockOptions, ttl_millis};
 use crate::core::outcome::TryAcquire;
-use crate::core::token::{LockToken, validate_key};
+use crate::core::token::LockToken;
 use crate::redis::client::LockClient;
 use crate::redis::renewal::RenewTarget;
 use crate::redis::scripts::{
     MULTI_ACQUIRE_SCRIPT as ACQUIRE, MULTI_EXTEND_SCRIPT as EXTEND, MULTI_RELEASE_SCRIPT as RELEASE,
 };
+use crate::redis::slot::validate_name;
 use crate::redis::slot::{key_slot, release_channel};
 
 /// The most keys one multi-lock may take.
@@ -87,7 +88,7 @@ impl LockClient {
         }
         let mut sorted: Vec<(u16, String)> = Vec::with_capacity(keys.len());
         for k in keys {
-            validate_key(k.as_ref())?;
+            validate_name(k.as_ref())?;
             sorted.push((key_slot(k.as_ref()), k.as_ref().to_string()));
         }
         sorted.sort();

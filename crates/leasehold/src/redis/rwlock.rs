@@ -38,7 +38,7 @@ use crate::core::guard::{Lease, LockGuard, clock_drift};
 use crate::core::options::LockOptions;
 use crate::core::outcome::TryAcquire;
 use crate::core::sync::{RwLock, impl_provider};
-use crate::core::token::{LockToken, validate_key};
+use crate::core::token::LockToken;
 use crate::redis::client::LockClient;
 use crate::redis::renewal::RenewTarget;
 use crate::redis::scripts::{
@@ -46,6 +46,7 @@ use crate::redis::scripts::{
     WRITE_LEAVE_SCRIPT as WRITE_LEAVE,
 };
 use crate::redis::semaphore::{extend_member, release_member};
+use crate::redis::slot::validate_name;
 use crate::redis::slot::{fence_key, release_channel, slot_name};
 use crate::redis::waiting::pause_between_attempts;
 
@@ -80,7 +81,7 @@ impl LockClient {
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty or over-long name.
     pub fn rwlock(&self, name: &str) -> Result<RwLock> {
-        validate_key(name)?;
+        validate_name(name)?;
         let redis = RedisRwLock {
             client: self.clone(),
             name: name.to_string(),

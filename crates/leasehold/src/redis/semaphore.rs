@@ -79,6 +79,7 @@ impl LockClient {
     /// 1 ..= [`MAX_PERMITS`](crate::MAX_PERMITS).
     pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
         Semaphore::check(name, permits)?;
+        crate::redis::slot::validate_name(name)?;
         let redis = RedisSemaphore {
             client: self.clone(),
             name: name.to_string(),

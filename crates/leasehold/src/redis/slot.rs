@@ -22,6 +22,8 @@
 use std::borrow::Cow;
 use std::sync::OnceLock;
 
+use crate::core::token::validate_key;
+
 /// Number of hash slots in Redis Cluster.
 pub const SLOTS: u16 = 16384;
 
@@ -105,6 +107,82 @@ pub fn slot_name(key: &str) -> Cow<'_, str> {
     } else {
         let tag = &slot_tags()[key_slot(key) as usize];
         Cow::Owned(format!("{{{tag}}}:{key}"))
+    }
+}
+
+/// The suffixes of the keys derived from a name: [`slot_name`]`(name)` + suffix (the fencing
+/// counter, the fair queue, the semaphore's permits and limit, the read-write lock's readers
+/// and waiting writer, the election's leader record, the forced-release record, the `min_hold`
+/// companion, the history stream). A fair waiter's entry is `slot_name(name) + ":waiter:" +
+/// ticket`.
+pub(crate) const DERIVED_SUFFIXES: [&str; 10] = [
+    ":fence",
+    ":queue",
+    ":permits",
+    ":limit",
+    ":readers",
+    ":writer-waiting",
+    ":leader",
+    ":forced",
+    ":minhold",
+    ":history",
+];
+
+/// The infix of a fair waiter's entry key ([`fair_entry_key`]).
+pub(crate) const WAITER_INFIX: &str = ":waiter:";
+
+/// The name whose [`slot_name`] is `stem`, if there is one.
+pub(crate) fn name_of_stem(stem: &str) -> Option<String> {
+    let wrapped = stem
+        .strip_prefix('{')
+        .and_then(|s| s.strip_suffix('}'))
+        .filter(|inner| !inner.contains('}'));
+    let tagged = stem
+        .strip_prefix('{')
+        .and_then(|s| s.split_once("}:"))
+        .map(|(_, rest)| rest);
+    [wrapped, tagged, Some(stem)]
+        .into_iter()
+        .flatten()
+        .find(|name| !name.is_empty() && slot_name(name) == stem)
+        .map(str::to_string)
+}
+
+/// The name `key` is derived from, if some primitive derives `key` from another name (its
+/// [`slot_name`] followed by one of [`DERIVED_SUFFIXES`], or a fair waiter's entry).
+pub(crate) fn derived_from(key: &str) -> Option<String> {
+    if let Some(name) = key
+        .rsplit_once(WAITER_INFIX)
+        .and_then(|(stem, _)| name_of_stem(stem))
+    {
+        return Some(name);
+    }
+    DERIVED_SUFFIXES
+        .iter()
+        .find_map(|suffix| key.strip_suffix(suffix).and_then(name_of_stem))
+}
+
+/// Checks a name the caller gives (a lock key, a semaphore, read-write lock or election name,
+/// a fenced resource): [`validate_key`], and not a key that leasehold derives from another name.
+///
+/// **Guarantee (U4 of the 2026-12-02 review).** Every key a primitive writes besides the name
+/// itself is `slot_name(y) + suffix` for a name `y`; such a key always contains a hash tag, so
+/// a name refused here is exactly one that could be overwritten or deleted by another
+/// primitive's scripts (`{jobs}:leader` by an election named `jobs`, `{x}:minhold` by a
+/// `min_hold` lock named `x`). Names without braces are never refused: `jobs:leader` is a name
+/// like any other, and its own derived keys are `{jobs:leader}:fence` and so on.
+pub(crate) fn validate_name(key: &str) -> crate::core::error::Result<()> {
+    validate_key(key)?;
+    match derived_from(key) {
+        None => Ok(()),
+        Some(name) => Err(crate::core::error::Error::invalid(
+            "key",
+            format!(
+                "{key:?} is a key leasehold derives from the name {name:?} (reserved: \
+                 a hash-tagged name followed by one of {}, or :waiter:); choose another name",
+                DERIVED_SUFFIXES.join(" ")
+            ),
+        )),
     }
 }
 

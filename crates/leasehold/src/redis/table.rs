@@ -28,10 +28,10 @@ use crate::core::listing::{
     is_lock_value,
 };
 use crate::core::owner::Owner;
-use crate::core::token::validate_key;
 use crate::redis::client::LockClient;
 use crate::redis::connection::ClientConnection;
-use crate::redis::slot::slot_name;
+use crate::redis::slot::validate_name;
+use crate::redis::slot::{DERIVED_SUFFIXES, WAITER_INFIX, name_of_stem, slot_name};
 
 /// Keys per `SCAN` page.
 const SCAN_COUNT: usize = 1000;
@@ -53,17 +53,18 @@ enum Part {
     History,
 }
 
-const SUFFIXES: [(&str, Part); 10] = [
-    (":fence", Part::Fence),
-    (":queue", Part::Queue),
-    (":permits", Part::Permits),
-    (":limit", Part::Limit),
-    (":readers", Part::Readers),
-    (":writer-waiting", Part::WriterWaiting),
-    (":leader", Part::Leader),
-    (":forced", Part::Forced),
-    (":minhold", Part::MinHold),
-    (":history", Part::History),
+/// The part each of [`DERIVED_SUFFIXES`] names, in its order.
+const PARTS: [Part; 10] = [
+    Part::Fence,
+    Part::Queue,
+    Part::Permits,
+    Part::Limit,
+    Part::Readers,
+    Part::WriterWaiting,
+    Part::Leader,
+    Part::Forced,
+    Part::MinHold,
+    Part::History,
 ];
 
 /// `{key}:forced`: the record of the last forced release of `key`.
@@ -71,32 +72,15 @@ pub fn forced_record_key(key: &str) -> String {
     format!("{}:forced", slot_name(key))
 }
 
-/// The lock name whose [`slot_name`] is `stem`, if there is one.
-fn name_of_stem(stem: &str) -> Option<String> {
-    let wrapped = stem
-        .strip_prefix('{')
-        .and_then(|s| s.strip_suffix('}'))
-        .filter(|inner| !inner.contains('}'));
-    let tagged = stem
-        .strip_prefix('{')
-        .and_then(|s| s.split_once("}:"))
-        .map(|(_, rest)| rest);
-    [wrapped, tagged, Some(stem)]
-        .into_iter()
-        .flatten()
-        .find(|name| !name.is_empty() && slot_name(name) == stem)
-        .map(str::to_string)
-}
-
 /// The lock a key belongs to, and which of its keys it is (`None`: the lock key itself). Fair
 /// queue entries (`:waiter:TICKET`) belong to no listed part.
 fn classify(key: &str) -> Option<(String, Option<Part>)> {
-    if let Some((stem, _)) = key.rsplit_once(":waiter:")
+    if let Some((stem, _)) = key.rsplit_once(WAITER_INFIX)
         && name_of_stem(stem).is_some()
     {
         return None;
     }
-    for (suffix, part) in SUFFIXES {
+    for (suffix, part) in DERIVED_SUFFIXES.into_iter().zip(PARTS) {
         if let Some(name) = key.strip_suffix(suffix).and_then(name_of_stem) {
             return Some((name, Some(part)));
         }
@@ -280,7 +264,7 @@ impl LockClient {
     /// counter that is not a number; [`Error::NotHeld`] when nobody holds it (or the holder
     /// kept changing over three tries); connection and permission errors.
     pub async fn force_release(&self, key: &str, reason: &str) -> Result<ForceReleased> {
-        validate_key(key)?;
+        validate_name(key)?;
         check_reason(reason)?;
         let forced_by = Owner::this_process();
         for _ in 0..3 {

@@ -8,11 +8,11 @@ use crate::core::error::{Error, Result};
 use crate::core::guard::{Lease, LockGuard};
 use crate::core::options::{LockOptions, ttl_millis};
 use crate::core::outcome::TryAcquire;
-use crate::core::token::validate_key;
 use crate::redis::scripts::{
     RAISE_FENCE_SCRIPT as RAISE_FENCE, REDLOCK_ACQUIRE_SCRIPT as REDLOCK_ACQUIRE,
     REDLOCK_MIN_HOLD_ACQUIRE_SCRIPT as REDLOCK_MIN_HOLD_ACQUIRE,
 };
+use crate::redis::slot::validate_name;
 use crate::redis::slot::{fence_key, min_hold_key};
 
 use super::Redlock;
@@ -29,7 +29,7 @@ impl Redlock {
     pub async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
         let begun = crate::core::metrics::start();
         let result = async {
-            validate_key(key)?;
+            validate_name(key)?;
             options.ttl_millis()?;
             refuse_fair(options)?;
             self.attempt(key, options).await
@@ -64,7 +64,7 @@ impl Redlock {
     }
 
     async fn acquire_waiting(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
-        validate_key(key)?;
+        validate_name(key)?;
         options.ttl_millis()?;
         refuse_fair(options)?;
         let begun = Instant::now();
@@ -156,6 +156,7 @@ impl Redlock {
                     if let Some(min_hold_ms) = min_hold_ms {
                         inv.arg(min_hold_ms);
                     }
+                    // `n` is a counter (a bulk string, exact) or a PTTL (an integer).
                     let (ok, n): (i64, i64) = inv
                         .invoke_async(&mut conn)
                         .await
@@ -181,6 +182,16 @@ impl Redlock {
         // Phase 2 (fencing): raise the counters of the granting nodes to max + 1, each only
         // while it still holds our token; a majority must confirm.
         let mut fence = None;
+        let exhausted = fencing
+            && granted
+                .iter()
+                .any(|(_, c)| *c >= crate::core::outcome::MAX_FENCING_NUMBER);
+        if exhausted {
+            // No exact number is left above every one issued (the scripts that compare
+            // numbers use Lua's doubles, exact to 2^53): give the grants back and refuse, as
+            // a single node does before writing anything (M8).
+            ok = false;
+        }
         if ok && fencing {
             let number = granted.iter().map(|(_, c)| *c).max().unwrap_or(0) + 1;
             // Sent to every node: the script raises only where the key holds our token (the
@@ -243,6 +254,11 @@ impl Redlock {
                 }
             })
             .await;
+        if exhausted {
+            return Err(Error::FencingExhausted {
+                op: crate::Operation::Acquire,
+            });
+        }
         let busy: Vec<Option<Duration>> = reports
             .iter()
             .filter_map(|r| match r.outcome {

@@ -10,7 +10,8 @@ use crate::core::error::{Error, Result};
 use crate::core::guard::HeldLock;
 use crate::core::guard::Lease;
 use crate::core::options::{LockOptions, ttl_millis};
-use crate::core::token::{LockToken, validate_key};
+use crate::core::token::LockToken;
+use crate::redis::slot::validate_name;
 
 use super::Redlock;
 use super::fan_out::{Reply, Tasks, Wait};
@@ -35,7 +36,7 @@ impl Redlock {
         token: &LockToken,
         min_hold: bool,
     ) -> Result<()> {
-        validate_key(key)?;
+        validate_name(key)?;
         let (key_owned, token) = (key.to_string(), token.clone());
         let (reports, _) = self
             .fan_out_after(prior, Wait::Quorum, move |client| {
@@ -63,7 +64,7 @@ impl Redlock {
     /// [`Error::NotHeld`] if fewer than a majority still held it, or the confirmations came too
     /// late; [`Error::NoQuorum`] if fewer than a majority answered.
     pub async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<Instant> {
-        validate_key(key)?;
+        validate_name(key)?;
         let ttl_ms = ttl_millis(ttl)?;
         let started = Instant::now();
         let (key_owned, token) = (key.to_string(), token.clone());
@@ -115,7 +116,7 @@ impl Redlock {
                 // The send recorded first: an outcome left unknown never raises the validity.
                 let sent = Instant::now();
                 let bound = sent + ttl.saturating_sub(redlock.inner.options.drift_for(ttl));
-                let seq = lease.extend_sent(bound);
+                let sent_extend = lease.extend_sent(sent, bound);
                 match tokio::time::timeout_at(
                     deadline.into(),
                     redlock.extend(lease.key(), lease.token(), ttl),
@@ -123,7 +124,7 @@ impl Redlock {
                 .await
                 {
                     Ok(Ok(until)) => {
-                        lease.extend_confirmed(seq, until.min(bound));
+                        sent_extend.confirm(until.min(bound));
                         next = Instant::now() + interval;
                     }
                     Ok(Err(Error::NotHeld { .. })) => {

@@ -3,7 +3,7 @@
 use futures_util::future::join_all;
 
 use crate::core::error::{Error, Result};
-use crate::core::token::validate_key;
+use crate::redis::slot::validate_name;
 
 use super::Redlock;
 use crate::core::report::{NodeOutcome, NodeReport, NodeReports};
@@ -43,7 +43,7 @@ impl Redlock {
     ///
     /// [`LockClient::raise_fencing_counter`]: crate::LockClient::raise_fencing_counter
     pub async fn raise_fencing_counter(&self, key: &str, at_least: u64) -> Result<u64> {
-        crate::core::token::validate_key(key)?;
+        crate::redis::slot::validate_name(key)?;
         let timeout = self.inner.options.node_timeout;
         let results = join_all(self.inner.nodes.iter().map(|n| async move {
             let outcome = tokio::time::timeout(timeout, async {
@@ -89,7 +89,7 @@ impl Redlock {
     /// # Errors
     /// [`Error::NoQuorum`] if fewer than a majority answered.
     pub async fn inspect_majority(&self, key: &str) -> Result<crate::LockState> {
-        validate_key(key)?;
+        validate_name(key)?;
         let states = self.inspect(key).await;
         let quorum = self.quorum();
         let mut reports = Vec::new();

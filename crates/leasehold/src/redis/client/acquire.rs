@@ -8,8 +8,9 @@ use crate::core::error::{Error, Result};
 use crate::core::guard::{Lease, LockGuard, clock_drift};
 use crate::core::options::LockOptions;
 use crate::core::outcome::TryAcquire;
-use crate::core::token::{LockToken, validate_key};
+use crate::core::token::LockToken;
 use crate::redis::slot::release_channel;
+use crate::redis::slot::validate_name;
 
 use super::{Attempt, LockClient};
 
@@ -36,7 +37,7 @@ impl LockClient {
             if options.fair_enabled() {
                 return self.fair_try_acquire(key, options).await;
             }
-            validate_key(key)?;
+            validate_name(key)?;
             let ttl_ms = options.ttl_millis()?;
             let span =
                 tracing::debug_span!("leasehold.acquire", key, outcome = tracing::field::Empty);
@@ -105,7 +106,7 @@ impl LockClient {
             if options.fair_enabled() {
                 return self.fair_acquire(key, options).await;
             }
-            validate_key(key)?;
+            validate_name(key)?;
             let ttl_ms = options.ttl_millis()?;
             let span = tracing::debug_span!(
                 "leasehold.acquire",

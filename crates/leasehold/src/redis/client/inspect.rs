@@ -4,9 +4,9 @@ use std::time::Duration;
 
 use crate::core::error::{Error, Operation, Result};
 use crate::core::outcome::{LockState, MAX_FENCING_NUMBER};
-use crate::core::token::validate_key;
 use crate::redis::scripts::RAISE_COUNTER_SCRIPT;
 use crate::redis::slot::fence_key;
+use crate::redis::slot::validate_name;
 
 use super::LockClient;
 
@@ -16,7 +16,7 @@ impl LockClient {
     /// # Errors
     /// [`Error::Server`] with `WRONGTYPE` if the key is not a string; [`Error::Connection`].
     pub async fn inspect(&self, key: &str) -> Result<LockState> {
-        validate_key(key)?;
+        validate_name(key)?;
         let fence = fence_key(key);
         let (holder, pttl, counter): (Option<String>, i64, Option<u64>) = self
             .idempotent(Operation::Inspect, |mut conn| {
@@ -50,7 +50,7 @@ impl LockClient {
     /// (doubles), which are exact only up to 2^53, and above it two holders could be handed the
     /// same number.
     pub async fn raise_fencing_counter(&self, key: &str, at_least: u64) -> Result<u64> {
-        validate_key(key)?;
+        validate_name(key)?;
         if at_least >= MAX_FENCING_NUMBER {
             return Err(Error::InvalidArgument {
                 what: "fencing counter",

@@ -8,12 +8,13 @@ use tracing::Instrument;
 
 use crate::core::error::{Error, Operation, Result};
 use crate::core::options::ttl_millis;
-use crate::core::token::{LockToken, validate_key};
+use crate::core::token::LockToken;
 use crate::redis::connection::ClientConnection;
 use crate::redis::scripts::{
     EXTEND_SCRIPT, MIN_HOLD_RELEASE_SCRIPT, RELEASE_NOTIFY_SCRIPT, RELEASE_SCRIPT,
     RELEASE_SNOTIFY_SCRIPT,
 };
+use crate::redis::slot::validate_name;
 use crate::redis::slot::{min_hold_key, release_channel};
 use crate::redis::strategy::{extend_cmd, release_cmd};
 
@@ -26,7 +27,7 @@ impl LockClient {
     /// [`Error::NotHeld`] if the key is gone or holds another token; [`Error::Server`] with
     /// `WRONGTYPE` if the key is not a string; [`Error::Connection`].
     pub async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
-        validate_key(key)?;
+        validate_name(key)?;
         let span = tracing::debug_span!("leasehold.release", key, token_hash = %token.redacted(), outcome = tracing::field::Empty);
         async {
             let deleted = self.release_raw(key, token.expose()).await?;
@@ -92,7 +93,7 @@ impl LockClient {
     /// # Errors
     /// [`Error::NotHeld`] if the key is gone or holds another token; as [`LockClient::release`].
     pub async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<()> {
-        validate_key(key)?;
+        validate_name(key)?;
         let ttl_ms = ttl_millis(ttl)?;
         let span = tracing::debug_span!("leasehold.extend", key, token_hash = %token.redacted(), outcome = tracing::field::Empty);
         async {

@@ -8,10 +8,10 @@ use crate::core::error::{Error, Result};
 use crate::core::guard::{Lease, LockGuard, clock_drift};
 use crate::core::options::LockOptions;
 use crate::core::outcome::TryAcquire;
-use crate::core::token::validate_key;
 use crate::redis::client::LockClient;
 use crate::redis::handoff::{EarlyTerms, Tenure};
 use crate::redis::slot::release_channel;
+use crate::redis::slot::validate_name;
 use crate::redis::waiting::Wake;
 
 use super::held::FairHeld;
@@ -265,7 +265,7 @@ fn expired(started: Instant, ttl: Duration) -> bool {
 }
 
 fn check_fair(key: &str, options: &LockOptions) -> Result<()> {
-    validate_key(key)?;
+    validate_name(key)?;
     options
         .refuse_min_hold("redis", "fair locks (a release hands the lock on)")?
         .ttl_millis()?;

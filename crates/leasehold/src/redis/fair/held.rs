@@ -8,10 +8,11 @@ use futures_util::future::BoxFuture;
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::HeldLock;
 use crate::core::guard::{Lease, clock_drift};
-use crate::core::token::{LockToken, validate_key};
+use crate::core::token::LockToken;
 use crate::redis::client::LockClient;
 use crate::redis::handoff::Tenure;
 use crate::redis::scripts::FAIR_RELEASE_SCRIPT;
+use crate::redis::slot::validate_name;
 
 use super::early::EarlyHandoff;
 use super::pass_on::run_pass_on;
@@ -37,7 +38,7 @@ impl LockClient {
         key: &str,
         token: &LockToken,
     ) -> Result<bool> {
-        validate_key(key)?;
+        validate_name(key)?;
         self.release_fair_with(key, token, None).await
     }
 

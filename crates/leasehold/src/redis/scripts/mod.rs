@@ -45,8 +45,10 @@ pub const ACQUIRE_LUA: &str = include_str!("acquire.lua");
 pub(crate) const MIN_HOLD_ACQUIRE_LUA: &str = include_str!("min_hold_acquire.lua");
 
 /// The release of a lock taken with `min_hold`: if the lock holds `ARGV[1]` and its companion
-/// still holds it too (the minimum hold is not over), the lock's expiry is set to the
-/// companion's `PTTL`, so both end together and the lock then expires by itself; otherwise
+/// still holds it too (the minimum hold is not over), the lock is kept until the companion's
+/// `PTTL` under the value [`KEPT_PREFIX`](crate::core::listing::KEPT_PREFIX) + token (which no
+/// extend or release matches: a renewal applied after this release fails), so both end
+/// together and the lock then expires by itself; otherwise
 /// the lock is deleted as by a plain release, and waiters are told (`ARGV[2]`: channel, `''`
 /// for none; `ARGV[3]`: publish command). Token-checked, atomic. Reply 1 (released or kept),
 /// 0 (not ours).
@@ -313,3 +315,12 @@ pub(crate) static REDLOCK_MIN_HOLD_ACQUIRE_SCRIPT: LazyLock<Script> =
 /// [`RAISE_FENCE_LUA`]. `KEYS`: lock, fence counter; `ARGV`: token, fencing number.
 pub(crate) static RAISE_FENCE_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(RAISE_FENCE_LUA));
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_kept_value_is_written_with_the_prefix_the_readers_strip() {
+        let written = format!("'{}' .. ARGV[1]", crate::core::listing::KEPT_PREFIX);
+        assert!(super::MIN_HOLD_RELEASE_LUA.contains(&written));
+    }
+}
