@@ -39,17 +39,27 @@ leasehold_harness::server_test!(async fn a_released_lock_keeps_the_companions_ex
     assert!(pttl(&server, k) > min_hold_ms(), "the lock has its own TTL until released");
 
     guard.release().await.expect("the release returns Ok at once");
-    // Kept, with our token, and now ends with the companion (never later than min_hold).
-    assert_eq!(get(&server, k).as_deref(), Some(token.expose()), "deleted by the release");
+    // Kept, under a value no extend of ours matches, and now ends with the companion (never
+    // later than min_hold).
+    let kept_value = format!("kept:{}", token.expose());
+    assert_eq!(get(&server, k), Some(kept_value.clone()), "deleted by the release");
     let (kept, hold) = (pttl(&server, k), pttl(&server, &companion));
     assert!(0 < kept && kept <= hold.max(0) + 5 && kept <= min_hold_ms(), "lock {kept}, companion {hold}");
     match client.try_acquire(k, &LockOptions::new(LONG)).await.unwrap() {
         TryAcquire::Busy { .. } => {}
         TryAcquire::Acquired(g) => panic!("acquired while kept: {}", g.token()),
     }
-    // Token-checked while kept.
+    // Token-checked while kept, and no longer ours to extend: a renewal sent before the
+    // release and applied after it re-extended the kept lock to a full TTL (L2).
     assert!(client.release(k, &LockToken::random()).await.unwrap_err().is_not_held());
-    assert_eq!(get(&server, k).as_deref(), Some(token.expose()));
+    assert!(client.extend(k, &token, LONG).await.unwrap_err().is_not_held());
+    assert!(pttl(&server, k) <= min_hold_ms(), "re-extended: PTTL {}", pttl(&server, k));
+    assert_eq!(get(&server, k), Some(kept_value));
+    assert_eq!(
+        client.inspect(k).await.unwrap().holder.as_deref(),
+        Some(token.expose()),
+        "inspect shows the holder that released it"
+    );
     // Gone by itself: the server expires it.
     until_absent(&server, k, GENEROUS).await;
     client

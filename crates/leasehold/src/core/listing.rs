@@ -64,6 +64,7 @@ impl LockHolder {
 
     /// A holder from the value the lock stores.
     pub(crate) fn from_value(value: &str, ttl: Option<Duration>) -> Option<Self> {
+        let value = held_value(value);
         Some(LockHolder {
             token: LockToken::new(value).ok()?,
             owner: Owner::from_stored_value(value),
@@ -143,11 +144,24 @@ pub(crate) fn check_reason(reason: &str) -> Result<()> {
     crate::core::owner::check_text("reason", "reason", reason, MAX_REASON_LEN)
 }
 
+/// What a lock's stored value starts with once a release has kept it for its
+/// [`min_hold`](crate::LockOptions::min_hold) (Redis, Valkey): the holder's value after it no
+/// longer matches any token-checked extend or release, so a renewal sent before the release and
+/// applied after it cannot re-extend the kept lock (finding L2 of the 2026-12-02 review).
+/// Written by `min_hold_release.lua`.
+pub(crate) const KEPT_PREFIX: &str = "kept:";
+
+/// The value a holder stored: `value` without a kept lock's [`KEPT_PREFIX`].
+pub(crate) fn held_value(value: &str) -> &str {
+    value.strip_prefix(KEPT_PREFIX).unwrap_or(value)
+}
+
 /// Whether `value` is what a leasehold lock stores: a random token (32 lowercase hex digits)
-/// alone or followed by `|` and an owner record. Tokens chosen by hand
+/// alone or followed by `|` and an owner record (or that, kept for its minimum hold). Tokens chosen by hand
 /// ([`LockToken::new`]) are not recognised: the lock table lists, and force-release removes,
 /// only what leasehold itself wrote.
 pub fn is_lock_value(value: &str) -> bool {
+    let value = held_value(value);
     let token = value.split('|').next().unwrap_or_default();
     token.len() == 32
         && token

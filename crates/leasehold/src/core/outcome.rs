@@ -67,6 +67,13 @@ impl LockState {
         ttl: Option<Duration>,
         fencing_counter: Option<u64>,
     ) -> Self {
+        // A lock kept for its minimum hold shows the holder that released it.
+        let holder = holder.map(
+            |h| match h.strip_prefix(crate::core::listing::KEPT_PREFIX) {
+                Some(value) => value.to_string(),
+                None => h,
+            },
+        );
         LockState {
             key: key.into(),
             owner: holder.as_deref().and_then(Owner::from_stored_value),

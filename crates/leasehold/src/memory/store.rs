@@ -60,6 +60,9 @@ struct Holder {
     leader: Option<String>,
     /// Acquisition + [`LockOptions::min_hold`]: a release before it keeps the lock until then.
     hold_until: Option<Instant>,
+    /// Released, and kept only for the minimum hold: no longer its holder's to extend or
+    /// release (a renewal sent before the release and applied after it must not re-extend it).
+    kept: bool,
 }
 
 /// How a holder holds its key.
@@ -114,7 +117,9 @@ impl Entry {
     /// The lease `token` holds at `now`, if any.
     fn held_by(&mut self, token: &LockToken, now: Instant) -> Option<&mut Holder> {
         self.prune_expired(now);
-        self.holders.iter_mut().find(|h| h.token == *token)
+        self.holders
+            .iter_mut()
+            .find(|h| h.token == *token && !h.kept)
     }
 
     /// Whether `want` may join the live holders: `Ok(None)` if it may, `Ok(Some(end))` if not
@@ -265,6 +270,7 @@ impl Namespace {
                     _ => None,
                 },
                 hold_until: options.min_hold_bound().map(|m| now + m),
+                kept: false,
             });
             if want.hold() != Hold::Exclusive {
                 // The next waiter may hold beside us: let it look.
@@ -293,7 +299,10 @@ impl Namespace {
         let holder = e.held_by(token, now).ok_or_else(|| not_held(key))?;
         match holder.hold_until.filter(|until| *until > now) {
             // Kept until the minimum hold ends, then free by itself (see `LockOptions::min_hold`).
-            Some(until) => holder.expires = until,
+            Some(until) => {
+                holder.expires = until;
+                holder.kept = true;
+            }
             None => e.holders.retain(|h| h.token != *token),
         }
         // Woken either way: waiters sleep until the old end, and a kept lock may end sooner.

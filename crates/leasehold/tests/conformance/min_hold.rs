@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use futures_util::FutureExt;
 use leasehold::{Error, LockOptions, LockToken, TryAcquire, clock_drift};
 
-use super::{GENEROUS, Subject, assert_busy, assert_not_held, held, key, take};
+use super::{GENEROUS, LONG, Subject, assert_busy, assert_not_held, held, key, take};
 
 /// The minimum hold of the lock whose release is checked: whole seconds, so that etcd's lease
 /// (whole seconds, at least its minimum TTL of about 2 s) is not longer than it.
@@ -94,6 +94,18 @@ pub async fn a_released_lock_is_kept_until_min_hold(subject: &impl Subject) {
         subject,
         "release of a kept lock with another token",
         other.release(&k, &LockToken::random()).await,
+    );
+    // No longer its holder's to extend (finding L2 of the 2026-12-02 review): a renewal sent
+    // before the release and applied after it re-extended the kept lock to a full TTL.
+    // (Where only the holding handle may extend, a by-token extend is refused outright.)
+    match locker.extend(&k, &token, LONG).await {
+        Err(Error::Unsupported { .. }) if !subject.form().release_elsewhere => {}
+        late => assert_not_held(subject, "a renewal of a kept lock with its token", late),
+    }
+    let ttl = other.inspect(&k).await.expect("inspect").ttl;
+    assert!(
+        ttl.is_none_or(|ttl| ttl <= MIN_HOLD),
+        "{name}: a late renewal kept the lock for {ttl:?}, over {MIN_HOLD:?}"
     );
     // Gone by itself, as the servers say, and not before MIN_HOLD after the grant.
     loop {
