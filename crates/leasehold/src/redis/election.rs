@@ -73,11 +73,7 @@ impl RedisElection {
     /// deadline; connection and server errors.
     pub async fn campaign(&self, id: &str, options: &LockOptions) -> Result<LockGuard> {
         // Checked as it will run: renewed, so at least MIN_RENEWED_TTL.
-        let ttl_ms = options
-            .refuse_min_hold("redis", "elections")?
-            .clone()
-            .auto_extend(true)
-            .ttl_millis()?;
+        let ttl_ms = options.clone().auto_extend(true).ttl_millis()?;
         if options.fair_enabled() || options.replica_ack_required().is_some() {
             return Err(Error::Unsupported {
                 backend: "redis",

@@ -119,9 +119,7 @@ enum Side {
 
 impl RedisRwLock {
     fn check(&self, side: Side, options: &LockOptions) -> Result<u64> {
-        let ttl_ms = options
-            .refuse_min_hold("redis", "read-write locks")?
-            .ttl_millis()?;
+        let ttl_ms = options.ttl_millis()?;
         let refuse = |what: &str| {
             Err(Error::Unsupported {
                 backend: "redis",
@@ -147,9 +145,7 @@ impl RedisRwLock {
         options: &LockOptions,
         waiting: bool,
     ) -> Result<Attempt> {
-        let ttl_ms = options
-            .refuse_min_hold("redis", "read-write locks")?
-            .ttl_millis()?;
+        let ttl_ms = options.ttl_millis()?;
         let mut cleanup = Abandoned {
             lock: self,
             side,

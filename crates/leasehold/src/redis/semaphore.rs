@@ -98,9 +98,7 @@ enum PermitAttempt {
 
 impl RedisSemaphore {
     fn check(&self, options: &LockOptions) -> Result<u64> {
-        let ttl_ms = options
-            .refuse_min_hold("redis", "semaphores")?
-            .ttl_millis()?;
+        let ttl_ms = options.ttl_millis()?;
         let refuse = |what: &str| {
             Err(Error::Unsupported {
                 backend: "redis",

@@ -17,6 +17,7 @@ pub async fn primitives_conform(subject: &impl Subject) {
     let kind = locker.kind();
     for primitive in [Primitive::Semaphore, Primitive::RwLock, Primitive::Election] {
         if kind.has(primitive) {
+            min_hold_refused(subject, &locker, primitive).await;
             match primitive {
                 Primitive::Semaphore => semaphore_admits_n(subject).await,
                 Primitive::RwLock => rwlock_excludes_and_does_not_starve_writers(subject).await,
@@ -25,6 +26,43 @@ pub async fn primitives_conform(subject: &impl Subject) {
             }
         } else {
             refused(subject, &locker, primitive);
+        }
+    }
+}
+
+/// `min_hold` on a primitive: `Unsupported` naming the backend, at once, on every backend
+/// (finding M4 of the 2026-12-02 review: it was refused on Redis, ignored on PostgreSQL and
+/// applied on etcd and memory).
+async fn min_hold_refused(subject: &impl Subject, locker: &Locker, primitive: Primitive) {
+    let name = subject.name();
+    let k = key("min-hold-primitive");
+    let options = LockOptions::new(LONG).min_hold(Duration::from_secs(1));
+    let refused = match primitive {
+        Primitive::Semaphore => {
+            let s = locker.semaphore(&k, 2).unwrap();
+            vec![ready(subject, "semaphore", s.try_acquire(&options)).map(drop)]
+        }
+        Primitive::RwLock => {
+            let rw = locker.rwlock(&k).unwrap();
+            vec![
+                ready(subject, "read", rw.try_read(&options)).map(drop),
+                ready(subject, "write", rw.try_write(&options)).map(drop),
+            ]
+        }
+        Primitive::Election => {
+            let e = locker.election(&k).unwrap();
+            let waiting = options.clone().wait(GENEROUS);
+            vec![ready(subject, "campaign", e.campaign("me", &waiting)).map(drop)]
+        }
+        _ => unreachable!(),
+    };
+    for outcome in refused {
+        match outcome {
+            Err(Error::Unsupported { backend, what }) => {
+                assert_eq!(backend, locker.backend(), "{name}: {primitive:?}");
+                assert!(what.contains("min_hold"), "{name}: {what}");
+            }
+            other => panic!("{name}: {primitive:?} with min_hold: {other:?}"),
         }
     }
 }

@@ -133,6 +133,7 @@ impl Election {
         }
         // Checked as it will run: renewed, so at least MIN_RENEWED_TTL.
         options.clone().auto_extend(true).validate()?;
+        self.label.refuse_min_hold(options, "elections")?;
         crate::core::trace::traced(
             self.label.span("leasehold.election.campaign"),
             self.provider.campaign(id, options),

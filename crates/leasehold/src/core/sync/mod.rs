@@ -57,4 +57,15 @@ impl Label {
     fn span(&self, operation: &'static str) -> tracing::Span {
         crate::core::trace::span(operation, self.backend, &self.name)
     }
+
+    /// [`Error::Unsupported`](crate::Error::Unsupported) for a
+    /// [`min_hold`](crate::LockOptions::min_hold) on a primitive (`what`), on every backend and
+    /// before any round trip (docs/guarantees.md §16): a permit, a read or write side, or a
+    /// term kept after its release would mean something different on each backend (finding
+    /// M4 of the 2026-12-02 review: refused on Redis, ignored on PostgreSQL, applied on etcd
+    /// and memory). Only a lock keeps a `min_hold`.
+    fn refuse_min_hold(&self, options: &crate::LockOptions, what: &str) -> crate::Result<()> {
+        let backend = self.backend.map_or("this backend", crate::Backend::name);
+        options.refuse_min_hold(backend, what).map(drop)
+    }
 }

@@ -83,6 +83,7 @@ impl RwLock {
     /// does not have (fencing, fair mode, `replica_ack`); as
     /// [`Locker::try_acquire`](crate::Locker::try_acquire).
     pub async fn try_read(&self, options: &LockOptions) -> Result<TryAcquire> {
+        self.label.refuse_min_hold(options, "read-write locks")?;
         crate::core::trace::traced(
             self.label.span("leasehold.rwlock.try_read"),
             self.provider.try_read(options),
@@ -96,6 +97,7 @@ impl RwLock {
     /// [`Error::NotAcquired`](crate::Error::NotAcquired) at the deadline; as
     /// [`RwLock::try_read`].
     pub async fn read(&self, options: &LockOptions) -> Result<LockGuard> {
+        self.label.refuse_min_hold(options, "read-write locks")?;
         crate::core::trace::traced(
             self.label.span("leasehold.rwlock.read"),
             self.provider.read(options),
@@ -110,6 +112,7 @@ impl RwLock {
     /// [`Error::Unsupported`](crate::Error::Unsupported) for options the backend does not
     /// have; as [`Locker::try_acquire`](crate::Locker::try_acquire).
     pub async fn try_write(&self, options: &LockOptions) -> Result<TryAcquire> {
+        self.label.refuse_min_hold(options, "read-write locks")?;
         crate::core::trace::traced(
             self.label.span("leasehold.rwlock.try_write"),
             self.provider.try_write(options),
@@ -123,6 +126,7 @@ impl RwLock {
     /// [`Error::NotAcquired`](crate::Error::NotAcquired) at the deadline; as
     /// [`RwLock::try_write`].
     pub async fn write(&self, options: &LockOptions) -> Result<LockGuard> {
+        self.label.refuse_min_hold(options, "read-write locks")?;
         crate::core::trace::traced(
             self.label.span("leasehold.rwlock.write"),
             self.provider.write(options),

@@ -121,6 +121,7 @@ impl Semaphore {
     /// [`Error::Conflict`] when the name's holders use another number of permits;
     /// [`Error::ExpiredOnArrival`]; connection and server errors.
     pub async fn try_acquire(&self, options: &LockOptions) -> Result<TryAcquire> {
+        self.label.refuse_min_hold(options, "semaphores")?;
         crate::core::trace::traced(
             self.label.span("leasehold.semaphore.try_acquire"),
             self.provider.try_acquire(options),
@@ -134,6 +135,7 @@ impl Semaphore {
     /// [`Error::NotAcquired`] if every permit stayed held until the deadline; otherwise as
     /// [`Semaphore::try_acquire`].
     pub async fn acquire(&self, options: &LockOptions) -> Result<LockGuard> {
+        self.label.refuse_min_hold(options, "semaphores")?;
         crate::core::trace::traced(
             self.label.span("leasehold.semaphore.acquire"),
             self.provider.acquire(options),
