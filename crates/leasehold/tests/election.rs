@@ -101,4 +101,14 @@ leasehold_harness::server_test!(async fn bad_input_and_conflicts(bin) {
     let short = o.clone().wait(Duration::from_millis(200));
     assert!(matches!(election.campaign("a", &short).await, Err(Error::NotAcquired { .. })));
     plain.release().await.unwrap();
+    // After a term, a plain lock without fencing leaves the counter at that term: leader()
+    // named the resigned leader (finding M5 of the 2026-12-02 review).
+    election.campaign("a", &o).await.unwrap().release().await.unwrap();
+    assert!(election.leader().await.unwrap().is_none());
+    let plain = client.try_acquire("svc", &o).await.unwrap().acquired().unwrap();
+    match election.leader().await {
+        Err(Error::Conflict { .. }) => {}
+        other => panic!("a plain lock on the name reported as a leader: {other:?}"),
+    }
+    plain.release().await.unwrap();
 });

@@ -184,7 +184,7 @@ impl RedisElection {
     /// [`Error::Conflict`] if the lock `name` is held by something else than a campaign (a
     /// plain lock); connection and server errors.
     pub async fn leader(&self) -> Result<Option<Leader>> {
-        let (pttl, counter, record): (i64, String, String) = self
+        let (pttl, counter, record, holder): (i64, String, String, String) = self
             .client
             .idempotent(Operation::Inspect, |mut conn| {
                 let mut inv = LEADER.key(&self.name);
@@ -195,15 +195,28 @@ impl RedisElection {
         if pttl == -2 {
             return Ok(None);
         }
+        // `term id\ntoken`: the record is the leader's only while the lock key holds the token
+        // of the campaign that wrote it, and its term is the counter's (a plain lock on the
+        // name, fenced or not, is not a leader: M5). A record without a token (written by an
+        // older version) is checked by its term alone.
+        let (record, token) = match record.split_once('\n') {
+            Some((record, token)) => (record, Some(token)),
+            None => (record.as_str(), None),
+        };
         let parsed = record
             .split_once(' ')
             .and_then(|(term, id)| Some((term.parse::<u64>().ok()?, id)));
         match parsed {
-            Some((term, id)) if counter.parse::<u64>().ok() == Some(term) => Ok(Some(Leader {
-                id: id.to_string(),
-                term,
-                ttl: (pttl >= 0).then(|| Duration::from_millis(pttl as u64)),
-            })),
+            Some((term, id))
+                if counter.parse::<u64>().ok() == Some(term)
+                    && token.is_none_or(|t| t == holder) =>
+            {
+                Ok(Some(Leader {
+                    id: id.to_string(),
+                    term,
+                    ttl: (pttl >= 0).then(|| Duration::from_millis(pttl as u64)),
+                }))
+            }
             _ => Err(Error::Conflict {
                 key: self.name.clone(),
                 detail: "the election's lock is held, but not by a campaign (a plain lock?)".into(),

@@ -1,1 +1,2 @@
-return {redis.call('pttl', KEYS[1]), redis.call('get', KEYS[2]) or '', redis.call('get', KEYS[3]) or ''}
+return {redis.call('pttl', KEYS[1]), redis.call('get', KEYS[2]) or '', redis.call('get', KEYS[3]) or '',
+  redis.call('get', KEYS[1]) or ''}
