@@ -28,6 +28,7 @@ use crate::core::listing::{
     is_lock_value,
 };
 use crate::core::owner::Owner;
+use crate::core::token::LockToken;
 use crate::redis::client::LockClient;
 use crate::redis::connection::ClientConnection;
 use crate::redis::slot::validate_name;
@@ -267,6 +268,8 @@ impl LockClient {
         validate_name(key)?;
         check_reason(reason)?;
         let forced_by = Owner::this_process();
+        // This call's id in the record: a re-send of an applied script answers "done".
+        let force_id = LockToken::random().expose()[..16].to_string();
         for _ in 0..3 {
             let read = self.read_lock(key).await?;
             let Some(value) = read.value.clone() else {
@@ -306,7 +309,8 @@ impl LockClient {
                     inv.key(&fence)
                         .key(&forced)
                         .arg(&value)
-                        .arg(FORCED_RECORD_TTL.as_millis() as u64);
+                        .arg(FORCED_RECORD_TTL.as_millis() as u64)
+                        .arg(&force_id);
                     for (field, text) in &record {
                         inv.arg(*field).arg(text);
                     }
@@ -441,12 +445,19 @@ fn unexpected(detail: String) -> Error {
 }
 
 /// The forced release: `KEYS`: lock, fence counter, forced record; `ARGV`: the value checked,
-/// the record's TTL in ms, then the record's field/value pairs. Reply `{1, counter}` (done),
-/// `{0}` (the lock no longer holds that value: nothing written), `{-1}` (the counter is not a
-/// number: nothing written).
+/// the record's TTL in ms, this call's id, then the record's field/value pairs. Reply
+/// `{1, counter}` (done, now or by an earlier run of this very call whose reply was lost: a
+/// re-send finds its id in the record and must not let the caller re-read and force the
+/// next holder, M1), `{0}` (the lock no longer holds that value: nothing written), `{-1}` (the
+/// counter is not a number: nothing written).
 static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
-        r#"if redis.call('get', KEYS[1]) ~= ARGV[1] then return {0} end
+        r#"if redis.call('get', KEYS[1]) ~= ARGV[1] then
+  if redis.call('hget', KEYS[3], 'force_id') == ARGV[3] then
+    return {1, tonumber(redis.call('hget', KEYS[3], 'fencing_counter'))}
+  end
+  return {0}
+end
 local c = redis.call('get', KEYS[2])
 if c and not tonumber(c) then return {-1} end
 redis.call('del', KEYS[1])
@@ -454,7 +465,7 @@ local n = redis.call('incr', KEYS[2])
 local t = redis.call('time')
 redis.call('del', KEYS[3])
 redis.call('hset', KEYS[3], 'at_ms', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000),
-  'fencing_counter', n, unpack(ARGV, 3))
+  'fencing_counter', n, 'force_id', ARGV[3], unpack(ARGV, 4))
 redis.call('pexpire', KEYS[3], ARGV[2])
 return {1, n}"#,
     )
@@ -498,4 +509,41 @@ mod tests {
             Some(("jobs:leader".to_string(), None))
         );
     }
+
+    // Finding M1(c) of the 2026-12-02 review: the forced release is sent again after a lost
+    // reply (`idempotent`); its first run had applied, someone took the lock meanwhile, and
+    // the repeat answered "no longer that value", so force_release re-read and removed the
+    // healthy new holder. A repeat of the same call now answers "done".
+    leasehold_harness::server_test!(async fn a_resent_forced_release_leaves_the_next_holder_alone(bin) {
+        use leasehold_harness::{Server, ServerOptions};
+        let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+        let client = LockClient::connect(&server.url()).await.unwrap();
+        let key = "forced-twice";
+        let options = crate::LockOptions::new(Duration::from_secs(60));
+        let first = client.try_acquire(key, &options).await.unwrap().acquired().unwrap();
+        let value = first.token().expose().to_string();
+        let run = || {
+            let mut inv = FORCE_RELEASE.key(key);
+            inv.key(crate::redis::slot::fence_key(key))
+                .key(forced_record_key(key))
+                .arg(&value)
+                .arg(60_000)
+                .arg("call-1")
+                .arg("reason")
+                .arg("test");
+            let mut conn = client.connection();
+            async move { inv.invoke_async::<Vec<i64>>(&mut conn).await.unwrap() }
+        };
+        let done = run().await;
+        assert_eq!(done[0], 1);
+        let next = client.try_acquire(key, &options).await.unwrap().acquired().unwrap();
+        assert_eq!(run().await, done, "the repeat reports the run that applied");
+        assert!(next.is_held());
+        assert_eq!(
+            client.inspect(key).await.unwrap().holder.as_deref(),
+            Some(next.token().expose())
+        );
+        drop(first);
+        next.release().await.unwrap();
+    });
 }
