@@ -451,12 +451,13 @@ impl Locker {
         Ok(self)
     }
 
-    /// Records `guard`'s acquisition, and hands it the log for its release and loss.
+    /// Hands `guard` the log for its acquisition, release and loss (appended in the
+    /// background: see `LockGuard::record_history`), and waits a bounded time for the
+    /// acquisition's event (`LockGuard::acquisition_recorded`).
     async fn record_acquired(&self, guard: &mut LockGuard) {
         if let Some(log) = &self.history {
-            let event = crate::core::guard::lease_event(guard.lease(), HistoryKind::Acquired);
-            crate::core::history::record(&**log, guard.key(), event).await;
             guard.record_history(log.clone());
+            guard.acquisition_recorded().await;
         }
     }
 
@@ -578,5 +579,61 @@ mod tests {
             );
             assert!(err.to_string().contains("etcd, postgres"), "{err}");
         }
+    }
+
+    /// A history log whose appends wait until the test opens the gate.
+    #[derive(Debug)]
+    struct GatedLog {
+        gate: tokio::sync::Semaphore,
+        appended: std::sync::Mutex<Vec<HistoryKind>>,
+    }
+
+    impl HistoryLog for GatedLog {
+        fn append<'a>(
+            &'a self,
+            _key: &'a str,
+            event: &'a HistoryEvent,
+        ) -> futures_util::future::BoxFuture<'a, Result<()>> {
+            Box::pin(async move {
+                let _permit = self.gate.acquire().await.expect("open");
+                self.appended.lock().unwrap().push(event.kind);
+                Ok(())
+            })
+        }
+
+        fn read<'a>(
+            &'a self,
+            _key: &'a str,
+            _limit: usize,
+        ) -> futures_util::future::BoxFuture<'a, Result<Vec<HistoryEvent>>> {
+            Box::pin(async { Ok(Vec::new()) })
+        }
+    }
+
+    // Finding M10 of the 2026-12-02 review: the acquisition waited for its history append,
+    // which may last a response timeout, out of a short lease. The holder now gets its guard
+    // after at most a tenth of the validity, and the log still keeps the order.
+    #[tokio::test]
+    async fn a_slow_history_write_costs_the_holder_at_most_a_tenth_of_its_lease() {
+        let log = Arc::new(GatedLog {
+            gate: tokio::sync::Semaphore::new(0),
+            appended: Default::default(),
+        });
+        let mut locker = Locker::connect("memory://").await.unwrap();
+        locker.history = Some(log.clone());
+        let ttl = Duration::from_secs(3);
+        let guard =
+            tokio::time::timeout(ttl, locker.acquire("slow-history", &LockOptions::new(ttl)))
+                .await
+                .expect("the guard comes before the stuck history write")
+                .unwrap();
+        assert!(guard.is_held());
+        assert!(log.appended.lock().unwrap().is_empty(), "the gate is shut");
+        log.gate.add_permits(10);
+        guard.release().await.unwrap();
+        assert_eq!(
+            *log.appended.lock().unwrap(),
+            vec![HistoryKind::Acquired, HistoryKind::Released]
+        );
     }
 }

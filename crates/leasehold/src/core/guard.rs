@@ -551,12 +551,16 @@ impl Drop for LockGuard {
 #[derive(Debug)]
 struct Recording {
     log: Arc<dyn HistoryLog>,
+    /// Turns true once the acquisition's event is appended (or given up on).
+    acquired: tokio::sync::watch::Receiver<bool>,
     _stop_watching: tokio_util::sync::DropGuard,
 }
 
 impl Recording {
-    /// Records the release (`handed_over`: to a waiter, in the same step).
-    async fn released(self, lease: &Lease, handed_over: bool) {
+    /// Records the release (`handed_over`: to a waiter, in the same step), after the
+    /// acquisition's event, so that the log keeps their order.
+    async fn released(mut self, lease: &Lease, handed_over: bool) {
+        let _ = self.acquired.wait_for(|done| *done).await;
         let kind = match handed_over {
             true => HistoryKind::HandedOver,
             false => HistoryKind::Released,
@@ -575,16 +579,23 @@ pub(crate) fn lease_event(lease: &Lease, kind: HistoryKind) -> HistoryEvent {
 }
 
 impl LockGuard {
-    /// Records this guard's release and loss in `log` (the acquisition is the caller's to
-    /// record). The loss is appended by a spawned task when the lease's lost token fires, the
-    /// first time only, and never after a release; it logs a failure at debug (the server may
-    /// be unreachable, which may be why the lease was lost).
+    /// Records this guard's acquisition, release and loss in `log`. The acquisition and the
+    /// loss are appended by a spawned task, in that order: the holder never waits longer for
+    /// a history write than [`LockGuard::acquisition_recorded`] allows, rather than for a
+    /// response timeout out of a short lease (finding M10 of the 2026-12-02 review). The loss is appended when the lease's lost
+    /// token fires, the first time only, and never after a release; it logs a failure at
+    /// debug (the server may be unreachable, which may be why the lease was lost). The release
+    /// is appended after the acquisition.
     pub(crate) fn record_history(&mut self, log: Arc<dyn HistoryLog>) {
         let stop = CancellationToken::new();
         let lost = self.lease.lost_token();
         let (lease, watcher_log, watch_stop) = (self.lease.clone(), log.clone(), stop.clone());
+        let (acquired_tx, acquired) = tokio::sync::watch::channel(false);
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             handle.spawn(async move {
+                let event = lease_event(&lease, HistoryKind::Acquired);
+                crate::core::history::record(&*watcher_log, lease.key(), event).await;
+                let _ = acquired_tx.send(true);
                 tokio::select! {
                     // A loss that fired before the release is still recorded.
                     biased;
@@ -601,8 +612,22 @@ impl LockGuard {
         }
         self.history = Some(Recording {
             log,
+            acquired,
             _stop_watching: stop.drop_guard(),
         });
+    }
+
+    /// Waits until the acquisition's history event is appended, for at most a tenth of the
+    /// lease's remaining validity: in the common case the log keeps the order of what the
+    /// holder does next (a release by token, a forced release), and a slow history write
+    /// costs the holder at most that tenth (M10); the append then finishes in the background.
+    pub(crate) async fn acquisition_recorded(&self) {
+        let Some(recording) = &self.history else {
+            return;
+        };
+        let mut acquired = recording.acquired.clone();
+        let bound = self.lease.remaining() / 10;
+        let _ = tokio::time::timeout(bound, acquired.wait_for(|done| *done)).await;
     }
 }
 
