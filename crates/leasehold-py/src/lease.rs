@@ -102,43 +102,54 @@ impl Lease {
         self.lease.key()
     }
 
+    // The state below is the holder's: in a forked child (which holds nothing) every reading
+    // of it refuses with `ForkedProcess`, so the child can neither believe it holds the
+    // parent's lock nor present the parent's fence number and token (a fenced resource would
+    // accept both processes' writes: same number, same writer).
+
     /// The fencing number issued with this acquisition (`None` unless `fencing=True`). Pass it
     /// to the protected resource, which refuses any number lower than one it has seen.
     #[getter]
-    fn fence(&self) -> Option<u64> {
-        self.lease.fencing_token()
+    fn fence(&self, py: Python<'_>) -> PyResult<Option<u64>> {
+        self.owner.check(py, "lease")?;
+        Ok(self.lease.fencing_token())
     }
 
     /// The token stored in the lock: a secret capability (whoever has it can release or extend
     /// the lock). For handing the lock to another process or language.
     #[getter]
-    fn token(&self) -> String {
-        self.lease.token().expose().to_string()
+    fn token(&self, py: Python<'_>) -> PyResult<String> {
+        self.owner.check(py, "lease")?;
+        Ok(self.lease.token().expose().to_string())
     }
 
     /// True until the lease is released, found lost, or its validity runs out.
     #[getter]
-    fn held(&self) -> bool {
-        self.lease.is_held()
+    fn held(&self, py: Python<'_>) -> PyResult<bool> {
+        self.owner.check(py, "lease")?;
+        Ok(self.lease.is_held())
     }
 
     /// True once the lease was found lost (a renewal or extend found it gone, or its validity
     /// ran out without a renewal). Never set by a normal release.
     #[getter]
-    fn lost(&self) -> bool {
-        self.lease.loss_reason().is_some()
+    fn lost(&self, py: Python<'_>) -> PyResult<bool> {
+        self.owner.check(py, "lease")?;
+        Ok(self.lease.loss_reason().is_some())
     }
 
     /// Why it was lost: `"expired"` or `"not_held"`; `None` while not lost.
     #[getter]
-    fn loss_reason(&self) -> Option<&'static str> {
-        self.lease.loss_reason().map(reason_name)
+    fn loss_reason(&self, py: Python<'_>) -> PyResult<Option<&'static str>> {
+        self.owner.check(py, "lease")?;
+        Ok(self.lease.loss_reason().map(reason_name))
     }
 
     /// Seconds of validity left (0.0 once over): how long the lock is certainly still ours.
     #[getter]
-    fn remaining(&self) -> f64 {
-        self.lease.remaining().as_secs_f64()
+    fn remaining(&self, py: Python<'_>) -> PyResult<f64> {
+        self.owner.check(py, "lease")?;
+        Ok(self.lease.remaining().as_secs_f64())
     }
 
     /// Releases the lock (GIL released meanwhile). Raises `NotHeld` if it was not ours any
@@ -203,6 +214,13 @@ impl Lease {
     }
 
     fn __repr__(&self) -> String {
+        if self.owner.forked() {
+            return format!(
+                "<Lease {:?} of process {} (inherited through fork)>",
+                self.lease.key(),
+                self.owner.pid()
+            );
+        }
         let state = if self.lease.loss_reason().is_some() {
             "lost"
         } else if self.lease.is_held() {

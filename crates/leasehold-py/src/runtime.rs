@@ -71,6 +71,11 @@ impl Process {
         }
     }
 
+    /// The owner's process id.
+    pub(crate) fn pid(self) -> u32 {
+        self.pid
+    }
+
     /// True in a forked child of the owner.
     pub(crate) fn forked(self) -> bool {
         self.pid != std::process::id()

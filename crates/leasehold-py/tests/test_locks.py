@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from datetime import timedelta
@@ -317,3 +318,36 @@ def test_raise_fencing_counter(locks: leasehold.Locker, key: str) -> None:
     assert locks.raise_fencing_counter(key, 1000) >= 1000
     with locks.lock(key, ttl=10, fencing=True) as lease:
         assert lease.fence is not None and lease.fence > 1000
+
+
+def test_a_lease_inherited_through_fork_refuses_in_the_child(
+    locks: leasehold.Locker, key: str
+) -> None:
+    # The child's copy of a held lease must not let it believe it holds the parent's lock (with
+    # the parent's fence number and token, which a fenced resource would accept from both).
+    with locks.lock(key, ttl=60, fencing=True) as lease:
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report every getter that answered instead of refusing
+            try:
+                os.close(read)
+                answered: List[str] = []
+                for name in ("held", "lost", "loss_reason", "fence", "token", "remaining"):
+                    try:
+                        answered.append(f"{name}={getattr(lease, name)!r}")
+                    except leasehold.ForkedProcess:
+                        pass
+                    except BaseException as e:
+                        answered.append(f"{name} raised {type(e).__name__}")
+                os.write(write, ", ".join(answered).encode())
+            finally:
+                os._exit(0)
+        os.close(write)
+        with os.fdopen(read, "rb") as pipe:
+            report = pipe.read().decode()
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+        assert report == "", f"the child read the parent's lease: {report}"
+        # The parent's lease is untouched.
+        assert lease.held and not lease.lost and lease.fence is not None
+
