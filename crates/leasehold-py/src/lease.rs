@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use leasehold::{LockGuard, LossReason};
 
-use crate::runtime::{Process, awaitable, block_on, drop_in_runtime, duration};
+use crate::runtime::{IntoPyErr, Process, awaitable, block_on, drop_in_runtime, duration};
 
 /// The name of a loss reason, as Python sees it.
 pub(crate) fn reason_name(reason: LossReason) -> &'static str {
@@ -44,30 +44,35 @@ impl Lease {
         }
     }
 
-    /// Takes the guard out (to release it); `None` if it was released, or an extend is in
-    /// flight (then the release is refused rather than waiting).
+    /// Takes the guard out without waiting (for a drop); `None` if it was released, or an
+    /// extend or a release is in flight (which then drops or releases it).
     fn take(&self) -> Option<LockGuard> {
         self.guard.try_write().ok().and_then(|mut g| g.take())
     }
 
     fn released(&self, py: Python<'_>) -> PyErr {
-        crate::errors::raise(
-            py,
-            "NotHeld",
-            format!(
-                "lock {:?}: this lease was already released (at the end of its with block, or \
-                 by release())",
-                self.lease.key()
-            ),
-            &[(
-                "key",
-                self.lease
-                    .key()
-                    .into_pyobject(py)
-                    .map(|k| k.into_any())
-                    .expect("a str"),
-            )],
-        )
+        Released(self.lease.key().to_string()).into_py_err(py)
+    }
+
+    /// The release: waits for the extends in flight (each holds a read lock on the guard for
+    /// its round trip), then takes the guard out and releases the lock. Waiting, rather than
+    /// refusing while an extend is in flight, is what makes a release from one thread end the
+    /// lease although another thread extends it: a refused release would leave the guard
+    /// here, renewed for as long as the object lives. An extend that comes after the guard was
+    /// taken is refused as released.
+    fn release_future(
+        &self,
+    ) -> impl std::future::Future<Output = Result<(), ReleaseError>> + Send + 'static {
+        let guard = self.guard.clone();
+        let done = self.done.clone();
+        let key = self.lease.key().to_string();
+        async move {
+            let Some(g) = guard.write_owned().await.take() else {
+                return Err(ReleaseError::Released(Released(key)));
+            };
+            done.cancel();
+            g.release().await.map_err(ReleaseError::Library)
+        }
     }
 
     /// The extend future, if the lease is still ours to extend.
@@ -152,15 +157,12 @@ impl Lease {
         Ok(self.lease.remaining().as_secs_f64())
     }
 
-    /// Releases the lock (GIL released meanwhile). Raises `NotHeld` if it was not ours any
-    /// more, or was already released.
+    /// Releases the lock (GIL released meanwhile; an extend in flight from another thread or
+    /// task is waited for). Raises `NotHeld` if it was not ours any more, or was already
+    /// released.
     fn release(&self, py: Python<'_>) -> PyResult<()> {
         self.owner.check(py, "lease")?;
-        let Some(g) = self.take() else {
-            return Err(self.released(py));
-        };
-        self.done.cancel();
-        block_on(py, g.release())
+        block_on(py, self.release_future())
     }
 
     /// `release()` as an awaitable.
@@ -168,11 +170,7 @@ impl Lease {
         // Without a running loop nothing can await it: refuse before the guard is taken.
         self.owner.check(py, "lease")?;
         py.import("asyncio")?.call_method0("get_running_loop")?;
-        let Some(g) = self.take() else {
-            return Err(self.released(py));
-        };
-        self.done.cancel();
-        awaitable(py, g.release())
+        awaitable(py, self.release_future())
     }
 
     /// Sets the lease's validity to `ttl` from now, if it is still ours (else `NotHeld`, and
@@ -231,6 +229,36 @@ impl Lease {
         match self.lease.fencing_token() {
             Some(f) => format!("<Lease {:?} {state} fence={f}>", self.lease.key()),
             None => format!("<Lease {:?} {state}>", self.lease.key()),
+        }
+    }
+}
+
+/// A release or extend of a lease that was released already.
+struct Released(String);
+
+impl IntoPyErr for Released {
+    fn into_py_err(self, py: Python<'_>) -> PyErr {
+        let message = format!(
+            "lock {:?}: this lease was already released (at the end of its with block, or by \
+             release())",
+            self.0
+        );
+        let key = self.0.into_pyobject(py).map(|k| k.into_any()).expect("a str");
+        crate::errors::raise(py, "NotHeld", message, &[("key", key)])
+    }
+}
+
+/// How a release fails: released already, or the library's error.
+enum ReleaseError {
+    Released(Released),
+    Library(leasehold::Error),
+}
+
+impl IntoPyErr for ReleaseError {
+    fn into_py_err(self, py: Python<'_>) -> PyErr {
+        match self {
+            ReleaseError::Released(r) => r.into_py_err(py),
+            ReleaseError::Library(e) => e.into_py_err(py),
         }
     }
 }

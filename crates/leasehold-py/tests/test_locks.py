@@ -351,3 +351,34 @@ def test_a_lease_inherited_through_fork_refuses_in_the_child(
         # The parent's lease is untouched.
         assert lease.held and not lease.lost and lease.fence is not None
 
+
+def test_release_while_an_extend_is_in_flight_ends_the_lease(
+    locks: leasehold.Locker, key: str
+) -> None:
+    # Another thread extends in a loop (each extend is in flight for a round trip, GIL
+    # released): the release waits for the extend in flight instead of being refused, and
+    # the key is free right after it.
+    for _ in range(20):
+        lease = locks.lock(key, ttl=30).acquire()
+        extends = [0]
+        stop = threading.Event()
+
+        def extend_until_released() -> None:
+            while not stop.is_set():
+                try:
+                    lease.extend(30)
+                except leasehold.NotHeld:
+                    return
+                extends[0] += 1
+
+        extender = threading.Thread(target=extend_until_released, daemon=True)
+        extender.start()
+        try:
+            until(lambda: extends[0] > 0, "an extend done")
+            lease.release()
+        finally:
+            stop.set()
+            extender.join()
+        assert not lease.held and not lease.lost
+        locks.lock(key, ttl=30).acquire().release()  # free at once (no wait)
+
