@@ -1,6 +1,7 @@
 //! `Lease`: a held lock (or permit, read or write hold, leadership) as Python sees it.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 
 use tokio::sync::RwLock;
 
@@ -30,6 +31,8 @@ pub struct Lease {
     lease: leasehold::Lease,
     /// Cancelled at release or drop: ends the task that waits for a loss.
     done: CancellationToken,
+    /// The loss as this object reported it, first reason kept (see [`observe_loss`]).
+    seen: Arc<OnceLock<LossReason>>,
     /// The process that took it (a forked child must not touch it).
     owner: Process,
 }
@@ -40,6 +43,7 @@ impl Lease {
             lease: guard.lease().clone(),
             guard: Arc::new(RwLock::new(Some(guard))),
             done: CancellationToken::new(),
+            seen: Arc::new(OnceLock::new()),
             owner: Process::this(),
         }
     }
@@ -48,6 +52,11 @@ impl Lease {
     /// extend or a release is in flight (which then drops or releases it).
     fn take(&self) -> Option<LockGuard> {
         self.guard.try_write().ok().and_then(|mut g| g.take())
+    }
+
+    /// Why the lease counts as lost, if it does (see [`observe_loss`]).
+    fn loss(&self) -> Option<LossReason> {
+        observe_loss(&self.lease, self.done.is_cancelled(), &self.seen)
     }
 
     fn released(&self, py: Python<'_>) -> PyErr {
@@ -65,11 +74,14 @@ impl Lease {
     ) -> impl std::future::Future<Output = Result<(), ReleaseError>> + Send + 'static {
         let guard = self.guard.clone();
         let done = self.done.clone();
-        let key = self.lease.key().to_string();
+        let (lease, seen) = (self.lease.clone(), self.seen.clone());
         async move {
             let Some(g) = guard.write_owned().await.take() else {
-                return Err(ReleaseError::Released(Released(key)));
+                return Err(ReleaseError::Released(Released(lease.key().to_string())));
             };
+            // A validity that ran out before the release counts as lost (seen here, while the
+            // lease is still ours), as a reading of `lost` would have found it.
+            observe_loss(&lease, false, &seen);
             done.cancel();
             g.release().await.map_err(ReleaseError::Library)
         }
@@ -132,28 +144,34 @@ impl Lease {
     #[getter]
     fn held(&self, py: Python<'_>) -> PyResult<bool> {
         self.owner.check(py, "lease")?;
-        Ok(self.lease.is_held())
+        Ok(self.lease.is_held() && self.loss().is_none())
     }
 
-    /// True once the lease was found lost (a renewal or extend found it gone, or its validity
-    /// ran out without a renewal). Never set by a normal release.
+    /// True once the lease was found lost: a renewal or extend found it gone, or its validity
+    /// ran out while it was not released (noticed by whatever looks first: the renewer, a
+    /// watch, this reading, or the release). Never set by a normal release in time; once
+    /// true, it stays true.
     #[getter]
     fn lost(&self, py: Python<'_>) -> PyResult<bool> {
         self.owner.check(py, "lease")?;
-        Ok(self.lease.loss_reason().is_some())
+        Ok(self.loss().is_some())
     }
 
     /// Why it was lost: `"expired"` or `"not_held"`; `None` while not lost.
     #[getter]
     fn loss_reason(&self, py: Python<'_>) -> PyResult<Option<&'static str>> {
         self.owner.check(py, "lease")?;
-        Ok(self.lease.loss_reason().map(reason_name))
+        Ok(self.loss().map(reason_name))
     }
 
-    /// Seconds of validity left (0.0 once over): how long the lock is certainly still ours.
+    /// Seconds of validity left (0.0 once over or lost): how long the lock is certainly still
+    /// ours.
     #[getter]
     fn remaining(&self, py: Python<'_>) -> PyResult<f64> {
         self.owner.check(py, "lease")?;
+        if self.loss().is_some() {
+            return Ok(0.0);
+        }
         Ok(self.lease.remaining().as_secs_f64())
     }
 
@@ -219,7 +237,7 @@ impl Lease {
                 self.owner.pid()
             );
         }
-        let state = if self.lease.loss_reason().is_some() {
+        let state = if self.loss().is_some() {
             "lost"
         } else if self.lease.is_held() {
             "held"
@@ -231,6 +249,28 @@ impl Lease {
             None => format!("<Lease {:?} {state}>", self.lease.key()),
         }
     }
+}
+
+/// The loss of `lease` as its holder reports it, the first reason seen kept (`seen`): the
+/// library's reason (a renewal or an extend found the lock gone, or a renewer or watch saw its
+/// validity run out), or else `Expired` once this reading finds the validity over while the
+/// lease is not `released`. The library marks an expiry only where a task waits for it (the
+/// renewer of an auto-extended lease, a watch of `on_loss="raise"`); without this, a lease with
+/// neither would read as not lost after its validity ran out. Kept once seen: an extend that
+/// lands later does not make a lease reported lost held again (as in the library, where a
+/// lease marked lost stays lost).
+fn observe_loss(
+    lease: &leasehold::Lease,
+    released: bool,
+    seen: &OnceLock<LossReason>,
+) -> Option<LossReason> {
+    if let Some(reason) = seen.get() {
+        return Some(*reason);
+    }
+    let reason = lease.loss_reason().or_else(|| {
+        (!released && Instant::now() >= lease.valid_until()).then_some(LossReason::Expired)
+    })?;
+    Some(*seen.get_or_init(|| reason))
 }
 
 /// A release or extend of a lease that was released already.

@@ -382,3 +382,18 @@ def test_release_while_an_extend_is_in_flight_ends_the_lease(
         assert not lease.held and not lease.lost
         locks.lock(key, ttl=30).acquire().release()  # free at once (no wait)
 
+
+def test_lost_tells_a_validity_that_ran_out(locks: leasehold.Locker, key: str) -> None:
+    # No auto-extension and no watch (acquire(), not a with block): nothing but the reading
+    # itself notices the validity ran out.
+    lease = locks.lock(key, ttl=1).acquire()
+    assert lease.held and not lease.lost and lease.loss_reason is None
+    until(lambda: lease.remaining == 0.0, "the validity ran out")
+    assert lease.lost and lease.loss_reason == "expired" and not lease.held
+    try:
+        lease.release()
+    except (leasehold.NotHeld, leasehold.ConnectionFailed):
+        # The key may or may not have expired on the server yet (a PostgreSQL session lock's
+        # server ends the silent session, so its connection may be gone).
+        pass
+    assert lease.lost and lease.loss_reason == "expired"  # still lost after the release
