@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import threading
 import time
 from datetime import timedelta
@@ -159,11 +160,18 @@ def test_keyboard_interrupt_during_a_wait_leaves_nothing_held(
     ttl = 4 * GENEROUS
     holder = locks.lock(key, ttl=ttl, fair=fair).acquire()
     # Ctrl-C arrives while the main thread waits (its signal handler runs in the wait loop).
-    timer = threading.Timer(0.3, lambda: __import__("_thread").interrupt_main())
-    timer.start()
-    with pytest.raises(KeyboardInterrupt):
-        locks.lock(key, ttl=ttl, wait=4 * GENEROUS, fair=fair).acquire()
-    timer.join()
+    # interrupt_main() does nothing where SIGINT is ignored, as Python leaves it when started
+    # with SIGINT ignored (a background job of a non-interactive shell): the test installs the
+    # handler it relies on.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        timer = threading.Timer(0.3, lambda: __import__("_thread").interrupt_main())
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            locks.lock(key, ttl=ttl, wait=4 * GENEROUS, fair=fair).acquire()
+        timer.join()
+    finally:
+        signal.signal(signal.SIGINT, previous)
     holder.release()
     # The interrupted waiter's queue entry is removed in the background (a lock handed over
     # to it meanwhile is released with it): the lock comes free long before any TTL.
