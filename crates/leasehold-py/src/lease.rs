@@ -283,7 +283,11 @@ impl IntoPyErr for Released {
              release())",
             self.0
         );
-        let key = self.0.into_pyobject(py).map(|k| k.into_any()).expect("a str");
+        let key = self
+            .0
+            .into_pyobject(py)
+            .map(|k| k.into_any())
+            .expect("a str");
         crate::errors::raise(py, "NotHeld", message, &[("key", key)])
     }
 }
