@@ -71,6 +71,11 @@ impl Process {
         }
     }
 
+    /// The owner's process id.
+    pub(crate) fn pid(self) -> u32 {
+        self.pid
+    }
+
     /// True in a forked child of the owner.
     pub(crate) fn forked(self) -> bool {
         self.pid != std::process::id()
@@ -94,11 +99,23 @@ impl Process {
     }
 }
 
+/// An error a call's future ends with, made into its Python exception (with the GIL).
+pub(crate) trait IntoPyErr: Send + 'static {
+    fn into_py_err(self, py: Python<'_>) -> PyErr;
+}
+
+impl IntoPyErr for leasehold::Error {
+    fn into_py_err(self, py: Python<'_>) -> PyErr {
+        errors::to_py(py, self)
+    }
+}
+
 /// Runs `fut` on the runtime and waits for it with the GIL released (see the module docs).
-pub(crate) fn block_on<T, F>(py: Python<'_>, fut: F) -> PyResult<T>
+pub(crate) fn block_on<T, E, F>(py: Python<'_>, fut: F) -> PyResult<T>
 where
-    F: Future<Output = leasehold::Result<T>> + Send + 'static,
+    F: Future<Output = Result<T, E>> + Send + 'static,
     T: Send + 'static,
+    E: IntoPyErr,
 {
     let cancel = CancellationToken::new();
     let (tx, rx) = channel();
@@ -121,7 +138,7 @@ where
     };
     loop {
         match py.detach(|| recv(Some(SIGNAL_POLL))) {
-            Ok(Some(result)) => return result.map_err(|e| errors::to_py(py, e)),
+            Ok(Some(result)) => return result.map_err(|e| e.into_py_err(py)),
             Ok(None) | Err(RecvTimeoutError::Disconnected) => {
                 return Err(pyo3::exceptions::PyRuntimeError::new_err(
                     "leasehold's runtime stopped the call",
@@ -155,14 +172,15 @@ pub(crate) fn drop_in_runtime<T>(value: T) {
 /// Runs `fut` on the runtime as an asyncio awaitable of the running loop. Cancelling the
 /// awaitable drops the future (and a result that arrives too late is dropped in the runtime,
 /// releasing a lock it holds).
-pub(crate) fn awaitable<'py, T, F>(py: Python<'py>, fut: F) -> PyResult<Bound<'py, PyAny>>
+pub(crate) fn awaitable<'py, T, E, F>(py: Python<'py>, fut: F) -> PyResult<Bound<'py, PyAny>>
 where
-    F: Future<Output = leasehold::Result<T>> + Send + 'static,
+    F: Future<Output = Result<T, E>> + Send + 'static,
     T: for<'a> IntoPyObject<'a> + Send + 'static,
+    E: IntoPyErr,
 {
     pyo3_async_runtimes::generic::future_into_py::<ProcessTokio, _, T>(py, async move {
         let out = fut.await;
-        out.map_err(|e| Python::attach(|py| errors::to_py(py, e)))
+        out.map_err(|e| Python::attach(|py| e.into_py_err(py)))
     })
 }
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import threading
 import time
 from datetime import timedelta
@@ -158,11 +160,18 @@ def test_keyboard_interrupt_during_a_wait_leaves_nothing_held(
     ttl = 4 * GENEROUS
     holder = locks.lock(key, ttl=ttl, fair=fair).acquire()
     # Ctrl-C arrives while the main thread waits (its signal handler runs in the wait loop).
-    timer = threading.Timer(0.3, lambda: __import__("_thread").interrupt_main())
-    timer.start()
-    with pytest.raises(KeyboardInterrupt):
-        locks.lock(key, ttl=ttl, wait=4 * GENEROUS, fair=fair).acquire()
-    timer.join()
+    # interrupt_main() does nothing where SIGINT is ignored, as Python leaves it when started
+    # with SIGINT ignored (a background job of a non-interactive shell): the test installs the
+    # handler it relies on.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        timer = threading.Timer(0.3, lambda: __import__("_thread").interrupt_main())
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            locks.lock(key, ttl=ttl, wait=4 * GENEROUS, fair=fair).acquire()
+        timer.join()
+    finally:
+        signal.signal(signal.SIGINT, previous)
     holder.release()
     # The interrupted waiter's queue entry is removed in the background (a lock handed over
     # to it meanwhile is released with it): the lock comes free long before any TTL.
@@ -317,3 +326,82 @@ def test_raise_fencing_counter(locks: leasehold.Locker, key: str) -> None:
     assert locks.raise_fencing_counter(key, 1000) >= 1000
     with locks.lock(key, ttl=10, fencing=True) as lease:
         assert lease.fence is not None and lease.fence > 1000
+
+
+def test_a_lease_inherited_through_fork_refuses_in_the_child(
+    locks: leasehold.Locker, key: str
+) -> None:
+    # The child's copy of a held lease must not let it believe it holds the parent's lock (with
+    # the parent's fence number and token, which a fenced resource would accept from both).
+    with locks.lock(key, ttl=60, fencing=True) as lease:
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report every getter that answered instead of refusing
+            try:
+                os.close(read)
+                answered: List[str] = []
+                for name in ("held", "lost", "loss_reason", "fence", "token", "remaining"):
+                    try:
+                        answered.append(f"{name}={getattr(lease, name)!r}")
+                    except leasehold.ForkedProcess:
+                        pass
+                    except BaseException as e:
+                        answered.append(f"{name} raised {type(e).__name__}")
+                os.write(write, ", ".join(answered).encode())
+            finally:
+                os._exit(0)
+        os.close(write)
+        with os.fdopen(read, "rb") as pipe:
+            report = pipe.read().decode()
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+        assert report == "", f"the child read the parent's lease: {report}"
+        # The parent's lease is untouched.
+        assert lease.held and not lease.lost and lease.fence is not None
+
+
+def test_release_while_an_extend_is_in_flight_ends_the_lease(
+    locks: leasehold.Locker, key: str
+) -> None:
+    # Another thread extends in a loop (each extend is in flight for a round trip, GIL
+    # released): the release waits for the extend in flight instead of being refused, and
+    # the key is free right after it.
+    for _ in range(20):
+        lease = locks.lock(key, ttl=30).acquire()
+        extends = [0]
+        stop = threading.Event()
+
+        def extend_until_released() -> None:
+            while not stop.is_set():
+                try:
+                    lease.extend(30)
+                except leasehold.NotHeld:
+                    return
+                extends[0] += 1
+
+        extender = threading.Thread(target=extend_until_released, daemon=True)
+        extender.start()
+        try:
+            until(lambda: extends[0] > 0, "an extend done")
+            lease.release()
+        finally:
+            stop.set()
+            extender.join()
+        assert not lease.held and not lease.lost
+        locks.lock(key, ttl=30).acquire().release()  # free at once (no wait)
+
+
+def test_lost_tells_a_validity_that_ran_out(locks: leasehold.Locker, key: str) -> None:
+    # No auto-extension and no watch (acquire(), not a with block): nothing but the reading
+    # itself notices the validity ran out.
+    lease = locks.lock(key, ttl=1).acquire()
+    assert lease.held and not lease.lost and lease.loss_reason is None
+    until(lambda: lease.remaining == 0.0, "the validity ran out")
+    assert lease.lost and lease.loss_reason == "expired" and not lease.held
+    try:
+        lease.release()
+    except (leasehold.NotHeld, leasehold.ConnectionFailed):
+        # The key may or may not have expired on the server yet (a PostgreSQL session lock's
+        # server ends the silent session, so its connection may be gone).
+        pass
+    assert lease.lost and lease.loss_reason == "expired"  # still lost after the release
