@@ -235,13 +235,30 @@ leasehold_harness::server_test!(async fn an_extend_with_an_unknown_outcome_never
         g.valid_until().saturating_duration_since(Instant::now())
     );
     link.set_reply_delay(Duration::ZERO);
-    // A later extend that succeeds raises it again (once the held-back reply has gone through,
-    // replies come at once).
-    let mut tries = 0;
-    while let Err(e) = g.extend(Duration::from_secs(60)).await {
-        assert!(e.is_ambiguous() && tries < 20, "{e:?}");
-        tries += 1;
-    }
+    // A later extend that succeeds raises it, but not past what the unanswered 5 s extend
+    // allows while a copy of it may still be applied (until its bound): a copy applied after
+    // the 60 s one would leave 5 s (once the held-back reply has gone through, replies come at
+    // once).
+    let extend_60 = || async {
+        let mut tries = 0;
+        loop {
+            let sent = Instant::now();
+            match g.extend(Duration::from_secs(60)).await {
+                Ok(()) => return sent,
+                Err(e) => assert!(e.is_ambiguous() && tries < 20, "{e:?}"),
+            }
+            tries += 1;
+        }
+    };
+    let sent_60 = extend_60().await;
+    assert!(
+        g.valid_until() <= sent_60 + Duration::from_secs(5),
+        "raised past the unanswered extend's cap: {:?} left",
+        g.valid_until().saturating_duration_since(Instant::now())
+    );
+    // Once its bound has passed, nothing caps a success any more.
+    tokio::time::sleep_until((sent + Duration::from_millis(5_200)).into()).await;
+    extend_60().await;
     assert!(g.valid_until() > sent + Duration::from_secs(30));
     g.release().await.unwrap();
 });

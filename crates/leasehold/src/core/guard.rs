@@ -56,21 +56,25 @@ struct LeaseState {
 /// reply raises the validity.
 ///
 /// A success reply for extend `c` raises the validity to its bound, but no higher than
-/// `max(sent_s, sent_c) + life_s` for every other extend `s` still pending: `s` may be applied
-/// after `c` (sent after it, or an older send *re-sent* by the client: the `idempotent` retry
-/// after a dropped connection, redis-rs Cluster re-sending a timed-out request), and then it is
-/// applied no earlier than `c` was sent and no earlier than itself was sent, so the key lives at
-/// least that long. Sends are ordered by a sequence number, not by clock readings that can be
-/// equal.
+/// `max(sent_s, sent_c) + life_s` for every other extend `s` still pending (`life = ttl -
+/// drift`): `s` may be applied after `c` (sent after it, or an older send *re-sent* by the
+/// client: the `idempotent` retry after a dropped connection, redis-rs Cluster re-sending a
+/// timed-out request), and then it is applied no earlier than `c` was sent and no earlier than
+/// itself was sent, so the key lives at least that long. Sends are ordered by a sequence
+/// number, not by clock readings that can be equal. A success for an extend older than the
+/// newest confirmed one raises nothing.
 ///
-/// An extend stays pending while the call that sent it runs (a re-send may still come), and,
-/// once that call has returned without a success, until its own bound has passed. A success for
-/// an extend older than the newest confirmed one removes it and raises nothing.
+/// Every extend, a confirmed one too, stays pending until the call that sent it has returned
+/// (a re-send may still come) **and** its own bound has passed (a copy may still be applied
+/// until then). When one is forgotten, what it says is folded into the `cap` of every extend
+/// whose call still runs, so their success is still bounded by it. (Both are the model
+/// checker's counterexamples to rules that forgot an extend at its answer, or at its bound:
+/// `docs/model-checking.md`.) Settled extends beyond [`MAX_PENDING`] are merged, conservatively.
 ///
 /// **Assumption:** once the call that sent an extend has returned, no copy of it is applied
 /// after its own bound (`ttl` after it was sent): a copy held up longer than that (a server
 /// paused with the command in its input buffer for longer than the TTL) is beyond any
-/// client-side rule; the model checker shows the rule under re-sends (`docs/model-checking.md`).
+/// client-side rule.
 ///
 /// Tested by the unit tests below, by `renewal.rs::a_resent_extend_applied_after_a_renewal_caps_validity`
 /// and `renewal.rs::an_extend_with_an_unknown_outcome_never_raises_validity`, and by the
@@ -86,6 +90,10 @@ struct Validity {
     confirmed: u64,
 }
 
+/// How many extends [`Validity::pending`] keeps before it merges the oldest settled ones (a
+/// renewer with a tiny `renew_every` sends many within one TTL).
+const MAX_PENDING: usize = 32;
+
 /// One extend in [`Validity::pending`].
 #[derive(Debug, Clone, Copy)]
 struct PendingExtend {
@@ -94,22 +102,65 @@ struct PendingExtend {
     sent: Instant,
     /// Its bound minus `sent`: how long the key lives at least once it is applied.
     life: Duration,
-    /// The call that sent it has returned without a success: no re-send comes any more, and
-    /// the entry is kept only until its bound has passed.
+    /// The call that sent it has returned (with a success or not): no re-send comes any more.
     settled: bool,
+    /// Kept until then once settled: its bound (or the latest bound of those merged into it).
+    keep_until: Instant,
+    /// What extends forgotten while this one's call ran say about the key, if applied after
+    /// this one (see [`Validity`]).
+    cap: Option<Instant>,
 }
 
 impl PendingExtend {
-    fn bound(&self) -> Instant {
-        self.sent + self.life
+    /// The least the key lives if `self` is applied after an extend sent at `sent`.
+    fn cap_after(&self, sent: Instant) -> Instant {
+        self.sent.max(sent) + self.life
     }
 }
 
 impl Validity {
-    /// Forgets settled extends whose bound has passed (by the assumption above, no copy of
-    /// them is applied any more).
+    /// Forgets settled extends past their bound (by the assumption above, no copy of them is
+    /// applied any more), folding what each says into the caps of the extends still running.
     fn prune(&mut self, now: Instant) {
-        self.pending.retain(|p| !p.settled || p.bound() > now);
+        while let Some(at) = self
+            .pending
+            .iter()
+            .position(|p| p.settled && p.keep_until <= now)
+        {
+            let gone = self.pending.swap_remove(at);
+            for c in self.pending.iter_mut().filter(|c| !c.settled) {
+                let cap = gone.cap_after(c.sent);
+                c.cap = Some(c.cap.map_or(cap, |old| old.min(cap)));
+            }
+        }
+    }
+
+    /// Merges settled extends while there are more than [`MAX_PENDING`]: the earlier send and
+    /// the shorter life bound every cap either gave, kept until the later of their bounds. Two
+    /// of the same life (a renewer's) merge first, which costs nothing; else the two oldest.
+    fn compact(&mut self) {
+        while self.pending.len() > MAX_PENDING {
+            let mut settled: Vec<usize> = (0..self.pending.len())
+                .filter(|&i| self.pending[i].settled)
+                .collect();
+            if settled.len() < 2 {
+                return;
+            }
+            settled.sort_by_key(|&i| self.pending[i].seq);
+            let same_life = settled.iter().enumerate().find_map(|(n, &i)| {
+                settled[n + 1..]
+                    .iter()
+                    .find(|&&j| self.pending[j].life == self.pending[i].life)
+                    .map(|&j| (i, j))
+            });
+            let (a, b) = same_life.unwrap_or((settled[0], settled[1]));
+            let other = self.pending[b];
+            let kept = &mut self.pending[a];
+            kept.sent = kept.sent.min(other.sent);
+            kept.life = kept.life.min(other.life);
+            kept.keep_until = kept.keep_until.max(other.keep_until);
+            self.pending.swap_remove(b);
+        }
     }
 }
 
@@ -292,7 +343,10 @@ impl Lease {
             sent,
             life: bound.saturating_duration_since(sent),
             settled: false,
+            keep_until: bound,
+            cap: None,
         });
+        v.compact();
         v.until = v.until.min(bound);
         SentExtend {
             lease: self.clone(),
@@ -301,24 +355,26 @@ impl Lease {
         }
     }
 
-    /// The extend `seq` succeeded with `bound`: the validity rises to the lowest of `bound`
-    /// and every other pending extend's cap (see [`Validity`]), never falls.
+    /// The extend `seq` succeeded with `bound`: the validity rises to the lowest of `bound`,
+    /// its cap and every other pending extend's cap after it (see [`Validity`]), never falls.
     fn extend_confirmed(&self, seq: u64, bound: Instant) {
-        let now = Instant::now();
         let mut v = self.validity();
-        v.prune(now);
+        v.prune(Instant::now());
         let Some(at) = v.pending.iter().position(|p| p.seq == seq) else {
             return;
         };
-        let this = v.pending.swap_remove(at);
+        v.pending[at].settled = true;
         if seq < v.confirmed {
             // A later extend was confirmed already: this one can raise nothing more.
             return;
         }
+        let this = v.pending[at];
         let cap = v
             .pending
             .iter()
-            .map(|s| s.sent.max(this.sent) + s.life)
+            .filter(|s| s.seq != seq)
+            .map(|s| s.cap_after(this.sent))
+            .chain(this.cap)
             .fold(bound, Instant::min);
         if cap > v.until {
             v.until = cap;
@@ -722,7 +778,58 @@ mod tests {
         assert_eq!(l.valid_until(), t0 + s, "an older success raises nothing");
         let e3 = l.extend_sent(t0, t0 + 3 * s);
         e3.confirm(t0 + 3 * s);
-        assert_eq!(l.valid_until(), t0 + 3 * s, "nothing pending any more");
+        assert_eq!(
+            l.valid_until(),
+            t0 + s,
+            "a copy of e1 may still be applied until its bound"
+        );
+    }
+
+    // The model checker's counterexample to forgetting an extend at its bound while another
+    // call runs: e1 (3 s) and e2 (1 s) applied in that order, e2 settled after its bound, then
+    // e1's success believed 3 s over a key that expired at 1 s.
+    #[test]
+    fn an_extend_forgotten_at_its_bound_still_caps_a_call_that_ran_meanwhile() {
+        let s = Duration::from_secs(1);
+        let past = Instant::now() - 2 * s;
+        let l = lease(past + 3 * s);
+        let e1 = l.extend_sent(past, past + 3 * s);
+        let e2 = l.extend_sent(past, past + s);
+        drop(e2);
+        e1.confirm(past + 3 * s);
+        assert_eq!(l.valid_until(), past + s);
+        assert!(!l.is_held(), "the key expired at e2's bound");
+    }
+
+    // The model checker's counterexample to forgetting an extend at its success: e1 (1 s) is
+    // re-sent and applied after e2 (3 s); e1's success came first, then e2's raised to 3 s.
+    #[test]
+    fn a_confirmed_extend_still_caps_a_later_success_until_its_bound() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        let l = lease(t0 + s);
+        let e1 = l.extend_sent(t0, t0 + s);
+        let e2 = l.extend_sent(t0, t0 + 3 * s);
+        e1.confirm(t0 + s);
+        e2.confirm(t0 + 3 * s);
+        assert_eq!(l.valid_until(), t0 + s);
+    }
+
+    #[test]
+    fn many_settled_extends_are_merged_without_raising_any_cap() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        let l = lease(t0 + 30 * s);
+        let short = l.extend_sent(t0, t0 + 2 * s);
+        drop(short);
+        for i in 0..200u32 {
+            let sent = t0 + Duration::from_millis(u64::from(i));
+            l.extend_sent(sent, sent + 30 * s).confirm(sent + 30 * s);
+        }
+        assert!(l.validity().pending.len() <= MAX_PENDING);
+        let sent = t0 + s;
+        l.extend_sent(sent, sent + 30 * s).confirm(sent + 30 * s);
+        assert_eq!(l.valid_until(), sent + 2 * s, "the short one still caps");
     }
 
     // Finding U1 of the 2026-12-02 review: the client itself re-sends an older extend (the
