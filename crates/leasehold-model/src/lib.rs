@@ -8,6 +8,9 @@
 //!   late, reordered); `ambiguous_keeps_validity` restores finding 2.
 //! - [`redlock`]: Redlock with fencing over majorities that differ, nodes restarting with and
 //!   without their data.
+//! - [`acquire`]: the acquisition every primitive shares (plain lock, semaphore, read-write
+//!   lock, election), with renewals racing a release and `min_hold`; `kept_token` restores
+//!   finding L2.
 //!
 //! Every action names the Lua script or Rust function it mirrors. The properties: never two
 //! holders with valid leases (model time, drift folded into the lifetimes), and fencing
@@ -17,6 +20,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod acquire;
 pub mod extend;
 pub mod fair;
 pub mod redlock;
