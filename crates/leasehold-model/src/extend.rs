@@ -53,6 +53,10 @@ pub enum Rule {
     /// extend's success, and an extend forgotten at its bound no longer caps the success of one
     /// sent before it was forgotten.
     DropAtAnswer,
+    /// [`Rule::DropAtAnswer`] without forgetting at the bound (an extend that returned without
+    /// a success stays pending for good): a confirmed extend still leaves at once, and is
+    /// still wrong.
+    DropConfirmed,
     /// The fix: every extend stays pending until its call has returned (with or without a
     /// success) *and* its own bound has passed; when it leaves, its cap
     /// `max(sent_s, sent_c) + life_s` on each extend `c` whose call still runs is folded into
@@ -337,7 +341,7 @@ impl ExtendModel {
                     s.pending.retain(|p| p.order > order);
                     Some(cap)
                 }
-                Rule::DropAtAnswer => {
+                Rule::DropAtAnswer | Rule::DropConfirmed => {
                     let Some(at) = s.pending.iter().position(|p| p.seq == seq) else {
                         return;
                     };
@@ -381,7 +385,7 @@ impl ExtendModel {
     /// `Validity::prune`: forget extends whose call returned and whose bound has passed; with
     /// [`Rule::KeepUntilBound`], fold each one's cap into the extends whose call still runs.
     fn prune(&self, s: &mut ExtendState) {
-        if self.rule == Rule::ForgetOlder || self.newest_only {
+        if matches!(self.rule, Rule::ForgetOlder | Rule::DropConfirmed) || self.newest_only {
             return;
         }
         let now = s.now;

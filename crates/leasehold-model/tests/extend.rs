@@ -80,6 +80,19 @@ fn forgetting_an_extend_at_its_answer_is_not_enough() {
     assert_found("drop at answer", ExtendModel::drop_at_answer());
 }
 
+/// Even without forgetting unanswered extends at their bound: an extend confirmed by a re-send
+/// applied after a later extend leaves at once, and the later one's success is uncapped.
+#[test]
+fn forgetting_a_confirmed_extend_at_once_is_not_enough() {
+    assert_found(
+        "drop confirmed",
+        ExtendModel {
+            rule: Rule::DropConfirmed,
+            ..ExtendModel::drop_at_answer()
+        },
+    );
+}
+
 #[test]
 fn finding_2_an_ambiguous_extend_keeping_its_validity_is_unsafe() {
     assert_found("old rule, finding 2", ExtendModel::old_rule());
@@ -112,6 +125,8 @@ fn extends_sent_at_the_same_instant_are_not_ordered_by_instants() {
     );
 }
 
+/// A command overtaken and applied after its own bound, its call returned: beyond the
+/// assumption (without re-sends, which this counterexample does not need).
 #[test]
 fn a_command_applied_after_its_bound_is_outside_the_assumption() {
     assert_found(
@@ -119,6 +134,7 @@ fn a_command_applied_after_its_bound_is_outside_the_assumption() {
         ExtendModel {
             any_order: true,
             reorder_within_bound: false,
+            max_resends: 0,
             ..ExtendModel::fixed()
         },
     );
@@ -136,14 +152,14 @@ fn the_sequence_rule_fails_when_commands_overtake_each_other() {
 }
 
 /// The fixed rule with `LockGuard::extend` also called after the validity ran out (a success
-/// raising it again), without the renewer and with horizon 4 to keep it short (the full
+/// raising it again), without the renewer and with horizon 3 to keep it short (the full
 /// bounds: about 5 million states, no counterexample either).
 #[test]
 fn extends_after_expiry_never_outlast_the_key() {
     let model = ExtendModel {
         extend_after_expiry: true,
         renewal_life: None,
-        horizon: 4,
+        horizon: 3,
         ..ExtendModel::fixed()
     };
     assert_eq!(model.rule, Rule::KeepUntilBound);
