@@ -11,8 +11,14 @@
 //! **Simplifications.** An acquisition attempt and a renewal are applied in the tick they are
 //! sent (their send-to-apply delay is the extend model's subject); the release and leave
 //! scripts are sent and applied in separate steps, and may be applied late, twice (retried)
-//! or never. No fencing (an early handoff never carries a number). Each process acquires at
-//! most once.
+//! or never. Each process acquires at most once.
+//!
+//! **Fencing** (`fencing`, finding U2): a counter raised at every grant (a free take, a claim
+//! without a valid `granted n` entry, a handoff); the handoff writes `granted n` in the
+//! waiter's entry for `2 * life` and names `n` in its message and reply; an attempt's script
+//! may run twice (`Attempt(p, true)`: redis-rs re-sending a script whose reply timed out, or
+//! `fair_acquire` repeating an attempt after a connection error), the client taking the second
+//! reply. With fencing there is no early handoff (`fair_acquire` offers none).
 
 use stateright::{Model, Property};
 
@@ -38,6 +44,8 @@ pub enum Phase {
         next: Option<Proc>,
         /// Reported lost (`Lease::mark_lost`).
         lost: bool,
+        /// Its fencing number (0 without fencing).
+        fence: u8,
     },
     /// Released, left, or crashed.
     Done,
@@ -59,6 +67,8 @@ pub enum Outcome {
         sent: u8,
         /// The next in line.
         next: Option<Proc>,
+        /// The fencing number issued (0 without fencing).
+        n: u8,
     },
 }
 
@@ -88,6 +98,8 @@ pub struct Msg {
     pub to: Proc,
     /// Send instant of the attempt it names.
     pub sent: u8,
+    /// The fencing number it names (0 without fencing).
+    pub n: u8,
 }
 
 /// The whole system.
@@ -104,6 +116,14 @@ pub struct FairState {
     /// `{K}:waiter:<ticket>` per process: expiry and the send instant of the attempt that
     /// wrote it.
     pub entries: Vec<Option<(u8, u8)>>,
+    /// The same key holding `granted n` (written by a fenced handoff): expiry and `n`.
+    pub granted: Vec<Option<(u8, u8)>>,
+    /// `{K}:fencing`: the last number issued.
+    pub counter: u8,
+    /// The highest fencing number a holder has taken so far, and who took it.
+    pub top: (u8, Proc),
+    /// A holder took a number not above one taken before by another holder.
+    pub backwards: bool,
     /// Each process.
     pub procs: Vec<Phase>,
     /// Handoff messages in flight.
@@ -120,8 +140,10 @@ pub enum FairAction {
     /// A waiter's attempt: mirrors `FAIR_ACQUIRE_LUA` via `Waiter::attempt` in
     /// `LockClient::fair_acquire` (take a free lock if first, claim a lock handed to us, or
     /// queue and refresh the entry; an attempt that finds the lock busy offers early terms,
-    /// `Notifier::offer_early`).
-    Attempt(Proc),
+    /// `Notifier::offer_early`). `bool`: the script runs twice (redis-rs re-sending it after
+    /// a timed-out reply, or `fair_acquire` repeating the attempt after a connection error,
+    /// with the same token and ticket) and the client takes the second reply.
+    Attempt(Proc, bool),
     /// A waiter gives up (deadline, dropped future): mirrors `FAIR_LEAVE_LUA` +
     /// `FAIR_PASS_ON_LUA` via `leave` / `LeaveOnDrop` (the offer is withdrawn first,
     /// `withdraw_early`).
@@ -170,6 +192,14 @@ pub struct FairModel {
     pub life: u8,
     /// Also start from P0 holding after taking a free lock (nobody queued).
     pub both_starts: bool,
+    /// Fencing numbers (and no early handoff).
+    pub fencing: bool,
+    /// An attempt's script may run twice, the client taking the second reply.
+    pub resent_attempts: bool,
+    /// The old scripts (finding U2): the free-lock take deletes the waiter's entry only if it
+    /// was first in a non-empty queue, and the claim path trusts any `granted n`. Fixed: the
+    /// take deletes it always, and a claim accepts `granted n` only if `n` is the counter.
+    pub stale_grant: bool,
     /// Last tick.
     pub horizon: u8,
 }
@@ -183,7 +213,30 @@ impl FairModel {
             clients: vec![0, 0, 1],
             life: 2,
             both_starts: false,
+            fencing: false,
+            resent_attempts: false,
+            stale_grant: false,
             horizon: 4,
+        }
+    }
+
+    /// The fixed protocol with fencing and attempts run twice: P0 and P1 on one client (a
+    /// handoff by reply), P2 on another (by message); lifetime 2, horizon 2 (the first lease's
+    /// end: a wider horizon passes 3 million states).
+    pub fn fenced() -> Self {
+        FairModel {
+            fencing: true,
+            resent_attempts: true,
+            horizon: 2,
+            ..Self::fixed()
+        }
+    }
+
+    /// [`FairModel::fenced`] with the old scripts (finding U2).
+    pub fn with_stale_grant() -> Self {
+        FairModel {
+            stale_grant: true,
+            ..Self::fenced()
         }
     }
 
@@ -205,7 +258,7 @@ impl FairModel {
         if s.key.is_some_and(|(_, e)| e <= now) {
             s.key = None;
         }
-        for e in &mut s.entries {
+        for e in s.entries.iter_mut().chain(&mut s.granted) {
             if e.is_some_and(|(x, _)| x <= now) {
                 *e = None;
             }
@@ -222,14 +275,20 @@ impl FairModel {
             if let Some((_, sent)) = s.entries[head as usize] {
                 s.key = Some((head, s.now + self.life));
                 s.entries[head as usize] = None;
+                let n = self.incr(s);
+                if self.fencing {
+                    // Kept for a claim (the waiter's next attempt, if the message is lost).
+                    s.granted[head as usize] = Some((s.now + 2 * self.life, n));
+                }
                 if self.clients[head as usize] != self.clients[releaser as usize] {
-                    s.msgs.push(Msg { to: head, sent });
+                    s.msgs.push(Msg { to: head, sent, n });
                     s.msgs.sort();
                 }
                 return Outcome::HandedOff {
                     to: head,
                     sent,
                     next: s.queue.first().copied(),
+                    n,
                 };
             }
         }
@@ -239,7 +298,7 @@ impl FairModel {
 
     /// A waiter told it was handed the lock (message or reply), as `fair_acquire` handles
     /// `Wake::HandedOff`.
-    fn handed(&self, s: &mut FairState, to: Proc, sent: u8, next: Option<Proc>) {
+    fn handed(&self, s: &mut FairState, to: Proc, sent: u8, next: Option<Proc>, n: u8) {
         if let Phase::Waiting { .. } = s.procs[to as usize] {
             let until = sent + self.life;
             // `lease.remaining() >= ttl / 2`, else claim at the next attempt.
@@ -248,9 +307,80 @@ impl FairModel {
                     until,
                     next,
                     lost: false,
+                    fence: n,
                 };
+                Self::took(s, to, n);
             }
         }
+    }
+
+    /// `INCR {K}:fencing` (0 without fencing).
+    fn incr(&self, s: &mut FairState) -> u8 {
+        if self.fencing {
+            s.counter += 1;
+            s.counter
+        } else {
+            0
+        }
+    }
+
+    /// Process `p` holds with fencing number `n`: it must be above every number another
+    /// holder took before.
+    fn took(s: &mut FairState, p: Proc, n: u8) {
+        let (top, by) = s.top;
+        if n < top || (n == top && by != p) {
+            s.backwards = true;
+        }
+        if n > top {
+            s.top = (n, p);
+        }
+    }
+
+    /// `FAIR_ACQUIRE_LUA` run once for `p`: `Some(n)` if it granted the lock (`n`: the fencing
+    /// number, 0 without fencing), `None` if `p` is (still) queued.
+    fn attempt_script(&self, s: &mut FairState, p: Proc) -> Option<u8> {
+        let i = p as usize;
+        let (now, life) = (s.now, self.life);
+        if Self::held_by(s, p) {
+            // Handed to us (or taken by an earlier run of this attempt): claim with a full TTL.
+            s.key = Some((p, now + life));
+            s.queue.retain(|&q| q != p);
+            let n = match s.granted[i] {
+                Some((_, n)) if self.stale_grant || n == s.counter => n,
+                _ => self.incr(s),
+            };
+            s.entries[i] = None;
+            s.granted[i] = None;
+            return Some(n);
+        }
+        if s.key.is_none() {
+            // Dead heads dropped; take it if first (or nobody is queued).
+            while let Some(&h) = s.queue.first() {
+                if s.entries[h as usize].is_some() {
+                    break;
+                }
+                s.queue.remove(0);
+            }
+            let first = s.queue.first().copied();
+            if first.is_none() || first == Some(p) {
+                s.key = Some((p, now + life));
+                s.queue.retain(|&q| q != p);
+                if first.is_some() || !self.stale_grant {
+                    s.entries[i] = None;
+                    s.granted[i] = None;
+                }
+                return Some(self.incr(s));
+            }
+        }
+        if !s.queue.contains(&p) {
+            s.queue.push(p);
+        }
+        s.entries[i] = Some((now + life, now));
+        s.granted[i] = None;
+        if self.queue_expires {
+            s.queue_expiry = s.queue_expiry.max(now + 2 * life);
+        }
+        None
     }
 
     fn held_by(s: &FairState, p: Proc) -> bool {
@@ -282,6 +412,10 @@ impl Model for FairModel {
             queue: vec![1],
             queue_expiry: 2 * life,
             entries: vec![None; n],
+            granted: vec![None; n],
+            counter: u8::from(self.fencing),
+            top: (u8::from(self.fencing), 0),
+            backwards: false,
             procs: vec![Phase::Idle; n],
             msgs: vec![],
             pending: vec![],
@@ -291,6 +425,7 @@ impl Model for FairModel {
             until: life,
             next: Some(1),
             lost: false,
+            fence: u8::from(self.fencing),
         };
         handed.procs[1] = Phase::Waiting { offer: Some(life) };
         let mut plain = FairState {
@@ -303,6 +438,7 @@ impl Model for FairModel {
             until: life,
             next: None,
             lost: false,
+            fence: u8::from(self.fencing),
         };
         if self.both_starts {
             vec![handed, plain]
@@ -317,9 +453,17 @@ impl Model for FairModel {
         }
         for p in 0..self.n() as Proc {
             match s.procs[p as usize] {
-                Phase::Idle => actions.push(FairAction::Attempt(p)),
+                Phase::Idle => {
+                    actions.push(FairAction::Attempt(p, false));
+                    if self.resent_attempts {
+                        actions.push(FairAction::Attempt(p, true));
+                    }
+                }
                 Phase::Waiting { .. } => {
-                    actions.push(FairAction::Attempt(p));
+                    actions.push(FairAction::Attempt(p, false));
+                    if self.resent_attempts {
+                        actions.push(FairAction::Attempt(p, true));
+                    }
                     actions.push(FairAction::Leave(p));
                     actions.push(FairAction::Crash(p));
                 }
@@ -361,50 +505,24 @@ impl Model for FairModel {
                 s.now += 1;
                 self.expire(&mut s);
             }
-            FairAction::Attempt(p) => {
-                let i = p as usize;
-                if Self::held_by(&s, p) {
-                    // Handed to us: claim with a full TTL.
-                    s.key = Some((p, now + life));
-                    s.queue.retain(|&q| q != p);
-                    s.entries[i] = None;
-                    s.procs[i] = Phase::Holding {
-                        until: now + life,
-                        next: None,
-                        lost: false,
-                    };
-                    return Some(s);
+            FairAction::Attempt(p, twice) => {
+                let mut got = self.attempt_script(&mut s, p);
+                if twice {
+                    got = self.attempt_script(&mut s, p);
                 }
-                if s.key.is_none() {
-                    // Dead heads dropped; take it if first (or nobody is queued).
-                    while let Some(&h) = s.queue.first() {
-                        if s.entries[h as usize].is_some() {
-                            break;
-                        }
-                        s.queue.remove(0);
-                    }
-                    let first = s.queue.first().copied();
-                    if first.is_none() || first == Some(p) {
-                        s.key = Some((p, now + life));
-                        s.queue.retain(|&q| q != p);
-                        s.entries[i] = None;
-                        s.procs[i] = Phase::Holding {
+                s.procs[p as usize] = match got {
+                    Some(n) => {
+                        Self::took(&mut s, p, n);
+                        Phase::Holding {
                             until: now + life,
                             next: None,
                             lost: false,
-                        };
-                        return Some(s);
+                            fence: n,
+                        }
                     }
-                }
-                if !s.queue.contains(&p) {
-                    s.queue.push(p);
-                }
-                s.entries[i] = Some((now + life, now));
-                if self.queue_expires {
-                    s.queue_expiry = s.queue_expiry.max(now + 2 * life);
-                }
-                s.procs[i] = Phase::Waiting {
-                    offer: Some(now + life),
+                    None => Phase::Waiting {
+                        offer: Some(now + life),
+                    },
                 };
             }
             FairAction::Leave(p) => {
@@ -432,14 +550,17 @@ impl Model for FairModel {
                 }
             }
             FairAction::Release(p) => {
-                let Phase::Holding { until, next, lost } = s.procs[p as usize].clone() else {
+                let Phase::Holding {
+                    until, next, lost, ..
+                } = s.procs[p as usize].clone()
+                else {
                     return None;
                 };
                 s.procs[p as usize] = Phase::Done;
                 // EarlyHandoff::for_release: next in line of this client, still waiting with
                 // terms, and at least half the TTL left.
                 let mut early = None;
-                if let Some(q) = next.filter(|_| !lost)
+                if let Some(q) = next.filter(|_| !lost && !self.fencing)
                     && self.clients[q as usize] == self.clients[p as usize]
                     && let Phase::Waiting { offer: Some(alive) } = s.procs[q as usize]
                 {
@@ -449,6 +570,7 @@ impl Model for FairModel {
                             until: v,
                             next: None,
                             lost: false,
+                            fence: 0,
                         };
                         early = Some(q);
                     }
@@ -469,6 +591,7 @@ impl Model for FairModel {
                 if leave {
                     s.queue.retain(|&q| q != by);
                     s.entries[by as usize] = None;
+                    s.granted[by as usize] = None;
                 }
                 let outcome = if Self::held_by(&s, by) {
                     self.pass_on(&mut s, by)
@@ -518,10 +641,10 @@ impl Model for FairModel {
                         }
                     }
                 }
-                if let Outcome::HandedOff { to, sent, next } = outcome
+                if let Outcome::HandedOff { to, sent, next, n } = outcome
                     && self.clients[to as usize] == self.clients[r.by as usize]
                 {
-                    self.handed(&mut s, to, sent, next);
+                    self.handed(&mut s, to, sent, next, n);
                 }
             }
             FairAction::LoseReply(i) => {
@@ -536,7 +659,7 @@ impl Model for FairModel {
                 if !dup {
                     s.msgs.remove(i);
                 }
-                self.handed(&mut s, m.to, m.sent, None);
+                self.handed(&mut s, m.to, m.sent, None, m.n);
             }
             FairAction::LoseMsg(i) => {
                 s.msgs.remove(i);
@@ -546,16 +669,9 @@ impl Model for FairModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
+        let mut properties = vec![
             Property::always("never two holders with valid leases", |_, s| {
                 valid_holders(s) <= 1
-            }),
-            Property::sometimes("a waiter holds an early lease", |_, s: &FairState| {
-                s.pending.iter().any(|r| {
-                    r.early.is_some_and(|q| {
-                        matches!(s.procs[q as usize], Phase::Holding { lost: false, .. })
-                    })
-                })
             }),
             Property::sometimes(
                 "a waiter of another client holds by message",
@@ -566,7 +682,39 @@ impl Model for FairModel {
                         .any(|(c, p)| *c != m.clients[0] && matches!(p, Phase::Holding { .. }))
                 },
             ),
-        ]
+        ];
+        if self.fencing {
+            properties.extend([
+                Property::always(
+                    "fencing numbers strictly increase across holders",
+                    |_, s: &FairState| !s.backwards,
+                ),
+                Property::sometimes("a holder takes the fourth number", |_, s: &FairState| {
+                    s.top.0 >= 4
+                }),
+                Property::sometimes(
+                    "a granted entry outlives its handoff's lock",
+                    |_, s: &FairState| {
+                        s.granted
+                            .iter()
+                            .enumerate()
+                            .any(|(p, g)| g.is_some() && !Self::held_by(s, p as Proc))
+                    },
+                ),
+            ]);
+        } else {
+            properties.push(Property::sometimes(
+                "a waiter holds an early lease",
+                |_, s: &FairState| {
+                    s.pending.iter().any(|r| {
+                        r.early.is_some_and(|q| {
+                            matches!(s.procs[q as usize], Phase::Holding { lost: false, .. })
+                        })
+                    })
+                },
+            ));
+        }
+        properties
     }
 
     fn within_boundary(&self, s: &FairState) -> bool {

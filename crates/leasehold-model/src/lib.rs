@@ -3,20 +3,28 @@
 //!
 //! - [`fair`]: the fair lock's queue and its three handoffs (by message, by reply, early within
 //!   a client), with entry expiry, lost / duplicated / delayed messages and replies, waiters
-//!   that leave or crash, a release retried; `queue_expires` restores finding 1.
+//!   that leave or crash, a release retried; `queue_expires` restores finding 1. With
+//!   fencing, attempts whose script runs twice; `stale_grant` restores finding U2.
 //! - [`extend`]: extend and renewal with ambiguous outcomes (replies lost, commands applied
-//!   late, reordered); `ambiguous_keeps_validity` restores finding 2.
+//!   late, re-sent by the client, overtaken within their bound); `Rule::ForgetOlder`
+//!   restores finding U1, `ambiguous_keeps_validity` finding 2.
 //! - [`redlock`]: Redlock with fencing over majorities that differ, nodes restarting with and
 //!   without their data.
+//! - [`acquire`]: the acquisition every primitive shares (plain lock, semaphore, read-write
+//!   lock, election), with renewals racing a release and `min_hold`; `kept_token` restores
+//!   finding L2.
 //!
 //! Every action names the Lua script or Rust function it mirrors. The properties: never two
-//! holders with valid leases (model time, drift folded into the lifetimes), and fencing
-//! numbers strictly increase across holders. Bounds, results and what is not modelled:
+//! holders with valid leases (model time, drift folded into the lifetimes; for the extend
+//! model, the key holds our token whenever we believe we hold it), never more holders than
+//! the slots allow, fencing numbers and election terms strictly increase across holders, and
+//! a min-hold release frees the key by `t + hold`. Bounds, results and what is not modelled:
 //! `docs/model-checking.md`.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod acquire;
 pub mod extend;
 pub mod fair;
 pub mod redlock;

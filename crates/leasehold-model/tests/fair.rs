@@ -46,3 +46,47 @@ fn finding_1_an_expiring_queue_gives_two_holders() {
         report.states
     );
 }
+
+const FENCING: &str = "fencing numbers strictly increase across holders";
+
+#[test]
+fn the_fenced_fair_lock_issues_increasing_numbers() {
+    let report = check(FairModel::fenced());
+    eprintln!(
+        "fair (fenced): {} states, depth {}, {:?}",
+        report.states, report.depth, report.elapsed
+    );
+    for property in [TWO_HOLDERS, FENCING] {
+        assert!(
+            report.discovery(property).is_none(),
+            "{property} violated:\n{}",
+            report.trace(property)
+        );
+    }
+    for example in [
+        "a waiter of another client holds by message",
+        "a holder takes the fourth number",
+        "a granted entry outlives its handoff's lock",
+    ] {
+        assert!(
+            report.discovery(example).is_some(),
+            "never reached: {example}"
+        );
+    }
+    assert!(report.states > 10_000, "only {} states", report.states);
+}
+
+#[test]
+fn finding_u2_a_stale_granted_entry_makes_fencing_go_backwards() {
+    let report = find(FairModel::with_stale_grant());
+    eprintln!(
+        "fair (stale granted entry): {} states\n{}",
+        report.states,
+        report.trace(FENCING)
+    );
+    assert!(
+        report.discovery(FENCING).is_some(),
+        "finding U2 not found in {} states",
+        report.states
+    );
+}
