@@ -1250,3 +1250,153 @@ async fn waiters_granted_after_waiting_longer_than_their_ttl_keep_their_turn() {
         "granted in arrival order, each grant kept (a give-back draws a number)"
     );
 }
+
+/// `key`'s lease row: its token, and how long it stays busy by the server's clock (ms; `None`:
+/// no row).
+async fn lease_row(admin: &tokio_postgres::Client, key: &str) -> Option<(Option<String>, i64)> {
+    admin
+        .query_opt(
+            "SELECT token, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint
+               FROM leasehold_leases WHERE key = $1",
+            &[&key],
+        )
+        .await
+        .unwrap()
+        .map(|r| (r.get(0), r.get(1)))
+}
+
+// L2 (lease rows): with min_hold and auto-extension, a renewal that passed its check before the
+// release and reached the server after it matched the kept row (it kept our token) and
+// extended it to a full TTL: the key stayed busy up to 30 s instead of min_hold. That renewal
+// is the by-token extend sent here after the release (the same statement, the same token; a
+// race on two threads hits it once in hundreds of rounds). Now a kept row is marked released
+// and no extend, nor a second release, matches it.
+#[tokio::test]
+async fn a_renewal_racing_a_min_hold_release_never_extends_the_kept_row() {
+    use leasehold::postgres::PostgresLeaseClient;
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    let admin = admin(&pg).await;
+    let client = PostgresLeaseClient::connect(&lease_url(&pg)).await.unwrap();
+    let min_hold = Duration::from_secs(1);
+    let ttl = Duration::from_secs(30);
+    let opts = LockOptions::new(ttl)
+        .min_hold(min_hold)
+        .auto_extend(true)
+        .renew_every(Duration::from_millis(1));
+    let g = client
+        .try_acquire("l2", &opts)
+        .await
+        .unwrap()
+        .acquired()
+        .unwrap();
+    let first = g.valid_until();
+    until("a renewal", || async { g.valid_until() > first }).await;
+    let token = g.token().clone();
+    g.release().await.unwrap();
+    // The renewal that was on its way, applied after the release.
+    let late = client.extend("l2", &token, ttl).await;
+    assert!(matches!(late, Err(Error::NotHeld { .. })), "{late:?}");
+    let again = client.release("l2", &token).await;
+    assert!(matches!(again, Err(Error::NotHeld { .. })), "{again:?}");
+    let (holder, ms) = lease_row(&admin, "l2").await.expect("the row");
+    assert_eq!(holder.as_deref(), Some(token.expose()), "kept for the hold");
+    assert!(
+        ms <= min_hold.as_millis() as i64,
+        "kept for {ms} ms after the release"
+    );
+    let state = client.inspect("l2").await.unwrap();
+    assert!(state.ttl.expect("busy") <= min_hold, "{state:?}");
+}
+
+// F2 (lease rows): a min_hold grant that came too late to be a lease (the statement waited on
+// the row's lock) was given back with the plain release, which keeps the row for the hold: the
+// key stayed busy, held by nobody. Now the give-back frees the row whatever the hold says.
+#[tokio::test]
+async fn a_min_hold_grant_given_back_on_arrival_frees_the_row() {
+    use leasehold::postgres::PostgresLeaseClient;
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    let direct = admin(&pg).await;
+    let client = PostgresLeaseClient::connect(&lease_url(&pg)).await.unwrap();
+    let key = "f2";
+    let long = LockOptions::new(Duration::from_secs(30));
+    client
+        .try_acquire(key, &long)
+        .await
+        .unwrap()
+        .acquired()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    // The row is locked by an open transaction: the next acquisition waits for it in the server.
+    let blocker = admin(&pg).await;
+    blocker
+        .batch_execute("BEGIN; SELECT * FROM leasehold_leases WHERE key = 'f2' FOR UPDATE")
+        .await
+        .unwrap();
+    let ttl = Duration::from_millis(300);
+    let opts = LockOptions::new(ttl).min_hold(ttl);
+    let attempt = {
+        let (client, opts) = (client.clone(), opts.clone());
+        tokio::spawn(async move { client.try_acquire(key, &opts).await })
+    };
+    until("the acquisition waits for the row", || async {
+        let n: i64 = direct
+            .query_one("SELECT count(*) FROM pg_locks WHERE NOT granted", &[])
+            .await
+            .unwrap()
+            .get(0);
+        n > 0
+    })
+    .await;
+    server_clock_passes(&direct, ttl * 2).await;
+    blocker.batch_execute("COMMIT").await.unwrap();
+    let err = attempt.await.unwrap().unwrap_err();
+    assert!(matches!(err, Error::ExpiredOnArrival { .. }), "{err:?}");
+    let (token, _) = lease_row(&direct, key).await.expect("the row");
+    assert_eq!(
+        token, None,
+        "the grant given back frees the row, hold or not"
+    );
+    let other = PostgresLeaseClient::connect(&lease_url(&pg)).await.unwrap();
+    assert!(matches!(
+        other.try_acquire(key, &long).await.unwrap(),
+        TryAcquire::Acquired(_)
+    ));
+}
+
+// M9 (lease rows): an acquisition whose reply never came (a response timeout; also a dropped
+// future) left the row held by a token nobody knows, for a whole TTL. Now the attempt gives it
+// back in the background (token-checked, so it frees nothing else).
+#[tokio::test]
+async fn a_lease_row_acquisition_with_an_unknown_outcome_is_given_back() {
+    use leasehold::ClientOptions;
+    use leasehold::postgres::PostgresLeaseClient;
+    use leasehold_harness::SlowLink;
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    let admin = admin(&pg).await;
+    let link = SlowLink::start(pg.addr()).unwrap();
+    let url = lease_url(&pg).replace(
+        &format!(":{}/", pg.port()),
+        &format!(":{}/", link.addr().port()),
+    );
+    let options = ClientOptions::new().response_timeout(Duration::from_millis(300));
+    let client = PostgresLeaseClient::connect_with(&url, options)
+        .await
+        .unwrap();
+    let opts = LockOptions::new(Duration::from_secs(60));
+    link.set_reply_delay(Duration::from_secs(1));
+    let err = client.try_acquire("m9", &opts).await.unwrap_err();
+    assert!(!matches!(err, Error::NotHeld { .. }), "{err:?}");
+    until("the unknown attempt's row is given back", || async {
+        matches!(lease_row(&admin, "m9").await, Some((None, _)))
+    })
+    .await;
+    link.set_reply_delay(Duration::ZERO);
+}

@@ -706,3 +706,45 @@ async fn a_lease_row_election_watch_hears_every_change() {
         .unwrap();
     assert_eq!(seen, None);
 }
+
+// Review 2026-12-02, M4 (lease rows): the election's upsert did not reset `hold_until`, so a
+// hold left on the name's row by a plain lock taken with min_hold (force-released, or lost)
+// kept a resigned leader's row busy until that hold's end. Now winning the election clears it.
+#[tokio::test]
+async fn a_resigned_leader_is_not_kept_by_an_old_min_hold() {
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    let locker = Locker::connect(&format!("{}?lock=lease", pg.url()))
+        .await
+        .unwrap();
+    let long = Duration::from_secs(30);
+    let held = acquired(
+        locker
+            .try_acquire("m4-lead", &LockOptions::new(long).min_hold(long))
+            .await
+            .unwrap(),
+    );
+    locker
+        .force_release("m4-lead", "taken away during its hold")
+        .await
+        .unwrap();
+    drop(held.detach());
+    let election = locker.election("m4-lead").unwrap();
+    let leader = election
+        .campaign("a", &LockOptions::new(long))
+        .await
+        .unwrap();
+    leader.release().await.unwrap();
+    assert_eq!(election.leader().await.unwrap(), None);
+    assert_eq!(locker.inspect("m4-lead").await.unwrap().holder, None);
+    acquired(
+        locker
+            .try_acquire("m4-lead", &LockOptions::new(long))
+            .await
+            .unwrap(),
+    )
+    .release()
+    .await
+    .unwrap();
+}
