@@ -707,6 +707,50 @@ async fn a_lease_row_election_watch_hears_every_change() {
     assert_eq!(seen, None);
 }
 
+// Review 2026-12-02, M1(d): forcing the release of a read-write lock held by several readers
+// terminated every reader's backend, bumped nothing visible, and then failed with "more than
+// one row" (one row per backend): the caller saw an error for a completed force. Now the
+// statement answers one row, and every reader is reported lost.
+#[tokio::test]
+async fn forcing_a_lock_held_by_several_readers_ends_them_all_and_succeeds() {
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    let admin = admin(&pg).await;
+    let locker = Locker::connect(&pg.url()).await.unwrap();
+    let opts = LockOptions::new(Duration::from_secs(30));
+    let rw = locker.rwlock("forced-rw").unwrap();
+    let readers = [
+        acquired(rw.try_read(&opts).await.unwrap()),
+        acquired(rw.try_read(&opts).await.unwrap()),
+    ];
+    assert_eq!(
+        advisory(&admin, "forced-rw", 0, "ShareLock", true)
+            .await
+            .len(),
+        2
+    );
+    locker
+        .force_release("forced-rw", "two readers at once")
+        .await
+        .unwrap();
+    for r in &readers {
+        tokio::time::timeout(BOUND, r.lost())
+            .await
+            .expect("reader loss");
+    }
+    assert!(
+        advisory(&admin, "forced-rw", 0, "ShareLock", true)
+            .await
+            .is_empty()
+    );
+    let err = locker
+        .force_release("forced-rw", "again")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NotHeld { .. }), "{err:?}");
+}
+
 // Review 2026-12-02, M4 (lease rows): the election's upsert did not reset `hold_until`, so a
 // hold left on the name's row by a plain lock taken with min_hold (force-released, or lost)
 // kept a resigned leader's row busy until that hold's end. Now winning the election clears it.
