@@ -227,9 +227,12 @@ impl PostgresClient {
     }
 
     /// Latches the client into refusing session locks: a pooler's sign was seen (`found`, in
-    /// the error). Every later acquisition through this client and its clones is refused with
+    /// the error). Every later acquisition through this client and its clones (and every other
+    /// request that takes a pooled session: inspect, list, history) is refused with
     /// [`Error::Topology`] before any round trip, as at connect: one sign is enough to know that
-    /// server sessions are handed around, even if most statements happen to land well.
+    /// server sessions are handed around, even if most statements happen to land well. Locks
+    /// already held keep their sessions: their extends check that they still hold the lock on
+    /// their own server process, and report the loss otherwise.
     /// Returns that refusal (naming the first sign seen).
     pub(super) fn pooler_seen(&self, found: &str) -> Error {
         let first = self.inner.pooler.get_or_init(|| {
