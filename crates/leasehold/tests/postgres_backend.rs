@@ -580,6 +580,105 @@ async fn session_locks_through_a_transaction_pooler_are_refused() {
     PostgresClient::connect(&pg.url()).await.unwrap();
 }
 
+/// Clients that keep every server session of `bouncer`'s pool busy with short transactions
+/// (one more client than servers), until the returned sender is dropped.
+fn keep_the_pool_busy(bouncer: &PgBouncer, clients: usize) -> tokio::sync::oneshot::Sender<()> {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let stopped = futures_util::FutureExt::shared(stopped);
+    for _ in 0..clients {
+        let (url, stopped) = (bouncer.url(), stopped.clone());
+        tokio::spawn(async move {
+            let (client, conn) = tokio_postgres::connect(&url, NoTls).await.unwrap();
+            tokio::spawn(conn);
+            let busy = async {
+                loop {
+                    if client.simple_query("SELECT pg_sleep(0.005)").await.is_err() {
+                        return;
+                    }
+                }
+            };
+            tokio::select! {
+                _ = stopped => {}
+                _ = busy => {}
+            }
+        });
+    }
+    stop
+}
+
+// Review 2026-12-02, U3: on a *busy* transaction pool (other clients' transactions between
+// ours, and PgBouncer closing server sessions after `server_lifetime`), the connect check (two
+// connections, one probe each) could land on two server processes and pass; an acquiring
+// statement that then landed on the server session its own session had probed was granted,
+// and the lock lived on a pooled server session that PgBouncer closed a second later, while
+// the guard still said `is_held()`: a second client took the key. Now the connect check runs
+// several transactions on each of two connections, one after the other, and any change of
+// server process refuses; and a client that once saw a pooler's sign refuses every later
+// acquisition.
+#[tokio::test]
+async fn session_locks_through_a_busy_transaction_pooler_are_refused() {
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    let options = PgBouncerOptions::new()
+        .setting("server_lifetime", "1")
+        .setting("server_idle_timeout", "1")
+        .setting("default_pool_size", "3");
+    let Some(bouncer) = pgbouncer_for_test(&pg, &options) else {
+        return;
+    };
+    let _busy = keep_the_pool_busy(&bouncer, 4);
+    let direct = admin(&pg).await;
+    let key = "busy-pool";
+    let opts = LockOptions::new(Duration::from_secs(30));
+    let attempts = 40;
+    let mut refused = 0;
+    let mut other_errors = Vec::new();
+    for _ in 0..attempts {
+        let client = match PostgresClient::connect(&bouncer.url()).await {
+            Ok(client) => client,
+            Err(Error::Topology { reason }) => {
+                assert!(reason.contains("?lock=lease"), "{reason}");
+                refused += 1;
+                continue;
+            }
+            Err(e) => {
+                other_errors.push(e.to_string());
+                continue;
+            }
+        };
+        match client.try_acquire(key, &opts).await {
+            Ok(TryAcquire::Acquired(guard)) => {
+                // Granted through the pooler: the pooler closes the server session holding it.
+                until(
+                    "the pooler closed the server session holding the lock",
+                    || async { holder_pid(&direct, key).await.is_none() },
+                )
+                .await;
+                let other = PostgresClient::connect(&pg.url()).await.unwrap();
+                let stolen = other.try_acquire(key, &opts).await.unwrap();
+                assert!(
+                    !(matches!(stolen, TryAcquire::Acquired(_)) && guard.is_held()),
+                    "two holders: a session lock granted through a transaction pooler lived on                      a pooled server session, and another client took the key while the first                      guard still says is_held()"
+                );
+                panic!("a session lock was granted through a transaction pooler");
+            }
+            Ok(TryAcquire::Busy { .. }) => other_errors.push("busy".into()),
+            Err(Error::Topology { .. }) => {
+                refused += 1;
+                // Latched: the client refuses every later acquisition.
+                let again = client.try_acquire("another-key", &opts).await;
+                assert!(matches!(again, Err(Error::Topology { .. })), "{again:?}");
+            }
+            Err(e) => other_errors.push(e.to_string()),
+        }
+    }
+    assert_eq!(
+        refused, attempts,
+        "every attempt is refused as a pooler's; other outcomes: {other_errors:?}"
+    );
+}
+
 #[tokio::test]
 async fn lease_rows_work_through_a_transaction_pooler() {
     use leasehold::postgres::PostgresLeaseClient;
@@ -739,6 +838,10 @@ async fn a_session_that_already_holds_the_key_is_refused() {
         Error::Topology { reason } => assert!(reason.contains("already held"), "{reason}"),
         other => panic!("expected a Topology error, got {other}"),
     }
+    // That sign latches the client: every later acquisition is refused too, whatever server
+    // session it would get (review 2026-12-02, U3; it used to be granted).
+    let again = client.try_acquire("unrelated", &opts).await;
+    assert!(matches!(again, Err(Error::Topology { .. })), "{again:?}");
     assert_eq!(holder_pid(&direct, "handed").await, Some(left_by));
     let row: Option<i64> = direct
         .query_opt(
@@ -1014,4 +1117,286 @@ async fn grants_that_expire_on_arrival_are_retried_with_backoff_until_the_deadli
     assert!(matches!(ok, TryAcquire::Acquired(_)));
     let ok = rows.try_acquire("jobs:late-row", &long).await.unwrap();
     assert!(matches!(ok, TryAcquire::Acquired(_)));
+}
+
+// -- review 2026-12-02: reloads, late grants, min_hold on lease rows, orphans ---------------
+
+// U5: the TCP settings that bound a session's silence were read once per pooled session; a
+// `pg_reload_conf()` that lowers them applies to live server sessions, but a pooled session (and
+// a held lock's) kept counting on the old bound. Now every acquiring and extending statement
+// reads them, and the validity is computed from that reply.
+#[tokio::test]
+async fn a_reload_that_lowers_the_tcp_settings_bounds_the_next_acquire_and_extend() {
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    let admin = admin(&pg).await;
+    let client = PostgresClient::connect(&pg.url()).await.unwrap();
+    let opts = LockOptions::new(Duration::from_secs(60));
+    // A held lock and a pooled session, both under the server's defaults.
+    let held = client
+        .try_acquire("held", &opts)
+        .await
+        .unwrap()
+        .acquired()
+        .unwrap();
+    assert!(held.lease().remaining() > Duration::from_secs(30));
+    let pooled = client
+        .try_acquire("pooled", &opts)
+        .await
+        .unwrap()
+        .acquired()
+        .unwrap();
+    assert!(pooled.lease().remaining() > Duration::from_secs(30));
+    pooled.release().await.unwrap();
+
+    // Keepalive now gives up after 3 + 1 x 2 = 5 s of silence, on every live server session.
+    for statement in [
+        "ALTER SYSTEM SET tcp_keepalives_idle = 3",
+        "ALTER SYSTEM SET tcp_keepalives_interval = 1",
+        "ALTER SYSTEM SET tcp_keepalives_count = 2",
+        "SELECT pg_reload_conf()",
+    ] {
+        admin.batch_execute(statement).await.unwrap();
+    }
+    until("the reload is in effect", || async {
+        let idle: String = admin
+            .query_one("SELECT current_setting('tcp_keepalives_idle')", &[])
+            .await
+            .unwrap()
+            .get(0);
+        idle == "3"
+    })
+    .await;
+    let bound = Duration::from_secs(5);
+    until(
+        "the next acquisition counts on the lowered bound",
+        || async {
+            let g = client
+                .try_acquire("pooled", &opts)
+                .await
+                .unwrap()
+                .acquired()
+                .unwrap();
+            let left = g.lease().remaining();
+            g.release().await.unwrap();
+            left <= bound
+        },
+    )
+    .await;
+    until("the next extend counts on the lowered bound", || async {
+        held.extend(Duration::from_secs(60)).await.unwrap();
+        held.lease().remaining() <= bound
+    })
+    .await;
+    assert!(held.is_held());
+    held.release().await.unwrap();
+}
+
+// F1: a waiter granted the lock after waiting in the server's queue for longer than its lease
+// lifetime used to find the grant "expired on arrival", give it back, and queue again at the
+// tail: the server's arrival order was lost, and each give-back drew a fencing number. Now the
+// session lock, which cannot lapse while its session lives, is extended on the same session and
+// counted from that statement: B and C, queued in that order behind a holder that keeps the
+// lock longer than their TTL, win in that order with the next two numbers.
+#[tokio::test]
+async fn waiters_granted_after_waiting_longer_than_their_ttl_keep_their_turn() {
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    let admin = admin(&pg).await;
+    let client = PostgresClient::connect(&pg.url()).await.unwrap();
+    let ttl = Duration::from_secs(1);
+    let holder = client
+        .try_acquire(
+            "late",
+            &LockOptions::new(ttl).fencing(true).auto_extend(true),
+        )
+        .await
+        .unwrap()
+        .acquired()
+        .unwrap();
+    let first = holder.fencing_token().unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let wait = LockOptions::new(ttl).fencing(true).wait(BOUND);
+    let mut tasks = Vec::new();
+    for (i, name) in ["B", "C"].into_iter().enumerate() {
+        let (client, wait, tx) = (client.clone(), wait.clone(), tx.clone());
+        tasks.push(tokio::spawn(async move {
+            let guard = client.acquire("late", &wait).await.unwrap();
+            tx.send((name, guard.fencing_token().unwrap(), guard.is_held()))
+                .unwrap();
+            guard.release().await.unwrap();
+        }));
+        until("waiter queued", || async {
+            waiting(&admin).await == i as i64 + 1
+        })
+        .await;
+    }
+    // The waiters have waited longer than their lease lifetime.
+    server_clock_passes(&admin, ttl * 2).await;
+    assert!(holder.is_held());
+    holder.release().await.unwrap();
+    let mut order = Vec::new();
+    for _ in 0..2 {
+        order.push(rx.recv().await.unwrap());
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(
+        order,
+        [("B", first + 1, true), ("C", first + 2, true)],
+        "granted in arrival order, each grant kept (a give-back draws a number)"
+    );
+}
+
+/// `key`'s lease row: its token, and how long it stays busy by the server's clock (ms; `None`:
+/// no row).
+async fn lease_row(admin: &tokio_postgres::Client, key: &str) -> Option<(Option<String>, i64)> {
+    admin
+        .query_opt(
+            "SELECT token, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint
+               FROM leasehold_leases WHERE key = $1",
+            &[&key],
+        )
+        .await
+        .unwrap()
+        .map(|r| (r.get(0), r.get(1)))
+}
+
+// L2 (lease rows): with min_hold and auto-extension, a renewal that passed its check before the
+// release and reached the server after it matched the kept row (it kept our token) and
+// extended it to a full TTL: the key stayed busy up to 30 s instead of min_hold. That renewal
+// is the by-token extend sent here after the release (the same statement, the same token; a
+// race on two threads hits it once in hundreds of rounds). Now a kept row is marked released
+// and no extend, nor a second release, matches it.
+#[tokio::test]
+async fn a_renewal_racing_a_min_hold_release_never_extends_the_kept_row() {
+    use leasehold::postgres::PostgresLeaseClient;
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    let admin = admin(&pg).await;
+    let client = PostgresLeaseClient::connect(&lease_url(&pg)).await.unwrap();
+    let min_hold = Duration::from_secs(1);
+    let ttl = Duration::from_secs(30);
+    let opts = LockOptions::new(ttl)
+        .min_hold(min_hold)
+        .auto_extend(true)
+        .renew_every(Duration::from_millis(1));
+    let g = client
+        .try_acquire("l2", &opts)
+        .await
+        .unwrap()
+        .acquired()
+        .unwrap();
+    let first = g.valid_until();
+    until("a renewal", || async { g.valid_until() > first }).await;
+    let token = g.token().clone();
+    g.release().await.unwrap();
+    // The renewal that was on its way, applied after the release.
+    let late = client.extend("l2", &token, ttl).await;
+    assert!(matches!(late, Err(Error::NotHeld { .. })), "{late:?}");
+    let again = client.release("l2", &token).await;
+    assert!(matches!(again, Err(Error::NotHeld { .. })), "{again:?}");
+    let (holder, ms) = lease_row(&admin, "l2").await.expect("the row");
+    assert_eq!(holder.as_deref(), Some(token.expose()), "kept for the hold");
+    assert!(
+        ms <= min_hold.as_millis() as i64,
+        "kept for {ms} ms after the release"
+    );
+    let state = client.inspect("l2").await.unwrap();
+    assert!(state.ttl.expect("busy") <= min_hold, "{state:?}");
+}
+
+// F2 (lease rows): a min_hold grant that came too late to be a lease (the statement waited on
+// the row's lock) was given back with the plain release, which keeps the row for the hold: the
+// key stayed busy, held by nobody. Now the give-back frees the row whatever the hold says.
+#[tokio::test]
+async fn a_min_hold_grant_given_back_on_arrival_frees_the_row() {
+    use leasehold::postgres::PostgresLeaseClient;
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    let direct = admin(&pg).await;
+    let client = PostgresLeaseClient::connect(&lease_url(&pg)).await.unwrap();
+    let key = "f2";
+    let long = LockOptions::new(Duration::from_secs(30));
+    client
+        .try_acquire(key, &long)
+        .await
+        .unwrap()
+        .acquired()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    // The row is locked by an open transaction: the next acquisition waits for it in the server.
+    let blocker = admin(&pg).await;
+    blocker
+        .batch_execute("BEGIN; SELECT * FROM leasehold_leases WHERE key = 'f2' FOR UPDATE")
+        .await
+        .unwrap();
+    let ttl = Duration::from_millis(300);
+    let opts = LockOptions::new(ttl).min_hold(ttl);
+    let attempt = {
+        let (client, opts) = (client.clone(), opts.clone());
+        tokio::spawn(async move { client.try_acquire(key, &opts).await })
+    };
+    until("the acquisition waits for the row", || async {
+        let n: i64 = direct
+            .query_one("SELECT count(*) FROM pg_locks WHERE NOT granted", &[])
+            .await
+            .unwrap()
+            .get(0);
+        n > 0
+    })
+    .await;
+    server_clock_passes(&direct, ttl * 2).await;
+    blocker.batch_execute("COMMIT").await.unwrap();
+    let err = attempt.await.unwrap().unwrap_err();
+    assert!(matches!(err, Error::ExpiredOnArrival { .. }), "{err:?}");
+    let (token, _) = lease_row(&direct, key).await.expect("the row");
+    assert_eq!(
+        token, None,
+        "the grant given back frees the row, hold or not"
+    );
+    let other = PostgresLeaseClient::connect(&lease_url(&pg)).await.unwrap();
+    assert!(matches!(
+        other.try_acquire(key, &long).await.unwrap(),
+        TryAcquire::Acquired(_)
+    ));
+}
+
+// M9 (lease rows): an acquisition whose reply never came (a response timeout; also a dropped
+// future) left the row held by a token nobody knows, for a whole TTL. Now the attempt gives it
+// back in the background (token-checked, so it frees nothing else).
+#[tokio::test]
+async fn a_lease_row_acquisition_with_an_unknown_outcome_is_given_back() {
+    use leasehold::ClientOptions;
+    use leasehold::postgres::PostgresLeaseClient;
+    use leasehold_harness::SlowLink;
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    let admin = admin(&pg).await;
+    let link = SlowLink::start(pg.addr()).unwrap();
+    let url = lease_url(&pg).replace(
+        &format!(":{}/", pg.port()),
+        &format!(":{}/", link.addr().port()),
+    );
+    let options = ClientOptions::new().response_timeout(Duration::from_millis(300));
+    let client = PostgresLeaseClient::connect_with(&url, options)
+        .await
+        .unwrap();
+    let opts = LockOptions::new(Duration::from_secs(60));
+    link.set_reply_delay(Duration::from_secs(1));
+    let err = client.try_acquire("m9", &opts).await.unwrap_err();
+    assert!(!matches!(err, Error::NotHeld { .. }), "{err:?}");
+    until("the unknown attempt's row is given back", || async {
+        matches!(lease_row(&admin, "m9").await, Some((None, _)))
+    })
+    .await;
+    link.set_reply_delay(Duration::ZERO);
 }

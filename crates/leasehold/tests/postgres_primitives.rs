@@ -706,3 +706,157 @@ async fn a_lease_row_election_watch_hears_every_change() {
         .unwrap();
     assert_eq!(seen, None);
 }
+
+// Review 2026-12-02, M1(d): forcing the release of a read-write lock held by several readers
+// terminated every reader's backend, bumped nothing visible, and then failed with "more than
+// one row" (one row per backend): the caller saw an error for a completed force. Now the
+// statement answers one row, and every reader is reported lost.
+#[tokio::test]
+async fn forcing_a_lock_held_by_several_readers_ends_them_all_and_succeeds() {
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    let admin = admin(&pg).await;
+    let locker = Locker::connect(&pg.url()).await.unwrap();
+    let opts = LockOptions::new(Duration::from_secs(30));
+    let rw = locker.rwlock("forced-rw").unwrap();
+    let readers = [
+        acquired(rw.try_read(&opts).await.unwrap()),
+        acquired(rw.try_read(&opts).await.unwrap()),
+    ];
+    assert_eq!(
+        advisory(&admin, "forced-rw", 0, "ShareLock", true)
+            .await
+            .len(),
+        2
+    );
+    locker
+        .force_release("forced-rw", "two readers at once")
+        .await
+        .unwrap();
+    for r in &readers {
+        tokio::time::timeout(BOUND, r.lost())
+            .await
+            .expect("reader loss");
+    }
+    assert!(
+        advisory(&admin, "forced-rw", 0, "ShareLock", true)
+            .await
+            .is_empty()
+    );
+    let err = locker
+        .force_release("forced-rw", "again")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NotHeld { .. }), "{err:?}");
+}
+
+// Review 2026-12-02, M4 (lease rows): the election's upsert did not reset `hold_until`, so a
+// hold left on the name's row by a plain lock taken with min_hold (force-released, or lost)
+// kept a resigned leader's row busy until that hold's end. Now winning the election clears it.
+#[tokio::test]
+async fn a_resigned_leader_is_not_kept_by_an_old_min_hold() {
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    let locker = Locker::connect(&format!("{}?lock=lease", pg.url()))
+        .await
+        .unwrap();
+    let long = Duration::from_secs(30);
+    let held = acquired(
+        locker
+            .try_acquire("m4-lead", &LockOptions::new(long).min_hold(long))
+            .await
+            .unwrap(),
+    );
+    locker
+        .force_release("m4-lead", "taken away during its hold")
+        .await
+        .unwrap();
+    drop(held.detach());
+    let election = locker.election("m4-lead").unwrap();
+    let leader = election
+        .campaign("a", &LockOptions::new(long))
+        .await
+        .unwrap();
+    leader.release().await.unwrap();
+    assert_eq!(election.leader().await.unwrap(), None);
+    assert_eq!(locker.inspect("m4-lead").await.unwrap().holder, None);
+    acquired(
+        locker
+            .try_acquire("m4-lead", &LockOptions::new(long))
+            .await
+            .unwrap(),
+    )
+    .release()
+    .await
+    .unwrap();
+}
+
+/// Waits until `span` has passed on the server's clock (`clock_timestamp()`).
+async fn server_clock_passes(admin: &tokio_postgres::Client, span: Duration) {
+    let now = || async {
+        admin
+            .query_one("SELECT clock_timestamp()", &[])
+            .await
+            .unwrap()
+            .get::<_, std::time::SystemTime>(0)
+    };
+    let t0 = now().await;
+    until("time passing on the server's clock", || async {
+        now().await.duration_since(t0).unwrap_or_default() > span
+    })
+    .await;
+}
+
+// Review 2026-12-02, F1, on the primitives' path (`advisory_attempt`): writers queued in the
+// server behind a writer that keeps the lock longer than their TTL used to find each grant
+// "expired on arrival", give it back (drawing a fencing number) and queue again at the tail.
+// Now each grant is extended on its session and kept: they win in arrival order with the next
+// two numbers.
+#[tokio::test]
+async fn queued_writers_granted_after_their_ttl_keep_their_turn() {
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    let admin = admin(&pg).await;
+    let locker = Locker::connect(&pg.url()).await.unwrap();
+    let ttl = Duration::from_secs(1);
+    let rw = locker.rwlock("late-rw").unwrap();
+    let holder = acquired(
+        rw.try_write(&LockOptions::new(ttl).fencing(true).auto_extend(true))
+            .await
+            .unwrap(),
+    );
+    let first = holder.fencing_token().unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let wait = LockOptions::new(ttl).fencing(true).wait(BOUND);
+    for (i, name) in ["B", "C"].into_iter().enumerate() {
+        let (rw, wait, tx) = (rw.clone(), wait.clone(), tx.clone());
+        tokio::spawn(async move {
+            let guard = rw.write(&wait).await.unwrap();
+            tx.send((name, guard.fencing_token().unwrap(), guard.is_held()))
+                .unwrap();
+            guard.release().await.unwrap();
+        });
+        until("writer queued", || async {
+            advisory(&admin, "late-rw", 0, "ExclusiveLock", false)
+                .await
+                .len()
+                == i + 1
+        })
+        .await;
+    }
+    server_clock_passes(&admin, ttl * 2).await;
+    assert!(holder.is_held());
+    holder.release().await.unwrap();
+    let mut order = Vec::new();
+    for _ in 0..2 {
+        order.push(rx.recv().await.unwrap());
+    }
+    assert_eq!(
+        order,
+        [("B", first + 1, true), ("C", first + 2, true)],
+        "granted in arrival order, each grant kept (a give-back draws a number)"
+    );
+}

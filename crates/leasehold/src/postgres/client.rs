@@ -3,7 +3,8 @@
 
 use std::collections::HashMap;
 use std::str::FromStr;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
@@ -12,11 +13,11 @@ use tokio_postgres::error::SqlState;
 use tokio_util::sync::CancellationToken;
 
 use super::error::{pg_error, timeout_error};
-use super::lifetime::{lease_lifetime, silence_bound, validity_from};
+use super::lifetime::{lease_lifetime, silence_in, validity_from};
 use super::params::millis_text;
-use super::pooler::{pooler_error, prepare_error};
+use super::pooler::{pooler_error, pooler_sign};
 use super::sql::{
-    CREATE_TABLE, EXTEND, INSPECT, PROBE, RAISE, RELEASE, SET_LOCK_TIMEOUT, try_acquire_sql,
+    CREATE_TABLE, INSPECT, PROBE, RAISE, RELEASE, SET_LOCK_TIMEOUT, extend_sql, try_acquire_sql,
     wait_acquire_sql,
 };
 use super::sync::AdvisoryLock;
@@ -32,6 +33,11 @@ use crate::core::token::LockToken;
 /// Idle sessions kept for later acquisitions.
 const MAX_IDLE: usize = 16;
 
+/// Rounds of the connect check after each connection's first statement: one more transaction
+/// on each of the two connections, one after the other, per round (see
+/// [`PostgresClient::check_own_sessions`]).
+const CHECK_ROUNDS: usize = 3;
+
 /// A client for locks on one PostgreSQL server. Cheap to clone (clones share the pool).
 #[derive(Clone)]
 pub struct PostgresClient {
@@ -46,6 +52,9 @@ pub(super) struct Inner {
     idle: Mutex<Vec<Session>>,
     /// Locks held through this client, by (key, token): what `release`/`extend` by token find.
     pub(super) held: Mutex<HashMap<(String, LockToken), Arc<PgHeld>>>,
+    /// The first sign of a pooler that hands server sessions around, once one was seen: from
+    /// then on every acquisition is refused (see [`PostgresClient::pooler_seen`]).
+    pooler: OnceLock<String>,
 }
 
 impl std::fmt::Debug for PostgresClient {
@@ -69,9 +78,6 @@ pub(super) struct Session {
     pub(super) tls: PgTls,
     /// The server process serving it (`pg_backend_pid()` at its first statement).
     pub(super) pid: i32,
-    /// How long the server may keep the session when the client goes silent (see
-    /// [`silence_bound`]).
-    pub(super) silence: Duration,
     pub(super) try_acquire: Statement,
     pub(super) wait_acquire: Statement,
     pub(super) set_lock_timeout: Statement,
@@ -91,7 +97,6 @@ struct Opened {
     tls: PgTls,
     closed: CancellationToken,
     pid: i32,
-    silence: Duration,
 }
 
 impl PostgresClient {
@@ -142,20 +147,12 @@ impl PostgresClient {
                 options,
                 idle: Mutex::new(Vec::new()),
                 held: Mutex::new(HashMap::new()),
+                pooler: OnceLock::new(),
             }),
         };
-        // Two connections at once: served by one server process, they share server sessions,
-        // which only a transaction (or statement) pooler does. On a quiet pool it always
-        // shows (PgBouncer hands out the server it got back last); where it does not, the
-        // acquiring statement's own checks refuse (see `attempt`).
         let first = client.open_raw().await?;
         let second = client.open_raw().await?;
-        if first.pid == second.pid {
-            return Err(pooler_error(&format!(
-                "two connections at once were served by the same server process (pid {})",
-                first.pid
-            )));
-        }
+        client.check_own_sessions(&first, &second).await?;
         let session = client.prepare(first).await?;
         let spare = client.prepare(second).await?;
         match client
@@ -180,6 +177,81 @@ impl PostgresClient {
         client.put_back(spare);
         client.put_back(session);
         Ok(client)
+    }
+
+    /// The connect check: two connections open at once, each served by a server process of its
+    /// own for all its transactions. Each runs [`CHECK_ROUNDS`] more transactions, the two
+    /// alternating, so that every transaction of one has another transaction between it and the
+    /// next of the same connection. A direct connection or a session pool keeps a connection on
+    /// one server process; a transaction pooler hands each transaction the server session free
+    /// at that moment: on a quiet pool the one the other connection just gave back (PgBouncer
+    /// reuses the last one returned), on a busy pool whichever another client gave back. Any
+    /// change of process, or one process for both, refuses ([`Error::Topology`]).
+    ///
+    /// A pool can still hide itself by chance (each transaction handed the same server session
+    /// as the last one of its connection, never the other's); the acquiring statement's own
+    /// checks and the latch ([`PostgresClient::pooler_seen`]) stay in force after connect.
+    async fn check_own_sessions(&self, first: &Opened, second: &Opened) -> Result<()> {
+        if first.pid == second.pid {
+            return Err(pooler_error(&format!(
+                "two connections at once were served by the same server process (pid {})",
+                first.pid
+            )));
+        }
+        for _ in 0..CHECK_ROUNDS {
+            for opened in [first, second] {
+                let pid = self.backend_pid(&opened.client).await?;
+                if pid != opened.pid {
+                    return Err(pooler_error(&format!(
+                        "one connection's transactions were served by two server processes \
+                         (pid {}, then {pid})",
+                        opened.pid
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The server process serving `client`'s next transaction ([`PROBE`], unnamed).
+    async fn backend_pid(&self, client: &tokio_postgres::Client) -> Result<i32> {
+        let bound = self.inner.options.connect_timeout;
+        let row = tokio::time::timeout(bound, client.query_typed_one(PROBE, &[]))
+            .await
+            .map_err(|_| timeout_error(Operation::Connect, true))?
+            .map_err(|e| pg_error(Operation::Connect, true, e))?;
+        row.try_get(0).map_err(|e| Error::UnexpectedReply {
+            op: Operation::Connect,
+            detail: e.to_string(),
+        })
+    }
+
+    /// Latches the client into refusing session locks: a pooler's sign was seen (`found`, in
+    /// the error). Every later acquisition through this client and its clones (and every other
+    /// request that takes a pooled session: inspect, list, history) is refused with
+    /// [`Error::Topology`] before any round trip, as at connect: one sign is enough to know that
+    /// server sessions are handed around, even if most statements happen to land well. Locks
+    /// already held keep their sessions: their extends check that they still hold the lock on
+    /// their own server process, and report the loss otherwise.
+    /// Returns that refusal (naming the first sign seen).
+    pub(super) fn pooler_seen(&self, found: &str) -> Error {
+        let first = self.inner.pooler.get_or_init(|| {
+            tracing::warn!(
+                found,
+                "PostgreSQL pooler detected; session locks refused from now on"
+            );
+            found.to_string()
+        });
+        pooler_error(first)
+    }
+
+    /// A failed statement's error for `op`: a pooler's sign (a prepared statement taken or
+    /// unknown) latches the refusal ([`PostgresClient::pooler_seen`]).
+    pub(super) fn statement_error(&self, op: Operation, e: tokio_postgres::Error) -> Error {
+        match pooler_sign(&e) {
+            Some(found) => self.pooler_seen(&found),
+            None => pg_error(op, true, e),
+        }
     }
 
     pub(super) async fn timed<T>(
@@ -210,23 +282,12 @@ impl PostgresClient {
             }
             on_close.cancel();
         });
-        let row = tokio::time::timeout(bound, client.query_typed_one(PROBE, &[]))
-            .await
-            .map_err(|_| timeout_error(Operation::Connect, true))?
-            .map_err(|e| pg_error(Operation::Connect, true, e))?;
-        let bad = |e: tokio_postgres::Error| Error::UnexpectedReply {
-            op: Operation::Connect,
-            detail: e.to_string(),
-        };
-        let pid: i32 = row.try_get(0).map_err(bad)?;
-        let setting = |i: usize| row.try_get::<_, i32>(i).map_err(bad);
-        let silence = silence_bound(setting(1)?, setting(2)?, setting(3)?, setting(4)?);
+        let pid = self.backend_pid(&client).await?;
         Ok(Opened {
             client,
             tls: self.inner.tls.clone(),
             closed,
             pid,
-            silence,
         })
     }
 
@@ -237,17 +298,17 @@ impl PostgresClient {
             tls,
             closed,
             pid,
-            silence,
         } = opened;
         let bound = self.inner.options.connect_timeout;
         // The first statement creates the table on a fresh database: prepare after it.
         let prepare = async {
             let ok = |r: std::result::Result<Statement, tokio_postgres::Error>| r;
             // Prepared concurrently: tokio-postgres pipelines them in one round trip.
+            let extend = extend_sql();
             let (a, b, c, d, e) = tokio::join!(
                 client.prepare(SET_LOCK_TIMEOUT),
                 client.prepare(RELEASE),
-                client.prepare(EXTEND),
+                client.prepare(&extend),
                 client.prepare(INSPECT),
                 client.prepare(RAISE),
             );
@@ -257,7 +318,7 @@ impl PostgresClient {
         let (set_lock_timeout, release, extend) = tokio::time::timeout(bound, prepare)
             .await
             .map_err(|_| timeout_error(Operation::Connect, true))?
-            .map_err(prepare_error)?;
+            .map_err(|e| self.statement_error(Operation::Connect, e))?;
         // The acquire statements name the table, which may not exist before connect created it.
         client
             .batch_execute(CREATE_TABLE)
@@ -274,14 +335,13 @@ impl PostgresClient {
             .map_err(|e| pg_error(Operation::Connect, true, e))?;
         let (try_sql, wait_sql) = (try_acquire_sql(), wait_acquire_sql());
         let (t, w) = tokio::join!(client.prepare(&try_sql), client.prepare(&wait_sql));
-        let try_acquire = t.map_err(prepare_error)?;
-        let wait_acquire = w.map_err(prepare_error)?;
+        let try_acquire = t.map_err(|e| self.statement_error(Operation::Connect, e))?;
+        let wait_acquire = w.map_err(|e| self.statement_error(Operation::Connect, e))?;
         Ok(Session {
             client,
             tls,
             closed,
             pid,
-            silence,
             try_acquire,
             wait_acquire,
             set_lock_timeout,
@@ -295,8 +355,12 @@ impl PostgresClient {
         self.prepare(opened).await
     }
 
-    /// An idle session, or a new one.
+    /// An idle session, or a new one; refused once a pooler's sign was seen
+    /// ([`PostgresClient::pooler_seen`]).
     pub(super) async fn take_session(&self) -> Result<Session> {
+        if let Some(found) = self.inner.pooler.get() {
+            return Err(pooler_error(found));
+        }
         loop {
             let next = self
                 .inner
@@ -331,8 +395,13 @@ pub(super) struct PgHeld {
     session: tokio::sync::Mutex<Option<Session>>,
     /// The session's closed signal (readable without the mutex).
     closed: CancellationToken,
-    /// How long the server may keep the session without traffic ([`silence_bound`]).
-    silence: Duration,
+    /// How long the server may keep the session without traffic (ms; see
+    /// [`silence_bound`](super::lifetime::silence_bound)), as the last granting or extending
+    /// statement read it.
+    silence_ms: AtomicU64,
+    /// The lease, once handed out: every extend's reply lowers it to that reply's validity (a
+    /// reload may have shortened the silence bound; see [`PgHeld::extend_session`]).
+    lease: OnceLock<Lease>,
     /// Stops the watcher (on release).
     stop: CancellationToken,
     /// The advisory lock held, when it is not the plain lock on `key` (a reader, a permit's
@@ -350,22 +419,61 @@ impl std::fmt::Debug for PgHeld {
 }
 
 impl PgHeld {
+    /// A lock `session` was granted; `silence`: the bound the granting statement read.
     pub(super) fn new(
         client: PostgresClient,
         key: &str,
         token: &LockToken,
         session: Session,
+        silence: Duration,
     ) -> Self {
         PgHeld {
             client,
             key: key.to_string(),
             token: token.clone(),
             closed: session.closed.clone(),
-            silence: session.silence,
+            silence_ms: AtomicU64::new(millis(silence)),
+            lease: OnceLock::new(),
             session: tokio::sync::Mutex::new(Some(session)),
             stop: CancellationToken::new(),
             lock: None,
         }
+    }
+
+    /// The silence bound the last granting or extending statement read.
+    fn silence(&self) -> Duration {
+        Duration::from_millis(self.silence_ms.load(Ordering::Acquire))
+    }
+
+    /// The validity of a lock granted by a statement sent at `started` (`silence`: what it
+    /// read). A grant that comes after its lease lifetime (the statement waited in the server's
+    /// queue for longer) is not lost: a session lock cannot lapse while its session lives, so
+    /// the same session sends an extend, which checks that it holds the lock and resets the
+    /// idle limit, and the lease counts from that extend's send. Only if that extend fails, or
+    /// its own reply comes too late, is the lock given back ([`Error::ExpiredOnArrival`]; the
+    /// caller's wait retries after its backoff). So a waiter keeps its place in the server's
+    /// queue (arrival order) however long it waited.
+    pub(super) async fn validity_of_grant(
+        &self,
+        started: Instant,
+        ttl: Duration,
+        silence: Duration,
+    ) -> Result<Instant> {
+        let valid_until = validity_from(started, ttl, silence);
+        if Instant::now() < valid_until {
+            return Ok(valid_until);
+        }
+        if let Ok(until) = self.extend_session(ttl).await
+            && Instant::now() < until
+        {
+            return Ok(until);
+        }
+        let _ = self.release_session().await;
+        Err(Error::ExpiredOnArrival {
+            key: self.key.clone(),
+            elapsed: started.elapsed(),
+            ttl: lease_lifetime(ttl, self.silence()),
+        })
     }
 
     fn forget(&self) {
@@ -378,23 +486,25 @@ impl PgHeld {
     }
 
     /// Reports the loss the moment the session ends, and extends every `renew_interval` when
-    /// auto-extension is on (until `max_hold`).
+    /// auto-extension is on (until `max_hold`), within a third of the lease lifetime as the
+    /// last statement read it.
     pub(super) fn watch(self: &Arc<Self>, lease: Lease, options: &LockOptions) {
+        let _ = self.lease.set(lease.clone());
         let this = Arc::downgrade(self);
         let closed = self.closed.clone();
         let stop = self.stop.clone();
         let ttl = options.ttl();
-        let silence = self.silence;
         // Every statement resets the server's keepalive timer too: renewing within a third of
         // the shorter lifetime keeps both.
-        let renew = options.auto_extend_enabled().then(|| {
-            options
-                .renew_interval()
-                .min(lease_lifetime(ttl, silence) / 3)
-        });
+        let every = options
+            .auto_extend_enabled()
+            .then(|| options.renew_interval());
+        let renew = move |silence: Duration| {
+            every.map(|every| Instant::now() + every.min(lease_lifetime(ttl, silence) / 3))
+        };
         let stop_at = options.max_hold_bound().map(|cap| Instant::now() + cap);
+        let mut next = renew(self.silence());
         tokio::spawn(async move {
-            let mut next = renew.map(|every| Instant::now() + every);
             loop {
                 let tick = async {
                     match next {
@@ -419,7 +529,7 @@ impl PgHeld {
                 }
                 // Recorded as sent first: only a success raises the validity (guard.rs).
                 let sent = Instant::now();
-                let bound = validity_from(sent, ttl, silence);
+                let bound = validity_from(sent, ttl, held.silence());
                 let sent_extend = lease.extend_sent(sent, bound);
                 match held.extend_session(ttl).await {
                     Ok(until) => sent_extend.confirm(until.min(bound)),
@@ -431,7 +541,7 @@ impl PgHeld {
                     // (Lease::lost reports that).
                     Err(e) => tracing::debug!(key = lease.key(), error = %e, "renewal failed"),
                 }
-                next = renew.map(|every| Instant::now() + every);
+                next = renew(held.silence());
             }
         });
     }
@@ -471,6 +581,15 @@ impl PgHeld {
         }
     }
 
+    /// Resets the session's idle limit to `ttl` and checks it still holds the lock, on the
+    /// server process it started on. The validity, `sent + min(ttl, silence) - drift`, uses the
+    /// silence bound this statement read (a `pg_reload_conf()` may have lowered it since the
+    /// lock was granted), and the lease's validity is lowered to it at once: the server's TCP
+    /// settings apply to a live session when they change, whatever it was told before.
+    ///
+    /// A server process other than the session's (a pooler moved the connection), or a
+    /// statement this connection prepared found unknown, latches the pooler refusal
+    /// ([`PostgresClient::pooler_seen`]) and reports the lock not held.
     pub(super) async fn extend_session(&self, ttl: Duration) -> Result<Instant> {
         let guard = self.session.lock().await;
         let Some(session) = guard.as_ref().filter(|s| !s.is_closed()) else {
@@ -478,28 +597,57 @@ impl PgHeld {
                 key: self.key.clone(),
             });
         };
+        let not_held = || Error::NotHeld {
+            key: self.key.clone(),
+        };
         let started = Instant::now();
         let ttl_text = millis_text(ttl);
-        let row = match &self.lock {
-            None => {
-                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] =
-                    [&self.key, &ttl_text];
-                let extend = session.client.query_one(&session.extend, &params);
-                self.client.timed(Operation::Extend, extend).await?
-            }
-            Some(lock) => {
-                let extend = lock.extend(&session.client, &self.key, &ttl_text);
-                self.client.timed(Operation::Extend, extend).await?
-            }
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&self.key, &ttl_text];
+        let extend: BoxFuture<'_, std::result::Result<_, tokio_postgres::Error>> = match &self.lock
+        {
+            None => Box::pin(session.client.query_one(&session.extend, &params)),
+            Some(lock) => Box::pin(lock.extend(&session.client, &self.key, &ttl_text)),
         };
-        let held: bool = row.try_get(1).unwrap_or(false);
-        if !held {
-            return Err(Error::NotHeld {
-                key: self.key.clone(),
-            });
+        let row =
+            match tokio::time::timeout(self.client.inner.options.response_timeout, extend).await {
+                Err(_) => return Err(timeout_error(Operation::Extend, true)),
+                Ok(Err(e)) => {
+                    return Err(match self.client.statement_error(Operation::Extend, e) {
+                        Error::Topology { .. } => not_held(),
+                        e => e,
+                    });
+                }
+                Ok(Ok(row)) => row,
+            };
+        let bad = |e: tokio_postgres::Error| Error::UnexpectedReply {
+            op: Operation::Extend,
+            detail: e.to_string(),
+        };
+        let held: bool = row.try_get(1).map_err(bad)?;
+        let pid: i32 = row.try_get(2).map_err(bad)?;
+        let silence = silence_in(&row, 3, Operation::Extend)?;
+        if pid != session.pid {
+            self.client.pooler_seen(&format!(
+                "the server process serving a session changed between two statements (pid {}, \
+                 then {pid})",
+                session.pid
+            ));
+            return Err(not_held());
         }
-        Ok(validity_from(started, ttl, self.silence))
+        if !held {
+            return Err(not_held());
+        }
+        self.silence_ms.store(millis(silence), Ordering::Release);
+        let until = validity_from(started, ttl, silence);
+        if let Some(lease) = self.lease.get() {
+            lease.lower_valid_until(until);
+        }
+        Ok(until)
     }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 impl HeldLock for PgHeld {

@@ -12,7 +12,9 @@
 //! backoff with jitter, never longer than the holder's remaining lease). With
 //! [`min_hold`](LockOptions::min_hold) the acquisition also sets `hold_until = now + min_hold`
 //! from the same `clock_timestamp()` reading, and a release before it keeps the row (token and
-//! all) until then (docs/guarantees.md §18).
+//! all) until then, marked released (`hold_until = '-infinity'`): no extend, renewal or second
+//! release matches a kept row, so a renewal that reaches the server after the release cannot
+//! keep the key for another TTL (docs/guarantees.md §18).
 //!
 //! # Guarantees, and under which assumptions
 //! * **Mutual exclusion while valid.** The upsert's `WHERE` is evaluated on the row's latest
@@ -20,7 +22,9 @@
 //!   an unexpired row. `expires_at` is set by the server when the statement runs, after the
 //!   request was sent; the lease's local validity counts from before the send, minus the drift
 //!   allowance, so it ends first (assuming the server's clock does not run more than 1% fast
-//!   and does not jump).
+//!   and does not jump, and that committed rows survive: a failover to an asynchronous
+//!   streaming replica loses the acquisitions and fence increments it had not replayed, so a
+//!   key can be granted twice and a number repeat).
 //! * **Token-checked release and extend**, as above: a later holder's token differs.
 //! * **Fencing numbers strictly increase per key**, committed with the acquisition (durable,
 //!   unlike the session lock's advisory lock).
@@ -104,22 +108,38 @@ SELECT (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint
 
 /// Release, and the notification for waiters, in one statement: one row iff released. A lock
 /// taken with [`min_hold`](LockOptions::min_hold) whose `hold_until` is still ahead (by the
-/// server's clock, read once) is kept, with our token, until then and expires by itself; only
-/// a lock really freed is announced.
+/// server's clock, read once) is kept, with our token (so `inspect` shows who holds it), until
+/// then and expires by itself, marked released: `hold_until = '-infinity'` (a value no hold
+/// has), which [`EXTEND`] and this statement refuse. Only a lock really freed is announced.
 const RELEASE: &str = "\
 WITH n AS (SELECT clock_timestamp() AS t),
 r AS (
   UPDATE leasehold_leases l
      SET token = CASE WHEN l.hold_until > n.t THEN l.token END,
-         expires_at = CASE WHEN l.hold_until > n.t THEN l.hold_until ELSE l.expires_at END
+         expires_at = CASE WHEN l.hold_until > n.t THEN l.hold_until ELSE l.expires_at END,
+         hold_until = CASE WHEN l.hold_until > n.t THEN '-infinity' ELSE l.hold_until END
     FROM n
    WHERE l.key = $1 AND l.token = $2 AND l.expires_at > n.t
+     AND l.hold_until IS DISTINCT FROM '-infinity'
   RETURNING l.key, l.token IS NULL AS freed)
 SELECT CASE WHEN freed THEN pg_notify('leasehold_release', key) END FROM r";
 
+/// Extend, token-checked, never on an expired row nor on one a [`RELEASE`] keeps for its hold
+/// (`hold_until = '-infinity'`).
 const EXTEND: &str = "\
 UPDATE leasehold_leases SET expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond'
- WHERE key = $1 AND token = $2 AND expires_at > clock_timestamp()";
+ WHERE key = $1 AND token = $2 AND expires_at > clock_timestamp()
+   AND hold_until IS DISTINCT FROM '-infinity'";
+
+/// Gives back a grant that will not be used (it came too late to be a lease, or its reply was
+/// lost): frees the row if it still has our token, whatever its hold says (the hold is for a
+/// lock that was used), and notifies waiters. Token-checked, so it frees no one else's grant.
+const GIVE_BACK: &str = "\
+WITH r AS (
+  UPDATE leasehold_leases SET token = NULL, hold_until = NULL
+   WHERE key = $1 AND token = $2
+  RETURNING key)
+SELECT pg_notify('leasehold_release', key) FROM r";
 
 const INSPECT: &str = "\
 SELECT CASE WHEN expires_at > clock_timestamp() THEN token END,
@@ -354,6 +374,8 @@ impl PostgresLeaseClient {
         let ttl_ms = ttl.as_millis() as i64;
         let min_hold_ms = options.min_hold_bound().map(|m| m.as_millis() as i64);
         let started = Instant::now();
+        // Until the reply says what happened, the row may be ours: given back if we never learn.
+        let unknown = self.unknown_attempt(key, &token);
         let row = self
             .timed(
                 Operation::Acquire,
@@ -368,6 +390,7 @@ impl PostgresLeaseClient {
                 ),
             )
             .await?;
+        unknown.disarm();
         let Some(row) = row else {
             let remaining = self
                 .timed(
@@ -381,7 +404,7 @@ impl PostgresLeaseClient {
         };
         let fence: i64 = row.try_get(0).map_err(unexpected(Operation::Acquire))?;
         if started.elapsed() >= ttl.saturating_sub(clock_drift(ttl)) {
-            let _ = self.release(key, &token).await;
+            let _ = self.give_back(key, &token).await;
             return Err(Error::ExpiredOnArrival {
                 key: key.to_string(),
                 elapsed: started.elapsed(),
@@ -489,6 +512,24 @@ impl PostgresLeaseClient {
             });
         }
         Ok(())
+    }
+
+    /// Frees `key`'s row if `token` holds it, whatever its hold says ([`GIVE_BACK`]): for a grant
+    /// that is not used.
+    pub(super) async fn give_back(&self, key: &str, token: &LockToken) -> Result<()> {
+        let conn = self.conn().await?;
+        self.timed(
+            Operation::Release,
+            conn.query_typed(GIVE_BACK, &[(&key, TEXT), (&token.expose(), TEXT)]),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// The cleanup of an acquisition of `key` with `token` whose outcome is not known yet:
+    /// [`UnknownAttempt::disarm`] it once the reply came.
+    pub(super) fn unknown_attempt(&self, key: &str, token: &LockToken) -> UnknownAttempt {
+        UnknownAttempt(Some((self.clone(), key.to_string(), token.clone())))
     }
 
     /// Extends `key` to `ttl` from now if `token` holds it (from any process).
@@ -619,6 +660,41 @@ impl PostgresLeaseClient {
                     // Retried at the next tick; Lease::lost reports a validity that runs out.
                     Err(e) => tracing::debug!(key = lease.key(), error = %e, "renewal failed"),
                 }
+            }
+        });
+    }
+}
+
+/// An acquiring statement sent, whose reply has not come (yet). Dropped armed (the reply was
+/// lost to a timeout or a broken connection, or the caller's future was dropped), it gives the
+/// row back in the background ([`GIVE_BACK`], token-checked: it frees the row only if the
+/// statement took it), so an acquisition with an unknown outcome does not leave the key held by
+/// a token nobody knows for a whole TTL.
+///
+/// The give-back goes on the client's connection: on the same one as the statement (a timeout),
+/// the server runs it after the statement. On a new one (the old one broke), it may run before
+/// a statement the old server session is still executing, and then frees nothing: that row
+/// stays taken until its TTL, the bound that remains. One try: if it fails, the same.
+pub(super) struct UnknownAttempt(Option<(PostgresLeaseClient, String, LockToken)>);
+
+impl UnknownAttempt {
+    /// The reply came: nothing to clean up.
+    pub(super) fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for UnknownAttempt {
+    fn drop(&mut self) {
+        let Some((client, key, token)) = self.0.take() else {
+            return;
+        };
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        handle.spawn(async move {
+            if let Err(e) = client.give_back(&key, &token).await {
+                tracing::debug!(key, error = %e, "giving back an attempt with an unknown outcome failed");
             }
         });
     }

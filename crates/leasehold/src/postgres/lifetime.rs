@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::clock_drift;
 
 /// Linux's defaults for a socket's keepalive, which PostgreSQL uses where its settings are 0
@@ -48,4 +49,26 @@ pub(super) fn lease_lifetime(ttl: Duration, silence: Duration) -> Duration {
 pub(super) fn validity_from(sent: Instant, ttl: Duration, silence: Duration) -> Instant {
     let life = lease_lifetime(ttl, silence);
     sent + life.saturating_sub(clock_drift(life))
+}
+
+/// The silence bound from a reply's four [`SILENCE`](super::sql::SILENCE) columns, from
+/// column `first` on.
+pub(super) fn silence_in(
+    row: &tokio_postgres::Row,
+    first: usize,
+    op: Operation,
+) -> Result<Duration> {
+    let setting = |i: usize| {
+        row.try_get::<_, i32>(first + i)
+            .map_err(|e| Error::UnexpectedReply {
+                op,
+                detail: e.to_string(),
+            })
+    };
+    Ok(silence_bound(
+        setting(0)?,
+        setting(1)?,
+        setting(2)?,
+        setting(3)?,
+    ))
 }

@@ -26,17 +26,23 @@
 //!   granting (or extending) statement was sent, minus the drift allowance; the server's idle
 //!   timer starts after that statement *finished*, so `idle_session_timeout` never ends the
 //!   session before the lease's validity is over (assuming the server's timer does not run more
-//!   than 1% fast).
+//!   than 1% fast). A grant that arrives after that validity (a long wait in the server's queue)
+//!   is not given back: the session, which cannot lose the lock while it lives, extends it at
+//!   once and the lease counts from that extend's send; only if that extend fails is the lock
+//!   given back ([`Error::ExpiredOnArrival`]). So waiters keep the server's arrival order however
+//!   long they wait.
 //! * **The keepalive bound.** The server's TCP stack can end a session sooner: when the client
 //!   is partitioned away, the server's keepalive gives up after `tcp_keepalives_idle +
 //!   tcp_keepalives_interval × tcp_keepalives_count` seconds of silence, and
-//!   `tcp_user_timeout` (when set) after that many ms of unacknowledged data. Each session reads
-//!   these settings in its first statement (on TCP the server reports the socket's actual
-//!   values; 0 is taken as Linux's defaults, 7200 s, 75 s and 9), and a lease's lifetime is
+//!   `tcp_user_timeout` (when set) after that many ms of unacknowledged data. Every acquiring and
+//!   extending statement reads these settings (on TCP the server reports the socket's actual
+//!   values; 0 is taken as Linux's defaults, 7200 s, 75 s and 9), and that lease's lifetime is
 //!   `min(ttl, idle + interval × count, tcp_user_timeout)`: the validity never outlasts the
-//!   earliest moment the server could end the session. Auto-extension renews within a third of
-//!   that lifetime. (The settings are read, not overridden: a lease never claims more than the
-//!   server's own configuration allows, whatever it is.)
+//!   earliest moment the server could end the session, also after a `pg_reload_conf()` that
+//!   lowers them on live sessions (an extend lowers the lease's validity to its own). A reload
+//!   between two statements is seen by the next one; auto-extension renews within a third of the
+//!   lifetime the last one read. (The settings are read, not overridden: a lease never claims
+//!   more than the server's own configuration allows, whatever it is.)
 //! * **No pooler in between** that hands server sessions from client to client (a transaction
 //!   pooler): see below; such a pooler is detected and session locks are refused.
 //! * **Loss is a lost session.** When the connection ends (server restart, session terminated,
@@ -44,7 +50,10 @@
 //!   ([`crate::LossReason::NotHeld`]): the lock died with the session.
 //! * **Fencing numbers strictly increase per key**, and are drawn in the statement that took
 //!   the lock, while it was held; the increment is committed before the reply. A server restart
-//!   keeps them (the row is durable), unlike an advisory lock.
+//!   keeps them (the row is durable), unlike an advisory lock. A failover to an asynchronous
+//!   streaming replica does not: increments not yet replayed there are lost (numbers repeat;
+//!   [`PostgresClient::raise_fencing_counter`] repairs), and lease rows not yet replayed are
+//!   granted again. Use synchronous replication where numbers must survive a failover.
 //! * **Token-checked release**: only the session that holds the lock can release it, so a
 //!   release can never free a later holder's lock. A release or extend with a token this client
 //!   does not hold is refused ([`Error::NotHeld`], or [`Error::Unsupported`] when another
@@ -57,22 +66,31 @@
 //! would be granted our lock too (advisory locks are reentrant), and our release would run on
 //! another session. So session locks are refused with [`Error::Topology`] (whose message says to
 //! use `?lock=lease`, or a direct connection or session-mode pool) when:
-//! * connecting, two connections open at once are served by the same server process (each
-//!   session's first statement reads `pg_backend_pid()`; two sessions of a direct connection or a
-//!   session pool never share one; on a quiet transaction pool they do, as PgBouncer hands out
-//!   the server it got back last);
-//! * preparing a statement finds its name taken or unknown (another client's prepared
-//!   statements, on a session that is not ours);
+//! * connecting, two connections open at once, each then running three more transactions, the
+//!   two alternating, are not each served by one server process of their own
+//!   (`pg_backend_pid()`): a direct connection or a session pool keeps a connection on one
+//!   process; a transaction pool hands each transaction the server free at that moment (on a
+//!   quiet pool the one the other connection just gave back, on a busy one whichever another
+//!   client gave back);
+//! * preparing or running a statement finds its name taken or unknown (another client's
+//!   prepared statements, on a session that is not ours);
+//! * an extend runs on another server process than its session's;
 //! * the acquiring statement runs on another server process than the session started on, or on
 //!   a server session that already holds the key (one handed over with another client's lock,
 //!   also by a session pool whose `server_reset_query` does not release advisory locks): it then
 //!   does not ask for the lock, in the same statement, so nothing is granted twice.
 //!
-//! A busy transaction pool can hide the first sign; the last one still keeps a second client from
-//! being granted a lock a session already holds. Lease rows (`?lock=lease`,
-//! [`PostgresLeaseClient`]) keep no session state and work through any pooler. A session pool
-//! (`pool_mode=session`, with its default `server_reset_query` `DISCARD ALL`, which releases
-//! advisory locks when a client leaves) gives each connection its own server session and is fine.
+//! **The first sign latches:** from then on the client (and its clones) refuses every
+//! acquisition before any round trip, so a pool that lets some statements land well is refused
+//! as a whole. Lease rows (`?lock=lease`, [`PostgresLeaseClient`]) keep no session state and work
+//! through any pooler. A session pool (`pool_mode=session`, with its default `server_reset_query`
+//! `DISCARD ALL`, which releases advisory locks when a client leaves) gives each connection its
+//! own server session and is fine **if it never drops a client before its lease ends**: the
+//! pooler's `client_idle_timeout` must be 0 (PgBouncer's default), and its client-side TCP
+//! settings (`tcp_keepalive`, `tcp_keepidle`, `tcp_keepintvl`, `tcp_keepcnt`,
+//! `tcp_user_timeout`) must let a silent client live longer than the TTL. The silence bound read
+//! above is the server's, on the pooler-to-server socket; a pooler's own configuration cannot be
+//! read from here, so that is for whoever configures it.
 //!
 //! # TLS
 //! libpq's `sslmode` in the URL, on rustls (see [`PostgresClient::connect_with`]): `prefer` by

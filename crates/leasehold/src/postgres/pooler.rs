@@ -2,11 +2,11 @@
 
 use tokio_postgres::error::SqlState;
 
-use super::error::pg_error;
-use crate::core::error::{Error, Operation};
+use crate::core::error::Error;
 
 /// Session locks refused: the URL reaches a pooler that does not give this connection a
-/// server session of its own. `found`: what showed it.
+/// server session of its own. `found`: what showed it. The message also says what a session
+/// pool needs (see the module docs of `postgres`).
 pub(super) fn pooler_error(found: &str) -> Error {
     Error::Topology {
         reason: format!(
@@ -16,19 +16,22 @@ pub(super) fn pooler_error(found: &str) -> Error {
              release advisory locks when a client leaves). A session lock lives in the server \
              session, so another client could be granted it too: session locks are refused. \
              Use lease rows (add ?lock=lease to the URL), or connect to PostgreSQL directly or \
-             through a session-mode pool (pool_mode=session, server_reset_query DISCARD ALL)"
+             through a session-mode pool (pool_mode=session, server_reset_query DISCARD ALL, \
+             client_idle_timeout 0)"
         ),
     }
 }
 
-/// A prepare that fails because the statement name is taken or unknown cannot happen on a
-/// server session of our own: a pooler moved the connection to another client's session.
-pub(super) fn prepare_error(e: tokio_postgres::Error) -> Error {
+/// A statement name taken or unknown (preparing, or running a statement this connection
+/// prepared) cannot happen on a server session of our own, which never deallocates what it
+/// prepared: a pooler moved the connection to another client's server session.
+fn is_pooler_sign(e: &tokio_postgres::Error) -> bool {
     let code = e.code();
-    if code == Some(&SqlState::DUPLICATE_PSTATEMENT)
+    code == Some(&SqlState::DUPLICATE_PSTATEMENT)
         || code == Some(&SqlState::INVALID_SQL_STATEMENT_NAME)
-    {
-        return pooler_error(&format!("preparing a statement failed ({e})"));
-    }
-    pg_error(Operation::Connect, true, e)
+}
+
+/// What [`is_pooler_sign`] saw, for [`pooler_error`]; `None`: another error.
+pub(super) fn pooler_sign(e: &tokio_postgres::Error) -> Option<String> {
+    is_pooler_sign(e).then(|| format!("a prepared statement was taken or unknown ({e})"))
 }

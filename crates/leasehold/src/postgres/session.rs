@@ -6,10 +6,10 @@ use std::time::{Duration, Instant};
 use tokio_postgres::types::Type;
 
 use super::client::{PgHeld, PostgresClient, Session};
-use super::lifetime::{lease_lifetime, validity_from};
+use super::lifetime::silence_in;
 use super::params::{millis_text, validate_pg_key};
 use super::sql::{INSPECT, RAISE, UNLOCK};
-use super::sync::{acquiring_reply, refuse_handed_over};
+use super::sync::acquiring_reply;
 use crate::core::backend::not_held_here;
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::{Lease, LockGuard};
@@ -152,7 +152,7 @@ impl PostgresClient {
             detail: e.to_string(),
         };
         // Dropped armed on a refusal: the connection is closed.
-        refuse_handed_over(
+        self.refuse_handed_over(
             &row,
             pid,
             &format!(
@@ -166,25 +166,17 @@ impl PostgresClient {
             self.put_back(session);
             return Ok(None);
         };
+        let silence = silence_in(&row, 3, Operation::Acquire)?;
         let session = cleanup.disarm();
-        let silence = session.silence;
-        let valid_until = validity_from(started, ttl, silence);
-        if Instant::now() >= valid_until {
-            // Granted too late to be a lease (see LockClient::try_acquire): give it back.
-            // The caller's loop retries after its backoff while its deadline allows (a call
-            // to itself here nested one more future per grant: with a TTL that always expires
-            // on arrival, a stack overflow).
-            let held = PgHeld::new(self.clone(), key, &token, session);
-            let _ = held.release_session().await;
-            return Err(Error::ExpiredOnArrival {
-                key: key.to_string(),
-                elapsed: started.elapsed(),
-                ttl: lease_lifetime(ttl, silence),
-            });
-        }
+        let held = PgHeld::new(self.clone(), key, &token, session, silence);
+        // A grant that came too late even for the extend on its session is given back; the
+        // caller's loop retries after its backoff while its deadline allows (a call to itself
+        // here nested one more future per grant: with a TTL that always expires on arrival, a
+        // stack overflow).
+        let valid_until = held.validity_of_grant(started, ttl, silence).await?;
         let fencing = options.fencing_enabled().then_some(fence as u64);
         let lease = Lease::until(key, token.clone(), fencing, valid_until);
-        let held = Arc::new(PgHeld::new(self.clone(), key, &token, session));
+        let held = Arc::new(held);
         self.inner
             .held
             .lock()

@@ -22,21 +22,42 @@ c AS (SELECT pg_backend_pid() <> $4 AS moved, EXISTS (
        AND classid::bigint = ((hashtextextended($1, 0) >> 32) & 4294967295)
        AND objid::bigint = (hashtextextended($1, 0) & 4294967295)) AS mine)";
 
+/// The four server settings that bound how long a silent session can live (see
+/// [`silence_bound`]), as columns: `tcp_keepalives_idle`, `tcp_keepalives_interval`,
+/// `tcp_keepalives_count` (on TCP the socket's actual values) and `tcp_user_timeout` (ms).
+///
+/// Read in every statement that grants or extends a lease, not once per session: a
+/// `pg_reload_conf()` applies new values to live server sessions (their assign hooks set the
+/// socket options), and a lease must count on the values in force for it. A backend applies
+/// a reload between statements, so the values a statement reads are the ones in force when it
+/// finished; a reload that lands after that is seen by the next statement on the session (an
+/// extend, which auto-extension sends within a third of the lifetime).
+pub(super) const SILENCE: &str = "\
+current_setting('tcp_keepalives_idle')::int,
+       current_setting('tcp_keepalives_interval')::int,
+       current_setting('tcp_keepalives_count')::int,
+       coalesce(current_setting('tcp_user_timeout', true), '0')::int";
+
 /// After `c` and `l` (`got`): only if granted, the idle limit and the fence increment. One row:
-/// `moved`, `mine`, and the new fencing number (NULL: busy, or not asked for).
-const GRANTED: &str = "\
+/// `moved`, `mine`, the new fencing number (NULL: busy, or not asked for), then [`SILENCE`].
+fn granted() -> String {
+    format!(
+        "\
 s AS (SELECT CASE WHEN l.got THEN set_config('idle_session_timeout', $3, false) END AS t FROM l),
 i AS (INSERT INTO leasehold_locks AS t (key, fence, holder)
       SELECT $1, 1, $2 FROM l, s WHERE l.got
       ON CONFLICT (key) DO UPDATE SET fence = t.fence + 1, holder = EXCLUDED.holder
       RETURNING fence)
-SELECT c.moved, c.mine, (SELECT fence FROM i) FROM c";
+SELECT c.moved, c.mine, (SELECT fence FROM i), {SILENCE} FROM c"
+    )
+}
 
-/// One attempt: [`CHECK`], then the advisory lock, and only if granted, [`GRANTED`].
+/// One attempt: [`CHECK`], then the advisory lock, and only if granted, [`granted`].
 pub(super) fn try_acquire_sql() -> String {
     format!(
         "WITH {CHECK},\nl AS (SELECT CASE WHEN c.moved OR c.mine THEN false \
-         ELSE pg_try_advisory_lock(hashtextextended($1, 0)) END AS got FROM c),\n{GRANTED}"
+         ELSE pg_try_advisory_lock(hashtextextended($1, 0)) END AS got FROM c),\n{}",
+        granted()
     )
 }
 
@@ -46,20 +67,15 @@ pub(super) fn wait_acquire_sql() -> String {
     format!(
         "WITH {CHECK},\nl AS (SELECT CASE WHEN c.moved OR c.mine THEN false \
          ELSE (SELECT true FROM (SELECT pg_advisory_lock(hashtextextended($1, 0))) AS w) END AS got \
-         FROM c),\n{GRANTED}"
+         FROM c),\n{}",
+        granted()
     )
 }
 
-/// The first statement of every session (an unnamed statement: nothing is prepared before it
-/// is known whether a pooler relays the connection): the server process serving it, and the
-/// server's TCP settings that bound how long a silent session can live (see
-/// [`silence_bound`]).
-pub(super) const PROBE: &str = "\
-SELECT pg_backend_pid(),
-       current_setting('tcp_keepalives_idle')::int,
-       current_setting('tcp_keepalives_interval')::int,
-       current_setting('tcp_keepalives_count')::int,
-       coalesce(current_setting('tcp_user_timeout', true), '0')::int";
+/// The first statement of every session, and the connect check's later ones (an unnamed
+/// statement: nothing is prepared before it is known whether a pooler relays the connection):
+/// the server process serving it.
+pub(super) const PROBE: &str = "SELECT pg_backend_pid()";
 
 /// Releases the key on a session whose acquiring statement failed after the advisory lock may
 /// have been granted (a `lock_timeout` in the fence row's lock wait).
@@ -73,13 +89,19 @@ pub(super) const RELEASE: &str = "\
 SELECT pg_advisory_unlock(hashtextextended($1, 0)), set_config('idle_session_timeout', '0', false)";
 
 /// Extend: resets the idle timer (any statement does) to the new TTL, and says whether this
-/// session still holds the lock.
-pub(super) const EXTEND: &str = "\
+/// session still holds the lock; then the server process serving it and [`SILENCE`] (the
+/// columns every extend answers, read by `PgHeld::extend_session`).
+pub(super) fn extend_sql() -> String {
+    format!(
+        "\
 SELECT set_config('idle_session_timeout', $2, false), EXISTS (
     SELECT 1 FROM pg_locks
      WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND pid = pg_backend_pid()
        AND classid::bigint = ((hashtextextended($1, 0) >> 32) & 4294967295)
-       AND objid::bigint = (hashtextextended($1, 0) & 4294967295))";
+       AND objid::bigint = (hashtextextended($1, 0) & 4294967295)),
+       pg_backend_pid(), {SILENCE}"
+    )
+}
 
 /// The holder's session (if any), the counter and the last holder's token.
 pub(super) const INSPECT: &str = "\

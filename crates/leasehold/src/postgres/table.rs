@@ -59,9 +59,10 @@ SELECT k.key, k.fence, k.holder, p.pid, host(a.client_addr), a.application_name,
                  AND p.classid::bigint = k.hi AND p.objid::bigint = k.lo
   LEFT JOIN pg_stat_activity a ON a.pid = p.pid";
 
-/// Terminates the backend holding `$1`'s advisory lock and bumps its counter, in one
-/// statement: the stored holder, the counter after, and whether the backend ended (the
-/// server waits up to 5 s for it, PostgreSQL 14 and later: so the lock is free on return).
+/// Terminates the backends holding `$1`'s advisory lock (one holder, or every reader of a
+/// read-write lock) and bumps its counter, in one statement: one row (none if no backend
+/// holds it) with the stored holder, the counter after, and whether every backend ended (the
+/// server waits up to 5 s for each, PostgreSQL 14 and later: so the lock is free on return).
 const FORCE_SESSION: &str = "\
 WITH p AS (
   SELECT pid FROM pg_locks
@@ -72,7 +73,8 @@ u AS (
   UPDATE leasehold_locks SET fence = fence + 1
    WHERE key = $1 AND EXISTS (SELECT 1 FROM p)
   RETURNING holder, fence)
-SELECT (SELECT holder FROM u), (SELECT fence FROM u), pg_terminate_backend(p.pid, 5000) FROM p";
+SELECT (SELECT holder FROM u), (SELECT fence FROM u), bool_and(pg_terminate_backend(p.pid, 5000))
+  FROM p HAVING count(*) > 0";
 
 fn unexpected(op: Operation) -> impl Fn(tokio_postgres::Error) -> Error {
     move |e| Error::UnexpectedReply {

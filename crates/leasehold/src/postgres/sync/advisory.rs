@@ -16,10 +16,10 @@ use crate::core::outcome::LockState;
 use crate::core::token::LockToken;
 use crate::postgres::client::{PgHeld, PostgresClient, Session};
 use crate::postgres::error::{pg_error, timeout_error};
-use crate::postgres::lifetime::{lease_lifetime, validity_from};
+use crate::postgres::lifetime::silence_in;
 use crate::postgres::params::millis_text;
-use crate::postgres::pooler::pooler_error;
 use crate::postgres::session::AbandonedSession;
+use crate::postgres::sql::SILENCE;
 
 /// The advisory key of `$1`'s lock number `seed` (an SQL expression): seed 0 is the plain
 /// lock's key (so a writer or leader excludes a plain lock of the same name and the reverse),
@@ -64,11 +64,14 @@ SELECT CASE WHEN $3 THEN pg_advisory_unlock_shared(hashtextextended($1, $2::bigi
        set_config('application_name',
                   regexp_replace(current_setting('application_name'), '^~[0-9a-f]{32} ', ''), false)";
 
-/// Extends: the new idle limit, and whether this session still holds the lock.
+/// Extends: the new idle limit, whether this session still holds the lock, the server
+/// process, and [`SILENCE`] (the columns of the plain lock's extend, read by
+/// `PgHeld::extend_session`).
 fn extend_sql() -> String {
     format!(
         "SELECT set_config('idle_session_timeout', $3, false), EXISTS (
-    SELECT 1 FROM pg_locks l WHERE l.pid = pg_backend_pid() AND {})",
+    SELECT 1 FROM pg_locks l WHERE l.pid = pg_backend_pid() AND {}),
+       pg_backend_pid(), {SILENCE}",
         key_matches("$2::bigint")
     )
 }
@@ -141,35 +144,39 @@ pub(in crate::postgres) async fn acquiring_reply(
         Err(e) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => Ok(None),
         r => r
             .map(Some)
-            .map_err(|e| pg_error(Operation::Acquire, true, e)),
+            .map_err(|e| client.statement_error(Operation::Acquire, e)),
     }
 }
 
-/// The pooler checks of an acquiring statement's reply (its first two columns, `moved` and
-/// `mine`: see `sql.rs`): a session a pooler moved or handed over is refused
-/// ([`pooler_error`]); `mine` says what the second one means.
-pub(in crate::postgres) fn refuse_handed_over(
-    row: &tokio_postgres::Row,
-    pid: i32,
-    mine: &str,
-) -> Result<()> {
-    let flag = |i: usize| {
-        row.try_get::<_, bool>(i)
-            .map_err(|e| Error::UnexpectedReply {
-                op: Operation::Acquire,
-                detail: e.to_string(),
-            })
-    };
-    if flag(0)? {
-        return Err(pooler_error(&format!(
-            "the server process serving this connection changed between two statements \
-             (pid {pid}, then another)"
-        )));
+impl PostgresClient {
+    /// The pooler checks of an acquiring statement's reply (its first two columns, `moved`
+    /// and `mine`: see `sql.rs`): a session a pooler moved or handed over is refused, and the
+    /// refusal latched ([`PostgresClient::pooler_seen`]); `mine` says what the second one
+    /// means.
+    pub(in crate::postgres) fn refuse_handed_over(
+        &self,
+        row: &tokio_postgres::Row,
+        pid: i32,
+        mine: &str,
+    ) -> Result<()> {
+        let flag = |i: usize| {
+            row.try_get::<_, bool>(i)
+                .map_err(|e| Error::UnexpectedReply {
+                    op: Operation::Acquire,
+                    detail: e.to_string(),
+                })
+        };
+        if flag(0)? {
+            return Err(self.pooler_seen(&format!(
+                "the server process serving this connection changed between two statements \
+                 (pid {pid}, then another)"
+            )));
+        }
+        if flag(1)? {
+            return Err(self.pooler_seen(mine));
+        }
+        Ok(())
     }
-    if flag(1)? {
-        return Err(pooler_error(mine));
-    }
-    Ok(())
 }
 
 /// What an attempt asks for.
@@ -266,7 +273,7 @@ s AS (SELECT set_config('idle_session_timeout', $3, false) AS t,
                         {mark} || ' ' || current_setting('application_name'), false) AS a
         FROM l WHERE l.slot IS NOT NULL){fence}{term}
 SELECT c.moved, c.mine, l.slot, (SELECT fence FROM i), (SELECT count(*) FROM s),
-       (SELECT count(*) FROM e)
+       (SELECT count(*) FROM e), {SILENCE}
   FROM c, l",
             mark = mark_of("$2"),
         )
@@ -341,7 +348,7 @@ impl PostgresClient {
             op: Operation::Acquire,
             detail: e.to_string(),
         };
-        refuse_handed_over(
+        self.refuse_handed_over(
             &row,
             pid,
             "this connection's server session already held an advisory lock before asking for \
@@ -349,27 +356,20 @@ impl PostgresClient {
         )?;
         let slot: Option<i64> = row.try_get(2).map_err(bad)?;
         let fence: Option<i64> = row.try_get(3).map_err(bad)?;
+        let silence = silence_in(&row, 6, Operation::Acquire)?;
         let session = cleanup.0.take().expect("armed");
         let Some(seed) = slot else {
             self.put_back(session);
             return Ok(None);
         };
-        let silence = session.silence;
-        let mut held = PgHeld::new(self.clone(), name, &token, session);
+        let mut held = PgHeld::new(self.clone(), name, &token, session, silence);
         held.lock = Some(AdvisoryLock {
             seed,
             shared: matches!(ask, Ask::Read),
         });
-        let valid_until = validity_from(started, ttl, silence);
-        if Instant::now() >= valid_until {
-            // Granted too late to be a lease: given back (the caller's loop retries).
-            let _ = held.release_session().await;
-            return Err(Error::ExpiredOnArrival {
-                key: name.to_string(),
-                elapsed: started.elapsed(),
-                ttl: lease_lifetime(ttl, silence),
-            });
-        }
+        // Granted too late even for the extend on its session: given back (the caller's loop
+        // retries).
+        let valid_until = held.validity_of_grant(started, ttl, silence).await?;
         let fencing = fence
             .filter(|_| options.fencing_enabled())
             .map(|f| f as u64);

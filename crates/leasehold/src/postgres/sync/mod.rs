@@ -83,7 +83,7 @@ mod advisory;
 mod rows;
 mod session;
 
-pub(super) use advisory::{AdvisoryLock, acquiring_reply, refuse_handed_over};
+pub(super) use advisory::{AdvisoryLock, acquiring_reply};
 
 #[cfg(doc)]
 use crate::core::error::Error;

@@ -87,13 +87,15 @@ const CREATE_TERMS: &str = "CREATE TABLE IF NOT EXISTS leasehold_lease_terms (
 
 /// The lease rows' acquiring upsert, and the term row in the same statement, announced on the
 /// lease rows' channel (for [`Election::watch`]). One row: the term (NULL: busy) and the ms the
-/// holder's lease still runs.
+/// holder's lease still runs. A leader has no hold: `hold_until` left by a plain lock of the
+/// name taken with `min_hold` is cleared, or the leader's resignation would keep the row.
 const ELECT: &str = "\
 WITH a AS (
   INSERT INTO leasehold_leases AS t (key, token, expires_at, fence)
   VALUES ($1, $2, clock_timestamp() + $3 * interval '1 millisecond', 1)
   ON CONFLICT (key) DO UPDATE
-     SET token = EXCLUDED.token, expires_at = EXCLUDED.expires_at, fence = t.fence + 1
+     SET token = EXCLUDED.token, expires_at = EXCLUDED.expires_at, fence = t.fence + 1,
+         hold_until = NULL
    WHERE t.token IS NULL OR t.expires_at <= clock_timestamp()
   RETURNING fence),
 e AS (
@@ -478,6 +480,7 @@ impl RowElection {
         let token = options.new_token();
         let token_text = token.expose();
         let started = Instant::now();
+        let unknown = self.client.unknown_attempt(&self.name, &token);
         let row = self
             .client
             .row(
@@ -491,6 +494,7 @@ impl RowElection {
                 ],
             )
             .await?;
+        unknown.disarm();
         let bad = unexpected(Operation::Acquire);
         let term: Option<i64> = row.try_get(0).map_err(&bad)?;
         let remaining: Option<i64> = row.try_get(2).map_err(&bad)?;
@@ -500,7 +504,7 @@ impl RowElection {
             });
         };
         if started.elapsed() >= ttl.saturating_sub(clock_drift(ttl)) {
-            let _ = self.client.release(&self.name, &token).await;
+            let _ = self.client.give_back(&self.name, &token).await;
             return Err(Error::ExpiredOnArrival {
                 key: self.name.clone(),
                 elapsed: started.elapsed(),
