@@ -4,7 +4,7 @@
 //! election), so the wait (etcd's `waitDeletes`) lives here once.
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use ec::{
@@ -26,7 +26,7 @@ use super::held::EtcdHeld;
 use super::keys::{check_key, queue_prefix, ttl_secs};
 use super::lock;
 use super::request::{header_revision, txn_get};
-use super::session::{Attach, SessionRef, Tracked};
+use super::session::{Attach, Session, SessionRef, Tracked};
 
 /// A queue of entries, each storing its token on a lease: the entries under `blockers` with a
 /// lower create revision than ours hold us back while `allowed` or more of them remain (etcd's
@@ -97,6 +97,9 @@ pub(super) struct Cleanup {
     token: LockToken,
     /// A lease of the entry's own, revoked too.
     lease: Option<i64>,
+    /// The session whose lease the entry was put on (if it was): it deletes the entry at its
+    /// next renewals if etcd does not confirm the cleanup's delete.
+    session: Option<Weak<Session>>,
     armed: bool,
 }
 
@@ -106,14 +109,21 @@ impl Cleanup {
         entry: &[u8],
         token: &LockToken,
         lease: Option<i64>,
+        session: Option<&Arc<Session>>,
     ) -> Self {
         Cleanup {
             client: client.clone(),
             entry: entry.to_vec(),
             token: token.clone(),
             lease,
+            session: session.map(Arc::downgrade),
             armed: true,
         }
+    }
+
+    /// The sessions an orphan of this entry goes to.
+    fn sessions(&self) -> Vec<Weak<Session>> {
+        self.session.iter().cloned().collect()
     }
 
     pub(super) fn disarm(&mut self) {
@@ -136,10 +146,12 @@ impl Cleanup {
                     self.client.revoke_in_background(id);
                 }
             }
-            Err(_) => {
-                self.client
-                    .remove_in_background(self.entry.clone(), self.token.clone(), self.lease)
-            }
+            Err(_) => self.client.remove_in_background(
+                self.entry.clone(),
+                self.token.clone(),
+                self.lease,
+                self.sessions(),
+            ),
         }
     }
 }
@@ -151,6 +163,7 @@ impl Drop for Cleanup {
                 std::mem::take(&mut self.entry),
                 self.token.clone(),
                 self.lease,
+                self.sessions(),
             );
         }
     }
@@ -257,12 +270,11 @@ impl EtcdClient {
             Basis::Session(s) => s.0.id,
             Basis::Dedicated { id, .. } => *id,
         };
-        let mut cleanup = Cleanup::new(
-            self,
-            &entry,
-            &token,
-            matches!(basis, Basis::Dedicated { .. }).then_some(lease_id),
-        );
+        let (own_lease, session) = match &basis {
+            Basis::Session(s) => (None, Some(&s.0)),
+            Basis::Dedicated { id, .. } => (Some(*id), None),
+        };
+        let mut cleanup = Cleanup::new(self, &entry, &token, own_lease, session);
         let put = TxnOp::put(
             entry.clone(),
             token.expose(),
@@ -385,7 +397,7 @@ impl EtcdClient {
             };
             let token = options.new_token();
             let entry = (queue.entry)(&token);
-            let mut cleanup = Cleanup::new(self, &entry, &token, None);
+            let mut cleanup = Cleanup::new(self, &entry, &token, None, Some(&session.0));
             // Enqueue. Repeatable: a retry after an ambiguous failure finds the entry.
             let first: Vec<TxnOp> = queue.first_op().into_iter().collect();
             let rev = loop {

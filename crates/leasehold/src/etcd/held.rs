@@ -1,7 +1,7 @@
 //! Held locks: a guard's release, and its extend, which moves the entry between leases; and
 //! the token-checked release and extend of an entry by anyone who has its token.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use ec::{Compare, CompareOp, PutOptions, Txn, TxnOp};
@@ -90,11 +90,13 @@ impl HeldLock for EtcdHeld {
                     }
                 }
                 Err(e) => {
-                    // Not renewed any more; make sure it goes (or dies with its lease).
+                    // Not renewed any more; make sure it goes (its session deletes it if etcd
+                    // does not confirm; on a lease of its own it dies with that lease).
                     self.client.remove_in_background(
                         self.entry.clone(),
                         lease.token().clone(),
                         dedicated,
+                        attach.sessions(),
                     );
                     Err(e)
                 }
@@ -181,6 +183,7 @@ impl HeldLock for EtcdHeld {
                     let mut unsettled = Unsettled {
                         held: self,
                         lease,
+                        sessions: vec![Arc::downgrade(&old), Arc::downgrade(&target.0)],
                         armed: true,
                     };
                     let moved = match self.client.txn(Operation::Extend, true, txn.clone()).await {
@@ -349,6 +352,8 @@ impl EtcdHeld {
 struct Unsettled<'a> {
     held: &'a EtcdHeld,
     lease: &'a Lease,
+    /// The two sessions the entry may ride on (it is handed to both if its delete fails).
+    sessions: Vec<Weak<Session>>,
     armed: bool,
 }
 
@@ -360,6 +365,7 @@ impl Drop for Unsettled<'_> {
                 self.held.entry.clone(),
                 self.lease.token().clone(),
                 None,
+                std::mem::take(&mut self.sessions),
             );
         }
     }

@@ -17,8 +17,8 @@ use crate::core::token::LockToken;
 use super::keep_alive::{Answer, Generation};
 use super::keys::{check_key, entry_key, ttl_secs};
 use super::lock;
-use super::renewal::delete_entries;
-use super::session::{Attach, Session, SessionState, Tracked};
+use super::renewal::delete_orphans;
+use super::session::{Attach, Orphan, Session, SessionState, Tracked};
 use super::url::{EtcdUrl, parse_url};
 
 #[test]
@@ -132,6 +132,7 @@ fn test_session(t0: Instant, granted: Duration) -> Session {
             granted,
             interval: granted / 4,
             locks: HashMap::new(),
+            orphans: Vec::new(),
         }),
         dead: CancellationToken::new(),
     }
@@ -194,10 +195,11 @@ fn a_ceiling_bounds_the_renewals_of_a_lock() {
     assert_eq!(plain.valid_until(), t1 + granted - clock_drift(granted));
 }
 
-/// The cleanup of entries whose locks were declared lost while their session lives on
-/// deletes exactly those entries: same revision, same lease; nothing else.
+/// The deletion of a session's orphans deletes exactly those entries: a lost lock's with the
+/// same revision on the same lease, an abandoned one that still stores its token; nothing
+/// else. etcd answered, so none is left for the next renewal.
 #[tokio::test]
-async fn lost_entries_are_deleted_by_revision_and_lease() {
+async fn orphans_are_deleted_by_revision_and_lease_or_by_token() {
     let Some(etcd) = leasehold_harness::etcd_for_test() else {
         return;
     };
@@ -206,27 +208,55 @@ async fn lost_entries_are_deleted_by_revision_and_lease() {
     let session = leases.grant(10, None).await.unwrap().id();
     let other = leases.grant(10, None).await.unwrap().id();
     let mut kv = raw.kv_client();
-    let put = |key: &'static str, lease: i64| {
+    let put = |key: &'static str, value: &'static str, lease: i64| {
         let mut kv = kv.clone();
         async move {
             let options = PutOptions::new().with_lease(lease);
-            let resp = kv.put(key, "t", Some(options)).await.unwrap();
+            let resp = kv.put(key, value, Some(options)).await.unwrap();
             resp.header().unwrap().revision()
         }
     };
-    let lost = put("a\0lost", session).await;
-    let stale = put("a\0stale", session).await;
-    let moved = put("a\0moved", other).await;
-    let entries = [
-        (lost, b"a\0lost".to_vec()),
-        (stale + 100, b"a\0stale".to_vec()),
-        (moved, b"a\0moved".to_vec()),
+    let lost = put("a\0lost", "t", session).await;
+    let stale = put("a\0stale", "t", session).await;
+    let moved = put("a\0moved", "t", other).await;
+    put("a\0abandoned", "mine", session).await;
+    put("a\0taken", "theirs", session).await;
+    let token = |t: &str| LockToken::new(t).unwrap();
+    let orphans = vec![
+        Orphan::Lost {
+            entry: b"a\0lost".to_vec(),
+            rev: lost,
+        },
+        Orphan::Lost {
+            entry: b"a\0stale".to_vec(),
+            rev: stale + 100,
+        },
+        Orphan::Lost {
+            entry: b"a\0moved".to_vec(),
+            rev: moved,
+        },
+        Orphan::Abandoned {
+            entry: b"a\0abandoned".to_vec(),
+            token: token("mine"),
+        },
+        Orphan::Abandoned {
+            entry: b"a\0taken".to_vec(),
+            token: token("mine"),
+        },
     ];
-    delete_entries(&raw, session, &entries, Duration::from_secs(5)).await;
+    let left = delete_orphans(&raw, session, orphans, Duration::from_secs(5)).await;
+    assert!(left.is_empty(), "{left:?}");
     let left = kv
         .get("a\0", Some(GetOptions::new().with_prefix()))
         .await
         .unwrap();
     let left: Vec<&[u8]> = left.kvs().iter().map(|kv| kv.key()).collect();
-    assert_eq!(left, [b"a\0moved".as_slice(), b"a\0stale".as_slice()]);
+    assert_eq!(
+        left,
+        [
+            b"a\0moved".as_slice(),
+            b"a\0stale".as_slice(),
+            b"a\0taken".as_slice()
+        ]
+    );
 }

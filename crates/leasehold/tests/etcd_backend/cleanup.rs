@@ -4,10 +4,59 @@
 
 use std::time::Duration;
 
-use leasehold::LockOptions;
+use leasehold::{LockOptions, TryAcquire};
 use leasehold_harness::etcd_for_test;
 
-use super::{GENEROUS, client, entry_count_is, raw};
+use super::{GENEROUS, client, entries, entry_count_is, entry_lease, raw};
+
+/// Finding L1: a lock whose release etcd refused (etcd down), and whose background cleanup
+/// gave up, used to ride on its session's lease for as long as the client held anything else
+/// of that TTL: held by nobody, for ever. Now the cleanup is kept by the session as an orphan
+/// and deleted (token-checked) at its next keep-alive once etcd answers: `k`'s entry goes
+/// while `other`, on the same session lease, is still held (so the lease did not expire: the
+/// entry was deleted), and another client takes `k` at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_etcd_refused_is_cleaned_up_while_the_session_lives() {
+    let Some(mut etcd) = etcd_for_test() else {
+        return;
+    };
+    let c = client(&etcd).await;
+    // One session (TTL 30 s) for both, renewed every 500 ms.
+    let opts = LockOptions::new(Duration::from_secs(30))
+        .auto_extend(true)
+        .renew_every(Duration::from_millis(500));
+    let other = c.acquire("l1-other", &opts).await.unwrap();
+    let k = c.acquire("l1-k", &opts).await.unwrap();
+    {
+        let raw = raw(&[etcd.endpoint()]).await;
+        assert_eq!(
+            entry_lease(&raw, "l1-k").await,
+            entry_lease(&raw, "l1-other").await,
+            "one session lease"
+        );
+    }
+    tokio::task::block_in_place(|| etcd.stop());
+    k.release().await.expect_err("etcd is down");
+    // The fault: etcd stays down for longer than the background cleanup's tries (five, about
+    // 1.5 s of refused connections), then comes back with its data (its leases kept).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    tokio::task::block_in_place(|| etcd.restart()).unwrap();
+    let raw = raw(&[etcd.endpoint()]).await;
+    // Far below the 30 s TTL: the session renews every 500 ms once etcd answers.
+    entry_count_is(&raw, "l1-k", 0).await;
+    assert_eq!(entries(&raw, "l1-other").await.len(), 1, "other's entry");
+    assert_eq!(other.loss_reason(), None);
+    let c2 = client(&etcd).await;
+    match c2
+        .try_acquire("l1-k", &LockOptions::new(Duration::from_secs(5)))
+        .await
+        .unwrap()
+    {
+        TryAcquire::Acquired(g) => g.release().await.unwrap(),
+        TryAcquire::Busy { .. } => panic!("l1-k is still held"),
+    }
+    other.release().await.unwrap();
+}
 
 /// Finding M1(b): a forced release on etcd reported the deletion's revision as the counter,
 /// above the number of the waiter that takes the lock next (its entry's create revision, from
