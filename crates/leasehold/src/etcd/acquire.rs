@@ -15,14 +15,14 @@ use etcd_client as ec;
 use tokio_util::sync::CancellationToken;
 
 use crate::core::error::{Error, Operation, Result};
-use crate::core::guard::{Lease, LockGuard};
+use crate::core::guard::{Lease, LockGuard, clock_drift};
 use crate::core::options::LockOptions;
 use crate::core::outcome::TryAcquire;
 use crate::core::token::LockToken;
 
 use super::client::EtcdClient;
 use super::error::{lease_gone, session_lost, transient};
-use super::held::EtcdHeld;
+use super::held::{EtcdHeld, MinHold};
 use super::keys::{check_key, queue_prefix, ttl_secs};
 use super::lock;
 use super::request::{header_revision, txn_get};
@@ -679,7 +679,7 @@ impl EtcdClient {
         token: LockToken,
         (entry, rev): (Vec<u8>, i64),
         basis: Basis,
-        min_hold: Option<i64>,
+        min_hold: Option<MinHold>,
         options: &LockOptions,
     ) -> Result<LockGuard> {
         let fencing = options.fencing_enabled().then_some(rev as u64);
@@ -744,12 +744,14 @@ impl EtcdClient {
     /// granted now, after the lock was: `min_hold` rounded up to whole seconds (etcd may raise
     /// it to its minimum TTL), so it ends no sooner than `min_hold` after the lock's grant, by
     /// etcd's clock. An error leaves the caller's cleanup to delete the entry.
-    pub(super) async fn grant_min_hold(&self, options: &LockOptions) -> Result<Option<i64>> {
+    pub(super) async fn grant_min_hold(&self, options: &LockOptions) -> Result<Option<MinHold>> {
         let Some(min_hold) = options.min_hold_bound() else {
             return Ok(None);
         };
         let secs = min_hold.as_secs() + u64::from(min_hold.subsec_nanos() > 0);
-        let (id, _) = self.grant(secs as i64, Operation::Acquire).await?;
-        Ok(Some(id))
+        let (id, granted) = self.grant(secs as i64, Operation::Acquire).await?;
+        // The grant's reply came after etcd started the lease: it ends before this.
+        let over_by = Instant::now() + granted + clock_drift(granted);
+        Ok(Some(MinHold { id, over_by }))
     }
 }

@@ -35,7 +35,12 @@
 //! `min_hold` (whole seconds, rounded up), granted once the lock is ours, so it ends no sooner
 //! than `min_hold` after the grant by etcd's clock; the guard's release moves the entry onto
 //! it (guarded by the create revision) instead of deleting it, unless etcd says the lease is
-//! gone (the hold is over). A release by token deletes at once (docs/guarantees.md §18).
+//! gone (the hold is over). A move that gets no answer (or another error) is repeated in the
+//! background, never replaced by a delete, until etcd answers or the hold is over by the
+//! client's clock; the entry stays on its lease meanwhile (a session's is kept from retiring).
+//! Before, that release deleted the entry, dropping the hold (issue 30, finding F3; *test:*
+//! `a_min_hold_release_etcd_did_not_answer_keeps_the_hold`). A release by token deletes at
+//! once (docs/guarantees.md §18).
 //!
 //! **Leases and sessions.** Every entry is attached to an etcd lease, so a crashed client's
 //! entries disappear after its TTL. The client keeps one *session* per TTL in whole seconds

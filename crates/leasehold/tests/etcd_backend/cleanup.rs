@@ -4,10 +4,11 @@
 
 use std::time::Duration;
 
-use leasehold::{LockOptions, TryAcquire};
+use leasehold::etcd::EtcdClient;
+use leasehold::{ClientOptions, LockOptions, TryAcquire};
 use leasehold_harness::etcd_for_test;
 
-use super::{GENEROUS, client, entries, entry_count_is, entry_lease, raw};
+use super::{GENEROUS, client, entries, entry_count_is, entry_lease, raw, until, url};
 
 /// Finding L1: a lock whose release etcd refused (etcd down), and whose background cleanup
 /// gave up, used to ride on its session's lease for as long as the client held anything else
@@ -56,6 +57,72 @@ async fn a_release_etcd_refused_is_cleaned_up_while_the_session_lives() {
         TryAcquire::Busy { .. } => panic!("l1-k is still held"),
     }
     other.release().await.unwrap();
+}
+
+/// Finding F3: a guard release with `min_hold` whose move onto the hold's lease got no answer
+/// (etcd frozen past the response timeout) used to delete the entry in the background, freeing
+/// the key at once. Now the move is repeated, never replaced by a delete: the entry moves onto
+/// the hold's lease, stays there (checked at every poll) until the hold is nearly over, and
+/// the key is free once the hold has ended. For a lock on a lease of its own and for an
+/// auto-extended one (on its session's lease, which must not retire meanwhile).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_min_hold_release_etcd_did_not_answer_keeps_the_hold() {
+    let Some(etcd) = etcd_for_test() else {
+        return;
+    };
+    let raw = raw(&[etcd.endpoint()]).await;
+    let c = EtcdClient::connect_with(
+        &url(&etcd),
+        ClientOptions::new().response_timeout(Duration::from_secs(1)),
+    )
+    .await
+    .unwrap();
+    let plain = LockOptions::new(Duration::from_secs(30)).min_hold(Duration::from_secs(6));
+    let auto = plain.clone().auto_extend(true);
+    for (key, options) in [("f3-auto", auto), ("f3-plain", plain)] {
+        let g = c.acquire(key, &options).await.unwrap();
+        let own = entry_lease(&raw, key).await.unwrap();
+        etcd.pause().unwrap();
+        let released = g.release().await;
+        etcd.resume().unwrap();
+        released.expect_err("etcd was frozen");
+        let mut checked_busy = false;
+        until("the hold is nearly over", GENEROUS, || {
+            let raw = raw.clone();
+            let c = c.clone();
+            let first_look = !std::mem::replace(&mut checked_busy, true);
+            async move {
+                let lease = entry_lease(&raw, key)
+                    .await
+                    .unwrap_or_else(|| panic!("{key}: the entry was deleted during the hold"));
+                if lease == own {
+                    // Not moved yet.
+                    return false;
+                }
+                if first_look {
+                    let busy = c
+                        .try_acquire(key, &LockOptions::new(Duration::from_secs(5)))
+                        .await
+                        .unwrap();
+                    assert!(
+                        matches!(busy, TryAcquire::Busy { .. }),
+                        "{key} taken in the hold"
+                    );
+                }
+                let left = raw.lease_client().time_to_live(lease, None).await.unwrap();
+                left.ttl() <= 1
+            }
+        })
+        .await;
+        let next = c
+            .acquire(
+                key,
+                &LockOptions::new(Duration::from_secs(5)).wait(GENEROUS),
+            )
+            .await
+            .expect("free once the hold is over");
+        next.release().await.unwrap();
+    }
 }
 
 /// Finding M1(b): a forced release on etcd reported the deletion's revision as the counter,
