@@ -310,9 +310,20 @@ impl EtcdHeld {
         }
     }
 
-    /// The move of the entry onto lease `id` (see [`move_txn`]).
+    /// The move of the entry onto lease `id`, guarded by its create revision (a put keeps
+    /// it, so the move is idempotent and never touches a later holder's entry).
     fn move_txn(&self, lease: &Lease, id: i64) -> Txn {
-        move_txn(&self.entry, self.rev, lease.token(), id)
+        Txn::new()
+            .when([Compare::create_revision(
+                self.entry.clone(),
+                CompareOp::Equal,
+                self.rev,
+            )])
+            .and_then([TxnOp::put(
+                self.entry.clone(),
+                lease.token().expose(),
+                Some(PutOptions::new().with_lease(id)),
+            )])
     }
 
     /// The release's delete, guarded by the entry's create revision.
@@ -416,23 +427,6 @@ impl EtcdHeld {
 /// refuses a put on a lease that expired, so the minimum hold is over.
 fn hold_is_over(e: &Error) -> bool {
     e.to_string().contains("lease not found")
-}
-
-/// The move of `entry` (create revision `rev`, storing `token`) onto lease `id`:
-/// `If(CreateRevision(entry) == rev) Then(Put(entry, token, lease id))`. A put keeps the create
-/// revision, so the move is idempotent and never touches a later holder's entry.
-fn move_txn(entry: &[u8], rev: i64, token: &LockToken, id: i64) -> Txn {
-    Txn::new()
-        .when([Compare::create_revision(
-            entry.to_vec(),
-            CompareOp::Equal,
-            rev,
-        )])
-        .and_then([TxnOp::put(
-            entry.to_vec(),
-            token.expose(),
-            Some(PutOptions::new().with_lease(id)),
-        )])
 }
 
 /// An auto-extended lock being moved between sessions, registered on neither: unless

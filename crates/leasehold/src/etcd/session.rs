@@ -86,6 +86,15 @@ pub(super) struct Tracked {
     pub(super) attach: Arc<Mutex<Attach>>,
 }
 
+impl Orphan {
+    /// The entry's key.
+    pub(super) fn entry(&self) -> &[u8] {
+        match self {
+            Orphan::Abandoned { entry, .. } | Orphan::Lost { entry, .. } => entry,
+        }
+    }
+}
+
 /// The lease a held lock's entry lives on.
 #[derive(Clone, Debug)]
 pub(super) enum Attach {
@@ -143,10 +152,16 @@ impl Session {
     /// Keeps `orphans`, entries that may ride on this session's lease, for deletion at the
     /// next renewals (see [`Orphan`]). Nothing to keep once the session ended: its lease is
     /// revoked or no longer kept alive, and the entries go with it.
+    /// An entry kept already is not kept twice (one transaction must not name a key twice).
     pub(super) fn adopt(&self, orphans: impl IntoIterator<Item = Orphan>) {
         let mut st = self.state();
-        if !self.dead.is_cancelled() {
-            st.orphans.extend(orphans);
+        if self.dead.is_cancelled() {
+            return;
+        }
+        for orphan in orphans {
+            if !st.orphans.iter().any(|o| o.entry() == orphan.entry()) {
+                st.orphans.push(orphan);
+            }
         }
     }
 

@@ -138,6 +138,34 @@ fn test_session(t0: Instant, granted: Duration) -> Session {
     }
 }
 
+/// A session keeps each orphan's entry once (a transaction must not name a key twice), and
+/// none once it has ended (its lease goes, and the entries with it).
+#[test]
+fn a_session_keeps_each_orphan_once_and_none_once_ended() {
+    let session = test_session(Instant::now(), Duration::from_secs(2));
+    let token = LockToken::new("tok").unwrap();
+    let abandoned = |key: &[u8]| Orphan::Abandoned {
+        entry: key.to_vec(),
+        token: token.clone(),
+    };
+    session.adopt([abandoned(b"k\0a"), abandoned(b"k\0b")]);
+    session.adopt([
+        Orphan::Lost {
+            entry: b"k\0a".to_vec(),
+            rev: 7,
+        },
+        abandoned(b"k\0b"),
+    ]);
+    {
+        let st = session.state();
+        let kept: Vec<&[u8]> = st.orphans.iter().map(Orphan::entry).collect();
+        assert_eq!(kept, [b"k\0a".as_slice(), b"k\0b".as_slice()]);
+    }
+    session.die(crate::core::error::LossReason::Expired);
+    session.adopt([abandoned(b"k\0c")]);
+    assert_eq!(session.state().orphans.len(), 2);
+}
+
 /// A session's validity only moves forward, and never once it has run out.
 #[test]
 fn a_session_is_renewed_only_forward_and_not_revived() {
