@@ -2,6 +2,7 @@
 //! 30, findings L1, F3 and M1(b)), against a real single-member etcd that is stopped and
 //! started again with its data dir, or frozen.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use leasehold::etcd::EtcdClient;
@@ -86,11 +87,12 @@ async fn a_min_hold_release_etcd_did_not_answer_keeps_the_hold() {
         let released = g.release().await;
         etcd.resume().unwrap();
         released.expect_err("etcd was frozen");
-        let mut checked_busy = false;
+        // Another client is refused at the first look after the move.
+        let checked_busy = AtomicBool::new(false);
+        let checked_busy = &checked_busy;
         until("the hold is nearly over", GENEROUS, || {
             let raw = raw.clone();
             let c = c.clone();
-            let first_look = !std::mem::replace(&mut checked_busy, true);
             async move {
                 let lease = entry_lease(&raw, key)
                     .await
@@ -99,7 +101,7 @@ async fn a_min_hold_release_etcd_did_not_answer_keeps_the_hold() {
                     // Not moved yet.
                     return false;
                 }
-                if first_look {
+                if !checked_busy.swap(true, Ordering::SeqCst) {
                     let busy = c
                         .try_acquire(key, &LockOptions::new(Duration::from_secs(5)))
                         .await
