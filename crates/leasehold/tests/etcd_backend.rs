@@ -14,6 +14,8 @@ use leasehold::{
 };
 use leasehold_harness::{Etcd, EtcdCluster, SlowLink, etcd_cluster_for_test, etcd_for_test};
 
+mod cleanup;
+
 /// Bound of every wait that should end much sooner.
 pub(crate) const GENEROUS: Duration = Duration::from_secs(20);
 const POLL: Duration = Duration::from_millis(20);

@@ -117,8 +117,11 @@ pub struct ForceReleased {
     /// The holder that was removed: its token (shown redacted) and owner record.
     pub previous: LockHolder,
     /// The key's fencing counter after the bump: every number issued to the removed holder is
-    /// below it, and every number issued later is above it. `None` where the backend's fencing
-    /// numbers are not a per-key counter it can bump (see each backend).
+    /// below it, and every number issued later is at least it (above it where the backend
+    /// keeps a per-key counter it bumps; on etcd, whose numbers are revisions, it is the
+    /// removed entry's number + 1, which a waiter queued right after it may have). `None`
+    /// where the backend's fencing numbers are not a per-key counter it can bump (see each
+    /// backend).
     pub fencing_counter: Option<u64>,
     /// Who forced it (this process).
     pub forced_by: Owner,

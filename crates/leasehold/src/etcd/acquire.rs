@@ -4,7 +4,7 @@
 //! election), so the wait (etcd's `waitDeletes`) lives here once.
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use ec::{
@@ -15,18 +15,18 @@ use etcd_client as ec;
 use tokio_util::sync::CancellationToken;
 
 use crate::core::error::{Error, Operation, Result};
-use crate::core::guard::{Lease, LockGuard};
+use crate::core::guard::{Lease, LockGuard, clock_drift};
 use crate::core::options::LockOptions;
 use crate::core::outcome::TryAcquire;
 use crate::core::token::LockToken;
 
 use super::client::EtcdClient;
 use super::error::{lease_gone, session_lost, transient};
-use super::held::EtcdHeld;
+use super::held::{EtcdHeld, MinHold};
 use super::keys::{check_key, queue_prefix, ttl_secs};
 use super::lock;
 use super::request::{header_revision, txn_get};
-use super::session::{Attach, SessionRef, Tracked};
+use super::session::{Attach, Session, SessionRef, Tracked};
 
 /// A queue of entries, each storing its token on a lease: the entries under `blockers` with a
 /// lower create revision than ours hold us back while `allowed` or more of them remain (etcd's
@@ -97,6 +97,9 @@ pub(super) struct Cleanup {
     token: LockToken,
     /// A lease of the entry's own, revoked too.
     lease: Option<i64>,
+    /// The session whose lease the entry was put on (if it was): it deletes the entry at its
+    /// next renewals if etcd does not confirm the cleanup's delete.
+    session: Option<Weak<Session>>,
     armed: bool,
 }
 
@@ -106,14 +109,21 @@ impl Cleanup {
         entry: &[u8],
         token: &LockToken,
         lease: Option<i64>,
+        session: Option<&Arc<Session>>,
     ) -> Self {
         Cleanup {
             client: client.clone(),
             entry: entry.to_vec(),
             token: token.clone(),
             lease,
+            session: session.map(Arc::downgrade),
             armed: true,
         }
+    }
+
+    /// The sessions an orphan of this entry goes to.
+    fn sessions(&self) -> Vec<Weak<Session>> {
+        self.session.iter().cloned().collect()
     }
 
     pub(super) fn disarm(&mut self) {
@@ -136,10 +146,12 @@ impl Cleanup {
                     self.client.revoke_in_background(id);
                 }
             }
-            Err(_) => {
-                self.client
-                    .remove_in_background(self.entry.clone(), self.token.clone(), self.lease)
-            }
+            Err(_) => self.client.remove_in_background(
+                self.entry.clone(),
+                self.token.clone(),
+                self.lease,
+                self.sessions(),
+            ),
         }
     }
 }
@@ -151,6 +163,7 @@ impl Drop for Cleanup {
                 std::mem::take(&mut self.entry),
                 self.token.clone(),
                 self.lease,
+                self.sessions(),
             );
         }
     }
@@ -257,12 +270,11 @@ impl EtcdClient {
             Basis::Session(s) => s.0.id,
             Basis::Dedicated { id, .. } => *id,
         };
-        let mut cleanup = Cleanup::new(
-            self,
-            &entry,
-            &token,
-            matches!(basis, Basis::Dedicated { .. }).then_some(lease_id),
-        );
+        let (own_lease, session) = match &basis {
+            Basis::Session(s) => (None, Some(&s.0)),
+            Basis::Dedicated { id, .. } => (Some(*id), None),
+        };
+        let mut cleanup = Cleanup::new(self, &entry, &token, own_lease, session);
         let put = TxnOp::put(
             entry.clone(),
             token.expose(),
@@ -385,7 +397,7 @@ impl EtcdClient {
             };
             let token = options.new_token();
             let entry = (queue.entry)(&token);
-            let mut cleanup = Cleanup::new(self, &entry, &token, None);
+            let mut cleanup = Cleanup::new(self, &entry, &token, None, Some(&session.0));
             // Enqueue. Repeatable: a retry after an ambiguous failure finds the entry.
             let first: Vec<TxnOp> = queue.first_op().into_iter().collect();
             let rev = loop {
@@ -667,7 +679,7 @@ impl EtcdClient {
         token: LockToken,
         (entry, rev): (Vec<u8>, i64),
         basis: Basis,
-        min_hold: Option<i64>,
+        min_hold: Option<MinHold>,
         options: &LockOptions,
     ) -> Result<LockGuard> {
         let fencing = options.fencing_enabled().then_some(rev as u64);
@@ -732,12 +744,14 @@ impl EtcdClient {
     /// granted now, after the lock was: `min_hold` rounded up to whole seconds (etcd may raise
     /// it to its minimum TTL), so it ends no sooner than `min_hold` after the lock's grant, by
     /// etcd's clock. An error leaves the caller's cleanup to delete the entry.
-    pub(super) async fn grant_min_hold(&self, options: &LockOptions) -> Result<Option<i64>> {
+    pub(super) async fn grant_min_hold(&self, options: &LockOptions) -> Result<Option<MinHold>> {
         let Some(min_hold) = options.min_hold_bound() else {
             return Ok(None);
         };
         let secs = min_hold.as_secs() + u64::from(min_hold.subsec_nanos() > 0);
-        let (id, _) = self.grant(secs as i64, Operation::Acquire).await?;
-        Ok(Some(id))
+        let (id, granted) = self.grant(secs as i64, Operation::Acquire).await?;
+        // The grant's reply came after etcd started the lease: it ends before this.
+        let over_by = Instant::now() + granted + clock_drift(granted);
+        Ok(Some(MinHold { id, over_by }))
     }
 }

@@ -176,7 +176,8 @@ impl EtcdClient {
     ///
     /// **Cancellation.** If the future is dropped, or the reply is lost, after the request was
     /// sent, the entry (if it was written) is deleted in the background, token-checked; if
-    /// that fails it dies with its lease.
+    /// etcd does not confirm that, the session deletes it at its next renewals
+    /// (auto-extended), or it dies with its own lease.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad key or TTL (before any round trip);
@@ -200,7 +201,8 @@ impl EtcdClient {
     /// lost with it and we queue again.
     ///
     /// **Cancellation.** Dropping the future deletes our entry in the background
-    /// (token-checked); if that fails, the entry dies with the session's lease.
+    /// (token-checked); if etcd does not confirm that, the session deletes it at its next
+    /// renewals.
     ///
     /// # Errors
     /// [`Error::NotAcquired`] at the deadline; otherwise as [`EtcdClient::try_acquire`].

@@ -1,7 +1,7 @@
 //! Held locks: a guard's release, and its extend, which moves the entry between leases; and
 //! the token-checked release and extend of an entry by anyone who has its token.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use ec::{Compare, CompareOp, PutOptions, Txn, TxnOp};
@@ -30,7 +30,18 @@ pub(super) struct EtcdHeld {
     /// The lease of [`min_hold`](crate::LockOptions::min_hold), granted right after the lock
     /// was (so it ends no sooner than `min_hold` after the grant, by etcd's clock): a release
     /// moves the entry onto it instead of deleting it, while it lives.
-    pub(super) min_hold: Option<i64>,
+    pub(super) min_hold: Option<MinHold>,
+}
+
+/// The lease a [`min_hold`](crate::LockOptions::min_hold) release moves the entry onto.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct MinHold {
+    /// The etcd lease.
+    pub(super) id: i64,
+    /// When the hold is over by this client's clock, at the latest: the grant's reply plus the
+    /// granted TTL and the drift allowance (barring an etcd restart or leader change, which
+    /// only make the lease live longer, etcd has revoked it by then).
+    pub(super) over_by: Instant,
 }
 
 impl std::fmt::Debug for EtcdHeld {
@@ -47,9 +58,16 @@ impl HeldLock for EtcdHeld {
     fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
             let attach = lock(&self.attach).clone();
+            // With min_hold, the session stays pinned until the move onto the hold's lease is
+            // settled (the entry rides on its lease until then), so it does not retire and
+            // revoke the lease, dropping the hold, meanwhile.
+            let mut pin = None;
             if let Attach::Session(session) = &attach
                 && let Some(session) = session.upgrade()
             {
+                if self.min_hold.is_some() {
+                    pin = Some(SessionRef::pin(&session));
+                }
                 session.unregister(self.rev);
             }
             let dedicated = match attach {
@@ -57,24 +75,20 @@ impl HeldLock for EtcdHeld {
                 Attach::Session(_) => None,
             };
             let kept = match self.min_hold {
-                Some(id) => self.keep_for_min_hold(lease, id).await,
-                None => Ok(false),
+                Some(hold) => match self.keep_for_min_hold(lease, hold.id).await {
+                    Ok(kept) => kept,
+                    Err(e) => {
+                        // Never a delete while the hold may last: the move is repeated.
+                        self.keep_in_background(lease, hold, dedicated, pin);
+                        return Err(e);
+                    }
+                },
+                None => false,
             };
-            let txn = Txn::new()
-                .when([Compare::create_revision(
-                    self.entry.clone(),
-                    CompareOp::Equal,
-                    self.rev,
-                )])
-                .and_then([TxnOp::delete(self.entry.clone(), None)]);
-            let released = match kept {
-                Ok(true) => Ok(ReleaseOutcome::Kept),
-                Ok(false) => self
-                    .client
-                    .txn(Operation::Release, true, txn)
-                    .await
-                    .map(|r| ReleaseOutcome::Deleted(r.succeeded())),
-                Err(e) => Err(e),
+            let released = if kept {
+                Ok(ReleaseOutcome::Kept)
+            } else {
+                self.delete().await
             };
             match released {
                 Ok(resp) => {
@@ -90,11 +104,13 @@ impl HeldLock for EtcdHeld {
                     }
                 }
                 Err(e) => {
-                    // Not renewed any more; make sure it goes (or dies with its lease).
+                    // Not renewed any more; make sure it goes (its session deletes it if etcd
+                    // does not confirm; on a lease of its own it dies with that lease).
                     self.client.remove_in_background(
                         self.entry.clone(),
                         lease.token().clone(),
                         dedicated,
+                        attach.sessions(),
                     );
                     Err(e)
                 }
@@ -181,6 +197,7 @@ impl HeldLock for EtcdHeld {
                     let mut unsettled = Unsettled {
                         held: self,
                         lease,
+                        sessions: vec![Arc::downgrade(&old), Arc::downgrade(&target.0)],
                         armed: true,
                     };
                     let moved = match self.client.txn(Operation::Extend, true, txn.clone()).await {
@@ -288,8 +305,7 @@ impl EtcdHeld {
             .await
         {
             Ok(resp) => Ok(resp.succeeded()),
-            // etcd refuses a put on a lease that expired: the minimum hold is over.
-            Err(e) if e.to_string().contains("lease not found") => Ok(false),
+            Err(e) if hold_is_over(&e) => Ok(false),
             Err(e) => Err(e),
         }
     }
@@ -308,6 +324,70 @@ impl EtcdHeld {
                 lease.token().expose(),
                 Some(PutOptions::new().with_lease(id)),
             )])
+    }
+
+    /// The release's delete, guarded by the entry's create revision.
+    async fn delete(&self) -> Result<ReleaseOutcome> {
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                self.entry.clone(),
+                CompareOp::Equal,
+                self.rev,
+            )])
+            .and_then([TxnOp::delete(self.entry.clone(), None)]);
+        self.client
+            .txn(Operation::Release, true, txn)
+            .await
+            .map(|r| ReleaseOutcome::Deleted(r.succeeded()))
+    }
+
+    /// A `min_hold` release whose move onto the hold's lease got no answer (or an error):
+    /// the move is repeated in the background until etcd answers, never replaced by a delete
+    /// while the hold may last (issue 30, finding F3: the delete freed the key at once, so a
+    /// second machine's run within `min_hold` ran the job again). Until the move is answered
+    /// the entry stays where it was: on a lease of its own (not kept alive: it expires with
+    /// it) or on its session's, which `pin` keeps from retiring. Once etcd answers: moved
+    /// (the hold holds; a lease of its own is revoked), gone (nothing to do), or "lease not
+    /// found" (the hold is over: deleted as by a plain release). If etcd has not answered by
+    /// the time the hold is over by this client's clock ([`MinHold::over_by`]), the entry is
+    /// deleted as by a plain release (an orphan of its session if etcd does not confirm).
+    /// *Test:* `etcd_backend.rs`: `a_min_hold_release_etcd_did_not_answer_keeps_the_hold`.
+    fn keep_in_background(
+        &self,
+        lease: &Lease,
+        hold: MinHold,
+        dedicated: Option<i64>,
+        pin: Option<SessionRef>,
+    ) {
+        let client = self.client.clone();
+        let entry = self.entry.clone();
+        let token = lease.token().clone();
+        let txn = self.move_txn(lease, hold.id);
+        tokio::spawn(async move {
+            let sessions: Vec<Weak<Session>> = pin.iter().map(|p| Arc::downgrade(&p.0)).collect();
+            let mut attempt = 0u32;
+            let hold_over = loop {
+                if Instant::now() >= hold.over_by {
+                    break true;
+                }
+                match client.txn(Operation::Release, true, txn.clone()).await {
+                    // Moved (the hold holds), or the entry is gone.
+                    Ok(_) => break false,
+                    Err(e) if hold_is_over(&e) => break true,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "repeating a min_hold release's lease move");
+                        tokio::time::sleep(REPEAT_PAUSE * (1 << attempt.min(4))).await;
+                        attempt += 1;
+                    }
+                }
+            };
+            if hold_over {
+                client.remove_in_background(entry, token, dedicated, sessions);
+            } else if let Some(id) = dedicated {
+                client.revoke_in_background(id);
+            }
+            drop(pin);
+        });
     }
 
     /// Sends `txn` (an idempotent lease move, see [`HeldLock::extend`]) again until etcd
@@ -343,12 +423,20 @@ impl EtcdHeld {
     }
 }
 
+/// Whether etcd refused a move onto the min_hold lease because that lease is gone: it
+/// refuses a put on a lease that expired, so the minimum hold is over.
+fn hold_is_over(e: &Error) -> bool {
+    e.to_string().contains("lease not found")
+}
+
 /// An auto-extended lock being moved between sessions, registered on neither: unless
 /// disarmed (the move settled), dropping it declares the lock lost and deletes its entry
 /// (token-checked, in the background), since neither session keeps it alive any more.
 struct Unsettled<'a> {
     held: &'a EtcdHeld,
     lease: &'a Lease,
+    /// The two sessions the entry may ride on (it is handed to both if its delete fails).
+    sessions: Vec<Weak<Session>>,
     armed: bool,
 }
 
@@ -360,6 +448,7 @@ impl Drop for Unsettled<'_> {
                 self.held.entry.clone(),
                 self.lease.token().clone(),
                 None,
+                std::mem::take(&mut self.sessions),
             );
         }
     }

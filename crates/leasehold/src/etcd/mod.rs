@@ -20,7 +20,8 @@
 //!   revision `R + 1` (a deletion after the read has a higher revision, so it cannot be
 //!   missed), and reads again. No polling; each release wakes exactly the next waiter (FIFO,
 //!   no thundering herd). At the deadline, or when the future is dropped, its entry is deleted
-//!   (token-checked); if that delete fails, the entry dies with its lease.
+//!   (token-checked); if etcd does not confirm that delete, the session deletes the entry at
+//!   its next renewals (see *Orphans* below).
 //! * **Fencing number** = the entry's `create_revision`: issued atomically with the write that
 //!   enqueues it, and strictly increasing across successive holders of a key (see below).
 //! * [`EtcdClient::release`] / [`EtcdClient::extend`] are token-checked transactions
@@ -34,7 +35,12 @@
 //! `min_hold` (whole seconds, rounded up), granted once the lock is ours, so it ends no sooner
 //! than `min_hold` after the grant by etcd's clock; the guard's release moves the entry onto
 //! it (guarded by the create revision) instead of deleting it, unless etcd says the lease is
-//! gone (the hold is over). A release by token deletes at once (docs/guarantees.md §18).
+//! gone (the hold is over). A move that gets no answer (or another error) is repeated in the
+//! background, never replaced by a delete, until etcd answers or the hold is over by the
+//! client's clock; the entry stays on its lease meanwhile (a session's is kept from retiring).
+//! Before, that release deleted the entry, dropping the hold (issue 30, finding F3; *test:*
+//! `a_min_hold_release_etcd_did_not_answer_keeps_the_hold`). A release by token deletes at
+//! once (docs/guarantees.md §18).
 //!
 //! **Leases and sessions.** Every entry is attached to an etcd lease, so a crashed client's
 //! entries disappear after its TTL. The client keeps one *session* per TTL in whole seconds
@@ -66,6 +72,19 @@
 //! on the old one is ever counted again. A request whose session stopped waiting while the
 //! stream lived on (it was slow, not silent) stays queued until its late reply arrives, which
 //! is dropped: the replies after it still meet their own requests.
+//!
+//! **Orphans.** An entry that must go (a guard's release, a waiter that gave up, an attempt
+//! that found the lock busy, a lock declared lost) is deleted at once, and a few times more in
+//! the background if etcd refuses. If etcd still has not confirmed the delete and the entry
+//! may ride on a session's lease, the session keeps it (its key, and its token or its
+//! revision) and deletes it after each keep-alive etcd answers, until etcd confirms; retiring
+//! revokes the lease, which deletes what is left. Before, such an entry rode on the session's
+//! lease, kept alive for the client's other locks of that TTL: held by nobody, for as long as
+//! the client held anything else of that TTL (issue 30, finding L1; *tests:*
+//! `a_release_etcd_refused_is_cleaned_up_while_the_session_lives`, a single member stopped
+//! during a release and started again with its data, and the unit test
+//! `orphans_are_deleted_by_revision_and_lease_or_by_token`). An entry on a lease of its own
+//! dies with that lease (nobody keeps it alive).
 //!
 //! If keep-alives fail until the session's validity is over, every lock on it is declared lost
 //! ([`LossReason::Expired`]; [`LossReason::NotHeld`] when etcd answers that the lease is gone),
@@ -127,10 +146,11 @@
 //!    lapsed ends even if etcd answers again (its locks are not revived: a reply to a request
 //!    sent after the validity ran out ends the session too), and the entry of a
 //!    lock declared lost while its session lives on is deleted (by revision and lease), so it
-//!    cannot stay held, kept alive, with nobody believing they hold it. *Tests:*
+//!    cannot stay held, kept alive, with nobody believing they hold it (retried after each
+//!    renewal until etcd confirms: an orphan). *Tests:*
 //!    the conformance suite's loss check (`tests/conformance`, entry deleted), `loss_is_reported_when_etcd_stalls_past_the_ttl`
 //!    (which also takes the lock again once etcd is back), and the unit test
-//!    `lost_entries_are_deleted_by_revision_and_lease`.
+//!    `orphans_are_deleted_by_revision_and_lease_or_by_token`.
 //! 4. **Fencing numbers strictly increase**, cluster-wide (etcd revisions), with each
 //!    acquisition of a key: holders follow `create_revision` order (the holder is always the
 //!    lowest entry, and entries are only added with higher revisions), so each holder's number

@@ -14,7 +14,7 @@ use crate::core::guard::clock_drift;
 use super::keep_alive::{KeepAliveOutcome, KeepAlives};
 use super::lock;
 use super::request::{revoke_in_background, txn_get};
-use super::session::{Attach, Session, Sessions};
+use super::session::{Attach, Orphan, Session, Sessions};
 
 /// Locks checked per transaction: two compares each, within etcd's default `--max-txn-ops`
 /// of 128.
@@ -72,9 +72,11 @@ pub(super) async fn run_session(
                     lapsed().await;
                     return;
                 };
-                if !lost.is_empty() {
-                    delete_entries(&etcd, session.id, &lost, response_timeout).await;
-                }
+                session.adopt(
+                    lost.into_iter()
+                        .map(|(rev, entry)| Orphan::Lost { entry, rev }),
+                );
+                delete_orphans_of(&etcd, &session, response_timeout).await;
                 next = sent + interval;
             }
             KeepAliveOutcome::Gone => {
@@ -97,31 +99,63 @@ pub(super) async fn run_session(
     }
 }
 
-/// Deletes entries of `lease` whose locks were declared lost (guarded by their revision and
-/// lease, so nothing else is touched). Best effort: what stays dies with the session.
-pub(super) async fn delete_entries(
+/// Deletes the session's orphans (see [`Orphan`]); the ones etcd did not confirm stay for
+/// the next renewal.
+async fn delete_orphans_of(etcd: &ec::Client, session: &Session, timeout: Duration) {
+    let orphans = std::mem::take(&mut session.state().orphans);
+    if orphans.is_empty() {
+        return;
+    }
+    let left = delete_orphans(etcd, session.id, orphans, timeout).await;
+    session.adopt(left);
+}
+
+/// Deletes `orphans` of `lease`, each guarded as its kind says (its token; or its revision
+/// and this lease), so nothing else is touched: one transaction per [`CHECK_BATCH`] of them,
+/// each a nested transaction. Returns the ones whose deletion etcd did not confirm (no
+/// reply, or an error): a reply confirms every one of its batch, deleted or found gone.
+pub(super) async fn delete_orphans(
     etcd: &ec::Client,
     lease: i64,
-    entries: &[(i64, Vec<u8>)],
+    orphans: Vec<Orphan>,
     timeout: Duration,
-) {
-    for chunk in entries.chunks(CHECK_BATCH) {
+) -> Vec<Orphan> {
+    let mut left = Vec::new();
+    for chunk in orphans.chunks(CHECK_BATCH) {
         let ops: Vec<TxnOp> = chunk
             .iter()
-            .map(|(rev, entry)| {
-                TxnOp::txn(
-                    Txn::new()
-                        .when([
+            .map(|orphan| {
+                let (entry, guard) = match orphan {
+                    Orphan::Abandoned { entry, token } => (
+                        entry,
+                        vec![Compare::value(
+                            entry.clone(),
+                            CompareOp::Equal,
+                            token.expose(),
+                        )],
+                    ),
+                    Orphan::Lost { entry, rev } => (
+                        entry,
+                        vec![
                             Compare::create_revision(entry.clone(), CompareOp::Equal, *rev),
                             Compare::lease(entry.clone(), CompareOp::Equal, lease),
-                        ])
+                        ],
+                    ),
+                };
+                TxnOp::txn(
+                    Txn::new()
+                        .when(guard)
                         .and_then([TxnOp::delete(entry.clone(), None)]),
                 )
             })
             .collect();
         let mut kv = etcd.kv_client();
-        let _ = tokio::time::timeout(timeout, kv.txn(Txn::new().and_then(ops))).await;
+        match tokio::time::timeout(timeout, kv.txn(Txn::new().and_then(ops))).await {
+            Ok(Ok(_)) => {}
+            _ => left.extend_from_slice(chunk),
+        }
     }
+    left
 }
 
 /// Retires an idle session (under the sessions lock, so no acquisition picks it meanwhile).

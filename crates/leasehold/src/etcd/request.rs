@@ -1,6 +1,7 @@
 //! Requests to etcd: sent again while they provably never left, bounded by the response
 //! timeout; transactions and their replies, lease grants, and cleanup in the background.
 
+use std::sync::Weak;
 use std::time::{Duration, Instant};
 
 use ec::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
@@ -11,6 +12,7 @@ use crate::core::token::LockToken;
 
 use super::client::EtcdClient;
 use super::error::{from_etcd, never_sent, timeout_error, transient};
+use super::session::{Orphan, Session};
 
 /// Tries of a background delete of an abandoned entry before it is left to its lease.
 const CLEANUP_TRIES: u32 = 5;
@@ -134,22 +136,30 @@ impl EtcdClient {
     }
 
     /// Deletes `entry` if it still holds `token` (and revokes `lease`, the entry's own), in the
-    /// background, retrying connection errors a few times; what it cannot delete dies with its
-    /// lease.
+    /// background, retrying connection errors a few times. If etcd never confirms the delete
+    /// (no reply, or an error), the entry is handed to `sessions`, the live sessions whose
+    /// leases it may ride on, as an [`Orphan`]: each deletes it at its next renewals etcd
+    /// answers, so it cannot ride on a lease kept alive for other locks, held by nobody
+    /// (issue 30, finding L1). On a lease of its own, or on a session that ended, it dies
+    /// with that lease (nobody keeps it alive).
     pub(super) fn remove_in_background(
         &self,
         entry: Vec<u8>,
         token: LockToken,
         lease: Option<i64>,
+        sessions: Vec<Weak<Session>>,
     ) {
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             tracing::warn!(
-                "etcd entry abandoned outside a tokio runtime; it expires with its lease"
+                "etcd entry abandoned outside a tokio runtime; its session deletes it at its \
+                 next renewal, or it expires with its lease"
             );
+            adopt(&sessions, Orphan::Abandoned { entry, token });
             return;
         };
         let client = self.clone();
         handle.spawn(async move {
+            let mut confirmed = false;
             for attempt in 0..CLEANUP_TRIES {
                 let txn = Txn::new()
                     .when([Compare::value(
@@ -159,11 +169,18 @@ impl EtcdClient {
                     )])
                     .and_then([TxnOp::delete(entry.clone(), None)]);
                 match client.txn(Operation::Release, true, txn).await {
+                    Ok(_) => {
+                        confirmed = true;
+                        break;
+                    }
                     Err(e) if transient(&e) && attempt + 1 < CLEANUP_TRIES => {
                         tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
                     }
-                    _ => break,
+                    Err(_) => break,
                 }
+            }
+            if !confirmed {
+                adopt(&sessions, Orphan::Abandoned { entry, token });
             }
             if let Some(id) = lease {
                 let _ = client
@@ -174,5 +191,12 @@ impl EtcdClient {
                     .await;
             }
         });
+    }
+}
+
+/// Hands `orphan` to each live session of `sessions`.
+fn adopt(sessions: &[Weak<Session>], orphan: Orphan) {
+    for session in sessions.iter().filter_map(Weak::upgrade) {
+        session.adopt([orphan.clone()]);
     }
 }

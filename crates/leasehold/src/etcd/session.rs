@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use crate::core::error::LossReason;
 use crate::core::error::{Operation, Result};
 use crate::core::guard::{Lease, clock_drift};
+use crate::core::token::LockToken;
 
 use super::client::EtcdClient;
 #[cfg(doc)]
@@ -48,6 +49,28 @@ pub(super) struct SessionState {
     pub(super) interval: Duration,
     /// Held, auto-extended locks by their entry's create revision.
     pub(super) locks: HashMap<i64, Tracked>,
+    /// Entries that may ride on this lease and must go, whose deletion etcd has not confirmed
+    /// yet: deleted at each renewal etcd answers until it does (see [`Orphan`]).
+    pub(super) orphans: Vec<Orphan>,
+}
+
+/// An entry left on a session's lease that nobody holds: its deletion failed (etcd refused,
+/// or did not answer). The session keeps its lease alive for its other locks, so the entry
+/// would stay there, held by nobody, for as long as the client holds anything of that TTL
+/// (issue 30, finding L1). So the session keeps it and, after each keep-alive etcd answers,
+/// deletes it (guarded as below) until etcd confirms the delete (applied, or the guard failed:
+/// the entry is gone or is not this one any more). A session does not wait for its orphans to
+/// retire: its lease is then revoked, which deletes them. *Test:* `etcd_backend.rs`:
+/// `a_release_etcd_refused_is_cleaned_up_while_the_session_lives`.
+#[derive(Debug, Clone)]
+pub(super) enum Orphan {
+    /// An abandoned entry (a release, a waiter's or an attempt's cleanup): deleted if it
+    /// still stores `token` (tokens are unique, so no other entry matches).
+    Abandoned { entry: Vec<u8>, token: LockToken },
+    /// The entry of a lock declared lost while its session lives on: deleted if it still has
+    /// the create revision `rev` and rides on this session's lease (moved elsewhere, it is
+    /// not this session's to delete).
+    Lost { entry: Vec<u8>, rev: i64 },
 }
 
 /// An auto-extended lock on a session.
@@ -63,6 +86,15 @@ pub(super) struct Tracked {
     pub(super) attach: Arc<Mutex<Attach>>,
 }
 
+impl Orphan {
+    /// The entry's key.
+    pub(super) fn entry(&self) -> &[u8] {
+        match self {
+            Orphan::Abandoned { entry, .. } | Orphan::Lost { entry, .. } => entry,
+        }
+    }
+}
+
 /// The lease a held lock's entry lives on.
 #[derive(Clone, Debug)]
 pub(super) enum Attach {
@@ -70,6 +102,16 @@ pub(super) enum Attach {
     Session(Weak<Session>),
     /// A lease of its own, which only this entry uses.
     Dedicated(i64),
+}
+
+impl Attach {
+    /// The session whose lease the entry rides on, if any (for [`Orphan`]s).
+    pub(super) fn sessions(&self) -> Vec<Weak<Session>> {
+        match self {
+            Attach::Session(session) => vec![session.clone()],
+            Attach::Dedicated(_) => Vec::new(),
+        }
+    }
 }
 
 impl Session {
@@ -105,6 +147,22 @@ impl Session {
 
     pub(super) fn unregister(&self, rev: i64) -> Option<Tracked> {
         self.state().locks.remove(&rev)
+    }
+
+    /// Keeps `orphans`, entries that may ride on this session's lease, for deletion at the
+    /// next renewals (see [`Orphan`]). Nothing to keep once the session ended: its lease is
+    /// revoked or no longer kept alive, and the entries go with it.
+    /// An entry kept already is not kept twice (one transaction must not name a key twice).
+    pub(super) fn adopt(&self, orphans: impl IntoIterator<Item = Orphan>) {
+        let mut st = self.state();
+        if self.dead.is_cancelled() {
+            return;
+        }
+        for orphan in orphans {
+            if !st.orphans.iter().any(|o| o.entry() == orphan.entry()) {
+                st.orphans.push(orphan);
+            }
+        }
     }
 
     /// A keep-alive of this session's lease sent at `sent` was answered with `ttl`: every
@@ -204,6 +262,7 @@ impl EtcdClient {
                 granted,
                 interval: interval.min(granted / 2).max(MIN_INTERVAL),
                 locks: HashMap::new(),
+                orphans: Vec::new(),
             }),
             dead: CancellationToken::new(),
         });

@@ -211,11 +211,18 @@ impl EtcdClient {
     /// extend and release find no entry ([`Error::NotHeld`]). Its lease is left alone: a
     /// session's lease may carry that client's other locks too.
     ///
-    /// **Fencing.** etcd's fencing numbers are create revisions, cluster-wide; the deletion
-    /// moves the revision past the old holder's number, and every later holder's number is
-    /// above the revision returned as `fencing_counter`. The record of who and why is the
-    /// warn log line (no etcd key is written outside the lock's entries: a key under `K\0`
-    /// would be taken for a waiter).
+    /// **Fencing.** etcd's fencing numbers are create revisions, cluster-wide, and nothing can
+    /// be bumped: the `fencing_counter` returned is the removed entry's create revision + 1.
+    /// Every number the removed holder has is below it; every later holder's number is at
+    /// least it (the holder was the lowest entry, so every other entry, a waiter queued before
+    /// the force included, has a higher create revision; a waiter queued right after the
+    /// holder may have exactly this number). So a resource that refuses numbers below the
+    /// highest it saw refuses the old holder once it has seen the counter or a later holder's
+    /// number, and refuses no queued waiter. (The deletion's own revision, reported before,
+    /// is above the queued waiters' numbers: a resource raised to it refused them all.)
+    /// *Test:* `etcd_backend.rs`: `a_forced_counter_is_at_most_the_queued_waiters_number`.
+    /// The record of who and why is the warn log line (no etcd key is written outside the
+    /// lock's entries: a key under `K\0` would be taken for a waiter).
     ///
     /// # Errors
     /// [`Error::NotHeld`] if nobody holds it (or the holder kept changing over three tries);
@@ -254,7 +261,7 @@ impl EtcdClient {
             return Ok(ForceReleased {
                 key: key.to_string(),
                 previous,
-                fencing_counter: done.header().map(|h| h.revision() as u64),
+                fencing_counter: Some(entry.revision as u64 + 1),
                 forced_by: Owner::this_process(),
                 reason: reason.to_string(),
             });

@@ -17,8 +17,8 @@ use crate::core::token::LockToken;
 use super::keep_alive::{Answer, Generation};
 use super::keys::{check_key, entry_key, ttl_secs};
 use super::lock;
-use super::renewal::delete_entries;
-use super::session::{Attach, Session, SessionState, Tracked};
+use super::renewal::delete_orphans;
+use super::session::{Attach, Orphan, Session, SessionState, Tracked};
 use super::url::{EtcdUrl, parse_url};
 
 #[test]
@@ -132,9 +132,38 @@ fn test_session(t0: Instant, granted: Duration) -> Session {
             granted,
             interval: granted / 4,
             locks: HashMap::new(),
+            orphans: Vec::new(),
         }),
         dead: CancellationToken::new(),
     }
+}
+
+/// A session keeps each orphan's entry once (a transaction must not name a key twice), and
+/// none once it has ended (its lease goes, and the entries with it).
+#[test]
+fn a_session_keeps_each_orphan_once_and_none_once_ended() {
+    let session = test_session(Instant::now(), Duration::from_secs(2));
+    let token = LockToken::new("tok").unwrap();
+    let abandoned = |key: &[u8]| Orphan::Abandoned {
+        entry: key.to_vec(),
+        token: token.clone(),
+    };
+    session.adopt([abandoned(b"k\0a"), abandoned(b"k\0b")]);
+    session.adopt([
+        Orphan::Lost {
+            entry: b"k\0a".to_vec(),
+            rev: 7,
+        },
+        abandoned(b"k\0b"),
+    ]);
+    {
+        let st = session.state();
+        let kept: Vec<&[u8]> = st.orphans.iter().map(Orphan::entry).collect();
+        assert_eq!(kept, [b"k\0a".as_slice(), b"k\0b".as_slice()]);
+    }
+    session.die(crate::core::error::LossReason::Expired);
+    session.adopt([abandoned(b"k\0c")]);
+    assert_eq!(session.state().orphans.len(), 2);
 }
 
 /// A session's validity only moves forward, and never once it has run out.
@@ -194,10 +223,11 @@ fn a_ceiling_bounds_the_renewals_of_a_lock() {
     assert_eq!(plain.valid_until(), t1 + granted - clock_drift(granted));
 }
 
-/// The cleanup of entries whose locks were declared lost while their session lives on
-/// deletes exactly those entries: same revision, same lease; nothing else.
+/// The deletion of a session's orphans deletes exactly those entries: a lost lock's with the
+/// same revision on the same lease, an abandoned one that still stores its token; nothing
+/// else. etcd answered, so none is left for the next renewal.
 #[tokio::test]
-async fn lost_entries_are_deleted_by_revision_and_lease() {
+async fn orphans_are_deleted_by_revision_and_lease_or_by_token() {
     let Some(etcd) = leasehold_harness::etcd_for_test() else {
         return;
     };
@@ -206,27 +236,55 @@ async fn lost_entries_are_deleted_by_revision_and_lease() {
     let session = leases.grant(10, None).await.unwrap().id();
     let other = leases.grant(10, None).await.unwrap().id();
     let mut kv = raw.kv_client();
-    let put = |key: &'static str, lease: i64| {
+    let put = |key: &'static str, value: &'static str, lease: i64| {
         let mut kv = kv.clone();
         async move {
             let options = PutOptions::new().with_lease(lease);
-            let resp = kv.put(key, "t", Some(options)).await.unwrap();
+            let resp = kv.put(key, value, Some(options)).await.unwrap();
             resp.header().unwrap().revision()
         }
     };
-    let lost = put("a\0lost", session).await;
-    let stale = put("a\0stale", session).await;
-    let moved = put("a\0moved", other).await;
-    let entries = [
-        (lost, b"a\0lost".to_vec()),
-        (stale + 100, b"a\0stale".to_vec()),
-        (moved, b"a\0moved".to_vec()),
+    let lost = put("a\0lost", "t", session).await;
+    let stale = put("a\0stale", "t", session).await;
+    let moved = put("a\0moved", "t", other).await;
+    put("a\0abandoned", "mine", session).await;
+    put("a\0taken", "theirs", session).await;
+    let token = |t: &str| LockToken::new(t).unwrap();
+    let orphans = vec![
+        Orphan::Lost {
+            entry: b"a\0lost".to_vec(),
+            rev: lost,
+        },
+        Orphan::Lost {
+            entry: b"a\0stale".to_vec(),
+            rev: stale + 100,
+        },
+        Orphan::Lost {
+            entry: b"a\0moved".to_vec(),
+            rev: moved,
+        },
+        Orphan::Abandoned {
+            entry: b"a\0abandoned".to_vec(),
+            token: token("mine"),
+        },
+        Orphan::Abandoned {
+            entry: b"a\0taken".to_vec(),
+            token: token("mine"),
+        },
     ];
-    delete_entries(&raw, session, &entries, Duration::from_secs(5)).await;
+    let left = delete_orphans(&raw, session, orphans, Duration::from_secs(5)).await;
+    assert!(left.is_empty(), "{left:?}");
     let left = kv
         .get("a\0", Some(GetOptions::new().with_prefix()))
         .await
         .unwrap();
     let left: Vec<&[u8]> = left.kvs().iter().map(|kv| kv.key()).collect();
-    assert_eq!(left, [b"a\0moved".as_slice(), b"a\0stale".as_slice()]);
+    assert_eq!(
+        left,
+        [
+            b"a\0moved".as_slice(),
+            b"a\0stale".as_slice(),
+            b"a\0taken".as_slice()
+        ]
+    );
 }
