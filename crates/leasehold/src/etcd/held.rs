@@ -191,7 +191,7 @@ impl HeldLock for EtcdHeld {
                         return Err(not_held());
                     }
                     let stop_at = tracked.as_ref().and_then(|t| t.stop_at);
-                    let txn = self.move_txn(lease, target.0.id);
+                    let txn = self.move_txn(lease, target.0.id, false);
                     // Registered on no session from here until settled: if this future is
                     // dropped meanwhile, the lock is declared lost and its entry deleted.
                     let mut unsettled = Unsettled {
@@ -252,7 +252,7 @@ impl HeldLock for EtcdHeld {
                 Attach::Dedicated(old_id) => {
                     let started = Instant::now();
                     let (id, granted) = self.client.grant(secs, Operation::Extend).await?;
-                    let txn = self.move_txn(lease, id);
+                    let txn = self.move_txn(lease, id, false);
                     let moved = match self.client.txn(Operation::Extend, true, txn.clone()).await {
                         Ok(resp) => resp.succeeded(),
                         // Neither lease is revoked while the entry may ride on it.
@@ -301,7 +301,7 @@ impl EtcdHeld {
     async fn keep_for_min_hold(&self, lease: &Lease, id: i64) -> Result<bool> {
         match self
             .client
-            .txn(Operation::Release, true, self.move_txn(lease, id))
+            .txn(Operation::Release, true, self.move_txn(lease, id, true))
             .await
         {
             Ok(resp) => Ok(resp.succeeded()),
@@ -311,8 +311,19 @@ impl EtcdHeld {
     }
 
     /// The move of the entry onto lease `id`, guarded by its create revision (a put keeps
-    /// it, so the move is idempotent and never touches a later holder's entry).
-    fn move_txn(&self, lease: &Lease, id: i64) -> Txn {
+    /// it, so the move is idempotent and never touches a later holder's entry). `kept`: the
+    /// move of a `min_hold` release, which stores `KEPT_PREFIX` + token, a value no extend or
+    /// release by token matches, so a renewal that comes after the release cannot move the
+    /// kept entry again (finding L2 of the 2026-12-02 review).
+    fn move_txn(&self, lease: &Lease, id: i64, kept: bool) -> Txn {
+        let value = match kept {
+            true => format!(
+                "{}{}",
+                crate::core::listing::KEPT_PREFIX,
+                lease.token().expose()
+            ),
+            false => lease.token().expose().to_string(),
+        };
         Txn::new()
             .when([Compare::create_revision(
                 self.entry.clone(),
@@ -321,7 +332,7 @@ impl EtcdHeld {
             )])
             .and_then([TxnOp::put(
                 self.entry.clone(),
-                lease.token().expose(),
+                value,
                 Some(PutOptions::new().with_lease(id)),
             )])
     }
@@ -362,7 +373,7 @@ impl EtcdHeld {
         let client = self.client.clone();
         let entry = self.entry.clone();
         let token = lease.token().clone();
-        let txn = self.move_txn(lease, hold.id);
+        let txn = self.move_txn(lease, hold.id, true);
         tokio::spawn(async move {
             let sessions: Vec<Weak<Session>> = pin.iter().map(|p| Arc::downgrade(&p.0)).collect();
             let mut attempt = 0u32;
