@@ -308,7 +308,9 @@ server_test!(async fn elect_runs_the_command_only_while_leader(bin) {
     );
     // While the first leads, the second only waits.
     let record = leasehold::internal::election_leader_key("svc");
-    assert_eq!(get(&server, &record), Some(format!("{term} first")));
+    // `term id`, then the winner's token on its own line (Election::leader checks it).
+    let recorded = get(&server, &record).expect("a leader record");
+    assert_eq!(recorded.lines().next(), Some(format!("{term} first").as_str()));
     assert!(!dir.path().join("second").exists(), "a follower ran its command");
     kill(Pid::from_raw(first.pid() as i32), Signal::SIGKILL).unwrap();
     let _ = kill(Pid::from_raw(child), Signal::SIGKILL);
