@@ -76,7 +76,7 @@ struct LeaseState {
 /// paused with the command in its input buffer for longer than the TTL) is beyond any
 /// client-side rule.
 ///
-/// Tested by the unit tests below, by `renewal.rs::a_resent_extend_applied_after_a_renewal_caps_validity`
+/// Tested by the unit tests below, by `redis/client/release.rs::a_resent_extend_applied_after_a_renewal_caps_validity`
 /// and `renewal.rs::an_extend_with_an_unknown_outcome_never_raises_validity`, and by the
 /// extend model in `crates/leasehold-model`.
 #[derive(Debug)]

@@ -256,3 +256,58 @@ fn flag(reply: Value) -> redis::RedisResult<bool> {
 fn not_a_flag(reply: &Value) -> redis::RedisError {
     crate::redis::error::unexpected_reply("not a release's or an extend's reply", reply)
 }
+
+/// Finding U1 of the 2026-12-02 review on a real server: the client re-sends an older, shorter
+/// extend (its `idempotent` retry after a dropped connection; redis-rs Cluster re-sending a
+/// timed-out request) and the server applies it after a later renewal was confirmed. The steps
+/// are the client's sends in that order, on one connection, so the test is deterministic.
+#[cfg(test)]
+mod resent_extends {
+    use std::time::{Duration, Instant};
+
+    use leasehold_harness::{Server, ServerOptions};
+
+    use super::LockClient;
+    use crate::core::guard::clock_drift;
+    use crate::core::options::LockOptions;
+
+    leasehold_harness::server_test!(async fn a_resent_extend_applied_after_a_renewal_caps_validity(bin) {
+        let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+        let client = LockClient::connect(&server.url()).await.unwrap();
+        let key = "resent-extend";
+        let guard = client
+            .try_acquire(key, &LockOptions::new(Duration::from_secs(30)))
+            .await
+            .unwrap()
+            .acquired()
+            .unwrap();
+        let lease = guard.lease().clone();
+        let token = lease.token().expose().to_string();
+        let life = |ttl: Duration| ttl.saturating_sub(clock_drift(ttl));
+        let (short, long) = (Duration::from_secs(2), Duration::from_secs(30));
+
+        // 1. A short extend goes out and is applied; its reply is lost.
+        let sent = Instant::now();
+        let lost_reply = lease.extend_sent(sent, sent + life(short));
+        assert!(client.extend_raw(key, &token, 2_000).await.unwrap());
+        // 2. A renewal sent after it is applied and confirmed.
+        let sent = Instant::now();
+        let renewal = lease.extend_sent(sent, sent + life(long));
+        assert!(client.extend_raw(key, &token, 30_000).await.unwrap());
+        renewal.confirm(sent + life(long));
+        // 3. The client's retry of the short extend is applied after the renewal.
+        assert!(client.extend_raw(key, &token, 2_000).await.unwrap());
+        let pttl = server
+            .command(&["PTTL", key])
+            .unwrap()
+            .as_integer()
+            .unwrap();
+        let believed = lease.valid_until().saturating_duration_since(Instant::now());
+        assert!(
+            pttl > 0 && believed <= Duration::from_millis(pttl as u64),
+            "the holder believes {believed:?} while the key has {pttl} ms left"
+        );
+        drop(lost_reply);
+        guard.release().await.unwrap();
+    });
+}
