@@ -16,7 +16,7 @@ use super::names::stem;
 use crate::core::token::LockToken;
 
 /// The file every counter update holds (`flock`, for microseconds) in the folder.
-const COUNTER_LOCK: &str = ".leasehold-fence.lock";
+pub(super) const COUNTER_LOCK: &str = ".leasehold-fence.lock";
 
 /// The file whose modification time, set by the kernel on a write, is the folder's clock for
 /// [`min_hold`](crate::LockOptions::min_hold) (see [`Folder::hold_left`]).
@@ -108,6 +108,24 @@ impl Folder {
             min_hold.as_millis()
         );
         File::create(self.hold_path(key))?.write_all(text.as_bytes())
+    }
+
+    /// Removes `key`'s minimum hold if `token` started it (under the key's `flock`, which every
+    /// hold is written under: nobody writes another meanwhile).
+    pub(super) fn clear_hold(&self, key: &str, token: &LockToken) -> io::Result<()> {
+        let path = self.hold_path(key);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        if text.split_whitespace().nth(1) != Some(token.expose()) {
+            return Ok(());
+        }
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
     }
 
     /// The token and the time left of `key`'s minimum hold, if one is still running: the hold

@@ -252,8 +252,8 @@ impl FileClient {
         };
         let expires = started + ttl;
         if Instant::now() >= expires {
-            // Granted too late to be a lease (a slow fsync): let go at once.
-            drop(lock);
+            // Granted too late to be a lease (a slow fsync): given back at once, whole.
+            give_back(&self.inner.folder, key, &token, lock);
             return Err(Error::ExpiredOnArrival {
                 key: key.to_string(),
                 elapsed: started.elapsed(),
@@ -396,6 +396,19 @@ fn take(
         folder.write_hold(key, token, min_hold)?;
     }
     Ok(Attempt::Taken(lock, fence))
+}
+
+/// Gives back a lock just taken that cannot be a lease (granted after its TTL), as if the
+/// attempt had never taken it: under its `flock`, the record emptied and the minimum hold the
+/// attempt started removed, then the `flock` let go. A hold left behind would keep the key
+/// busy for `min_hold` with nobody holding it (review F2). Best effort: a failure to clear is
+/// logged, and the `flock` is let go anyway.
+fn give_back(folder: &Folder, key: &str, token: &LockToken, lock: Flock<File>) {
+    let cleared = write_record(&lock, None).and_then(|()| folder.clear_hold(key, token));
+    if let Err(e) = cleared {
+        tracing::warn!(key, error = %e, "file lock given back: its record or minimum hold could not be cleared");
+    }
+    drop(lock);
 }
 
 /// The folder of a `file://` URL.

@@ -272,3 +272,50 @@ fn a_flock_on_a_file_no_path_names_is_not_taken() {
         "a stale file was locked"
     );
 }
+
+/// A grant that comes back after its TTL is given back whole, with the minimum hold its attempt
+/// started: the key is free at once (review F2). The attempt is held up past its TTL by the
+/// folder's counter lock, held here, between taking the key's `flock` and writing the hold.
+#[tokio::test]
+async fn a_grant_given_back_keeps_no_minimum_hold() {
+    let (dir, a, b) = folder();
+    let ttl = Duration::from_secs(1);
+    let counter = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(dir.path().join(disk::COUNTER_LOCK))
+        .unwrap();
+    let counter = Flock::lock(counter, nix::fcntl::FlockArg::LockExclusive).unwrap();
+    let options = LockOptions::new(ttl).fencing(true).min_hold(ttl);
+    let attempt = tokio::spawn(async move { a.try_acquire("k", &options).await });
+    // The attempt has the key's flock (and waits for the counter lock).
+    let folder = Folder::open(dir.path().to_path_buf()).unwrap();
+    tokio::time::timeout(HANG_GUARD, async {
+        loop {
+            let file = folder.open_lock_file("k").unwrap();
+            if Flock::lock(file, nix::fcntl::FlockArg::LockSharedNonblock).is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await
+    .expect("the attempt never took the key's flock");
+    // The attempt began before that: a TTL from now, it is past its TTL.
+    tokio::time::sleep(ttl).await;
+    drop(counter);
+    match attempt.await.unwrap() {
+        Err(Error::ExpiredOnArrival { .. }) => {}
+        other => panic!("expected ExpiredOnArrival, got {other:?}"),
+    }
+    assert_eq!(folder.hold_left("k").unwrap(), None, "the hold was kept");
+    let state = b.inspect("k").await.unwrap();
+    assert_eq!(state.holder, None, "{state:?}");
+    take(&b, "k", &LockOptions::new(ttl))
+        .await
+        .release()
+        .await
+        .unwrap();
+}
