@@ -26,6 +26,37 @@ const CLOCK: &str = ".leasehold-clock";
 /// one. A page: room for a token with the longest owner record (about 2.4 kB escaped).
 const RECORD: usize = 4096;
 
+/// The file system magic number of the folder at `path` (`statfs`'s `f_type`), on Linux;
+/// `None` elsewhere (not checked).
+pub(super) fn fs_magic(path: &std::path::Path) -> io::Result<Option<u32>> {
+    #[cfg(target_os = "linux")]
+    {
+        let fs = nix::sys::statfs::statfs(path).map_err(errno)?;
+        // Every magic number is 32 bits; `f_type`'s width varies with the C library.
+        Ok(Some(fs.filesystem_type().0 as u32))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = path;
+        Ok(None)
+    }
+}
+
+/// The network or FUSE file system a `statfs` magic number names, if it is one whose `flock`
+/// is not one kernel's lock: NFS (`NFS_SUPER_MAGIC`), SMB (`SMB_SUPER_MAGIC`), SMB2
+/// (`SMB2_MAGIC_NUMBER`, the kernel's `smb3` client), CIFS (`CIFS_MAGIC_NUMBER`) and FUSE
+/// (`FUSE_SUPER_MAGIC`: sshfs, GlusterFS, s3fs, virtiofs, ...).
+pub(super) fn remote_fs(magic: u32) -> Option<&'static str> {
+    match magic {
+        0x6969 => Some("NFS"),
+        0x517b => Some("SMB"),
+        0xfe53_4d42 => Some("SMB2"),
+        0xff53_4d42 => Some("CIFS"),
+        0x6573_5546 => Some("FUSE"),
+        _ => None,
+    }
+}
+
 /// A lock folder.
 #[derive(Debug, Clone)]
 pub(super) struct Folder {

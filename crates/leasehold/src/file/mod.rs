@@ -15,8 +15,14 @@
 //!
 //! # Guarantees, and their limits
 //! * **One machine only.** `flock` excludes processes on one kernel. A folder on a network file
-//!   system (NFS, SMB, a shared volume seen by several hosts) may give each host its own locks:
-//!   do not use one.
+//!   system (NFS, SMB, a shared volume seen by several hosts) may give each host its own locks
+//!   (`local_lock` NFS mounts, FUSE file systems), or lose them behind the holder's back (NFSv4
+//!   locks lapse with the client's lease when it cannot renew it, and the process is not
+//!   told). So, on Linux, connecting refuses a folder that `statfs` says is on NFS, SMB, SMB2,
+//!   CIFS or FUSE with [`Error::Unsupported`]; `?allow_remote_fs=true` in the URL lifts the
+//!   refusal for a mount known to be used by one machine only. Other shared file systems
+//!   (a cluster file system, a block device mounted by two hosts) are not recognised: do not
+//!   use one.
 //! * **A crashed holder frees the lock at once.** The kernel drops the `flock` when the process
 //!   ends, however it ends (`kill -9` too): stronger than a TTL, nobody waits for an expiry.
 //! * **The TTL is kept by the holder's own process.** A lease that is neither extended nor
@@ -49,8 +55,10 @@
 //!   any process's clock (which `faketime` shifts per process): the hold file `<stem>.hold`,
 //!   written under the `flock` right after it is taken, dates the acquisition; an acquisition
 //!   that gets the `flock` while the hold runs (against the time the kernel stamps on
-//!   `.leasehold-clock`) lets it go and reports busy. See `Folder::hold_left` (`disk.rs`)
-//!   and docs/guarantees.md §18.
+//!   `.leasehold-clock`) lets it go and reports busy. Both are stamps of the kernel's
+//!   real-time clock: a step of the system clock while a hold runs shifts its end by the step.
+//!   A grant given back as expired on arrival removes the hold its attempt wrote. See
+//!   `Folder::hold_left` (`disk.rs`) and docs/guarantees.md §18.
 //!
 //! `inspect` takes a shared `flock` for an instant to learn whether the key is held; at that
 //! instant a `try_acquire` of the key finds it busy.
@@ -143,13 +151,22 @@ impl FileClient {
     /// A client of the folder `url` names: `file:///absolute/path` (or
     /// `file://localhost/absolute/path`; `%XX` escapes are decoded).
     ///
+    /// The one query parameter, `?allow_remote_fs=true`, lifts the refusal of folders on
+    /// network and FUSE file systems (see the [module docs](self)).
+    ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for another scheme, a host, a relative path, a query or a
-    /// fragment; [`Error::Connection`] for a folder that does not exist, is not a directory or
-    /// does not take new files.
+    /// [`Error::InvalidArgument`] for another scheme, a host, a relative path, a fragment, or
+    /// another query; [`Error::Connection`] for a folder that does not exist, is not a
+    /// directory or does not take new files; [`Error::Unsupported`] for a folder on NFS,
+    /// SMB/SMB2, CIFS or FUSE (Linux: told by `statfs`), without `?allow_remote_fs=true`.
     pub fn connect(url: &str) -> Result<Self> {
-        let path = folder_of(url)?;
+        let (path, allow_remote_fs) = folder_of(url)?;
         let folder = Folder::open(path).map_err(|e| io_error(Operation::Connect, e))?;
+        if !allow_remote_fs {
+            let magic =
+                disk::fs_magic(&folder.path).map_err(|e| io_error(Operation::Connect, e))?;
+            refuse_remote_fs(&folder.path, magic)?;
+        }
         Ok(FileClient {
             inner: Arc::new(Inner {
                 folder,
@@ -411,17 +428,49 @@ fn give_back(folder: &Folder, key: &str, token: &LockToken, lock: Flock<File>) {
     drop(lock);
 }
 
-/// The folder of a `file://` URL.
-fn folder_of(url: &str) -> Result<PathBuf> {
+/// Refuses a folder on a file system whose `flock` is not one kernel's lock (the magic number
+/// `statfs` gives, see `disk::remote_fs`), with an [`Error::Unsupported`] that names it and
+/// the override.
+fn refuse_remote_fs(path: &std::path::Path, magic: Option<u32>) -> Result<()> {
+    match magic.and_then(disk::remote_fs) {
+        None => Ok(()),
+        Some(kind) => Err(Error::Unsupported {
+            backend: "file",
+            what: format!(
+                "a lock folder on {kind} ({}): flock there is not one machine's lock (NFS \
+                 locks lapse with the NFSv4 lease unknown to the holder; local_lock mounts, \
+                 SMB/CIFS and FUSE file systems may give each host, or each client, its own \
+                 locks); use a local folder, or add ?allow_remote_fs=true to the URL if this \
+                 mount is known to be used by one machine only",
+                path.display()
+            ),
+        }),
+    }
+}
+
+/// The folder of a `file://` URL, and whether it may be on a network or FUSE file system
+/// (`?allow_remote_fs=true`).
+fn folder_of(url: &str) -> Result<(PathBuf, bool)> {
     let bad = |why: &str| Error::invalid("url", format!("{url:?}: {why}"));
     let rest = url
         .split_once("://")
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("file"))
         .map(|(_, rest)| rest)
         .ok_or_else(|| bad("not a file:// URL"))?;
-    if rest.contains(['?', '#']) {
-        return Err(bad("a file:// URL takes no query or fragment"));
+    if rest.contains('#') {
+        return Err(bad("a file:// URL takes no fragment"));
     }
+    let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let allow_remote_fs = match query {
+        "" => false,
+        "allow_remote_fs=true" => true,
+        "allow_remote_fs=false" => false,
+        _ => {
+            return Err(bad(
+                "a file:// URL takes one query parameter, allow_remote_fs=true or =false",
+            ));
+        }
+    };
     let path = rest.strip_prefix("localhost").unwrap_or(rest);
     if !path.starts_with('/') {
         return Err(bad(
@@ -447,7 +496,8 @@ fn folder_of(url: &str) -> Result<PathBuf> {
         }
     }
     use std::os::unix::ffi::OsStringExt;
-    Ok(PathBuf::from(std::ffi::OsString::from_vec(decoded)))
+    let path = PathBuf::from(std::ffi::OsString::from_vec(decoded));
+    Ok((path, allow_remote_fs))
 }
 
 crate::core::backend::impl_lock_backend!(FileClient, File);

@@ -40,13 +40,27 @@ fn urls_name_an_absolute_folder() {
         ("file://localhost/var/lock", "/var/lock"),
         ("file:///a%20b/c%2", "/a b/c%2"),
     ] {
-        assert_eq!(folder_of(url).unwrap(), PathBuf::from(path), "{url}");
+        assert_eq!(
+            folder_of(url).unwrap(),
+            (PathBuf::from(path), false),
+            "{url}"
+        );
+    }
+    for (query, allowed) in [
+        ("allow_remote_fs=true", true),
+        ("allow_remote_fs=false", false),
+    ] {
+        let url = format!("file:///tmp/locks?{query}");
+        assert_eq!(folder_of(&url).unwrap(), ("/tmp/locks".into(), allowed));
     }
     for url in [
         "file://relative/x",
         "file://host/x",
         "file:///x?y",
+        "file:///x?allow_remote_fs=yes",
+        "file:///x?allow_remote_fs=true&y=1",
         "file:///x#y",
+        "file:///x?allow_remote_fs=true#y",
         "memory://",
     ] {
         assert!(
@@ -318,4 +332,58 @@ async fn a_grant_given_back_keeps_no_minimum_hold() {
         .release()
         .await
         .unwrap();
+}
+
+/// Folders on NFS, SMB, SMB2, CIFS and FUSE are refused (by `statfs`'s magic number), unless
+/// the URL allows them; local file systems are not (review M7).
+#[test]
+fn network_and_fuse_file_systems_are_refused() {
+    for (magic, kind) in [
+        (0x6969, "NFS"),
+        (0x517b, "SMB"),
+        (0xfe53_4d42, "SMB2"),
+        (0xff53_4d42, "CIFS"),
+        (0x6573_5546, "FUSE"),
+    ] {
+        assert_eq!(disk::remote_fs(magic), Some(kind));
+        match refuse_remote_fs(std::path::Path::new("/mnt/x"), Some(magic)) {
+            Err(
+                e @ Error::Unsupported {
+                    backend: "file", ..
+                },
+            ) => {
+                let text = e.to_string();
+                assert!(text.contains(kind) && text.contains("/mnt/x"), "{text}");
+                assert!(text.contains("?allow_remote_fs=true"), "{text}");
+            }
+            other => panic!("{kind}: {other:?}"),
+        }
+    }
+    // ext4, xfs, btrfs, tmpfs, overlayfs, zfs.
+    for magic in [
+        0xef53,
+        0x5846_5342,
+        0x9123_683e,
+        0x0102_1994,
+        0x794c_7630,
+        0x2fc1_2fc1,
+    ] {
+        assert_eq!(disk::remote_fs(magic), None, "{magic:#x}");
+    }
+    assert!(refuse_remote_fs(std::path::Path::new("/x"), None).is_ok());
+}
+
+/// A temporary folder is on a local file system: `statfs` reads it, and connecting accepts
+/// it, with or without the override.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_local_folder_is_accepted() {
+    let dir = tempfile::tempdir().unwrap();
+    let magic = disk::fs_magic(dir.path())
+        .unwrap()
+        .expect("statfs on Linux");
+    assert_eq!(disk::remote_fs(magic), None, "{magic:#x}");
+    for query in ["", "?allow_remote_fs=true", "?allow_remote_fs=false"] {
+        FileClient::connect(&format!("file://{}{query}", dir.path().display())).unwrap();
+    }
 }
