@@ -63,18 +63,54 @@ pub(super) struct Folder {
     pub(super) path: PathBuf,
 }
 
-/// What a key's record says: its holder's token and the lease's end (wall clock).
+/// What a key's record says: its holder's token, the lease's end (wall clock), and the id of
+/// the process that wrote it (`None` in a record of an older version, and for a minimum hold).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Record {
     pub(super) token: String,
     pub(super) expires_ms: u64,
+    pub(super) pid: Option<u32>,
 }
 
 impl Record {
+    /// A record written now by this process.
+    pub(super) fn ours(token: &LockToken, expires_ms: u64) -> Record {
+        Record {
+            token: token.expose().to_string(),
+            expires_ms,
+            pid: Some(std::process::id()),
+        }
+    }
+
+    /// The recorded process id, if that process is gone (exited, or a zombie): the lock is
+    /// then held through a descriptor it passed on, to a child forked without `exec`. An
+    /// operator's hint, not a proof: the id is the one in the holder's PID namespace, and a
+    /// reused id looks alive.
+    pub(super) fn gone_pid(&self) -> Option<u32> {
+        self.pid.filter(|&pid| process_gone(pid))
+    }
+
     /// How much of the lease is left by the wall clock (zero once over).
     pub(super) fn remaining(&self) -> Duration {
         Duration::from_millis(self.expires_ms.saturating_sub(unix_ms(SystemTime::now())))
     }
+}
+
+/// Whether no process `pid` runs: none exists (`kill(pid, 0)` is `ESRCH`), or, on Linux, it is
+/// a zombie (it has exited, and its descriptors are closed; its parent has not reaped it).
+fn process_gone(pid: u32) -> bool {
+    let Ok(raw) = i32::try_from(pid) else {
+        return false;
+    };
+    #[cfg(target_os = "linux")]
+    if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // `pid (comm) S ...`: the state follows the last `)` (comm may hold one).
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next());
+        return matches!(state, Some('Z' | 'X'));
+    }
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(raw), None) == Err(Errno::ESRCH)
 }
 
 pub(super) fn unix_ms(t: SystemTime) -> u64 {
@@ -270,6 +306,7 @@ impl Folder {
                 self.hold_left(key)?.map(|(token, left)| Record {
                     token,
                     expires_ms: unix_ms(SystemTime::now() + left),
+                    pid: None,
                 }),
                 fence,
             )),
@@ -333,7 +370,11 @@ impl Folder {
 pub(super) fn write_record(file: &File, record: Option<&Record>) -> io::Result<()> {
     let mut buf = [b' '; RECORD];
     if let Some(r) = record {
-        let text = format!("leasehold {} {}\n", r.token, r.expires_ms);
+        // Older versions read the first three words and ignore the rest.
+        let text = match r.pid {
+            Some(pid) => format!("leasehold {} {} {pid}\n", r.token, r.expires_ms),
+            None => format!("leasehold {} {}\n", r.token, r.expires_ms),
+        };
         let n = text.len().min(RECORD);
         buf[..n].copy_from_slice(&text.as_bytes()[..n]);
     }
@@ -349,6 +390,7 @@ pub(super) fn read_record(file: &File) -> io::Result<Option<Record>> {
         (Some("leasehold"), Some(token), Some(ms)) => ms.parse().ok().map(|expires_ms| Record {
             token: token.to_string(),
             expires_ms,
+            pid: words.next().and_then(|pid| pid.parse().ok()),
         }),
         _ => None,
     })

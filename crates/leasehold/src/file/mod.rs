@@ -23,8 +23,18 @@
 //!   refusal for a mount known to be used by one machine only. Other shared file systems
 //!   (a cluster file system, a block device mounted by two hosts) are not recognised: do not
 //!   use one.
-//! * **A crashed holder frees the lock at once.** The kernel drops the `flock` when the process
-//!   ends, however it ends (`kill -9` too): stronger than a TTL, nobody waits for an expiry.
+//! * **A crashed holder frees the lock at once**, unless it forked. The kernel drops the
+//!   `flock` when the process ends, however it ends (`kill -9` too): stronger than a TTL,
+//!   nobody waits for an expiry. **But a `flock` belongs to the open file description, which a
+//!   child forked without `exec` shares** (a pre-fork server, Python's `fork` start method):
+//!   while the holder lives, its release or expiry unlocks for the child too (`LOCK_UN` on the
+//!   shared description); once the holder is killed, or exits without releasing, the lock
+//!   stays held until every such child has exited, and no TTL ends it (nothing runs the
+//!   holder's timer). The record names the process that took the lock, and `inspect` reports
+//!   it when it is gone (the lock's [`owner`](crate::LockState::owner) gets that process id,
+//!   labelled "process N is gone: ..."): the operator then looks for its children. `exec`
+//!   closes the descriptor (Rust opens it with `O_CLOEXEC`), so `leasehold run`'s command
+//!   never inherits it.
 //! * **The TTL is kept by the holder's own process.** A lease that is neither extended nor
 //!   released is let go at its end by a timer in the holder's process, so the lock ends with its
 //!   lease as on a server, and [`Lease::valid_until`](crate::Lease::valid_until) is exact (the
@@ -81,6 +91,7 @@ use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::{Lease, LockGuard};
 use crate::core::options::{LockOptions, ttl_millis};
 use crate::core::outcome::{LockState, TryAcquire};
+use crate::core::owner::Owner;
 use crate::core::token::{LockToken, validate_key};
 
 use disk::{Folder, Record, unix_ms, write_record};
@@ -340,19 +351,32 @@ impl FileClient {
 
     /// Who holds `key` (the token in its record), the lease's remaining time by the record (zero
     /// if its holder is past it but has not let go: stopped or blocked), and the fencing counter.
+    /// A lock held while the process that took it is gone (its id is in the record) has an
+    /// [`owner`](LockState::owner) naming that process id, labelled "process N is gone: a
+    /// process it forked without exec holds the lock until it exits" (see the module docs).
     ///
     /// # Errors
     /// [`Error::Connection`] when the files cannot be read.
     pub async fn inspect(&self, key: &str) -> Result<LockState> {
         validate_key(key)?;
         let (folder, k) = (self.inner.folder.clone(), key.to_string());
-        let (record, fence) = blocking(Operation::Inspect, move || folder.inspect(&k)).await?;
-        Ok(LockState::new(
+        let (record, fence, gone) = blocking(Operation::Inspect, move || {
+            let (record, fence) = folder.inspect(&k)?;
+            // Only a held lock has a record with a pid (a minimum hold's has none).
+            let gone = record.as_ref().and_then(Record::gone_pid);
+            Ok((record, fence, gone))
+        })
+        .await?;
+        let mut state = LockState::new(
             key.to_string(),
             record.as_ref().map(|r| r.token.clone()),
             record.as_ref().map(Record::remaining),
             fence,
-        ))
+        );
+        if let Some(pid) = gone {
+            state.owner = Some(gone_holder(state.owner.take(), pid));
+        }
+        Ok(state)
     }
 
     /// Raises `key`'s fencing counter to at least `at_least` (never lowers it) and returns it.
@@ -367,6 +391,32 @@ impl FileClient {
         })
         .await
     }
+}
+
+/// The owner `inspect` shows for a lock held while the process that took it (`pid`, from the
+/// record) is gone: the lock's descriptor lives on in a process it forked without `exec` (see
+/// the module docs). The holder's own owner record, if its token carries one, with a label
+/// saying so (its own label first, if both fit); else an owner record of `pid` on this host.
+fn gone_holder(owner: Option<Owner>, pid: u32) -> Owner {
+    let note = format!(
+        "process {pid} is gone: a process it forked without exec holds the lock until it exits"
+    );
+    let owner = match owner {
+        Some(owner) => owner,
+        None => match Owner::new(Owner::this_process().host(), pid, "") {
+            Ok(owner) => owner,
+            Err(_) => Owner::new("", pid, "").expect("an empty host and program are valid"),
+        },
+    };
+    let labelled = owner
+        .user_label()
+        .map(|label| format!("{label}; {note}"))
+        .and_then(|both| owner.clone().label(both).ok());
+    labelled.unwrap_or_else(|| {
+        owner
+            .label(note)
+            .expect("the note is valid and shorter than the label limit")
+    })
 }
 
 /// One attempt, blocking: the `flock`, then the fencing number and the record under it.
@@ -404,10 +454,7 @@ fn take(
         })?),
         false => None,
     };
-    let record = Record {
-        token: token.expose().to_string(),
-        expires_ms,
-    };
+    let record = Record::ours(token, expires_ms);
     write_record(&lock, Some(&record))?;
     if let Some(min_hold) = min_hold {
         folder.write_hold(key, token, min_hold)?;
