@@ -32,7 +32,8 @@
 //!   stays held until every such child has exited, and no TTL ends it (nothing runs the
 //!   holder's timer). The record names the process that took the lock, and `inspect` reports
 //!   it when it is gone (the lock's [`owner`](crate::LockState::owner) gets that process id,
-//!   labelled "process N is gone: ..."): the operator then looks for its children. `exec`
+//!   labelled "process N is gone: ..."), and so does a waiter (a warning, once per
+//!   `acquire`): the operator then looks for its children. `exec`
 //!   closes the descriptor (Rust opens it with `O_CLOEXEC`), so `leasehold run`'s command
 //!   never inherits it.
 //! * **The TTL is kept by the holder's own process.** A lease that is neither extended nor
@@ -153,9 +154,17 @@ async fn blocking<T: Send + 'static>(
 /// What one attempt found.
 enum Attempt {
     Taken(Flock<File>, Option<u64>),
-    /// The key's file (kept open for the next attempt; `None`: open the path again) and the
-    /// holder's remaining lease as its record says.
-    Busy(Option<File>, Option<Duration>),
+    Busy(Busy),
+}
+
+/// An attempt that found the key busy.
+struct Busy {
+    /// The key's file, kept open for the next attempt (`None`: open the path again).
+    file: Option<File>,
+    /// The holder's remaining lease (or minimum hold), as its record says.
+    remaining: Option<Duration>,
+    /// The id of the process that took the lock, if its record names one that is gone.
+    gone: Option<u32>,
 }
 
 impl FileClient {
@@ -216,8 +225,12 @@ impl FileClient {
         for _ in 0..3 {
             match self.attempt(key, options, file.take()).await? {
                 Ok(guard) => return Ok(TryAcquire::Acquired(guard)),
-                Err((Some(_), remaining)) => return Ok(TryAcquire::Busy { remaining }),
-                Err((None, _)) => {}
+                Err(Busy {
+                    file: Some(_),
+                    remaining,
+                    ..
+                }) => return Ok(TryAcquire::Busy { remaining }),
+                Err(Busy { file: None, .. }) => {}
             }
         }
         Ok(TryAcquire::Busy { remaining: None })
@@ -235,13 +248,23 @@ impl FileClient {
         // Kept open between attempts: a waiter is one open descriptor, not one per attempt.
         let mut file = None;
         let mut attempts = 0;
+        let mut warned = false;
         loop {
             attempts += 1;
             let remaining = match self.attempt(key, options, file.take()).await? {
                 Ok(guard) => return Ok(guard),
-                Err((kept, remaining)) => {
-                    file = kept;
-                    remaining
+                Err(busy) => {
+                    if let Some(pid) = busy.gone.filter(|_| !warned) {
+                        warned = true;
+                        tracing::warn!(
+                            key,
+                            pid,
+                            "file lock held while the process that took it ({pid}) is gone: a \
+                             process it forked without exec holds the lock until it exits"
+                        );
+                    }
+                    file = busy.file;
+                    busy.remaining
                 }
             };
             let now = Instant::now();
@@ -257,13 +280,13 @@ impl FileClient {
         }
     }
 
-    /// One attempt: the guard, or the file to try again with and the holder's remaining lease.
+    /// One attempt: the guard, or what the busy key's record says.
     async fn attempt(
         &self,
         key: &str,
         options: &LockOptions,
         file: Option<File>,
-    ) -> Result<std::result::Result<LockGuard, (Option<File>, Option<Duration>)>> {
+    ) -> Result<std::result::Result<LockGuard, Busy>> {
         let token = options.new_token();
         let ttl = options.ttl();
         // Read together, the wall clock first: the record's end is the lease's, or earlier.
@@ -276,7 +299,7 @@ impl FileClient {
         };
         let (lock, fencing) = match blocking(Operation::Acquire, attempt).await? {
             Attempt::Taken(lock, fencing) => (lock, fencing),
-            Attempt::Busy(file, remaining) => return Ok(Err((file, remaining))),
+            Attempt::Busy(busy) => return Ok(Err(busy)),
         };
         let expires = started + ttl;
         if Instant::now() >= expires {
@@ -435,17 +458,25 @@ fn take(
     let lock = match folder.try_lock(key, file)? {
         Ok(lock) => lock,
         Err(file) => {
-            let remaining = match &file {
-                Some(f) => disk::read_record(f)?.map(|r| r.remaining()),
+            let record = match &file {
+                Some(f) => disk::read_record(f)?,
                 None => None,
             };
-            return Ok(Attempt::Busy(file, remaining));
+            return Ok(Attempt::Busy(Busy {
+                file,
+                remaining: record.as_ref().map(Record::remaining),
+                gone: record.as_ref().and_then(Record::gone_pid),
+            }));
         }
     };
     // A minimum hold still running keeps the key busy (its holder is gone or released).
     if let Some((_, left)) = folder.hold_left(key)? {
         let file = lock.unlock().map_err(|(_, e)| io::Error::from(e))?;
-        return Ok(Attempt::Busy(Some(file), Some(left)));
+        return Ok(Attempt::Busy(Busy {
+            file: Some(file),
+            remaining: Some(left),
+            gone: None,
+        }));
     }
     // Dropping `lock` on an error below lets the key go again.
     let fence = match fencing {

@@ -387,3 +387,63 @@ fn a_local_folder_is_accepted() {
         FileClient::connect(&format!("file://{}{query}", dir.path().display())).unwrap();
     }
 }
+
+/// A waiter on a lock whose record names a process that is gone (here: a lock file held by
+/// this test's own descriptor, with a record naming an exited process) warns once that a
+/// forked child holds it, and `inspect` names that process (review L4; the real fork is
+/// `tests/conformance/file.rs`).
+#[tokio::test]
+async fn a_waiter_is_told_that_the_holder_is_gone() {
+    #[derive(Clone, Default)]
+    struct Capture(Arc<Mutex<Vec<u8>>>);
+    impl io::Write for Capture {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+    let (dir, _a, b) = folder();
+    let mut exited = std::process::Command::new("true").spawn().unwrap();
+    exited.wait().unwrap();
+    let pid = exited.id();
+    let folder = Folder::open(dir.path().to_path_buf()).unwrap();
+    let file = folder.open_lock_file("k").unwrap();
+    let lock = Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).unwrap();
+    let record = Record {
+        token: "someone".into(),
+        expires_ms: 0,
+        pid: Some(pid),
+    };
+    write_record(&lock, Some(&record)).unwrap();
+
+    let capture = Capture::default();
+    let logs = capture.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || capture.clone())
+        .with_ansi(false)
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+    let wait = LockOptions::new(Duration::from_secs(60)).wait(Duration::from_millis(100));
+    assert!(matches!(
+        b.acquire("k", &wait).await,
+        Err(Error::NotAcquired { .. })
+    ));
+    let logs = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let warning = format!("the process that took it ({pid}) is gone");
+    assert_eq!(logs.matches(&warning).count(), 1, "{logs}");
+
+    let state = b.inspect("k").await.unwrap();
+    assert_eq!(state.holder.as_deref(), Some("someone"));
+    let owner = state.owner.expect("the gone holder is named");
+    assert_eq!(owner.pid(), pid);
+    assert!(
+        owner
+            .user_label()
+            .is_some_and(|l| l.contains(&format!("process {pid} is gone"))),
+        "{owner}"
+    );
+    drop(lock);
+}
