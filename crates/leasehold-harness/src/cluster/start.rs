@@ -12,9 +12,10 @@ impl Cluster {
     /// Starts all nodes of `bin`, joins them into a cluster and waits until it is stable
     /// (see [`Cluster::wait_until_stable`]).
     ///
-    /// The cluster is built with cluster commands only: `CLUSTER SET-CONFIG-EPOCH` and
-    /// `CLUSTER ADDSLOTSRANGE` on the masters (an even split of `0..=16383`), `CLUSTER MEET`
-    /// of every node, `CLUSTER REPLICATE` on the replicas.
+    /// The cluster is built with cluster commands only: `CLUSTER SET-CONFIG-EPOCH` on every
+    /// node (node `i` gets `i + 1`: no two start with the same), `CLUSTER ADDSLOTSRANGE` on
+    /// the masters (an even split of `0..=16383`), `CLUSTER MEET` of every node, `CLUSTER
+    /// REPLICATE` on the replicas.
     pub fn start(bin: &ServerBinary, options: &ClusterOptions) -> Result<Cluster, HarnessError> {
         let masters = options.masters;
         if masters == 0 || masters > usize::from(CLUSTER_SLOTS) {
@@ -92,15 +93,23 @@ impl Cluster {
         Ok(cluster)
     }
 
-    /// Epochs and slots on the masters, `CLUSTER MEET`, `CLUSTER REPLICATE`, then
+    /// Epochs on every node, slots on the masters, `CLUSTER MEET`, `CLUSTER REPLICATE`, then
     /// [`Cluster::wait_until_stable`].
     fn assemble(&self) -> Result<(), HarnessError> {
         let masters = self.options.masters;
         let slots = usize::from(CLUSTER_SLOTS);
+        // Distinct config epochs up front, on every node, spare the cluster its epoch-collision
+        // rounds. The replicas' count too: a node starts as an empty master of epoch 0, and
+        // empty masters collide and bump one another, until `CLUSTER REPLICATE` makes them
+        // replicas, which ends their collision handling. A replica could then keep an epoch
+        // equal to its master's, and a `CLUSTER FAILOVER TAKEOVER` keeps a replica's own epoch
+        // when it is the greatest the replica knows: its claim would tie with the old
+        // master's, and no node gives a slot away on a tie (`Cluster::drive_takeover`).
+        for (i, node) in self.nodes.iter().enumerate() {
+            expect_ok(node, &["CLUSTER", "SET-CONFIG-EPOCH", &(i + 1).to_string()])?;
+        }
         for m in 0..masters {
             let node = &self.nodes[m];
-            // Distinct config epochs up front spare the cluster its epoch-collision rounds.
-            expect_ok(node, &["CLUSTER", "SET-CONFIG-EPOCH", &(m + 1).to_string()])?;
             let first = m * slots / masters;
             let last = (m + 1) * slots / masters - 1;
             expect_ok(

@@ -29,6 +29,35 @@ fn parses_cluster_nodes() {
     assert!(View::parse(0, "a b master - 0 0 1 connected 16384\n").is_err());
 }
 
+/// A takeover's claim (the promoted replica, with its config epoch) loses on a view that
+/// has a slot on another node of an epoch at least as high: a tie is not enough.
+#[test]
+fn finds_the_views_a_takeover_cannot_win() {
+    let view = View::parse(0, NODES).unwrap();
+    assert_eq!(
+        view.lines
+            .iter()
+            .map(|l| l.config_epoch)
+            .collect::<Vec<_>>(),
+        [4, 1, 2, 5]
+    );
+    let promoted = "07c37dfeb235213a872192d90877d0cd55635b91";
+    let old = "e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca";
+    let outranked = |slots: &[u16], epoch| {
+        view.outranks(slots, promoted, epoch)
+            .map(|(slot, line)| (slot, line.id.clone()))
+    };
+    assert_eq!(outranked(&[0, 100], 1), Some((0, old.to_owned())));
+    assert_eq!(outranked(&[0, 100], 2), None);
+    let other = "292f8b365bb7edb5e285caf0b7e6ddc7265d2f4f";
+    assert_eq!(outranked(&[7, 16383], 2), Some((16383, other.to_owned())));
+    assert_eq!(outranked(&[7, 16383], 3), None);
+    // Its own slots never outrank a claimant, nor do slots it does not claim.
+    assert_eq!(view.outranks(&[0], old, 0).map(|(s, _)| s), None);
+    assert_eq!(outranked(&[], 0), None);
+    assert!(View::parse(0, "a b master - 0 0 x connected\n").is_err());
+}
+
 #[test]
 fn options_builder() {
     let o = ClusterOptions::new()

@@ -22,6 +22,8 @@ pub(super) struct NodeLine {
     pub(super) id: String,
     pub(super) flags: Vec<String>,
     pub(super) master_id: Option<String>,
+    /// The config epoch this view gives the node (a replica's line shows its master's).
+    pub(super) config_epoch: u64,
     /// Inclusive slot ranges (importing/migrating annotations `[...]` are skipped).
     pub(super) slots: Vec<(u16, u16)>,
 }
@@ -68,6 +70,9 @@ impl View {
                     "CLUSTER NODES: short line {line:?}"
                 )));
             }
+            let config_epoch = fields[6].parse().map_err(|_| {
+                HarnessError::Protocol(format!("CLUSTER NODES: bad config epoch in {line:?}"))
+            })?;
             let mut slots = Vec::new();
             for token in &fields[8..] {
                 if token.starts_with('[') {
@@ -87,6 +92,7 @@ impl View {
                 id: fields[0].to_owned(),
                 flags: fields[2].split(',').map(str::to_owned).collect(),
                 master_id: Some(fields[3]).filter(|m| *m != "-").map(str::to_owned),
+                config_epoch,
                 slots,
             });
         }
@@ -103,6 +109,27 @@ impl View {
 
     pub(super) fn line(&self, id: &str) -> Option<&NodeLine> {
         self.lines.iter().find(|l| l.id == id)
+    }
+
+    /// A node other than `claimant` that this view has serving one of `slots` with a config
+    /// epoch of at least `epoch`, and that slot. A node with this view never gives the slot to
+    /// `claimant` while `claimant` claims it with `epoch`: a claim wins a slot only with a
+    /// config epoch greater than its current owner's.
+    pub(super) fn outranks(
+        &self,
+        slots: &[u16],
+        claimant: &str,
+        epoch: u64,
+    ) -> Option<(u16, &NodeLine)> {
+        self.lines
+            .iter()
+            .filter(|l| l.id != claimant && l.config_epoch >= epoch)
+            .find_map(|l| {
+                slots
+                    .iter()
+                    .find(|&&s| l.slots.iter().any(|&(a, b)| a <= s && s <= b))
+                    .map(|&s| (s, l))
+            })
     }
 
     /// The owner (node index) of each slot; `None` for unassigned slots or unknown nodes.

@@ -16,7 +16,7 @@ use super::names::stem;
 use crate::core::token::LockToken;
 
 /// The file every counter update holds (`flock`, for microseconds) in the folder.
-const COUNTER_LOCK: &str = ".leasehold-fence.lock";
+pub(super) const COUNTER_LOCK: &str = ".leasehold-fence.lock";
 
 /// The file whose modification time, set by the kernel on a write, is the folder's clock for
 /// [`min_hold`](crate::LockOptions::min_hold) (see [`Folder::hold_left`]).
@@ -26,24 +26,91 @@ const CLOCK: &str = ".leasehold-clock";
 /// one. A page: room for a token with the longest owner record (about 2.4 kB escaped).
 const RECORD: usize = 4096;
 
+/// The file system magic number of the folder at `path` (`statfs`'s `f_type`), on Linux;
+/// `None` elsewhere (not checked).
+pub(super) fn fs_magic(path: &std::path::Path) -> io::Result<Option<u32>> {
+    #[cfg(target_os = "linux")]
+    {
+        let fs = nix::sys::statfs::statfs(path).map_err(errno)?;
+        // Every magic number is 32 bits; `f_type`'s width varies with the C library.
+        Ok(Some(fs.filesystem_type().0 as u32))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = path;
+        Ok(None)
+    }
+}
+
+/// The network or FUSE file system a `statfs` magic number names, if it is one whose `flock`
+/// is not one kernel's lock: NFS (`NFS_SUPER_MAGIC`), SMB (`SMB_SUPER_MAGIC`), SMB2
+/// (`SMB2_MAGIC_NUMBER`, the kernel's `smb3` client), CIFS (`CIFS_MAGIC_NUMBER`) and FUSE
+/// (`FUSE_SUPER_MAGIC`: sshfs, GlusterFS, s3fs, virtiofs, ...).
+pub(super) fn remote_fs(magic: u32) -> Option<&'static str> {
+    match magic {
+        0x6969 => Some("NFS"),
+        0x517b => Some("SMB"),
+        0xfe53_4d42 => Some("SMB2"),
+        0xff53_4d42 => Some("CIFS"),
+        0x6573_5546 => Some("FUSE"),
+        _ => None,
+    }
+}
+
 /// A lock folder.
 #[derive(Debug, Clone)]
 pub(super) struct Folder {
     pub(super) path: PathBuf,
 }
 
-/// What a key's record says: its holder's token and the lease's end (wall clock).
+/// What a key's record says: its holder's token, the lease's end (wall clock), and the id of
+/// the process that wrote it (`None` in a record of an older version, and for a minimum hold).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Record {
     pub(super) token: String,
     pub(super) expires_ms: u64,
+    pub(super) pid: Option<u32>,
 }
 
 impl Record {
+    /// A record written now by this process.
+    pub(super) fn ours(token: &LockToken, expires_ms: u64) -> Record {
+        Record {
+            token: token.expose().to_string(),
+            expires_ms,
+            pid: Some(std::process::id()),
+        }
+    }
+
+    /// The recorded process id, if that process is gone (exited, or a zombie): the lock is
+    /// then held through a descriptor it passed on, to a child forked without `exec`. An
+    /// operator's hint, not a proof: the id is the one in the holder's PID namespace, and a
+    /// reused id looks alive.
+    pub(super) fn gone_pid(&self) -> Option<u32> {
+        self.pid.filter(|&pid| process_gone(pid))
+    }
+
     /// How much of the lease is left by the wall clock (zero once over).
     pub(super) fn remaining(&self) -> Duration {
         Duration::from_millis(self.expires_ms.saturating_sub(unix_ms(SystemTime::now())))
     }
+}
+
+/// Whether no process `pid` runs: none exists (`kill(pid, 0)` is `ESRCH`), or, on Linux, it is
+/// a zombie (it has exited, and its descriptors are closed; its parent has not reaped it).
+fn process_gone(pid: u32) -> bool {
+    let Ok(raw) = i32::try_from(pid) else {
+        return false;
+    };
+    #[cfg(target_os = "linux")]
+    if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // `pid (comm) S ...`: the state follows the last `)` (comm may hold one).
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next());
+        return matches!(state, Some('Z' | 'X'));
+    }
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(raw), None) == Err(Errno::ESRCH)
 }
 
 pub(super) fn unix_ms(t: SystemTime) -> u64 {
@@ -108,6 +175,24 @@ impl Folder {
             min_hold.as_millis()
         );
         File::create(self.hold_path(key))?.write_all(text.as_bytes())
+    }
+
+    /// Removes `key`'s minimum hold if `token` started it (under the key's `flock`, which every
+    /// hold is written under: nobody writes another meanwhile).
+    pub(super) fn clear_hold(&self, key: &str, token: &LockToken) -> io::Result<()> {
+        let path = self.hold_path(key);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        if text.split_whitespace().nth(1) != Some(token.expose()) {
+            return Ok(());
+        }
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
     }
 
     /// The token and the time left of `key`'s minimum hold, if one is still running: the hold
@@ -221,6 +306,7 @@ impl Folder {
                 self.hold_left(key)?.map(|(token, left)| Record {
                     token,
                     expires_ms: unix_ms(SystemTime::now() + left),
+                    pid: None,
                 }),
                 fence,
             )),
@@ -284,7 +370,11 @@ impl Folder {
 pub(super) fn write_record(file: &File, record: Option<&Record>) -> io::Result<()> {
     let mut buf = [b' '; RECORD];
     if let Some(r) = record {
-        let text = format!("leasehold {} {}\n", r.token, r.expires_ms);
+        // Older versions read the first three words and ignore the rest.
+        let text = match r.pid {
+            Some(pid) => format!("leasehold {} {} {pid}\n", r.token, r.expires_ms),
+            None => format!("leasehold {} {}\n", r.token, r.expires_ms),
+        };
         let n = text.len().min(RECORD);
         buf[..n].copy_from_slice(&text.as_bytes()[..n]);
     }
@@ -300,6 +390,7 @@ pub(super) fn read_record(file: &File) -> io::Result<Option<Record>> {
         (Some("leasehold"), Some(token), Some(ms)) => ms.parse().ok().map(|expires_ms| Record {
             token: token.to_string(),
             expires_ms,
+            pid: words.next().and_then(|pid| pid.parse().ok()),
         }),
         _ => None,
     })

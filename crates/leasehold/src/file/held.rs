@@ -126,10 +126,7 @@ impl FileHeld {
         self.check(&mut state, Operation::Extend)?;
         // Read together, the wall clock first: the record's end is the lease's, or earlier.
         let (wall, now) = (SystemTime::now(), Instant::now());
-        let record = Record {
-            token: self.token.expose().to_string(),
-            expires_ms: unix_ms(wall + ttl),
-        };
+        let record = Record::ours(&self.token, unix_ms(wall + ttl));
         write_record(state.lock.as_ref().expect("checked"), Some(&record))
             .map_err(|e| io_error(Operation::Extend, e))?;
         state.expires = now + ttl;

@@ -15,10 +15,27 @@
 //!
 //! # Guarantees, and their limits
 //! * **One machine only.** `flock` excludes processes on one kernel. A folder on a network file
-//!   system (NFS, SMB, a shared volume seen by several hosts) may give each host its own locks:
-//!   do not use one.
-//! * **A crashed holder frees the lock at once.** The kernel drops the `flock` when the process
-//!   ends, however it ends (`kill -9` too): stronger than a TTL, nobody waits for an expiry.
+//!   system (NFS, SMB, a shared volume seen by several hosts) may give each host its own locks
+//!   (`local_lock` NFS mounts, FUSE file systems), or lose them behind the holder's back (NFSv4
+//!   locks lapse with the client's lease when it cannot renew it, and the process is not
+//!   told). So, on Linux, connecting refuses a folder that `statfs` says is on NFS, SMB, SMB2,
+//!   CIFS or FUSE with [`Error::Unsupported`]; `?allow_remote_fs=true` in the URL lifts the
+//!   refusal for a mount known to be used by one machine only. Other shared file systems
+//!   (a cluster file system, a block device mounted by two hosts) are not recognised: do not
+//!   use one.
+//! * **A crashed holder frees the lock at once**, unless it forked. The kernel drops the
+//!   `flock` when the process ends, however it ends (`kill -9` too): stronger than a TTL,
+//!   nobody waits for an expiry. **But a `flock` belongs to the open file description, which a
+//!   child forked without `exec` shares** (a pre-fork server, Python's `fork` start method):
+//!   while the holder lives, its release or expiry unlocks for the child too (`LOCK_UN` on the
+//!   shared description); once the holder is killed, or exits without releasing, the lock
+//!   stays held until every such child has exited, and no TTL ends it (nothing runs the
+//!   holder's timer). The record names the process that took the lock, and `inspect` reports
+//!   it when it is gone (the lock's [`owner`](crate::LockState::owner) gets that process id,
+//!   labelled "process N is gone: ..."), and so does a waiter (a warning, once per
+//!   `acquire`): the operator then looks for its children. `exec`
+//!   closes the descriptor (Rust opens it with `O_CLOEXEC`), so `leasehold run`'s command
+//!   never inherits it.
 //! * **The TTL is kept by the holder's own process.** A lease that is neither extended nor
 //!   released is let go at its end by a timer in the holder's process, so the lock ends with its
 //!   lease as on a server, and [`Lease::valid_until`](crate::Lease::valid_until) is exact (the
@@ -49,8 +66,10 @@
 //!   any process's clock (which `faketime` shifts per process): the hold file `<stem>.hold`,
 //!   written under the `flock` right after it is taken, dates the acquisition; an acquisition
 //!   that gets the `flock` while the hold runs (against the time the kernel stamps on
-//!   `.leasehold-clock`) lets it go and reports busy. See `Folder::hold_left` (`disk.rs`)
-//!   and docs/guarantees.md §18.
+//!   `.leasehold-clock`) lets it go and reports busy. Both are stamps of the kernel's
+//!   real-time clock: a step of the system clock while a hold runs shifts its end by the step.
+//!   A grant given back as expired on arrival removes the hold its attempt wrote. See
+//!   `Folder::hold_left` (`disk.rs`) and docs/guarantees.md §18.
 //!
 //! `inspect` takes a shared `flock` for an instant to learn whether the key is held; at that
 //! instant a `try_acquire` of the key finds it busy.
@@ -73,6 +92,7 @@ use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::{Lease, LockGuard};
 use crate::core::options::{LockOptions, ttl_millis};
 use crate::core::outcome::{LockState, TryAcquire};
+use crate::core::owner::Owner;
 use crate::core::token::{LockToken, validate_key};
 
 use disk::{Folder, Record, unix_ms, write_record};
@@ -134,22 +154,39 @@ async fn blocking<T: Send + 'static>(
 /// What one attempt found.
 enum Attempt {
     Taken(Flock<File>, Option<u64>),
-    /// The key's file (kept open for the next attempt; `None`: open the path again) and the
-    /// holder's remaining lease as its record says.
-    Busy(Option<File>, Option<Duration>),
+    Busy(Busy),
+}
+
+/// An attempt that found the key busy.
+struct Busy {
+    /// The key's file, kept open for the next attempt (`None`: open the path again).
+    file: Option<File>,
+    /// The holder's remaining lease (or minimum hold), as its record says.
+    remaining: Option<Duration>,
+    /// The id of the process that took the lock, if its record names one that is gone.
+    gone: Option<u32>,
 }
 
 impl FileClient {
     /// A client of the folder `url` names: `file:///absolute/path` (or
     /// `file://localhost/absolute/path`; `%XX` escapes are decoded).
     ///
+    /// The one query parameter, `?allow_remote_fs=true`, lifts the refusal of folders on
+    /// network and FUSE file systems (see the [module docs](self)).
+    ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for another scheme, a host, a relative path, a query or a
-    /// fragment; [`Error::Connection`] for a folder that does not exist, is not a directory or
-    /// does not take new files.
+    /// [`Error::InvalidArgument`] for another scheme, a host, a relative path, a fragment, or
+    /// another query; [`Error::Connection`] for a folder that does not exist, is not a
+    /// directory or does not take new files; [`Error::Unsupported`] for a folder on NFS,
+    /// SMB/SMB2, CIFS or FUSE (Linux: told by `statfs`), without `?allow_remote_fs=true`.
     pub fn connect(url: &str) -> Result<Self> {
-        let path = folder_of(url)?;
+        let (path, allow_remote_fs) = folder_of(url)?;
         let folder = Folder::open(path).map_err(|e| io_error(Operation::Connect, e))?;
+        if !allow_remote_fs {
+            let magic =
+                disk::fs_magic(&folder.path).map_err(|e| io_error(Operation::Connect, e))?;
+            refuse_remote_fs(&folder.path, magic)?;
+        }
         Ok(FileClient {
             inner: Arc::new(Inner {
                 folder,
@@ -188,8 +225,12 @@ impl FileClient {
         for _ in 0..3 {
             match self.attempt(key, options, file.take()).await? {
                 Ok(guard) => return Ok(TryAcquire::Acquired(guard)),
-                Err((Some(_), remaining)) => return Ok(TryAcquire::Busy { remaining }),
-                Err((None, _)) => {}
+                Err(Busy {
+                    file: Some(_),
+                    remaining,
+                    ..
+                }) => return Ok(TryAcquire::Busy { remaining }),
+                Err(Busy { file: None, .. }) => {}
             }
         }
         Ok(TryAcquire::Busy { remaining: None })
@@ -207,13 +248,23 @@ impl FileClient {
         // Kept open between attempts: a waiter is one open descriptor, not one per attempt.
         let mut file = None;
         let mut attempts = 0;
+        let mut warned = false;
         loop {
             attempts += 1;
             let remaining = match self.attempt(key, options, file.take()).await? {
                 Ok(guard) => return Ok(guard),
-                Err((kept, remaining)) => {
-                    file = kept;
-                    remaining
+                Err(busy) => {
+                    if let Some(pid) = busy.gone.filter(|_| !warned) {
+                        warned = true;
+                        tracing::warn!(
+                            key,
+                            pid,
+                            "file lock held while the process that took it ({pid}) is gone: a \
+                             process it forked without exec holds the lock until it exits"
+                        );
+                    }
+                    file = busy.file;
+                    busy.remaining
                 }
             };
             let now = Instant::now();
@@ -229,13 +280,13 @@ impl FileClient {
         }
     }
 
-    /// One attempt: the guard, or the file to try again with and the holder's remaining lease.
+    /// One attempt: the guard, or what the busy key's record says.
     async fn attempt(
         &self,
         key: &str,
         options: &LockOptions,
         file: Option<File>,
-    ) -> Result<std::result::Result<LockGuard, (Option<File>, Option<Duration>)>> {
+    ) -> Result<std::result::Result<LockGuard, Busy>> {
         let token = options.new_token();
         let ttl = options.ttl();
         // Read together, the wall clock first: the record's end is the lease's, or earlier.
@@ -248,12 +299,12 @@ impl FileClient {
         };
         let (lock, fencing) = match blocking(Operation::Acquire, attempt).await? {
             Attempt::Taken(lock, fencing) => (lock, fencing),
-            Attempt::Busy(file, remaining) => return Ok(Err((file, remaining))),
+            Attempt::Busy(busy) => return Ok(Err(busy)),
         };
         let expires = started + ttl;
         if Instant::now() >= expires {
-            // Granted too late to be a lease (a slow fsync): let go at once.
-            drop(lock);
+            // Granted too late to be a lease (a slow fsync): given back at once, whole.
+            give_back(&self.inner.folder, key, &token, lock);
             return Err(Error::ExpiredOnArrival {
                 key: key.to_string(),
                 elapsed: started.elapsed(),
@@ -323,19 +374,32 @@ impl FileClient {
 
     /// Who holds `key` (the token in its record), the lease's remaining time by the record (zero
     /// if its holder is past it but has not let go: stopped or blocked), and the fencing counter.
+    /// A lock held while the process that took it is gone (its id is in the record) has an
+    /// [`owner`](LockState::owner) naming that process id, labelled "process N is gone: a
+    /// process it forked without exec holds the lock until it exits" (see the module docs).
     ///
     /// # Errors
     /// [`Error::Connection`] when the files cannot be read.
     pub async fn inspect(&self, key: &str) -> Result<LockState> {
         validate_key(key)?;
         let (folder, k) = (self.inner.folder.clone(), key.to_string());
-        let (record, fence) = blocking(Operation::Inspect, move || folder.inspect(&k)).await?;
-        Ok(LockState::new(
+        let (record, fence, gone) = blocking(Operation::Inspect, move || {
+            let (record, fence) = folder.inspect(&k)?;
+            // Only a held lock has a record with a pid (a minimum hold's has none).
+            let gone = record.as_ref().and_then(Record::gone_pid);
+            Ok((record, fence, gone))
+        })
+        .await?;
+        let mut state = LockState::new(
             key.to_string(),
             record.as_ref().map(|r| r.token.clone()),
             record.as_ref().map(Record::remaining),
             fence,
-        ))
+        );
+        if let Some(pid) = gone {
+            state.owner = Some(gone_holder(state.owner.take(), pid));
+        }
+        Ok(state)
     }
 
     /// Raises `key`'s fencing counter to at least `at_least` (never lowers it) and returns it.
@@ -350,6 +414,32 @@ impl FileClient {
         })
         .await
     }
+}
+
+/// The owner `inspect` shows for a lock held while the process that took it (`pid`, from the
+/// record) is gone: the lock's descriptor lives on in a process it forked without `exec` (see
+/// the module docs). The holder's own owner record, if its token carries one, with a label
+/// saying so (its own label first, if both fit); else an owner record of `pid` on this host.
+fn gone_holder(owner: Option<Owner>, pid: u32) -> Owner {
+    let note = format!(
+        "process {pid} is gone: a process it forked without exec holds the lock until it exits"
+    );
+    let owner = match owner {
+        Some(owner) => owner,
+        None => match Owner::new(Owner::this_process().host(), pid, "") {
+            Ok(owner) => owner,
+            Err(_) => Owner::new("", pid, "").expect("an empty host and program are valid"),
+        },
+    };
+    let labelled = owner
+        .user_label()
+        .map(|label| format!("{label}; {note}"))
+        .and_then(|both| owner.clone().label(both).ok());
+    labelled.unwrap_or_else(|| {
+        owner
+            .label(note)
+            .expect("the note is valid and shorter than the label limit")
+    })
 }
 
 /// One attempt, blocking: the `flock`, then the fencing number and the record under it.
@@ -368,17 +458,25 @@ fn take(
     let lock = match folder.try_lock(key, file)? {
         Ok(lock) => lock,
         Err(file) => {
-            let remaining = match &file {
-                Some(f) => disk::read_record(f)?.map(|r| r.remaining()),
+            let record = match &file {
+                Some(f) => disk::read_record(f)?,
                 None => None,
             };
-            return Ok(Attempt::Busy(file, remaining));
+            return Ok(Attempt::Busy(Busy {
+                file,
+                remaining: record.as_ref().map(Record::remaining),
+                gone: record.as_ref().and_then(Record::gone_pid),
+            }));
         }
     };
     // A minimum hold still running keeps the key busy (its holder is gone or released).
     if let Some((_, left)) = folder.hold_left(key)? {
         let file = lock.unlock().map_err(|(_, e)| io::Error::from(e))?;
-        return Ok(Attempt::Busy(Some(file), Some(left)));
+        return Ok(Attempt::Busy(Busy {
+            file: Some(file),
+            remaining: Some(left),
+            gone: None,
+        }));
     }
     // Dropping `lock` on an error below lets the key go again.
     let fence = match fencing {
@@ -387,10 +485,7 @@ fn take(
         })?),
         false => None,
     };
-    let record = Record {
-        token: token.expose().to_string(),
-        expires_ms,
-    };
+    let record = Record::ours(token, expires_ms);
     write_record(&lock, Some(&record))?;
     if let Some(min_hold) = min_hold {
         folder.write_hold(key, token, min_hold)?;
@@ -398,17 +493,62 @@ fn take(
     Ok(Attempt::Taken(lock, fence))
 }
 
-/// The folder of a `file://` URL.
-fn folder_of(url: &str) -> Result<PathBuf> {
+/// Gives back a lock just taken that cannot be a lease (granted after its TTL), as if the
+/// attempt had never taken it: under its `flock`, the record emptied and the minimum hold the
+/// attempt started removed, then the `flock` let go. A hold left behind would keep the key
+/// busy for `min_hold` with nobody holding it (review F2). Best effort: a failure to clear is
+/// logged, and the `flock` is let go anyway.
+fn give_back(folder: &Folder, key: &str, token: &LockToken, lock: Flock<File>) {
+    let cleared = write_record(&lock, None).and_then(|()| folder.clear_hold(key, token));
+    if let Err(e) = cleared {
+        tracing::warn!(key, error = %e, "file lock given back: its record or minimum hold could not be cleared");
+    }
+    drop(lock);
+}
+
+/// Refuses a folder on a file system whose `flock` is not one kernel's lock (the magic number
+/// `statfs` gives, see `disk::remote_fs`), with an [`Error::Unsupported`] that names it and
+/// the override.
+fn refuse_remote_fs(path: &std::path::Path, magic: Option<u32>) -> Result<()> {
+    match magic.and_then(disk::remote_fs) {
+        None => Ok(()),
+        Some(kind) => Err(Error::Unsupported {
+            backend: "file",
+            what: format!(
+                "a lock folder on {kind} ({}): flock there is not one machine's lock (NFS \
+                 locks lapse with the NFSv4 lease unknown to the holder; local_lock mounts, \
+                 SMB/CIFS and FUSE file systems may give each host, or each client, its own \
+                 locks); use a local folder, or add ?allow_remote_fs=true to the URL if this \
+                 mount is known to be used by one machine only",
+                path.display()
+            ),
+        }),
+    }
+}
+
+/// The folder of a `file://` URL, and whether it may be on a network or FUSE file system
+/// (`?allow_remote_fs=true`).
+fn folder_of(url: &str) -> Result<(PathBuf, bool)> {
     let bad = |why: &str| Error::invalid("url", format!("{url:?}: {why}"));
     let rest = url
         .split_once("://")
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("file"))
         .map(|(_, rest)| rest)
         .ok_or_else(|| bad("not a file:// URL"))?;
-    if rest.contains(['?', '#']) {
-        return Err(bad("a file:// URL takes no query or fragment"));
+    if rest.contains('#') {
+        return Err(bad("a file:// URL takes no fragment"));
     }
+    let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let allow_remote_fs = match query {
+        "" => false,
+        "allow_remote_fs=true" => true,
+        "allow_remote_fs=false" => false,
+        _ => {
+            return Err(bad(
+                "a file:// URL takes one query parameter, allow_remote_fs=true or =false",
+            ));
+        }
+    };
     let path = rest.strip_prefix("localhost").unwrap_or(rest);
     if !path.starts_with('/') {
         return Err(bad(
@@ -434,7 +574,8 @@ fn folder_of(url: &str) -> Result<PathBuf> {
         }
     }
     use std::os::unix::ffi::OsStringExt;
-    Ok(PathBuf::from(std::ffi::OsString::from_vec(decoded)))
+    let path = PathBuf::from(std::ffi::OsString::from_vec(decoded));
+    Ok((path, allow_remote_fs))
 }
 
 crate::core::backend::impl_lock_backend!(FileClient, File);

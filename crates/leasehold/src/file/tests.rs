@@ -40,13 +40,27 @@ fn urls_name_an_absolute_folder() {
         ("file://localhost/var/lock", "/var/lock"),
         ("file:///a%20b/c%2", "/a b/c%2"),
     ] {
-        assert_eq!(folder_of(url).unwrap(), PathBuf::from(path), "{url}");
+        assert_eq!(
+            folder_of(url).unwrap(),
+            (PathBuf::from(path), false),
+            "{url}"
+        );
+    }
+    for (query, allowed) in [
+        ("allow_remote_fs=true", true),
+        ("allow_remote_fs=false", false),
+    ] {
+        let url = format!("file:///tmp/locks?{query}");
+        assert_eq!(folder_of(&url).unwrap(), ("/tmp/locks".into(), allowed));
     }
     for url in [
         "file://relative/x",
         "file://host/x",
         "file:///x?y",
+        "file:///x?allow_remote_fs=yes",
+        "file:///x?allow_remote_fs=true&y=1",
         "file:///x#y",
+        "file:///x?allow_remote_fs=true#y",
         "memory://",
     ] {
         assert!(
@@ -271,4 +285,165 @@ fn a_flock_on_a_file_no_path_names_is_not_taken() {
         matches!(folder.try_lock("k", old), Ok(Err(None))),
         "a stale file was locked"
     );
+}
+
+/// A grant that comes back after its TTL is given back whole, with the minimum hold its attempt
+/// started: the key is free at once (review F2). The attempt is held up past its TTL by the
+/// folder's counter lock, held here, between taking the key's `flock` and writing the hold.
+#[tokio::test]
+async fn a_grant_given_back_keeps_no_minimum_hold() {
+    let (dir, a, b) = folder();
+    let ttl = Duration::from_secs(1);
+    let counter = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(dir.path().join(disk::COUNTER_LOCK))
+        .unwrap();
+    let counter = Flock::lock(counter, nix::fcntl::FlockArg::LockExclusive).unwrap();
+    let options = LockOptions::new(ttl).fencing(true).min_hold(ttl);
+    let attempt = tokio::spawn(async move { a.try_acquire("k", &options).await });
+    // The attempt has the key's flock (and waits for the counter lock).
+    let folder = Folder::open(dir.path().to_path_buf()).unwrap();
+    tokio::time::timeout(HANG_GUARD, async {
+        loop {
+            let file = folder.open_lock_file("k").unwrap();
+            if Flock::lock(file, nix::fcntl::FlockArg::LockSharedNonblock).is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await
+    .expect("the attempt never took the key's flock");
+    // The attempt began before that: a TTL from now, it is past its TTL.
+    tokio::time::sleep(ttl).await;
+    drop(counter);
+    match attempt.await.unwrap() {
+        Err(Error::ExpiredOnArrival { .. }) => {}
+        other => panic!("expected ExpiredOnArrival, got {other:?}"),
+    }
+    assert_eq!(folder.hold_left("k").unwrap(), None, "the hold was kept");
+    let state = b.inspect("k").await.unwrap();
+    assert_eq!(state.holder, None, "{state:?}");
+    take(&b, "k", &LockOptions::new(ttl))
+        .await
+        .release()
+        .await
+        .unwrap();
+}
+
+/// Folders on NFS, SMB, SMB2, CIFS and FUSE are refused (by `statfs`'s magic number), unless
+/// the URL allows them; local file systems are not (review M7).
+#[test]
+fn network_and_fuse_file_systems_are_refused() {
+    for (magic, kind) in [
+        (0x6969, "NFS"),
+        (0x517b, "SMB"),
+        (0xfe53_4d42, "SMB2"),
+        (0xff53_4d42, "CIFS"),
+        (0x6573_5546, "FUSE"),
+    ] {
+        assert_eq!(disk::remote_fs(magic), Some(kind));
+        match refuse_remote_fs(std::path::Path::new("/mnt/x"), Some(magic)) {
+            Err(
+                e @ Error::Unsupported {
+                    backend: "file", ..
+                },
+            ) => {
+                let text = e.to_string();
+                assert!(text.contains(kind) && text.contains("/mnt/x"), "{text}");
+                assert!(text.contains("?allow_remote_fs=true"), "{text}");
+            }
+            other => panic!("{kind}: {other:?}"),
+        }
+    }
+    // ext4, xfs, btrfs, tmpfs, overlayfs, zfs.
+    for magic in [
+        0xef53,
+        0x5846_5342,
+        0x9123_683e,
+        0x0102_1994,
+        0x794c_7630,
+        0x2fc1_2fc1,
+    ] {
+        assert_eq!(disk::remote_fs(magic), None, "{magic:#x}");
+    }
+    assert!(refuse_remote_fs(std::path::Path::new("/x"), None).is_ok());
+}
+
+/// A temporary folder is on a local file system: `statfs` reads it, and connecting accepts
+/// it, with or without the override.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_local_folder_is_accepted() {
+    let dir = tempfile::tempdir().unwrap();
+    let magic = disk::fs_magic(dir.path())
+        .unwrap()
+        .expect("statfs on Linux");
+    assert_eq!(disk::remote_fs(magic), None, "{magic:#x}");
+    for query in ["", "?allow_remote_fs=true", "?allow_remote_fs=false"] {
+        FileClient::connect(&format!("file://{}{query}", dir.path().display())).unwrap();
+    }
+}
+
+/// A waiter on a lock whose record names a process that is gone (here: a lock file held by
+/// this test's own descriptor, with a record naming an exited process) warns once that a
+/// forked child holds it, and `inspect` names that process (review L4; the real fork is
+/// `tests/conformance/file.rs`).
+#[tokio::test]
+async fn a_waiter_is_told_that_the_holder_is_gone() {
+    #[derive(Clone, Default)]
+    struct Capture(Arc<Mutex<Vec<u8>>>);
+    impl io::Write for Capture {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+    let (dir, _a, b) = folder();
+    let mut exited = std::process::Command::new("true").spawn().unwrap();
+    exited.wait().unwrap();
+    let pid = exited.id();
+    let folder = Folder::open(dir.path().to_path_buf()).unwrap();
+    let file = folder.open_lock_file("k").unwrap();
+    let lock = Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).unwrap();
+    let record = Record {
+        token: "someone".into(),
+        expires_ms: 0,
+        pid: Some(pid),
+    };
+    write_record(&lock, Some(&record)).unwrap();
+
+    let capture = Capture::default();
+    let logs = capture.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || capture.clone())
+        .with_ansi(false)
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+    let wait = LockOptions::new(Duration::from_secs(60)).wait(Duration::from_millis(100));
+    assert!(matches!(
+        b.acquire("k", &wait).await,
+        Err(Error::NotAcquired { .. })
+    ));
+    let logs = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let warning = format!("the process that took it ({pid}) is gone");
+    assert_eq!(logs.matches(&warning).count(), 1, "{logs}");
+
+    let state = b.inspect("k").await.unwrap();
+    assert_eq!(state.holder.as_deref(), Some("someone"));
+    let owner = state.owner.expect("the gone holder is named");
+    assert_eq!(owner.pid(), pid);
+    assert!(
+        owner
+            .user_label()
+            .is_some_and(|l| l.contains(&format!("process {pid} is gone"))),
+        "{owner}"
+    );
+    drop(lock);
 }
