@@ -136,7 +136,9 @@ pub struct CheckArgs {
     /// AOF and without, in turn; or restart-aof / restart-noaof), stall (SIGSTOP the lock
     /// server), failover (promote its replica), slow-link (the workers' replies held back
     /// past their response timeout; they renew their leases; --nodes 1); with --nodes > 1
-    /// restart and stall hit a minority of the nodes. With --topology cluster: pause, kill,
+    /// restart and stall hit a minority of the nodes, and clock-jump (Redlock only: a minority
+    /// cut off until a worker holds the rest, then one of those nodes' clock jumps 2 TTLs
+    /// forward, libfaketime; Redis 8 / Valkey 9). With --topology cluster: pause, kill,
     /// failover (the lock slot's master killed, its replica takes over), migrate (the lock's
     /// slot moved to another master), migrate-held (the same, the slot held MIGRATING past
     /// the fair queue's entry lifetime). With --topology sentinel: pause, kill, failover (SENTINEL FAILOVER),

@@ -2,7 +2,8 @@
 //! one node: nothing stale accepted with fencing; a plain-DEL release lets two holders in at
 //! once; a Redis Cluster and a Sentinel set with their failovers and, on the cluster, a slot
 //! migration), and one short run of every other fault (restart with and without AOF, stall,
-//! failover, Redlock node faults) and of the PostgreSQL register.
+//! failover, Redlock node faults) and of the PostgreSQL register; and the Redlock debate's clock
+//! jump, with and without fencing.
 //!
 //! The assertions are about safety (stale writes accepted, lost increments, overlaps while
 //! both leases were valid) and about the checker having seen what it claims (faults injected,
@@ -346,6 +347,74 @@ server_test!([redis8] async fn no_fencing_with_pauses_loses_increments(bin) {
     assert!(n(&report, "lost_increments") >= 1, "{report:#}");
 });
 
+// `clock-jump`, the scenario of the Redlock debate: a minority of 3 Redlock nodes is down
+// while a worker acquires on the other two, then one of those two has its clock jump 2 TTLs
+// forward (libfaketime) and the crashed node is back: a waiter gets a majority while the
+// first holder's lease is still valid. The work (0.5..1.5 x 600 ms) stays inside the 1 s TTL,
+// so every overlap is the fault's. Redis 8 and Valkey 9 only: Debian's Redis 7 package hangs
+// under libfaketime.
+fn clock_jump(bin: &ServerBinary, dir: &Path, fencing: bool) -> Option<Value> {
+    if skip_without(
+        "libfaketime",
+        leasehold_harness::find_libfaketime().is_some(),
+    ) {
+        return None;
+    }
+    let mut args = vec![
+        "--nodes",
+        "3",
+        "--duration",
+        "8s",
+        "--ttl",
+        "1s",
+        "--work",
+        "600ms",
+        "--faults",
+        "clock-jump",
+        "--seed",
+        "7",
+    ];
+    if !fencing {
+        args.push("--no-fencing");
+    }
+    let report = check(bin, dir, &args, 0);
+    assert!(injected(&report, "clock-jump") >= 2, "{report:#}");
+    for f in report["faults"].as_array().unwrap() {
+        // The jumped node, then the crashed one: two different nodes of the three.
+        let nodes = f["nodes"].as_array().unwrap();
+        assert!(nodes.len() == 2 && nodes[0] != nodes[1], "{f}");
+    }
+    // Two holders whose leases were both valid, each time during a clock jump, never outside.
+    let jumps = &report["per_fault"]["clock-jump"];
+    assert!(
+        jumps["overlaps_within_ttl"].as_i64().unwrap() >= 1,
+        "{report:#}"
+    );
+    assert_eq!(
+        n(&report, "overlaps_within_ttl"),
+        jumps["overlaps_within_ttl"].as_i64().unwrap(),
+        "{report:#}"
+    );
+    assert_eq!(report["worker_errors"], serde_json::json!([]), "{report:#}");
+    Some(report)
+}
+
+server_test!([redis8, valkey9] async fn smoke_redlock_clock_jump_without_fencing_overlaps(bin) {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(report) = clock_jump(&bin, dir.path(), false) else { return };
+    // Without fencing the first holder's late write goes through.
+    assert_eq!(report["settings"]["fencing"], false);
+    assert!(n(&report, "stale_writes_accepted") >= 1, "{report:#}");
+});
+
+server_test!([redis8, valkey9] async fn smoke_redlock_clock_jump_with_fencing(bin) {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(report) = clock_jump(&bin, dir.path(), true) else { return };
+    // The same overlaps; the register refuses the older number.
+    assert_safe(&report);
+    assert!(n(&report, "stale_writes_attempted") >= 1, "{report:#}");
+});
+
 #[test]
 fn bad_options_are_usage_errors() {
     for args in [
@@ -397,6 +466,9 @@ fn bad_options_are_usage_errors() {
         &["check", "--faults", "slow-link,failover"],
         &["check", "--topology", "cluster", "--faults", "slow-link"],
         &["check", "--faults", "migrate-held"],
+        // A clock jump on one of Redlock's nodes: one server is not Redlock.
+        &["check", "--faults", "clock-jump"],
+        &["check", "--topology", "cluster", "--faults", "clock-jump"],
     ] {
         let run = leasehold(args);
         assert_eq!(run.code, 64, "{args:?}: {run:?}");

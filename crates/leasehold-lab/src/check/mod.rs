@@ -8,12 +8,14 @@
 //!
 //! Modules: `fleet` (the worker processes), `faults` (the schedule and the injector),
 //! `servers` (the lock servers of `--backend` and `--topology`, dispatching to `standalone`,
-//! `cluster`, `sentinel`, `etcd` and `postgres`, each with its server faults), `hazard` (the
+//! `cluster`, `sentinel`, `etcd` and `postgres`, each with its server faults; `clock`: a Redlock
+//! node's clock jumping forward), `hazard` (the
 //! un-replicated lock a failover fault waits for), `worker` (one worker), `register` (what the
 //! lock protects), `analyze` and `timeline`.
 //! What each scenario shows, with a real run's numbers, is in docs/safety.md.
 
 mod analyze;
+mod clock;
 mod cluster;
 mod etcd;
 mod faults;
@@ -173,6 +175,11 @@ fn validate_redis(args: &CheckArgs) -> Result<(), Usage> {
         return Err(Usage(
             "slow-link relays to one lock server that stays put: use --nodes 1, without failover"
                 .into(),
+        ));
+    }
+    if args.nodes == 1 && args.faults.iter().any(|f| f == "clock-jump") {
+        return Err(Usage(
+            "clock-jump moves one Redlock node's clock: use --nodes 3 or more (Redlock)".into(),
         ));
     }
     if args.nodes > 1 && args.faults.iter().any(|f| f == "failover") {

@@ -119,6 +119,7 @@ impl Topology {
                 "stall",
                 "failover",
                 "slow-link",
+                "clock-jump",
             ],
             Topology::Cluster => &["pause", "kill", "failover", "migrate", "migrate-held"],
             Topology::Sentinel => &["pause", "kill", "failover", "kill-primary"],
