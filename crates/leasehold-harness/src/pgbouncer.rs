@@ -76,6 +76,8 @@ pub struct PgBouncerOptions {
     pool_mode: PoolMode,
     server_reset_query: Option<String>,
     users: Vec<String>,
+    /// More `[pgbouncer]` settings, `(name, value)`, written after the defaults.
+    settings: Vec<(String, String)>,
 }
 
 impl Default for PgBouncerOptions {
@@ -84,6 +86,7 @@ impl Default for PgBouncerOptions {
             pool_mode: PoolMode::Transaction,
             server_reset_query: None,
             users: vec![POSTGRES_USER.to_owned()],
+            settings: Vec::new(),
         }
     }
 }
@@ -105,6 +108,14 @@ impl PgBouncerOptions {
     /// session state, advisory locks included).
     pub fn server_reset_query(mut self, query: impl Into<String>) -> Self {
         self.server_reset_query = Some(query.into());
+        self
+    }
+
+    /// Any other `[pgbouncer]` setting (`server_lifetime`, `server_idle_timeout`,
+    /// `client_idle_timeout`, ...; `default_pool_size` replaces the default of 20), written
+    /// as `name = value`. Not checked: PgBouncer refuses to start on a bad one.
+    pub fn setting(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.settings.push((name.into(), value.into()));
         self
     }
 
@@ -132,7 +143,8 @@ pub struct PgBouncer {
 
 impl PgBouncer {
     /// Writes a configuration for `postgres` (auth `trust`, the options' pool mode and reset
-    /// query, `max_client_conn = 200`, `default_pool_size = 20`), starts `pgbouncer` on a free
+    /// query, `max_client_conn = 200`, `default_pool_size = 20`, then
+    /// [`PgBouncerOptions::setting`]s), starts `pgbouncer` on a free
     /// loopback port and waits (at most 20 s) until it accepts connections; retried on a new
     /// port if the process exits during start-up, up to 5 times.
     ///
@@ -248,6 +260,18 @@ impl PgBouncer {
             .as_deref()
             .map(|q| format!("server_reset_query = {q}\n"))
             .unwrap_or_default();
+        let pool_size = options
+            .settings
+            .iter()
+            .rev()
+            .find(|(name, _)| name == "default_pool_size")
+            .map_or("20", |(_, value)| value.as_str());
+        let extra: String = options
+            .settings
+            .iter()
+            .filter(|(name, _)| name != "default_pool_size")
+            .map(|(name, value)| format!("{name} = {value}\n"))
+            .collect();
         let config = format!(
             "[databases]\n\
              * = host=127.0.0.1 port={pg_port}\n\
@@ -261,8 +285,9 @@ impl PgBouncer {
              pool_mode = {mode}\n\
              {reset}\
              max_client_conn = 200\n\
-             default_pool_size = 20\n\
+             default_pool_size = {pool_size}\n\
              ignore_startup_parameters = extra_float_digits,options\n\
+             {extra}\
              logfile = {log}\n\
              pidfile = {pid}\n",
             pg_port = postgres.port(),
