@@ -162,10 +162,21 @@ pub struct CheckArgs {
     #[arg(long, value_parser = ["standalone", "cluster", "sentinel"])]
     pub topology: Option<String>,
     /// --backend postgres only: put a connection pooler in front of the lock's PostgreSQL.
-    /// `pgbouncer`: Debian's PgBouncer with pool_mode=transaction; the workers then use lease
-    /// rows (`?lock=lease`), since session locks are refused through a transaction pooler.
+    /// `pgbouncer`: Debian's PgBouncer (pool mode: --pool-mode; server_lifetime = 1 s, so
+    /// server connections are closed and opened again all the time; server_login_retry = 1 s); the workers then use
+    /// lease rows (`?lock=lease`) unless --pg-lock session.
     #[arg(long, value_name = "POOLER", value_parser = ["pgbouncer"])]
     pub pooler: Option<String>,
+    /// With --pooler: PgBouncer's pool_mode, `transaction` (a server session per transaction)
+    /// or `session` (per client connection).
+    #[arg(long, value_name = "MODE", default_value = "transaction", value_parser = ["transaction", "session"])]
+    pub pool_mode: String,
+    /// --backend postgres only: the workers' lock, `session` (advisory locks held by a
+    /// session) or `lease` (lease rows, `?lock=lease`). Default: lease behind --pooler,
+    /// session otherwise. Session locks through a transaction pooler must be refused: the run
+    /// reports the refusals (`lock_refusals`) and fails if any lock is granted there.
+    #[arg(long, value_name = "LOCK", value_parser = ["session", "lease"])]
+    pub pg_lock: Option<String>,
     /// Lock servers: 1 (a plain lock), or an odd number >= 3 (Redlock over them).
     #[arg(long, default_value_t = 1)]
     pub nodes: usize,

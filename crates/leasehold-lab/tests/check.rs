@@ -462,6 +462,9 @@ fn bad_options_are_usage_errors() {
         // A pooler goes in front of PostgreSQL only.
         &["check", "--pooler", "pgbouncer"],
         &["check", "--backend", "etcd", "--pooler", "pgbouncer"],
+        &["check", "--backend", "postgres", "--pool-mode", "session"],
+        &["check", "--pg-lock", "lease"],
+        &["check", "--backend", "postgres", "--pg-lock", "advisory"],
         &["check", "--nodes", "3", "--faults", "slow-link"],
         &["check", "--faults", "slow-link,failover"],
         &["check", "--topology", "cluster", "--faults", "slow-link"],
@@ -649,4 +652,66 @@ server_test!([redis8] async fn backend_postgres_through_pgbouncer(bin) {
         assert!(injected(&report, kind) >= 1, "no {kind} in {report:#}");
     }
     eprintln!("lock errors: {}", n(&report, "lock_errors"));
+});
+
+/// `--backend postgres --pooler pgbouncer` with `--pool-mode mode` and `--pg-lock lock`, a
+/// holder paused and the server behind the pooler restarted (8 s); `None` without PostgreSQL
+/// or PgBouncer. PgBouncer's `server_lifetime` is 1 s: server connections come and go.
+fn through_pgbouncer(bin: &ServerBinary, dir: &Path, mode: &str, lock: &str) -> Option<Value> {
+    if skip_without("PostgreSQL", leasehold_harness::find_postgres().is_some())
+        || skip_without("PgBouncer", leasehold_harness::find_pgbouncer().is_some())
+    {
+        return None;
+    }
+    let report = check(
+        bin,
+        dir,
+        &[
+            "--backend",
+            "postgres",
+            "--pooler",
+            "pgbouncer",
+            "--pool-mode",
+            mode,
+            "--pg-lock",
+            lock,
+            "--duration",
+            "8s",
+            "--ttl",
+            "1s",
+            "--work",
+            "30ms",
+            "--faults",
+            "pause,restart",
+            "--seed",
+            "7",
+        ],
+        0,
+    );
+    assert_eq!(report["settings"]["pool_mode"], mode, "{report:#}");
+    assert!(injected(&report, "restart") >= 1, "{report:#}");
+    Some(report)
+}
+
+// Lease rows through a transaction pool and through a session pool: holders paused past
+// their TTL, PostgreSQL restarted, server connections recycled every second: nothing stale
+// accepted, no increment lost.
+server_test!([redis8] async fn smoke_pgbouncer_transaction_pool_lease_rows(bin) {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(report) = through_pgbouncer(&bin, dir.path(), "transaction", "lease") else {
+        return;
+    };
+    assert_eq!(report["settings"]["pg_lock"], "lease rows");
+    assert_safe(&report);
+    assert_eq!(n(&report, "lock_refusals"), 0, "{report:#}");
+});
+
+server_test!([redis8] async fn smoke_pgbouncer_session_pool_lease_rows(bin) {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(report) = through_pgbouncer(&bin, dir.path(), "session", "lease") else {
+        return;
+    };
+    assert_eq!(report["settings"]["pg_lock"], "lease rows");
+    assert_safe(&report);
+    assert_eq!(n(&report, "lock_refusals"), 0, "{report:#}");
 });

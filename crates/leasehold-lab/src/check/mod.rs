@@ -66,6 +66,22 @@ fn validate(args: &CheckArgs) -> Result<(), Usage> {
             backend.name()
         )));
     }
+    if args.pool_mode != "transaction" && args.pooler.is_none() {
+        return Err(Usage(format!(
+            "--pool-mode {}: the pool mode of --pooler, which is not given",
+            args.pool_mode
+        )));
+    }
+    if let Some(lock) = args
+        .pg_lock
+        .as_deref()
+        .filter(|_| backend != Backend::Postgres)
+    {
+        return Err(Usage(format!(
+            "--pg-lock {lock}: PostgreSQL's locks, not --backend {}",
+            backend.name()
+        )));
+    }
     match backend {
         Backend::Redis => validate_redis(args)?,
         other => validate_other(other, args)?,
@@ -237,6 +253,15 @@ fn raises_counter(args: &CheckArgs) -> bool {
     !args.no_raise_counter && Backend::of(args) != Backend::Etcd
 }
 
+/// `--backend postgres`: the workers' lock, `lease rows` or `session locks`.
+fn pg_lock_name(args: &CheckArgs) -> &'static str {
+    if postgres::lease_rows(args) {
+        "lease rows"
+    } else {
+        "session locks"
+    }
+}
+
 /// Whether the workers go through the `slow-link` relay (and renew their leases).
 fn slow_link(args: &CheckArgs) -> bool {
     args.faults.iter().any(|f| f == "slow-link")
@@ -369,10 +394,12 @@ pub(crate) async fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCod
             server_label.as_deref().unwrap_or("-")
         ),
         Backend::Etcd => format!("{} members", backend.lock_nodes(&args)),
-        Backend::Postgres if args.pooler.is_some() => {
-            "one PostgreSQL server behind PgBouncer (transaction pooling, lease rows)".into()
-        }
-        Backend::Postgres => "one PostgreSQL server".into(),
+        Backend::Postgres if args.pooler.is_some() => format!(
+            "one PostgreSQL server behind PgBouncer ({} pooling, server_lifetime 1 s, {})",
+            args.pool_mode,
+            pg_lock_name(&args)
+        ),
+        Backend::Postgres => format!("one PostgreSQL server ({})", pg_lock_name(&args)),
     };
     eprintln!(
         "[check] {} workers, backend: {}, lock: {}, ttl {:?}, work {:?} (x0.5..1.5), faults {:?}, seed {}, register: {}",
@@ -444,6 +471,8 @@ pub(crate) async fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCod
         "multi": args.multi,
         "elect": args.elect,
         "pooler": args.pooler,
+        "pool_mode": args.pooler.is_some().then_some(&args.pool_mode),
+        "pg_lock": (backend == Backend::Postgres).then(|| pg_lock_name(&args)),
     });
     let report = json!({
         "operations": a.operations,
@@ -462,6 +491,7 @@ pub(crate) async fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCod
         "writes_in_doubt_applied": a.writes_in_doubt_applied,
         "register_final_value": final_value,
         "lock_errors": a.lock_errors,
+        "lock_refusals": a.lock_refusals,
         "worker_errors": worker_errors,
         "per_fault": a.per_fault,
         "faults": faults,
@@ -482,7 +512,20 @@ pub(crate) async fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCod
     for e in &worker_errors {
         eprintln!("[check] {e}");
     }
-    let violated = !args.no_fencing && (a.stale_writes_accepted > 0 || a.lost_increments != 0)
+    // Session locks through a transaction pooler: the library must refuse every one (the
+    // next client of the same server session would be granted it too).
+    let pooled_session_locks = backend == Backend::Postgres
+        && args.pooler.is_some()
+        && args.pool_mode == "transaction"
+        && !postgres::lease_rows(&args);
+    if pooled_session_locks {
+        println!(
+            "session locks through a transaction pooler: {} refused, {} granted (must be 0)",
+            a.lock_refusals, a.acquisitions
+        );
+    }
+    let violated = pooled_session_locks && a.acquisitions > 0
+        || !args.no_fencing && (a.stale_writes_accepted > 0 || a.lost_increments != 0)
         || args
             .permits
             .is_some_and(|n| a.max_valid_holders > u64::from(n))
@@ -516,7 +559,7 @@ fn print_table(a: &analyze::Analysis, out: &Path) {
         );
     }
     println!(
-        "| all | {} | {} | {} | {} | {} |\noperations: {}, stale reads rejected: {}, lock errors: {}\nlost increments: {} (acknowledged writes {}, in doubt {} of which applied {}), longest gap with nobody holding: {:.0} ms\nreport: {}, timeline: {}",
+        "| all | {} | {} | {} | {} | {} |\noperations: {}, stale reads rejected: {}, lock errors: {} (refused: {})\nlost increments: {} (acknowledged writes {}, in doubt {} of which applied {}), longest gap with nobody holding: {:.0} ms\nreport: {}, timeline: {}",
         a.acquisitions,
         a.overlaps,
         a.overlaps_within_ttl,
@@ -525,6 +568,7 @@ fn print_table(a: &analyze::Analysis, out: &Path) {
         a.operations,
         a.stale_reads_rejected,
         a.lock_errors,
+        a.lock_refusals,
         a.lost_increments,
         a.writes_acknowledged,
         a.writes_in_doubt,

@@ -153,9 +153,7 @@ impl LockServers {
         let redis_bin = || bin.context("the redis backend needs a redis/valkey server");
         Ok(match (Backend::of(args), Topology::of(args)) {
             (Backend::Etcd, _) => LockServers::Etcd(EtcdLock::start(urls_file).await?),
-            (Backend::Postgres, _) => {
-                LockServers::Postgres(PgLock::start(urls_file, args.pooler.is_some()).await?)
-            }
+            (Backend::Postgres, _) => LockServers::Postgres(PgLock::start(urls_file, args).await?),
             (Backend::Redis, Topology::Standalone) => {
                 LockServers::Standalone(Box::new(Standalone::start(args, redis_bin()?, urls_file)?))
             }
