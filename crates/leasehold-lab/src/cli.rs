@@ -144,7 +144,9 @@ pub struct CheckArgs {
     /// the fair queue's entry lifetime). With --topology sentinel: pause, kill, failover (SENTINEL FAILOVER),
     /// kill-primary (the sentinels promote the replica). With --backend etcd: pause, kill,
     /// member-kill (a follower killed, restarted 2 TTLs later), member-pause (a member
-    /// SIGSTOPped for 2 TTLs), leader-kill (the leader killed, restarted 2 TTLs later). With
+    /// SIGSTOPped for 2 TTLs), leader-kill (the leader killed, restarted 2 TTLs later), restart
+    /// (every member killed while a worker holds, so its release fails; restarted with their
+    /// data 2 TTLs later). With
     /// --backend postgres: pause, kill, restart (the server restarted: every session, and so
     /// every lock, ends at once).
     #[arg(long, value_delimiter = ',', value_name = "LIST")]

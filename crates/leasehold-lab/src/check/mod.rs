@@ -450,6 +450,10 @@ pub(crate) async fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCod
     std::fs::write(logs.join("stop"), "")?;
     let run_end = now_ms();
     let worker_errors = fleet.stop(args.work * 2 + ttl).await?;
+    // Every worker finished its last critical section and released: nothing should hold the
+    // lock now. An entry left behind (a release that failed and was never retried) stays
+    // until its lease or TTL runs out, or for ever while its session lives.
+    let lock_free_at_end = lock.holder_token().await.is_none();
     let faults = injector.faults;
     let final_value = register.value().await?;
     let a = analyze::analyze(&logs, final_value, &faults, ttl_ms, now_ms())?;
@@ -492,6 +496,7 @@ pub(crate) async fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCod
         "register_final_value": final_value,
         "lock_errors": a.lock_errors,
         "lock_refusals": a.lock_refusals,
+        "lock_free_at_end": lock_free_at_end,
         "worker_errors": worker_errors,
         "per_fault": a.per_fault,
         "faults": faults,

@@ -61,6 +61,7 @@ impl Backend {
                 "member-kill",
                 "member-pause",
                 "leader-kill",
+                "restart",
             ],
             Backend::Postgres => &["pause", "kill", "restart"],
         }
