@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use leasehold_harness::{
-    Flavor, HarnessError, RespValue, Server, ServerOptions, SilentServer, discover, find,
+    FakeClock, Flavor, HarnessError, RespValue, Server, ServerOptions, SilentServer, discover, find,
 };
 
 fn proc_exists(pid: u32) -> bool {
@@ -267,3 +267,41 @@ fn silent_server_never_answers() {
         "listener closed"
     );
 }
+
+// A server on a FakeClock: a jump of the clock past a key's TTL expires the key at once, on
+// that server only; the offset survives a restart. Redis 8 and Valkey 9 (Debian's Redis 7
+// hangs under libfaketime).
+leasehold_harness::server_test!([redis8, valkey9] async fn fake_clock_jump_expires_keys(bin) {
+    if leasehold_harness::find_libfaketime().is_none() {
+        assert!(
+            !leasehold_harness::require_full_matrix(),
+            "no libfaketime, and the full matrix is required (run scripts/install-servers)"
+        );
+        eprintln!("skipping: no libfaketime (run scripts/install-servers)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut clock = FakeClock::new(dir.path().join("clock")).unwrap();
+    let mut jumped = Server::start(&bin, &ServerOptions::new().fake_clock(&clock)).unwrap();
+    let other = Server::start(&bin, &ServerOptions::new()).unwrap();
+    for server in [&jumped, &other] {
+        assert!(server.command(&["SET", "k", "v", "PX", "60000"]).unwrap().is_ok());
+    }
+    clock.jump(Duration::from_secs(120)).unwrap();
+    assert_eq!(clock.offset(), Duration::from_secs(120));
+    assert_eq!(jumped.command(&["GET", "k"]).unwrap(), RespValue::Bulk(None));
+    assert_eq!(other.command(&["GET", "k"]).unwrap(), bulk("v"));
+    // A fresh key lives its TTL on the jumped clock; the restarted server is still ahead.
+    jumped.restart().unwrap();
+    assert!(jumped.command(&["SET", "k", "v", "PX", "60000"]).unwrap().is_ok());
+    assert_eq!(jumped.command(&["GET", "k"]).unwrap(), bulk("v"));
+    let now = |s: &Server| match s.command(&["TIME"]).unwrap() {
+        RespValue::Array(Some(v)) => match &v[0] {
+            RespValue::Bulk(Some(b)) => String::from_utf8_lossy(b).parse::<u64>().unwrap(),
+            other => panic!("TIME: {other:?}"),
+        },
+        other => panic!("TIME: {other:?}"),
+    };
+    let ahead = now(&jumped).saturating_sub(now(&other));
+    assert!((110..=130).contains(&ahead), "the jumped server is {ahead} s ahead");
+});

@@ -136,13 +136,17 @@ pub struct CheckArgs {
     /// AOF and without, in turn; or restart-aof / restart-noaof), stall (SIGSTOP the lock
     /// server), failover (promote its replica), slow-link (the workers' replies held back
     /// past their response timeout; they renew their leases; --nodes 1); with --nodes > 1
-    /// restart and stall hit a minority of the nodes. With --topology cluster: pause, kill,
+    /// restart and stall hit a minority of the nodes, and clock-jump (Redlock only: a minority
+    /// cut off until a worker holds the rest, then one of those nodes' clock jumps 2 TTLs
+    /// forward, libfaketime; Redis 8 / Valkey 9). With --topology cluster: pause, kill,
     /// failover (the lock slot's master killed, its replica takes over), migrate (the lock's
     /// slot moved to another master), migrate-held (the same, the slot held MIGRATING past
     /// the fair queue's entry lifetime). With --topology sentinel: pause, kill, failover (SENTINEL FAILOVER),
     /// kill-primary (the sentinels promote the replica). With --backend etcd: pause, kill,
     /// member-kill (a follower killed, restarted 2 TTLs later), member-pause (a member
-    /// SIGSTOPped for 2 TTLs), leader-kill (the leader killed, restarted 2 TTLs later). With
+    /// SIGSTOPped for 2 TTLs), leader-kill (the leader killed, restarted 2 TTLs later), restart
+    /// (every member killed while a worker holds, so its release fails; restarted with their
+    /// data 2 TTLs later). With
     /// --backend postgres: pause, kill, restart (the server restarted: every session, and so
     /// every lock, ends at once).
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
@@ -160,10 +164,21 @@ pub struct CheckArgs {
     #[arg(long, value_parser = ["standalone", "cluster", "sentinel"])]
     pub topology: Option<String>,
     /// --backend postgres only: put a connection pooler in front of the lock's PostgreSQL.
-    /// `pgbouncer`: Debian's PgBouncer with pool_mode=transaction; the workers then use lease
-    /// rows (`?lock=lease`), since session locks are refused through a transaction pooler.
+    /// `pgbouncer`: Debian's PgBouncer (pool mode: --pool-mode; server_lifetime = 1 s, so
+    /// server connections are closed and opened again all the time; server_login_retry = 1 s); the workers then use
+    /// lease rows (`?lock=lease`) unless --pg-lock session.
     #[arg(long, value_name = "POOLER", value_parser = ["pgbouncer"])]
     pub pooler: Option<String>,
+    /// With --pooler: PgBouncer's pool_mode, `transaction` (a server session per transaction)
+    /// or `session` (per client connection).
+    #[arg(long, value_name = "MODE", default_value = "transaction", value_parser = ["transaction", "session"])]
+    pub pool_mode: String,
+    /// --backend postgres only: the workers' lock, `session` (advisory locks held by a
+    /// session) or `lease` (lease rows, `?lock=lease`). Default: lease behind --pooler,
+    /// session otherwise. Session locks through a transaction pooler must be refused: the run
+    /// reports the refusals (`lock_refusals`) and fails if any lock is granted there.
+    #[arg(long, value_name = "LOCK", value_parser = ["session", "lease"])]
+    pub pg_lock: Option<String>,
     /// Lock servers: 1 (a plain lock), or an odd number >= 3 (Redlock over them).
     #[arg(long, default_value_t = 1)]
     pub nodes: usize,

@@ -12,6 +12,7 @@ mod find;
 mod gateway;
 mod http;
 mod member;
+mod restart;
 #[cfg(test)]
 mod tests;
 

@@ -1,6 +1,7 @@
 //! One real server process per [`Server`].
 
 mod commands;
+mod fake_clock;
 mod launch;
 mod lifecycle;
 mod logs;
@@ -11,6 +12,7 @@ mod spawn;
 #[cfg(test)]
 mod tests;
 
+pub use fake_clock::{FakeClock, find_libfaketime};
 pub use options::ServerOptions;
 
 pub(crate) use commands::{info_role, master_link_up};

@@ -1,6 +1,6 @@
 //! [`ServerOptions`]: how to configure a [`Server`].
 
-use crate::TlsFiles;
+use crate::{FakeClock, TlsFiles};
 #[cfg(doc)]
 use crate::{HarnessError, Server};
 
@@ -12,6 +12,7 @@ pub struct ServerOptions {
     pub(super) requirepass: Option<String>,
     pub(super) tls: Option<TlsFiles>,
     pub(super) args: Vec<String>,
+    pub(super) fake_clock: Option<FakeClock>,
 }
 
 impl ServerOptions {
@@ -41,6 +42,14 @@ impl ServerOptions {
     /// binary was built without TLS.
     pub fn tls(mut self, files: &TlsFiles) -> Self {
         self.tls = Some(files.clone());
+        self
+    }
+
+    /// Runs the server on `clock` (libfaketime preloaded, its offset read from the clock's file
+    /// on every call), also after [`Server::restart`]: [`FakeClock::jump`] moves the server's
+    /// wall clock while it runs, and its keys expire early.
+    pub fn fake_clock(mut self, clock: &FakeClock) -> Self {
+        self.fake_clock = Some(clock.clone());
         self
     }
 

@@ -91,6 +91,9 @@ pub(super) fn spawn(
             }
         }
     }
+    if let Some(clock) = &opts.fake_clock {
+        cmd.envs(clock.env());
+    }
     cmd.args(extra_args)
         .args(&opts.args)
         .current_dir(dir)

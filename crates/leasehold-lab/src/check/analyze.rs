@@ -75,6 +75,9 @@ pub(crate) struct Analysis {
     pub(crate) stale_reads_rejected: u64,
     /// Lock operations that failed (server down, stalled, moved).
     pub(crate) lock_errors: u64,
+    /// Of those, the ones the library refused because the lock could not be kept safely
+    /// there (session locks through a transaction pooler).
+    pub(crate) lock_refusals: u64,
     pub(crate) stale_writes_attempted: u64,
     pub(crate) stale_writes_accepted: u64,
     /// Writes whose result the worker never saw (killed meanwhile, or an error reply).
@@ -171,6 +174,7 @@ pub(crate) fn analyze(
     let mut pending: BTreeMap<u64, (u64, bool)> = BTreeMap::new();
     let mut in_doubt: Vec<u64> = Vec::new();
     let mut lock_errors = 0;
+    let mut lock_refusals = 0;
     for e in &events {
         let w = e["w"].as_u64().unwrap_or(0);
         match e["ev"].as_str() {
@@ -230,7 +234,12 @@ pub(crate) fn analyze(
                     highest = Some((fence, w));
                 }
             }
-            Some("error") if e["op"] != "read" => lock_errors += 1,
+            Some("error") if e["op"] != "read" => {
+                lock_errors += 1;
+                if e["refused"] == true {
+                    lock_refusals += 1;
+                }
+            }
             // The critical section ends when the worker asks for the release (the server may
             // free the lock before the worker logs the reply).
             Some("releasing") | Some("released") => {
@@ -341,6 +350,7 @@ pub(crate) fn analyze(
         overlaps_within_ttl: overlaps.iter().filter(|o| o.within_ttl).count() as u64,
         stale_reads_rejected,
         lock_errors,
+        lock_refusals,
         stale_writes_attempted: writes.iter().filter(|w| w.stale).count() as u64,
         stale_writes_accepted: writes.iter().filter(|w| w.stale && w.accepted).count() as u64,
         writes_in_doubt: in_doubt.len() as u64,

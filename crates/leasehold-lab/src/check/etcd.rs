@@ -1,7 +1,9 @@
 //! `--backend etcd`: the lock on a 3-member etcd cluster (the harness' [`EtcdCluster`]), and
 //! its faults: `member-kill` (a follower crashes and comes back 2 TTLs later), `member-pause`
 //! (a member, perhaps the leader, frozen for 2 TTLs) and `leader-kill` (the leader crashes: an
-//! election, then it comes back 2 TTLs later as a follower).
+//! election, then it comes back 2 TTLs later as a follower) and `restart` (every member
+//! crashes while a worker holds the lock, so its release meets a cluster that is down; all
+//! come back 2 TTLs later with their data).
 //!
 //! The workers get one `etcd://` URL naming every member; it never changes: the client
 //! balances over the members and rides out the ones that are down. The fencing numbers are
@@ -60,14 +62,18 @@ impl EtcdLock {
         inspect_holder(&self.locker).await
     }
 
-    /// Injects `member-kill`, `member-pause` or `leader-kill`; returns the kind and the member
-    /// it hit (its index).
+    /// Injects `member-kill`, `member-pause`, `leader-kill` or `restart`; returns the kind and
+    /// the member(s) it hit (their indices).
     pub(crate) async fn inject(
         &mut self,
         kind: &str,
         ttl: Duration,
         rng: &mut Rng,
     ) -> anyhow::Result<(String, Vec<usize>)> {
+        if kind == "restart" {
+            self.restart_all(ttl).await?;
+            return Ok((kind.to_string(), (0..MEMBERS).collect()));
+        }
         let member = match kind {
             "member-pause" => {
                 // Any member, the leader too: a frozen leader is replaced by an election, and
@@ -105,6 +111,27 @@ impl EtcdLock {
             .context("the lock's etcd cluster has no leader")
     }
 
+    /// `restart`: waits (at most 4 TTLs) until a worker holds the lock, then every member
+    /// crashes (SIGKILL) at once: the holder's release (its work is short) meets a cluster that
+    /// is down for [`restart_downtime`], longer than the release's retries last. All come back
+    /// with their data dirs (leases and entries kept; the new leader renews every lease for a
+    /// full TTL).
+    async fn restart_all(&mut self, ttl: Duration) -> anyhow::Result<()> {
+        self.last_role = None;
+        let deadline = super::worker::now_ms() + 4.0 * ttl.as_secs_f64() * 1000.0;
+        while self.holder_token().await.is_none() && super::worker::now_ms() < deadline {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        for i in 0..MEMBERS {
+            self.cluster.member_mut(i)?.kill();
+        }
+        tokio::time::sleep(restart_downtime(ttl)).await;
+        let cluster = &mut self.cluster;
+        tokio::task::block_in_place(|| cluster.restart_stopped())
+            .context("the lock's etcd cluster did not come back after a restart of every member")?;
+        Ok(())
+    }
+
     /// Member `i` crashes (SIGKILL), stays down for 2 TTLs, and restarts with its data (it
     /// rejoins as a follower and catches up).
     async fn crash_and_restart(&mut self, i: usize, ttl: Duration) -> anyhow::Result<()> {
@@ -115,4 +142,13 @@ impl EtcdLock {
             .with_context(|| format!("cannot restart etcd member {i}"))?;
         Ok(())
     }
+}
+
+/// How long `restart` keeps every member down: 2/3 of the TTL, at least 2 s (longer than a
+/// failed release's retries, about 1.5 s against refused connections). With `--ttl 3s` or
+/// more the workers' leases outlive the outage: their sessions survive it, and whatever a
+/// failed release left behind rides on a lease that is kept alive; with shorter TTLs the
+/// sessions are lost and their entries expire with them.
+fn restart_downtime(ttl: Duration) -> Duration {
+    (ttl * 2 / 3).max(Duration::from_secs(2))
 }

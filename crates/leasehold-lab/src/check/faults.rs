@@ -25,6 +25,7 @@ pub(crate) const FAULTS: &[&str] = &[
     "migrate",
     "migrate-held",
     "slow-link",
+    "clock-jump",
     "kill-primary",
     "member-kill",
     "member-pause",

@@ -8,12 +8,14 @@
 //!
 //! Modules: `fleet` (the worker processes), `faults` (the schedule and the injector),
 //! `servers` (the lock servers of `--backend` and `--topology`, dispatching to `standalone`,
-//! `cluster`, `sentinel`, `etcd` and `postgres`, each with its server faults), `hazard` (the
+//! `cluster`, `sentinel`, `etcd` and `postgres`, each with its server faults; `clock`: a Redlock
+//! node's clock jumping forward), `hazard` (the
 //! un-replicated lock a failover fault waits for), `worker` (one worker), `register` (what the
 //! lock protects), `analyze` and `timeline`.
 //! What each scenario shows, with a real run's numbers, is in docs/safety.md.
 
 mod analyze;
+mod clock;
 mod cluster;
 mod etcd;
 mod faults;
@@ -61,6 +63,22 @@ fn validate(args: &CheckArgs) -> Result<(), Usage> {
     {
         return Err(Usage(format!(
             "--pooler {pooler}: a pooler goes in front of PostgreSQL, not --backend {}",
+            backend.name()
+        )));
+    }
+    if args.pool_mode != "transaction" && args.pooler.is_none() {
+        return Err(Usage(format!(
+            "--pool-mode {}: the pool mode of --pooler, which is not given",
+            args.pool_mode
+        )));
+    }
+    if let Some(lock) = args
+        .pg_lock
+        .as_deref()
+        .filter(|_| backend != Backend::Postgres)
+    {
+        return Err(Usage(format!(
+            "--pg-lock {lock}: PostgreSQL's locks, not --backend {}",
             backend.name()
         )));
     }
@@ -175,6 +193,11 @@ fn validate_redis(args: &CheckArgs) -> Result<(), Usage> {
                 .into(),
         ));
     }
+    if args.nodes == 1 && args.faults.iter().any(|f| f == "clock-jump") {
+        return Err(Usage(
+            "clock-jump moves one Redlock node's clock: use --nodes 3 or more (Redlock)".into(),
+        ));
+    }
     if args.nodes > 1 && args.faults.iter().any(|f| f == "failover") {
         return Err(Usage(
             "failover needs one master with a replica (--nodes 1); Redlock nodes are independent masters"
@@ -228,6 +251,15 @@ fn validate_redis(args: &CheckArgs) -> Result<(), Usage> {
 /// `Unsupported` there).
 fn raises_counter(args: &CheckArgs) -> bool {
     !args.no_raise_counter && Backend::of(args) != Backend::Etcd
+}
+
+/// `--backend postgres`: the workers' lock, `lease rows` or `session locks`.
+fn pg_lock_name(args: &CheckArgs) -> &'static str {
+    if postgres::lease_rows(args) {
+        "lease rows"
+    } else {
+        "session locks"
+    }
 }
 
 /// Whether the workers go through the `slow-link` relay (and renew their leases).
@@ -362,10 +394,12 @@ pub(crate) async fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCod
             server_label.as_deref().unwrap_or("-")
         ),
         Backend::Etcd => format!("{} members", backend.lock_nodes(&args)),
-        Backend::Postgres if args.pooler.is_some() => {
-            "one PostgreSQL server behind PgBouncer (transaction pooling, lease rows)".into()
-        }
-        Backend::Postgres => "one PostgreSQL server".into(),
+        Backend::Postgres if args.pooler.is_some() => format!(
+            "one PostgreSQL server behind PgBouncer ({} pooling, server_lifetime 1 s, {})",
+            args.pool_mode,
+            pg_lock_name(&args)
+        ),
+        Backend::Postgres => format!("one PostgreSQL server ({})", pg_lock_name(&args)),
     };
     eprintln!(
         "[check] {} workers, backend: {}, lock: {}, ttl {:?}, work {:?} (x0.5..1.5), faults {:?}, seed {}, register: {}",
@@ -416,6 +450,10 @@ pub(crate) async fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCod
     std::fs::write(logs.join("stop"), "")?;
     let run_end = now_ms();
     let worker_errors = fleet.stop(args.work * 2 + ttl).await?;
+    // Every worker finished its last critical section and released: nothing should hold the
+    // lock now. An entry left behind (a release that failed and was never retried) stays
+    // until its lease or TTL runs out, or for ever while its session lives.
+    let lock_free_at_end = lock.holder_token().await.is_none();
     let faults = injector.faults;
     let final_value = register.value().await?;
     let a = analyze::analyze(&logs, final_value, &faults, ttl_ms, now_ms())?;
@@ -437,6 +475,8 @@ pub(crate) async fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCod
         "multi": args.multi,
         "elect": args.elect,
         "pooler": args.pooler,
+        "pool_mode": args.pooler.is_some().then_some(&args.pool_mode),
+        "pg_lock": (backend == Backend::Postgres).then(|| pg_lock_name(&args)),
     });
     let report = json!({
         "operations": a.operations,
@@ -455,6 +495,8 @@ pub(crate) async fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCod
         "writes_in_doubt_applied": a.writes_in_doubt_applied,
         "register_final_value": final_value,
         "lock_errors": a.lock_errors,
+        "lock_refusals": a.lock_refusals,
+        "lock_free_at_end": lock_free_at_end,
         "worker_errors": worker_errors,
         "per_fault": a.per_fault,
         "faults": faults,
@@ -475,7 +517,20 @@ pub(crate) async fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCod
     for e in &worker_errors {
         eprintln!("[check] {e}");
     }
-    let violated = !args.no_fencing && (a.stale_writes_accepted > 0 || a.lost_increments != 0)
+    // Session locks through a transaction pooler: the library must refuse every one (the
+    // next client of the same server session would be granted it too).
+    let pooled_session_locks = backend == Backend::Postgres
+        && args.pooler.is_some()
+        && args.pool_mode == "transaction"
+        && !postgres::lease_rows(&args);
+    if pooled_session_locks {
+        println!(
+            "session locks through a transaction pooler: {} refused, {} granted (must be 0)",
+            a.lock_refusals, a.acquisitions
+        );
+    }
+    let violated = pooled_session_locks && a.acquisitions > 0
+        || !args.no_fencing && (a.stale_writes_accepted > 0 || a.lost_increments != 0)
         || args
             .permits
             .is_some_and(|n| a.max_valid_holders > u64::from(n))
@@ -509,7 +564,7 @@ fn print_table(a: &analyze::Analysis, out: &Path) {
         );
     }
     println!(
-        "| all | {} | {} | {} | {} | {} |\noperations: {}, stale reads rejected: {}, lock errors: {}\nlost increments: {} (acknowledged writes {}, in doubt {} of which applied {}), longest gap with nobody holding: {:.0} ms\nreport: {}, timeline: {}",
+        "| all | {} | {} | {} | {} | {} |\noperations: {}, stale reads rejected: {}, lock errors: {} (refused: {})\nlost increments: {} (acknowledged writes {}, in doubt {} of which applied {}), longest gap with nobody holding: {:.0} ms\nreport: {}, timeline: {}",
         a.acquisitions,
         a.overlaps,
         a.overlaps_within_ttl,
@@ -518,6 +573,7 @@ fn print_table(a: &analyze::Analysis, out: &Path) {
         a.operations,
         a.stale_reads_rejected,
         a.lock_errors,
+        a.lock_refusals,
         a.lost_increments,
         a.writes_acknowledged,
         a.writes_in_doubt,

@@ -5,18 +5,29 @@
 //!
 //! The workers get the server's `postgres://` URL; it never changes (a restart keeps the
 //! port). With `--pooler pgbouncer` the URL is a PgBouncer's in front of the server
-//! (`pool_mode=transaction`) with `?lock=lease`: lease rows, since session locks are refused
-//! through a transaction pooler; a restart of the server behind it ends PgBouncer's server
-//! connections, which it opens again.
+//! (`--pool-mode transaction` or `session`, `server_lifetime = 1`: server connections closed
+//! and opened again all the time), by default with `?lock=lease`: lease rows. `--pg-lock
+//! session` keeps session locks, which a transaction pooler must make the library refuse; a
+//! restart of the server behind it ends PgBouncer's server connections, which it opens again.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
 use leasehold::Locker;
-use leasehold_harness::{PgBouncer, PgBouncerOptions, Postgres};
+use leasehold_harness::{PgBouncer, PgBouncerOptions, PoolMode, Postgres};
 
 use super::servers::{inspect_holder, publish_urls};
+use crate::cli::CheckArgs;
+
+/// Whether the workers lock with lease rows (`--pg-lock lease`, the default behind a pooler)
+/// rather than session advisory locks.
+pub(crate) fn lease_rows(args: &CheckArgs) -> bool {
+    match args.pg_lock.as_deref() {
+        Some(lock) => lock == "lease",
+        None => args.pooler.is_some(),
+    }
+}
 
 /// A PostgreSQL server holding the lock, and a client of it for the coordinator's lookups.
 pub(crate) struct PgLock {
@@ -30,24 +41,46 @@ pub(crate) struct PgLock {
 }
 
 impl PgLock {
-    /// Starts the server (not the register's: a separate one), and with `pooler` a PgBouncer
-    /// in front of it, connects and publishes the URL.
-    pub(crate) async fn start(urls_file: PathBuf, pooler: bool) -> anyhow::Result<Self> {
+    /// Starts the server (not the register's: a separate one), and with `--pooler` a PgBouncer
+    /// in front of it (`--pool-mode`, a 1 s `server_lifetime`), connects and publishes the URL
+    /// (lease rows or session locks: [`lease_rows`]).
+    pub(crate) async fn start(urls_file: PathBuf, args: &CheckArgs) -> anyhow::Result<Self> {
         let server = tokio::task::block_in_place(Postgres::start)
             .context("cannot start the lock's PostgreSQL (run scripts/install-servers)")?;
-        let (pooler, url) = if pooler {
-            let bouncer = tokio::task::block_in_place(|| {
-                PgBouncer::start(&server, &PgBouncerOptions::new())
-            })
-            .context("cannot start PgBouncer in front of the lock's PostgreSQL (run scripts/install-servers)")?;
-            let url = format!("{}?lock=lease", bouncer.url());
+        let (pooler, base) = if args.pooler.is_some() {
+            let mode = match args.pool_mode.as_str() {
+                "session" => PoolMode::Session,
+                _ => PoolMode::Transaction,
+            };
+            // Server connections live 1 s; after a restart of PostgreSQL, PgBouncer tries to
+            // log in again after 1 s, not its default 15 (the run would mostly wait).
+            let options = PgBouncerOptions::new()
+                .pool_mode(mode)
+                .setting("server_lifetime", "1")
+                .setting("server_login_retry", "1");
+            let bouncer = tokio::task::block_in_place(|| PgBouncer::start(&server, &options))
+                .context("cannot start PgBouncer in front of the lock's PostgreSQL (run scripts/install-servers)")?;
+            let url = bouncer.url();
             (Some(bouncer), url)
         } else {
             (None, server.url())
         };
-        let locker = Locker::connect(&url)
+        let url = if lease_rows(args) {
+            format!("{base}?lock=lease")
+        } else {
+            base
+        };
+        // The coordinator asks the server itself, with the workers' kind of lock: session
+        // locks through a transaction pooler are refused (the workers' refusals are the
+        // point of such a run), and the server knows the truth anyway.
+        let direct = if lease_rows(args) {
+            format!("{}?lock=lease", server.url())
+        } else {
+            server.url()
+        };
+        let locker = Locker::connect(&direct)
             .await
-            .with_context(|| format!("cannot connect to the lock's PostgreSQL at {url}"))?;
+            .with_context(|| format!("cannot connect to the lock's PostgreSQL at {direct}"))?;
         publish_urls(&urls_file, &[url])?;
         Ok(PgLock {
             server,

@@ -61,6 +61,7 @@ impl Backend {
                 "member-kill",
                 "member-pause",
                 "leader-kill",
+                "restart",
             ],
             Backend::Postgres => &["pause", "kill", "restart"],
         }
@@ -119,6 +120,7 @@ impl Topology {
                 "stall",
                 "failover",
                 "slow-link",
+                "clock-jump",
             ],
             Topology::Cluster => &["pause", "kill", "failover", "migrate", "migrate-held"],
             Topology::Sentinel => &["pause", "kill", "failover", "kill-primary"],
@@ -152,9 +154,7 @@ impl LockServers {
         let redis_bin = || bin.context("the redis backend needs a redis/valkey server");
         Ok(match (Backend::of(args), Topology::of(args)) {
             (Backend::Etcd, _) => LockServers::Etcd(EtcdLock::start(urls_file).await?),
-            (Backend::Postgres, _) => {
-                LockServers::Postgres(PgLock::start(urls_file, args.pooler.is_some()).await?)
-            }
+            (Backend::Postgres, _) => LockServers::Postgres(PgLock::start(urls_file, args).await?),
             (Backend::Redis, Topology::Standalone) => {
                 LockServers::Standalone(Box::new(Standalone::start(args, redis_bin()?, urls_file)?))
             }

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use leasehold_harness::{Server, ServerBinary, ServerOptions, SlowLink};
+use leasehold_harness::{FakeClock, Server, ServerBinary, ServerOptions, SlowLink};
 
 use super::faults::Rng;
 use super::hazard;
@@ -23,6 +23,8 @@ pub(crate) struct Standalone {
     promoted: bool,
     /// Restarts so far (`restart` alternates with and without the AOF).
     restarts: usize,
+    /// For `clock-jump`: each node's wall clock (`nodes[i]` runs on `clocks[i]`).
+    clocks: Vec<FakeClock>,
     /// For `slow-link`: the relay in front of the one node, which the workers connect to.
     link: Option<SlowLink>,
     /// The file the workers read the URLs from.
@@ -40,8 +42,20 @@ impl Standalone {
         // One node restarted keeps its locks only with the AOF (fsync always); Redlock nodes run
         // without persistence and are restarted late, as the Redlock algorithm requires.
         let options = ServerOptions::new().aof(args.nodes == 1);
+        // `clock-jump`: every node on a clock of its own, which the fault may move.
+        let clocks = if args.faults.iter().any(|f| f == "clock-jump") {
+            let dir = urls_file.parent().unwrap_or(Path::new("."));
+            (0..args.nodes)
+                .map(|i| super::clock::node_clock(dir, i))
+                .collect::<anyhow::Result<Vec<_>>>()?
+        } else {
+            Vec::new()
+        };
         let nodes = (0..args.nodes)
-            .map(|_| Server::start(bin, &options))
+            .map(|i| match clocks.get(i) {
+                Some(clock) => Server::start(bin, &options.clone().fake_clock(clock)),
+                None => Server::start(bin, &options),
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let replica = if args.faults.iter().any(|f| f == "failover") || args.replica_ack.is_some() {
             Some(nodes[0].start_replica(&options)?)
@@ -59,6 +73,7 @@ impl Standalone {
             replica,
             promoted: false,
             restarts: 0,
+            clocks,
             link,
             urls_file,
         };
@@ -96,8 +111,8 @@ impl Standalone {
         picked
     }
 
-    /// Injects `restart` (`restart-aof`, `restart-noaof`), `stall`, `slow-link` or
-    /// `failover`; returns the kind to record and the nodes it hit.
+    /// Injects `restart` (`restart-aof`, `restart-noaof`), `stall`, `slow-link`, `clock-jump`
+    /// or `failover`; returns the kind to record and the nodes it hit.
     pub(crate) async fn inject(
         &mut self,
         kind: &str,
@@ -162,6 +177,10 @@ impl Standalone {
                     tokio::time::sleep(ttl * 2).await;
                     link.set_reply_delay(Duration::ZERO);
                 }
+            }
+            "clock-jump" => {
+                nodes =
+                    super::clock::clock_jump(&mut self.nodes, &mut self.clocks, ttl, rng).await?;
             }
             _ => {
                 self.failover(ttl).await?;

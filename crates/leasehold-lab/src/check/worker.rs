@@ -95,6 +95,12 @@ fn redis(locker: &Locker) -> leasehold::Result<&LockClient> {
     })
 }
 
+/// Whether `e` is the library refusing a lock it cannot keep safely where it is (session locks
+/// through a pooler that hands server sessions from client to client), not a failure.
+fn refusal(e: &leasehold::Error) -> bool {
+    matches!(e, leasehold::Error::Topology { .. })
+}
+
 /// A short pause after a failed lock operation, so a dead server is not hammered.
 const RETRY_AFTER: Duration = Duration::from_millis(20);
 
@@ -133,7 +139,8 @@ pub(crate) async fn run(args: CheckWorkerArgs) -> anyhow::Result<()> {
             match connect(urls, args.release_del, args.response_timeout).await {
                 Ok(s) => side = Some(s),
                 Err(e) => {
-                    log.event(json!({"ev": "error", "w": w, "t": now_ms(), "op": "connect", "error": format!("{e:#}")}))?;
+                    let refused = e.downcast_ref::<leasehold::Error>().is_some_and(refusal);
+                    log.event(json!({"ev": "error", "w": w, "t": now_ms(), "op": "connect", "error": format!("{e:#}"), "refused": refused}))?;
                     tokio::time::sleep(RETRY_AFTER).await;
                     continue;
                 }
@@ -176,7 +183,7 @@ pub(crate) async fn run(args: CheckWorkerArgs) -> anyhow::Result<()> {
         let guard = match acquired {
             Ok(guard) => guard,
             Err(e) => {
-                log.event(json!({"ev": "error", "w": w, "t": now_ms(), "op": "acquire", "error": e.to_string()}))?;
+                log.event(json!({"ev": "error", "w": w, "t": now_ms(), "op": "acquire", "error": e.to_string(), "refused": refusal(&e)}))?;
                 // The servers may have moved (failover): read the list again next time.
                 side = None;
                 tokio::time::sleep(RETRY_AFTER).await;
