@@ -1,5 +1,5 @@
 //! `leasehold run --min-hold` with clocks that disagree: the same cron entry on three machines
-//! whose clocks are apart by seconds (`faketime -f +7s`, `-5s`, and the true time), against
+//! whose clocks are apart by seconds (libfaketime: `+7s`, `-5s`, and the true time), against
 //! Redis (every server of the matrix), etcd, PostgreSQL lease rows and `file://`. The job runs
 //! once per period: the first run's lock, kept for `--min-hold` after it was taken (by the
 //! server's clock, or the kernel's file times for `file://`), turns away the runs that fire
@@ -29,30 +29,36 @@ const HANG_GUARD: Duration = Duration::from_secs(90);
 /// true time, one 7 s ahead.
 const SKEWS: [Option<&str>; 3] = [Some("-5s"), None, Some("+7s")];
 
-/// The `faketime` binary (Debian's faketime package, installed by scripts/install-servers):
-/// required under LEASEHOLD_REQUIRE_MATRIX=1 / CI, else a missing one skips the test.
+/// libfaketime (Debian's faketime package, installed by scripts/install-servers): required
+/// under LEASEHOLD_REQUIRE_MATRIX=1 / CI, else a missing one skips the test. Preloaded directly
+/// (`LD_PRELOAD`, `FAKETIME=SKEW`) rather than through the `faketime` wrapper: the wrapper keeps
+/// a named semaphore per wrapper pid in /dev/shm, left behind when a wrapper dies, and a later
+/// wrapper given the same pid (pids wrap at 32 768 here) then fails with "sem_open: File
+/// exists" (seen once in CI).
 fn faketime() -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join("faketime"))
-            .find(|p| p.is_file())
-    });
-    match found {
+    match leasehold_harness::find_libfaketime() {
         Some(path) => Some(path),
         None if require_full_matrix() => {
             panic!(
-                "no faketime found, and LEASEHOLD_REQUIRE_MATRIX/CI demands it (run scripts/install-servers)"
+                "no libfaketime found, and LEASEHOLD_REQUIRE_MATRIX/CI demands it (run scripts/install-servers)"
             )
         }
         None => {
-            eprintln!("skipping: no faketime (run scripts/install-servers)");
+            eprintln!("skipping: no libfaketime (run scripts/install-servers)");
             None
         }
     }
 }
 
+/// `program` with its clock shifted by `skew` (libfaketime's relative format, `-5s`).
+fn shifted(libfaketime: &Path, skew: &str, program: &str) -> Command {
+    let mut c = Command::new(program);
+    c.env("LD_PRELOAD", libfaketime).env("FAKETIME", skew);
+    c
+}
+
 /// One machine's cron firing: `leasehold --url URL run --no-wait --min-hold ... KEY -- job`,
-/// under `faketime -f SKEW` when given. The job appends a line to `runs`. Returns the exit
+/// with its clock shifted by SKEW when given. The job appends a line to `runs`. Returns the exit
 /// status and stderr.
 fn fire(faketime: &Path, url: &str, skew: Option<&str>, runs: &Path) -> (i32, String) {
     let job = format!("echo ran >> '{}'", runs.display());
@@ -76,8 +82,8 @@ fn fire(faketime: &Path, url: &str, skew: Option<&str>, runs: &Path) -> (i32, St
     ];
     let mut cmd = match skew {
         Some(skew) => {
-            let mut c = Command::new(faketime);
-            c.arg("-f").arg(skew).args(leasehold);
+            let mut c = shifted(faketime, skew, leasehold[0]);
+            c.args(&leasehold[1..]);
             c
         }
         None => {
@@ -116,11 +122,11 @@ fn once_per_period(url: &str) {
     let Some(faketime) = faketime() else { return };
     let dir = tempfile::tempdir().unwrap();
     let runs = dir.path().join("runs");
-    // faketime works on the binary: the child sees the shifted clock.
-    let shifted = Command::new(&faketime)
-        .args(["-f", "+7s", "sh", "-c", "date +%s"])
+    // The preloaded library shifts the clock of a program and of its children.
+    let shifted = shifted(&faketime, "+7s", "sh")
+        .args(["-c", "date +%s"])
         .output()
-        .expect("faketime runs");
+        .expect("sh runs");
     let shifted: u64 = String::from_utf8_lossy(&shifted.stdout)
         .trim()
         .parse()
