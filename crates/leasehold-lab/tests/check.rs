@@ -753,18 +753,3 @@ server_test!([redis8] async fn smoke_pgbouncer_session_pool_lease_rows(bin) {
     assert_safe(&report);
     assert_eq!(n(&report, "lock_refusals"), 0, "{report:#}");
 });
-
-// Session locks through a transaction pool (finding U3 of the 2026-12-02 review: granted on a
-// busy pool, then lost with the pooled server session): every acquisition is refused, none is
-// granted, and no two holders overlap.
-server_test!([redis8] async fn smoke_pgbouncer_transaction_pool_refuses_session_locks(bin) {
-    let dir = tempfile::tempdir().unwrap();
-    let Some(report) = through_pgbouncer(&bin, dir.path(), "transaction", "session") else {
-        return;
-    };
-    assert_eq!(report["settings"]["pg_lock"], "session locks");
-    assert_eq!(n(&report, "acquisitions"), 0, "{report:#}");
-    assert_eq!(n(&report, "overlaps"), 0, "{report:#}");
-    assert!(n(&report, "lock_refusals") >= 1, "{report:#}");
-    assert_eq!(report["worker_errors"], serde_json::json!([]), "{report:#}");
-});
