@@ -753,3 +753,31 @@ server_test!([redis8] async fn smoke_pgbouncer_session_pool_lease_rows(bin) {
     assert_safe(&report);
     assert_eq!(n(&report, "lock_refusals"), 0, "{report:#}");
 });
+
+// Session locks through a pooler (finding U3 of the 2026-12-02 review: granted on a busy
+// transaction pool, then lost with the pooled server session; a run in CI before the
+// BackendKeyData check was granted 1 of 1 198 right after a PostgreSQL restart): every
+// acquisition is refused, in either pool mode, none is granted, and no two holders overlap.
+fn assert_session_locks_refused(report: &Value) {
+    assert_eq!(report["settings"]["pg_lock"], "session locks");
+    assert_eq!(n(report, "acquisitions"), 0, "{report:#}");
+    assert_eq!(n(report, "overlaps"), 0, "{report:#}");
+    assert!(n(report, "lock_refusals") >= 1, "{report:#}");
+    assert_eq!(report["worker_errors"], serde_json::json!([]), "{report:#}");
+}
+
+server_test!([redis8] async fn smoke_pgbouncer_transaction_pool_refuses_session_locks(bin) {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(report) = through_pgbouncer(&bin, dir.path(), "transaction", "session") else {
+        return;
+    };
+    assert_session_locks_refused(&report);
+});
+
+server_test!([redis8] async fn smoke_pgbouncer_session_pool_refuses_session_locks(bin) {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(report) = through_pgbouncer(&bin, dir.path(), "session", "session") else {
+        return;
+    };
+    assert_session_locks_refused(&report);
+});

@@ -96,8 +96,8 @@ pub enum Error {
     /// The server is not the topology the endpoint names: a cluster endpoint that reaches a
     /// server without cluster support, a standalone endpoint that reaches a cluster node, or a
     /// Sentinel master name the sentinels do not know; or a PostgreSQL URL for session locks
-    /// that reaches a connection pooler handing server sessions from client to client (a
-    /// transaction pooler: use `?lock=lease`, a direct connection or a session-mode pool).
+    /// that reaches a connection pooler, in any pool mode (use `?lock=lease`, or a direct
+    /// connection).
     #[error("{reason}")]
     Topology {
         /// What was expected and what was found.

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use super::error::{pg_error, timeout_error};
 use super::lifetime::{lease_lifetime, silence_in, validity_from};
 use super::params::millis_text;
-use super::pooler::{pooler_error, pooler_sign};
+use super::pooler::{announced_pid, pooler_error, pooler_sign};
 use super::sql::{
     CREATE_TABLE, INSPECT, PROBE, RAISE, RELEASE, SET_LOCK_TIMEOUT, extend_sql, try_acquire_sql,
     wait_acquire_sql,
@@ -188,9 +188,10 @@ impl PostgresClient {
     /// reuses the last one returned), on a busy pool whichever another client gave back. Any
     /// change of process, or one process for both, refuses ([`Error::Topology`]).
     ///
-    /// A pool can still hide itself by chance (each transaction handed the same server session
-    /// as the last one of its connection, never the other's); the acquiring statement's own
-    /// checks and the latch ([`PostgresClient::pooler_seen`]) stay in force after connect.
+    /// A second line: every connection was already checked for a pooler's own announced key
+    /// ([`PostgresClient::open_raw`]), which refuses any pooler however its transactions land;
+    /// this one alone could be passed by chance (each transaction handed the same server session
+    /// as the last one of its connection, never the other's: one grant in 1 198 in a CI run).
     async fn check_own_sessions(&self, first: &Opened, second: &Opened) -> Result<()> {
         if first.pid == second.pid {
             return Err(pooler_error(&format!(
@@ -265,7 +266,10 @@ impl PostgresClient {
         }
     }
 
-    /// A new connection and its first statement ([`PROBE`]).
+    /// A new connection and its first statement ([`PROBE`]), which must find the server process
+    /// the startup announced ([`announced_pid`]): a pooler announces a key of its own, so a
+    /// connection through one is refused ([`Error::Topology`], latched) before anything is
+    /// prepared on it.
     async fn open_raw(&self) -> Result<Opened> {
         let bound = self.inner.options.connect_timeout;
         let connected =
@@ -283,6 +287,18 @@ impl PostgresClient {
             on_close.cancel();
         });
         let pid = self.backend_pid(&client).await?;
+        let announced = announced_pid(&client)
+            .await
+            .map_err(|e| Error::UnexpectedReply {
+                op: Operation::Connect,
+                detail: format!("the connection's announced server process: {e}"),
+            })?;
+        if announced != pid {
+            return Err(self.pooler_seen(&format!(
+                "the connection's startup announced server process {announced} \
+                 (BackendKeyData), but server process {pid} serves it (pg_backend_pid())"
+            )));
+        }
         Ok(Opened {
             client,
             tls: self.inner.tls.clone(),

@@ -60,37 +60,32 @@
 //!   process's session holds it: that lock ends with that session).
 //!
 //! # Through a connection pooler
-//! A session lock lives in the server session. A transaction pooler (PgBouncer's
-//! `pool_mode=transaction` or `statement`, the default of many managed PostgreSQL services)
-//! gives a server session to another client between two transactions of ours: that client
-//! would be granted our lock too (advisory locks are reentrant), and our release would run on
-//! another session. So session locks are refused with [`Error::Topology`] (whose message says to
-//! use `?lock=lease`, or a direct connection or session-mode pool) when:
+//! A session lock lives in the server session. A pooler decides which server session serves a
+//! client: a transaction pooler (PgBouncer's `pool_mode=transaction` or `statement`, the
+//! default of many managed PostgreSQL services) gives it to another client between two
+//! transactions of ours, and advisory locks are reentrant, so that client would be granted our
+//! lock too; a session pooler ends it (its reset query releasing the lock) when it drops the
+//! *client* (`client_idle_timeout`, its own TCP timeouts), which no statement can read. So
+//! session locks are refused through any pooler, with [`Error::Topology`] (whose message says to
+//! use `?lock=lease`, or a direct connection), when:
+//! * a connection's startup announced a server process (the process id of its
+//!   `BackendKeyData`, the key cancel requests are sent with) other than the one serving it
+//!   (`pg_backend_pid()`): PostgreSQL announces its own; a pooler answers cancel requests itself
+//!   and announces a key of its own (PgBouncer, pgcat, Odyssey and Supavisor draw it at random),
+//!   in every pool mode and whatever its load. A plain TCP proxy or tunnel forwards the
+//!   message and passes. This check alone decides; the others below stay as second lines;
 //! * connecting, two connections open at once, each then running three more transactions, the
-//!   two alternating, are not each served by one server process of their own
-//!   (`pg_backend_pid()`): a direct connection or a session pool keeps a connection on one
-//!   process; a transaction pool hands each transaction the server free at that moment (on a
-//!   quiet pool the one the other connection just gave back, on a busy one whichever another
-//!   client gave back);
+//!   two alternating, are not each served by one server process of their own;
 //! * preparing or running a statement finds its name taken or unknown (another client's
 //!   prepared statements, on a session that is not ours);
 //! * an extend runs on another server process than its session's;
 //! * the acquiring statement runs on another server process than the session started on, or on
-//!   a server session that already holds the key (one handed over with another client's lock,
-//!   also by a session pool whose `server_reset_query` does not release advisory locks): it then
-//!   does not ask for the lock, in the same statement, so nothing is granted twice.
+//!   a server session that already holds the key: it then does not ask for the lock, in the
+//!   same statement, so nothing is granted twice.
 //!
 //! **The first sign latches:** from then on the client (and its clones) refuses every
-//! acquisition before any round trip, so a pool that lets some statements land well is refused
-//! as a whole. Lease rows (`?lock=lease`, [`PostgresLeaseClient`]) keep no session state and work
-//! through any pooler. A session pool (`pool_mode=session`, with its default `server_reset_query`
-//! `DISCARD ALL`, which releases advisory locks when a client leaves) gives each connection its
-//! own server session and is fine **if it never drops a client before its lease ends**: the
-//! pooler's `client_idle_timeout` must be 0 (PgBouncer's default), and its client-side TCP
-//! settings (`tcp_keepalive`, `tcp_keepidle`, `tcp_keepintvl`, `tcp_keepcnt`,
-//! `tcp_user_timeout`) must let a silent client live longer than the TTL. The silence bound read
-//! above is the server's, on the pooler-to-server socket; a pooler's own configuration cannot be
-//! read from here, so that is for whoever configures it.
+//! acquisition before any round trip. Lease rows (`?lock=lease`, [`PostgresLeaseClient`]) keep
+//! no session state and work through any pooler.
 //!
 //! # TLS
 //! libpq's `sslmode` in the URL, on rustls (see [`PostgresClient::connect_with`]): `prefer` by
