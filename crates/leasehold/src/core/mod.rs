@@ -1,6 +1,7 @@
 //! The backend-neutral core: errors, tokens, options, the lease and its guard, outcomes, the
 //! contract every backend meets, and metrics. It imports nothing else of the crate.
 
+pub(crate) mod acquire;
 pub(crate) mod backend;
 pub(crate) mod error;
 pub(crate) mod fence;

@@ -569,6 +569,16 @@ impl Subscription {
     }
 }
 
+impl crate::core::acquire::Wakeup for Subscription {
+    fn mark_seen(&mut self) {
+        Subscription::mark_seen(self);
+    }
+
+    fn released(&mut self) -> futures_util::future::BoxFuture<'_, ()> {
+        Box::pin(Subscription::released(self))
+    }
+}
+
 impl Drop for Subscription {
     fn drop(&mut self) {
         if let Some((notify, true)) = &self.one {

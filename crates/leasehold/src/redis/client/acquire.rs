@@ -2,13 +2,14 @@
 
 use std::time::Instant;
 
+use futures_util::future::BoxFuture;
 use tracing::Instrument;
 
+use crate::core::acquire::{Ask, Attempts, Wakeup, late};
 use crate::core::error::{Error, Result};
-use crate::core::guard::{Lease, LockGuard, clock_drift};
+use crate::core::guard::{Lease, LockGuard};
 use crate::core::options::LockOptions;
 use crate::core::outcome::TryAcquire;
-use crate::core::token::LockToken;
 use crate::redis::slot::release_channel;
 use crate::redis::slot::validate_name;
 
@@ -37,40 +38,23 @@ impl LockClient {
             if options.fair_enabled() {
                 return self.fair_try_acquire(key, options).await;
             }
-            validate_name(key)?;
-            let ttl_ms = options.ttl_millis()?;
+            let lock = PlainLock::new(self, key, options)?;
             let span =
                 tracing::debug_span!("leasehold.acquire", key, outcome = tracing::field::Empty);
-            async {
-                let token = options.new_token();
-                let started = Instant::now();
-                let result = self.attempt_with(key, &token, ttl_ms, options, false).await;
-                let span = tracing::Span::current();
-                match result? {
-                    Attempt::Acquired { .. }
-                        if self.expired_on_arrival(key, &token, started, options).await =>
-                    {
-                        span.record("outcome", "expired on arrival");
-                        Err(Error::ExpiredOnArrival {
-                            key: key.to_string(),
-                            elapsed: started.elapsed(),
-                            ttl: options.ttl(),
-                        })
-                    }
-                    Attempt::Acquired { fencing } => {
-                        span.record("outcome", "acquired");
-                        Ok(TryAcquire::Acquired(
-                            self.guard(key, token, fencing, started, options),
-                        ))
-                    }
-                    Attempt::Busy { remaining } => {
-                        span.record("outcome", "busy");
-                        Ok(TryAcquire::Busy { remaining })
-                    }
-                }
-            }
-            .instrument(span)
-            .await
+            let result = lock
+                .attempt(options, Ask::ONCE)
+                .instrument(span.clone())
+                .await;
+            span.record(
+                "outcome",
+                match &result {
+                    Ok(TryAcquire::Acquired(_)) => "acquired",
+                    Ok(TryAcquire::Busy { .. }) => "busy",
+                    Err(Error::ExpiredOnArrival { .. }) => "expired on arrival",
+                    Err(_) => "failed",
+                },
+            );
+            result
         }
         .await;
         crate::core::metrics::acquisition(
@@ -83,14 +67,15 @@ impl LockClient {
     }
 
     /// Takes `key`, retrying a busy lock until `options.wait_bound()` elapses (one attempt if
-    /// none was set).
+    /// none was set), through the acquisition engine (`core::acquire`).
     ///
     /// Between attempts it sleeps until the lock is released (a notification, see
-    /// `src/redis/waiting`) or for the [`Backoff`](crate::Backoff) delay (exponential, with
-    /// jitter, so waiters do not retry in lock step), never longer than the holder's remaining
-    /// lease as the server reported it, nor past the deadline. No attempt is made at or after
-    /// the deadline. Each attempt uses a fresh token, so a cleanup of an abandoned attempt can never
-    /// release a later, successful one. Cancellation: see [`LockClient::try_acquire`].
+    /// `src/redis/waiting`; each release wakes one waiter of this client) or for the
+    /// [`Backoff`](crate::Backoff) delay (exponential, with jitter, so waiters do not retry in
+    /// lock step), never longer than the holder's remaining lease as the server reported it,
+    /// nor past the deadline. No attempt is made at or after the deadline. Each attempt uses a
+    /// fresh token, so a cleanup of an abandoned attempt can never release a later, successful
+    /// one. Cancellation: see [`LockClient::try_acquire`].
     ///
     /// A topology in motion ([`Error::is_topology_in_motion`]: a slot migrating, a failover)
     /// is ridden out like a busy lock until the deadline, and so is a broken connection on a
@@ -106,121 +91,11 @@ impl LockClient {
             if options.fair_enabled() {
                 return self.fair_acquire(key, options).await;
             }
-            validate_name(key)?;
-            let ttl_ms = options.ttl_millis()?;
-            let span = tracing::debug_span!(
-                "leasehold.acquire",
-                key,
-                outcome = tracing::field::Empty,
-                attempts = tracing::field::Empty
-            );
-            async {
-                let begun = Instant::now();
-                let deadline = options.wait_bound().map(|w| begun + w);
-                // The first attempt goes out at once: a free lock costs one round trip, as
-                // with `try_acquire`. Only a busy lock makes the waiter subscribe to the
-                // release channel, and the attempt that follows the server's confirmation
-                // closes the gap: a release before the subscription took effect is seen by
-                // that attempt (the key is free), one after it is delivered. So no release is
-                // missed, without a SUBSCRIBE/UNSUBSCRIBE pair on every uncontended call.
-                let mut subscription: Option<crate::redis::waiting::Subscription> = None;
-                let mut may_subscribe = self.inner.notifier.is_some() && deadline.is_some();
-                let mut attempts: u32 = 0;
-                // Pauses so far: the backoff's exponent (the retry after subscribing is none).
-                let mut pauses: u32 = 0;
-                loop {
-                    let token = options.new_token();
-                    let started = Instant::now();
-                    attempts += 1;
-                    if let Some(s) = subscription.as_mut() {
-                        s.mark_seen();
-                    }
-                    // The holder's remaining lease (the acquire script) bounds the pause: a
-                    // waiter that will subscribe first sends a plain `SET NX PX`, and asks for it
-                    // from the attempt after subscribing on.
-                    let want_remaining = deadline.is_some() && !may_subscribe;
-                    let (attempt, failure) = match self
-                        .attempt_with(key, &token, ttl_ms, options, want_remaining)
-                        .await
-                    {
-                        Ok(attempt) => (attempt, None),
-                        // While the deadline allows, ride out a topology in motion (a slot
-                        // migrating, a failover): the request was refused, so it is retried as if
-                        // busy, with backoff. On a cluster or through Sentinel a broken connection
-                        // is part of a failover too (the client follows the new topology); an
-                        // ambiguous attempt's token was given back by its cleanup, and the next
-                        // attempt has a new token. At the deadline the last failure is returned.
-                        Err(e) if deadline.is_some() && self.retries_while_waiting(&e) => {
-                            tracing::debug!(key, error = %e, "topology in motion; retrying");
-                            (Attempt::Busy { remaining: None }, Some(e))
-                        }
-                        Err(e) => return Err(e),
-                    };
-                    let span = tracing::Span::current();
-                    span.record("attempts", attempts);
-                    let mut gave_back = false;
-                    let remaining = match attempt {
-                        // Granted, but too late to be a lease: released; try again after the
-                        // backoff, as for a busy lock (a TTL that keeps expiring on arrival must
-                        // not make the waiter spin on the server).
-                        Attempt::Acquired { .. }
-                            if self.expired_on_arrival(key, &token, started, options).await =>
-                        {
-                            gave_back = true;
-                            None
-                        }
-                        Attempt::Acquired { fencing } => {
-                            span.record("outcome", "acquired");
-                            return Ok(self.guard(key, token, fencing, started, options));
-                        }
-                        Attempt::Busy { remaining } => remaining,
-                    };
-                    let not_acquired = |now: Instant, failure: Option<Error>| {
-                        failure.unwrap_or_else(|| Error::NotAcquired {
-                            key: key.to_string(),
-                            waited: now - begun,
-                            attempts,
-                        })
-                    };
-                    let now = Instant::now();
-                    let Some(deadline) = deadline.filter(|d| now < *d) else {
-                        span.record("outcome", "busy");
-                        return Err(not_acquired(now, failure));
-                    };
-                    if std::mem::take(&mut may_subscribe) {
-                        if let Some(notifier) = &self.inner.notifier {
-                            subscription = notifier.subscribe_one(release_channel(key)).await;
-                        }
-                        // Subscribed (or not: the waiter then polls): attempt again at once,
-                        // this time learning the holder's remaining lease if it is still busy;
-                        // but no attempt at or past the deadline.
-                        let now = Instant::now();
-                        if now >= deadline {
-                            span.record("outcome", "busy");
-                            return Err(not_acquired(now, failure));
-                        }
-                        continue;
-                    }
-                    // Not woken by the release of the grant given back: that would be a spin.
-                    crate::redis::waiting::pause_between_attempts(
-                        subscription.as_mut().filter(|_| !gave_back),
-                        options.backoff_policy(),
-                        pauses,
-                        remaining,
-                        deadline - now,
-                    )
-                    .await;
-                    pauses += 1;
-                    // No attempt at or past the deadline: the wait bound is a promise to the caller.
-                    let now = Instant::now();
-                    if now >= deadline {
-                        span.record("outcome", "busy");
-                        return Err(not_acquired(now, failure));
-                    }
-                }
-            }
-            .instrument(span)
-            .await
+            let lock = PlainLock::new(self, key, options)?;
+            let span = tracing::debug_span!("leasehold.acquire", key);
+            crate::core::acquire::wait(&lock, options, options.wait_bound())
+                .instrument(span)
+                .await
         }
         .await;
         crate::core::metrics::acquisition(
@@ -256,33 +131,84 @@ impl LockClient {
         let guard = self.acquire(key, options).await?;
         crate::core::guard::run_with_lock(guard, options, work).await
     }
+}
 
-    /// Whether a granted attempt's reply came after the lease's validity was over (the
-    /// validity a [`Lease`] would compute: TTL minus the drift allowance, from `started`, when
-    /// the request was sent). If so the lock is released again, token-checked (harmless if the
-    /// key already expired): the server may have freed it already, so it is not a lock.
-    ///
-    /// Without this, a reply delayed past the TTL (a stalled server that had already processed
-    /// the `SET`, a long GC pause of ours) would hand out a guard that was never valid for a
-    /// moment, while another client may already hold the key. `leasehold-lab check --faults stall`
-    /// found it.
-    async fn expired_on_arrival(
-        &self,
-        key: &str,
-        token: &LockToken,
-        started: Instant,
-        options: &LockOptions,
-    ) -> bool {
-        let ttl = options.ttl();
-        if started.elapsed() < ttl.saturating_sub(clock_drift(ttl)) {
-            return false;
-        }
-        crate::core::throttle::warn_throttled!(
+/// The plain lock on one key, as the acquisition engine drives it.
+struct PlainLock<'a> {
+    client: &'a LockClient,
+    key: &'a str,
+    ttl_ms: u64,
+}
+
+impl<'a> PlainLock<'a> {
+    /// Checks the name and TTL (before any round trip).
+    fn new(client: &'a LockClient, key: &'a str, options: &LockOptions) -> Result<Self> {
+        validate_name(key)?;
+        let ttl_ms = options.ttl_millis()?;
+        Ok(PlainLock {
+            client,
             key,
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            "lock granted after its validity ended; releasing"
-        );
-        let _ = self.release_raw(key, token.expose()).await;
-        true
+            ttl_ms,
+        })
+    }
+}
+
+impl Attempts for PlainLock<'_> {
+    fn name(&self) -> &str {
+        self.key
+    }
+
+    /// `SET NX PX` (or the acquire script: fencing, `min_hold`, or a waiter asking for the
+    /// holder's remaining lease). A granted attempt whose reply came after the lease's validity
+    /// is released again, token-checked ([`late`]): the server may have freed it already, so it
+    /// is not a lock. Without this, a reply delayed past the TTL (a stalled server that had
+    /// already processed the `SET`, a long GC pause of ours) would hand out a guard that was
+    /// never valid for a moment, while another client may already hold the key.
+    /// `leasehold-lab check --faults stall` found it.
+    fn attempt<'b>(
+        &'b self,
+        options: &'b LockOptions,
+        ask: Ask,
+    ) -> BoxFuture<'b, Result<TryAcquire>> {
+        Box::pin(async move {
+            let token = options.new_token();
+            let started = Instant::now();
+            let attempt = self
+                .client
+                .attempt_with(self.key, &token, self.ttl_ms, options, ask.remaining)
+                .await?;
+            match attempt {
+                Attempt::Acquired { .. } if late(self.key, started, options.ttl()) => {
+                    let _ = self.client.release_raw(self.key, token.expose()).await;
+                    Err(Error::ExpiredOnArrival {
+                        key: self.key.to_string(),
+                        elapsed: started.elapsed(),
+                        ttl: options.ttl(),
+                    })
+                }
+                Attempt::Acquired { fencing } => Ok(TryAcquire::Acquired(
+                    self.client
+                        .guard(self.key, token, fencing, started, options),
+                )),
+                Attempt::Busy { remaining } => Ok(TryAcquire::Busy { remaining }),
+            }
+        })
+    }
+
+    fn wakes(&self) -> bool {
+        self.client.inner.notifier.is_some()
+    }
+
+    /// The key's release channel, as one of the plain-lock waiters: each release wakes one.
+    fn wakeups(&self) -> BoxFuture<'_, Option<Box<dyn Wakeup>>> {
+        Box::pin(async move {
+            let notifier = self.client.inner.notifier.as_ref()?;
+            let subscription = notifier.subscribe_one(release_channel(self.key)).await?;
+            Some(Box::new(subscription) as Box<dyn Wakeup>)
+        })
+    }
+
+    fn retries(&self, e: &Error) -> bool {
+        self.client.retries_while_waiting(e)
     }
 }

@@ -1,0 +1,207 @@
+//! The acquisition engine: the one place that waits for a lock, a permit, a side of a
+//! read-write lock or a term, on every backend (etcd's `waitDeletes`, tokio's
+//! `batch_semaphore`).
+//!
+//! A provider (one backend × primitive) implements [`Attempts`]: one attempt with a fresh token,
+//! which gives back a grant that came too late to be a lease and answers
+//! [`Error::ExpiredOnArrival`]; optionally a wake-up source ([`Wakeup`]: a release channel, a
+//! `LISTEN`) and which errors are ridden out while waiting. A backend whose server queues
+//! waiters itself (PostgreSQL's lock queue, etcd's revision queue, the Redis fair queue, the
+//! memory FIFO) waits inside its attempt, up to [`Ask::wait`].
+//!
+//! [`wait`] owns everything else, once:
+//! * the deadline from the wait bound, and waiting for ever ([`FOREVER`], the one spelling);
+//! * no attempt at or past the deadline: the wait bound is a promise to the caller;
+//! * the attempt count and [`Error::NotAcquired`], or the last ridden-out failure at the
+//!   deadline;
+//! * a grant given back as expired on arrival is retried after the backoff, as a busy lock, and
+//!   the waiter is not woken by the release of its own give-back (that would be a spin);
+//! * the lazy subscription: the first attempt goes out at once (a free lock costs one round
+//!   trip), only a busy one subscribes, and the attempt right after subscribing closes the gap
+//!   (a release before the subscription took effect is seen by it, one after is delivered);
+//! * the pause: until a release is seen, the holder's remaining lease as the server reported
+//!   it, or the jittered backoff, whichever comes first, never past the deadline.
+
+use std::time::{Duration, Instant};
+
+use futures_util::future::BoxFuture;
+
+use crate::core::error::{Error, Result};
+use crate::core::guard::{LockGuard, clock_drift};
+use crate::core::options::{Backoff, FOREVER, LockOptions};
+use crate::core::outcome::TryAcquire;
+
+/// What the engine asks of one attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ask {
+    /// How long a backend that queues waiters on the server may wait there for this attempt
+    /// (`None`: not at all, one try). Never past the caller's deadline.
+    pub(crate) wait: Option<Duration>,
+    /// Whether a busy answer should carry the holder's remaining lease (it bounds the pause). A
+    /// waiter's first attempt, before it subscribes, does not need it (a cheaper command).
+    pub(crate) remaining: bool,
+}
+
+impl Ask {
+    /// One try, as `try_acquire` makes it.
+    pub(crate) const ONCE: Ask = Ask {
+        wait: None,
+        remaining: false,
+    };
+}
+
+/// A wake-up source: a release of the name being waited for (a pub/sub message, a `NOTIFY`).
+pub(crate) trait Wakeup: Send {
+    /// Called before each attempt: only a release from now on wakes the next pause.
+    fn mark_seen(&mut self);
+    /// Resolves at the first release since [`Wakeup::mark_seen`] (or at once if one came).
+    fn released(&mut self) -> BoxFuture<'_, ()>;
+}
+
+/// One backend × primitive, as the engine drives it.
+pub(crate) trait Attempts: Sync {
+    /// The name waited for (in [`Error::NotAcquired`]).
+    fn name(&self) -> &str;
+
+    /// One attempt with a fresh token. A grant whose reply came after its lease's validity is
+    /// given back (token-checked) and answered with [`Error::ExpiredOnArrival`].
+    fn attempt<'a>(
+        &'a self,
+        options: &'a LockOptions,
+        ask: Ask,
+    ) -> BoxFuture<'a, Result<TryAcquire>>;
+
+    /// Whether this provider has a wake-up source ([`Attempts::wakeups`]); `false`, the
+    /// default: the waiter polls with backoff, and asks for the holder's remaining lease from
+    /// its first attempt on.
+    fn wakes(&self) -> bool {
+        false
+    }
+
+    /// Subscribes to the wake-up source (`None` if that failed: the waiter then polls).
+    /// Called only once the name was found busy, and only if [`Attempts::wakes`].
+    fn wakeups(&self) -> BoxFuture<'_, Option<Box<dyn Wakeup>>> {
+        Box::pin(async { None })
+    }
+
+    /// Whether `e` is ridden out while the deadline allows (a topology in motion, a session
+    /// that died), like a busy answer. [`Error::ExpiredOnArrival`] always is.
+    fn retries(&self, e: &Error) -> bool {
+        let _ = e;
+        false
+    }
+}
+
+/// Takes what `attempts` offers, waiting up to `wait` (`None`: one attempt; at most
+/// [`FOREVER`]) as the module docs say.
+///
+/// # Errors
+/// [`Error::NotAcquired`] if it stayed busy until the deadline (or at the one attempt); the last
+/// ridden-out failure if the last attempt failed with one; any other error of an attempt at
+/// once.
+pub(crate) async fn wait<A: Attempts + ?Sized>(
+    attempts: &A,
+    options: &LockOptions,
+    wait: Option<Duration>,
+) -> Result<LockGuard> {
+    let begun = Instant::now();
+    let deadline = wait.map(|w| begun + w.min(FOREVER));
+    let mut wakeup: Option<Box<dyn Wakeup>> = None;
+    let mut may_subscribe = deadline.is_some() && attempts.wakes();
+    let mut count: u32 = 0;
+    // Pauses so far: the backoff's exponent (the attempt right after subscribing has none).
+    let mut pauses: u32 = 0;
+    loop {
+        count += 1;
+        if let Some(w) = wakeup.as_mut() {
+            w.mark_seen();
+        }
+        let ask = Ask {
+            wait: deadline.map(|d| d.saturating_duration_since(Instant::now())),
+            remaining: deadline.is_some() && !may_subscribe,
+        };
+        let (remaining, gave_back, failure) = match attempts.attempt(options, ask).await {
+            Ok(TryAcquire::Acquired(guard)) => return Ok(guard),
+            Ok(TryAcquire::Busy { remaining }) => (remaining, false, None),
+            Err(Error::ExpiredOnArrival { .. }) if deadline.is_some() => (None, true, None),
+            Err(e) if deadline.is_some() && attempts.retries(&e) => {
+                tracing::debug!(name = attempts.name(), error = %e, "retrying while waiting");
+                (None, false, Some(e))
+            }
+            Err(e) => return Err(e),
+        };
+        let give_up = |failure: Option<Error>| {
+            failure.unwrap_or_else(|| Error::NotAcquired {
+                key: attempts.name().to_string(),
+                waited: begun.elapsed(),
+                attempts: count,
+            })
+        };
+        let Some(deadline) = deadline.filter(|d| Instant::now() < *d) else {
+            return Err(give_up(failure));
+        };
+        if std::mem::take(&mut may_subscribe) {
+            wakeup = attempts.wakeups().await;
+            if !gave_back {
+                // Subscribed (or not: the waiter then polls): attempt again at once, this time
+                // learning the holder's remaining lease (see the module docs); but not at or
+                // past the deadline.
+                if Instant::now() >= deadline {
+                    return Err(give_up(failure));
+                }
+                continue;
+            }
+        }
+        pause(
+            wakeup.as_deref_mut().filter(|_| !gave_back),
+            options.backoff_policy(),
+            pauses,
+            remaining,
+            deadline.saturating_duration_since(Instant::now()),
+        )
+        .await;
+        pauses += 1;
+        if Instant::now() >= deadline {
+            return Err(give_up(failure));
+        }
+    }
+}
+
+/// Whether a grant whose request was sent at `started` came after its lease's validity (the
+/// TTL minus the drift allowance, [`clock_drift`], as a [`Lease`](crate::core::guard::Lease)
+/// counts it): then the server may have freed it already and it is not a lock; the provider
+/// gives it back and answers [`Error::ExpiredOnArrival`].
+pub(crate) fn late(name: &str, started: Instant, ttl: Duration) -> bool {
+    if started.elapsed() < ttl.saturating_sub(clock_drift(ttl)) {
+        return false;
+    }
+    let key = name;
+    crate::core::throttle::warn_throttled!(
+        key,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "lock granted after its validity ended; giving it back"
+    );
+    true
+}
+
+/// Sleeps until `wakeup` sees a release, or for the backoff's pause (`attempt`: the pause's
+/// number; `remaining`: the holder's lease as the server reported it), at most `left`.
+pub(crate) async fn pause(
+    wakeup: Option<&mut (dyn Wakeup + '_)>,
+    backoff: Backoff,
+    attempt: u32,
+    remaining: Option<Duration>,
+    left: Duration,
+) {
+    let sleep = tokio::time::sleep(backoff.pause(attempt, remaining).min(left));
+    match wakeup {
+        Some(w) => tokio::select! {
+            _ = w.released() => {}
+            _ = sleep => {}
+        },
+        None => sleep.await,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,275 @@
+//! The engine against a scripted provider. Orders are observed (what was attempted, asked and
+//! subscribed, in which order); the only durations are bounds the engine must respect.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::future::BoxFuture;
+use tokio::sync::Notify;
+
+use super::{Ask, Attempts, Wakeup, wait};
+use crate::core::error::{Error, Result};
+use crate::core::guard::{HeldLock, Lease, LockGuard};
+use crate::core::options::{Backoff, FOREVER, LockOptions};
+use crate::core::outcome::TryAcquire;
+use crate::core::token::LockToken;
+
+#[derive(Debug)]
+struct Nothing;
+
+impl HeldLock for Nothing {
+    fn release<'a>(&'a self, _: &'a Lease) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
+    fn extend<'a>(&'a self, _: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Instant>> {
+        Box::pin(async move { Ok(Instant::now() + ttl) })
+    }
+}
+
+/// What the scripted provider answers, in order (then busy for ever).
+#[derive(Clone, Copy, Debug)]
+enum Answer {
+    Busy(Option<Duration>),
+    Granted,
+    Late,
+    Moving,
+    Refused,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Event {
+    Attempt,
+    Subscribe,
+}
+
+#[derive(Default)]
+struct Log {
+    events: Vec<Event>,
+    /// What each attempt was asked.
+    asks: Vec<Ask>,
+}
+
+struct Script {
+    answers: Mutex<VecDeque<Answer>>,
+    log: Arc<Mutex<Log>>,
+    /// `Some`: the provider has a wake-up source, which this wakes.
+    releases: Option<Arc<Notify>>,
+}
+
+impl Script {
+    fn new(answers: &[Answer], releases: Option<Arc<Notify>>) -> Script {
+        Script {
+            answers: Mutex::new(answers.iter().copied().collect()),
+            log: Arc::default(),
+            releases,
+        }
+    }
+    fn asks(&self) -> Vec<Ask> {
+        self.log.lock().unwrap().asks.clone()
+    }
+    fn events(&self) -> Vec<Event> {
+        self.log.lock().unwrap().events.clone()
+    }
+}
+
+struct Released(Arc<Notify>);
+
+impl Wakeup for Released {
+    fn mark_seen(&mut self) {}
+    fn released(&mut self) -> BoxFuture<'_, ()> {
+        Box::pin(self.0.notified())
+    }
+}
+
+impl Attempts for Script {
+    fn name(&self) -> &str {
+        "k"
+    }
+    fn attempt<'a>(
+        &'a self,
+        options: &'a LockOptions,
+        ask: Ask,
+    ) -> BoxFuture<'a, Result<TryAcquire>> {
+        Box::pin(async move {
+            let mut log = self.log.lock().unwrap();
+            log.events.push(Event::Attempt);
+            log.asks.push(ask);
+            drop(log);
+            let answer = self
+                .answers
+                .lock()
+                .unwrap()
+                .pop_front()
+                .unwrap_or(Answer::Busy(None));
+            match answer {
+                Answer::Busy(remaining) => Ok(TryAcquire::Busy { remaining }),
+                Answer::Granted => {
+                    let lease = Lease::new(
+                        "k",
+                        LockToken::random(),
+                        None,
+                        Instant::now(),
+                        options.ttl(),
+                    );
+                    Ok(TryAcquire::Acquired(LockGuard::new(
+                        Arc::new(Nothing),
+                        lease,
+                    )))
+                }
+                Answer::Late => Err(Error::ExpiredOnArrival {
+                    key: "k".into(),
+                    elapsed: options.ttl(),
+                    ttl: options.ttl(),
+                }),
+                Answer::Moving => Err(Error::Topology {
+                    reason: "moving".into(),
+                }),
+                Answer::Refused => Err(Error::invalid("ttl", "refused")),
+            }
+        })
+    }
+    fn wakes(&self) -> bool {
+        self.releases.is_some()
+    }
+    fn wakeups(&self) -> BoxFuture<'_, Option<Box<dyn Wakeup>>> {
+        Box::pin(async move {
+            self.log.lock().unwrap().events.push(Event::Subscribe);
+            self.releases
+                .clone()
+                .map(|n| Box::new(Released(n)) as Box<dyn Wakeup>)
+        })
+    }
+    fn retries(&self, e: &Error) -> bool {
+        matches!(e, Error::Topology { .. })
+    }
+}
+
+/// Options whose backoff is `pause` every time (jittered within `[pause/2, pause]`).
+fn options(pause: Duration) -> LockOptions {
+    LockOptions::new(Duration::from_secs(10)).backoff(Backoff::constant(pause))
+}
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+#[tokio::test]
+async fn without_a_wait_there_is_one_attempt() {
+    let script = Script::new(&[Answer::Busy(Some(Duration::from_secs(3)))], None);
+    let err = wait(&script, &options(HOUR), None).await.unwrap_err();
+    assert!(
+        matches!(err, Error::NotAcquired { attempts: 1, .. }),
+        "{err}"
+    );
+    assert_eq!(script.asks(), vec![Ask::ONCE]);
+    assert_eq!(
+        script.events(),
+        vec![Event::Attempt],
+        "no subscription for one try"
+    );
+    // A late grant without a wait is the caller's to see.
+    let script = Script::new(&[Answer::Late], None);
+    let err = wait(&script, &options(HOUR), None).await.unwrap_err();
+    assert!(matches!(err, Error::ExpiredOnArrival { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn a_busy_name_is_retried_until_the_deadline() {
+    let script = Script::new(&[], None);
+    let bound = Duration::from_millis(300);
+    let err = wait(&script, &options(Duration::from_millis(20)), Some(bound))
+        .await
+        .unwrap_err();
+    let asks = script.asks();
+    let Error::NotAcquired { attempts, .. } = err else {
+        panic!("{err}");
+    };
+    assert_eq!(attempts as usize, asks.len());
+    assert!(asks.len() >= 2, "{asks:?}");
+    // Each attempt may wait on the server only for the time left, less and less.
+    for pair in asks.windows(2) {
+        assert!(
+            pair[0].wait.unwrap() <= bound && pair[1].wait < pair[0].wait,
+            "{asks:?}"
+        );
+    }
+    // Without a wake-up source every attempt asks for the holder's remaining lease (it bounds
+    // the pause), and none subscribes.
+    assert!(asks.iter().all(|a| a.remaining), "{asks:?}");
+    assert!(!script.events().contains(&Event::Subscribe));
+}
+
+#[tokio::test]
+async fn a_waiter_subscribes_only_once_busy_and_attempts_again_at_once() {
+    let releases = Arc::new(Notify::new());
+    let script = Arc::new(Script::new(
+        &[Answer::Busy(None), Answer::Busy(None), Answer::Granted],
+        Some(releases.clone()),
+    ));
+    // A backoff of an hour: only a release wakes this waiter within the test.
+    let task = {
+        let script = script.clone();
+        tokio::spawn(async move { wait(&*script, &options(HOUR), Some(HOUR)).await })
+    };
+    while script.events().len() < 3 {
+        tokio::task::yield_now().await;
+    }
+    // Attempted (not asking for the holder's remaining lease), found busy, subscribed,
+    // attempted again at once (no pause: the backoff is an hour) asking for it, and now sleeps.
+    assert_eq!(
+        script.events(),
+        vec![Event::Attempt, Event::Subscribe, Event::Attempt]
+    );
+    let asks = script.asks();
+    assert!(!asks[0].remaining && asks[1].remaining, "{asks:?}");
+    releases.notify_one();
+    let guard = task.await.unwrap().unwrap();
+    assert!(guard.is_held());
+    assert_eq!(script.asks().len(), 3, "woken by the release");
+}
+
+#[tokio::test]
+async fn a_grant_given_back_is_not_woken_by_its_own_release() {
+    let releases = Arc::new(Notify::new());
+    // A release is pending: a waiter woken by it would attempt again at once, and be granted.
+    releases.notify_one();
+    let script = Script::new(&[Answer::Late, Answer::Granted], Some(releases.clone()));
+    let bound = Duration::from_millis(200);
+    let err = wait(&script, &options(HOUR), Some(bound))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::NotAcquired { attempts: 1, .. }),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn errors_ridden_out_end_as_the_last_failure_and_others_at_once() {
+    let pause = options(Duration::from_millis(20));
+    let bound = Some(Duration::from_millis(200));
+    let script = Script::new(&[Answer::Moving; 1000], None);
+    let err = wait(&script, &pause, bound).await.unwrap_err();
+    assert!(matches!(err, Error::Topology { .. }), "{err}");
+    assert!(script.asks().len() > 1);
+    let script = Script::new(&[Answer::Moving, Answer::Granted], None);
+    assert!(wait(&script, &pause, bound).await.is_ok());
+    let script = Script::new(&[Answer::Refused, Answer::Granted], None);
+    let err = wait(&script, &pause, bound).await.unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+    assert_eq!(script.asks().len(), 1);
+}
+
+#[tokio::test]
+async fn waiting_for_ever_is_a_century_and_does_not_overflow() {
+    let script = Script::new(&[Answer::Busy(None), Answer::Granted], None);
+    let guard = wait(
+        &script,
+        &options(Duration::from_millis(10)),
+        Some(Duration::MAX),
+    )
+    .await
+    .unwrap();
+    assert!(guard.is_held());
+    let first = script.asks()[0].wait.unwrap();
+    assert!(first <= FOREVER && first > FOREVER - HOUR, "{first:?}");
+}
