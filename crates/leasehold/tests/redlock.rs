@@ -410,10 +410,15 @@ leasehold_harness::server_test!(async fn an_extend_no_node_answered_in_time_neve
     let sent = Instant::now();
     let err = g.extend(Duration::from_secs(5)).await.unwrap_err();
     assert!(!matches!(err, Error::NotHeld { .. }), "{err:?}");
-    for n in &nodes {
-        let pttl = common::pttl(n, key);
-        assert!(pttl > 0 && pttl <= 5_000, "every node applied the extend: PTTL {pttl} ms");
-    }
+    // Observed, not assumed by the time the call gave up: on a loaded machine the link may
+    // deliver the extend to a node only after the node timeout.
+    common::until("every node to apply the extend", || {
+        nodes.iter().all(|n| {
+            let pttl = common::pttl(n, key);
+            pttl > 0 && pttl <= 5_000
+        })
+    })
+    .await;
     assert!(
         g.valid_until() <= sent + Duration::from_secs(5),
         "the lease still counts on the old TTL: {:?} left",

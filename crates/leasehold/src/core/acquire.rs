@@ -30,6 +30,7 @@ use crate::core::error::{Error, Result};
 use crate::core::guard::{LockGuard, clock_drift};
 use crate::core::options::{Backoff, FOREVER, LockOptions};
 use crate::core::outcome::TryAcquire;
+use crate::core::token::LockToken;
 
 /// What the engine asks of one attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -164,6 +165,41 @@ pub(crate) async fn wait<A: Attempts + ?Sized>(
         if Instant::now() >= deadline {
             return Err(give_up(failure));
         }
+    }
+}
+
+/// What one attempt's request answered: taken (with what the guard needs, e.g. the fencing
+/// number) or busy (with the holder's remaining lease, where the server knows it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Grant<T> {
+    Taken(T),
+    Busy { remaining: Option<Duration> },
+}
+
+/// One attempt with `token`, as most providers make it: `send` the request (the instant before
+/// is the lease's start); a grant that came too late ([`late`]) is given back with
+/// `give_back` (token-checked) and answered with [`Error::ExpiredOnArrival`]; otherwise the
+/// guard `guard` makes of it.
+pub(crate) async fn granted<T>(
+    name: &str,
+    options: &LockOptions,
+    token: LockToken,
+    send: impl AsyncFnOnce(&LockToken) -> Result<Grant<T>>,
+    give_back: impl AsyncFnOnce(&LockToken),
+    guard: impl FnOnce(LockToken, T, Instant) -> LockGuard,
+) -> Result<TryAcquire> {
+    let started = Instant::now();
+    match send(&token).await? {
+        Grant::Taken(_) if late(name, started, options.ttl()) => {
+            give_back(&token).await;
+            Err(Error::ExpiredOnArrival {
+                key: name.to_string(),
+                elapsed: started.elapsed(),
+                ttl: options.ttl(),
+            })
+        }
+        Grant::Taken(taken) => Ok(TryAcquire::Acquired(guard(token, taken, started))),
+        Grant::Busy { remaining } => Ok(TryAcquire::Busy { remaining }),
     }
 }
 

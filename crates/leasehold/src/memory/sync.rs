@@ -51,9 +51,6 @@ impl crate::core::backend::Primitives for MemoryClient {
     }
 }
 
-/// The wait of a campaign without one: as good as for ever.
-const CAMPAIGN_FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
-
 fn no_fair(options: &LockOptions, what: &str) -> Result<()> {
     if options.fair_enabled() {
         return Err(Error::Unsupported {
@@ -183,11 +180,8 @@ struct MemoryElection {
 impl MemoryElection {
     async fn campaign(&self, id: &str, options: &LockOptions) -> Result<LockGuard> {
         no_fair(options, "an election")?;
-        let mut options = options.clone().fencing(true).auto_extend(true);
-        if options.wait_bound().is_none() {
-            // A campaign without a wait lasts until it wins, as on every backend.
-            options = options.wait(CAMPAIGN_FOREVER);
-        }
+        // The handle set the wait (for ever without one: `Election::campaign`).
+        let options = options.clone().fencing(true).auto_extend(true);
         self.client
             .acquire_as(&self.name, &options, Want::Leader(id))
             .await

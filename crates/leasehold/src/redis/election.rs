@@ -16,20 +16,22 @@
 //! through this type (a plain lock on `name` blocks the election, and `leader()` then reports a
 //! conflict).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 
+use crate::core::acquire::{Ask, granted};
 use crate::core::error::{Error, Operation, Result};
-use crate::core::guard::{LockGuard, clock_drift};
+use crate::core::guard::LockGuard;
 use crate::core::options::LockOptions;
+use crate::core::outcome::TryAcquire;
 use crate::core::sync::{Election, ElectionProvider, Leader, LeaderChanges};
 use crate::core::token::LockToken;
-use crate::redis::client::LockClient;
+use crate::redis::client::{LockClient, script_grant};
 use crate::redis::scripts::{CAMPAIGN_SCRIPT as CAMPAIGN, LEADER_SCRIPT as LEADER};
 use crate::redis::slot::validate_name;
 use crate::redis::slot::{fence_key, release_channel, slot_name};
-use crate::redis::waiting::{Subscription, pause_between_attempts};
+use crate::redis::waiting::{ChannelAttempts, OnReleaseChannel, Subscription};
 
 /// Where the current term's leader id is recorded: [`slot_name`]`(name) + ":leader"` (`term
 /// id`; meaningful only while the lock `name` is held).
@@ -81,66 +83,12 @@ impl RedisElection {
             });
         }
         let options = options.clone().fencing(true).auto_extend(true);
-        let begun = Instant::now();
-        let deadline = options.wait_bound().map(|w| begun + w);
-        let mut subscription = match self.client.notifier() {
-            Some(n) => n.subscribe(release_channel(&self.name)).await,
-            None => None,
-        };
-        let mut attempts: u32 = 0;
-        loop {
-            attempts += 1;
-            let token = options.new_token();
-            let started = Instant::now();
-            if let Some(s) = subscription.as_mut() {
-                s.mark_seen();
-            }
-            let mut gave_back = false;
-            let remaining = match self.attempt(&token, ttl_ms, id).await {
-                Ok((1, term)) => {
-                    let ttl = options.ttl();
-                    if started.elapsed() >= ttl.saturating_sub(clock_drift(ttl)) {
-                        // Granted too late to be a lease: give it back, try again.
-                        let _ = self.client.release_raw(&self.name, token.expose()).await;
-                        gave_back = true;
-                        // Given back: the next attempt after the backoff, as for a busy lock.
-                        None
-                    } else {
-                        return Ok(self.client.guard(
-                            &self.name,
-                            token,
-                            Some(term as u64),
-                            started,
-                            &options,
-                        ));
-                    }
-                }
-                Ok((_, pttl)) => (pttl >= 0).then(|| Duration::from_millis(pttl as u64)),
-                Err(e) if self.client.retries_while_waiting(&e) => None,
-                Err(e) => return Err(e),
-            };
-            let now = Instant::now();
-            let left = match deadline {
-                Some(d) if now >= d => {
-                    return Err(Error::NotAcquired {
-                        key: self.name.clone(),
-                        waited: begun.elapsed(),
-                        attempts,
-                    });
-                }
-                Some(d) => d - now,
-                None => Duration::MAX,
-            };
-            // Not woken by the release of the grant given back: that would be a spin.
-            pause_between_attempts(
-                subscription.as_mut().filter(|_| !gave_back),
-                options.backoff_policy(),
-                attempts - 1,
-                remaining,
-                left,
-            )
-            .await;
-        }
+        let terms = OnReleaseChannel(TermAttempts {
+            election: self,
+            ttl_ms,
+            id,
+        });
+        crate::core::acquire::wait(&terms, &options, options.wait_bound()).await
     }
 
     async fn attempt(&self, token: &LockToken, ttl_ms: u64, id: &str) -> Result<(i64, i64)> {
@@ -256,5 +204,45 @@ impl LeaderChanges for Subscription {
 
     fn changed(&mut self) -> BoxFuture<'_, ()> {
         Box::pin(self.released())
+    }
+}
+
+/// A candidate's attempts at the term, for the acquisition engine.
+struct TermAttempts<'a> {
+    election: &'a RedisElection,
+    ttl_ms: u64,
+    id: &'a str,
+}
+
+impl ChannelAttempts for TermAttempts<'_> {
+    fn client(&self) -> &LockClient {
+        &self.election.client
+    }
+
+    fn name(&self) -> &str {
+        &self.election.name
+    }
+
+    /// The campaign script with a fresh token; a term granted too late is given back (the
+    /// lock released, token-checked: [`granted`]).
+    fn attempt<'b>(
+        &'b self,
+        options: &'b LockOptions,
+        _: Ask,
+    ) -> BoxFuture<'b, Result<TryAcquire>> {
+        let (election, ttl_ms, id) = (self.election, self.ttl_ms, self.id);
+        let client = &election.client;
+        Box::pin(granted(
+            &election.name,
+            options,
+            options.new_token(),
+            async move |token| Ok(script_grant(election.attempt(token, ttl_ms, id).await?)),
+            async |token| {
+                let _ = client.release_raw(&election.name, token.expose()).await;
+            },
+            |token, term, started| {
+                client.guard(&election.name, token, Some(term), started, options)
+            },
+        ))
     }
 }

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
 
+use crate::core::acquire::{Ask, Attempts, Grant, Wakeup, granted};
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::HeldLock;
 use crate::core::guard::{Lease, LockGuard, clock_drift};
@@ -39,6 +40,7 @@ use crate::redis::scripts::{
 };
 use crate::redis::slot::validate_name;
 use crate::redis::slot::{key_slot, release_channel};
+use crate::redis::waiting::Subscription;
 
 /// The most keys one multi-lock may take.
 pub const MAX_KEYS: usize = 1000;
@@ -118,11 +120,6 @@ impl LockClient {
     }
 }
 
-enum Attempt {
-    Acquired,
-    Busy { remaining: Option<Duration> },
-}
-
 impl MultiLock {
     /// The keys, in the order they are taken.
     pub fn keys(&self) -> &[String] {
@@ -186,7 +183,7 @@ impl MultiLock {
         Ok(released)
     }
 
-    async fn attempt(&self, token: &LockToken, ttl_ms: u64) -> Result<Attempt> {
+    async fn attempt(&self, token: &LockToken, ttl_ms: u64) -> Result<Grant<()>> {
         // If this future is dropped mid-way, give back whatever the token may hold.
         let mut cleanup = Abandoned {
             lock: self,
@@ -198,7 +195,7 @@ impl MultiLock {
         outcome
     }
 
-    async fn attempt_groups(&self, token: &LockToken, ttl_ms: u64) -> Result<Attempt> {
+    async fn attempt_groups(&self, token: &LockToken, ttl_ms: u64) -> Result<Grant<()>> {
         for (i, group) in self.groups.iter().enumerate() {
             let mut inv = ACQUIRE.prepare_invoke();
             for k in group {
@@ -216,7 +213,7 @@ impl MultiLock {
                     // Give back what this attempt took: nothing is held while we wait.
                     self.release_groups(&self.groups[..i], token.expose())
                         .await?;
-                    return Ok(Attempt::Busy {
+                    return Ok(Grant::Busy {
                         remaining: (pttl >= 0).then(|| Duration::from_millis(pttl as u64)),
                     });
                 }
@@ -230,7 +227,7 @@ impl MultiLock {
                 }
             }
         }
-        Ok(Attempt::Acquired)
+        Ok(Grant::Taken(()))
     }
 
     fn guard(&self, token: LockToken, started: Instant, options: &LockOptions) -> LockGuard {
@@ -253,88 +250,27 @@ impl MultiLock {
     /// several hash slots; as [`LockClient::try_acquire`].
     pub async fn try_acquire(&self, options: &LockOptions) -> Result<TryAcquire> {
         let ttl_ms = self.check(options)?;
-        let token = options.new_token();
-        let started = Instant::now();
-        match self.attempt(&token, ttl_ms).await? {
-            Attempt::Acquired if expired(started, options.ttl()) => {
-                let _ = self.release_groups(&self.groups, token.expose()).await;
-                Err(Error::ExpiredOnArrival {
-                    key: self.name.clone(),
-                    elapsed: started.elapsed(),
-                    ttl: options.ttl(),
-                })
-            }
-            Attempt::Acquired => Ok(TryAcquire::Acquired(self.guard(token, started, options))),
-            Attempt::Busy { remaining } => Ok(TryAcquire::Busy { remaining }),
+        KeysAttempts {
+            multi: self,
+            ttl_ms,
         }
+        .attempt(options, Ask::ONCE)
+        .await
     }
 
-    /// Takes every key, retrying until `options.wait_bound()`: woken by a release of any of
-    /// them, when the busy key's lease runs out, or after the jittered backoff. Nothing is held
-    /// between attempts.
+    /// Takes every key through the acquisition engine, retrying until `options.wait_bound()`:
+    /// woken by a release of any of them, when the busy key's lease runs out, or after the
+    /// jittered backoff. Nothing is held between attempts.
     ///
     /// # Errors
     /// [`Error::NotAcquired`] at the deadline; as [`MultiLock::try_acquire`].
     pub async fn acquire(&self, options: &LockOptions) -> Result<LockGuard> {
         let ttl_ms = self.check(options)?;
-        let begun = Instant::now();
-        let deadline = options.wait_bound().map(|w| begun + w);
-        let mut subscriptions = Vec::new();
-        if let (Some(n), Some(_)) = (self.client.notifier(), deadline) {
-            for k in &self.keys {
-                if let Some(s) = n.subscribe(release_channel(k)).await {
-                    subscriptions.push(s);
-                }
-            }
-        }
-        let mut attempts: u32 = 0;
-        loop {
-            attempts += 1;
-            let token = options.new_token();
-            let started = Instant::now();
-            for s in subscriptions.iter_mut() {
-                s.mark_seen();
-            }
-            let mut gave_back = false;
-            let remaining = match self.attempt(&token, ttl_ms).await {
-                Ok(Attempt::Acquired) if expired(started, options.ttl()) => {
-                    let _ = self.release_groups(&self.groups, token.expose()).await;
-                    gave_back = true;
-                    // Given back: the next attempt after the backoff, as for a busy lock.
-                    None
-                }
-                Ok(Attempt::Acquired) => return Ok(self.guard(token, started, options)),
-                Ok(Attempt::Busy { remaining }) => remaining,
-                Err(e) if deadline.is_some() && self.client.retries_while_waiting(&e) => None,
-                Err(e) => return Err(e),
-            };
-            let now = Instant::now();
-            let not_acquired = || Error::NotAcquired {
-                key: self.name.clone(),
-                waited: begun.elapsed(),
-                attempts,
-            };
-            let Some(deadline) = deadline.filter(|d| now < *d) else {
-                return Err(not_acquired());
-            };
-            let delay = options.backoff_policy().pause(attempts - 1, remaining);
-            let sleep = tokio::time::sleep(delay.min(deadline - now));
-            // Not woken by the release of the grant given back: that would be a spin.
-            if subscriptions.is_empty() || gave_back {
-                sleep.await;
-            } else {
-                let any = futures_util::future::select_all(
-                    subscriptions.iter_mut().map(|s| Box::pin(s.released())),
-                );
-                tokio::select! {
-                    _ = any => {}
-                    _ = sleep => {}
-                }
-            }
-            if Instant::now() >= deadline {
-                return Err(not_acquired());
-            }
-        }
+        let keys = KeysAttempts {
+            multi: self,
+            ttl_ms,
+        };
+        crate::core::acquire::wait(&keys, options, options.wait_bound()).await
     }
 
     /// [`MultiLock::acquire`], run `work`, release every key whatever happens (as
@@ -416,10 +352,6 @@ impl Drop for Abandoned<'_> {
     }
 }
 
-fn expired(started: Instant, ttl: Duration) -> bool {
-    started.elapsed() >= ttl.saturating_sub(clock_drift(ttl))
-}
-
 /// A held multi-lock, as its guard sees it.
 #[derive(Debug)]
 struct MultiHeld(MultiLock);
@@ -434,6 +366,76 @@ impl HeldLock for MultiHeld {
             let started = Instant::now();
             self.0.extend(lease.token(), ttl).await?;
             Ok(started + ttl.saturating_sub(clock_drift(ttl)))
+        })
+    }
+}
+
+/// A multi-lock's attempts, for the acquisition engine.
+struct KeysAttempts<'a> {
+    multi: &'a MultiLock,
+    ttl_ms: u64,
+}
+
+impl Attempts for KeysAttempts<'_> {
+    fn name(&self) -> &str {
+        &self.multi.name
+    }
+
+    /// Every key with a fresh token (all or none); a grant that came too late is given back,
+    /// every key ([`granted`]).
+    fn attempt<'b>(
+        &'b self,
+        options: &'b LockOptions,
+        _: Ask,
+    ) -> BoxFuture<'b, Result<TryAcquire>> {
+        let (multi, ttl_ms) = (self.multi, self.ttl_ms);
+        Box::pin(granted(
+            &multi.name,
+            options,
+            options.new_token(),
+            async move |token| multi.attempt(token, ttl_ms).await,
+            async |token| {
+                let _ = multi.release_groups(&multi.groups, token.expose()).await;
+            },
+            |token, (), started| multi.guard(token, started, options),
+        ))
+    }
+
+    fn wakes(&self) -> bool {
+        self.multi.client.notifier().is_some()
+    }
+
+    /// Every key's release channel: a release of any of them wakes the waiter.
+    fn wakeups(&self) -> BoxFuture<'_, Option<Box<dyn Wakeup>>> {
+        Box::pin(async move {
+            let notifier = self.multi.client.notifier()?;
+            let mut subscriptions = Vec::new();
+            for k in &self.multi.keys {
+                if let Some(s) = notifier.subscribe(release_channel(k)).await {
+                    subscriptions.push(s);
+                }
+            }
+            (!subscriptions.is_empty()).then(|| Box::new(AnyKey(subscriptions)) as Box<dyn Wakeup>)
+        })
+    }
+
+    fn retries(&self, e: &Error) -> bool {
+        self.multi.client.retries_while_waiting(e)
+    }
+}
+
+/// The release channels of a multi-lock's keys, as one wake-up source.
+struct AnyKey(Vec<Subscription>);
+
+impl Wakeup for AnyKey {
+    fn mark_seen(&mut self) {
+        self.0.iter_mut().for_each(Subscription::mark_seen);
+    }
+
+    fn released(&mut self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            futures_util::future::select_all(self.0.iter_mut().map(|s| Box::pin(s.released())))
+                .await;
         })
     }
 }

@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
 
+use crate::core::acquire::{Ask, Grant, granted};
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::HeldLock;
 use crate::core::guard::{Lease, LockGuard, clock_drift};
@@ -39,7 +40,7 @@ use crate::core::options::LockOptions;
 use crate::core::outcome::TryAcquire;
 use crate::core::sync::{RwLock, impl_provider};
 use crate::core::token::LockToken;
-use crate::redis::client::LockClient;
+use crate::redis::client::{LockClient, script_grant};
 use crate::redis::renewal::RenewTarget;
 use crate::redis::scripts::{
     READ_ACQUIRE_SCRIPT as READ_ACQUIRE, WRITE_ACQUIRE_SCRIPT as WRITE_ACQUIRE,
@@ -47,8 +48,8 @@ use crate::redis::scripts::{
 };
 use crate::redis::semaphore::{extend_member, release_member};
 use crate::redis::slot::validate_name;
-use crate::redis::slot::{fence_key, release_channel, slot_name};
-use crate::redis::waiting::pause_between_attempts;
+use crate::redis::slot::{fence_key, slot_name};
+use crate::redis::waiting::{ChannelAttempts, OnReleaseChannel};
 
 /// The sorted set of `name`'s readers: [`slot_name`]`(name) + ":readers"`.
 pub fn rwlock_readers_key(name: &str) -> String {
@@ -92,25 +93,6 @@ impl LockClient {
     }
 }
 
-enum Attempt {
-    Acquired { fencing: u64 },
-    Busy { remaining: Option<Duration> },
-}
-
-fn parse((ok, n): (i64, i64)) -> Attempt {
-    if ok == 1 {
-        Attempt::Acquired { fencing: n as u64 }
-    } else {
-        Attempt::Busy {
-            remaining: (n >= 0).then(|| Duration::from_millis(n as u64)),
-        }
-    }
-}
-
-fn expired(started: Instant, ttl: Duration) -> bool {
-    started.elapsed() >= ttl.saturating_sub(clock_drift(ttl))
-}
-
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Side {
     Read,
@@ -144,7 +126,7 @@ impl RedisRwLock {
         token: &LockToken,
         options: &LockOptions,
         waiting: bool,
-    ) -> Result<Attempt> {
+    ) -> Result<Grant<u64>> {
         let ttl_ms = options.ttl_millis()?;
         let mut cleanup = Abandoned {
             lock: self,
@@ -178,7 +160,7 @@ impl RedisRwLock {
         match reply.and_then(crate::redis::error::int_pair) {
             Ok(r) => {
                 cleanup.armed = false;
-                Ok(parse(r))
+                Ok(script_grant(r))
             }
             Err(e) => {
                 let err = Error::from_redis(Operation::Acquire, e);
@@ -246,109 +228,48 @@ impl RedisRwLock {
 
     async fn try_side(&self, side: Side, options: &LockOptions) -> Result<TryAcquire> {
         self.check(side, options)?;
-        let token = options.new_token();
-        let started = Instant::now();
-        match self.attempt(side, &token, options, false).await? {
-            Attempt::Acquired { .. } if expired(started, options.ttl()) => {
-                self.give_back(side, &token).await;
-                Err(Error::ExpiredOnArrival {
-                    key: self.name.clone(),
-                    elapsed: started.elapsed(),
-                    ttl: options.ttl(),
-                })
-            }
-            Attempt::Acquired { fencing } => Ok(TryAcquire::Acquired(
-                self.guard(side, token, fencing, started, options),
-            )),
-            Attempt::Busy { remaining } => Ok(TryAcquire::Busy { remaining }),
+        SideAttempts {
+            lock: self,
+            side,
+            writer: None,
         }
+        .attempt(options, Ask::ONCE)
+        .await
     }
 
+    /// Waits for `side` through the acquisition engine. A waiting writer keeps one token for
+    /// its whole wait (its waiting mark, which keeps new readers out, is that token), refreshes
+    /// the mark in time, and takes it down when it gives up (at once at the deadline, in the
+    /// background if the wait is dropped).
     async fn wait_side(&self, side: Side, options: &LockOptions) -> Result<LockGuard> {
         self.check(side, options)?;
-        let Some(wait) = options.wait_bound() else {
-            return match self.try_side(side, options).await? {
-                TryAcquire::Acquired(g) => Ok(g),
-                TryAcquire::Busy { .. } => Err(Error::NotAcquired {
-                    key: self.name.clone(),
-                    waited: Duration::ZERO,
-                    attempts: 1,
-                }),
-            };
-        };
-        let begun = Instant::now();
-        let deadline = begun + wait;
-        let mut subscription = match self.client.notifier() {
-            Some(n) => n.subscribe(release_channel(&self.name)).await,
-            None => None,
-        };
-        // A writer keeps one token for its whole wait: its waiting mark is that token.
-        let token = options.new_token();
-        let mut leave = LeaveOnDrop {
+        let writer =
+            (side == Side::Write && options.wait_bound().is_some()).then(|| options.new_token());
+        let mut leave = writer.as_ref().map(|token| LeaveOnDrop {
             lock: self,
-            token: &token,
-            armed: side == Side::Write,
-        };
-        // The writer refreshes its mark in time; a reader has nothing to refresh.
-        let refresh = writer_wait_ttl(options.ttl()) / 3;
-        let mut attempts: u32 = 0;
-        loop {
-            attempts += 1;
-            let token = match side {
-                Side::Write => token.clone(),
-                Side::Read => options.new_token(),
-            };
-            let started = Instant::now();
-            if let Some(s) = subscription.as_mut() {
-                s.mark_seen();
-            }
-            let mut gave_back = false;
-            let remaining = match self.attempt(side, &token, options, true).await {
-                Ok(Attempt::Acquired { .. }) if expired(started, options.ttl()) => {
-                    self.give_back(side, &token).await;
-                    gave_back = true;
-                    // Given back: the next attempt after the backoff, as for a busy lock.
-                    None
-                }
-                Ok(Attempt::Acquired { fencing }) => {
+            token,
+            armed: true,
+        });
+        let attempts = OnReleaseChannel(SideAttempts {
+            lock: self,
+            side,
+            writer: writer.as_ref(),
+        });
+        let result = crate::core::acquire::wait(&attempts, options, options.wait_bound()).await;
+        if let Some(leave) = leave.as_mut() {
+            match &result {
+                Ok(_) => leave.armed = false,
+                Err(Error::NotAcquired { .. }) => {
                     leave.armed = false;
-                    return Ok(self.guard(side, token, fencing, started, options));
+                    // Now, not in the background: readers waiting behind our mark get in at
+                    // once.
+                    let _ = self.leave_waiting(leave.token).await;
                 }
-                Ok(Attempt::Busy { remaining }) => remaining,
-                Err(e) if self.client.retries_while_waiting(&e) => None,
-                Err(e) => return Err(e),
-            };
-            let now = Instant::now();
-            if now >= deadline {
-                break;
-            }
-            let remaining = match side {
-                Side::Write => Some(remaining.map_or(refresh, |r| r.min(refresh))),
-                Side::Read => remaining,
-            };
-            // Not woken by the release of the grant given back: that would be a spin.
-            pause_between_attempts(
-                subscription.as_mut().filter(|_| !gave_back),
-                options.backoff_policy(),
-                attempts - 1,
-                remaining,
-                deadline - now,
-            )
-            .await;
-            if Instant::now() >= deadline {
-                break;
+                // Any other failure: taken down in the background, as for a dropped wait.
+                Err(_) => {}
             }
         }
-        if side == Side::Write {
-            leave.armed = false;
-            // Now, not in the background: readers waiting behind our mark get in at once.
-            let _ = self.leave_waiting(&token).await;
-        }
-        Err(Error::NotAcquired {
-            key: self.name.clone(),
-            waited: begun.elapsed(),
-            attempts,
-        })
+        result
     }
 
     /// One attempt to read: succeeds while no writer holds or waits for the lock.
@@ -520,3 +441,55 @@ impl_provider!(RwLockProvider for RedisRwLock {
     extend_write(token: &'a LockToken, ttl: Duration) -> (),
     readers() -> u32,
 });
+
+/// One side's attempts, for the acquisition engine.
+struct SideAttempts<'a> {
+    lock: &'a RedisRwLock,
+    side: Side,
+    /// A waiting writer's token, the same for every attempt (its waiting mark); `None`: a
+    /// fresh token per attempt, and no mark.
+    writer: Option<&'a LockToken>,
+}
+
+impl ChannelAttempts for SideAttempts<'_> {
+    fn client(&self) -> &LockClient {
+        &self.lock.client
+    }
+
+    fn name(&self) -> &str {
+        &self.lock.name
+    }
+
+    /// The side's script; a grant that came too late is given back ([`granted`]; a writer
+    /// also takes its mark down: the next attempt puts it up again). A waiting writer's busy answer
+    /// is capped at a third of its mark's TTL, so that the next attempt refreshes the mark in
+    /// time.
+    fn attempt<'b>(
+        &'b self,
+        options: &'b LockOptions,
+        _: Ask,
+    ) -> BoxFuture<'b, Result<TryAcquire>> {
+        let (lock, side, writer) = (self.lock, self.side, self.writer);
+        Box::pin(async move {
+            let token = writer.cloned().unwrap_or_else(|| options.new_token());
+            let attempt = granted(
+                &lock.name,
+                options,
+                token,
+                async |token| lock.attempt(side, token, options, writer.is_some()).await,
+                async |token| lock.give_back(side, token).await,
+                |token, fencing, started| lock.guard(side, token, fencing, started, options),
+            )
+            .await?;
+            Ok(match attempt {
+                TryAcquire::Busy { remaining } if writer.is_some() => {
+                    let refresh = writer_wait_ttl(options.ttl()) / 3;
+                    TryAcquire::Busy {
+                        remaining: Some(remaining.map_or(refresh, |r| r.min(refresh))),
+                    }
+                }
+                other => other,
+            })
+        })
+    }
+}

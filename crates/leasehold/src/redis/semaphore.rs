@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
 
+use crate::core::acquire::{Ask, Grant, granted};
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::HeldLock;
 use crate::core::guard::{Lease, LockGuard, clock_drift};
@@ -44,7 +45,7 @@ use crate::redis::scripts::{
     PERMIT_RELEASE_SCRIPT as RELEASE,
 };
 use crate::redis::slot::{release_channel, slot_name};
-use crate::redis::waiting::pause_between_attempts;
+use crate::redis::waiting::{ChannelAttempts, OnReleaseChannel};
 
 /// The sorted set of `name`'s held permits: [`slot_name`]`(name) + ":permits"`.
 pub fn semaphore_permits_key(name: &str) -> String {
@@ -91,11 +92,6 @@ impl LockClient {
     }
 }
 
-enum PermitAttempt {
-    Acquired,
-    Busy { remaining: Option<Duration> },
-}
-
 impl RedisSemaphore {
     fn check(&self, options: &LockOptions) -> Result<u64> {
         let ttl_ms = options.ttl_millis()?;
@@ -118,7 +114,7 @@ impl RedisSemaphore {
         Ok(ttl_ms)
     }
 
-    async fn attempt(&self, token: &LockToken, ttl_ms: u64) -> Result<PermitAttempt> {
+    async fn attempt(&self, token: &LockToken, ttl_ms: u64) -> Result<Grant<()>> {
         let mut cleanup = AbandonedPermit {
             semaphore: self,
             token,
@@ -138,9 +134,9 @@ impl RedisSemaphore {
             Ok((ok, n)) => {
                 cleanup.armed = false;
                 Ok(if ok == 1 {
-                    PermitAttempt::Acquired
+                    Grant::Taken(())
                 } else {
-                    PermitAttempt::Busy {
+                    Grant::Busy {
                         remaining: (n >= 0).then(|| Duration::from_millis(n as u64)),
                     }
                 })
@@ -186,82 +182,28 @@ impl RedisSemaphore {
     /// permits; [`Error::ExpiredOnArrival`]; connection and server errors.
     pub async fn try_acquire(&self, options: &LockOptions) -> Result<TryAcquire> {
         let ttl_ms = self.check(options)?;
-        let token = options.new_token();
-        let started = Instant::now();
-        match self.attempt(&token, ttl_ms).await? {
-            PermitAttempt::Acquired if expired(started, options.ttl()) => {
-                let _ = self.release_raw(token.expose()).await;
-                Err(Error::ExpiredOnArrival {
-                    key: self.name.clone(),
-                    elapsed: started.elapsed(),
-                    ttl: options.ttl(),
-                })
-            }
-            PermitAttempt::Acquired => {
-                Ok(TryAcquire::Acquired(self.guard(token, started, options)))
-            }
-            PermitAttempt::Busy { remaining } => Ok(TryAcquire::Busy { remaining }),
+        PermitAttempts {
+            semaphore: self,
+            ttl_ms,
         }
+        .attempt(options, Ask::ONCE)
+        .await
     }
 
-    /// Takes a permit, retrying until `options.wait_bound()` (one attempt without one): woken
-    /// by a release's notification, when the first held permit expires, or after the jittered
-    /// backoff, whichever comes first. Each attempt has a fresh token.
+    /// Takes a permit through the acquisition engine, until `options.wait_bound()` (one attempt
+    /// without one): woken by a release's notification, when the first held permit expires, or
+    /// after the jittered backoff, whichever comes first. Each attempt has a fresh token.
     ///
     /// # Errors
     /// [`Error::NotAcquired`] if every permit stayed held until the deadline; otherwise as
     /// [`Semaphore::try_acquire`].
     pub async fn acquire(&self, options: &LockOptions) -> Result<LockGuard> {
         let ttl_ms = self.check(options)?;
-        let begun = Instant::now();
-        let deadline = options.wait_bound().map(|w| begun + w);
-        let mut subscription = match (self.client.notifier(), deadline) {
-            (Some(n), Some(_)) => n.subscribe(release_channel(&self.name)).await,
-            _ => None,
-        };
-        let mut attempts: u32 = 0;
-        loop {
-            attempts += 1;
-            let token = options.new_token();
-            let started = Instant::now();
-            if let Some(s) = subscription.as_mut() {
-                s.mark_seen();
-            }
-            let mut gave_back = false;
-            let remaining = match self.attempt(&token, ttl_ms).await {
-                Ok(PermitAttempt::Acquired) if expired(started, options.ttl()) => {
-                    let _ = self.release_raw(token.expose()).await;
-                    gave_back = true;
-                    // Given back: the next attempt after the backoff, as for a busy lock.
-                    None
-                }
-                Ok(PermitAttempt::Acquired) => return Ok(self.guard(token, started, options)),
-                Ok(PermitAttempt::Busy { remaining }) => remaining,
-                Err(e) if deadline.is_some() && self.client.retries_while_waiting(&e) => None,
-                Err(e) => return Err(e),
-            };
-            let now = Instant::now();
-            let not_acquired = || Error::NotAcquired {
-                key: self.name.clone(),
-                waited: begun.elapsed(),
-                attempts,
-            };
-            let Some(deadline) = deadline.filter(|d| now < *d) else {
-                return Err(not_acquired());
-            };
-            // Not woken by the release of the grant given back: that would be a spin.
-            pause_between_attempts(
-                subscription.as_mut().filter(|_| !gave_back),
-                options.backoff_policy(),
-                attempts - 1,
-                remaining,
-                deadline - now,
-            )
-            .await;
-            if Instant::now() >= deadline {
-                return Err(not_acquired());
-            }
-        }
+        let permits = OnReleaseChannel(PermitAttempts {
+            semaphore: self,
+            ttl_ms,
+        });
+        crate::core::acquire::wait(&permits, options, options.wait_bound()).await
     }
 
     /// Releases the permit that `token` holds (a guard does this by itself; this is for a token
@@ -367,10 +309,6 @@ pub(crate) async fn extend_member(
     Ok(extended == 1)
 }
 
-fn expired(started: Instant, ttl: Duration) -> bool {
-    started.elapsed() >= ttl.saturating_sub(clock_drift(ttl))
-}
-
 /// Gives back a permit whose acquisition's outcome we never learned (dropped future, lost
 /// reply), so it does not count against the semaphore for a whole TTL.
 struct AbandonedPermit<'a> {
@@ -420,3 +358,39 @@ impl_provider!(SemaphoreProvider for RedisSemaphore {
     extend(token: &'a LockToken, ttl: Duration) -> (),
     holders() -> u32,
 });
+
+/// One semaphore's attempts, for the acquisition engine.
+struct PermitAttempts<'a> {
+    semaphore: &'a RedisSemaphore,
+    ttl_ms: u64,
+}
+
+impl ChannelAttempts for PermitAttempts<'_> {
+    fn client(&self) -> &LockClient {
+        &self.semaphore.client
+    }
+
+    fn name(&self) -> &str {
+        &self.semaphore.name
+    }
+
+    /// The acquire script with a fresh token; a permit granted too late is given back
+    /// ([`granted`]).
+    fn attempt<'a>(
+        &'a self,
+        options: &'a LockOptions,
+        _: Ask,
+    ) -> BoxFuture<'a, Result<TryAcquire>> {
+        let (semaphore, ttl_ms) = (self.semaphore, self.ttl_ms);
+        Box::pin(granted(
+            &semaphore.name,
+            options,
+            options.new_token(),
+            async move |token| semaphore.attempt(token, ttl_ms).await,
+            async |token| {
+                let _ = semaphore.release_raw(token.expose()).await;
+            },
+            |token, (), started| semaphore.guard(token, started, options),
+        ))
+    }
+}

@@ -12,7 +12,7 @@ use tokio::sync::watch;
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::LockGuard;
 use crate::core::kind::Backend;
-use crate::core::options::LockOptions;
+use crate::core::options::{FOREVER, LockOptions};
 
 /// The longest candidate id.
 pub const MAX_ID_LEN: usize = 256;
@@ -134,9 +134,14 @@ impl Election {
         // Checked as it will run: renewed, so at least MIN_RENEWED_TTL.
         options.clone().auto_extend(true).validate()?;
         self.label.refuse_min_hold(options, "elections")?;
+        // Without a wait, a campaign lasts until it wins: decided here, once, for every
+        // backend (the providers wait as the options say).
+        let options = options
+            .clone()
+            .wait(options.wait_bound().unwrap_or(FOREVER));
         crate::core::trace::traced(
             self.label.span("leasehold.election.campaign"),
-            self.provider.campaign(id, options),
+            self.provider.campaign(id, &options),
         )
         .await
     }

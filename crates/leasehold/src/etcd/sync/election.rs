@@ -18,9 +18,6 @@ use super::super::acquire::Queue;
 use super::super::client::EtcdClient;
 use super::{check_options, prefix};
 
-/// How long a campaign without a wait bound waits: for ever, in practice.
-const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
-
 /// Pause before opening a broken watch again.
 const REOPEN_PAUSE: Duration = Duration::from_millis(200);
 
@@ -67,8 +64,10 @@ impl EtcdElection {
             allowed: 1,
             check_first: None,
         };
-        let wait = Some(options.wait_bound().unwrap_or(FOREVER));
-        self.client.acquire_in(&queue, &options, secs, wait).await
+        // The handle set the wait (for ever without one: `Election::campaign`).
+        self.client
+            .acquire_in(&queue, &options, secs, options.wait_bound())
+            .await
     }
 
     /// The first entry: its id, its create revision (the term) and its lease's remaining TTL.

@@ -1,11 +1,9 @@
 //! Taking a lock: one attempt, or attempts until the wait bound, sleeping in between.
 
-use std::time::Instant;
-
 use futures_util::future::BoxFuture;
 use tracing::Instrument;
 
-use crate::core::acquire::{Ask, Attempts, Wakeup, late};
+use crate::core::acquire::{Ask, Attempts, Wakeup, granted};
 use crate::core::error::{Error, Result};
 use crate::core::guard::{Lease, LockGuard};
 use crate::core::options::LockOptions;
@@ -13,7 +11,7 @@ use crate::core::outcome::TryAcquire;
 use crate::redis::slot::release_channel;
 use crate::redis::slot::validate_name;
 
-use super::{Attempt, LockClient};
+use super::LockClient;
 
 impl LockClient {
     /// One attempt to take `key` for `options.ttl()`, without waiting.
@@ -160,7 +158,7 @@ impl Attempts for PlainLock<'_> {
 
     /// `SET NX PX` (or the acquire script: fencing, `min_hold`, or a waiter asking for the
     /// holder's remaining lease). A granted attempt whose reply came after the lease's validity
-    /// is released again, token-checked ([`late`]): the server may have freed it already, so it
+    /// is released again, token-checked ([`granted`]): the server may have freed it already, so it
     /// is not a lock. Without this, a reply delayed past the TTL (a stalled server that had
     /// already processed the `SET`, a long GC pause of ours) would hand out a guard that was
     /// never valid for a moment, while another client may already hold the key.
@@ -170,29 +168,22 @@ impl Attempts for PlainLock<'_> {
         options: &'b LockOptions,
         ask: Ask,
     ) -> BoxFuture<'b, Result<TryAcquire>> {
-        Box::pin(async move {
-            let token = options.new_token();
-            let started = Instant::now();
-            let attempt = self
-                .client
-                .attempt_with(self.key, &token, self.ttl_ms, options, ask.remaining)
-                .await?;
-            match attempt {
-                Attempt::Acquired { .. } if late(self.key, started, options.ttl()) => {
-                    let _ = self.client.release_raw(self.key, token.expose()).await;
-                    Err(Error::ExpiredOnArrival {
-                        key: self.key.to_string(),
-                        elapsed: started.elapsed(),
-                        ttl: options.ttl(),
-                    })
-                }
-                Attempt::Acquired { fencing } => Ok(TryAcquire::Acquired(
-                    self.client
-                        .guard(self.key, token, fencing, started, options),
-                )),
-                Attempt::Busy { remaining } => Ok(TryAcquire::Busy { remaining }),
-            }
-        })
+        let (client, key, ttl_ms, remaining) = (self.client, self.key, self.ttl_ms, ask.remaining);
+        Box::pin(granted(
+            key,
+            options,
+            options.new_token(),
+            async move |token| {
+                let attempt = client
+                    .attempt_with(key, token, ttl_ms, options, remaining)
+                    .await?;
+                Ok(attempt.into())
+            },
+            async |token| {
+                let _ = client.release_raw(key, token.expose()).await;
+            },
+            |token, fencing, started| client.guard(key, token, fencing, started, options),
+        ))
     }
 
     fn wakes(&self) -> bool {

@@ -36,6 +36,28 @@ pub(crate) enum Attempt {
     Busy { remaining: Option<Duration> },
 }
 
+impl From<Attempt> for crate::core::acquire::Grant<Option<u64>> {
+    fn from(attempt: Attempt) -> Self {
+        match attempt {
+            Attempt::Acquired { fencing } => Self::Taken(fencing),
+            Attempt::Busy { remaining } => Self::Busy { remaining },
+        }
+    }
+}
+
+/// A script's `{1, n}` (taken, `n` the fencing number or term) or `{0, pttl}` (busy; `pttl`
+/// the holder's remaining lease in ms, negative if unknown).
+pub(crate) fn script_grant((ok, n): (i64, i64)) -> crate::core::acquire::Grant<u64> {
+    use crate::core::acquire::Grant;
+    if ok == 1 {
+        Grant::Taken(n as u64)
+    } else {
+        Grant::Busy {
+            remaining: (n >= 0).then(|| Duration::from_millis(n as u64)),
+        }
+    }
+}
+
 /// A lock client bound to one Redis or Valkey server.
 ///
 /// Cheap to clone (all clones share one multiplexed connection and the capabilities detected when
