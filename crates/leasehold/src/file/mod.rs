@@ -85,8 +85,10 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+use futures_util::future::BoxFuture;
 use nix::fcntl::Flock;
 
+use crate::core::acquire::{Ask, Attempts};
 use crate::core::backend::not_held_here;
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::{Lease, LockGuard};
@@ -148,6 +150,72 @@ async fn blocking<T: Send + 'static>(
     match tokio::task::spawn_blocking(work).await {
         Ok(result) => result.map_err(|e| io_error(op, e)),
         Err(e) => Err(io_error(op, io::Error::other(e))),
+    }
+}
+
+/// One key's attempts, for the acquisition engine (flock keeps no queue: waiters poll).
+struct FileAttempts<'a> {
+    client: &'a FileClient,
+    key: &'a str,
+    /// The key's file, kept open between attempts: a waiter is one open descriptor, not one
+    /// per attempt.
+    file: Mutex<Option<File>>,
+    /// Whether the waiter already warned that the holder's process is gone.
+    warned: std::sync::atomic::AtomicBool,
+}
+
+impl<'a> FileAttempts<'a> {
+    fn new(client: &'a FileClient, key: &'a str) -> Self {
+        FileAttempts {
+            client,
+            key,
+            file: Mutex::new(None),
+            warned: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+}
+
+impl Attempts for FileAttempts<'_> {
+    fn name(&self) -> &str {
+        self.key
+    }
+
+    /// One attempt; a file found stale (deleted or replaced by an outsider) is opened again at
+    /// once, up to three times. A waiter warns once when the busy record names a process that
+    /// is gone.
+    fn attempt<'b>(
+        &'b self,
+        options: &'b LockOptions,
+        ask: Ask,
+    ) -> BoxFuture<'b, Result<TryAcquire>> {
+        Box::pin(async move {
+            let key = self.key;
+            for _ in 0..3 {
+                let file = self.file.lock().unwrap_or_else(|p| p.into_inner()).take();
+                let busy = match self.client.attempt(key, options, file).await? {
+                    Ok(guard) => return Ok(TryAcquire::Acquired(guard)),
+                    Err(busy) => busy,
+                };
+                if let Some(pid) = busy.gone
+                    && ask.wait.is_some()
+                    && !self.warned.swap(true, std::sync::atomic::Ordering::Relaxed)
+                {
+                    tracing::warn!(
+                        key,
+                        pid,
+                        "file lock held while the process that took it ({pid}) is gone: a \
+                         process it forked without exec holds the lock until it exits"
+                    );
+                }
+                if busy.file.is_some() {
+                    *self.file.lock().unwrap_or_else(|p| p.into_inner()) = busy.file;
+                    return Ok(TryAcquire::Busy {
+                        remaining: busy.remaining,
+                    });
+                }
+            }
+            Ok(TryAcquire::Busy { remaining: None })
+        })
     }
 }
 
@@ -220,64 +288,21 @@ impl FileClient {
     /// option; [`Error::Connection`] when the files cannot be read or written.
     pub async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
         Self::check(key, options)?;
-        // A file found stale (deleted or replaced by an outsider) is opened again at once.
-        let mut file = None;
-        for _ in 0..3 {
-            match self.attempt(key, options, file.take()).await? {
-                Ok(guard) => return Ok(TryAcquire::Acquired(guard)),
-                Err(Busy {
-                    file: Some(_),
-                    remaining,
-                    ..
-                }) => return Ok(TryAcquire::Busy { remaining }),
-                Err(Busy { file: None, .. }) => {}
-            }
-        }
-        Ok(TryAcquire::Busy { remaining: None })
+        FileAttempts::new(self, key)
+            .attempt(options, Ask::ONCE)
+            .await
     }
 
-    /// Takes `key`, trying again after each backoff delay (and when the holder's lease ends)
-    /// until `options.wait_bound()`.
+    /// Takes `key` through the acquisition engine, trying again after each backoff delay (and
+    /// when the holder's lease ends) until `options.wait_bound()`; a grant that came too late
+    /// (a slow fsync) is given back and tried again, as on every backend.
     ///
     /// # Errors
     /// [`Error::NotAcquired`] at the deadline; as [`FileClient::try_acquire`].
     pub async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
         Self::check(key, options)?;
-        let begun = Instant::now();
-        let deadline = options.wait_bound().map(|w| begun + w);
-        // Kept open between attempts: a waiter is one open descriptor, not one per attempt.
-        let mut file = None;
-        let mut attempts = 0;
-        let mut warned = false;
-        loop {
-            attempts += 1;
-            let remaining = match self.attempt(key, options, file.take()).await? {
-                Ok(guard) => return Ok(guard),
-                Err(busy) => {
-                    if let Some(pid) = busy.gone.filter(|_| !warned) {
-                        warned = true;
-                        tracing::warn!(
-                            key,
-                            pid,
-                            "file lock held while the process that took it ({pid}) is gone: a \
-                             process it forked without exec holds the lock until it exits"
-                        );
-                    }
-                    file = busy.file;
-                    busy.remaining
-                }
-            };
-            let now = Instant::now();
-            let Some(deadline) = deadline.filter(|d| now < *d) else {
-                return Err(Error::NotAcquired {
-                    key: key.to_string(),
-                    waited: now - begun,
-                    attempts,
-                });
-            };
-            let pause = options.backoff_policy().pause(attempts - 1, remaining);
-            tokio::time::sleep(pause.min(deadline - now)).await;
-        }
+        let attempts = FileAttempts::new(self, key);
+        crate::core::acquire::wait(&attempts, options, options.wait_bound()).await
     }
 
     /// One attempt: the guard, or what the busy key's record says.

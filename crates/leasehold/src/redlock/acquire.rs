@@ -4,6 +4,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::future::BoxFuture;
+
+use crate::core::acquire::{Ask, Attempts};
 use crate::core::error::{Error, Result};
 use crate::core::guard::{Lease, LockGuard};
 use crate::core::options::{LockOptions, ttl_millis};
@@ -63,44 +66,14 @@ impl Redlock {
         result
     }
 
+    /// Through the acquisition engine: no quorum, or a majority that granted too late, is
+    /// tried again after the backoff; at the deadline, the reason.
     async fn acquire_waiting(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
         validate_name(key)?;
         options.ttl_millis()?;
         refuse_fair(options)?;
-        let begun = Instant::now();
-        let deadline = options.wait_bound().map(|w| begun + w);
-        let mut attempts = 0u32;
-        loop {
-            attempts += 1;
-            let outcome = self.attempt(key, options).await;
-            let remaining = match outcome {
-                Ok(TryAcquire::Acquired(guard)) => return Ok(guard),
-                Ok(TryAcquire::Busy { remaining }) => Ok(remaining),
-                // No quorum, or a majority granted too late: tried again after the backoff;
-                // at the deadline, the reason.
-                Err(e @ (Error::NoQuorum { .. } | Error::ExpiredOnArrival { .. })) => Err(e),
-                Err(e) => return Err(e),
-            };
-            let now = Instant::now();
-            let not_acquired = |remaining: Result<Option<Duration>>| match remaining {
-                Ok(_) => Error::NotAcquired {
-                    key: key.to_string(),
-                    waited: now - begun,
-                    attempts,
-                },
-                Err(e) => e,
-            };
-            let Some(deadline) = deadline.filter(|d| now < *d) else {
-                return Err(not_acquired(remaining));
-            };
-            let delay = options
-                .backoff_policy()
-                .pause(attempts - 1, remaining.as_ref().ok().copied().flatten());
-            tokio::time::sleep(delay.min(deadline - now)).await;
-            if Instant::now() >= deadline {
-                return Err(not_acquired(remaining));
-            }
-        }
+        let attempts = RedlockAttempts { redlock: self, key };
+        crate::core::acquire::wait(&attempts, options, options.wait_bound()).await
     }
 
     /// As [`LockClient::with_lock`](crate::LockClient::with_lock), over the Redlock set.
@@ -304,4 +277,28 @@ fn refuse_fair(options: &LockOptions) -> Result<()> {
         return Err(fair_unsupported());
     }
     Ok(())
+}
+
+/// One key's Redlock attempts, for the acquisition engine.
+struct RedlockAttempts<'a> {
+    redlock: &'a Redlock,
+    key: &'a str,
+}
+
+impl Attempts for RedlockAttempts<'_> {
+    fn name(&self) -> &str {
+        self.key
+    }
+
+    fn attempt<'b>(
+        &'b self,
+        options: &'b LockOptions,
+        _: Ask,
+    ) -> BoxFuture<'b, Result<TryAcquire>> {
+        Box::pin(self.redlock.attempt(self.key, options))
+    }
+
+    fn retries(&self, e: &Error) -> bool {
+        matches!(e, Error::NoQuorum { .. })
+    }
 }
