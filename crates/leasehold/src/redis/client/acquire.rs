@@ -1,7 +1,6 @@
 //! Taking a lock: one attempt, or attempts until the wait bound, sleeping in between.
 
 use futures_util::future::BoxFuture;
-use tracing::Instrument;
 
 use crate::core::acquire::{Ask, Attempts, Wakeup, granted};
 use crate::core::error::{Error, Result};
@@ -37,22 +36,7 @@ impl LockClient {
                 return self.fair_try_acquire(key, options).await;
             }
             let lock = PlainLock::new(self, key, options)?;
-            let span =
-                tracing::debug_span!("leasehold.acquire", key, outcome = tracing::field::Empty);
-            let result = lock
-                .attempt(options, Ask::ONCE)
-                .instrument(span.clone())
-                .await;
-            span.record(
-                "outcome",
-                match &result {
-                    Ok(TryAcquire::Acquired(_)) => "acquired",
-                    Ok(TryAcquire::Busy { .. }) => "busy",
-                    Err(Error::ExpiredOnArrival { .. }) => "expired on arrival",
-                    Err(_) => "failed",
-                },
-            );
-            result
+            lock.attempt(options, Ask::ONCE).await
         }
         .await;
         crate::core::metrics::acquisition(
@@ -90,10 +74,7 @@ impl LockClient {
                 return self.fair_acquire(key, options).await;
             }
             let lock = PlainLock::new(self, key, options)?;
-            let span = tracing::debug_span!("leasehold.acquire", key);
-            crate::core::acquire::wait(&lock, options, options.wait_bound())
-                .instrument(span)
-                .await
+            crate::core::acquire::wait(&lock, options, options.wait_bound()).await
         }
         .await;
         crate::core::metrics::acquisition(
