@@ -12,8 +12,8 @@ use crate::errors;
 use crate::lease::Lease;
 use crate::runtime::{Process, awaitable, block_on, duration};
 
-/// A connection to a lock backend (`redis://`, `rediss://`, `redis+sentinel://`,
-/// `redis+cluster://`, `redlock://`, `etcd://`, `etcds://`, `postgres://`, `memory://`,
+/// A connection to a lock backend (`redis://`, `rediss://`, `redis-sentinel://`,
+/// `redis-cluster://`, `redlock://`, `etcd://`, `etcds://`, `postgres://`, `memory://`,
 /// `file://`). Cheap to share between threads and tasks.
 #[pyclass(module = "leasehold._native", frozen)]
 pub struct Locker {

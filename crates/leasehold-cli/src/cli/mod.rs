@@ -228,8 +228,8 @@ pub enum Command {
     /// LEASEHOLD_TOKEN, LEASEHOLD_LEADER_ID and LEASEHOLD_TERM (the term: strictly increasing
     /// from leader to leader, a fencing number) in its environment. Leadership is renewed every
     /// TTL/3; if it is lost, CMD's process group gets SIGTERM (SIGKILL after --kill-grace) and
-    /// leasehold exits 76. When CMD ends, leasehold resigns and exits with CMD's status. Redis
-    /// and Valkey only.
+    /// leasehold exits 76. When CMD ends, leasehold resigns and exits with CMD's status. Every
+    /// backend but Redlock and file://.
     ///
     /// Signals and leftover processes are handled as by `run`: a signal while campaigning
     /// exits 128+N without running CMD; while leading it is forwarded (SIGKILL after
@@ -508,8 +508,8 @@ pub struct AcquireArgs {
     pub output: OutputArgs,
 }
 
-/// What KEY names, when it is not a lock (Redis and Valkey only): `run` and `acquire` take it,
-/// `extend` and `release` act on what the token holds of it.
+/// What KEY names, when it is not a lock (on every backend that has the primitive): `run` and
+/// `acquire` take it, `extend` and `release` act on what the token holds of it.
 #[derive(Debug, Args)]
 pub struct PrimitiveArgs {
     /// KEY is a counting semaphore of N permits: one of them. Every holder of KEY must name

@@ -297,7 +297,7 @@ class LockRequest:
 
 class Locker:
     """A connection to one lock backend, by URL: ``redis://``, ``rediss://``,
-    ``redis+sentinel://``, ``redis+cluster://``, ``redlock://``, ``etcd://``, ``etcds://``,
+    ``redis-sentinel://``, ``redis-cluster://``, ``redlock://``, ``etcd://``, ``etcds://``,
     ``postgres://``, ``memory://`` (one process) or ``file:///dir`` (one machine).
 
     Connecting blocks (GIL released) until the backend answers; ``await Locker.connect(url)``

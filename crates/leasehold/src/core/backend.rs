@@ -8,7 +8,8 @@
 //! extend the one lock it holds), and one arm in [`Locker::connect`](crate::Locker::connect)
 //! for its URL scheme. docs/guarantees.md has a column per backend.
 //!
-//! What every backend guarantees (tests in each backend's test file check each point):
+//! What every backend guarantees (the conformance suite, `tests/conformance/`, checks each
+//! point on every backend):
 //! 1. **Mutual exclusion while valid.** A successful acquisition returns a [`Lease`] whose
 //!    `valid_until` was computed from an instant taken *before* the request was sent; until
 //!    then no other acquisition of the same key succeeds, unless the backend loses state (a
