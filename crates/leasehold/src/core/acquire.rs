@@ -12,8 +12,8 @@
 //! [`wait`] owns everything else, once:
 //! * the deadline from the wait bound, and waiting for ever ([`FOREVER`], the one spelling);
 //! * no attempt at or past the deadline: the wait bound is a promise to the caller;
-//! * the attempt count and [`Error::NotAcquired`], or the last ridden-out failure at the
-//!   deadline;
+//! * the attempt count and [`Error::NotAcquired`] at the deadline (also when every grant came
+//!   too late: the count says how often it was tried), or the last ridden-out failure;
 //! * a grant given back as expired on arrival is retried after the backoff, as a busy lock, and
 //!   the waiter is not woken by the release of its own give-back (that would be a spin);
 //! * the lazy subscription: the first attempt goes out at once (a free lock costs one round
@@ -97,9 +97,9 @@ pub(crate) trait Attempts: Sync {
 /// [`FOREVER`]) as the module docs say.
 ///
 /// # Errors
-/// [`Error::NotAcquired`] if it stayed busy until the deadline (or at the one attempt); the last
-/// ridden-out failure if the last attempt failed with one; any other error of an attempt at
-/// once.
+/// [`Error::NotAcquired`] if it stayed busy (or every grant came too late) until the deadline,
+/// or at the one attempt; the last ridden-out failure if the last attempt failed with one; any
+/// other error of an attempt at once.
 pub(crate) async fn wait<A: Attempts + ?Sized>(
     attempts: &A,
     options: &LockOptions,

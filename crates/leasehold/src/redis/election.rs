@@ -27,11 +27,12 @@ use crate::core::options::LockOptions;
 use crate::core::outcome::TryAcquire;
 use crate::core::sync::{Election, ElectionProvider, Leader, LeaderChanges};
 use crate::core::token::LockToken;
+use crate::redis::client::{ChannelAttempts, OnReleaseChannel};
 use crate::redis::client::{LockClient, script_grant};
 use crate::redis::scripts::{CAMPAIGN_SCRIPT as CAMPAIGN, LEADER_SCRIPT as LEADER};
 use crate::redis::slot::validate_name;
 use crate::redis::slot::{fence_key, release_channel, slot_name};
-use crate::redis::waiting::{ChannelAttempts, OnReleaseChannel, Subscription};
+use crate::redis::waiting::Subscription;
 
 /// Where the current term's leader id is recorded: [`slot_name`]`(name) + ":leader"` (`term
 /// id`; meaningful only while the lock `name` is held).

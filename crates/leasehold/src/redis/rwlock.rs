@@ -40,6 +40,7 @@ use crate::core::options::LockOptions;
 use crate::core::outcome::TryAcquire;
 use crate::core::sync::{RwLock, impl_provider};
 use crate::core::token::LockToken;
+use crate::redis::client::{ChannelAttempts, OnReleaseChannel};
 use crate::redis::client::{LockClient, script_grant};
 use crate::redis::renewal::RenewTarget;
 use crate::redis::scripts::{
@@ -49,7 +50,6 @@ use crate::redis::scripts::{
 use crate::redis::semaphore::{extend_member, release_member};
 use crate::redis::slot::validate_name;
 use crate::redis::slot::{fence_key, slot_name};
-use crate::redis::waiting::{ChannelAttempts, OnReleaseChannel};
 
 /// The sorted set of `name`'s readers: [`slot_name`]`(name) + ":readers"`.
 pub fn rwlock_readers_key(name: &str) -> String {

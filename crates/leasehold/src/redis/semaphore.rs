@@ -39,13 +39,13 @@ use crate::core::outcome::TryAcquire;
 use crate::core::sync::{Semaphore, impl_provider};
 use crate::core::token::LockToken;
 use crate::redis::client::LockClient;
+use crate::redis::client::{ChannelAttempts, OnReleaseChannel};
 use crate::redis::renewal::RenewTarget;
 use crate::redis::scripts::{
     PERMIT_ACQUIRE_SCRIPT as ACQUIRE, PERMIT_COUNT_SCRIPT as COUNT, PERMIT_EXTEND_SCRIPT as EXTEND,
     PERMIT_RELEASE_SCRIPT as RELEASE,
 };
 use crate::redis::slot::{release_channel, slot_name};
-use crate::redis::waiting::{ChannelAttempts, OnReleaseChannel};
 
 /// The sorted set of `name`'s held permits: [`slot_name`]`(name) + ":permits"`.
 pub fn semaphore_permits_key(name: &str) -> String {

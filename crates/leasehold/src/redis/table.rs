@@ -17,10 +17,9 @@
 //! decision taken about its predecessor.
 
 use std::collections::BTreeMap;
-use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::{Script, Value};
+use redis::Value;
 
 use crate::core::error::{Error, Operation, Result};
 use crate::core::listing::{
@@ -31,6 +30,7 @@ use crate::core::owner::Owner;
 use crate::core::token::LockToken;
 use crate::redis::client::LockClient;
 use crate::redis::connection::ClientConnection;
+use crate::redis::scripts::FORCE_RELEASE_SCRIPT;
 use crate::redis::slot::validate_name;
 use crate::redis::slot::{DERIVED_SUFFIXES, WAITER_INFIX, name_of_stem, slot_name};
 
@@ -305,7 +305,7 @@ impl LockClient {
             let (fence, forced) = (crate::redis::slot::fence_key(key), forced_record_key(key));
             let reply: Vec<Value> = self
                 .idempotent(Operation::Release, |mut conn| {
-                    let mut inv = FORCE_RELEASE.key(key);
+                    let mut inv = FORCE_RELEASE_SCRIPT.key(key);
                     inv.key(&fence)
                         .key(&forced)
                         .arg(&value)
@@ -444,33 +444,6 @@ fn unexpected(detail: String) -> Error {
     }
 }
 
-/// The forced release: `KEYS`: lock, fence counter, forced record; `ARGV`: the value checked,
-/// the record's TTL in ms, this call's id, then the record's field/value pairs. Reply
-/// `{1, counter}` (done, now or by an earlier run of this very call whose reply was lost: a
-/// re-send finds its id in the record and must not let the caller re-read and force the
-/// next holder, M1), `{0}` (the lock no longer holds that value: nothing written), `{-1}` (the
-/// counter is not a number: nothing written).
-static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"if redis.call('get', KEYS[1]) ~= ARGV[1] then
-  if redis.call('hget', KEYS[3], 'force_id') == ARGV[3] then
-    return {1, tonumber(redis.call('hget', KEYS[3], 'fencing_counter'))}
-  end
-  return {0}
-end
-local c = redis.call('get', KEYS[2])
-if c and not tonumber(c) then return {-1} end
-redis.call('del', KEYS[1])
-local n = redis.call('incr', KEYS[2])
-local t = redis.call('time')
-redis.call('del', KEYS[3])
-redis.call('hset', KEYS[3], 'at_ms', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000),
-  'fencing_counter', n, 'force_id', ARGV[3], unpack(ARGV, 4))
-redis.call('pexpire', KEYS[3], ARGV[2])
-return {1, n}"#,
-    )
-});
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -523,7 +496,7 @@ mod tests {
         let first = client.try_acquire(key, &options).await.unwrap().acquired().unwrap();
         let value = first.token().expose().to_string();
         let run = || {
-            let mut inv = FORCE_RELEASE.key(key);
+            let mut inv = FORCE_RELEASE_SCRIPT.key(key);
             inv.key(crate::redis::slot::fence_key(key))
                 .key(forced_record_key(key))
                 .arg(&value)

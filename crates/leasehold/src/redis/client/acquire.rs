@@ -184,3 +184,53 @@ impl Attempts for PlainLock<'_> {
         self.client.retries_while_waiting(e)
     }
 }
+
+/// A Redis primitive's attempts (a semaphore's permits, a read-write lock's sides, an
+/// election's terms), as [`OnReleaseChannel`] hands them to the acquisition engine.
+pub(crate) trait ChannelAttempts: Sync {
+    /// The client the attempts go through.
+    fn client(&self) -> &LockClient;
+    /// The primitive's name (its release channel is [`release_channel`] of it).
+    fn name(&self) -> &str;
+    /// One attempt, as [`Attempts::attempt`].
+    fn attempt<'a>(
+        &'a self,
+        options: &'a crate::core::options::LockOptions,
+        ask: Ask,
+    ) -> BoxFuture<'a, crate::core::error::Result<crate::core::outcome::TryAcquire>>;
+}
+
+/// A Redis primitive's wait: woken by every release on its name's channel (only one can take a
+/// plain lock, which wakes one waiter per release instead; several can take permits or read),
+/// riding out a topology in motion as the plain lock does.
+pub(crate) struct OnReleaseChannel<P>(pub(crate) P);
+
+impl<P: ChannelAttempts> Attempts for OnReleaseChannel<P> {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+
+    fn attempt<'a>(
+        &'a self,
+        options: &'a crate::core::options::LockOptions,
+        ask: Ask,
+    ) -> BoxFuture<'a, crate::core::error::Result<crate::core::outcome::TryAcquire>> {
+        self.0.attempt(options, ask)
+    }
+
+    fn wakes(&self) -> bool {
+        self.0.client().notifier().is_some()
+    }
+
+    fn wakeups(&self) -> BoxFuture<'_, Option<Box<dyn Wakeup>>> {
+        Box::pin(async move {
+            let notifier = self.0.client().notifier()?;
+            let subscription = notifier.subscribe(release_channel(self.0.name())).await?;
+            Some(Box::new(subscription) as Box<dyn Wakeup>)
+        })
+    }
+
+    fn retries(&self, e: &crate::core::error::Error) -> bool {
+        self.0.client().retries_while_waiting(e)
+    }
+}

@@ -10,6 +10,7 @@
 //! - `inspect`: reading a lock, and raising its fencing counter.
 
 mod acquire;
+pub(crate) use acquire::{ChannelAttempts, OnReleaseChannel};
 mod attempt;
 mod connect;
 mod inspect;

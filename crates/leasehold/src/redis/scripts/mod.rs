@@ -316,6 +316,19 @@ pub(crate) static REDLOCK_MIN_HOLD_ACQUIRE_SCRIPT: LazyLock<Script> =
 pub(crate) static RAISE_FENCE_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(RAISE_FENCE_LUA));
 
+// ---- The lock table (`table`) ------------------------------------------------------------------
+
+/// The forced release (`leasehold force-release`): `KEYS`: lock, fence counter, forced record; `ARGV`: the value checked,
+/// the record's TTL in ms, this call's id, then the record's field/value pairs. Reply
+/// `{1, counter}` (done, now or by an earlier run of this very call whose reply was lost: a
+/// re-send finds its id in the record and must not let the caller re-read and force the
+/// next holder, M1), `{0}` (the lock no longer holds that value: nothing written), `{-1}` (the
+/// counter is not a number: nothing written).
+pub(crate) const FORCE_RELEASE_LUA: &str = include_str!("force_release.lua");
+/// [`FORCE_RELEASE_LUA`].
+pub(crate) static FORCE_RELEASE_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(FORCE_RELEASE_LUA));
+
 #[cfg(test)]
 mod tests {
     #[test]
