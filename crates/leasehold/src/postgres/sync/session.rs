@@ -8,12 +8,13 @@ use futures_util::future::BoxFuture;
 use super::advisory::{AdvisoryLock, Ask, count_sql, slots_held_sql};
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::LockGuard;
-use crate::core::options::LockOptions;
+use crate::core::options::{FOREVER, LockOptions};
 use crate::core::outcome::TryAcquire;
 use crate::core::sync::{Election, ElectionProvider, Leader, RwLock, Semaphore, impl_provider};
 use crate::core::token::LockToken;
 use crate::postgres::client::PostgresClient;
 use crate::postgres::params::validate_pg_key;
+use crate::postgres::waiting::granted_or_busy;
 
 impl PostgresClient {
     /// A semaphore of `permits` permits on `name` (no round trip): `permits` advisory locks,
@@ -116,15 +117,11 @@ impl PgSemaphore {
 
     async fn try_acquire(&self, options: &LockOptions) -> Result<TryAcquire> {
         self.check(options)?;
-        let ask = Ask::AnySlot(self.permits);
-        match self
+        let scan = self
             .client
-            .advisory_attempt(&self.name, ask, options, None)
-            .await?
-        {
-            Some(guard) => Ok(TryAcquire::Acquired(guard)),
-            None => Ok(TryAcquire::Busy { remaining: None }),
-        }
+            .advisory_attempt(&self.name, Ask::AnySlot(self.permits), options, None)
+            .await?;
+        Ok(granted_or_busy(scan))
     }
 
     /// Tries every slot; while all are held, waits in one slot's queue (a different slot each
@@ -245,14 +242,11 @@ impl PgRwLock {
 
     async fn try_side(&self, ask: Ask<'_>, options: &LockOptions) -> Result<TryAcquire> {
         self.check(matches!(ask, Ask::Read), options)?;
-        match self
+        let guard = self
             .client
             .advisory_attempt(&self.name, ask, options, None)
-            .await?
-        {
-            Some(guard) => Ok(TryAcquire::Acquired(guard)),
-            None => Ok(TryAcquire::Busy { remaining: None }),
-        }
+            .await?;
+        Ok(granted_or_busy(guard))
     }
 
     async fn try_read(&self, options: &LockOptions) -> Result<TryAcquire> {
@@ -266,14 +260,14 @@ impl PgRwLock {
     async fn read(&self, options: &LockOptions) -> Result<LockGuard> {
         self.check(true, options)?;
         self.client
-            .advisory_wait(&self.name, Ask::Read, options, false)
+            .advisory_wait(&self.name, Ask::Read, options, options.wait_bound())
             .await
     }
 
     async fn write(&self, options: &LockOptions) -> Result<LockGuard> {
         self.check(false, options)?;
         self.client
-            .advisory_wait(&self.name, Ask::Write, options, false)
+            .advisory_wait(&self.name, Ask::Write, options, options.wait_bound())
             .await
     }
 
@@ -383,8 +377,10 @@ impl PgElection {
         self.client.check_primitive(options, &[])?;
         let options = options.clone().fencing(true).auto_extend(true);
         self.ensure_terms().await?;
+        // A campaign without a wait bound waits for ever.
+        let wait = options.wait_bound().or(Some(FOREVER));
         self.client
-            .advisory_wait(&self.name, Ask::Lead(id), &options, true)
+            .advisory_wait(&self.name, Ask::Lead(id), &options, wait)
             .await
     }
 
