@@ -62,6 +62,7 @@ const INT8: Type = Type::INT8;
 
 use super::tls::{PgTls, PgTlsStream};
 use super::{pg_error, timeout_error, validate_pg_key};
+use crate::core::acquire::{Ask, Attempts, Wakeup, late};
 use crate::core::error::LossReason;
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::HeldLock;
@@ -337,6 +338,23 @@ impl PostgresLeaseClient {
         Ok(rx)
     }
 
+    /// The releases of `name` (`None` if the LISTEN connection could not be opened).
+    pub(super) async fn releases_of(&self, name: &str) -> Option<NameReleases> {
+        let released = self.releases().await.ok()?;
+        Some(NameReleases {
+            released,
+            name: name.to_string(),
+        })
+    }
+
+    /// [`Attempts::wakeups`] of a waiter for `name`: its releases, or (`None`) polling.
+    pub(super) fn wakeups<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Option<Box<dyn Wakeup>>> {
+        Box::pin(async move {
+            let releases = self.releases_of(name).await?;
+            Some(Box::new(releases) as Box<dyn Wakeup>)
+        })
+    }
+
     /// One attempt to take `key`: one statement.
     ///
     /// # Errors
@@ -344,7 +362,7 @@ impl PostgresLeaseClient {
     /// `replica_ack`; connection and server errors.
     pub async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
         self.check(key, options)?;
-        self.attempt(key, options).await
+        self.attempt(key, options, true).await
     }
 
     pub(super) fn check(&self, key: &str, options: &LockOptions) -> Result<()> {
@@ -367,7 +385,14 @@ impl PostgresLeaseClient {
         Ok(())
     }
 
-    async fn attempt(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
+    /// One acquiring statement; `remaining`: whether a busy answer looks up the holder's
+    /// remaining lease (a second statement).
+    async fn attempt(
+        &self,
+        key: &str,
+        options: &LockOptions,
+        remaining: bool,
+    ) -> Result<TryAcquire> {
         let conn = self.conn().await?;
         let token = options.new_token();
         let ttl = options.ttl();
@@ -392,6 +417,9 @@ impl PostgresLeaseClient {
             .await?;
         unknown.disarm();
         let Some(row) = row else {
+            if !remaining {
+                return Ok(TryAcquire::Busy { remaining: None });
+            }
             let remaining = self
                 .timed(
                     Operation::Acquire,
@@ -403,7 +431,7 @@ impl PostgresLeaseClient {
             return Ok(TryAcquire::Busy { remaining });
         };
         let fence: i64 = row.try_get(0).map_err(unexpected(Operation::Acquire))?;
-        if started.elapsed() >= ttl.saturating_sub(clock_drift(ttl)) {
+        if late(key, started, ttl) {
             let _ = self.give_back(key, &token).await;
             return Err(Error::ExpiredOnArrival {
                 key: key.to_string(),
@@ -420,63 +448,19 @@ impl PostgresLeaseClient {
         Ok(TryAcquire::Acquired(LockGuard::new(held, lease)))
     }
 
-    /// Takes `key`, waiting until `options.wait_bound()`: between attempts it sleeps until the
-    /// key is released (`LISTEN`) or for the backoff delay, never past the holder's remaining
-    /// lease nor the deadline.
+    /// Takes `key`, waiting until `options.wait_bound()`, through the acquisition engine
+    /// (`core::acquire`): between attempts it sleeps until the key is released (`LISTEN`,
+    /// subscribed once the key was found busy) or for the backoff delay, never past the
+    /// holder's remaining lease nor the deadline. A grant that came too late to be a lease is
+    /// given back and tried again after the backoff.
     ///
     /// # Errors
-    /// [`Error::NotAcquired`] at the deadline; as [`PostgresLeaseClient::try_acquire`].
+    /// [`Error::NotAcquired`] at the deadline (or [`Error::ExpiredOnArrival`] if the last
+    /// attempt was a grant given back); as [`PostgresLeaseClient::try_acquire`].
     pub async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
         self.check(key, options)?;
-        let begun = Instant::now();
-        let deadline = options.wait_bound().map(|w| begun + w);
-        // Subscribed before the first attempt, so a release right after it is not missed.
-        let mut released = match deadline {
-            Some(_) => Some(self.releases().await?),
-            None => None,
-        };
-        let mut attempts = 0u32;
-        loop {
-            attempts += 1;
-            let (remaining, failure) = match self.attempt(key, options).await {
-                Ok(TryAcquire::Acquired(guard)) => return Ok(guard),
-                Ok(TryAcquire::Busy { remaining }) => (remaining, None),
-                // Granted too late to be a lease and given back: tried again after the
-                // backoff, as a busy lock is; at the deadline, the reason.
-                Err(e @ Error::ExpiredOnArrival { .. }) => (None, Some(e)),
-                Err(e) => return Err(e),
-            };
-            let now = Instant::now();
-            let Some(deadline) = deadline.filter(|d| now < *d) else {
-                return Err(failure.unwrap_or_else(|| Error::NotAcquired {
-                    key: key.to_string(),
-                    waited: now - begun,
-                    attempts,
-                }));
-            };
-            let delay = options.backoff_policy().pause(attempts - 1, remaining);
-            let sleep = tokio::time::sleep(delay.min(deadline - now));
-            tokio::pin!(sleep);
-            let rx = released.as_mut().expect("subscribed when waiting");
-            if failure.is_some() {
-                // Not woken by the release of the grant given back: that would be a spin.
-                sleep.await;
-                continue;
-            }
-            loop {
-                tokio::select! {
-                    _ = &mut sleep => break,
-                    got = rx.recv() => match got {
-                        Ok(k) if k == key => break,
-                        Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                        Err(broadcast::error::RecvError::Closed) => {
-                            (&mut sleep).await;
-                            break;
-                        }
-                    },
-                }
-            }
-        }
+        let row = LeaseRow { client: self, key };
+        super::waiting::wait(&row, options, options.wait_bound()).await
     }
 
     /// Waits for `key`, runs `work`, releases whatever happens.
@@ -662,6 +646,74 @@ impl PostgresLeaseClient {
                 }
             }
         });
+    }
+}
+
+/// A lease row, as the acquisition engine drives it.
+struct LeaseRow<'a> {
+    client: &'a PostgresLeaseClient,
+    key: &'a str,
+}
+
+impl Attempts for LeaseRow<'_> {
+    fn name(&self) -> &str {
+        self.key
+    }
+
+    fn attempt<'b>(
+        &'b self,
+        options: &'b LockOptions,
+        ask: Ask,
+    ) -> BoxFuture<'b, Result<TryAcquire>> {
+        Box::pin(self.client.attempt(self.key, options, ask.remaining))
+    }
+
+    fn wakes(&self) -> bool {
+        true
+    }
+
+    fn wakeups(&self) -> BoxFuture<'_, Option<Box<dyn Wakeup>>> {
+        self.client.wakeups(self.key)
+    }
+}
+
+/// The releases of one name on the lease rows' channel (`NOTIFY leasehold_release`): a waiter's
+/// wake-up, an election's announcements (a win is announced there too).
+pub(super) struct NameReleases {
+    released: broadcast::Receiver<String>,
+    name: String,
+}
+
+impl NameReleases {
+    /// Forgets what was received so far: only a release from now on counts.
+    pub(super) fn mark_seen(&mut self) {
+        while !matches!(
+            self.released.try_recv(),
+            Err(broadcast::error::TryRecvError::Empty | broadcast::error::TryRecvError::Closed)
+        ) {}
+    }
+
+    /// The next release of the name, or a lag (it may be among the messages missed). Never,
+    /// once the listening connection ended: the waiter's backoff (the watch's poll) takes over.
+    pub(super) async fn next(&mut self) {
+        loop {
+            match self.released.recv().await {
+                Ok(k) if k == self.name => return,
+                Err(broadcast::error::RecvError::Lagged(_)) => return,
+                Ok(_) => {}
+                Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
+            }
+        }
+    }
+}
+
+impl Wakeup for NameReleases {
+    fn mark_seen(&mut self) {
+        NameReleases::mark_seen(self);
+    }
+
+    fn released(&mut self) -> BoxFuture<'_, ()> {
+        Box::pin(self.next())
     }
 }
 
