@@ -42,7 +42,6 @@
 //! others, so release notifications may not arrive; waiters then retry after their backoff
 //! (never later than the holder's remaining lease), which is slower, never unsafe.
 
-use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -63,7 +62,6 @@ const INT8: Type = Type::INT8;
 use super::tls::{PgTls, PgTlsStream};
 use super::{pg_error, timeout_error, validate_pg_key};
 use crate::core::acquire::{Ask, Attempts, Wakeup, late};
-use crate::core::error::LossReason;
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::HeldLock;
 use crate::core::guard::{Lease, LockGuard, clock_drift};
@@ -169,8 +167,6 @@ struct Inner {
     conn: tokio::sync::Mutex<Option<Arc<tokio_postgres::Client>>>,
     /// Released keys, from the LISTEN connection (opened by the first waiter).
     releases: Mutex<Option<broadcast::Sender<String>>>,
-    /// Auto-extended leases' stop signals, by (key, token).
-    renewing: Mutex<HashMap<(String, LockToken), tokio_util::sync::CancellationToken>>,
 }
 
 impl std::fmt::Debug for PostgresLeaseClient {
@@ -223,7 +219,6 @@ impl PostgresLeaseClient {
                 options,
                 conn: tokio::sync::Mutex::new(None),
                 releases: Mutex::new(None),
-                renewing: Mutex::new(HashMap::new()),
             }),
         };
         let conn = client.conn().await?;
@@ -441,10 +436,10 @@ impl PostgresLeaseClient {
         }
         let fencing = options.fencing_enabled().then_some(fence as u64);
         let lease = Lease::new(key, token.clone(), fencing, started, ttl);
+        let held: Arc<dyn HeldLock> = Arc::new(LeaseRowHeld(self.clone()));
         if options.auto_extend_enabled() {
-            self.keep_alive(lease.clone(), options);
+            crate::core::renew::keep_alive(held.clone(), lease.clone(), options);
         }
-        let held = Arc::new(LeaseRowHeld(self.clone()));
         Ok(TryAcquire::Acquired(LockGuard::new(held, lease)))
     }
 
@@ -482,7 +477,6 @@ impl PostgresLeaseClient {
     /// [`Error::NotHeld`] if it does not (expired, released, or another token's).
     pub async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
         validate_pg_key(key)?;
-        self.stop_renewing(key, token);
         let conn = self.conn().await?;
         let rows = self
             .timed(
@@ -588,64 +582,6 @@ impl PostgresLeaseClient {
             .try_get(0)
             .map_err(unexpected(Operation::RaiseFencingCounter))?;
         Ok(fence as u64)
-    }
-
-    fn stop_renewing(&self, key: &str, token: &LockToken) {
-        if let Some(stop) = self
-            .inner
-            .renewing
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&(key.to_string(), token.clone()))
-        {
-            stop.cancel();
-        }
-    }
-
-    /// Extends `lease` every renewal interval until it ends, is lost, or reaches `max_hold`.
-    pub(super) fn keep_alive(&self, lease: Lease, options: &LockOptions) {
-        let stop = tokio_util::sync::CancellationToken::new();
-        self.inner
-            .renewing
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(
-                (lease.key().to_string(), lease.token().clone()),
-                stop.clone(),
-            );
-        let client = Arc::downgrade(&self.inner);
-        let (every, ttl) = (options.renew_interval(), options.ttl());
-        let stop_at = options.max_hold_bound().map(|cap| Instant::now() + cap);
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep(every) => {}
-                }
-                let Some(inner) = client.upgrade() else {
-                    return;
-                };
-                let client = PostgresLeaseClient { inner };
-                if lease.is_ended() || stop_at.is_some_and(|s| Instant::now() >= s) {
-                    client.stop_renewing(lease.key(), lease.token());
-                    return;
-                }
-                // Recorded as sent first: only a success raises the validity (guard.rs).
-                let started = Instant::now();
-                let bound = started + ttl.saturating_sub(clock_drift(ttl));
-                let sent_extend = lease.extend_sent(started, bound);
-                match client.extend(lease.key(), lease.token(), ttl).await {
-                    Ok(()) => sent_extend.confirm(bound),
-                    Err(Error::NotHeld { .. }) => {
-                        lease.mark_lost(LossReason::NotHeld);
-                        client.stop_renewing(lease.key(), lease.token());
-                        return;
-                    }
-                    // Retried at the next tick; Lease::lost reports a validity that runs out.
-                    Err(e) => tracing::debug!(key = lease.key(), error = %e, "renewal failed"),
-                }
-            }
-        });
     }
 }
 

@@ -444,8 +444,8 @@ impl RowElection {
             });
         }
         let lease = Lease::new(&self.name, token, Some(term as u64), started, ttl);
-        self.client.keep_alive(lease.clone(), options);
-        let held = Arc::new(LeaseRowHeld(self.client.clone()));
+        let held: Arc<dyn HeldLock> = Arc::new(LeaseRowHeld(self.client.clone()));
+        crate::core::renew::keep_alive(held.clone(), lease.clone(), options);
         Ok(TryAcquire::Acquired(LockGuard::new(held, lease)))
     }
 
