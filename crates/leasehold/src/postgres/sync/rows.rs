@@ -12,7 +12,7 @@ use super::is_create_race;
 use crate::core::acquire::{Ask, Attempts, Wakeup, late};
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::{HeldLock, Lease, LockGuard, clock_drift};
-use crate::core::options::{FOREVER, LockOptions, ttl_millis};
+use crate::core::options::{LockOptions, ttl_millis};
 use crate::core::outcome::TryAcquire;
 use crate::core::sync::{
     Election, ElectionProvider, Leader, LeaderChanges, Semaphore, impl_provider,
@@ -450,14 +450,14 @@ impl RowElection {
     }
 
     /// Waits for the name's lease row through the acquisition engine, woken by a release
-    /// (`LISTEN`); for ever without a wait bound.
+    /// (`LISTEN`), for as long as the handle set (for ever without a wait:
+    /// `Election::campaign`).
     async fn campaign(&self, id: &str, options: &LockOptions) -> Result<LockGuard> {
         self.client.check(&self.name, options)?;
         let options = options.clone().fencing(true).auto_extend(true);
         self.client.create_once(&self.table, CREATE_TERMS).await?;
         let campaign = Campaign { election: self, id };
-        let wait = options.wait_bound().or(Some(FOREVER));
-        crate::postgres::waiting::wait(&campaign, &options, wait).await
+        crate::postgres::waiting::wait(&campaign, &options, options.wait_bound()).await
     }
 
     async fn leader(&self) -> Result<Option<Leader>> {

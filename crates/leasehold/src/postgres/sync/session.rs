@@ -10,7 +10,7 @@ use super::advisory::{AdvisoryLock, Ask, count_sql, slots_held_sql};
 use crate::core::acquire::{self, Attempts};
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::LockGuard;
-use crate::core::options::{FOREVER, LockOptions};
+use crate::core::options::LockOptions;
 use crate::core::outcome::TryAcquire;
 use crate::core::sync::{Election, ElectionProvider, Leader, RwLock, Semaphore, impl_provider};
 use crate::core::token::LockToken;
@@ -404,10 +404,9 @@ impl PgElection {
         self.client.check_primitive(options, &[])?;
         let options = options.clone().fencing(true).auto_extend(true);
         self.ensure_terms().await?;
-        // A campaign without a wait bound waits for ever.
-        let wait = options.wait_bound().or(Some(FOREVER));
+        // The handle set the wait (for ever without one: `Election::campaign`).
         self.client
-            .advisory_wait(&self.name, Ask::Lead(id), &options, wait)
+            .advisory_wait(&self.name, Ask::Lead(id), &options, options.wait_bound())
             .await
     }
 
