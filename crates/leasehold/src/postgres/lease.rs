@@ -61,7 +61,7 @@ const INT8: Type = Type::INT8;
 
 use super::tls::{PgTls, PgTlsStream};
 use super::{pg_error, timeout_error, validate_pg_key};
-use crate::core::acquire::{Ask, Attempts, Wakeup, late};
+use crate::core::acquire::{Ask, Attempts, Grant, Wakeup, granted};
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::HeldLock;
 use crate::core::guard::{Lease, LockGuard, clock_drift};
@@ -389,58 +389,67 @@ impl PostgresLeaseClient {
         remaining: bool,
     ) -> Result<TryAcquire> {
         let conn = self.conn().await?;
-        let token = options.new_token();
-        let ttl = options.ttl();
-        let ttl_ms = ttl.as_millis() as i64;
+        let ttl_ms = options.ttl().as_millis() as i64;
         let min_hold_ms = options.min_hold_bound().map(|m| m.as_millis() as i64);
-        let started = Instant::now();
-        // Until the reply says what happened, the row may be ours: given back if we never learn.
-        let unknown = self.unknown_attempt(key, &token);
-        let row = self
-            .timed(
-                Operation::Acquire,
-                conn.query_typed_opt(
-                    ACQUIRE,
-                    &[
-                        (&key, TEXT),
-                        (&token.expose(), TEXT),
-                        (&ttl_ms, INT8),
-                        (&min_hold_ms, INT8),
-                    ],
-                ),
-            )
-            .await?;
-        unknown.disarm();
-        let Some(row) = row else {
-            if !remaining {
-                return Ok(TryAcquire::Busy { remaining: None });
-            }
-            let remaining = self
-                .timed(
-                    Operation::Acquire,
-                    conn.query_typed_opt(REMAINING, &[(&key, TEXT)]),
-                )
-                .await?
-                .and_then(|r| r.get::<_, Option<i64>>(0))
-                .map(|ms| Duration::from_millis(ms.max(0) as u64));
-            return Ok(TryAcquire::Busy { remaining });
-        };
-        let fence: i64 = row.try_get(0).map_err(unexpected(Operation::Acquire))?;
-        if late(key, started, ttl) {
-            let _ = self.give_back(key, &token).await;
-            return Err(Error::ExpiredOnArrival {
-                key: key.to_string(),
-                elapsed: started.elapsed(),
-                ttl,
-            });
-        }
-        let fencing = options.fencing_enabled().then_some(fence as u64);
-        let lease = Lease::new(key, token.clone(), fencing, started, ttl);
+        granted(
+            key,
+            options,
+            options.new_token(),
+            async |token| {
+                // Until the reply says what happened, the row may be ours: given back if we
+                // never learn.
+                let unknown = self.unknown_attempt(key, token);
+                let row = self
+                    .timed(
+                        Operation::Acquire,
+                        conn.query_typed_opt(
+                            ACQUIRE,
+                            &[
+                                (&key, TEXT),
+                                (&token.expose(), TEXT),
+                                (&ttl_ms, INT8),
+                                (&min_hold_ms, INT8),
+                            ],
+                        ),
+                    )
+                    .await?;
+                unknown.disarm();
+                let Some(row) = row else {
+                    if !remaining {
+                        return Ok(Grant::Busy { remaining: None });
+                    }
+                    let remaining = self
+                        .timed(
+                            Operation::Acquire,
+                            conn.query_typed_opt(REMAINING, &[(&key, TEXT)]),
+                        )
+                        .await?
+                        .and_then(|r| r.get::<_, Option<i64>>(0))
+                        .map(|ms| Duration::from_millis(ms.max(0) as u64));
+                    return Ok(Grant::Busy { remaining });
+                };
+                let fence: i64 = row.try_get(0).map_err(unexpected(Operation::Acquire))?;
+                Ok(Grant::Taken(fence))
+            },
+            async |token| {
+                let _ = self.give_back(key, token).await;
+            },
+            |token, fence, started| {
+                let fencing = options.fencing_enabled().then_some(fence as u64);
+                let lease = Lease::new(key, token, fencing, started, options.ttl());
+                self.guard(lease, options)
+            },
+        )
+        .await
+    }
+
+    /// The guard of a lease row, renewed if `options` say so.
+    pub(super) fn guard(&self, lease: Lease, options: &LockOptions) -> LockGuard {
         let held: Arc<dyn HeldLock> = Arc::new(LeaseRowHeld(self.clone()));
         if options.auto_extend_enabled() {
             crate::core::renew::keep_alive(held.clone(), lease.clone(), options);
         }
-        Ok(TryAcquire::Acquired(LockGuard::new(held, lease)))
+        LockGuard::new(held, lease)
     }
 
     /// Takes `key`, waiting until `options.wait_bound()`, through the acquisition engine
@@ -690,7 +699,7 @@ impl Drop for UnknownAttempt {
 
 /// A lock held as a lease row.
 #[derive(Debug)]
-pub(super) struct LeaseRowHeld(pub(super) PostgresLeaseClient);
+struct LeaseRowHeld(PostgresLeaseClient);
 
 impl HeldLock for LeaseRowHeld {
     fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {

@@ -9,7 +9,7 @@ use futures_util::future::BoxFuture;
 use tokio_postgres::types::{ToSql, Type};
 
 use super::is_create_race;
-use crate::core::acquire::{Ask, Attempts, Wakeup, late};
+use crate::core::acquire::{Ask, Attempts, Grant, Wakeup, granted, late};
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::{HeldLock, Lease, LockGuard, clock_drift};
 use crate::core::options::{LockOptions, ttl_millis};
@@ -18,7 +18,7 @@ use crate::core::sync::{
     Election, ElectionProvider, Leader, LeaderChanges, Semaphore, impl_provider,
 };
 use crate::core::token::LockToken;
-use crate::postgres::lease::{LeaseRowHeld, NameReleases, PostgresLeaseClient};
+use crate::postgres::lease::{NameReleases, PostgresLeaseClient};
 use crate::postgres::params::validate_pg_key;
 
 const TEXT: Type = Type::TEXT;
@@ -406,47 +406,48 @@ pub(crate) struct RowElection {
 }
 
 impl RowElection {
+    /// One campaign statement: the lease row and the term row (`options` renew it).
     async fn attempt(&self, id: &str, options: &LockOptions) -> Result<TryAcquire> {
-        let ttl = options.ttl();
-        let ttl_ms = ttl.as_millis() as i64;
-        let token = options.new_token();
-        let token_text = token.expose();
-        let started = Instant::now();
-        let unknown = self.client.unknown_attempt(&self.name, &token);
-        let row = self
-            .client
-            .row(
-                Operation::Acquire,
-                ELECT,
-                &[
-                    (&self.name, TEXT),
-                    (&token_text, TEXT),
-                    (&ttl_ms, INT8),
-                    (&id, TEXT),
-                ],
-            )
-            .await?;
-        unknown.disarm();
-        let bad = unexpected(Operation::Acquire);
-        let term: Option<i64> = row.try_get(0).map_err(&bad)?;
-        let remaining: Option<i64> = row.try_get(2).map_err(&bad)?;
-        let Some(term) = term else {
-            return Ok(TryAcquire::Busy {
-                remaining: millis(remaining),
-            });
-        };
-        if late(&self.name, started, ttl) {
-            let _ = self.client.give_back(&self.name, &token).await;
-            return Err(Error::ExpiredOnArrival {
-                key: self.name.clone(),
-                elapsed: started.elapsed(),
-                ttl,
-            });
-        }
-        let lease = Lease::new(&self.name, token, Some(term as u64), started, ttl);
-        let held: Arc<dyn HeldLock> = Arc::new(LeaseRowHeld(self.client.clone()));
-        crate::core::renew::keep_alive(held.clone(), lease.clone(), options);
-        Ok(TryAcquire::Acquired(LockGuard::new(held, lease)))
+        let ttl_ms = options.ttl().as_millis() as i64;
+        granted(
+            &self.name,
+            options,
+            options.new_token(),
+            async |token| {
+                let unknown = self.client.unknown_attempt(&self.name, token);
+                let row = self
+                    .client
+                    .row(
+                        Operation::Acquire,
+                        ELECT,
+                        &[
+                            (&self.name, TEXT),
+                            (&token.expose(), TEXT),
+                            (&ttl_ms, INT8),
+                            (&id, TEXT),
+                        ],
+                    )
+                    .await?;
+                unknown.disarm();
+                let bad = unexpected(Operation::Acquire);
+                let term: Option<i64> = row.try_get(0).map_err(&bad)?;
+                let remaining: Option<i64> = row.try_get(2).map_err(&bad)?;
+                Ok(match term {
+                    Some(term) => Grant::Taken(term as u64),
+                    None => Grant::Busy {
+                        remaining: millis(remaining),
+                    },
+                })
+            },
+            async |token| {
+                let _ = self.client.give_back(&self.name, token).await;
+            },
+            |token, term, started| {
+                let lease = Lease::new(&self.name, token, Some(term), started, options.ttl());
+                self.client.guard(lease, options)
+            },
+        )
+        .await
     }
 
     /// Waits for the name's lease row through the acquisition engine, woken by a release
