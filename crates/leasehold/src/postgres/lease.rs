@@ -42,7 +42,6 @@
 //! others, so release notifications may not arrive; waiters then retry after their backoff
 //! (never later than the holder's remaining lease), which is slower, never unsafe.
 
-use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -62,7 +61,7 @@ const INT8: Type = Type::INT8;
 
 use super::tls::{PgTls, PgTlsStream};
 use super::{pg_error, timeout_error, validate_pg_key};
-use crate::core::error::LossReason;
+use crate::core::acquire::{Ask, Attempts, Grant, Wakeup, granted};
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::HeldLock;
 use crate::core::guard::{Lease, LockGuard, clock_drift};
@@ -168,8 +167,6 @@ struct Inner {
     conn: tokio::sync::Mutex<Option<Arc<tokio_postgres::Client>>>,
     /// Released keys, from the LISTEN connection (opened by the first waiter).
     releases: Mutex<Option<broadcast::Sender<String>>>,
-    /// Auto-extended leases' stop signals, by (key, token).
-    renewing: Mutex<HashMap<(String, LockToken), tokio_util::sync::CancellationToken>>,
 }
 
 impl std::fmt::Debug for PostgresLeaseClient {
@@ -222,7 +219,6 @@ impl PostgresLeaseClient {
                 options,
                 conn: tokio::sync::Mutex::new(None),
                 releases: Mutex::new(None),
-                renewing: Mutex::new(HashMap::new()),
             }),
         };
         let conn = client.conn().await?;
@@ -337,6 +333,23 @@ impl PostgresLeaseClient {
         Ok(rx)
     }
 
+    /// The releases of `name` (`None` if the LISTEN connection could not be opened).
+    pub(super) async fn releases_of(&self, name: &str) -> Option<NameReleases> {
+        let released = self.releases().await.ok()?;
+        Some(NameReleases {
+            released,
+            name: name.to_string(),
+        })
+    }
+
+    /// [`Attempts::wakeups`] of a waiter for `name`: its releases, or (`None`) polling.
+    pub(super) fn wakeups<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Option<Box<dyn Wakeup>>> {
+        Box::pin(async move {
+            let releases = self.releases_of(name).await?;
+            Some(Box::new(releases) as Box<dyn Wakeup>)
+        })
+    }
+
     /// One attempt to take `key`: one statement.
     ///
     /// # Errors
@@ -344,7 +357,7 @@ impl PostgresLeaseClient {
     /// `replica_ack`; connection and server errors.
     pub async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
         self.check(key, options)?;
-        self.attempt(key, options).await
+        self.attempt(key, options, true).await
     }
 
     pub(super) fn check(&self, key: &str, options: &LockOptions) -> Result<()> {
@@ -367,116 +380,91 @@ impl PostgresLeaseClient {
         Ok(())
     }
 
-    async fn attempt(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
+    /// One acquiring statement; `remaining`: whether a busy answer looks up the holder's
+    /// remaining lease (a second statement).
+    async fn attempt(
+        &self,
+        key: &str,
+        options: &LockOptions,
+        remaining: bool,
+    ) -> Result<TryAcquire> {
         let conn = self.conn().await?;
-        let token = options.new_token();
-        let ttl = options.ttl();
-        let ttl_ms = ttl.as_millis() as i64;
+        let ttl_ms = options.ttl().as_millis() as i64;
         let min_hold_ms = options.min_hold_bound().map(|m| m.as_millis() as i64);
-        let started = Instant::now();
-        // Until the reply says what happened, the row may be ours: given back if we never learn.
-        let unknown = self.unknown_attempt(key, &token);
-        let row = self
-            .timed(
-                Operation::Acquire,
-                conn.query_typed_opt(
-                    ACQUIRE,
-                    &[
-                        (&key, TEXT),
-                        (&token.expose(), TEXT),
-                        (&ttl_ms, INT8),
-                        (&min_hold_ms, INT8),
-                    ],
-                ),
-            )
-            .await?;
-        unknown.disarm();
-        let Some(row) = row else {
-            let remaining = self
-                .timed(
-                    Operation::Acquire,
-                    conn.query_typed_opt(REMAINING, &[(&key, TEXT)]),
-                )
-                .await?
-                .and_then(|r| r.get::<_, Option<i64>>(0))
-                .map(|ms| Duration::from_millis(ms.max(0) as u64));
-            return Ok(TryAcquire::Busy { remaining });
-        };
-        let fence: i64 = row.try_get(0).map_err(unexpected(Operation::Acquire))?;
-        if started.elapsed() >= ttl.saturating_sub(clock_drift(ttl)) {
-            let _ = self.give_back(key, &token).await;
-            return Err(Error::ExpiredOnArrival {
-                key: key.to_string(),
-                elapsed: started.elapsed(),
-                ttl,
-            });
-        }
-        let fencing = options.fencing_enabled().then_some(fence as u64);
-        let lease = Lease::new(key, token.clone(), fencing, started, ttl);
-        if options.auto_extend_enabled() {
-            self.keep_alive(lease.clone(), options);
-        }
-        let held = Arc::new(LeaseRowHeld(self.clone()));
-        Ok(TryAcquire::Acquired(LockGuard::new(held, lease)))
+        granted(
+            key,
+            options,
+            options.new_token(),
+            async |token| {
+                // Until the reply says what happened, the row may be ours: given back if we
+                // never learn.
+                let unknown = self.unknown_attempt(key, token);
+                let row = self
+                    .timed(
+                        Operation::Acquire,
+                        conn.query_typed_opt(
+                            ACQUIRE,
+                            &[
+                                (&key, TEXT),
+                                (&token.expose(), TEXT),
+                                (&ttl_ms, INT8),
+                                (&min_hold_ms, INT8),
+                            ],
+                        ),
+                    )
+                    .await?;
+                unknown.disarm();
+                let Some(row) = row else {
+                    if !remaining {
+                        return Ok(Grant::Busy { remaining: None });
+                    }
+                    let remaining = self
+                        .timed(
+                            Operation::Acquire,
+                            conn.query_typed_opt(REMAINING, &[(&key, TEXT)]),
+                        )
+                        .await?
+                        .and_then(|r| r.get::<_, Option<i64>>(0))
+                        .map(|ms| Duration::from_millis(ms.max(0) as u64));
+                    return Ok(Grant::Busy { remaining });
+                };
+                let fence: i64 = row.try_get(0).map_err(unexpected(Operation::Acquire))?;
+                Ok(Grant::Taken(fence))
+            },
+            async |token| {
+                let _ = self.give_back(key, token).await;
+            },
+            |token, fence, started| {
+                let fencing = options.fencing_enabled().then_some(fence as u64);
+                let lease = Lease::new(key, token, fencing, started, options.ttl());
+                self.guard(lease, options)
+            },
+        )
+        .await
     }
 
-    /// Takes `key`, waiting until `options.wait_bound()`: between attempts it sleeps until the
-    /// key is released (`LISTEN`) or for the backoff delay, never past the holder's remaining
-    /// lease nor the deadline.
+    /// The guard of a lease row, renewed if `options` say so.
+    pub(super) fn guard(&self, lease: Lease, options: &LockOptions) -> LockGuard {
+        let held: Arc<dyn HeldLock> = Arc::new(LeaseRowHeld(self.clone()));
+        if options.auto_extend_enabled() {
+            crate::core::renew::keep_alive(held.clone(), lease.clone(), options);
+        }
+        LockGuard::new(held, lease)
+    }
+
+    /// Takes `key`, waiting until `options.wait_bound()`, through the acquisition engine
+    /// (`core::acquire`): between attempts it sleeps until the key is released (`LISTEN`,
+    /// subscribed once the key was found busy) or for the backoff delay, never past the
+    /// holder's remaining lease nor the deadline. A grant that came too late to be a lease is
+    /// given back and tried again after the backoff.
     ///
     /// # Errors
-    /// [`Error::NotAcquired`] at the deadline; as [`PostgresLeaseClient::try_acquire`].
+    /// [`Error::NotAcquired`] at the deadline (or [`Error::ExpiredOnArrival`] if the last
+    /// attempt was a grant given back); as [`PostgresLeaseClient::try_acquire`].
     pub async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
         self.check(key, options)?;
-        let begun = Instant::now();
-        let deadline = options.wait_bound().map(|w| begun + w);
-        // Subscribed before the first attempt, so a release right after it is not missed.
-        let mut released = match deadline {
-            Some(_) => Some(self.releases().await?),
-            None => None,
-        };
-        let mut attempts = 0u32;
-        loop {
-            attempts += 1;
-            let (remaining, failure) = match self.attempt(key, options).await {
-                Ok(TryAcquire::Acquired(guard)) => return Ok(guard),
-                Ok(TryAcquire::Busy { remaining }) => (remaining, None),
-                // Granted too late to be a lease and given back: tried again after the
-                // backoff, as a busy lock is; at the deadline, the reason.
-                Err(e @ Error::ExpiredOnArrival { .. }) => (None, Some(e)),
-                Err(e) => return Err(e),
-            };
-            let now = Instant::now();
-            let Some(deadline) = deadline.filter(|d| now < *d) else {
-                return Err(failure.unwrap_or_else(|| Error::NotAcquired {
-                    key: key.to_string(),
-                    waited: now - begun,
-                    attempts,
-                }));
-            };
-            let delay = options.backoff_policy().pause(attempts - 1, remaining);
-            let sleep = tokio::time::sleep(delay.min(deadline - now));
-            tokio::pin!(sleep);
-            let rx = released.as_mut().expect("subscribed when waiting");
-            if failure.is_some() {
-                // Not woken by the release of the grant given back: that would be a spin.
-                sleep.await;
-                continue;
-            }
-            loop {
-                tokio::select! {
-                    _ = &mut sleep => break,
-                    got = rx.recv() => match got {
-                        Ok(k) if k == key => break,
-                        Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                        Err(broadcast::error::RecvError::Closed) => {
-                            (&mut sleep).await;
-                            break;
-                        }
-                    },
-                }
-            }
-        }
+        let row = LeaseRow { client: self, key };
+        super::waiting::wait(&row, options, options.wait_bound()).await
     }
 
     /// Waits for `key`, runs `work`, releases whatever happens.
@@ -498,7 +486,6 @@ impl PostgresLeaseClient {
     /// [`Error::NotHeld`] if it does not (expired, released, or another token's).
     pub async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
         validate_pg_key(key)?;
-        self.stop_renewing(key, token);
         let conn = self.conn().await?;
         let rows = self
             .timed(
@@ -605,63 +592,73 @@ impl PostgresLeaseClient {
             .map_err(unexpected(Operation::RaiseFencingCounter))?;
         Ok(fence as u64)
     }
+}
 
-    fn stop_renewing(&self, key: &str, token: &LockToken) {
-        if let Some(stop) = self
-            .inner
-            .renewing
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&(key.to_string(), token.clone()))
-        {
-            stop.cancel();
-        }
+/// A lease row, as the acquisition engine drives it.
+struct LeaseRow<'a> {
+    client: &'a PostgresLeaseClient,
+    key: &'a str,
+}
+
+impl Attempts for LeaseRow<'_> {
+    fn name(&self) -> &str {
+        self.key
     }
 
-    /// Extends `lease` every renewal interval until it ends, is lost, or reaches `max_hold`.
-    pub(super) fn keep_alive(&self, lease: Lease, options: &LockOptions) {
-        let stop = tokio_util::sync::CancellationToken::new();
-        self.inner
-            .renewing
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(
-                (lease.key().to_string(), lease.token().clone()),
-                stop.clone(),
-            );
-        let client = Arc::downgrade(&self.inner);
-        let (every, ttl) = (options.renew_interval(), options.ttl());
-        let stop_at = options.max_hold_bound().map(|cap| Instant::now() + cap);
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep(every) => {}
-                }
-                let Some(inner) = client.upgrade() else {
-                    return;
-                };
-                let client = PostgresLeaseClient { inner };
-                if lease.is_ended() || stop_at.is_some_and(|s| Instant::now() >= s) {
-                    client.stop_renewing(lease.key(), lease.token());
-                    return;
-                }
-                // Recorded as sent first: only a success raises the validity (guard.rs).
-                let started = Instant::now();
-                let bound = started + ttl.saturating_sub(clock_drift(ttl));
-                let sent_extend = lease.extend_sent(started, bound);
-                match client.extend(lease.key(), lease.token(), ttl).await {
-                    Ok(()) => sent_extend.confirm(bound),
-                    Err(Error::NotHeld { .. }) => {
-                        lease.mark_lost(LossReason::NotHeld);
-                        client.stop_renewing(lease.key(), lease.token());
-                        return;
-                    }
-                    // Retried at the next tick; Lease::lost reports a validity that runs out.
-                    Err(e) => tracing::debug!(key = lease.key(), error = %e, "renewal failed"),
-                }
+    fn attempt<'b>(
+        &'b self,
+        options: &'b LockOptions,
+        ask: Ask,
+    ) -> BoxFuture<'b, Result<TryAcquire>> {
+        Box::pin(self.client.attempt(self.key, options, ask.remaining))
+    }
+
+    fn wakes(&self) -> bool {
+        true
+    }
+
+    fn wakeups(&self) -> BoxFuture<'_, Option<Box<dyn Wakeup>>> {
+        self.client.wakeups(self.key)
+    }
+}
+
+/// The releases of one name on the lease rows' channel (`NOTIFY leasehold_release`): a waiter's
+/// wake-up, an election's announcements (a win is announced there too).
+pub(super) struct NameReleases {
+    released: broadcast::Receiver<String>,
+    name: String,
+}
+
+impl NameReleases {
+    /// Forgets what was received so far: only a release from now on counts.
+    pub(super) fn mark_seen(&mut self) {
+        while !matches!(
+            self.released.try_recv(),
+            Err(broadcast::error::TryRecvError::Empty | broadcast::error::TryRecvError::Closed)
+        ) {}
+    }
+
+    /// The next release of the name, or a lag (it may be among the messages missed). Never,
+    /// once the listening connection ended: the waiter's backoff (the watch's poll) takes over.
+    pub(super) async fn next(&mut self) {
+        loop {
+            match self.released.recv().await {
+                Ok(k) if k == self.name => return,
+                Err(broadcast::error::RecvError::Lagged(_)) => return,
+                Ok(_) => {}
+                Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
             }
-        });
+        }
+    }
+}
+
+impl Wakeup for NameReleases {
+    fn mark_seen(&mut self) {
+        NameReleases::mark_seen(self);
+    }
+
+    fn released(&mut self) -> BoxFuture<'_, ()> {
+        Box::pin(self.next())
     }
 }
 
@@ -702,7 +699,7 @@ impl Drop for UnknownAttempt {
 
 /// A lock held as a lease row.
 #[derive(Debug)]
-pub(super) struct LeaseRowHeld(pub(super) PostgresLeaseClient);
+struct LeaseRowHeld(PostgresLeaseClient);
 
 impl HeldLock for LeaseRowHeld {
     fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {

@@ -138,6 +138,7 @@ mod sync;
 mod table;
 mod tls;
 mod url;
+mod waiting;
 
 #[cfg(test)]
 mod tests;

@@ -3,13 +3,16 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::future::BoxFuture;
 use tokio_postgres::types::Type;
 
 use super::client::{PgHeld, PostgresClient, Session};
 use super::lifetime::silence_in;
 use super::params::{millis_text, validate_pg_key};
 use super::sql::{INSPECT, RAISE, UNLOCK};
-use super::sync::acquiring_reply;
+use super::sync::{AdvisoryAsk, acquiring_reply};
+use super::waiting::granted_or_busy;
+use crate::core::acquire::{Ask, Attempts};
 use crate::core::backend::not_held_here;
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::{Lease, LockGuard};
@@ -27,54 +30,30 @@ impl PostgresClient {
     /// server errors.
     pub async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
         self.check(key, options)?;
-        match self.attempt(key, options, None).await? {
-            Some(guard) => Ok(TryAcquire::Acquired(guard)),
-            None => Ok(TryAcquire::Busy { remaining: None }),
-        }
+        Ok(granted_or_busy(self.attempt(key, options, None).await?))
     }
 
     /// Takes `key`, waiting in the server's lock queue until `options.wait_bound()` (one
-    /// attempt if none was set). Waiters are granted the lock by the server when it is
-    /// released: no polling, no thundering herd.
+    /// attempt if none was set), through the acquisition engine (`core::acquire`). Waiters are
+    /// granted the lock by the server when it is released: no polling, no thundering herd.
+    ///
+    /// A session that died under us (a server restart, a dropped connection) is ridden out
+    /// while the deadline allows: the attempt's session was closed, which frees anything it was
+    /// granted, and a new session tries again after the backoff. So is a grant that came too
+    /// late to be a lease and was given back.
     ///
     /// # Errors
-    /// [`Error::NotAcquired`] when the lock stayed busy until the deadline; as
+    /// [`Error::NotAcquired`] when the lock stayed busy until the deadline; at the deadline, the
+    /// last attempt's [`Error::Connection`] or [`Error::ExpiredOnArrival`]; as
     /// [`PostgresClient::try_acquire`] otherwise.
     pub async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
         self.check(key, options)?;
-        let begun = Instant::now();
-        let deadline = options.wait_bound().map(|w| begun + w);
-        let mut attempts = 0;
-        loop {
-            attempts += 1;
-            let wait = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            match self.attempt(key, options, wait).await {
-                Ok(Some(guard)) => return Ok(guard),
-                Ok(None) => {
-                    return Err(Error::NotAcquired {
-                        key: key.to_string(),
-                        waited: begun.elapsed(),
-                        attempts,
-                    });
-                }
-                // A session that died under us (a server restart, a dropped connection): the
-                // attempt's session was closed, which frees anything it was granted, so a new
-                // session may try again while the deadline allows. A grant that came too late
-                // to be a lease was given back: the same, after the same backoff.
-                Err(e @ (Error::Connection { .. } | Error::ExpiredOnArrival { .. })) => {
-                    let Some(deadline) = deadline.filter(|d| Instant::now() < *d) else {
-                        return Err(e);
-                    };
-                    tracing::debug!(key, error = %e, "PostgreSQL attempt failed while waiting; retrying");
-                    let delay = options.backoff_policy().delay(attempts - 1);
-                    tokio::time::sleep(
-                        delay.min(deadline.saturating_duration_since(Instant::now())),
-                    )
-                    .await;
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        let lock = SessionWait {
+            client: self,
+            name: key,
+            advisory: None,
+        };
+        super::waiting::wait(&lock, options, options.wait_bound()).await
     }
 
     /// Waits for `key`, runs `work`, and releases whatever happens (see
@@ -170,9 +149,9 @@ impl PostgresClient {
         let session = cleanup.disarm();
         let held = PgHeld::new(self.clone(), key, &token, session, silence);
         // A grant that came too late even for the extend on its session is given back; the
-        // caller's loop retries after its backoff while its deadline allows (a call to itself
-        // here nested one more future per grant: with a TTL that always expires on arrival, a
-        // stack overflow).
+        // engine retries after its backoff while the deadline allows (a call to itself here
+        // nested one more future per grant: with a TTL that always expires on arrival, a stack
+        // overflow).
         let valid_until = held.validity_of_grant(started, ttl, silence).await?;
         let fencing = options.fencing_enabled().then_some(fence as u64);
         let lease = Lease::until(key, token.clone(), fencing, valid_until);
@@ -291,6 +270,48 @@ impl PostgresClient {
             detail: e.to_string(),
         })?;
         Ok(fence as u64)
+    }
+}
+
+/// A session lock, or another advisory lock on a session of its own (a reader's, a writer's, a
+/// leader's), as the acquisition engine drives it: each attempt waits in the server's lock queue
+/// (`lock_timeout`) for the time left, so waiters are granted in the server's arrival order.
+pub(super) struct SessionWait<'a> {
+    pub(super) client: &'a PostgresClient,
+    pub(super) name: &'a str,
+    /// `None`: the plain lock.
+    pub(super) advisory: Option<AdvisoryAsk<'a>>,
+}
+
+impl Attempts for SessionWait<'_> {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    /// One acquisition on a session of its own, waiting in the server's queue up to
+    /// `ask.wait` (at most PostgreSQL's longest `lock_timeout`, 24.8 days); the wait running
+    /// out is busy, and the engine asks again while its deadline allows.
+    fn attempt<'b>(
+        &'b self,
+        options: &'b LockOptions,
+        ask: Ask,
+    ) -> BoxFuture<'b, Result<TryAcquire>> {
+        Box::pin(async move {
+            let guard = match self.advisory {
+                None => self.client.attempt(self.name, options, ask.wait).await?,
+                Some(advisory) => {
+                    self.client
+                        .advisory_attempt(self.name, advisory, options, ask.wait)
+                        .await?
+                }
+            };
+            Ok(granted_or_busy(guard))
+        })
+    }
+
+    /// A session that died: it was closed, which ended anything it was granted.
+    fn retries(&self, e: &Error) -> bool {
+        matches!(e, Error::Connection { .. })
     }
 }
 

@@ -18,7 +18,7 @@ use crate::postgres::client::{PgHeld, PostgresClient, Session};
 use crate::postgres::error::{pg_error, timeout_error};
 use crate::postgres::lifetime::silence_in;
 use crate::postgres::params::millis_text;
-use crate::postgres::session::AbandonedSession;
+use crate::postgres::session::{AbandonedSession, SessionWait};
 use crate::postgres::sql::SILENCE;
 
 /// The advisory key of `$1`'s lock number `seed` (an SQL expression): seed 0 is the plain
@@ -181,7 +181,7 @@ impl PostgresClient {
 
 /// What an attempt asks for.
 #[derive(Debug, Clone, Copy)]
-pub(super) enum Ask<'a> {
+pub(in crate::postgres) enum Ask<'a> {
     /// A reader's shared lock on the name's key.
     Read,
     /// A writer's exclusive lock on the name's key, with the next fencing number.
@@ -310,7 +310,7 @@ pub(super) fn slots_held_sql() -> String {
 impl PostgresClient {
     /// One acquisition of `ask` on a session of its own; `wait`: block in the server's queue
     /// up to that long. `Ok(None)`: busy (or the wait ran out).
-    pub(super) async fn advisory_attempt(
+    pub(in crate::postgres) async fn advisory_attempt(
         &self,
         name: &str,
         ask: Ask<'_>,
@@ -367,8 +367,7 @@ impl PostgresClient {
             seed,
             shared: matches!(ask, Ask::Read),
         });
-        // Granted too late even for the extend on its session: given back (the caller's loop
-        // retries).
+        // Granted too late even for the extend on its session: given back (the engine retries).
         let valid_until = held.validity_of_grant(started, ttl, silence).await?;
         let fencing = fence
             .filter(|_| options.fencing_enabled())
@@ -396,52 +395,23 @@ impl PostgresClient {
         }
     }
 
-    /// Waits in the server's queue for `ask` (a read, write or lead) until `deadline` (for
-    /// ever with `None` and `forever`, else one attempt), as the plain lock waits: a session
-    /// that dies under us, or a grant that came too late, is tried again after the backoff.
+    /// Waits in the server's queue for `ask` (a read, write or lead) up to `wait` (`None`:
+    /// one attempt; `FOREVER`: for ever), through the acquisition engine, as the plain lock
+    /// waits ([`PostgresClient::acquire`]): a session that dies under us, or a grant that came
+    /// too late, is tried again after the backoff.
     pub(super) async fn advisory_wait(
         &self,
         name: &str,
         ask: Ask<'_>,
         options: &LockOptions,
-        forever: bool,
+        wait: Option<Duration>,
     ) -> Result<LockGuard> {
-        let begun = Instant::now();
-        let deadline = options.wait_bound().map(|w| begun + w);
-        let mut attempts = 0;
-        loop {
-            attempts += 1;
-            let wait = match deadline {
-                Some(d) => Some(d.saturating_duration_since(Instant::now())),
-                // PostgreSQL's longest lock_timeout; the loop asks again after it.
-                None if forever => Some(Duration::from_millis(i32::MAX as u64)),
-                None => None,
-            };
-            match self.advisory_attempt(name, ask, options, wait).await {
-                Ok(Some(guard)) => return Ok(guard),
-                // A wait longer than the longest lock_timeout: asked again until the deadline.
-                Ok(None) if deadline.map_or(forever, |d| Instant::now() < d) => {}
-                Ok(None) => {
-                    return Err(Error::NotAcquired {
-                        key: name.to_string(),
-                        waited: begun.elapsed(),
-                        attempts,
-                    });
-                }
-                Err(e @ (Error::Connection { .. } | Error::ExpiredOnArrival { .. })) => {
-                    let left = match deadline {
-                        Some(d) if Instant::now() >= d => return Err(e),
-                        Some(d) => d.saturating_duration_since(Instant::now()),
-                        None if forever => Duration::MAX,
-                        None => return Err(e),
-                    };
-                    tracing::debug!(name, error = %e, "PostgreSQL attempt failed while waiting; retrying");
-                    let delay = options.backoff_policy().delay(attempts - 1);
-                    tokio::time::sleep(delay.min(left)).await;
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        let lock = SessionWait {
+            client: self,
+            name,
+            advisory: Some(ask),
+        };
+        crate::postgres::waiting::wait(&lock, options, wait).await
     }
 
     /// The lock `token` holds on `name` through this client, if it is one `is_role` accepts;

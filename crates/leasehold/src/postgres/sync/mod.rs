@@ -83,7 +83,7 @@ mod advisory;
 mod rows;
 mod session;
 
-pub(super) use advisory::{AdvisoryLock, acquiring_reply};
+pub(super) use advisory::{AdvisoryLock, Ask as AdvisoryAsk, acquiring_reply};
 
 #[cfg(doc)]
 use crate::core::error::Error;

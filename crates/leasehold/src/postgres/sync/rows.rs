@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
-use tokio::sync::broadcast;
 use tokio_postgres::types::{ToSql, Type};
 
 use super::is_create_race;
+use crate::core::acquire::{Ask, Attempts, Grant, Wakeup, granted, late};
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::{HeldLock, Lease, LockGuard, clock_drift};
 use crate::core::options::{LockOptions, ttl_millis};
@@ -18,7 +18,7 @@ use crate::core::sync::{
     Election, ElectionProvider, Leader, LeaderChanges, Semaphore, impl_provider,
 };
 use crate::core::token::LockToken;
-use crate::postgres::lease::{LeaseRowHeld, PostgresLeaseClient};
+use crate::postgres::lease::{NameReleases, PostgresLeaseClient};
 use crate::postgres::params::validate_pg_key;
 
 const TEXT: Type = Type::TEXT;
@@ -185,92 +185,6 @@ impl PostgresLeaseClient {
         let conn = self.conn().await?;
         self.timed(op, conn.query_typed_one(sql, params)).await
     }
-
-    /// Sleeps `pause` (capped by `deadline`), woken early when `name` is released.
-    async fn pause_for_release(
-        released: &mut broadcast::Receiver<String>,
-        name: &str,
-        pause: Duration,
-    ) {
-        let sleep = tokio::time::sleep(pause);
-        tokio::pin!(sleep);
-        loop {
-            tokio::select! {
-                _ = &mut sleep => return,
-                got = released.recv() => match got {
-                    Ok(k) if k == name => return,
-                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
-                    Err(broadcast::error::RecvError::Closed) => {
-                        (&mut sleep).await;
-                        return;
-                    }
-                },
-            }
-        }
-    }
-}
-
-/// What one attempt got.
-enum Attempt {
-    Acquired(LockGuard),
-    Busy { remaining: Option<Duration> },
-}
-
-/// Waits as a lease row waits: an attempt, then (until the deadline) a pause that a release
-/// of `name` ends early (`LISTEN`), never longer than the backoff or the holder's remaining
-/// lease; a grant given back because it came too late is retried after the backoff only.
-async fn wait_for<F, Fut>(
-    client: &PostgresLeaseClient,
-    name: &str,
-    options: &LockOptions,
-    forever: bool,
-    mut attempt: F,
-) -> Result<LockGuard>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<Attempt>>,
-{
-    let begun = Instant::now();
-    let deadline = options.wait_bound().map(|w| begun + w);
-    // Subscribed before the first attempt, so a release right after it is not missed.
-    let mut released = if deadline.is_some() || forever {
-        Some(client.releases().await?)
-    } else {
-        None
-    };
-    let mut attempts = 0u32;
-    loop {
-        attempts += 1;
-        let (remaining, failure) = match attempt().await {
-            Ok(Attempt::Acquired(guard)) => return Ok(guard),
-            Ok(Attempt::Busy { remaining }) => (remaining, None),
-            Err(e @ Error::ExpiredOnArrival { .. }) => (None, Some(e)),
-            Err(e) => return Err(e),
-        };
-        let now = Instant::now();
-        let left = match deadline {
-            Some(d) if now < d => d - now,
-            None if forever => Duration::MAX,
-            _ => {
-                return Err(failure.unwrap_or_else(|| Error::NotAcquired {
-                    key: name.to_string(),
-                    waited: now - begun,
-                    attempts,
-                }));
-            }
-        };
-        let pause = options
-            .backoff_policy()
-            .pause(attempts - 1, remaining)
-            .min(left);
-        match released.as_mut() {
-            // Not woken by the release of the grant given back: that would be a spin.
-            Some(rx) if failure.is_none() => {
-                PostgresLeaseClient::pause_for_release(rx, name, pause).await;
-            }
-            _ => tokio::time::sleep(pause).await,
-        }
-    }
 }
 
 /// A semaphore as slot rows (see the module docs).
@@ -309,7 +223,7 @@ impl RowSemaphore {
 
     /// One attempt; a slot that looked free but was taken meanwhile by another attempt is
     /// followed by another look, so a free permit is not reported busy.
-    async fn attempt(&self, options: &LockOptions) -> Result<Attempt> {
+    async fn attempt(&self, options: &LockOptions) -> Result<TryAcquire> {
         let s = &self.0;
         s.client.create_once(&s.table, CREATE_PERMITS).await?;
         let ttl = options.ttl();
@@ -347,7 +261,7 @@ impl RowSemaphore {
                 });
             }
             if slot.is_some() {
-                if started.elapsed() >= ttl.saturating_sub(clock_drift(ttl)) {
+                if late(&s.name, started, ttl) {
                     let _ = self.release(&token).await;
                     return Err(Error::ExpiredOnArrival {
                         key: s.name.clone(),
@@ -360,31 +274,26 @@ impl RowSemaphore {
                 if options.auto_extend_enabled() {
                     crate::core::renew::keep_alive(held.clone(), lease.clone(), options);
                 }
-                return Ok(Attempt::Acquired(LockGuard::new(held, lease)));
+                return Ok(TryAcquire::Acquired(LockGuard::new(held, lease)));
             }
             if !looked_free {
-                return Ok(Attempt::Busy {
+                return Ok(TryAcquire::Busy {
                     remaining: millis(remaining),
                 });
             }
         }
-        Ok(Attempt::Busy { remaining: None })
+        Ok(TryAcquire::Busy { remaining: None })
     }
 
     async fn try_acquire(&self, options: &LockOptions) -> Result<TryAcquire> {
         self.check(options)?;
-        Ok(match self.attempt(options).await? {
-            Attempt::Acquired(guard) => TryAcquire::Acquired(guard),
-            Attempt::Busy { remaining } => TryAcquire::Busy { remaining },
-        })
+        self.attempt(options).await
     }
 
+    /// Waits for a permit through the acquisition engine, woken by a release of one (`LISTEN`).
     async fn acquire(&self, options: &LockOptions) -> Result<LockGuard> {
         self.check(options)?;
-        wait_for(&self.0.client, &self.0.name, options, false, || {
-            self.attempt(options)
-        })
-        .await
+        crate::postgres::waiting::wait(self, options, options.wait_bound()).await
     }
 
     async fn release(&self, token: &LockToken) -> Result<()> {
@@ -441,6 +350,29 @@ impl RowSemaphore {
     }
 }
 
+/// A waiter for a permit, as the acquisition engine drives it.
+impl Attempts for RowSemaphore {
+    fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    fn attempt<'a>(
+        &'a self,
+        options: &'a LockOptions,
+        _: Ask,
+    ) -> BoxFuture<'a, Result<TryAcquire>> {
+        Box::pin(RowSemaphore::attempt(self, options))
+    }
+
+    fn wakes(&self) -> bool {
+        true
+    }
+
+    fn wakeups(&self) -> BoxFuture<'_, Option<Box<dyn Wakeup>>> {
+        self.0.client.wakeups(&self.0.name)
+    }
+}
+
 /// A held permit, as its guard sees it.
 impl HeldLock for RowSemaphore {
     fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
@@ -474,57 +406,59 @@ pub(crate) struct RowElection {
 }
 
 impl RowElection {
-    async fn attempt(&self, id: &str, options: &LockOptions) -> Result<Attempt> {
-        let ttl = options.ttl();
-        let ttl_ms = ttl.as_millis() as i64;
-        let token = options.new_token();
-        let token_text = token.expose();
-        let started = Instant::now();
-        let unknown = self.client.unknown_attempt(&self.name, &token);
-        let row = self
-            .client
-            .row(
-                Operation::Acquire,
-                ELECT,
-                &[
-                    (&self.name, TEXT),
-                    (&token_text, TEXT),
-                    (&ttl_ms, INT8),
-                    (&id, TEXT),
-                ],
-            )
-            .await?;
-        unknown.disarm();
-        let bad = unexpected(Operation::Acquire);
-        let term: Option<i64> = row.try_get(0).map_err(&bad)?;
-        let remaining: Option<i64> = row.try_get(2).map_err(&bad)?;
-        let Some(term) = term else {
-            return Ok(Attempt::Busy {
-                remaining: millis(remaining),
-            });
-        };
-        if started.elapsed() >= ttl.saturating_sub(clock_drift(ttl)) {
-            let _ = self.client.give_back(&self.name, &token).await;
-            return Err(Error::ExpiredOnArrival {
-                key: self.name.clone(),
-                elapsed: started.elapsed(),
-                ttl,
-            });
-        }
-        let lease = Lease::new(&self.name, token, Some(term as u64), started, ttl);
-        self.client.keep_alive(lease.clone(), options);
-        let held = Arc::new(LeaseRowHeld(self.client.clone()));
-        Ok(Attempt::Acquired(LockGuard::new(held, lease)))
+    /// One campaign statement: the lease row and the term row (`options` renew it).
+    async fn attempt(&self, id: &str, options: &LockOptions) -> Result<TryAcquire> {
+        let ttl_ms = options.ttl().as_millis() as i64;
+        granted(
+            &self.name,
+            options,
+            options.new_token(),
+            async |token| {
+                let unknown = self.client.unknown_attempt(&self.name, token);
+                let row = self
+                    .client
+                    .row(
+                        Operation::Acquire,
+                        ELECT,
+                        &[
+                            (&self.name, TEXT),
+                            (&token.expose(), TEXT),
+                            (&ttl_ms, INT8),
+                            (&id, TEXT),
+                        ],
+                    )
+                    .await?;
+                unknown.disarm();
+                let bad = unexpected(Operation::Acquire);
+                let term: Option<i64> = row.try_get(0).map_err(&bad)?;
+                let remaining: Option<i64> = row.try_get(2).map_err(&bad)?;
+                Ok(match term {
+                    Some(term) => Grant::Taken(term as u64),
+                    None => Grant::Busy {
+                        remaining: millis(remaining),
+                    },
+                })
+            },
+            async |token| {
+                let _ = self.client.give_back(&self.name, token).await;
+            },
+            |token, term, started| {
+                let lease = Lease::new(&self.name, token, Some(term), started, options.ttl());
+                self.client.guard(lease, options)
+            },
+        )
+        .await
     }
 
+    /// Waits for the name's lease row through the acquisition engine, woken by a release
+    /// (`LISTEN`), for as long as the handle set (for ever without a wait:
+    /// `Election::campaign`).
     async fn campaign(&self, id: &str, options: &LockOptions) -> Result<LockGuard> {
         self.client.check(&self.name, options)?;
         let options = options.clone().fencing(true).auto_extend(true);
         self.client.create_once(&self.table, CREATE_TERMS).await?;
-        wait_for(&self.client, &self.name, &options, true, || {
-            self.attempt(id, &options)
-        })
-        .await
+        let campaign = Campaign { election: self, id };
+        crate::postgres::waiting::wait(&campaign, &options, options.wait_bound()).await
     }
 
     async fn leader(&self) -> Result<Option<Leader>> {
@@ -558,6 +492,34 @@ impl RowElection {
     }
 }
 
+/// A candidate of a [`RowElection`], as the acquisition engine drives it.
+struct Campaign<'a> {
+    election: &'a RowElection,
+    id: &'a str,
+}
+
+impl Attempts for Campaign<'_> {
+    fn name(&self) -> &str {
+        &self.election.name
+    }
+
+    fn attempt<'a>(
+        &'a self,
+        options: &'a LockOptions,
+        _: Ask,
+    ) -> BoxFuture<'a, Result<TryAcquire>> {
+        Box::pin(self.election.attempt(self.id, options))
+    }
+
+    fn wakes(&self) -> bool {
+        true
+    }
+
+    fn wakeups(&self) -> BoxFuture<'_, Option<Box<dyn Wakeup>>> {
+        self.election.client.wakeups(&self.election.name)
+    }
+}
+
 impl ElectionProvider for RowElection {
     fn campaign<'a>(
         &'a self,
@@ -575,42 +537,20 @@ impl ElectionProvider for RowElection {
     /// a transaction pooler announcements may be lost, and the watch polls).
     fn changes<'a>(&'a self) -> BoxFuture<'a, Option<Box<dyn LeaderChanges>>> {
         Box::pin(async move {
-            let released = self.client.releases().await.ok()?;
-            Some(Box::new(Announcements {
-                released,
-                name: self.name.clone(),
-            }) as Box<dyn LeaderChanges>)
+            let announcements = self.client.releases_of(&self.name).await?;
+            Some(Box::new(announcements) as Box<dyn LeaderChanges>)
         })
     }
 }
 
-/// The lease rows' announcements of one name.
-struct Announcements {
-    released: broadcast::Receiver<String>,
-    name: String,
-}
-
-impl LeaderChanges for Announcements {
+/// The announcements of one election: its name's releases and wins.
+impl LeaderChanges for NameReleases {
     fn mark_seen(&mut self) {
-        while !matches!(
-            self.released.try_recv(),
-            Err(broadcast::error::TryRecvError::Empty | broadcast::error::TryRecvError::Closed)
-        ) {}
+        NameReleases::mark_seen(self);
     }
 
     fn changed(&mut self) -> BoxFuture<'_, ()> {
-        Box::pin(async move {
-            loop {
-                match self.released.recv().await {
-                    // Lagged: ours may be among the announcements missed.
-                    Ok(k) if k == self.name => return,
-                    Err(broadcast::error::RecvError::Lagged(_)) => return,
-                    Ok(_) => {}
-                    // The listening connection ended: the watch's poll takes over.
-                    Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
-                }
-            }
-        })
+        Box::pin(self.next())
     }
 }
 

@@ -1,11 +1,13 @@
 //! The primitives on session advisory locks ([`PostgresClient`]): semaphore, read-write lock,
 //! election. See the module docs of `sync` for the protocols and their guarantees.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 
 use super::advisory::{AdvisoryLock, Ask, count_sql, slots_held_sql};
+use crate::core::acquire::{self, Attempts};
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::LockGuard;
 use crate::core::options::LockOptions;
@@ -14,6 +16,7 @@ use crate::core::sync::{Election, ElectionProvider, Leader, RwLock, Semaphore, i
 use crate::core::token::LockToken;
 use crate::postgres::client::PostgresClient;
 use crate::postgres::params::validate_pg_key;
+use crate::postgres::waiting::granted_or_busy;
 
 impl PostgresClient {
     /// A semaphore of `permits` permits on `name` (no round trip): `permits` advisory locks,
@@ -116,63 +119,23 @@ impl PgSemaphore {
 
     async fn try_acquire(&self, options: &LockOptions) -> Result<TryAcquire> {
         self.check(options)?;
-        let ask = Ask::AnySlot(self.permits);
-        match self
+        let scan = self
             .client
-            .advisory_attempt(&self.name, ask, options, None)
-            .await?
-        {
-            Some(guard) => Ok(TryAcquire::Acquired(guard)),
-            None => Ok(TryAcquire::Busy { remaining: None }),
-        }
+            .advisory_attempt(&self.name, Ask::AnySlot(self.permits), options, None)
+            .await?;
+        Ok(granted_or_busy(scan))
     }
 
     /// Tries every slot; while all are held, waits in one slot's queue (a different slot each
-    /// round) for a backoff delay, then tries every slot again.
+    /// round) for a backoff delay, then tries every slot again: [`SlotScan`], through the
+    /// acquisition engine.
     async fn acquire(&self, options: &LockOptions) -> Result<LockGuard> {
         self.check(options)?;
-        let begun = std::time::Instant::now();
-        let deadline = options.wait_bound().map(|w| begun + w);
-        let mut attempts: u32 = 0;
-        loop {
-            attempts += 1;
-            let scan = self
-                .client
-                .advisory_attempt(&self.name, Ask::AnySlot(self.permits), options, None)
-                .await;
-            let failure = match scan {
-                Ok(Some(guard)) => return Ok(guard),
-                Ok(None) => None,
-                Err(e @ (Error::Connection { .. } | Error::ExpiredOnArrival { .. })) => Some(e),
-                Err(e) => return Err(e),
-            };
-            let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
-            let Some(left) = left.filter(|l| !l.is_zero()) else {
-                return Err(failure.unwrap_or_else(|| Error::NotAcquired {
-                    key: self.name.clone(),
-                    waited: begun.elapsed(),
-                    attempts,
-                }));
-            };
-            let slice = options.backoff_policy().delay(attempts - 1).min(left);
-            if failure.is_some() {
-                tokio::time::sleep(slice).await;
-                continue;
-            }
-            let slot = Ask::Slot((attempts - 1) % self.permits + 1);
-            match self
-                .client
-                .advisory_attempt(&self.name, slot, options, Some(slice))
-                .await
-            {
-                Ok(Some(guard)) => return Ok(guard),
-                Ok(None) => {}
-                Err(e @ (Error::Connection { .. } | Error::ExpiredOnArrival { .. })) => {
-                    tracing::debug!(name = %self.name, error = %e, "waiting for a slot failed; retrying");
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        let scan = SlotScan {
+            semaphore: self,
+            rounds: AtomicU32::new(0),
+        };
+        crate::postgres::waiting::wait(&scan, options, options.wait_bound()).await
     }
 
     async fn release(&self, token: &LockToken) -> Result<()> {
@@ -198,6 +161,67 @@ impl PgSemaphore {
             )
             .await?;
         count(&row)
+    }
+}
+
+/// A semaphore's waiter, as the acquisition engine drives it. Each attempt tries every slot
+/// once; while all are held and the caller waits, it then waits in one slot's server queue (a
+/// different slot each round, so a waiter is not stuck behind one long holder) for a backoff
+/// delay, never past the time left. Not fair: a permit freed in another slot meanwhile goes to
+/// whoever scans first.
+struct SlotScan<'a> {
+    semaphore: &'a PgSemaphore,
+    /// Attempts so far: the backoff's exponent, and which slot's queue is next.
+    rounds: AtomicU32,
+}
+
+impl Attempts for SlotScan<'_> {
+    fn name(&self) -> &str {
+        &self.semaphore.name
+    }
+
+    fn attempt<'b>(
+        &'b self,
+        options: &'b LockOptions,
+        ask: acquire::Ask,
+    ) -> BoxFuture<'b, Result<TryAcquire>> {
+        Box::pin(async move {
+            let s = self.semaphore;
+            let round = self.rounds.fetch_add(1, Ordering::Relaxed);
+            let scan = s
+                .client
+                .advisory_attempt(&s.name, Ask::AnySlot(s.permits), options, None)
+                .await?;
+            let Some(left) = ask.wait.filter(|_| scan.is_none()) else {
+                return Ok(granted_or_busy(scan));
+            };
+            let slice = options.backoff_policy().delay(round).min(left);
+            let slot = Ask::Slot(round % s.permits + 1);
+            // The backoff was spent in the slot's queue: a zero remaining lease makes the
+            // engine's pause before the next scan its shortest.
+            let waited = TryAcquire::Busy {
+                remaining: Some(Duration::ZERO),
+            };
+            match s
+                .client
+                .advisory_attempt(&s.name, slot, options, Some(slice))
+                .await
+            {
+                Ok(Some(guard)) => Ok(TryAcquire::Acquired(guard)),
+                Ok(None) => Ok(waited),
+                // The next scan, on a new session, tells.
+                Err(e @ (Error::Connection { .. } | Error::ExpiredOnArrival { .. })) => {
+                    tracing::debug!(name = %s.name, error = %e, "waiting for a slot failed; retrying");
+                    Ok(waited)
+                }
+                Err(e) => Err(e),
+            }
+        })
+    }
+
+    /// A session that died: it was closed, which ended anything it was granted.
+    fn retries(&self, e: &Error) -> bool {
+        matches!(e, Error::Connection { .. })
     }
 }
 
@@ -245,14 +269,11 @@ impl PgRwLock {
 
     async fn try_side(&self, ask: Ask<'_>, options: &LockOptions) -> Result<TryAcquire> {
         self.check(matches!(ask, Ask::Read), options)?;
-        match self
+        let guard = self
             .client
             .advisory_attempt(&self.name, ask, options, None)
-            .await?
-        {
-            Some(guard) => Ok(TryAcquire::Acquired(guard)),
-            None => Ok(TryAcquire::Busy { remaining: None }),
-        }
+            .await?;
+        Ok(granted_or_busy(guard))
     }
 
     async fn try_read(&self, options: &LockOptions) -> Result<TryAcquire> {
@@ -266,14 +287,14 @@ impl PgRwLock {
     async fn read(&self, options: &LockOptions) -> Result<LockGuard> {
         self.check(true, options)?;
         self.client
-            .advisory_wait(&self.name, Ask::Read, options, false)
+            .advisory_wait(&self.name, Ask::Read, options, options.wait_bound())
             .await
     }
 
     async fn write(&self, options: &LockOptions) -> Result<LockGuard> {
         self.check(false, options)?;
         self.client
-            .advisory_wait(&self.name, Ask::Write, options, false)
+            .advisory_wait(&self.name, Ask::Write, options, options.wait_bound())
             .await
     }
 
@@ -383,8 +404,9 @@ impl PgElection {
         self.client.check_primitive(options, &[])?;
         let options = options.clone().fencing(true).auto_extend(true);
         self.ensure_terms().await?;
+        // The handle set the wait (for ever without one: `Election::campaign`).
         self.client
-            .advisory_wait(&self.name, Ask::Lead(id), &options, true)
+            .advisory_wait(&self.name, Ask::Lead(id), &options, options.wait_bound())
             .await
     }
 
