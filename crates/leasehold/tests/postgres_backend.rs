@@ -1003,7 +1003,7 @@ async fn a_lease_row_extend_with_an_unknown_outcome_never_raises_validity() {
 // backoff, in a loop: the session lock's attempt used to call itself once per grant, nesting one
 // more future each time, with no pause (`leasehold run --ttl 1ms` over PostgreSQL aborted with a
 // stack overflow; that TTL is now refused: `conformance`); the lease-row lock gave up at the
-// first late grant. Now both wait until the deadline and end with the reason, after a number of
+// first late grant. Now both wait until the deadline and end NotAcquired, after a number of
 // round trips the backoff bounds (a twentieth of the backoff per reply: a spin makes about ten
 // times as many).
 #[tokio::test]
@@ -1053,8 +1053,10 @@ async fn grants_that_expire_on_arrival_are_retried_with_backoff_until_the_deadli
             .unwrap_or_else(|_| panic!("{what}: hung"))
             .unwrap_err();
         let round_trips = link.requests() - before;
+        // As on every backend (the acquisition engine's rule): NotAcquired at the deadline,
+        // counting the attempts, which did retry.
         assert!(
-            matches!(err, Error::ExpiredOnArrival { .. }),
+            matches!(err, Error::NotAcquired { attempts, .. } if attempts >= 2),
             "{what}: {err:?}"
         );
         assert!(

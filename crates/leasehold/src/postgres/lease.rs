@@ -464,7 +464,7 @@ impl PostgresLeaseClient {
     pub async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
         self.check(key, options)?;
         let row = LeaseRow { client: self, key };
-        super::waiting::wait(&row, options, options.wait_bound()).await
+        crate::core::acquire::wait(&row, options, options.wait_bound()).await
     }
 
     /// Waits for `key`, runs `work`, releases whatever happens.

@@ -138,7 +138,6 @@ mod sync;
 mod table;
 mod tls;
 mod url;
-mod waiting;
 
 #[cfg(test)]
 mod tests;

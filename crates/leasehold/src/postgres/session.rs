@@ -11,7 +11,6 @@ use super::lifetime::silence_in;
 use super::params::{millis_text, validate_pg_key};
 use super::sql::{INSPECT, RAISE, UNLOCK};
 use super::sync::{AdvisoryAsk, acquiring_reply};
-use super::waiting::granted_or_busy;
 use crate::core::acquire::{Ask, Attempts};
 use crate::core::backend::not_held_here;
 use crate::core::error::{Error, Operation, Result};
@@ -53,7 +52,7 @@ impl PostgresClient {
             name: key,
             advisory: None,
         };
-        super::waiting::wait(&lock, options, options.wait_bound()).await
+        crate::core::acquire::wait(&lock, options, options.wait_bound()).await
     }
 
     /// Waits for `key`, runs `work`, and releases whatever happens (see
@@ -343,3 +342,12 @@ impl Drop for AbandonedSession {
 }
 
 crate::core::backend::impl_lock_backend!(PostgresClient, Postgres, lock_table);
+
+/// An attempt's outcome as a lock: `None` (busy, or the wait in the server's queue ran out) is
+/// busy, with no remaining lease known.
+pub(super) fn granted_or_busy(guard: Option<LockGuard>) -> TryAcquire {
+    match guard {
+        Some(guard) => TryAcquire::Acquired(guard),
+        None => TryAcquire::Busy { remaining: None },
+    }
+}

@@ -411,7 +411,7 @@ impl PostgresClient {
             name,
             advisory: Some(ask),
         };
-        crate::postgres::waiting::wait(&lock, options, wait).await
+        crate::core::acquire::wait(&lock, options, wait).await
     }
 
     /// The lock `token` holds on `name` through this client, if it is one `is_role` accepts;

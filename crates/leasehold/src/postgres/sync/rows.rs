@@ -293,7 +293,7 @@ impl RowSemaphore {
     /// Waits for a permit through the acquisition engine, woken by a release of one (`LISTEN`).
     async fn acquire(&self, options: &LockOptions) -> Result<LockGuard> {
         self.check(options)?;
-        crate::postgres::waiting::wait(self, options, options.wait_bound()).await
+        crate::core::acquire::wait(self, options, options.wait_bound()).await
     }
 
     async fn release(&self, token: &LockToken) -> Result<()> {
@@ -458,7 +458,7 @@ impl RowElection {
         let options = options.clone().fencing(true).auto_extend(true);
         self.client.create_once(&self.table, CREATE_TERMS).await?;
         let campaign = Campaign { election: self, id };
-        crate::postgres::waiting::wait(&campaign, &options, options.wait_bound()).await
+        crate::core::acquire::wait(&campaign, &options, options.wait_bound()).await
     }
 
     async fn leader(&self) -> Result<Option<Leader>> {

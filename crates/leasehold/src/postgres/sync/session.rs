@@ -16,7 +16,7 @@ use crate::core::sync::{Election, ElectionProvider, Leader, RwLock, Semaphore, i
 use crate::core::token::LockToken;
 use crate::postgres::client::PostgresClient;
 use crate::postgres::params::validate_pg_key;
-use crate::postgres::waiting::granted_or_busy;
+use crate::postgres::session::granted_or_busy;
 
 impl PostgresClient {
     /// A semaphore of `permits` permits on `name` (no round trip): `permits` advisory locks,
@@ -135,7 +135,7 @@ impl PgSemaphore {
             semaphore: self,
             rounds: AtomicU32::new(0),
         };
-        crate::postgres::waiting::wait(&scan, options, options.wait_bound()).await
+        crate::core::acquire::wait(&scan, options, options.wait_bound()).await
     }
 
     async fn release(&self, token: &LockToken) -> Result<()> {
