@@ -203,7 +203,7 @@ def test_election_has_one_leader(locks: leasehold.Locker, key: str) -> None:
         assert leader is not None and leader.id == "py-a"
         assert term.fence is not None and leader.term == term.fence
         with pytest.raises(leasehold.NotAcquired):
-            locks.campaign(key, "py-b", ttl=2).acquire()
+            locks.campaign(key, "py-b", ttl=2, wait=0).acquire()
 
 
 def test_multi_lock_takes_all_or_none(locks: leasehold.Locker, key: str) -> None:

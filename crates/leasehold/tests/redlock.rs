@@ -410,15 +410,10 @@ leasehold_harness::server_test!(async fn an_extend_no_node_answered_in_time_neve
     let sent = Instant::now();
     let err = g.extend(Duration::from_secs(5)).await.unwrap_err();
     assert!(!matches!(err, Error::NotHeld { .. }), "{err:?}");
-    // Observed, not assumed by the time the call gave up: on a loaded machine the link may
-    // deliver the extend to a node only after the node timeout.
-    common::until("every node to apply the extend", || {
-        nodes.iter().all(|n| {
-            let pttl = common::pttl(n, key);
-            pttl > 0 && pttl <= 5_000
-        })
-    })
-    .await;
+    // Whether a node applied the extend is not asserted: the node timeout may drop a node's
+    // send before it is written (seen twice on a loaded machine, the node keeping the old TTL).
+    // Either way the outcome is unknown to the client, and the lease must not count on the old
+    // TTL: that is the claim, and it fails if the lease kept 60 s.
     assert!(
         g.valid_until() <= sent + Duration::from_secs(5),
         "the lease still counts on the old TTL: {:?} left",

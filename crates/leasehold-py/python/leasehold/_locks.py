@@ -505,17 +505,17 @@ class Locker:
         on_loss: str = "raise",
     ) -> LockRequest:
         """Leadership of election ``name`` as ``id``, kept (renewed) while held; the lease's
-        ``fence`` is the term. ``wait``: how long to campaign (``None``: one try)."""
+        ``fence`` is the term. ``wait``: how long to campaign (``None``: until it wins, as
+        in Rust and the CLI; ``0``: one try)."""
         if not isinstance(id, str):
             raise TypeError("id must be a str")
-        # One try without a wait, as for every request (the Rust API campaigns for ever).
         return self._request(
             "campaign",
             name,
             on_loss,
             id=id,
             ttl=ttl,
-            wait=0 if wait is None else wait,
+            wait=wait,
             auto_extend=True,
         )
 

@@ -66,11 +66,11 @@ pub(crate) trait Attempts: Sync {
 
     /// One attempt with a fresh token. A grant whose reply came after its lease's validity is
     /// given back (token-checked) and answered with [`Error::ExpiredOnArrival`].
-    fn attempt<'a>(
-        &'a self,
-        options: &'a LockOptions,
+    fn attempt(
+        &self,
+        options: &LockOptions,
         ask: Ask,
-    ) -> BoxFuture<'a, Result<TryAcquire>>;
+    ) -> impl Future<Output = Result<TryAcquire>> + Send;
 
     /// Whether this provider has a wake-up source ([`Attempts::wakeups`]); `false`, the
     /// default: the waiter polls with backoff, and asks for the holder's remaining lease from
@@ -81,8 +81,8 @@ pub(crate) trait Attempts: Sync {
 
     /// Subscribes to the wake-up source (`None` if that failed: the waiter then polls).
     /// Called only once the name was found busy, and only if [`Attempts::wakes`].
-    fn wakeups(&self) -> BoxFuture<'_, Option<Box<dyn Wakeup>>> {
-        Box::pin(async { None })
+    fn wakeups(&self) -> impl Future<Output = Option<Box<dyn Wakeup>>> + Send {
+        async { None }
     }
 
     /// Whether `e` is ridden out while the deadline allows (a topology in motion, a session
@@ -100,7 +100,7 @@ pub(crate) trait Attempts: Sync {
 /// [`Error::NotAcquired`] if it stayed busy (or every grant came too late) until the deadline,
 /// or at the one attempt; the last ridden-out failure if the last attempt failed with one; any
 /// other error of an attempt at once.
-pub(crate) async fn wait<A: Attempts + ?Sized>(
+pub(crate) async fn wait<A: Attempts>(
     attempts: &A,
     options: &LockOptions,
     wait: Option<Duration>,

@@ -85,7 +85,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use futures_util::future::BoxFuture;
 use nix::fcntl::Flock;
 
 use crate::core::acquire::{Ask, Attempts};
@@ -183,39 +182,33 @@ impl Attempts for FileAttempts<'_> {
     /// One attempt; a file found stale (deleted or replaced by an outsider) is opened again at
     /// once, up to three times. A waiter warns once when the busy record names a process that
     /// is gone.
-    fn attempt<'b>(
-        &'b self,
-        options: &'b LockOptions,
-        ask: Ask,
-    ) -> BoxFuture<'b, Result<TryAcquire>> {
-        Box::pin(async move {
-            let key = self.key;
-            for _ in 0..3 {
-                let file = self.file.lock().unwrap_or_else(|p| p.into_inner()).take();
-                let busy = match self.client.attempt(key, options, file).await? {
-                    Ok(guard) => return Ok(TryAcquire::Acquired(guard)),
-                    Err(busy) => busy,
-                };
-                if let Some(pid) = busy.gone
-                    && ask.wait.is_some()
-                    && !self.warned.swap(true, std::sync::atomic::Ordering::Relaxed)
-                {
-                    tracing::warn!(
-                        key,
-                        pid,
-                        "file lock held while the process that took it ({pid}) is gone: a \
-                         process it forked without exec holds the lock until it exits"
-                    );
-                }
-                if busy.file.is_some() {
-                    *self.file.lock().unwrap_or_else(|p| p.into_inner()) = busy.file;
-                    return Ok(TryAcquire::Busy {
-                        remaining: busy.remaining,
-                    });
-                }
+    async fn attempt(&self, options: &LockOptions, ask: Ask) -> Result<TryAcquire> {
+        let key = self.key;
+        for _ in 0..3 {
+            let file = self.file.lock().unwrap_or_else(|p| p.into_inner()).take();
+            let busy = match self.client.attempt(key, options, file).await? {
+                Ok(guard) => return Ok(TryAcquire::Acquired(guard)),
+                Err(busy) => busy,
+            };
+            if let Some(pid) = busy.gone
+                && ask.wait.is_some()
+                && !self.warned.swap(true, std::sync::atomic::Ordering::Relaxed)
+            {
+                tracing::warn!(
+                    key,
+                    pid,
+                    "file lock held while the process that took it ({pid}) is gone: a \
+                     process it forked without exec holds the lock until it exits"
+                );
             }
-            Ok(TryAcquire::Busy { remaining: None })
-        })
+            if busy.file.is_some() {
+                *self.file.lock().unwrap_or_else(|p| p.into_inner()) = busy.file;
+                return Ok(TryAcquire::Busy {
+                    remaining: busy.remaining,
+                });
+            }
+        }
+        Ok(TryAcquire::Busy { remaining: None })
     }
 }
 

@@ -343,11 +343,9 @@ impl PostgresLeaseClient {
     }
 
     /// [`Attempts::wakeups`] of a waiter for `name`: its releases, or (`None`) polling.
-    pub(super) fn wakeups<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Option<Box<dyn Wakeup>>> {
-        Box::pin(async move {
-            let releases = self.releases_of(name).await?;
-            Some(Box::new(releases) as Box<dyn Wakeup>)
-        })
+    pub(super) async fn wakeups(&self, name: &str) -> Option<Box<dyn Wakeup>> {
+        let releases = self.releases_of(name).await?;
+        Some(Box::new(releases) as Box<dyn Wakeup>)
     }
 
     /// One attempt to take `key`: one statement.
@@ -605,20 +603,16 @@ impl Attempts for LeaseRow<'_> {
         self.key
     }
 
-    fn attempt<'b>(
-        &'b self,
-        options: &'b LockOptions,
-        ask: Ask,
-    ) -> BoxFuture<'b, Result<TryAcquire>> {
-        Box::pin(self.client.attempt(self.key, options, ask.remaining))
+    async fn attempt(&self, options: &LockOptions, ask: Ask) -> Result<TryAcquire> {
+        self.client.attempt(self.key, options, ask.remaining).await
     }
 
     fn wakes(&self) -> bool {
         true
     }
 
-    fn wakeups(&self) -> BoxFuture<'_, Option<Box<dyn Wakeup>>> {
-        self.client.wakeups(self.key)
+    async fn wakeups(&self) -> Option<Box<dyn Wakeup>> {
+        self.client.wakeups(self.key).await
     }
 }
 

@@ -3,7 +3,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures_util::future::BoxFuture;
 use tokio_postgres::types::Type;
 
 use super::client::{PgHeld, PostgresClient, Session};
@@ -290,22 +289,16 @@ impl Attempts for SessionWait<'_> {
     /// One acquisition on a session of its own, waiting in the server's queue up to
     /// `ask.wait` (at most PostgreSQL's longest `lock_timeout`, 24.8 days); the wait running
     /// out is busy, and the engine asks again while its deadline allows.
-    fn attempt<'b>(
-        &'b self,
-        options: &'b LockOptions,
-        ask: Ask,
-    ) -> BoxFuture<'b, Result<TryAcquire>> {
-        Box::pin(async move {
-            let guard = match self.advisory {
-                None => self.client.attempt(self.name, options, ask.wait).await?,
-                Some(advisory) => {
-                    self.client
-                        .advisory_attempt(self.name, advisory, options, ask.wait)
-                        .await?
-                }
-            };
-            Ok(granted_or_busy(guard))
-        })
+    async fn attempt(&self, options: &LockOptions, ask: Ask) -> Result<TryAcquire> {
+        let guard = match self.advisory {
+            None => self.client.attempt(self.name, options, ask.wait).await?,
+            Some(advisory) => {
+                self.client
+                    .advisory_attempt(self.name, advisory, options, ask.wait)
+                    .await?
+            }
+        };
+        Ok(granted_or_busy(guard))
     }
 
     /// A session that died: it was closed, which ended anything it was granted.

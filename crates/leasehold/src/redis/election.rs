@@ -226,14 +226,10 @@ impl ChannelAttempts for TermAttempts<'_> {
 
     /// The campaign script with a fresh token; a term granted too late is given back (the
     /// lock released, token-checked: [`granted`]).
-    fn attempt<'b>(
-        &'b self,
-        options: &'b LockOptions,
-        _: Ask,
-    ) -> BoxFuture<'b, Result<TryAcquire>> {
+    async fn attempt(&self, options: &LockOptions, _: Ask) -> Result<TryAcquire> {
         let (election, ttl_ms, id) = (self.election, self.ttl_ms, self.id);
         let client = &election.client;
-        Box::pin(granted(
+        granted(
             &election.name,
             options,
             options.new_token(),
@@ -244,6 +240,7 @@ impl ChannelAttempts for TermAttempts<'_> {
             |token, term, started| {
                 client.guard(&election.name, token, Some(term), started, options)
             },
-        ))
+        )
+        .await
     }
 }

@@ -383,13 +383,9 @@ impl Attempts for KeysAttempts<'_> {
 
     /// Every key with a fresh token (all or none); a grant that came too late is given back,
     /// every key ([`granted`]).
-    fn attempt<'b>(
-        &'b self,
-        options: &'b LockOptions,
-        _: Ask,
-    ) -> BoxFuture<'b, Result<TryAcquire>> {
+    async fn attempt(&self, options: &LockOptions, _: Ask) -> Result<TryAcquire> {
         let (multi, ttl_ms) = (self.multi, self.ttl_ms);
-        Box::pin(granted(
+        granted(
             &multi.name,
             options,
             options.new_token(),
@@ -398,7 +394,8 @@ impl Attempts for KeysAttempts<'_> {
                 let _ = multi.release_groups(&multi.groups, token.expose()).await;
             },
             |token, (), started| multi.guard(token, started, options),
-        ))
+        )
+        .await
     }
 
     fn wakes(&self) -> bool {
@@ -406,17 +403,15 @@ impl Attempts for KeysAttempts<'_> {
     }
 
     /// Every key's release channel: a release of any of them wakes the waiter.
-    fn wakeups(&self) -> BoxFuture<'_, Option<Box<dyn Wakeup>>> {
-        Box::pin(async move {
-            let notifier = self.multi.client.notifier()?;
-            let mut subscriptions = Vec::new();
-            for k in &self.multi.keys {
-                if let Some(s) = notifier.subscribe(release_channel(k)).await {
-                    subscriptions.push(s);
-                }
+    async fn wakeups(&self) -> Option<Box<dyn Wakeup>> {
+        let notifier = self.multi.client.notifier()?;
+        let mut subscriptions = Vec::new();
+        for k in &self.multi.keys {
+            if let Some(s) = notifier.subscribe(release_channel(k)).await {
+                subscriptions.push(s);
             }
-            (!subscriptions.is_empty()).then(|| Box::new(AnyKey(subscriptions)) as Box<dyn Wakeup>)
-        })
+        }
+        (!subscriptions.is_empty()).then(|| Box::new(AnyKey(subscriptions)) as Box<dyn Wakeup>)
     }
 
     fn retries(&self, e: &Error) -> bool {

@@ -464,32 +464,26 @@ impl ChannelAttempts for SideAttempts<'_> {
     /// also takes its mark down: the next attempt puts it up again). A waiting writer's busy answer
     /// is capped at a third of its mark's TTL, so that the next attempt refreshes the mark in
     /// time.
-    fn attempt<'b>(
-        &'b self,
-        options: &'b LockOptions,
-        _: Ask,
-    ) -> BoxFuture<'b, Result<TryAcquire>> {
+    async fn attempt(&self, options: &LockOptions, _: Ask) -> Result<TryAcquire> {
         let (lock, side, writer) = (self.lock, self.side, self.writer);
-        Box::pin(async move {
-            let token = writer.cloned().unwrap_or_else(|| options.new_token());
-            let attempt = granted(
-                &lock.name,
-                options,
-                token,
-                async |token| lock.attempt(side, token, options, writer.is_some()).await,
-                async |token| lock.give_back(side, token).await,
-                |token, fencing, started| lock.guard(side, token, fencing, started, options),
-            )
-            .await?;
-            Ok(match attempt {
-                TryAcquire::Busy { remaining } if writer.is_some() => {
-                    let refresh = writer_wait_ttl(options.ttl()) / 3;
-                    TryAcquire::Busy {
-                        remaining: Some(remaining.map_or(refresh, |r| r.min(refresh))),
-                    }
+        let token = writer.cloned().unwrap_or_else(|| options.new_token());
+        let attempt = granted(
+            &lock.name,
+            options,
+            token,
+            async |token| lock.attempt(side, token, options, writer.is_some()).await,
+            async |token| lock.give_back(side, token).await,
+            |token, fencing, started| lock.guard(side, token, fencing, started, options),
+        )
+        .await?;
+        Ok(match attempt {
+            TryAcquire::Busy { remaining } if writer.is_some() => {
+                let refresh = writer_wait_ttl(options.ttl()) / 3;
+                TryAcquire::Busy {
+                    remaining: Some(remaining.map_or(refresh, |r| r.min(refresh))),
                 }
-                other => other,
-            })
+            }
+            other => other,
         })
     }
 }

@@ -376,13 +376,9 @@ impl ChannelAttempts for PermitAttempts<'_> {
 
     /// The acquire script with a fresh token; a permit granted too late is given back
     /// ([`granted`]).
-    fn attempt<'a>(
-        &'a self,
-        options: &'a LockOptions,
-        _: Ask,
-    ) -> BoxFuture<'a, Result<TryAcquire>> {
+    async fn attempt(&self, options: &LockOptions, _: Ask) -> Result<TryAcquire> {
         let (semaphore, ttl_ms) = (self.semaphore, self.ttl_ms);
-        Box::pin(granted(
+        granted(
             &semaphore.name,
             options,
             options.new_token(),
@@ -391,6 +387,7 @@ impl ChannelAttempts for PermitAttempts<'_> {
                 let _ = semaphore.release_raw(token.expose()).await;
             },
             |token, (), started| semaphore.guard(token, started, options),
-        ))
+        )
+        .await
     }
 }

@@ -4,8 +4,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures_util::future::BoxFuture;
-
 use crate::core::acquire::{Ask, Attempts};
 use crate::core::error::{Error, Result};
 use crate::core::guard::{Lease, LockGuard};
@@ -290,12 +288,8 @@ impl Attempts for RedlockAttempts<'_> {
         self.key
     }
 
-    fn attempt<'b>(
-        &'b self,
-        options: &'b LockOptions,
-        _: Ask,
-    ) -> BoxFuture<'b, Result<TryAcquire>> {
-        Box::pin(self.redlock.attempt(self.key, options))
+    async fn attempt(&self, options: &LockOptions, _: Ask) -> Result<TryAcquire> {
+        self.redlock.attempt(self.key, options).await
     }
 
     fn retries(&self, e: &Error) -> bool {

@@ -86,59 +86,51 @@ impl Attempts for Script {
     fn name(&self) -> &str {
         "k"
     }
-    fn attempt<'a>(
-        &'a self,
-        options: &'a LockOptions,
-        ask: Ask,
-    ) -> BoxFuture<'a, Result<TryAcquire>> {
-        Box::pin(async move {
-            let mut log = self.log.lock().unwrap();
-            log.events.push(Event::Attempt);
-            log.asks.push(ask);
-            drop(log);
-            let answer = self
-                .answers
-                .lock()
-                .unwrap()
-                .pop_front()
-                .unwrap_or(Answer::Busy(None));
-            match answer {
-                Answer::Busy(remaining) => Ok(TryAcquire::Busy { remaining }),
-                Answer::Granted => {
-                    let lease = Lease::new(
-                        "k",
-                        LockToken::random(),
-                        None,
-                        Instant::now(),
-                        options.ttl(),
-                    );
-                    Ok(TryAcquire::Acquired(LockGuard::new(
-                        Arc::new(Nothing),
-                        lease,
-                    )))
-                }
-                Answer::Late => Err(Error::ExpiredOnArrival {
-                    key: "k".into(),
-                    elapsed: options.ttl(),
-                    ttl: options.ttl(),
-                }),
-                Answer::Moving => Err(Error::Topology {
-                    reason: "moving".into(),
-                }),
-                Answer::Refused => Err(Error::invalid("ttl", "refused")),
+    async fn attempt(&self, options: &LockOptions, ask: Ask) -> Result<TryAcquire> {
+        let mut log = self.log.lock().unwrap();
+        log.events.push(Event::Attempt);
+        log.asks.push(ask);
+        drop(log);
+        let answer = self
+            .answers
+            .lock()
+            .unwrap()
+            .pop_front()
+            .unwrap_or(Answer::Busy(None));
+        match answer {
+            Answer::Busy(remaining) => Ok(TryAcquire::Busy { remaining }),
+            Answer::Granted => {
+                let lease = Lease::new(
+                    "k",
+                    LockToken::random(),
+                    None,
+                    Instant::now(),
+                    options.ttl(),
+                );
+                Ok(TryAcquire::Acquired(LockGuard::new(
+                    Arc::new(Nothing),
+                    lease,
+                )))
             }
-        })
+            Answer::Late => Err(Error::ExpiredOnArrival {
+                key: "k".into(),
+                elapsed: options.ttl(),
+                ttl: options.ttl(),
+            }),
+            Answer::Moving => Err(Error::Topology {
+                reason: "moving".into(),
+            }),
+            Answer::Refused => Err(Error::invalid("ttl", "refused")),
+        }
     }
     fn wakes(&self) -> bool {
         self.releases.is_some()
     }
-    fn wakeups(&self) -> BoxFuture<'_, Option<Box<dyn Wakeup>>> {
-        Box::pin(async move {
-            self.log.lock().unwrap().events.push(Event::Subscribe);
-            self.releases
-                .clone()
-                .map(|n| Box::new(Released(n)) as Box<dyn Wakeup>)
-        })
+    async fn wakeups(&self) -> Option<Box<dyn Wakeup>> {
+        self.log.lock().unwrap().events.push(Event::Subscribe);
+        self.releases
+            .clone()
+            .map(|n| Box::new(Released(n)) as Box<dyn Wakeup>)
     }
     fn retries(&self, e: &Error) -> bool {
         matches!(e, Error::Topology { .. })

@@ -356,20 +356,16 @@ impl Attempts for RowSemaphore {
         &self.0.name
     }
 
-    fn attempt<'a>(
-        &'a self,
-        options: &'a LockOptions,
-        _: Ask,
-    ) -> BoxFuture<'a, Result<TryAcquire>> {
-        Box::pin(RowSemaphore::attempt(self, options))
+    async fn attempt(&self, options: &LockOptions, _: Ask) -> Result<TryAcquire> {
+        RowSemaphore::attempt(self, options).await
     }
 
     fn wakes(&self) -> bool {
         true
     }
 
-    fn wakeups(&self) -> BoxFuture<'_, Option<Box<dyn Wakeup>>> {
-        self.0.client.wakeups(&self.0.name)
+    async fn wakeups(&self) -> Option<Box<dyn Wakeup>> {
+        self.0.client.wakeups(&self.0.name).await
     }
 }
 
@@ -503,20 +499,16 @@ impl Attempts for Campaign<'_> {
         &self.election.name
     }
 
-    fn attempt<'a>(
-        &'a self,
-        options: &'a LockOptions,
-        _: Ask,
-    ) -> BoxFuture<'a, Result<TryAcquire>> {
-        Box::pin(self.election.attempt(self.id, options))
+    async fn attempt(&self, options: &LockOptions, _: Ask) -> Result<TryAcquire> {
+        self.election.attempt(self.id, options).await
     }
 
     fn wakes(&self) -> bool {
         true
     }
 
-    fn wakeups(&self) -> BoxFuture<'_, Option<Box<dyn Wakeup>>> {
-        self.election.client.wakeups(&self.election.name)
+    async fn wakeups(&self) -> Option<Box<dyn Wakeup>> {
+        self.election.client.wakeups(&self.election.name).await
     }
 }
 

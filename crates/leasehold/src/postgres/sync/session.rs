@@ -180,43 +180,37 @@ impl Attempts for SlotScan<'_> {
         &self.semaphore.name
     }
 
-    fn attempt<'b>(
-        &'b self,
-        options: &'b LockOptions,
-        ask: acquire::Ask,
-    ) -> BoxFuture<'b, Result<TryAcquire>> {
-        Box::pin(async move {
-            let s = self.semaphore;
-            let round = self.rounds.fetch_add(1, Ordering::Relaxed);
-            let scan = s
-                .client
-                .advisory_attempt(&s.name, Ask::AnySlot(s.permits), options, None)
-                .await?;
-            let Some(left) = ask.wait.filter(|_| scan.is_none()) else {
-                return Ok(granted_or_busy(scan));
-            };
-            let slice = options.backoff_policy().delay(round).min(left);
-            let slot = Ask::Slot(round % s.permits + 1);
-            // The backoff was spent in the slot's queue: a zero remaining lease makes the
-            // engine's pause before the next scan its shortest.
-            let waited = TryAcquire::Busy {
-                remaining: Some(Duration::ZERO),
-            };
-            match s
-                .client
-                .advisory_attempt(&s.name, slot, options, Some(slice))
-                .await
-            {
-                Ok(Some(guard)) => Ok(TryAcquire::Acquired(guard)),
-                Ok(None) => Ok(waited),
-                // The next scan, on a new session, tells.
-                Err(e @ (Error::Connection { .. } | Error::ExpiredOnArrival { .. })) => {
-                    tracing::debug!(name = %s.name, error = %e, "waiting for a slot failed; retrying");
-                    Ok(waited)
-                }
-                Err(e) => Err(e),
+    async fn attempt(&self, options: &LockOptions, ask: acquire::Ask) -> Result<TryAcquire> {
+        let s = self.semaphore;
+        let round = self.rounds.fetch_add(1, Ordering::Relaxed);
+        let scan = s
+            .client
+            .advisory_attempt(&s.name, Ask::AnySlot(s.permits), options, None)
+            .await?;
+        let Some(left) = ask.wait.filter(|_| scan.is_none()) else {
+            return Ok(granted_or_busy(scan));
+        };
+        let slice = options.backoff_policy().delay(round).min(left);
+        let slot = Ask::Slot(round % s.permits + 1);
+        // The backoff was spent in the slot's queue: a zero remaining lease makes the
+        // engine's pause before the next scan its shortest.
+        let waited = TryAcquire::Busy {
+            remaining: Some(Duration::ZERO),
+        };
+        match s
+            .client
+            .advisory_attempt(&s.name, slot, options, Some(slice))
+            .await
+        {
+            Ok(Some(guard)) => Ok(TryAcquire::Acquired(guard)),
+            Ok(None) => Ok(waited),
+            // The next scan, on a new session, tells.
+            Err(e @ (Error::Connection { .. } | Error::ExpiredOnArrival { .. })) => {
+                tracing::debug!(name = %s.name, error = %e, "waiting for a slot failed; retrying");
+                Ok(waited)
             }
-        })
+            Err(e) => Err(e),
+        }
     }
 
     /// A session that died: it was closed, which ended anything it was granted.

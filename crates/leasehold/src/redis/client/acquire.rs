@@ -1,7 +1,5 @@
 //! Taking a lock: one attempt, or attempts until the wait bound, sleeping in between.
 
-use futures_util::future::BoxFuture;
-
 use crate::core::acquire::{Ask, Attempts, Wakeup, granted};
 use crate::core::error::{Error, Result};
 use crate::core::guard::{Lease, LockGuard};
@@ -144,13 +142,9 @@ impl Attempts for PlainLock<'_> {
     /// already processed the `SET`, a long GC pause of ours) would hand out a guard that was
     /// never valid for a moment, while another client may already hold the key.
     /// `leasehold-lab check --faults stall` found it.
-    fn attempt<'b>(
-        &'b self,
-        options: &'b LockOptions,
-        ask: Ask,
-    ) -> BoxFuture<'b, Result<TryAcquire>> {
+    async fn attempt(&self, options: &LockOptions, ask: Ask) -> Result<TryAcquire> {
         let (client, key, ttl_ms, remaining) = (self.client, self.key, self.ttl_ms, ask.remaining);
-        Box::pin(granted(
+        granted(
             key,
             options,
             options.new_token(),
@@ -164,7 +158,8 @@ impl Attempts for PlainLock<'_> {
                 let _ = client.release_raw(key, token.expose()).await;
             },
             |token, fencing, started| client.guard(key, token, fencing, started, options),
-        ))
+        )
+        .await
     }
 
     fn wakes(&self) -> bool {
@@ -172,12 +167,10 @@ impl Attempts for PlainLock<'_> {
     }
 
     /// The key's release channel, as one of the plain-lock waiters: each release wakes one.
-    fn wakeups(&self) -> BoxFuture<'_, Option<Box<dyn Wakeup>>> {
-        Box::pin(async move {
-            let notifier = self.client.inner.notifier.as_ref()?;
-            let subscription = notifier.subscribe_one(release_channel(self.key)).await?;
-            Some(Box::new(subscription) as Box<dyn Wakeup>)
-        })
+    async fn wakeups(&self) -> Option<Box<dyn Wakeup>> {
+        let notifier = self.client.inner.notifier.as_ref()?;
+        let subscription = notifier.subscribe_one(release_channel(self.key)).await?;
+        Some(Box::new(subscription) as Box<dyn Wakeup>)
     }
 
     fn retries(&self, e: &Error) -> bool {
@@ -193,11 +186,11 @@ pub(crate) trait ChannelAttempts: Sync {
     /// The primitive's name (its release channel is [`release_channel`] of it).
     fn name(&self) -> &str;
     /// One attempt, as [`Attempts::attempt`].
-    fn attempt<'a>(
-        &'a self,
-        options: &'a crate::core::options::LockOptions,
+    fn attempt(
+        &self,
+        options: &LockOptions,
         ask: Ask,
-    ) -> BoxFuture<'a, crate::core::error::Result<crate::core::outcome::TryAcquire>>;
+    ) -> impl Future<Output = Result<TryAcquire>> + Send;
 }
 
 /// A Redis primitive's wait: woken by every release on its name's channel (only one can take a
@@ -210,11 +203,11 @@ impl<P: ChannelAttempts> Attempts for OnReleaseChannel<P> {
         self.0.name()
     }
 
-    fn attempt<'a>(
-        &'a self,
-        options: &'a crate::core::options::LockOptions,
+    fn attempt(
+        &self,
+        options: &LockOptions,
         ask: Ask,
-    ) -> BoxFuture<'a, crate::core::error::Result<crate::core::outcome::TryAcquire>> {
+    ) -> impl Future<Output = Result<TryAcquire>> + Send {
         self.0.attempt(options, ask)
     }
 
@@ -222,15 +215,13 @@ impl<P: ChannelAttempts> Attempts for OnReleaseChannel<P> {
         self.0.client().notifier().is_some()
     }
 
-    fn wakeups(&self) -> BoxFuture<'_, Option<Box<dyn Wakeup>>> {
-        Box::pin(async move {
-            let notifier = self.0.client().notifier()?;
-            let subscription = notifier.subscribe(release_channel(self.0.name())).await?;
-            Some(Box::new(subscription) as Box<dyn Wakeup>)
-        })
+    async fn wakeups(&self) -> Option<Box<dyn Wakeup>> {
+        let notifier = self.0.client().notifier()?;
+        let subscription = notifier.subscribe(release_channel(self.0.name())).await?;
+        Some(Box::new(subscription) as Box<dyn Wakeup>)
     }
 
-    fn retries(&self, e: &crate::core::error::Error) -> bool {
+    fn retries(&self, e: &Error) -> bool {
         self.0.client().retries_while_waiting(e)
     }
 }
