@@ -79,3 +79,8 @@ pub mod internal {
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
+
+/// The Rust guide's code blocks (`docs/rust.md`), compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/rust.md")]
+pub struct RustGuideDoctests;

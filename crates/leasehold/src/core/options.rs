@@ -65,7 +65,8 @@ pub struct Backoff {
 }
 
 impl Default for Backoff {
-    /// 10 ms growing to 200 ms: close to the seed's 20-50 ms at first, gentle on the server after.
+    /// 10 ms growing to 200 ms: a quick first retry (a lock is often released within tens of
+    /// milliseconds), gentle on the server after.
     fn default() -> Self {
         Backoff {
             initial: Duration::from_millis(10),
@@ -182,7 +183,7 @@ pub enum OnLoss {
 }
 
 impl Default for LockOptions {
-    /// TTL 30 s (the seed's), no waiting, no fencing.
+    /// TTL 30 s, no waiting, no fencing.
     fn default() -> Self {
         LockOptions {
             ttl: Duration::from_secs(30),
