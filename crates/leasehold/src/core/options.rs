@@ -167,7 +167,7 @@ pub struct LockOptions {
     min_hold: Option<Duration>,
 }
 
-/// What [`with_lock`](crate::LockClient::with_lock) does when the lease is lost while the work
+/// What [`with_lock`](crate::Locker::with_lock) does when the lease is lost while the work
 /// runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -222,14 +222,14 @@ impl LockOptions {
         self
     }
 
-    /// How long [`acquire`](crate::LockClient::acquire) keeps retrying a busy lock. `None` (the
+    /// How long [`acquire`](crate::Locker::acquire) keeps retrying a busy lock. `None` (the
     /// default) makes one attempt. A wait over a century is taken as a century.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = Some(wait);
         self
     }
 
-    /// Makes [`acquire`](crate::LockClient::acquire) try once.
+    /// Makes [`acquire`](crate::Locker::acquire) try once.
     pub fn no_wait(mut self) -> Self {
         self.wait = None;
         self
