@@ -64,7 +64,7 @@ pub fn set_key_in_spans(policy: KeyInSpans) {
 }
 
 /// The key as the current policy shows it (`None`: omitted).
-fn shown_key(key: &str) -> Option<String> {
+pub(crate) fn shown_key(key: &str) -> Option<String> {
     static HASHER: LazyLock<std::hash::RandomState> = LazyLock::new(Default::default);
     match KEY_IN_SPANS.load(Ordering::Relaxed) {
         0 => Some(key.to_string()),

@@ -1,10 +1,13 @@
 //! Taking a lock: one attempt, or attempts until the wait bound, sleeping in between.
 
+use tracing::Instrument;
+
 use crate::core::acquire::{Ask, Attempts, Wakeup, granted};
 use crate::core::error::{Error, Result};
 use crate::core::guard::{Lease, LockGuard};
 use crate::core::options::LockOptions;
 use crate::core::outcome::TryAcquire;
+use crate::core::trace::shown_key;
 use crate::redis::slot::release_channel;
 use crate::redis::slot::validate_name;
 
@@ -34,7 +37,27 @@ impl LockClient {
                 return self.fair_try_acquire(key, options).await;
             }
             let lock = PlainLock::new(self, key, options)?;
-            lock.attempt(options, Ask::ONCE).await
+            // The client's own span (DEBUG, inside the Locker's): the key as
+            // `set_key_in_spans` says, the outcome.
+            let span = tracing::debug_span!(
+                "leasehold.acquire",
+                key = shown_key(key).as_deref(),
+                outcome = tracing::field::Empty
+            );
+            let result = lock
+                .attempt(options, Ask::ONCE)
+                .instrument(span.clone())
+                .await;
+            span.record(
+                "outcome",
+                match &result {
+                    Ok(TryAcquire::Acquired(_)) => "acquired",
+                    Ok(TryAcquire::Busy { .. }) => "busy",
+                    Err(Error::ExpiredOnArrival { .. }) => "expired on arrival",
+                    Err(_) => "failed",
+                },
+            );
+            result
         }
         .await;
         crate::core::metrics::acquisition(
@@ -72,7 +95,10 @@ impl LockClient {
                 return self.fair_acquire(key, options).await;
             }
             let lock = PlainLock::new(self, key, options)?;
-            crate::core::acquire::wait(&lock, options, options.wait_bound()).await
+            let span = tracing::debug_span!("leasehold.acquire", key = shown_key(key).as_deref());
+            crate::core::acquire::wait(&lock, options, options.wait_bound())
+                .instrument(span)
+                .await
         }
         .await;
         crate::core::metrics::acquisition(

@@ -3,10 +3,12 @@
 use std::time::Duration;
 
 use redis::Value;
+use tracing::Instrument;
 
 use crate::core::error::{Error, Operation, Result};
 use crate::core::options::ttl_millis;
 use crate::core::token::LockToken;
+use crate::core::trace::shown_key;
 use crate::redis::connection::ClientConnection;
 use crate::redis::scripts::{
     EXTEND_SCRIPT, MIN_HOLD_RELEASE_SCRIPT, RELEASE_NOTIFY_SCRIPT, RELEASE_SCRIPT,
@@ -26,13 +28,21 @@ impl LockClient {
     /// `WRONGTYPE` if the key is not a string; [`Error::Connection`].
     pub async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
         validate_name(key)?;
-        if self.release_raw(key, token.expose()).await? {
-            Ok(())
-        } else {
-            Err(Error::NotHeld {
-                key: key.to_string(),
-            })
+        let span = tracing::debug_span!("leasehold.release", key = shown_key(key).as_deref(), token_hash = %token.redacted(), outcome = tracing::field::Empty);
+        async {
+            let deleted = self.release_raw(key, token.expose()).await?;
+            tracing::Span::current()
+                .record("outcome", if deleted { "released" } else { "not held" });
+            if deleted {
+                Ok(())
+            } else {
+                Err(Error::NotHeld {
+                    key: key.to_string(),
+                })
+            }
         }
+        .instrument(span)
+        .await
     }
 
     /// The release of a lock taken with [`min_hold`](crate::LockOptions::min_hold) (what its
@@ -85,13 +95,21 @@ impl LockClient {
     pub async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<()> {
         validate_name(key)?;
         let ttl_ms = ttl_millis(ttl)?;
-        if self.extend_raw(key, token.expose(), ttl_ms).await? {
-            Ok(())
-        } else {
-            Err(Error::NotHeld {
-                key: key.to_string(),
-            })
+        let span = tracing::debug_span!("leasehold.extend", key = shown_key(key).as_deref(), token_hash = %token.redacted(), outcome = tracing::field::Empty);
+        async {
+            let extended = self.extend_raw(key, token.expose(), ttl_ms).await?;
+            tracing::Span::current()
+                .record("outcome", if extended { "extended" } else { "not held" });
+            if extended {
+                Ok(())
+            } else {
+                Err(Error::NotHeld {
+                    key: key.to_string(),
+                })
+            }
         }
+        .instrument(span)
+        .await
     }
 
     pub(crate) async fn release_raw(&self, key: &str, token: &str) -> Result<bool> {
