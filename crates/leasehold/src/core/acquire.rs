@@ -222,7 +222,7 @@ pub(crate) fn late(name: &str, started: Instant, ttl: Duration) -> bool {
 
 /// Sleeps until `wakeup` sees a release, or for the backoff's pause (`attempt`: the pause's
 /// number; `remaining`: the holder's lease as the server reported it), at most `left`.
-pub(crate) async fn pause(
+async fn pause(
     wakeup: Option<&mut (dyn Wakeup + '_)>,
     backoff: Backoff,
     attempt: u32,
