@@ -7,7 +7,7 @@ use std::time::Duration;
 use etcd_client as ec;
 
 use crate::core::error::{Error, Operation, Result};
-use crate::core::guard::{Lease, LockGuard};
+use crate::core::guard::LockGuard;
 use crate::core::options::{ClientOptions, LockOptions};
 use crate::core::outcome::{LockState, TryAcquire};
 use crate::core::token::LockToken;
@@ -184,7 +184,7 @@ impl EtcdClient {
     /// [`Error::Unsupported`] with [`LockOptions::replica_ack`]; [`Error::ExpiredOnArrival`];
     /// [`Error::Connection`] (ambiguous once the transaction was sent),
     /// [`Error::PermissionDenied`], [`Error::Authentication`], [`Error::Server`].
-    pub async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
+    pub(crate) async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
         let secs = self.check_request(key, options)?;
         let entry = |token: &LockToken| entry_key(key, token);
         self.try_queue(&Queue::lock(key, &entry), options, secs)
@@ -206,7 +206,7 @@ impl EtcdClient {
     ///
     /// # Errors
     /// [`Error::NotAcquired`] at the deadline; otherwise as [`EtcdClient::try_acquire`].
-    pub async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
+    pub(crate) async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
         let secs = self.check_request(key, options)?;
         let entry = |token: &LockToken| entry_key(key, token);
         self.acquire_in(
@@ -218,28 +218,13 @@ impl EtcdClient {
         .await
     }
 
-    /// Waits for `key` (as [`EtcdClient::acquire`]), runs `work`, and releases the lock
-    /// whatever happens (see [`LockClient::with_lock`](crate::LockClient::with_lock)).
-    ///
-    /// # Errors
-    /// As [`EtcdClient::acquire`]; [`Error::LockLost`] if the lease was lost during `work`;
-    /// [`Error::NotHeld`] if the release found the lock gone.
-    pub async fn with_lock<T, F, Fut>(&self, key: &str, options: &LockOptions, work: F) -> Result<T>
-    where
-        F: FnOnce(Lease) -> Fut,
-        Fut: std::future::Future<Output = T>,
-    {
-        let guard = self.acquire(key, options).await?;
-        crate::core::guard::run_with_lock(guard, options, work).await
-    }
-
     /// Releases `key` if `token` holds it (or waits for it): one transaction,
     /// `If(Value(entry) == token) Then(Delete(entry))`. Needs no state from the acquiring
     /// process.
     ///
     /// # Errors
     /// [`Error::NotHeld`] if there is no such entry; connection and server errors.
-    pub async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
+    pub(crate) async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
         check_key(key)?;
         self.release_entry(key, entry_key(key, token), token).await
     }
@@ -252,7 +237,7 @@ impl EtcdClient {
     /// # Errors
     /// [`Error::NotHeld`] if there is no such entry; [`Error::InvalidArgument`] for a bad TTL;
     /// connection and server errors.
-    pub async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<()> {
+    pub(crate) async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<()> {
         check_key(key)?;
         self.extend_entry(key, entry_key(key, token), token, ttl)
             .await
@@ -265,7 +250,7 @@ impl EtcdClient {
     ///
     /// # Errors
     /// Connection and server errors.
-    pub async fn inspect(&self, key: &str) -> Result<LockState> {
+    pub(crate) async fn inspect(&self, key: &str) -> Result<LockState> {
         check_key(key)?;
         let Some(first) = self.first_entry(key).await? else {
             return Ok(LockState::new(key.to_string(), None, None, None));
@@ -295,7 +280,7 @@ impl EtcdClient {
     ///
     /// # Errors
     /// [`Error::Unsupported`]; [`Error::InvalidArgument`] for a bad key.
-    pub async fn raise_fencing_counter(&self, key: &str, _at_least: u64) -> Result<u64> {
+    pub(crate) async fn raise_fencing_counter(&self, key: &str, _at_least: u64) -> Result<u64> {
         check_key(key)?;
         Err(Error::Unsupported {
             backend: "etcd",

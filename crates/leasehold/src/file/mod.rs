@@ -279,7 +279,7 @@ impl FileClient {
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad key or TTL; [`Error::Unsupported`] for the fair
     /// option; [`Error::Connection`] when the files cannot be read or written.
-    pub async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
+    pub(crate) async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
         Self::check(key, options)?;
         FileAttempts::new(self, key)
             .attempt(options, Ask::ONCE)
@@ -292,7 +292,7 @@ impl FileClient {
     ///
     /// # Errors
     /// [`Error::NotAcquired`] at the deadline; as [`FileClient::try_acquire`].
-    pub async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
+    pub(crate) async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
         Self::check(key, options)?;
         let attempts = FileAttempts::new(self, key);
         crate::core::acquire::wait(&attempts, options, options.wait_bound()).await
@@ -337,20 +337,6 @@ impl FileClient {
         Ok(Ok(LockGuard::new(held, lease)))
     }
 
-    /// Waits for `key`, runs `work`, and releases whatever happens (see
-    /// [`LockClient::with_lock`](crate::LockClient::with_lock)).
-    ///
-    /// # Errors
-    /// As [`LockClient::with_lock`](crate::LockClient::with_lock).
-    pub async fn with_lock<T, F, Fut>(&self, key: &str, options: &LockOptions, work: F) -> Result<T>
-    where
-        F: FnOnce(Lease) -> Fut,
-        Fut: std::future::Future<Output = T>,
-    {
-        let guard = self.acquire(key, options).await?;
-        crate::core::guard::run_with_lock(guard, options, work).await
-    }
-
     fn find_held(&self, key: &str, token: &LockToken) -> Option<Arc<FileHeld>> {
         let held = self.inner.held.lock().unwrap_or_else(|p| p.into_inner());
         held.get(&(key.to_string(), token.clone())).cloned()
@@ -361,7 +347,7 @@ impl FileClient {
     /// # Errors
     /// [`Error::NotHeld`] if it does not; [`Error::Unsupported`] if another client or process
     /// holds it with that token (only its holder can drop a `flock`).
-    pub async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
+    pub(crate) async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
         validate_key(key)?;
         match self.find_held(key, token) {
             Some(held) => held.release_now(),
@@ -373,7 +359,7 @@ impl FileClient {
     ///
     /// # Errors
     /// As [`FileClient::release`].
-    pub async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<()> {
+    pub(crate) async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<()> {
         validate_key(key)?;
         ttl_millis(ttl)?;
         match self.find_held(key, token) {
@@ -398,7 +384,7 @@ impl FileClient {
     ///
     /// # Errors
     /// [`Error::Connection`] when the files cannot be read.
-    pub async fn inspect(&self, key: &str) -> Result<LockState> {
+    pub(crate) async fn inspect(&self, key: &str) -> Result<LockState> {
         validate_key(key)?;
         let (folder, k) = (self.inner.folder.clone(), key.to_string());
         let (record, fence, gone) = blocking(Operation::Inspect, move || {
@@ -424,7 +410,7 @@ impl FileClient {
     ///
     /// # Errors
     /// [`Error::Connection`] when the counter cannot be read or written.
-    pub async fn raise_fencing_counter(&self, key: &str, at_least: u64) -> Result<u64> {
+    pub(crate) async fn raise_fencing_counter(&self, key: &str, at_least: u64) -> Result<u64> {
         validate_key(key)?;
         let (folder, k) = (self.inner.folder.clone(), key.to_string());
         blocking(Operation::RaiseFencingCounter, move || {

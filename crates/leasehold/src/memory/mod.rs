@@ -98,7 +98,7 @@ impl MemoryClient {
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad key or TTL; [`Error::FencingExhausted`] when the
     /// counter is at `u64::MAX`.
-    pub async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
+    pub(crate) async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
         self.try_as(key, options, Want::Exclusive)
     }
 
@@ -116,7 +116,7 @@ impl MemoryClient {
     ///
     /// # Errors
     /// [`Error::NotAcquired`] at the deadline; as [`MemoryClient::try_acquire`].
-    pub async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
+    pub(crate) async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
         self.acquire_as(key, options, Want::Exclusive).await
     }
 
@@ -156,20 +156,6 @@ impl MemoryClient {
         }
     }
 
-    /// Waits for `key`, runs `work`, and releases whatever happens (see
-    /// [`LockClient::with_lock`](crate::LockClient::with_lock)).
-    ///
-    /// # Errors
-    /// As [`LockClient::with_lock`](crate::LockClient::with_lock).
-    pub async fn with_lock<T, F, Fut>(&self, key: &str, options: &LockOptions, work: F) -> Result<T>
-    where
-        F: FnOnce(Lease) -> Fut,
-        Fut: std::future::Future<Output = T>,
-    {
-        let guard = self.acquire(key, options).await?;
-        crate::core::guard::run_with_lock(guard, options, work).await
-    }
-
     fn guard(&self, lease: Lease, options: &LockOptions) -> LockGuard {
         let held: Arc<dyn HeldLock> = Arc::new(self.clone());
         if options.auto_extend_enabled() {
@@ -182,7 +168,7 @@ impl MemoryClient {
     ///
     /// # Errors
     /// [`Error::NotHeld`] if it does not.
-    pub async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
+    pub(crate) async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
         validate_key(key)?;
         self.ns.release(key, token)
     }
@@ -191,7 +177,7 @@ impl MemoryClient {
     ///
     /// # Errors
     /// [`Error::NotHeld`] if it does not; [`Error::InvalidArgument`] for a bad TTL.
-    pub async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<()> {
+    pub(crate) async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<()> {
         validate_key(key)?;
         ttl_millis(ttl)?;
         self.ns.extend(key, token, ttl).map(drop)
@@ -202,7 +188,7 @@ impl MemoryClient {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad key.
-    pub async fn inspect(&self, key: &str) -> Result<LockState> {
+    pub(crate) async fn inspect(&self, key: &str) -> Result<LockState> {
         validate_key(key)?;
         Ok(self.ns.inspect(key))
     }
@@ -211,7 +197,7 @@ impl MemoryClient {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad key.
-    pub async fn raise_fencing_counter(&self, key: &str, at_least: u64) -> Result<u64> {
+    pub(crate) async fn raise_fencing_counter(&self, key: &str, at_least: u64) -> Result<u64> {
         validate_key(key)?;
         Ok(self.ns.raise(key, at_least))
     }

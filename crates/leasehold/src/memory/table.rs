@@ -13,7 +13,7 @@ impl MemoryClient {
     ///
     /// # Errors
     /// None today; `Result` for the contract.
-    pub async fn list(&self, pattern: &str) -> Result<Vec<LockEntry>> {
+    pub(crate) async fn list(&self, pattern: &str) -> Result<Vec<LockEntry>> {
         Ok(self.ns.list(pattern))
     }
 
@@ -26,7 +26,7 @@ impl MemoryClient {
     ///
     /// # Errors
     /// [`Error::NotHeld`] if nobody holds it; [`Error::InvalidArgument`] for a bad key or reason.
-    pub async fn force_release(&self, key: &str, reason: &str) -> Result<ForceReleased> {
+    pub(crate) async fn force_release(&self, key: &str, reason: &str) -> Result<ForceReleased> {
         validate_key(key)?;
         check_reason(reason)?;
         let (token, counter) = self.ns.force_release(key)?.ok_or_else(|| Error::NotHeld {

@@ -353,7 +353,7 @@ impl PostgresLeaseClient {
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad key or TTL; [`Error::Unsupported`] for
     /// `replica_ack`; connection and server errors.
-    pub async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
+    pub(crate) async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
         self.check(key, options)?;
         self.attempt(key, options, true).await
     }
@@ -459,30 +459,17 @@ impl PostgresLeaseClient {
     /// # Errors
     /// [`Error::NotAcquired`] at the deadline (or [`Error::ExpiredOnArrival`] if the last
     /// attempt was a grant given back); as [`PostgresLeaseClient::try_acquire`].
-    pub async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
+    pub(crate) async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
         self.check(key, options)?;
         let row = LeaseRow { client: self, key };
         crate::core::acquire::wait(&row, options, options.wait_bound()).await
-    }
-
-    /// Waits for `key`, runs `work`, releases whatever happens.
-    ///
-    /// # Errors
-    /// As [`LockClient::with_lock`](crate::LockClient::with_lock).
-    pub async fn with_lock<T, F, Fut>(&self, key: &str, options: &LockOptions, work: F) -> Result<T>
-    where
-        F: FnOnce(Lease) -> Fut,
-        Fut: std::future::Future<Output = T>,
-    {
-        let guard = self.acquire(key, options).await?;
-        crate::core::guard::run_with_lock(guard, options, work).await
     }
 
     /// Releases `key` if `token` holds it (from any process), and wakes its waiters.
     ///
     /// # Errors
     /// [`Error::NotHeld`] if it does not (expired, released, or another token's).
-    pub async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
+    pub(crate) async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
         validate_pg_key(key)?;
         let conn = self.conn().await?;
         let rows = self
@@ -521,7 +508,7 @@ impl PostgresLeaseClient {
     ///
     /// # Errors
     /// [`Error::NotHeld`] if it does not.
-    pub async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<()> {
+    pub(crate) async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<()> {
         validate_pg_key(key)?;
         let ttl_ms = ttl_millis(ttl)? as i64;
         let conn = self.conn().await?;
@@ -546,7 +533,7 @@ impl PostgresLeaseClient {
     ///
     /// # Errors
     /// Connection and server errors.
-    pub async fn inspect(&self, key: &str) -> Result<LockState> {
+    pub(crate) async fn inspect(&self, key: &str) -> Result<LockState> {
         validate_pg_key(key)?;
         let conn = self.conn().await?;
         let row = self
@@ -574,7 +561,7 @@ impl PostgresLeaseClient {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] above `i64::MAX`; connection and server errors.
-    pub async fn raise_fencing_counter(&self, key: &str, at_least: u64) -> Result<u64> {
+    pub(crate) async fn raise_fencing_counter(&self, key: &str, at_least: u64) -> Result<u64> {
         validate_pg_key(key)?;
         let n = i64::try_from(at_least)
             .map_err(|_| Error::invalid("fencing number", "above PostgreSQL's bigint"))?;

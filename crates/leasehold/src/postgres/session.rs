@@ -26,7 +26,7 @@ impl PostgresClient {
     /// [`Error::InvalidArgument`] for a bad key or TTL, or for options PostgreSQL has no
     /// counterpart for ([`LockOptions::replica_ack`]: [`Error::Unsupported`]); connection and
     /// server errors.
-    pub async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
+    pub(crate) async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
         self.check(key, options)?;
         Ok(granted_or_busy(self.attempt(key, options, None).await?))
     }
@@ -44,7 +44,7 @@ impl PostgresClient {
     /// [`Error::NotAcquired`] when the lock stayed busy until the deadline; at the deadline, the
     /// last attempt's [`Error::Connection`] or [`Error::ExpiredOnArrival`]; as
     /// [`PostgresClient::try_acquire`] otherwise.
-    pub async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
+    pub(crate) async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
         self.check(key, options)?;
         let lock = SessionWait {
             client: self,
@@ -52,20 +52,6 @@ impl PostgresClient {
             advisory: None,
         };
         crate::core::acquire::wait(&lock, options, options.wait_bound()).await
-    }
-
-    /// Waits for `key`, runs `work`, and releases whatever happens (see
-    /// [`LockClient::with_lock`](crate::LockClient::with_lock)).
-    ///
-    /// # Errors
-    /// As [`LockClient::with_lock`](crate::LockClient::with_lock).
-    pub async fn with_lock<T, F, Fut>(&self, key: &str, options: &LockOptions, work: F) -> Result<T>
-    where
-        F: FnOnce(Lease) -> Fut,
-        Fut: std::future::Future<Output = T>,
-    {
-        let guard = self.acquire(key, options).await?;
-        crate::core::guard::run_with_lock(guard, options, work).await
     }
 
     fn check(&self, key: &str, options: &LockOptions) -> Result<()> {
@@ -190,7 +176,7 @@ impl PostgresClient {
     /// # Errors
     /// [`Error::NotHeld`] if it does not; [`Error::Unsupported`] if another process's session
     /// holds it with that token (only that session can release it; the lock ends with it).
-    pub async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
+    pub(crate) async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
         validate_pg_key(key)?;
         match self.find_held(key, token) {
             Some(held) => held.release_session().await,
@@ -202,7 +188,7 @@ impl PostgresClient {
     ///
     /// # Errors
     /// As [`PostgresClient::release`].
-    pub async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<()> {
+    pub(crate) async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<()> {
         validate_pg_key(key)?;
         ttl_millis(ttl)?;
         match self.find_held(key, token) {
@@ -222,7 +208,7 @@ impl PostgresClient {
     ///
     /// # Errors
     /// Connection and server errors.
-    pub async fn inspect(&self, key: &str) -> Result<LockState> {
+    pub(crate) async fn inspect(&self, key: &str) -> Result<LockState> {
         validate_pg_key(key)?;
         let session = self.take_session().await?;
         let row = self
@@ -251,7 +237,7 @@ impl PostgresClient {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] above `i64::MAX`; connection and server errors.
-    pub async fn raise_fencing_counter(&self, key: &str, at_least: u64) -> Result<u64> {
+    pub(crate) async fn raise_fencing_counter(&self, key: &str, at_least: u64) -> Result<u64> {
         validate_pg_key(key)?;
         let n = i64::try_from(at_least)
             .map_err(|_| Error::invalid("fencing number", "above PostgreSQL's bigint"))?;

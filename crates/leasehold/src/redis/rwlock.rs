@@ -81,7 +81,7 @@ impl LockClient {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty or over-long name.
-    pub fn rwlock(&self, name: &str) -> Result<RwLock> {
+    pub(crate) fn rwlock(&self, name: &str) -> Result<RwLock> {
         validate_name(name)?;
         let redis = RedisRwLock {
             client: self.clone(),

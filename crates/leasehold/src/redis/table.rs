@@ -110,7 +110,7 @@ impl LockClient {
     /// # Errors
     /// [`Error::PermissionDenied`] when the user may not `SCAN` (or read the keys found);
     /// connection errors.
-    pub async fn list(&self, pattern: &str) -> Result<Vec<LockEntry>> {
+    pub(crate) async fn list(&self, pattern: &str) -> Result<Vec<LockEntry>> {
         let mut names: BTreeMap<String, Vec<Option<Part>>> = BTreeMap::new();
         for key in self.scan_all().await? {
             if let Some((name, part)) = classify(&key)
@@ -264,7 +264,7 @@ impl LockClient {
     /// lock: another type, a string that is not a lock token, a string without a TTL, a
     /// counter that is not a number; [`Error::NotHeld`] when nobody holds it (or the holder
     /// kept changing over three tries); connection and permission errors.
-    pub async fn force_release(&self, key: &str, reason: &str) -> Result<ForceReleased> {
+    pub(crate) async fn force_release(&self, key: &str, reason: &str) -> Result<ForceReleased> {
         validate_name(key)?;
         check_reason(reason)?;
         let forced_by = Owner::this_process();

@@ -27,7 +27,7 @@ impl Redlock {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`], [`Error::NoQuorum`] listing every node's outcome.
-    pub async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
+    pub(crate) async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
         let begun = crate::core::metrics::start();
         let result = async {
             validate_name(key)?;
@@ -51,7 +51,7 @@ impl Redlock {
     /// # Errors
     /// [`Error::NotAcquired`] if the lock stayed busy; [`Error::NoQuorum`] if, at the end, too
     /// few nodes answered; [`Error::InvalidArgument`].
-    pub async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
+    pub(crate) async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
         let begun = crate::core::metrics::start();
         let result = self.acquire_waiting(key, options).await;
         let outcome = crate::core::metrics::Outcome::of_acquire(&result);
@@ -72,20 +72,6 @@ impl Redlock {
         refuse_fair(options)?;
         let attempts = RedlockAttempts { redlock: self, key };
         crate::core::acquire::wait(&attempts, options, options.wait_bound()).await
-    }
-
-    /// As [`LockClient::with_lock`](crate::LockClient::with_lock), over the Redlock set.
-    ///
-    /// # Errors
-    /// As [`Redlock::acquire`], and [`Error::LockLost`] / [`Error::NotHeld`] as
-    /// [`LockClient::with_lock`](crate::LockClient::with_lock).
-    pub async fn with_lock<T, F, Fut>(&self, key: &str, options: &LockOptions, work: F) -> Result<T>
-    where
-        F: FnOnce(Lease) -> Fut,
-        Fut: std::future::Future<Output = T>,
-    {
-        let guard = self.acquire(key, options).await?;
-        crate::core::guard::run_with_lock(guard, options, work).await
     }
 
     /// One Redlock attempt (both fencing phases when asked).

@@ -22,7 +22,7 @@ impl Redlock {
     /// # Errors
     /// [`Error::NotHeld`] if fewer than a majority still held it (the lock was not ours any
     /// more); [`Error::NoQuorum`] if fewer than a majority answered at all.
-    pub async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
+    pub(crate) async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
         self.release_after(Vec::new(), key, token, false).await
     }
 
@@ -63,7 +63,12 @@ impl Redlock {
     /// # Errors
     /// [`Error::NotHeld`] if fewer than a majority still held it, or the confirmations came too
     /// late; [`Error::NoQuorum`] if fewer than a majority answered.
-    pub async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<Instant> {
+    pub(crate) async fn extend(
+        &self,
+        key: &str,
+        token: &LockToken,
+        ttl: Duration,
+    ) -> Result<Instant> {
         validate_name(key)?;
         let ttl_ms = ttl_millis(ttl)?;
         let started = Instant::now();

@@ -9,8 +9,9 @@ use super::Redlock;
 use crate::core::report::{NodeOutcome, NodeReport, NodeReports};
 
 impl Redlock {
-    /// What each node holds for `key`.
-    pub async fn inspect(&self, key: &str) -> Vec<(String, Result<crate::LockState>)> {
+    /// What each node holds for `key` (a node that did not answer in time: its error); the
+    /// lock as a majority sees it is [`Locker::inspect`](crate::Locker::inspect).
+    pub async fn inspect_nodes(&self, key: &str) -> Vec<(String, Result<crate::LockState>)> {
         let timeout = self.inner.options.node_timeout;
         join_all(self.inner.nodes.iter().map(|n| async move {
             let state = match tokio::time::timeout(timeout, async {
@@ -42,7 +43,7 @@ impl Redlock {
     /// outcome.
     ///
     /// [`LockClient::raise_fencing_counter`]: crate::LockClient::raise_fencing_counter
-    pub async fn raise_fencing_counter(&self, key: &str, at_least: u64) -> Result<u64> {
+    pub(crate) async fn raise_fencing_counter(&self, key: &str, at_least: u64) -> Result<u64> {
         crate::redis::slot::validate_name(key)?;
         let timeout = self.inner.options.node_timeout;
         let results = join_all(self.inner.nodes.iter().map(|n| async move {
@@ -88,9 +89,9 @@ impl Redlock {
     ///
     /// # Errors
     /// [`Error::NoQuorum`] if fewer than a majority answered.
-    pub async fn inspect_majority(&self, key: &str) -> Result<crate::LockState> {
+    pub(crate) async fn inspect_majority(&self, key: &str) -> Result<crate::LockState> {
         validate_name(key)?;
-        let states = self.inspect(key).await;
+        let states = self.inspect_nodes(key).await;
         let quorum = self.quorum();
         let mut reports = Vec::new();
         let mut answered = Vec::new();

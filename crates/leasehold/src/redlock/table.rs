@@ -22,7 +22,7 @@ impl Redlock {
     /// # Errors
     /// [`Error::NoQuorum`] when fewer than a majority of the nodes answered (each node's
     /// outcome in it); [`Error::PermissionDenied`] when a majority refused the listing.
-    pub async fn list(&self, pattern: &str) -> Result<Vec<LockEntry>> {
+    pub(crate) async fn list(&self, pattern: &str) -> Result<Vec<LockEntry>> {
         let timeout = self.inner.options.node_timeout;
         let listed = join_all(self.inner.nodes.iter().map(|n| async move {
             // A listing is many commands: ten per-node timeouts, at least 10 s.

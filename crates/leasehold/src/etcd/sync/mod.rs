@@ -135,7 +135,7 @@ impl EtcdClient {
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty, over-long or NUL-containing name, or
     /// `permits` outside 1 ..= [`MAX_PERMITS`](crate::MAX_PERMITS).
-    pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
+    pub(crate) fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
         Semaphore::check(name, permits)?;
         check_key(name)?;
         Ok(Semaphore::new(
@@ -154,7 +154,7 @@ impl EtcdClient {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty, over-long or NUL-containing name.
-    pub fn rwlock(&self, name: &str) -> Result<RwLock> {
+    pub(crate) fn rwlock(&self, name: &str) -> Result<RwLock> {
         check_key(name)?;
         Ok(RwLock::new(name, EtcdRwLock::new(self, name)))
     }
@@ -168,7 +168,7 @@ impl EtcdClient {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty, over-long or NUL-containing name.
-    pub fn election(&self, name: &str) -> Result<Election> {
+    pub(crate) fn election(&self, name: &str) -> Result<Election> {
         check_key(name)?;
         Ok(Election::new(name, EtcdElection::new(self, name)))
     }

@@ -133,7 +133,7 @@ impl PostgresLeaseClient {
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad name or `permits` outside
     /// 1 ..= [`MAX_PERMITS`](crate::MAX_PERMITS).
-    pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
+    pub(crate) fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
         Semaphore::check(name, permits)?;
         validate_pg_key(name)?;
         let provider = RowSemaphore(Arc::new(RowSemaphoreInner {
@@ -149,7 +149,7 @@ impl PostgresLeaseClient {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad name.
-    pub fn election(&self, name: &str) -> Result<Election> {
+    pub(crate) fn election(&self, name: &str) -> Result<Election> {
         validate_pg_key(name)?;
         let provider = RowElection {
             client: self.clone(),

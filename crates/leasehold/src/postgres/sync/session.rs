@@ -25,7 +25,7 @@ impl PostgresClient {
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad name or `permits` outside
     /// 1 ..= [`MAX_PERMITS`](crate::MAX_PERMITS).
-    pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
+    pub(crate) fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
         Semaphore::check(name, permits)?;
         validate_pg_key(name)?;
         let provider = PgSemaphore {
@@ -41,7 +41,7 @@ impl PostgresClient {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad name.
-    pub fn rwlock(&self, name: &str) -> Result<RwLock> {
+    pub(crate) fn rwlock(&self, name: &str) -> Result<RwLock> {
         validate_pg_key(name)?;
         let provider = PgRwLock {
             client: self.clone(),
@@ -54,7 +54,7 @@ impl PostgresClient {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad name.
-    pub fn election(&self, name: &str) -> Result<Election> {
+    pub(crate) fn election(&self, name: &str) -> Result<Election> {
         validate_pg_key(name)?;
         let provider = PgElection {
             client: self.clone(),

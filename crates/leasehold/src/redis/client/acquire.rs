@@ -4,7 +4,7 @@ use tracing::Instrument;
 
 use crate::core::acquire::{Ask, Attempts, Wakeup, granted};
 use crate::core::error::{Error, Result};
-use crate::core::guard::{Lease, LockGuard};
+use crate::core::guard::LockGuard;
 use crate::core::options::LockOptions;
 use crate::core::outcome::TryAcquire;
 use crate::core::trace::shown_key;
@@ -30,7 +30,7 @@ impl LockClient {
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty key or a TTL outside 1 ms ..= 7 days;
     /// [`Error::Connection`] (ambiguous once the command was sent), [`Error::Server`].
-    pub async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
+    pub(crate) async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
         let begun = crate::core::metrics::start();
         let result: Result<TryAcquire> = async {
             if options.fair_enabled() {
@@ -88,7 +88,7 @@ impl LockClient {
     /// [`Error::NotAcquired`] when the lock stayed busy until the deadline; the last failure
     /// when the topology was still in motion at the deadline; otherwise as
     /// [`LockClient::try_acquire`].
-    pub async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
+    pub(crate) async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
         let begun = crate::core::metrics::start();
         let result: Result<LockGuard> = async {
             if options.fair_enabled() {
@@ -108,31 +108,6 @@ impl LockClient {
             begun,
         );
         result
-    }
-
-    /// Waits for `key` (as [`LockClient::acquire`]), runs `work`, and releases the lock
-    /// whatever happens: when `work` returns, when it panics (the panic is resumed after the
-    /// release), and when the returned future is dropped (the guard then releases in the
-    /// background).
-    ///
-    /// `work` receives a [`Lease`]: the key, token, fencing token, validity and loss signal of
-    /// the lock. The work runs against [`Lease::lost`]: if the lease is lost meanwhile (a renewal
-    /// of an [`auto_extend`](LockOptions::auto_extend)ed lock failed, or the validity ran out),
-    /// the work's future is dropped at once and [`Error::LockLost`] returned; with
-    /// [`OnLoss::Notify`](crate::OnLoss::Notify) the work finishes and the error is returned after it.
-    ///
-    /// # Errors
-    /// As [`LockClient::acquire`] if the lock was not taken (then `work` did not run);
-    /// [`Error::LockLost`] as above; [`Error::NotHeld`] if the release found the lock gone
-    /// (without the loss having been noticed first): the work was not protected for its whole
-    /// duration, so its output is dropped.
-    pub async fn with_lock<T, F, Fut>(&self, key: &str, options: &LockOptions, work: F) -> Result<T>
-    where
-        F: FnOnce(Lease) -> Fut,
-        Fut: std::future::Future<Output = T>,
-    {
-        let guard = self.acquire(key, options).await?;
-        crate::core::guard::run_with_lock(guard, options, work).await
     }
 }
 

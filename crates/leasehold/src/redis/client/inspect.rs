@@ -15,7 +15,7 @@ impl LockClient {
     ///
     /// # Errors
     /// [`Error::Server`] with `WRONGTYPE` if the key is not a string; [`Error::Connection`].
-    pub async fn inspect(&self, key: &str) -> Result<LockState> {
+    pub(crate) async fn inspect(&self, key: &str) -> Result<LockState> {
         validate_name(key)?;
         let fence = fence_key(key);
         let (holder, pttl, counter): (Option<String>, i64, Option<u64>) = self
@@ -49,7 +49,7 @@ impl LockClient {
     /// [`MAX_FENCING_NUMBER`] or more: the scripts that issue numbers carry them as Lua numbers
     /// (doubles), which are exact only up to 2^53, and above it two holders could be handed the
     /// same number.
-    pub async fn raise_fencing_counter(&self, key: &str, at_least: u64) -> Result<u64> {
+    pub(crate) async fn raise_fencing_counter(&self, key: &str, at_least: u64) -> Result<u64> {
         validate_name(key)?;
         if at_least >= MAX_FENCING_NUMBER {
             return Err(Error::InvalidArgument {

@@ -26,7 +26,7 @@ impl LockClient {
     /// # Errors
     /// [`Error::NotHeld`] if the key is gone or holds another token; [`Error::Server`] with
     /// `WRONGTYPE` if the key is not a string; [`Error::Connection`].
-    pub async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
+    pub(crate) async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
         validate_name(key)?;
         let span = tracing::debug_span!("leasehold.release", key = shown_key(key).as_deref(), token_hash = %token.redacted(), outcome = tracing::field::Empty);
         async {
@@ -92,7 +92,7 @@ impl LockClient {
     ///
     /// # Errors
     /// [`Error::NotHeld`] if the key is gone or holds another token; as [`LockClient::release`].
-    pub async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<()> {
+    pub(crate) async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<()> {
         validate_name(key)?;
         let ttl_ms = ttl_millis(ttl)?;
         let span = tracing::debug_span!("leasehold.extend", key = shown_key(key).as_deref(), token_hash = %token.redacted(), outcome = tracing::field::Empty);

@@ -19,18 +19,6 @@ use super::pass_on::run_pass_on;
 use super::reply::PassOn;
 
 impl LockClient {
-    /// Releases a [fair](crate::LockOptions::fair) lock that holds `token`, handing it to the first
-    /// live waiter in the same step (a guard of a fair lock does this by itself; this is for a
-    /// token received from elsewhere, like the CLI's `release --fair`). A plain
-    /// [`release`](LockClient::release) of a fair lock works too, but leaves the queue to find
-    /// out by itself.
-    ///
-    /// # Errors
-    /// As [`LockClient::release`].
-    pub async fn release_fair(&self, key: &str, token: &LockToken) -> Result<()> {
-        self.release_fair_handed_over(key, token).await.map(drop)
-    }
-
     /// [`LockClient::release_fair`], saying whether the lock went to a waiter (true) or was
     /// deleted (false).
     pub(crate) async fn release_fair_handed_over(
