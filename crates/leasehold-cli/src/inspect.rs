@@ -146,7 +146,7 @@ fn history_table(events: &[HistoryEvent]) -> String {
 async fn nodes(redlock: &Redlock, args: InspectArgs) -> anyhow::Result<()> {
     let key = args.key.as_str();
     let states: Vec<(String, Result<LockState, String>)> = redlock
-        .inspect(key)
+        .inspect_nodes(key)
         .await
         .into_iter()
         .map(|(node, state)| (node, state.map_err(node_error)))

@@ -30,7 +30,7 @@ pub async fn settle(
     let mut rounds = 0;
     loop {
         let settled = redlock
-            .inspect(key)
+            .inspect_nodes(key)
             .await
             .iter()
             .all(|(_, state)| match state {
