@@ -1,7 +1,8 @@
 //! `leasehold inspect`: who holds a lock, for how long, and its fencing counter (Redlock: on
 //! each node, and whether a majority agrees).
 
-use leasehold::{HistoryEvent, LockState, NodeOutcome, Redlock};
+use leasehold::redlock::Redlock;
+use leasehold::{HistoryEvent, LockState, NodeOutcome};
 use serde::Serialize;
 
 use crate::cli::InspectArgs;

@@ -22,7 +22,7 @@
 //! `--url` given two or more times (or `$LEASEHOLD_URL` listing several URLs separated by
 //! commas; a comma splits only where a `scheme://` follows, so passwords may contain commas)
 //! means Redlock over those servers, for `acquire`, `release`, `extend`, `inspect` and `run`,
-//! through [`leasehold::Redlock`]: a lock is taken when a majority of the nodes grant it (with
+//! through [`leasehold::redlock::Redlock`]: a lock is taken when a majority of the nodes grant it (with
 //! `--fencing`, a number strictly increasing across all holders), extended when a majority
 //! confirm, released on every node, and `run` keeps it alive and stops the command when a
 //! majority is lost. `--node-timeout` (default 50 ms) bounds each node's answer. Connecting

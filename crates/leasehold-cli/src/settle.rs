@@ -2,7 +2,8 @@
 
 use std::time::{Duration, Instant};
 
-use leasehold::{LockState, LockToken, Locker, RedlockOptions};
+use leasehold::redlock::RedlockOptions;
+use leasehold::{LockState, LockToken, Locker};
 
 use crate::target::Servers;
 

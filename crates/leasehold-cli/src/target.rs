@@ -3,9 +3,9 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use leasehold::{
-    ClientOptions, LockClient, Locker, NodeOutcome, RedisOptions, Redlock, RedlockOptions,
-};
+use leasehold::redis::{RedisClient, RedisOptions};
+use leasehold::redlock::{Redlock, RedlockOptions};
+use leasehold::{ClientOptions, Locker, NodeOutcome};
 
 use crate::exit::{NoMajority, Usage};
 
@@ -164,7 +164,7 @@ impl Servers {
         self.tls.apply(ClientOptions::new())
     }
 
-    /// Connects: a [`LockClient`] for one server, a cluster or a Sentinel-monitored primary, a
+    /// Connects: a [`RedisClient`] for one server, a cluster or a Sentinel-monitored primary, a
     /// [`Redlock`] over several servers (or one `redlock://` URL), or the backend an `etcd://` or
     /// `postgres://` URL names; all as a [`Locker`].
     ///
@@ -219,13 +219,13 @@ impl Servers {
         };
         match &self.topology {
             Topology::Cluster => {
-                return LockClient::connect_cluster(&self.urls, self.client_options())
+                return RedisClient::connect_cluster(&self.urls, self.client_options())
                     .await
                     .map(Locker::from)
                     .with_context(|| format!("cannot use the cluster at {}", shown()));
             }
             Topology::Sentinel(master) => {
-                return LockClient::connect_sentinel(&self.urls, master, self.client_options())
+                return RedisClient::connect_sentinel(&self.urls, master, self.client_options())
                     .await
                     .map(Locker::from)
                     .with_context(|| {
@@ -390,7 +390,7 @@ impl Target {
     }
 
     /// Connects with the default options.
-    pub async fn connect(&self) -> anyhow::Result<LockClient> {
+    pub async fn connect(&self) -> anyhow::Result<RedisClient> {
         self.connect_with(ClientOptions::new()).await
     }
 
@@ -398,7 +398,7 @@ impl Target {
     pub async fn connect_with(
         &self,
         options: impl Into<RedisOptions>,
-    ) -> anyhow::Result<LockClient> {
+    ) -> anyhow::Result<RedisClient> {
         let mut options: RedisOptions = options.into();
         if let Some(path) = &self.tls.ca {
             options = options.tls_ca_file(path);
@@ -409,7 +409,7 @@ impl Target {
         if let Some(path) = &self.tls.key {
             options = options.tls_key_file(path);
         }
-        LockClient::connect_with(&self.url, options)
+        RedisClient::connect_with(&self.url, options)
             .await
             .with_context(|| format!("cannot use the server at {}", self.shown()))
     }

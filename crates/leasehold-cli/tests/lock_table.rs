@@ -131,7 +131,7 @@ server_test!(async fn force_release_removes_a_stuck_lock_and_refuses_other_keys(
     );
     let string = server.command(&["GET", "t:string"]).unwrap();
     assert_eq!(string.as_bytes(), Some(&b"hello"[..]));
-    let counter = server.command(&["EXISTS", &leasehold::fence_key("t:string")]).unwrap();
+    let counter = server.command(&["EXISTS", &leasehold::redis::fence_key("t:string")]).unwrap();
     assert_eq!(counter.as_integer(), Some(0), "no counter written");
     // A reason is required.
     lh(&["force-release", "t:stuck"]).expect(64);

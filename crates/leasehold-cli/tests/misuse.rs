@@ -135,8 +135,8 @@ fn a_signal_while_connecting_exits_128_plus_n() {
 server_test!(async fn a_signal_while_waiting_for_the_lock_exits_128_plus_n(bin) {
     let (server, dir) = setup(&bin);
     let url = server.url();
-    let channel = leasehold::release_channel("job");
-    let queue = leasehold::fair_queue_key("job");
+    let channel = leasehold::redis::release_channel("job");
+    let queue = leasehold::redis::fair_queue_key("job");
     server.command(&["SET", "job", "holder", "PX", "600000"]).unwrap();
     for (sig, fair) in SIGNALS.into_iter().flat_map(|s| [(s, false), (s, true)]) {
         let mut args = vec!["job"];
@@ -168,7 +168,7 @@ server_test!(async fn a_signal_while_waiting_for_the_lock_exits_128_plus_n(bin) 
 server_test!(async fn a_signal_while_campaigning_exits_128_plus_n(bin) {
     let (server, dir) = setup(&bin);
     let url = server.url();
-    let channel = leasehold::release_channel("svc");
+    let channel = leasehold::redis::release_channel("svc");
     server.command(&["SET", "svc", "holder", "PX", "600000"]).unwrap();
     for sig in SIGNALS {
         let run = Running::start_subcommand(&["--url", url.as_str()], dir.path(), "elect", &["svc", "--", "touch", "ran"]);

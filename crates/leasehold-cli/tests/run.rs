@@ -133,7 +133,7 @@ server_test!(async fn two_waiting_runs_serialize(bin) {
     // is subscribed and A still holds the lock, B is waiting.
     let second = Running::start(&["--url", server.url().as_str()], dir.path(), &["job", "--wait", "60s", "--", "sh", "-c",
         "echo 'B start' >> order; echo 'B end' >> order"]);
-    let channel = leasehold::release_channel("job");
+    let channel = leasehold::redis::release_channel("job");
     let start = Instant::now();
     while server.command(&["PUBSUB", "NUMSUB", &channel]).unwrap().as_array().and_then(|a| a[1].as_integer()) != Some(1) {
         assert!(start.elapsed() < HANG_GUARD, "the second run never waited");
@@ -187,7 +187,7 @@ fn unreachable_server_exits_69() {
 server_test!(async fn fair_runs_go_in_arrival_order(bin) {
     let (server, dir) = setup(&bin);
     let url = server.url();
-    let queue = leasehold::fair_queue_key("jobs:fair");
+    let queue = leasehold::redis::fair_queue_key("jobs:fair");
     let queued = || server.command(&["ZCARD", &queue]).unwrap().as_integer().unwrap();
     let first = Running::start(
         &["--url", url.as_str()],

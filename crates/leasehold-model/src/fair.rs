@@ -138,7 +138,7 @@ pub enum FairAction {
     /// Time passes one tick; expired keys vanish (Redis expiry).
     Tick,
     /// A waiter's attempt: mirrors `FAIR_ACQUIRE_LUA` via `Waiter::attempt` in
-    /// `LockClient::fair_acquire` (take a free lock if first, claim a lock handed to us, or
+    /// `RedisClient::fair_acquire` (take a free lock if first, claim a lock handed to us, or
     /// queue and refresh the entry; an attempt that finds the lock busy offers early terms,
     /// `Notifier::offer_early`). `bool`: the script runs twice (redis-rs re-sending it after
     /// a timed-out reply, or `fair_acquire` repeating the attempt after a connection error,
@@ -153,7 +153,7 @@ pub enum FairAction {
     /// A holder's renewal: mirrors `EXTEND_LUA` via the renewer (`renewal.rs`) or
     /// `FairHeld::extend`; a key not holding its token reports the lease lost.
     Renew(Proc),
-    /// A holder releases: mirrors `LockClient::release_held` (`EarlyHandoff::for_release`,
+    /// A holder releases: mirrors `RedisClient::release_held` (`EarlyHandoff::for_release`,
     /// then `run_pass_on`, which queues `FAIR_RELEASE_LUA` and calls `EarlyHandoff::give`
     /// before the script runs).
     Release(Proc),
@@ -161,7 +161,7 @@ pub enum FairAction {
     /// `FAIR_LEAVE_LUA` followed by `FAIR_PASS_ON_LUA` (pop dead heads, hand to the first live
     /// one with `SET PX window`, publish unless its owner is the releasing client).
     Apply(usize),
-    /// The client re-sends a pending release (`LockClient::idempotent` retry after a
+    /// The client re-sends a pending release (`RedisClient::idempotent` retry after a
     /// connection error): the script may then run twice.
     Retry(usize),
     /// A pending script is lost for good (connection dropped before it was read).

@@ -18,7 +18,8 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use leasehold::{LockClient, LockOptions};
+use leasehold::LockOptions;
+use leasehold::redis::RedisClient;
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -43,7 +44,7 @@ async fn main() -> ExitCode {
 }
 
 async fn run(url: &str, id: &str, lead_for: Duration) -> Result<(), Box<dyn std::error::Error>> {
-    let locks = LockClient::connect(url).await?;
+    let locks = RedisClient::connect(url).await?;
     println!("connected to {}", locks.server());
     let election = locks.election("examples:scheduler")?;
 

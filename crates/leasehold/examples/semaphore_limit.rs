@@ -20,7 +20,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use leasehold::{LockClient, LockOptions};
+use leasehold::LockOptions;
+use leasehold::redis::RedisClient;
 
 const PERMITS: u32 = 3;
 const WORKERS: u32 = 8;
@@ -40,7 +41,7 @@ async fn main() -> ExitCode {
 }
 
 async fn run(url: &str) -> Result<(), leasehold::Error> {
-    let locks = LockClient::connect(url).await?;
+    let locks = RedisClient::connect(url).await?;
     println!("connected to {}", locks.server());
     // Every client of "examples:uploads" must use the same number of permits.
     let uploads = locks.semaphore("examples:uploads", PERMITS)?;

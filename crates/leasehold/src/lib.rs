@@ -11,8 +11,8 @@ mod locker;
 pub mod memory;
 #[cfg(feature = "postgres")]
 pub mod postgres;
-mod redis;
-mod redlock;
+pub mod redis;
+pub mod redlock;
 
 pub use self::core::metrics;
 
@@ -38,21 +38,7 @@ pub use self::core::sync::{
 };
 pub use self::core::token::{LockToken, MAX_KEY_LEN};
 pub use self::core::trace::{KeyInSpans, set_key_in_spans};
-pub use self::redis::client::LockClient;
-pub use self::redis::connection::{ClientConnection, SentinelConnection};
-pub use self::redis::endpoint::Endpoint;
-pub use self::redis::fencing::FencedStore;
-pub use self::redis::history::history_key;
-pub use self::redis::multi::{MAX_KEYS as MAX_MULTI_KEYS, MultiLock};
-pub use self::redis::options::RedisOptions;
-pub use self::redis::renewal::RenewalStats;
-pub use self::redis::server::{ServerInfo, ServerKind};
-pub use self::redis::slot::{
-    fair_entry_key, fair_queue_key, fence_key, key_slot, min_hold_key, release_channel,
-};
-pub use self::redis::strategy::{ExtendStrategy, ReleaseStrategy};
 pub use locker::Locker;
-pub use redlock::{Redlock, RedlockOptions};
 
 /// What the CLI, the lab and the tests need of the internals (script texts, key names, URL
 /// parsing): not part of the API, and not covered by semver.

@@ -13,14 +13,14 @@ use crate::core::outcome::{LockState, TryAcquire};
 use crate::core::sync::{Election, RwLock, Semaphore};
 use crate::core::token::LockToken;
 use crate::core::trace;
-use crate::redis::client::LockClient;
+use crate::redis::client::RedisClient;
 use crate::redlock::{Redlock, RedlockOptions};
 
 /// A connection to any lock backend; cheap to clone (clones share it).
 ///
 /// | scheme | backend | cargo feature |
 /// |---|---|---|
-/// | `redis://`, `rediss://`, `valkey://`, `redis-cluster://`, `redis-sentinel://`, … | [`LockClient`] (see [`Endpoint`](crate::Endpoint)) | always |
+/// | `redis://`, `rediss://`, `valkey://`, `redis-cluster://`, `redis-sentinel://`, … | [`RedisClient`] (see [`Endpoint`](crate::redis::Endpoint)) | always |
 /// | `redlock://[user:password@]host:port,host:port,…` (`rediss-redlock://`: TLS) | [`Redlock`] over independent servers | always |
 /// | `etcd://[user:password@]host:port[,host:port…]` (`etcds://`: TLS) | `etcd::EtcdClient` (etcd v3) | `etcd` |
 /// | `memory://`, `memory://NAME` | [`MemoryClient`](crate::memory::MemoryClient): this process only | always |
@@ -32,10 +32,10 @@ use crate::redlock::{Redlock, RedlockOptions};
 /// guarantees, and where they differ, is in docs/guarantees.md.
 ///
 /// **Capabilities.** The plain lock (and `with_lock`, fencing, auto-extension) works on every
-/// backend; [`Locker::semaphore`], [`Locker::rwlock`] and [`Locker::election`] on those that
+/// backend; [`Locker::semaphore`](crate::Locker::semaphore), [`Locker::rwlock`](crate::Locker::rwlock) and [`Locker::election`](crate::Locker::election) on those that
 /// have them ([`Backend::has`]; the others refuse with [`Error::Unsupported`] naming the
 /// backends that do). What only one backend has is reached through its own client type:
-/// [`Locker::as_redis`] gives the [`LockClient`] with its multi-key locks; [`Locker::as_redlock`]
+/// [`Locker::as_redis`](crate::Locker::as_redis) gives the [`RedisClient`] with its multi-key locks; [`Locker::as_redlock`](crate::Locker::as_redlock)
 /// the [`Redlock`] with its per-node views. [`Backend::fairness`] says what
 /// [`LockOptions::fair`] means on each.
 #[derive(Clone, Debug)]
@@ -45,7 +45,7 @@ pub struct Locker {
     history: Option<Arc<dyn HistoryLog>>,
 }
 
-/// The URL schemes [`Locker::connect`] knows, for messages.
+/// The URL schemes [`Locker::connect`](crate::Locker::connect) knows, for messages.
 const SCHEMES: &str = "redis, rediss, valkey, valkeys, redis-cluster, rediss-cluster, \
      redis-sentinel, rediss-sentinel, redlock, rediss-redlock, etcds, etcd, postgres, postgresql, \
      memory, file";
@@ -54,7 +54,7 @@ impl Locker {
     /// Connects to the backend `url` names, with default [`ClientOptions`].
     ///
     /// # Errors
-    /// See [`Locker::connect_with`].
+    /// See [`Locker::connect_with`](crate::Locker::connect_with).
     pub async fn connect(url: &str) -> Result<Self> {
         Self::connect_with(url, ClientOptions::default()).await
     }
@@ -95,7 +95,7 @@ impl Locker {
             "redis" | "rediss" | "valkey" | "valkeys" | "redis+unix" | "unix" | "redis-cluster"
             | "rediss-cluster" | "valkey-cluster" | "valkeys-cluster" | "redis-sentinel"
             | "rediss-sentinel" | "valkey-sentinel" | "valkeys-sentinel" => {
-                Ok(LockClient::connect_with(url, options).await?.into())
+                Ok(RedisClient::connect_with(url, options).await?.into())
             }
             "redlock" | "rediss-redlock" => {
                 let nodes = crate::redlock::node_urls(url)?;
@@ -160,7 +160,7 @@ impl Locker {
     }
 
     /// The backend's name: `redis`, `redlock`, `etcd`, `postgres` (session locks),
-    /// `postgres-lease` (lease rows), `memory` or `file`; [`Locker::kind`] as a string.
+    /// `postgres-lease` (lease rows), `memory` or `file`; [`Locker::kind`](crate::Locker::kind) as a string.
     pub fn backend(&self) -> &'static str {
         self.kind().name()
     }
@@ -172,8 +172,8 @@ impl Locker {
 
     /// The Redis client behind this locker, if the URL named a Redis or Valkey server, cluster
     /// or Sentinel-monitored primary: the way to what only Redis has
-    /// ([`LockClient::multi_lock`], its strategies and server information).
-    pub fn as_redis(&self) -> Option<&LockClient> {
+    /// ([`RedisClient::multi_lock`], its strategies and server information).
+    pub fn as_redis(&self) -> Option<&RedisClient> {
         self.backend.as_any().downcast_ref()
     }
 
@@ -214,7 +214,7 @@ impl Locker {
         Ok(self.backend.election(name)?.on(self.kind()))
     }
 
-    /// One attempt to take `key`, without waiting (see [`LockClient::try_acquire`]).
+    /// One attempt to take `key`, without waiting (see [`Locker::try_acquire`](crate::Locker::try_acquire)).
     ///
     /// # Errors
     /// As the backend's `try_acquire`.
@@ -233,7 +233,7 @@ impl Locker {
         result
     }
 
-    /// Takes `key`, waiting until `options.wait_bound()` (see [`LockClient::acquire`]).
+    /// Takes `key`, waiting until `options.wait_bound()` (see [`Locker::acquire`](crate::Locker::acquire)).
     ///
     /// # Errors
     /// [`Error::NotAcquired`] when the lock stayed busy until the deadline; otherwise as the
@@ -253,8 +253,8 @@ impl Locker {
         result
     }
 
-    /// Counts an acquisition in the metrics, unless the backend is a [`LockClient`] or a
-    /// [`Redlock`](crate::Redlock), which count their own (used directly or through a `Locker`).
+    /// Counts an acquisition in the metrics, unless the backend is a [`RedisClient`] or a
+    /// [`Redlock`](crate::redlock::Redlock), which count their own (used directly or through a `Locker`).
     fn count(
         &self,
         options: &LockOptions,
@@ -267,10 +267,10 @@ impl Locker {
     }
 
     /// Waits for `key`, runs `work`, and releases the lock whatever happens (see
-    /// [`LockClient::with_lock`]).
+    /// [`Locker::with_lock`](crate::Locker::with_lock)).
     ///
     /// # Errors
-    /// As [`LockClient::with_lock`].
+    /// As [`Locker::with_lock`](crate::Locker::with_lock).
     pub async fn with_lock<T, F, Fut>(&self, key: &str, options: &LockOptions, work: F) -> Result<T>
     where
         F: FnOnce(Lease) -> Fut,
@@ -339,7 +339,7 @@ impl Locker {
     }
 
     /// Raises `key`'s fencing counter to at least `at_least` (see
-    /// [`LockClient::raise_fencing_counter`]).
+    /// [`Locker::raise_fencing_counter`](crate::Locker::raise_fencing_counter)).
     ///
     /// # Errors
     /// [`Error::Unsupported`] on etcd (its fencing numbers are its revisions, which only move
@@ -438,7 +438,7 @@ impl Locker {
     }
 
     /// This locker, recording history as `options` say: what [`ClientOptions::history`] does
-    /// when connecting, for a locker made from a client (`Locker::from(LockClient)`). Clones
+    /// when connecting, for a locker made from a client (`Locker::from(RedisClient)`). Clones
     /// made before keep their setting.
     ///
     /// # Errors
@@ -487,8 +487,8 @@ impl Locker {
     }
 }
 
-impl From<LockClient> for Locker {
-    fn from(client: LockClient) -> Self {
+impl From<RedisClient> for Locker {
+    fn from(client: RedisClient) -> Self {
         Locker::of(client)
     }
 }

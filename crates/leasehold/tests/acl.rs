@@ -5,7 +5,8 @@ use crate::common;
 
 use std::time::Duration;
 
-use leasehold::{Backoff, ClientOptions, Error, LockClient, LockOptions, ReleaseStrategy};
+use leasehold::redis::{RedisClient, ReleaseStrategy};
+use leasehold::{Backoff, ClientOptions, Error, LockOptions};
 use leasehold_harness::{Server, ServerOptions};
 
 const LONG: Duration = Duration::from_secs(60);
@@ -87,10 +88,10 @@ leasehold_harness::server_test!(async fn every_operation_as_a_least_privilege_us
     let server = Server::start(&bin, &ServerOptions::new()).unwrap();
     set_user(&server, USER, &least_privilege(&server));
     let url = url_for(&server, USER);
-    let holder = LockClient::connect(&url).await.expect("the user connects");
-    let waiter = LockClient::connect(&url).await.unwrap();
+    let holder = RedisClient::connect(&url).await.expect("the user connects");
+    let waiter = RedisClient::connect(&url).await.unwrap();
     let info = holder.server();
-    assert_ne!(info.kind, leasehold::ServerKind::Unknown, "INFO refused");
+    assert_ne!(info.kind, leasehold::redis::ServerKind::Unknown, "INFO refused");
     assert!(info.can_publish, "PUBLISH refused");
     if info.has_delex {
         assert_eq!(holder.release_strategy(), ReleaseStrategy::DelEx);
@@ -124,7 +125,7 @@ leasehold_harness::server_test!(async fn every_operation_as_a_least_privilege_us
     });
     tokio::time::timeout(HANG_GUARD, async {
         loop {
-            let reply = server.command(&["PUBSUB", "NUMSUB", &leasehold::release_channel("lock:acl")]).unwrap();
+            let reply = server.command(&["PUBSUB", "NUMSUB", &leasehold::redis::release_channel("lock:acl")]).unwrap();
             if reply.as_array().and_then(|a| a.get(1)).and_then(|v| v.as_integer()) == Some(1) {
                 break;
             }
@@ -160,7 +161,7 @@ leasehold_harness::server_test!(async fn missing_rights_are_permission_errors(bi
     ];
     for (user, rule, key, opts) in cases {
         set_user(&server, user, &rule);
-        let client = LockClient::connect(&url_for(&server, user)).await.unwrap_or_else(|e| panic!("{user}: {e}"));
+        let client = RedisClient::connect(&url_for(&server, user)).await.unwrap_or_else(|e| panic!("{user}: {e}"));
         let err = tokio::time::timeout(HANG_GUARD, client.try_acquire(key, &opts))
             .await
             .unwrap_or_else(|_| panic!("{user}: hung"))
@@ -172,18 +173,18 @@ leasehold_harness::server_test!(async fn missing_rights_are_permission_errors(bi
     }
     // A key outside the rule's patterns.
     set_user(&server, "narrow", &full);
-    let client = LockClient::connect(&url_for(&server, "narrow")).await.unwrap();
+    let client = RedisClient::connect(&url_for(&server, "narrow")).await.unwrap();
     let err = client.try_acquire("other:key", &LockOptions::new(LONG)).await.unwrap_err();
     assert!(matches!(err, Error::PermissionDenied { .. }), "{err:?}");
     // Without channel rights the client connects with notifications off (and says so in the
     // log); locking still works and waiters poll.
     set_user(&server, "quiet", &without(&full, &["&leasehold:released:*"]));
-    let client = LockClient::connect_with(&url_for(&server, "quiet"), ClientOptions::new()).await.unwrap();
+    let client = RedisClient::connect_with(&url_for(&server, "quiet"), ClientOptions::new()).await.unwrap();
     assert!(!client.server().can_publish);
     let g = client.try_acquire("lock:q", &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
     g.release().await.unwrap();
     // A wrong password is an authentication error.
-    let err = LockClient::connect(&format!("redis://{USER}:wrong@127.0.0.1:{}/", server.port())).await.unwrap_err();
+    let err = RedisClient::connect(&format!("redis://{USER}:wrong@127.0.0.1:{}/", server.port())).await.unwrap_err();
     assert!(matches!(err, Error::Authentication { .. }), "{err:?}");
 });
 
@@ -208,15 +209,15 @@ leasehold_harness::server_test!(async fn fair_locks_as_a_least_privilege_user(bi
     rule.extend(FAIR_RIGHTS.iter().map(|s| s.to_string()));
     set_user(&server, USER, &rule);
     let url = url_for(&server, USER);
-    let holder = LockClient::connect(&url).await.unwrap();
-    let waiter = LockClient::connect(&url).await.unwrap();
+    let holder = RedisClient::connect(&url).await.unwrap();
+    let waiter = RedisClient::connect(&url).await.unwrap();
     let fair = LockOptions::new(Duration::from_secs(10)).fair(true).fencing(true).wait(LONG);
     let g = holder.try_acquire("lock:fair", &fair).await.unwrap().acquired().unwrap();
     let task = {
         let fair = fair.clone();
         tokio::spawn(async move { waiter.acquire("lock:fair", &fair).await })
     };
-    let queue = leasehold::fair_queue_key("lock:fair");
+    let queue = leasehold::redis::fair_queue_key("lock:fair");
     common::until("the waiter queues", || {
         server.command(&["ZCARD", &queue]).unwrap().as_integer() == Some(1)
     })
@@ -227,7 +228,7 @@ leasehold_harness::server_test!(async fn fair_locks_as_a_least_privilege_user(bi
     w.release().await.unwrap();
 
     set_user(&server, "noqueue", &without(&rule, &["+zadd"]));
-    let client = LockClient::connect(&url_for(&server, "noqueue")).await.unwrap();
+    let client = RedisClient::connect(&url_for(&server, "noqueue")).await.unwrap();
     let g = holder.try_acquire("lock:fair", &fair).await.unwrap().acquired().unwrap();
     let err = tokio::time::timeout(HANG_GUARD, client.acquire("lock:fair", &fair))
         .await
@@ -251,7 +252,7 @@ leasehold_harness::server_test!(async fn semaphores_as_a_least_privilege_user(bi
         .map(|s| s.to_string()),
     );
     set_user(&server, USER, &rule);
-    let client = LockClient::connect(&url_for(&server, USER)).await.unwrap();
+    let client = RedisClient::connect(&url_for(&server, USER)).await.unwrap();
     let sem = client.semaphore("lock:pool", 2).unwrap();
     let opts = LockOptions::new(Duration::from_secs(1)).auto_extend(true);
     let a = sem.try_acquire(&opts).await.unwrap().acquired().unwrap();

@@ -5,10 +5,8 @@ use crate::common;
 use std::time::Duration;
 
 use common::*;
-use leasehold::{
-    ClientOptions, Error, ExtendStrategy, LockClient, LockOptions, LockToken, RedisOptions,
-    ReleaseStrategy,
-};
+use leasehold::redis::{ExtendStrategy, RedisClient, RedisOptions, ReleaseStrategy};
+use leasehold::{ClientOptions, Error, LockOptions, LockToken};
 use leasehold_harness::{Server, ServerOptions, SilentServer};
 
 const LONG: Duration = Duration::from_secs(60);
@@ -72,7 +70,7 @@ leasehold_harness::server_test!(async fn names_a_primitive_derives_are_refused(b
 
 leasehold_harness::server_test!(async fn a_fencing_counter_beyond_exact_numbers_is_refused(bin) {
     let (server, client) = start(&bin).await;
-    let counter = leasehold::fence_key("f");
+    let counter = leasehold::redis::fence_key("f");
     for floor in [leasehold::MAX_FENCING_NUMBER, u64::MAX] {
         let err = client.raise_fencing_counter("f", floor).await.unwrap_err();
         assert!(matches!(err, Error::InvalidArgument { what: "fencing counter", .. }), "{err:?}");
@@ -94,7 +92,7 @@ leasehold_harness::server_test!(async fn a_fencing_counter_set_past_exact_number
     let (server, client) = start(&bin).await;
     let past = "9007199254740993"; // 2^53 + 1
     for name in ["plain", "fair", "doc", "leader"] {
-        assert!(!server.command(&["SET", &leasehold::fence_key(name), past]).unwrap().is_error());
+        assert!(!server.command(&["SET", &leasehold::redis::fence_key(name), past]).unwrap().is_error());
     }
     let opts = LockOptions::new(LONG).fencing(true);
     let exhausted = |r: Result<(), Error>| match r {
@@ -111,9 +109,9 @@ leasehold_harness::server_test!(async fn a_fencing_counter_set_past_exact_number
     exhausted(election.campaign("me", &LockOptions::new(LONG)).await.map(|_| ()));
     for name in ["plain", "fair", "doc", "leader"] {
         assert_eq!(get(&server, name), None, "{name}: the lock was not taken");
-        assert_eq!(get(&server, &leasehold::fence_key(name)).as_deref(), Some(past), "{name}");
+        assert_eq!(get(&server, &leasehold::redis::fence_key(name)).as_deref(), Some(past), "{name}");
     }
-    assert_eq!(server.command(&["EXISTS", &leasehold::fair_queue_key("fair")]).unwrap().as_integer(), Some(0));
+    assert_eq!(server.command(&["EXISTS", &leasehold::redis::fair_queue_key("fair")]).unwrap().as_integer(), Some(0));
     // Without fencing the same locks still work.
     let plain = client.try_acquire("plain", &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
     plain.release().await.unwrap();
@@ -144,7 +142,7 @@ async fn malformed_urls_are_invalid_arguments() {
         "redis://127.0.0.1:99999/",
         "redis://[::1/",
     ] {
-        let err = LockClient::connect(url).await.unwrap_err();
+        let err = RedisClient::connect(url).await.unwrap_err();
         assert!(
             matches!(err, Error::InvalidArgument { what: "url", .. }),
             "{url:?}: {err:?}"
@@ -161,7 +159,7 @@ async fn unreachable_server_fails_fast_with_a_connection_error() {
         .unwrap()
         .port();
     let url = format!("redis://127.0.0.1:{port}/");
-    let result = tokio::time::timeout(HANG_GUARD, LockClient::connect(&url))
+    let result = tokio::time::timeout(HANG_GUARD, RedisClient::connect(&url))
         .await
         .expect("hung");
     let err = result.unwrap_err();
@@ -181,7 +179,7 @@ async fn unreachable_server_fails_fast_with_a_connection_error() {
 async fn server_that_never_answers_fails_within_the_connect_timeout() {
     let silent = SilentServer::start().unwrap();
     let opts = ClientOptions::new().connect_timeout(Duration::from_millis(500));
-    let result = tokio::time::timeout(HANG_GUARD, LockClient::connect_with(&silent.url(), opts))
+    let result = tokio::time::timeout(HANG_GUARD, RedisClient::connect_with(&silent.url(), opts))
         .await
         .expect("connect hung past the guard");
     let err = result.unwrap_err();
@@ -197,7 +195,7 @@ async fn server_that_never_answers_fails_within_the_connect_timeout() {
 leasehold_harness::server_test!(async fn stalled_server_gives_an_ambiguous_timeout(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).unwrap();
     let opts = ClientOptions::new().response_timeout(Duration::from_millis(300));
-    let client = LockClient::connect_with(&server.url(), opts).await.unwrap();
+    let client = RedisClient::connect_with(&server.url(), opts).await.unwrap();
     let g = client.try_acquire("s", &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
     server.pause().unwrap();
     let result = tokio::time::timeout(HANG_GUARD, client.try_acquire("other", &LockOptions::new(LONG))).await.expect("hung");
@@ -213,11 +211,11 @@ leasehold_harness::server_test!(async fn wrong_password_is_an_authentication_err
     let server = Server::start(&bin, &ServerOptions::new().requirepass("s3cret")).unwrap();
     let port = server.port();
     for url in [format!("redis://:wrong@127.0.0.1:{port}/"), format!("redis://127.0.0.1:{port}/")] {
-        let result = tokio::time::timeout(HANG_GUARD, LockClient::connect(&url)).await.expect("hung");
+        let result = tokio::time::timeout(HANG_GUARD, RedisClient::connect(&url)).await.expect("hung");
         let err = result.unwrap_err();
         assert!(matches!(err, Error::Authentication { .. }), "{url}: {err:?}");
     }
-    let ok = LockClient::connect(&format!("redis://:s3cret@127.0.0.1:{port}/")).await.unwrap();
+    let ok = RedisClient::connect(&format!("redis://:s3cret@127.0.0.1:{port}/")).await.unwrap();
     let g = ok.try_acquire("p", &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
     g.release().await.unwrap();
 });
@@ -233,7 +231,7 @@ leasehold_harness::server_test!(async fn acl_user_in_the_url(bin) {
             .unwrap();
         assert!(reply.is_ok(), "{reply:?}");
         let url = format!("redis://{user}:pw@127.0.0.1:{}/", server.port());
-        let client = LockClient::connect(&url).await.unwrap();
+        let client = RedisClient::connect(&url).await.unwrap();
         assert_eq!(client.server().can_publish, notifies, "{user}");
         let g = client.try_acquire("acl", &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
         g.release().await.unwrap();
@@ -245,7 +243,7 @@ leasehold_harness::server_test!(async fn acl_user_in_the_url(bin) {
         assert!(matches!(waited, Error::NotAcquired { .. }), "{waited:?}");
         g.release().await.unwrap();
         assert_eq!(get(&server, "acl"), None);
-        let err = LockClient::connect(&format!("redis://{user}:nope@127.0.0.1:{}/", server.port()))
+        let err = RedisClient::connect(&format!("redis://{user}:nope@127.0.0.1:{}/", server.port()))
             .await
             .unwrap_err();
         assert!(matches!(err, Error::Authentication { .. }), "{err:?}");

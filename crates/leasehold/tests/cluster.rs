@@ -10,11 +10,11 @@ use crate::common;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use leasehold::{
-    Backoff, ClientOptions, Error, ExtendStrategy, FencedStore, FencedWrite, LockClient,
-    LockOptions, RedisOptions, ReleaseStrategy, TryAcquire, fair_entry_key, fair_queue_key,
-    fence_key, key_slot, release_channel,
+use leasehold::redis::{
+    ExtendStrategy, FencedStore, RedisClient, RedisOptions, ReleaseStrategy, fair_entry_key,
+    fair_queue_key, fence_key, key_slot, release_channel,
 };
+use leasehold::{Backoff, ClientOptions, Error, FencedWrite, LockOptions, TryAcquire};
 use leasehold_harness::{Cluster, ClusterOptions, Server};
 
 const LONG: Duration = Duration::from_secs(60);
@@ -41,8 +41,8 @@ fn start_cluster(bin: &leasehold_harness::ServerBinary) -> Cluster {
     Cluster::start(bin, &ClusterOptions::new()).expect("cluster starts")
 }
 
-async fn connect(cluster: &Cluster, options: impl Into<RedisOptions>) -> LockClient {
-    LockClient::connect_cluster(&cluster.urls(), options)
+async fn connect(cluster: &Cluster, options: impl Into<RedisOptions>) -> RedisClient {
+    RedisClient::connect_cluster(&cluster.urls(), options)
         .await
         .expect("client connects to the cluster")
 }
@@ -194,7 +194,7 @@ leasehold_harness::server_test!(async fn every_operation_on_every_key_shape(bin)
         node.acl_setuser("locker", &rule).unwrap();
     }
     let seeds: Vec<String> = cluster.urls().iter().map(|u| u.replace("redis://", "redis://locker:s3cret@")).collect();
-    let user = LockClient::connect_cluster(&seeds, ClientOptions::new()).await.expect("the ACL user connects");
+    let user = RedisClient::connect_cluster(&seeds, ClientOptions::new()).await.expect("the ACL user connects");
     assert!(user.server().can_publish, "SPUBLISH refused to the documented rule");
     assert_eq!(user.release_strategy(), native.release_strategy());
     let g = user.try_acquire("lock:plain", &LockOptions::new(Duration::from_secs(2)).fencing(true).auto_extend(true)).await.unwrap().acquired().unwrap();
@@ -546,17 +546,17 @@ leasehold_harness::server_test!(async fn replica_ack_is_never_answered_by_anothe
 // CROSSSLOT (covered above).
 leasehold_harness::server_test!(async fn topology_mismatches_are_clear_errors(bin) {
     let plain = Server::start(&bin, &leasehold_harness::ServerOptions::new()).unwrap();
-    let err = LockClient::connect(&format!("redis-cluster://127.0.0.1:{}", plain.port())).await.unwrap_err();
+    let err = RedisClient::connect(&format!("redis-cluster://127.0.0.1:{}", plain.port())).await.unwrap_err();
     assert!(matches!(err, Error::Topology { .. }), "{err:?}");
     assert!(err.to_string().contains("not a Redis Cluster node"), "{err}");
 
     let cluster = start_cluster(&bin);
-    let err = LockClient::connect(&cluster.url()).await.unwrap_err();
+    let err = RedisClient::connect(&cluster.url()).await.unwrap_err();
     assert!(matches!(err, Error::Topology { .. }), "{err:?}");
     assert!(err.to_string().contains("redis-cluster://"), "{err}");
     // The URL form works.
     let hosts: Vec<String> = cluster.urls().iter().map(|u| u.trim_start_matches("redis://").trim_end_matches('/').to_string()).collect();
-    let client = LockClient::connect(&format!("redis-cluster://{}", hosts.join(","))).await.unwrap();
+    let client = RedisClient::connect(&format!("redis-cluster://{}", hosts.join(","))).await.unwrap();
     let g = client.try_acquire("k", &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
     g.release().await.unwrap();
 });
@@ -591,7 +591,7 @@ leasehold_harness::server_test!(async fn the_fair_queue_outlives_a_migration_hel
     let zcard = |node: usize| {
         cluster.node(node).unwrap().command(&["ZCARD", &queue]).unwrap().as_integer().unwrap()
     };
-    let spawn = |client: &LockClient| {
+    let spawn = |client: &RedisClient| {
         let (client, fair) = (client.clone(), fair.clone());
         tokio::spawn(async move { client.acquire(key, &fair).await })
     };

@@ -6,7 +6,8 @@ use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use leasehold::{LockClient, LockOptions, LockToken};
+use leasehold::redis::RedisClient;
+use leasehold::{LockOptions, LockToken};
 use leasehold_harness::{Server, ServerOptions};
 
 const LONG: Duration = Duration::from_secs(60);
@@ -17,8 +18,8 @@ leasehold_harness::server_test!(async fn wraps_a_users_connection_manager_and_mu
     let manager = redis_client.get_connection_manager().await.unwrap();
     let multiplexed = redis_client.get_multiplexed_async_connection().await.unwrap();
     for client in [
-        LockClient::from_connection(manager).await.unwrap(),
-        LockClient::from_connection(multiplexed).await.unwrap(),
+        RedisClient::from_connection(manager).await.unwrap(),
+        RedisClient::from_connection(multiplexed).await.unwrap(),
     ] {
         assert_eq!(client.server().version, bin.version.to_string());
         let g = client.try_acquire("own", &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
@@ -65,7 +66,7 @@ leasehold_harness::server_test!(async fn tracing_names_the_key_and_never_the_who
     let captured = captured_log();
     let server = Server::start(&bin, &ServerOptions::new()).unwrap();
     let key = format!("traced-key-{}", bin.flavor().unwrap().name());
-    let client = LockClient::connect(&server.url()).await.unwrap();
+    let client = RedisClient::connect(&server.url()).await.unwrap();
     let opts = LockOptions::new(LONG).fencing(true);
     let g = client.try_acquire(&key, &opts).await.unwrap().acquired().unwrap();
     g.extend(LONG).await.unwrap();

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use leasehold::{Fence, FencedRead, FencedStore, FencedWrite, LockOptions, LockToken};
+use leasehold::redis::FencedStore;
+use leasehold::{Fence, FencedRead, FencedWrite, LockOptions, LockToken};
 use leasehold_harness::{Server, ServerOptions};
 
 const LONG: Duration = Duration::from_secs(60);
@@ -163,7 +164,7 @@ leasehold_harness::server_test!(async fn a_counter_lost_in_a_restart_is_raised_p
         g.release().await.unwrap();
     }
     server.restart().unwrap();
-    let client = leasehold::LockClient::connect(&server.url()).await.unwrap();
+    let client = leasehold::redis::RedisClient::connect(&server.url()).await.unwrap();
     let g = client.try_acquire("job", &opts).await.unwrap().acquired().unwrap();
     assert_eq!(g.fencing_token(), Some(1), "the counter was lost");
     let FencedRead::Rejected { highest } = store.read_fenced("res", &g.fence().unwrap()).await.unwrap() else {

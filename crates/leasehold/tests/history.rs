@@ -37,7 +37,7 @@ trait Stored: Subject {
 impl Stored for Redis {
     /// `XLEN` of the key's stream on its master (0: no stream).
     async fn stored(&self, key: &str) -> u64 {
-        let stream = leasehold::history_key(key);
+        let stream = leasehold::redis::history_key(key);
         self.masters_of(key)
             .iter()
             .map(|s| {
@@ -311,7 +311,7 @@ async fn handed_over_is_recorded(subject: &Redis, by_guard: bool) {
         .wait(GENEROUS);
     let first = a.acquire(key, &options).await.expect("acquires");
     let f1 = first.fencing_token();
-    let queue = leasehold::fair_queue_key(key);
+    let queue = leasehold::redis::fair_queue_key(key);
     let masters = subject.masters_of(key);
     let waiter = tokio::spawn({
         let options = options.clone();

@@ -15,7 +15,8 @@ mod hostile;
 use std::time::{Duration, Instant};
 
 use hostile::{HANG_GUARD, Stats, TTL, about, guarded};
-use leasehold::{ClientOptions, Error, LockClient, LockOptions, LockToken};
+use leasehold::redis::RedisClient;
+use leasehold::{ClientOptions, Error, LockOptions, LockToken};
 use leasehold_harness::{Exchange, HostileOptions, HostileServer};
 
 /// The client's connect and response timeouts: short, so a seed takes about a second.
@@ -34,11 +35,11 @@ fn server_answering(fixed: &[(&str, &[u8])]) -> HostileServer {
     HostileServer::start(options).unwrap()
 }
 
-async fn connect(server: &HostileServer) -> LockClient {
+async fn connect(server: &HostileServer) -> RedisClient {
     let options = ClientOptions::new()
         .connect_timeout(TIMEOUT * 5)
         .response_timeout(TIMEOUT * 5);
-    LockClient::connect_with(&server.url(), options)
+    RedisClient::connect_with(&server.url(), options)
         .await
         .expect("connects through honest replies")
 }

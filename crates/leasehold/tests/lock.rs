@@ -7,10 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::*;
-use leasehold::{
-    Error, ExtendStrategy, LockClient, LockOptions, LockToken, RedisOptions, ReleaseStrategy,
-    ServerKind, TryAcquire,
-};
+use leasehold::redis::{ExtendStrategy, RedisClient, RedisOptions, ReleaseStrategy, ServerKind};
+use leasehold::{Error, LockOptions, LockToken, TryAcquire};
 use leasehold_harness::{Flavor, Server, ServerOptions};
 
 const LONG: Duration = Duration::from_secs(60);
@@ -144,7 +142,7 @@ leasehold_harness::server_test!(async fn forced_missing_strategy_is_refused(bin)
         (ReleaseStrategy::DelEx, bin.flavor() == Some(Flavor::Redis8)),
         (ReleaseStrategy::DelIfEq, bin.flavor() == Some(Flavor::Valkey9)),
     ] {
-        let r = LockClient::connect_with(&server.url(), RedisOptions::new().release_strategy(strategy)).await;
+        let r = RedisClient::connect_with(&server.url(), RedisOptions::new().release_strategy(strategy)).await;
         match r {
             Ok(c) => {
                 assert!(offered, "{strategy:?} accepted on {}", bin.label());
@@ -306,7 +304,7 @@ leasehold_harness::server_test!(async fn inspect_reports_holder_ttl_and_counter(
 leasehold_harness::server_test!(async fn a_grant_that_arrives_after_its_validity_is_not_a_lock(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).unwrap();
     let link = leasehold_harness::SlowLink::start(server.addr()).unwrap();
-    let client = LockClient::connect(&link.url()).await.unwrap();
+    let client = RedisClient::connect(&link.url()).await.unwrap();
     let ttl = Duration::from_millis(100);
     link.set_reply_delay(Duration::from_millis(300));
     let err = client.try_acquire("late", &LockOptions::new(ttl)).await.map(|_| ()).unwrap_err();

@@ -8,8 +8,9 @@ use crate::common;
 
 use std::time::Duration;
 
+use leasehold::redis::fence_key;
 use leasehold::{
-    Error, LockEntry, LockKind, LockOptions, Locker, Owner, TryAcquire, fence_key,
+    Error, LockEntry, LockKind, LockOptions, Locker, Owner, TryAcquire,
     internal::{rwlock_readers_key, semaphore_permits_key},
 };
 use leasehold_harness::{Cluster, ClusterOptions, Server, ServerOptions};
@@ -152,7 +153,7 @@ leasehold_harness::server_test!(async fn ls_lists_exactly_the_held_locks(bin) {
                 .await
         })
     };
-    let queue = leasehold::fair_queue_key("t:fair");
+    let queue = leasehold::redis::fair_queue_key("t:fair");
     common::until("the waiter is queued", || {
         server
             .command(&["ZCARD", &queue])

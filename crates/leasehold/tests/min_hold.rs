@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use common::*;
 use futures_util::FutureExt;
-use leasehold::{Error, LockOptions, LockToken, TryAcquire, min_hold_key};
+use leasehold::redis::min_hold_key;
+use leasehold::{Error, LockOptions, LockToken, TryAcquire};
 
 const LONG: Duration = Duration::from_secs(60);
 const MIN_HOLD: Duration = Duration::from_secs(2);

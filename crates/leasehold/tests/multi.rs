@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::until;
-use leasehold::{Backoff, Error, LockClient, LockOptions, LossReason};
+use leasehold::redis::RedisClient;
+use leasehold::{Backoff, Error, LockOptions, LossReason};
 use leasehold_harness::{Cluster, ClusterOptions, Server, ServerOptions};
 
 const LONG: Duration = Duration::from_secs(60);
@@ -21,7 +22,7 @@ fn get(server: &Server, key: &str) -> Option<String> {
 
 leasehold_harness::server_test!(async fn all_keys_or_none(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).unwrap();
-    let client = LockClient::connect(&server.url()).await.unwrap();
+    let client = RedisClient::connect(&server.url()).await.unwrap();
     let b = client.try_acquire("m:b", &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
     let both = client.multi_lock(&["m:b", "m:a"]).unwrap();
     assert_eq!(both.keys(), ["m:a", "m:b"]);
@@ -43,7 +44,7 @@ leasehold_harness::server_test!(async fn all_keys_or_none(bin) {
 
 /// Two callers, {a, b} and {b, a}, each taking its set 15 times: both finish (no deadlock), and
 /// never both hold b.
-async fn opposite_orders(client: &LockClient, a: &str, b: &str) {
+async fn opposite_orders(client: &RedisClient, a: &str, b: &str) {
     let inside_b = Arc::new(AtomicUsize::new(0));
     let max = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
@@ -78,13 +79,13 @@ async fn opposite_orders(client: &LockClient, a: &str, b: &str) {
 
 leasehold_harness::server_test!(async fn opposite_orders_never_deadlock_nor_share_a_key(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).unwrap();
-    let client = LockClient::connect(&server.url()).await.unwrap();
+    let client = RedisClient::connect(&server.url()).await.unwrap();
     opposite_orders(&client, "m:x", "m:y").await;
 });
 
 leasehold_harness::server_test!(async fn an_auto_extended_multi_lock_is_kept_and_its_loss_reported(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).unwrap();
-    let client = LockClient::connect(&server.url()).await.unwrap();
+    let client = RedisClient::connect(&server.url()).await.unwrap();
     let lock = client.multi_lock(&["m:r1", "m:r2", "m:r3"]).unwrap();
     let g = lock
         .try_acquire(&LockOptions::new(Duration::from_secs(1)).auto_extend(true))
@@ -108,7 +109,7 @@ leasehold_harness::server_test!(async fn an_auto_extended_multi_lock_is_kept_and
 
 leasehold_harness::server_test!(async fn bad_input_is_refused(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).unwrap();
-    let client = LockClient::connect(&server.url()).await.unwrap();
+    let client = RedisClient::connect(&server.url()).await.unwrap();
     let none: [&str; 0] = [];
     assert!(matches!(client.multi_lock(&none), Err(Error::InvalidArgument { .. })));
     assert!(matches!(client.multi_lock(&["a", "a"]), Err(Error::InvalidArgument { .. })));
@@ -128,11 +129,11 @@ leasehold_harness::server_test!(async fn bad_input_is_refused(bin) {
 // be auto-extended; several slots with auto-extension are refused.
 leasehold_harness::server_test!(async fn on_a_cluster_across_slots_and_within_one(bin) {
     let cluster = Cluster::start(&bin, &ClusterOptions::new()).unwrap();
-    let client = LockClient::connect_cluster(&cluster.urls(), leasehold::ClientOptions::new())
+    let client = RedisClient::connect_cluster(&cluster.urls(), leasehold::ClientOptions::new())
         .await
         .unwrap();
     let (a, b) = ("m:across:a", "m:across:b");
-    assert_ne!(leasehold::key_slot(a), leasehold::key_slot(b));
+    assert_ne!(leasehold::redis::key_slot(a), leasehold::redis::key_slot(b));
     opposite_orders(&client, a, b).await;
     let across = client.multi_lock(&[a, b]).unwrap();
     let held_b = client.try_acquire(b, &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();

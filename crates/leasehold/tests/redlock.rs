@@ -6,7 +6,8 @@ use crate::common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use leasehold::{Error, LockOptions, NodeOutcome, Redlock, RedlockOptions, TryAcquire};
+use leasehold::redlock::{Redlock, RedlockOptions};
+use leasehold::{Error, LockOptions, NodeOutcome, TryAcquire};
 use leasehold_harness::{Server, ServerBinary, ServerOptions};
 
 const LONG: Duration = Duration::from_secs(60);

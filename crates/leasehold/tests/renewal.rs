@@ -5,13 +5,14 @@ use crate::common;
 use std::time::Duration;
 
 use common::*;
-use leasehold::{Error, LockClient, LockOptions, LossReason, OnLoss};
+use leasehold::redis::RedisClient;
+use leasehold::{Error, LockOptions, LossReason, OnLoss};
 use leasehold_harness::{Server, ServerOptions};
 
 /// Only guards against a hang; every wait below ends on an observed event.
 const HANG_GUARD: Duration = Duration::from_secs(60);
 
-async fn wait_for_renewals(client: &LockClient, at_least: u64) {
+async fn wait_for_renewals(client: &RedisClient, at_least: u64) {
     tokio::time::timeout(HANG_GUARD, async {
         while client.renewal_stats().renewals() < at_least {
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -179,7 +180,7 @@ leasehold_harness::server_test!(async fn with_lock_notify_lets_the_work_finish(b
 // carries on through the reconnect.
 leasehold_harness::server_test!(async fn renewal_survives_a_restart_with_aof(bin) {
     let mut server = Server::start(&bin, &ServerOptions::new().aof(true)).unwrap();
-    let client = LockClient::connect(&server.url()).await.unwrap();
+    let client = RedisClient::connect(&server.url()).await.unwrap();
     let opts = LockOptions::new(Duration::from_secs(5)).auto_extend(true);
     let g = client.try_acquire("durable", &opts).await.unwrap().acquired().unwrap();
     wait_for_renewals(&client, 1).await;
@@ -215,7 +216,7 @@ leasehold_harness::server_test!(async fn an_extend_with_an_unknown_outcome_never
     preload_scripts(&server);
     let link = SlowLink::start(server.addr()).unwrap();
     let options = ClientOptions::new().response_timeout(Duration::from_millis(500));
-    let client = LockClient::connect_with(&link.url(), options).await.unwrap();
+    let client = RedisClient::connect_with(&link.url(), options).await.unwrap();
     let key = "ambiguous-extend";
     let g = client
         .try_acquire(key, &LockOptions::new(Duration::from_secs(60)))

@@ -5,7 +5,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use leasehold::{ExtendStrategy, LockOptions, ReleaseStrategy};
+use leasehold::LockOptions;
+use leasehold::redis::{ExtendStrategy, ReleaseStrategy};
 use leasehold_harness::Server;
 
 const CYCLES: u64 = 1000;
@@ -45,9 +46,9 @@ fn reads_processed(server: &Server) -> u64 {
 leasehold_harness::server_test!(async fn one_command_per_operation(bin) {
     let server = leasehold_harness::Server::start(&bin, &leasehold_harness::ServerOptions::new()).unwrap();
     for notify in [false, true] {
-        let client = leasehold::LockClient::connect_with(
+        let client = leasehold::redis::RedisClient::connect_with(
             &server.url(),
-            leasehold::RedisOptions::new().notify_waiters(notify),
+            leasehold::redis::RedisOptions::new().notify_waiters(notify),
         )
         .await
         .unwrap();
@@ -59,7 +60,7 @@ leasehold_harness::server_test!(async fn one_command_per_operation(bin) {
 
 async fn check_cycles(
     server: &Server,
-    client: &leasehold::LockClient,
+    client: &leasehold::redis::RedisClient,
     notify: bool,
     fencing: bool,
     label: &str,

@@ -9,15 +9,16 @@ use std::time::Duration;
 
 use common::until;
 use leasehold::internal::{rwlock_readers_key, rwlock_writer_waiting_key};
-use leasehold::{Backoff, Error, LockClient, LockOptions, LossReason, TryAcquire};
+use leasehold::redis::RedisClient;
+use leasehold::{Backoff, Error, LockOptions, LossReason, TryAcquire};
 use leasehold_harness::{Server, ServerOptions};
 
 const LONG: Duration = Duration::from_secs(60);
 const HANG_GUARD: Duration = Duration::from_secs(60);
 
-async fn setup(bin: &leasehold_harness::ServerBinary) -> (Server, LockClient) {
+async fn setup(bin: &leasehold_harness::ServerBinary) -> (Server, RedisClient) {
     let server = Server::start(bin, &ServerOptions::new()).unwrap();
-    let client = LockClient::connect(&server.url()).await.unwrap();
+    let client = RedisClient::connect(&server.url()).await.unwrap();
     (server, client)
 }
 

@@ -9,15 +9,16 @@ use std::time::Duration;
 
 use common::{calls, until};
 use leasehold::internal::{semaphore_permits_key, semaphore_scripts};
-use leasehold::{Backoff, Error, LockClient, LockOptions, LockToken, LossReason, TryAcquire};
+use leasehold::redis::RedisClient;
+use leasehold::{Backoff, Error, LockOptions, LockToken, LossReason, TryAcquire};
 use leasehold_harness::{Server, ServerOptions};
 
 const LONG: Duration = Duration::from_secs(60);
 const HANG_GUARD: Duration = Duration::from_secs(60);
 
-async fn setup(bin: &leasehold_harness::ServerBinary) -> (Server, LockClient) {
+async fn setup(bin: &leasehold_harness::ServerBinary) -> (Server, RedisClient) {
     let server = Server::start(bin, &ServerOptions::new()).unwrap();
-    let client = LockClient::connect(&server.url()).await.unwrap();
+    let client = RedisClient::connect(&server.url()).await.unwrap();
     (server, client)
 }
 
@@ -39,7 +40,7 @@ leasehold_harness::server_test!(async fn n_permits_admit_n_holders_and_no_more(b
     }
     assert_eq!(sem.holders().await.unwrap(), 3);
     // A fourth, from another client too: busy, told when the first permit expires.
-    let other = LockClient::connect(&server.url()).await.unwrap().semaphore("sem:three", 3).unwrap();
+    let other = RedisClient::connect(&server.url()).await.unwrap().semaphore("sem:three", 3).unwrap();
     match other.try_acquire(&opts).await.unwrap() {
         TryAcquire::Busy { remaining } => {
             let r = remaining.expect("the first expiry");

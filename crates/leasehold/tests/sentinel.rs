@@ -9,13 +9,14 @@ use common::until;
 use std::time::Duration;
 
 use common::get;
-use leasehold::{ClientOptions, Error, LockClient, LockOptions};
+use leasehold::redis::RedisClient;
+use leasehold::{ClientOptions, Error, LockOptions};
 use leasehold_harness::{SentinelOptions, SentinelSet};
 
 const LONG: Duration = Duration::from_secs(60);
 const HANG_GUARD: Duration = Duration::from_secs(60);
 
-async fn renewals_reach(client: &LockClient, n: u64) {
+async fn renewals_reach(client: &RedisClient, n: u64) {
     let stats = client.renewal_stats();
     until("renewals", || stats.renewals() >= n).await;
 }
@@ -25,7 +26,7 @@ async fn renewals_reach(client: &LockClient, n: u64) {
 // renewing there, and new locks are taken there.
 leasehold_harness::server_test!(async fn the_client_follows_a_sentinel_failover(bin) {
     let set = SentinelSet::start(&bin, &SentinelOptions::new()).expect("sentinel set starts");
-    let client = LockClient::connect(&set.lock_url("redis-sentinel")).await.expect("connects through the sentinels");
+    let client = RedisClient::connect(&set.lock_url("redis-sentinel")).await.expect("connects through the sentinels");
     let before = set.primary_addr().unwrap();
     // replica_ack composes: WAIT on the primary the sentinels named. The TTL outlasts the
     // failover (seconds on a loaded machine: writes are paused on the old primary meanwhile, so
@@ -57,7 +58,7 @@ leasehold_harness::server_test!(async fn the_client_follows_a_sentinel_failover(
 // before the cut keeps renewing; a replica-acknowledged acquisition during the cut is refused.
 leasehold_harness::server_test!(async fn a_lease_lost_in_a_failover_is_reported(bin) {
     let mut set = SentinelSet::start(&bin, &SentinelOptions::new()).expect("sentinel set starts");
-    let client = LockClient::connect(&set.lock_url("redis-sentinel")).await.unwrap();
+    let client = RedisClient::connect(&set.lock_url("redis-sentinel")).await.unwrap();
     // TTLs that outlast the failover on a loaded machine: only a missing key may lose a lease.
     let opts = LockOptions::new(Duration::from_secs(10)).auto_extend(true);
     let kept = client
@@ -84,7 +85,7 @@ leasehold_harness::server_test!(async fn a_lease_lost_in_a_failover_is_reported(
     // the key) and the sentinels promote it.
     // A client that stays idle through the failover: its first request after it meets the
     // dead primary's connection.
-    let idle = LockClient::connect(&set.lock_url("redis-sentinel")).await.expect("connects through the sentinels");
+    let idle = RedisClient::connect(&set.lock_url("redis-sentinel")).await.expect("connects through the sentinels");
     let old = set.primary_addr().unwrap();
     set.data_node_mut(primary).unwrap().kill();
     set.data_node(replica).unwrap().resume().unwrap();
@@ -123,14 +124,14 @@ leasehold_harness::server_test!(async fn a_lease_lost_in_a_failover_is_reported(
 // connection error within the connect timeout, not a hang.
 leasehold_harness::server_test!(async fn unknown_master_and_no_sentinels_are_clear_errors(bin) {
     let mut set = SentinelSet::start(&bin, &SentinelOptions::new()).expect("sentinel set starts");
-    let err = LockClient::connect_sentinel(&set.sentinel_urls(), "no-such-master", ClientOptions::new()).await.unwrap_err();
+    let err = RedisClient::connect_sentinel(&set.sentinel_urls(), "no-such-master", ClientOptions::new()).await.unwrap_err();
     assert!(matches!(err, Error::Topology { .. }), "{err:?}");
     assert!(err.to_string().contains("no-such-master"), "{err}");
     for i in 0..set.sentinels().len() {
         set.sentinel_mut(i).unwrap().kill();
     }
     let options = ClientOptions::new().connect_timeout(Duration::from_secs(2));
-    let err = tokio::time::timeout(HANG_GUARD, LockClient::connect_sentinel(&set.sentinel_urls(), set.master_name(), options))
+    let err = tokio::time::timeout(HANG_GUARD, RedisClient::connect_sentinel(&set.sentinel_urls(), set.master_name(), options))
         .await
         .expect("hung")
         .unwrap_err();

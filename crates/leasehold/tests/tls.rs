@@ -7,7 +7,8 @@ use crate::common;
 use std::time::Duration;
 
 use common::get;
-use leasehold::{Backoff, ClientOptions, Error, LockClient, LockOptions};
+use leasehold::redis::RedisClient;
+use leasehold::{Backoff, ClientOptions, Error, LockOptions};
 use leasehold_harness::{Server, ServerOptions, TlsFiles};
 
 const LONG: Duration = Duration::from_secs(60);
@@ -26,8 +27,8 @@ leasehold_harness::server_test!(async fn locks_work_over_tls(bin) {
     let url = server.tls_url().expect("a TLS port");
     assert!(url.starts_with("rediss://"));
     let options = ClientOptions::new().tls_ca_file(files.ca_cert());
-    let holder = LockClient::connect_with(&url, options.clone()).await.expect("connects over TLS");
-    let waiter = LockClient::connect_with(&url, options).await.unwrap();
+    let holder = RedisClient::connect_with(&url, options.clone()).await.expect("connects over TLS");
+    let waiter = RedisClient::connect_with(&url, options).await.unwrap();
     let g = holder
         .try_acquire("tls:lock", &LockOptions::new(Duration::from_secs(2)).fencing(true).auto_extend(true))
         .await
@@ -64,7 +65,7 @@ leasehold_harness::server_test!(async fn locks_work_over_tls(bin) {
 leasehold_harness::server_test!(async fn an_unknown_ca_is_refused(bin) {
     let (server, _files) = tls_server(&bin);
     let options = ClientOptions::new().connect_timeout(Duration::from_secs(3));
-    let err = LockClient::connect_with(&server.tls_url().unwrap(), options).await.unwrap_err();
+    let err = RedisClient::connect_with(&server.tls_url().unwrap(), options).await.unwrap_err();
     assert!(matches!(err, Error::Connection { .. }), "{err:?}");
     assert!(err.to_string().to_lowercase().contains("certificate"), "{err}");
 });
@@ -78,7 +79,7 @@ leasehold_harness::server_test!(async fn wrong_protocol_fails_within_the_connect
     let plain_to_tls = format!("redis://127.0.0.1:{}/", server.tls_port().unwrap());
     for url in [tls_to_plain, plain_to_tls] {
         let started = std::time::Instant::now();
-        let err = tokio::time::timeout(HANG_GUARD, LockClient::connect_with(&url, options.clone()))
+        let err = tokio::time::timeout(HANG_GUARD, RedisClient::connect_with(&url, options.clone()))
             .await
             .unwrap_or_else(|_| panic!("{url}: hung"))
             .unwrap_err();
@@ -93,15 +94,15 @@ leasehold_harness::server_test!(async fn bad_ca_files_are_invalid_arguments(bin)
     let (server, files) = tls_server(&bin);
     let url = server.tls_url().unwrap();
     let missing = files.dir().join("no-such-ca.pem");
-    let err = LockClient::connect_with(&url, ClientOptions::new().tls_ca_file(&missing)).await.unwrap_err();
+    let err = RedisClient::connect_with(&url, ClientOptions::new().tls_ca_file(&missing)).await.unwrap_err();
     assert!(matches!(err, Error::InvalidArgument { what: "TLS CA file", .. }), "{err:?}");
     let garbage = files.dir().join("garbage.pem");
     std::fs::write(&garbage, "this is not a certificate\n").unwrap();
-    let err = LockClient::connect_with(&url, ClientOptions::new().tls_ca_file(&garbage)).await.unwrap_err();
+    let err = RedisClient::connect_with(&url, ClientOptions::new().tls_ca_file(&garbage)).await.unwrap_err();
     assert!(matches!(err, Error::InvalidArgument { what: "TLS CA file", .. }), "{err:?}");
     assert!(err.to_string().contains("no PEM certificate"), "{err}");
     // The server key is PEM, but not a certificate.
-    let err = LockClient::connect_with(&url, ClientOptions::new().tls_ca_file(files.server_key())).await.unwrap_err();
+    let err = RedisClient::connect_with(&url, ClientOptions::new().tls_ca_file(files.server_key())).await.unwrap_err();
     assert!(matches!(err, Error::InvalidArgument { .. }), "{err:?}");
 });
 
@@ -118,7 +119,7 @@ leasehold_harness::server_test!(async fn a_cluster_over_tls(bin) {
         .map(|m| format!("127.0.0.1:{}", m.tls_port().expect("a TLS port")))
         .collect();
     let url = format!("rediss-cluster://{}", ports.join(","));
-    let client = LockClient::connect_with(&url, ClientOptions::new().tls_ca_file(files.ca_cert())).await.expect("connects over TLS");
+    let client = RedisClient::connect_with(&url, ClientOptions::new().tls_ca_file(files.ca_cert())).await.expect("connects over TLS");
     let mut masters = std::collections::HashSet::new();
     for i in 0..30 {
         let key = format!("tls:{i}");
@@ -157,7 +158,7 @@ leasehold_harness::server_test!(async fn sentinel_over_tls(bin) {
     assert_eq!(named_port, Some(tls_port.to_string()), "{named}");
 
     let url = set.lock_url("rediss-sentinel");
-    let client = LockClient::connect_with(&url, ClientOptions::new().tls_ca_file(files.ca_cert()))
+    let client = RedisClient::connect_with(&url, ClientOptions::new().tls_ca_file(files.ca_cert()))
         .await
         .expect("connects through the sentinels, TLS to the primary");
     let key = "tls:sentinel";
@@ -175,7 +176,7 @@ leasehold_harness::server_test!(async fn sentinel_over_tls(bin) {
     let before = set.primary_addr().unwrap();
     let replica = set.data_nodes().iter().find(|n| n.addr() != before).expect("a replica");
     let start = std::time::Instant::now();
-    while get(replica, &leasehold::fence_key(key)).as_deref() != Some("1") {
+    while get(replica, &leasehold::redis::fence_key(key)).as_deref() != Some("1") {
         assert!(start.elapsed() < HANG_GUARD, "the fencing counter did not reach the replica");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -203,7 +204,7 @@ leasehold_harness::server_test!(async fn plain_sentinel_url_to_tls_data_nodes_fa
     let options = ClientOptions::new().connect_timeout(bound).response_timeout(bound).tls_ca_file(files.ca_cert());
     let url = set.lock_url("redis-sentinel");
     let started = std::time::Instant::now();
-    let err = tokio::time::timeout(HANG_GUARD, LockClient::connect_with(&url, options))
+    let err = tokio::time::timeout(HANG_GUARD, RedisClient::connect_with(&url, options))
         .await
         .expect("hung")
         .expect_err("plain text to a TLS port");

@@ -6,7 +6,8 @@ use common::calls;
 
 use std::time::Duration;
 
-use leasehold::{Backoff, Error, LockClient, LockOptions, RedisOptions};
+use leasehold::redis::{RedisClient, RedisOptions};
+use leasehold::{Backoff, Error, LockOptions};
 use leasehold_harness::Server;
 
 const LONG: Duration = Duration::from_secs(60);
@@ -18,10 +19,10 @@ const HANG_GUARD: Duration = Duration::from_secs(60);
 async fn waiter_after_release(server: &Server, notify: bool) -> Result<(), Error> {
     common::preload_scripts(server); // so the first counted EVALSHA is the real attempt
     let options = RedisOptions::new().notify_waiters(notify);
-    let holder = LockClient::connect_with(&server.url(), options.clone())
+    let holder = RedisClient::connect_with(&server.url(), options.clone())
         .await
         .unwrap();
-    let waiter = LockClient::connect_with(&server.url(), options)
+    let waiter = RedisClient::connect_with(&server.url(), options)
         .await
         .unwrap();
     let g = holder
@@ -75,7 +76,7 @@ leasehold_harness::server_test!(async fn without_notifications_the_same_waiter_t
 // UNSUBSCRIBE on every uncontended call.)
 leasehold_harness::server_test!(async fn a_free_lock_is_taken_without_subscribing(bin) {
     let server = Server::start(&bin, &leasehold_harness::ServerOptions::new()).unwrap();
-    let client = LockClient::connect(&server.url()).await.unwrap();
+    let client = RedisClient::connect(&server.url()).await.unwrap();
     let opts = LockOptions::new(LONG).wait(Duration::from_secs(5));
     client.acquire("warm", &opts).await.unwrap().release().await.unwrap();
     let (set, sub, scripts) = (calls(&server, "set"), calls(&server, "subscribe"), calls(&server, "evalsha") + calls(&server, "eval"));
@@ -95,8 +96,8 @@ leasehold_harness::server_test!(async fn a_free_lock_is_taken_without_subscribin
 leasehold_harness::server_test!(async fn a_busy_waiter_attempts_again_once_subscribed(bin) {
     let server = Server::start(&bin, &leasehold_harness::ServerOptions::new()).unwrap();
     common::preload_scripts(&server);
-    let holder = LockClient::connect(&server.url()).await.unwrap();
-    let waiter = LockClient::connect(&server.url()).await.unwrap();
+    let holder = RedisClient::connect(&server.url()).await.unwrap();
+    let waiter = RedisClient::connect(&server.url()).await.unwrap();
     let g = holder.try_acquire("busy", &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
     let (sub, scripts) = (calls(&server, "subscribe"), calls(&server, "evalsha") + calls(&server, "eval"));
     let task = tokio::spawn(async move {
@@ -130,8 +131,8 @@ leasehold_harness::server_test!(async fn one_waiter_is_woken_per_release(bin) {
     const WAITERS: u64 = 10;
     let server = Server::start(&bin, &leasehold_harness::ServerOptions::new()).unwrap();
     common::preload_scripts(&server);
-    let holder = LockClient::connect(&server.url()).await.unwrap();
-    let client = LockClient::connect(&server.url()).await.unwrap();
+    let holder = RedisClient::connect(&server.url()).await.unwrap();
+    let client = RedisClient::connect(&server.url()).await.unwrap();
     let g = holder.try_acquire("chain", &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
     let scripts = || calls(&server, "evalsha") + calls(&server, "eval");
     let sets = || calls(&server, "set");
@@ -164,7 +165,7 @@ leasehold_harness::server_test!(async fn one_waiter_is_woken_per_release(bin) {
 // Many waiters share one subscriber connection, and release notifications reach all of them.
 leasehold_harness::server_test!(async fn waiters_share_one_subscriber_connection(bin) {
     let server = Server::start(&bin, &leasehold_harness::ServerOptions::new()).unwrap();
-    let client = LockClient::connect(&server.url()).await.unwrap();
+    let client = RedisClient::connect(&server.url()).await.unwrap();
     let g = client.try_acquire("shared", &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
     let mut tasks = Vec::new();
     for _ in 0..20 {
@@ -176,7 +177,7 @@ leasehold_harness::server_test!(async fn waiters_share_one_subscriber_connection
         }));
     }
     // All 20 waiters subscribed to the key's channel through one connection.
-    let channel = leasehold::release_channel("shared");
+    let channel = leasehold::redis::release_channel("shared");
     tokio::time::timeout(HANG_GUARD, async {
         loop {
             let reply = server.command(&["PUBSUB", "NUMSUB", &channel]).unwrap();
@@ -215,7 +216,7 @@ leasehold_harness::server_test!(async fn waiters_share_one_subscriber_connection
 // than its 4 s deadline, so only the TTL-driven retry can get it the lock.
 leasehold_harness::server_test!(async fn waiter_retries_when_a_crashed_holders_ttl_runs_out(bin) {
     let server = Server::start(&bin, &leasehold_harness::ServerOptions::new()).unwrap();
-    let client = LockClient::connect_with(&server.url(), RedisOptions::new().notify_waiters(false)).await.unwrap();
+    let client = RedisClient::connect_with(&server.url(), RedisOptions::new().notify_waiters(false)).await.unwrap();
     let crashed = client
         .try_acquire("orphan", &LockOptions::new(Duration::from_secs(2)))
         .await

@@ -4,7 +4,8 @@
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
-use leasehold::{Error, LockClient, LockOptions};
+use leasehold::redis::RedisClient;
+use leasehold::{Error, LockOptions};
 use rand::Rng;
 use serde_json::json;
 
@@ -25,7 +26,7 @@ pub(crate) async fn w7_leasehold(
     duration: Duration,
 ) -> anyhow::Result<Summary> {
     const CONCURRENCY: usize = 64;
-    let client = LockClient::connect(&url).await?;
+    let client = RedisClient::connect(&url).await?;
     let stats = client.renewal_stats();
     let opts = LockOptions::new(ttl).auto_extend(true);
     let before = resident_bytes();
@@ -96,7 +97,7 @@ pub(crate) fn unix_ms() -> u64 {
 /// line: acquisitions, errors (with the first one's text), and the waits as a histogram of
 /// `[microseconds, count]` pairs, which the coordinator merges exactly.
 pub(crate) async fn worker(args: BenchWorkerArgs) -> anyhow::Result<()> {
-    let client = LockClient::connect(&args.lock_url).await?;
+    let client = RedisClient::connect(&args.lock_url).await?;
     let opts = LockOptions::new(Duration::from_secs(10)).wait(Duration::from_millis(args.wait_ms));
     let mut waits = Latencies::new();
     let (mut acquisitions, mut errors, mut timed_out) = (0u64, 0u64, 0u64);

@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use leasehold::{LockClient, LockOptions, Locker, RedisOptions, Redlock, RedlockOptions};
+use leasehold::redis::{RedisClient, RedisOptions};
+use leasehold::redlock::{Redlock, RedlockOptions};
+use leasehold::{LockOptions, Locker};
 
 use super::stats::{Latencies, Summary};
 
@@ -59,7 +61,7 @@ pub(crate) async fn w1_leasehold(
     notify: bool,
 ) -> anyhow::Result<(Summary, Vec<(f64, f64)>)> {
     let options = RedisOptions::new().notify_waiters(notify);
-    let client = LockClient::connect_with(&url, options).await?;
+    let client = RedisClient::connect_with(&url, options).await?;
     let opts = LockOptions::new(Duration::from_secs(10));
     let mut lat = Latencies::new();
     // Warm-up: connection, scripts, allocator.
@@ -157,7 +159,7 @@ pub(crate) async fn w2(
     notify: bool,
 ) -> anyhow::Result<Summary> {
     let options = RedisOptions::new().notify_waiters(notify);
-    let client = LockClient::connect_with(&url, options).await?;
+    let client = RedisClient::connect_with(&url, options).await?;
     let conn = redis::Client::open(url.as_str())?
         .get_connection_manager()
         .await?;
@@ -244,7 +246,7 @@ pub(crate) async fn w3_leasehold(
 ) -> anyhow::Result<(Summary, Vec<(f64, f64)>)> {
     let mut clients = Vec::new();
     for _ in 0..if client_each { workers } else { 1 } {
-        clients.push(LockClient::connect(&url).await?.into());
+        clients.push(RedisClient::connect(&url).await?.into());
     }
     w3_lockers(clients, workers, hold, duration, key, fair).await
 }
@@ -461,7 +463,7 @@ pub(crate) async fn w5_leasehold(
     duration: Duration,
     prefix: String,
 ) -> anyhow::Result<Summary> {
-    let client = LockClient::connect(&url).await?;
+    let client = RedisClient::connect(&url).await?;
     let stats = client.renewal_stats();
     let mut at_start = (0, 0);
     let held = hold_leases(
@@ -567,8 +569,8 @@ pub(crate) async fn w6_leasehold(
     fair: bool,
 ) -> anyhow::Result<Summary> {
     let key = "w6";
-    let holder = LockClient::connect(&url).await?;
-    let client = LockClient::connect(&url).await?;
+    let holder = RedisClient::connect(&url).await?;
+    let client = RedisClient::connect(&url).await?;
     let mut admin = redis::Client::open(url.as_str())?
         .get_multiplexed_async_connection()
         .await?;
@@ -593,7 +595,7 @@ pub(crate) async fn w6_leasehold(
     }
     // Every waiter has made its first attempt once the server ran at least one command per
     // waiter (and, fair, once the queue holds them all); then half a second to settle.
-    let queue = leasehold::fair_queue_key(key);
+    let queue = leasehold::redis::fair_queue_key(key);
     loop {
         tokio::time::sleep(Duration::from_millis(100)).await;
         let commands = server_commands(&mut admin).await?;

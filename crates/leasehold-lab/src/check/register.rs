@@ -19,7 +19,8 @@ use std::fmt;
 use std::str::FromStr;
 
 use anyhow::{Context, bail};
-use leasehold::{Fence, FencedRead, FencedStore};
+use leasehold::redis::FencedStore;
+use leasehold::{Fence, FencedRead};
 use redis::aio::ConnectionManager;
 
 /// The redis key of the register (a hash), as `leasehold-lab check` has always used.

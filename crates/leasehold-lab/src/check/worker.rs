@@ -15,7 +15,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
-use leasehold::{ClientOptions, Fence, LockClient, LockGuard, LockOptions, Locker};
+use leasehold::redis::RedisClient;
+use leasehold::{ClientOptions, Fence, LockGuard, LockOptions, Locker};
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
@@ -88,7 +89,7 @@ async fn connect(
 }
 
 /// The Redis client the primitives other than the plain lock need.
-fn redis(locker: &Locker) -> leasehold::Result<&LockClient> {
+fn redis(locker: &Locker) -> leasehold::Result<&RedisClient> {
     locker.as_redis().ok_or(leasehold::Error::Unsupported {
         backend: locker.backend(),
         what: "this primitive".into(),

@@ -21,9 +21,8 @@ use std::thread::ScopedJoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use leasehold::{
-    ClientConnection, Error, FencedStore, LockClient, LockGuard, LockOptions, TryAcquire,
-};
+use leasehold::redis::{ClientConnection, FencedStore, RedisClient};
+use leasehold::{Error, LockGuard, LockOptions, TryAcquire};
 use leasehold_harness::{
     HarnessError, SentinelOptions, SentinelSet, Server, ServerBinary, ServerOptions,
 };
@@ -167,7 +166,7 @@ fn ask_sentinel(set: &SentinelSet) -> anyhow::Result<String> {
 
 /// The primary a client's connection talks to now (it moves only when the sentinels name
 /// another one after a failed request).
-fn talks_to(client: &LockClient) -> String {
+fn talks_to(client: &RedisClient) -> String {
     match client.connection() {
         ClientConnection::Sentinel(c) => c.primary_addr(),
         other => format!("(not a Sentinel connection: {other:?})"),
@@ -176,12 +175,12 @@ fn talks_to(client: &LockClient) -> String {
 
 /// A's and B's clients, each connected through the sentinels before anything happens; they are
 /// never rebuilt.
-async fn connect_clients(set: &SentinelSet) -> anyhow::Result<(LockClient, LockClient)> {
+async fn connect_clients(set: &SentinelSet) -> anyhow::Result<(RedisClient, RedisClient)> {
     let url = set.lock_url("redis-sentinel");
-    let locks_a = LockClient::connect(&url)
+    let locks_a = RedisClient::connect(&url)
         .await
         .context("A connecting through the sentinels")?;
-    let locks_b = LockClient::connect(&url)
+    let locks_b = RedisClient::connect(&url)
         .await
         .context("B connecting through the sentinels")?;
     say!(
@@ -238,7 +237,7 @@ async fn fail_over(set: &mut SentinelSet, roles: Roles) -> anyhow::Result<()> {
 
 /// B's acquisition through B's client, which last talked to the crashed primary: its first
 /// request may fail there, after which the client asks the sentinels again. Prints how it went.
-async fn b_acquires(locks_b: &LockClient) -> anyhow::Result<Option<LockGuard>> {
+async fn b_acquires(locks_b: &RedisClient) -> anyhow::Result<Option<LockGuard>> {
     let opts = LockOptions::new(TTL_LONG).fencing(true);
     let before = talks_to(locks_b);
     let deadline = Instant::now() + FOLLOW_BOUND;

@@ -13,7 +13,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use leasehold::{ClientConnection, LockClient};
+use leasehold::redis::{ClientConnection, RedisClient};
 use tokio::sync::oneshot;
 
 use super::{HELPER_KEY, STALL, TTL_LONG, TTL_SHORT, del};
@@ -53,7 +53,7 @@ where
     Ok(Some(deleted))
 }
 
-pub(super) async fn run(client: &LockClient) -> anyhow::Result<()> {
+pub(super) async fn run(client: &RedisClient) -> anyhow::Result<()> {
     say!(
         "# The chapter's \"AI-written helper\": SET lock:<name> '1' PX ttl NX, work, DEL in finally."
     );

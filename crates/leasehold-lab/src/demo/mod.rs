@@ -36,7 +36,9 @@ use std::io::Write;
 use std::time::Duration;
 
 use anyhow::Context;
-use leasehold::{ClientConnection, ExtendStrategy, LockClient, RedisOptions, ReleaseStrategy};
+use leasehold::redis::{
+    ClientConnection, ExtendStrategy, RedisClient, RedisOptions, ReleaseStrategy,
+};
 use leasehold_harness::{Flavor, Server, ServerBinary, ServerOptions};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
@@ -57,7 +59,7 @@ const HELPER_KEY: &str = "lock:report";
 fn demo_keys() -> [String; 5] {
     [
         LOCK_KEY.to_string(),
-        leasehold::fence_key(LOCK_KEY),
+        leasehold::redis::fence_key(LOCK_KEY),
         RESOURCE_KEY.to_string(),
         TRANSCRIPT_KEY.to_string(),
         HELPER_KEY.to_string(),
@@ -280,7 +282,7 @@ async fn session(target: &Target, local: Option<&Local>, stop: &mut Stop) -> any
 }
 
 /// On a server the demo did not start, refuses to touch keys that already exist.
-async fn ensure_keys_free(client: &LockClient) -> anyhow::Result<()> {
+async fn ensure_keys_free(client: &RedisClient) -> anyhow::Result<()> {
     let keys = demo_keys();
     let mut pipe = redis::pipe();
     for k in &keys {

@@ -2,7 +2,7 @@
 //! real reply, with the Lua (or `DELIFEQ`) equivalent where the server lacks a command.
 
 use anyhow::{Context, bail};
-use leasehold::{ClientConnection, LockClient, ServerInfo};
+use leasehold::redis::{ClientConnection, RedisClient, ServerInfo};
 use redis::Value;
 
 use super::{TRANSCRIPT_KEY, del};
@@ -28,7 +28,7 @@ const TRANSCRIPT: &[&str] = &[
 /// does not hold `current`).
 const SET_IFEQ_LUA: &str = "if redis.call('get',KEYS[1])==ARGV[2] then return redis.call('set',KEYS[1],ARGV[1],'PX',ARGV[3]) end return false";
 
-pub(super) async fn run(client: &LockClient, prompt: &str) -> anyhow::Result<()> {
+pub(super) async fn run(client: &RedisClient, prompt: &str) -> anyhow::Result<()> {
     let server = client.server();
     say!(
         "# cli/patterns-locks-1.redis, replayed on {server}: each command and the server's real reply"
@@ -305,7 +305,7 @@ mod tests {
 
     fn server(has_delex: bool, has_delifeq: bool, has_set_ifeq: bool) -> ServerInfo {
         ServerInfo {
-            kind: leasehold::ServerKind::Redis,
+            kind: leasehold::redis::ServerKind::Redis,
             version: "x".into(),
             has_delex,
             has_delifeq,

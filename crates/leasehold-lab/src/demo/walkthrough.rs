@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use leasehold::{FencedStore, LockClient, LockGuard, LockOptions, LockToken, TryAcquire};
+use leasehold::redis::{FencedStore, RedisClient};
+use leasehold::{LockGuard, LockOptions, LockToken, TryAcquire};
 
 use super::{LATE, LOCK_KEY, RESOURCE_KEY, STALL, TTL_LONG, TTL_SHORT, del, get};
 
@@ -15,7 +16,7 @@ const WORKERS: usize = 5;
 /// How long each worker stays inside.
 const WORK: Duration = Duration::from_millis(30);
 
-pub(super) async fn run(client: &LockClient, lua: &LockClient) -> anyhow::Result<()> {
+pub(super) async fn run(client: &RedisClient, lua: &RedisClient) -> anyhow::Result<()> {
     basics(client).await?;
     say!(
         "# 2) the expiry bug: A's 200 ms lock expires while A works 300 ms; B takes the lock; \
@@ -57,7 +58,7 @@ fn needed(attempt: TryAcquire, who: &str) -> anyhow::Result<LockGuard> {
 }
 
 /// 1) One winner, the loser gets null, a wrong token cannot release, the right one can.
-async fn basics(client: &LockClient) -> anyhow::Result<()> {
+async fn basics(client: &RedisClient) -> anyhow::Result<()> {
     let mut conn = client.connection();
     say!("# 1) one winner; a wrong token cannot release the lock, the holder's can");
     del(&mut conn, &[LOCK_KEY]).await?;
@@ -95,7 +96,7 @@ enum Release {
 }
 
 /// 2) A's 200 ms lock expires while A works 300 ms; B takes it; 100 ms later A releases.
-async fn expiry(client: &LockClient, how: Release) -> anyhow::Result<()> {
+async fn expiry(client: &RedisClient, how: Release) -> anyhow::Result<()> {
     let mut conn = client.connection();
     del(&mut conn, &[LOCK_KEY]).await?;
     let a = needed(
@@ -154,7 +155,7 @@ async fn expiry(client: &LockClient, how: Release) -> anyhow::Result<()> {
 }
 
 /// 3) The Lua release (the pre-8.4 path) behaves the same.
-async fn lua_release(lua: &LockClient) -> anyhow::Result<()> {
+async fn lua_release(lua: &RedisClient) -> anyhow::Result<()> {
     say!(
         "# 3) a second client forced to the Lua release: {}",
         lua.release_strategy()
@@ -172,7 +173,7 @@ async fn lua_release(lua: &LockClient) -> anyhow::Result<()> {
 }
 
 /// 4) Fencing: the lock issues increasing numbers, the resource rejects stale ones.
-async fn fencing(client: &LockClient) -> anyhow::Result<()> {
+async fn fencing(client: &RedisClient) -> anyhow::Result<()> {
     let mut conn = client.connection();
     say!(
         "# 4) fencing: A (200 ms lock) stalls 300 ms; B takes the lock; the resource refuses A's \
@@ -182,7 +183,7 @@ async fn fencing(client: &LockClient) -> anyhow::Result<()> {
         &mut conn,
         &[
             LOCK_KEY.to_string(),
-            leasehold::fence_key(LOCK_KEY),
+            leasehold::redis::fence_key(LOCK_KEY),
             RESOURCE_KEY.to_string(),
         ],
     )
@@ -226,7 +227,7 @@ async fn fencing(client: &LockClient) -> anyhow::Result<()> {
 }
 
 /// 5) Five workers through `with_lock` never overlap.
-async fn workers(client: &LockClient) -> anyhow::Result<()> {
+async fn workers(client: &RedisClient) -> anyhow::Result<()> {
     say!(
         "# 5) {WORKERS} concurrent workers through with_lock (wait for the lock, work {} ms, \
          always release)",

@@ -39,7 +39,7 @@ use crate::core::sync::{Election, RwLock, Semaphore};
 use crate::core::token::LockToken;
 
 /// A connected backend, as a [`Locker`](crate::Locker) sees it. Each method has the meaning of
-/// the [`LockClient`](crate::LockClient) method of the same name.
+/// the [`RedisClient`](crate::redis::RedisClient) method of the same name.
 pub(crate) trait LockBackend: Send + Sync + Debug + 'static {
     /// Which backend this is.
     fn kind(&self) -> Backend;
@@ -179,7 +179,7 @@ pub(crate) fn not_held_here(
 }
 
 /// Implements [`LockBackend`] for a client type whose inherent `try_acquire`, `acquire`,
-/// `release`, `extend`, `inspect` and `raise_fencing_counter` have the `LockClient`
+/// `release`, `extend`, `inspect` and `raise_fencing_counter` have the `RedisClient`
 /// signatures: `impl_lock_backend!(Type, Variant);` with its [`Backend`] variant. The
 /// `From<Type> for Locker` is in `locker.rs` (nothing below the locker imports it).
 macro_rules! impl_lock_backend {

@@ -48,7 +48,7 @@ impl std::fmt::Display for Operation {
 
 /// Everything that can go wrong in `leasehold`.
 ///
-/// A busy lock is *not* an error for [`try_acquire`](crate::LockClient::try_acquire): it is the
+/// A busy lock is *not* an error for [`try_acquire`](crate::Locker::try_acquire): it is the
 /// [`TryAcquire::Busy`](crate::TryAcquire::Busy) outcome. It becomes [`Error::NotAcquired`] only
 /// when a waiting acquisition reaches its deadline.
 #[derive(Debug, thiserror::Error)]
@@ -274,7 +274,7 @@ impl Error {
     /// Sentinel set in the middle of a failover (`CLUSTERDOWN`, `MASTERDOWN`, `READONLY` from a
     /// demoted primary), a server loading its data set (`LOADING`). The command was refused,
     /// not applied, and the same request succeeds once the topology settles: a waiting
-    /// [`acquire`](crate::LockClient::acquire) retries these until its deadline.
+    /// [`acquire`](crate::Locker::acquire) retries these until its deadline.
     pub fn is_topology_in_motion(&self) -> bool {
         if self.is_ambiguous() {
             return false;

@@ -7,9 +7,9 @@
 #[non_exhaustive]
 pub enum Backend {
     /// One Redis or Valkey server, cluster or Sentinel-monitored primary
-    /// ([`LockClient`](crate::LockClient)).
+    /// ([`RedisClient`](crate::redis::RedisClient)).
     Redis,
-    /// Redlock over independent Redis or Valkey servers ([`Redlock`](crate::Redlock)).
+    /// Redlock over independent Redis or Valkey servers ([`Redlock`](crate::redlock::Redlock)).
     Redlock,
     /// etcd v3 (`etcd::EtcdClient`).
     Etcd,

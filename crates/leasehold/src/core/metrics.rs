@@ -7,7 +7,7 @@
 //!
 //! | name | kind | labels | what |
 //! |---|---|---|---|
-//! | `leasehold_acquisitions_total` | counter | `outcome`: `acquired`, `busy`, `timed_out`, `error`; `mode`: `plain`, `fair`; `backend`: `redis`, `redlock`, `etcd`, `postgres`, `postgres-lease`, `memory`, `file` | calls of `try_acquire` / `acquire` on a [`LockClient`](crate::LockClient) or a [`Locker`](crate::Locker), by how they ended |
+//! | `leasehold_acquisitions_total` | counter | `outcome`: `acquired`, `busy`, `timed_out`, `error`; `mode`: `plain`, `fair`; `backend`: `redis`, `redlock`, `etcd`, `postgres`, `postgres-lease`, `memory`, `file` | calls of `try_acquire` / `acquire` on a [`RedisClient`](crate::redis::RedisClient) or a [`Locker`](crate::Locker), by how they ended |
 //! | `leasehold_wait_seconds` | histogram | `mode`, `backend` | from the call to holding the lock, for acquisitions that got it |
 //! | `leasehold_hold_seconds` | histogram | | from the acquisition to the release (or the guard's drop), any backend |
 //! | `leasehold_renewals_total` | counter | | leases extended by the renewer |

@@ -485,8 +485,8 @@ impl LockOptions {
 /// Connection options every backend takes: how long to wait for a connection and for a
 /// reply, which certificate authority to trust, and the client certificate to show (mutual
 /// TLS). What only Redis has (strategies, release
-/// notifications) is in [`RedisOptions`](crate::RedisOptions), which a
-/// [`LockClient`](crate::LockClient) takes (a `ClientOptions` converts into it).
+/// notifications) is in [`RedisOptions`](crate::redis::RedisOptions), which a
+/// [`RedisClient`](crate::redis::RedisClient) takes (a `ClientOptions` converts into it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientOptions {
     pub(crate) connect_timeout: Duration,

@@ -37,9 +37,9 @@ impl TryAcquire {
     }
 }
 
-/// What a lock key holds right now, as [`LockClient::inspect`] reads it.
+/// What a lock key holds right now, as [`Locker::inspect`](crate::Locker::inspect) reads it.
 ///
-/// [`LockClient::inspect`]: crate::LockClient::inspect
+/// [`Locker::inspect`]: crate::Locker::inspect
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockState {
     /// The lock key.
@@ -85,12 +85,12 @@ impl LockState {
 }
 
 /// The largest fencing number a Redis or Valkey lock issues exactly: 2^53. The scripts that
-/// issue numbers hold them as Lua numbers (doubles), so [`LockClient::raise_fencing_counter`]
+/// issue numbers hold them as Lua numbers (doubles), so [`Locker::raise_fencing_counter`](crate::Locker::raise_fencing_counter)
 /// refuses to raise a counter to this or beyond, and an acquisition with fencing whose counter
 /// is already there (set from outside) fails with [`Error::FencingExhausted`] without taking
 /// the lock. Counting one acquisition per microsecond, a counter takes 285 years to get here.
 ///
-/// [`LockClient::raise_fencing_counter`]: crate::LockClient::raise_fencing_counter
+/// [`Locker::raise_fencing_counter`]: crate::Locker::raise_fencing_counter
 /// [`Error::FencingExhausted`]: crate::Error::FencingExhausted
 pub const MAX_FENCING_NUMBER: u64 = 1 << 53;
 

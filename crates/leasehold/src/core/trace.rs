@@ -21,7 +21,7 @@
 //! Spans are made by [`Locker`](crate::Locker), the primitives' handles
 //! ([`Semaphore`](crate::Semaphore), [`RwLock`](crate::RwLock), [`Election`](crate::Election))
 //! and [`LockGuard`](crate::LockGuard)'s `release` and `extend`; a backend client used
-//! directly ([`LockClient`](crate::LockClient)) makes the guard's spans only. Tokens never
+//! directly ([`RedisClient`](crate::redis::RedisClient)) makes the guard's spans only. Tokens never
 //! appear in spans.
 
 use std::future::Future;

@@ -243,7 +243,7 @@ impl EtcdClient {
     }
 
     /// One attempt to hold a place of `queue`, without waiting (see
-    /// [`EtcdClient::try_acquire`]): with `allowed == 1`, one transaction that writes our entry
+    /// [`Locker::try_acquire`](crate::Locker::try_acquire)): with `allowed == 1`, one transaction that writes our entry
     /// only if no blocker exists (nothing to clean up when busy); with more, one transaction
     /// that counts the blockers and writes our entry, then a second that deletes it if there
     /// were `allowed` or more (or the first entry's check refused it).
@@ -352,7 +352,7 @@ impl EtcdClient {
         }
     }
 
-    /// Waits for a place of `queue` (see [`EtcdClient::acquire`]) until `wait` has passed.
+    /// Waits for a place of `queue` (see [`Locker::acquire`](crate::Locker::acquire)) until `wait` has passed.
     async fn acquire_queued(
         &self,
         queue: &Queue<'_>,

@@ -192,7 +192,7 @@ impl EtcdClient {
     }
 
     /// Takes `key`, waiting until `options.wait_bound()` (one attempt, like
-    /// [`EtcdClient::try_acquire`], if none was set or it is zero).
+    /// [`Locker::try_acquire`](crate::Locker::try_acquire), if none was set or it is zero).
     ///
     /// Waiting is a queue (see the [module docs](super)): our entry is written once, and we
     /// watch only the entry just ahead of ours, so locks are granted in arrival order and a
@@ -205,7 +205,7 @@ impl EtcdClient {
     /// renewals.
     ///
     /// # Errors
-    /// [`Error::NotAcquired`] at the deadline; otherwise as [`EtcdClient::try_acquire`].
+    /// [`Error::NotAcquired`] at the deadline; otherwise as [`Locker::try_acquire`](crate::Locker::try_acquire).
     pub(crate) async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
         let secs = self.check_request(key, options)?;
         let entry = |token: &LockToken| entry_key(key, token);

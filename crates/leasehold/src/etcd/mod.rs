@@ -10,10 +10,10 @@
 //! they never overlap a lock's): their layout, recipes and guarantees are in the `sync`
 //! submodule's docs (`src/etcd/sync/mod.rs`); they wait, renew and report loss as locks do.
 //!
-//! * [`EtcdClient::try_acquire`] is one transaction: `If(no key under K\0) Then(Put(entry))`.
+//! * [`Locker::try_acquire`](crate::Locker::try_acquire) is one transaction: `If(no key under K\0) Then(Put(entry))`.
 //!   It writes nothing when the lock is busy (no cleanup round trip, and it cannot jump the
 //!   queue: a non-empty prefix always has a holder, its first entry).
-//! * A waiting [`EtcdClient::acquire`] puts its entry (`If(CreateRevision(entry) == 0)`, so an
+//! * A waiting [`Locker::acquire`](crate::Locker::acquire) puts its entry (`If(CreateRevision(entry) == 0)`, so an
 //!   ambiguous attempt can be repeated), then reads, in one transaction at revision `R`, its own
 //!   entry and the entry just ahead of it (greatest `create_revision` below its own). If there
 //!   is none, it holds the lock. Otherwise it watches *that one key* for deletion, from
@@ -24,12 +24,12 @@
 //!   its next renewals (see *Orphans* below).
 //! * **Fencing number** = the entry's `create_revision`: issued atomically with the write that
 //!   enqueues it, and strictly increasing across successive holders of a key (see below).
-//! * [`EtcdClient::release`] / [`EtcdClient::extend`] are token-checked transactions
+//! * [`Locker::release`](crate::Locker::release) / [`Locker::extend`](crate::Locker::extend) are token-checked transactions
 //!   (`If(Value(entry) == token)`, or `CreateRevision(entry) == fencing` for a guard, which
 //!   knows it); they need no in-memory state, so another process (the CLI) can call them with
 //!   the key and the token. `extend` grants a new lease and moves the entry onto it with a
 //!   guarded put (a put keeps `create_revision`, so the fencing number and the queue position
-//!   stay). [`EtcdClient::inspect`] reads the first entry and its lease's remaining TTL.
+//!   stay). [`Locker::inspect`](crate::Locker::inspect) reads the first entry and its lease's remaining TTL.
 //!
 //! **[`min_hold`](LockOptions::min_hold).** A lock taken with it also gets a lease of
 //! `min_hold` (whole seconds, rounded up), granted once the lock is ours, so it ends no sooner

@@ -1,4 +1,4 @@
-//! The lock table on etcd: [`EtcdClient::list`] and [`EtcdClient::force_release`].
+//! The lock table on etcd: [`Locker::list`](crate::Locker::list) and [`Locker::force_release`](crate::Locker::force_release).
 //!
 //! A lock `K` is the range of entries `K\0token`, each with its holder's or waiter's lease; the
 //! entry with the lowest create revision holds the lock, the others wait in that order. Listing

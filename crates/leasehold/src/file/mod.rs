@@ -291,7 +291,7 @@ impl FileClient {
     /// (a slow fsync) is given back and tried again, as on every backend.
     ///
     /// # Errors
-    /// [`Error::NotAcquired`] at the deadline; as [`FileClient::try_acquire`].
+    /// [`Error::NotAcquired`] at the deadline; as [`Locker::try_acquire`](crate::Locker::try_acquire).
     pub(crate) async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
         Self::check(key, options)?;
         let attempts = FileAttempts::new(self, key);
@@ -358,7 +358,7 @@ impl FileClient {
     /// Extends `key` to `ttl` from now if this client holds it with `token`.
     ///
     /// # Errors
-    /// As [`FileClient::release`].
+    /// As [`Locker::release`](crate::Locker::release).
     pub(crate) async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<()> {
         validate_key(key)?;
         ttl_millis(ttl)?;

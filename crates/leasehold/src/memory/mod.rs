@@ -115,12 +115,12 @@ impl MemoryClient {
     /// release, by the holder's expiry, or by a waiter ahead leaving; never polling.
     ///
     /// # Errors
-    /// [`Error::NotAcquired`] at the deadline; as [`MemoryClient::try_acquire`].
+    /// [`Error::NotAcquired`] at the deadline; as [`Locker::try_acquire`](crate::Locker::try_acquire).
     pub(crate) async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
         self.acquire_as(key, options, Want::Exclusive).await
     }
 
-    /// Holds `key` as `want` asks, waiting in the key's queue as [`MemoryClient::acquire`].
+    /// Holds `key` as `want` asks, waiting in the key's queue as [`Locker::acquire`](crate::Locker::acquire).
     async fn acquire_as(
         &self,
         key: &str,

@@ -1,4 +1,4 @@
-//! The lock table of memory locks: [`MemoryClient::list`] and [`MemoryClient::force_release`].
+//! The lock table of memory locks: [`Locker::list`](crate::Locker::list) and [`Locker::force_release`](crate::Locker::force_release).
 
 use crate::core::error::{Error, Result};
 use crate::core::listing::{ForceReleased, LockEntry, LockHolder, check_reason};

@@ -15,7 +15,7 @@ use crate::core::fence::{Fence, FencedWrite};
 /// equal number is accepted only from the holder that claimed it first (two holders can get
 /// the same number only if a lock's counter lost an increment, e.g. in a failover). The row
 /// keeps the number and a SHA-256 of the token (never the token itself). The same rule as
-/// [`FencedStore`](crate::FencedStore) on Redis and the checker's register.
+/// [`FencedStore`](crate::redis::FencedStore) on Redis and the checker's register.
 ///
 /// The table needs two extra columns, `fence bigint NOT NULL DEFAULT 0` and
 /// `holder text NOT NULL DEFAULT ''` (names configurable); [`FencedRows::add_columns_sql`]

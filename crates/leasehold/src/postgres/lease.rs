@@ -458,7 +458,7 @@ impl PostgresLeaseClient {
     ///
     /// # Errors
     /// [`Error::NotAcquired`] at the deadline (or [`Error::ExpiredOnArrival`] if the last
-    /// attempt was a grant given back); as [`PostgresLeaseClient::try_acquire`].
+    /// attempt was a grant given back); as [`Locker::try_acquire`](crate::Locker::try_acquire).
     pub(crate) async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
         self.check(key, options)?;
         let row = LeaseRow { client: self, key };

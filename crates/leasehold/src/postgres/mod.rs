@@ -52,7 +52,7 @@
 //!   the lock, while it was held; the increment is committed before the reply. A server restart
 //!   keeps them (the row is durable), unlike an advisory lock. A failover to an asynchronous
 //!   streaming replica does not: increments not yet replayed there are lost (numbers repeat;
-//!   [`PostgresClient::raise_fencing_counter`] repairs), and lease rows not yet replayed are
+//!   [`Locker::raise_fencing_counter`](crate::Locker::raise_fencing_counter) repairs), and lease rows not yet replayed are
 //!   granted again. Use synchronous replication where numbers must survive a failover.
 //! * **Token-checked release**: only the session that holds the lock can release it, so a
 //!   release can never free a later holder's lock. A release or extend with a token this client
@@ -102,7 +102,7 @@
 //! worker's connection.
 //!
 //! # Semaphores, read-write locks and elections
-//! [`PostgresClient::semaphore`], [`PostgresClient::rwlock`] and [`PostgresClient::election`]
+//! [`Locker::semaphore`](crate::Locker::semaphore), [`Locker::rwlock`](crate::Locker::rwlock) and [`Locker::election`](crate::Locker::election)
 //! (and [`Locker`](crate::Locker)'s, on `postgres://` URLs) hold each permit, reader, writer or
 //! leader as a session lock, on a session of its own, with the same TTL, renewal and loss
 //! report: a semaphore's permits are `N` advisory locks (slots `hashtextextended(name, 1..=N)`;
@@ -117,9 +117,9 @@
 //! token in its `application_name`, so a token held elsewhere is
 //! [`Error::Unsupported`], one held nowhere [`Error::NotHeld`]).
 //!
-//! [`PostgresLeaseClient::semaphore`] keeps permits as slot rows (`leasehold_permits`), each
+//! [`Locker::semaphore`](crate::Locker::semaphore) keeps permits as slot rows (`leasehold_permits`), each
 //! taken under its row lock, with [`Error::Conflict`] for another number of permits, and
-//! [`PostgresLeaseClient::election`] the name's lease row plus a term row
+//! [`Locker::election`](crate::Locker::election) the name's lease row plus a term row
 //! (`leasehold_lease_terms`); both work from any process and through a transaction pooler.
 //! Lease rows have no read-write lock ([`Backend::has`](crate::Backend::has) says so). Details
 //! and tests: docs/guarantees.md §9.

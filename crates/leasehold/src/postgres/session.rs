@@ -43,7 +43,7 @@ impl PostgresClient {
     /// # Errors
     /// [`Error::NotAcquired`] when the lock stayed busy until the deadline; at the deadline, the
     /// last attempt's [`Error::Connection`] or [`Error::ExpiredOnArrival`]; as
-    /// [`PostgresClient::try_acquire`] otherwise.
+    /// [`Locker::try_acquire`](crate::Locker::try_acquire) otherwise.
     pub(crate) async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
         self.check(key, options)?;
         let lock = SessionWait {
@@ -187,7 +187,7 @@ impl PostgresClient {
     /// Extends `key` to `ttl` from now if this client holds it with `token`.
     ///
     /// # Errors
-    /// As [`PostgresClient::release`].
+    /// As [`Locker::release`](crate::Locker::release).
     pub(crate) async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<()> {
         validate_pg_key(key)?;
         ttl_millis(ttl)?;

@@ -1,4 +1,4 @@
-//! The connection a [`LockClient`](crate::LockClient) talks through: one of the `redis` crate's
+//! The connection a [`RedisClient`](crate::redis::RedisClient) talks through: one of the `redis` crate's
 //! multiplexed async connections, a Redis Cluster connection, or a connection that follows a
 //! Sentinel-monitored primary.
 
@@ -21,10 +21,10 @@ use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 #[derive(Clone)]
 #[non_exhaustive]
 pub enum ClientConnection {
-    /// A [`ConnectionManager`], which reconnects after a failure (what [`LockClient::connect`]
+    /// A [`ConnectionManager`], which reconnects after a failure (what [`RedisClient::connect`]
     /// builds for a standalone server).
     ///
-    /// [`LockClient::connect`]: crate::LockClient::connect
+    /// [`RedisClient::connect`]: crate::redis::RedisClient::connect
     Manager(ConnectionManager),
     /// A plain [`MultiplexedConnection`] owned by the caller.
     Multiplexed(MultiplexedConnection),

@@ -1,4 +1,4 @@
-//! Leader election on top of a lock ([`LockClient::election`]).
+//! Leader election on top of a lock ([`Locker::election`](crate::Locker::election)).
 //!
 //! Leadership of `name` is the lock `name`, held with auto-extension: a campaign waits for the
 //! lock; the **term** is the lock's fencing number, drawn in the same script that takes the
@@ -28,7 +28,7 @@ use crate::core::outcome::TryAcquire;
 use crate::core::sync::{Election, ElectionProvider, Leader, LeaderChanges};
 use crate::core::token::LockToken;
 use crate::redis::client::{ChannelAttempts, OnReleaseChannel};
-use crate::redis::client::{LockClient, script_grant};
+use crate::redis::client::{RedisClient, script_grant};
 use crate::redis::scripts::{CAMPAIGN_SCRIPT as CAMPAIGN, LEADER_SCRIPT as LEADER};
 use crate::redis::slot::validate_name;
 use crate::redis::slot::{fence_key, release_channel, slot_name};
@@ -43,12 +43,12 @@ pub fn election_leader_key(name: &str) -> String {
 /// The Redis protocol of an [`Election`] (see the module's documentation).
 #[derive(Debug, Clone)]
 pub(crate) struct RedisElection {
-    client: LockClient,
+    client: RedisClient,
     name: String,
     record: String,
 }
 
-impl LockClient {
+impl RedisClient {
     /// An election on `name` (no round trip).
     ///
     /// # Errors
@@ -216,7 +216,7 @@ struct TermAttempts<'a> {
 }
 
 impl ChannelAttempts for TermAttempts<'_> {
-    fn client(&self) -> &LockClient {
+    fn client(&self) -> &RedisClient {
         &self.election.client
     }
 

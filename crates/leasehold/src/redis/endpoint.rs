@@ -1,9 +1,9 @@
-//! Where a [`LockClient`](crate::LockClient) connects (see [`Endpoint`]).
+//! Where a [`RedisClient`](crate::redis::RedisClient) connects (see [`Endpoint`]).
 
 use crate::core::error::{Error, Result};
 use crate::core::url::{parse_hosts, percent_decode, redact, split_multi_host};
 
-/// Where a [`LockClient`](crate::LockClient) connects: one server, a Redis Cluster, or the
+/// Where a [`RedisClient`](crate::redis::RedisClient) connects: one server, a Redis Cluster, or the
 /// primary of a Sentinel-monitored set, and the URL forms that name each.
 ///
 /// | form | meaning |

@@ -7,7 +7,7 @@
 //!
 //! **Issuing (lock side).** With [`LockOptions::fencing`](crate::LockOptions::fencing), one
 //! script does `SET key token NX PX ttl` and, only if that succeeded, `INCR` on the counter
-//! [`fence_key(key)`](crate::fence_key) in the same atomic step. Guarantee: on one server whose
+//! [`fence_key(key)`](crate::redis::fence_key) in the same atomic step. Guarantee: on one server whose
 //! counter survives (no restart without persistence, no failover), every successful acquisition
 //! gets a number greater than every earlier acquisition's. The counter is in the lock key's hash
 //! slot so the script stays legal under Redis Cluster.
@@ -51,12 +51,12 @@ pub struct FencedStore {
 }
 
 impl FencedStore {
-    /// Uses an existing connection (for instance [`LockClient::connection`](crate::LockClient::connection)).
+    /// Uses an existing connection (for instance [`RedisClient::connection`](crate::redis::RedisClient::connection)).
     pub fn new(conn: impl Into<ClientConnection>) -> Self {
         FencedStore { conn: conn.into() }
     }
 
-    /// Connects to the resource's server: any URL form of [`Endpoint`](crate::Endpoint)
+    /// Connects to the resource's server: any URL form of [`Endpoint`](crate::redis::Endpoint)
     /// (one server, a cluster, a Sentinel-monitored primary; `rediss://` with the system's
     /// roots). Each fenced key is one hash, so it is legal on a cluster.
     ///
@@ -64,7 +64,7 @@ impl FencedStore {
     /// [`Error::InvalidArgument`] for a bad URL, [`Error::Connection`],
     /// [`Error::Topology`].
     pub async fn connect(url: &str) -> Result<Self> {
-        let endpoint = crate::Endpoint::parse(url)?;
+        let endpoint = crate::redis::Endpoint::parse(url)?;
         let (conn, _) =
             crate::redis::topology::open(&endpoint, &crate::ClientOptions::default(), None).await?;
         Ok(FencedStore::new(conn))

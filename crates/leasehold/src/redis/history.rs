@@ -23,7 +23,7 @@ use crate::core::error::{Error, Operation, Result};
 use crate::core::history::{
     HistoryEvent, HistoryLog, HistoryOptions, from_unix_millis, unix_millis,
 };
-use crate::redis::client::LockClient;
+use crate::redis::client::RedisClient;
 use crate::redis::slot::slot_name;
 use crate::redis::slot::validate_name;
 
@@ -32,7 +32,7 @@ pub fn history_key(key: &str) -> String {
     format!("{}:history", slot_name(key))
 }
 
-impl LockClient {
+impl RedisClient {
     /// The history log of this client's server (streams, see the module docs).
     pub(crate) fn history_streams(&self, options: &HistoryOptions) -> Arc<dyn HistoryLog> {
         Arc::new(RedisHistory {
@@ -44,7 +44,7 @@ impl LockClient {
 
 #[derive(Debug)]
 struct RedisHistory {
-    client: LockClient,
+    client: RedisClient,
     options: HistoryOptions,
 }
 

@@ -1,4 +1,4 @@
-//! Multi-resource locks: all of several keys, or none ([`LockClient::multi_lock`]).
+//! Multi-resource locks: all of several keys, or none ([`RedisClient::multi_lock`]).
 //!
 //! Each key is held as a plain lock (`key = token`, with a TTL), all with one token, so every
 //! key's state reads like a lock's (`inspect`, the CLI) and a plain lock on any of them excludes
@@ -33,7 +33,7 @@ use crate::core::guard::{Lease, LockGuard, clock_drift};
 use crate::core::options::{LockOptions, ttl_millis};
 use crate::core::outcome::TryAcquire;
 use crate::core::token::LockToken;
-use crate::redis::client::LockClient;
+use crate::redis::client::RedisClient;
 use crate::redis::renewal::RenewTarget;
 use crate::redis::scripts::{
     MULTI_ACQUIRE_SCRIPT as ACQUIRE, MULTI_EXTEND_SCRIPT as EXTEND, MULTI_RELEASE_SCRIPT as RELEASE,
@@ -45,13 +45,13 @@ use crate::redis::waiting::Subscription;
 /// The most keys one multi-lock may take.
 pub const MAX_KEYS: usize = 1000;
 
-/// A lock over several keys at once; made by [`LockClient::multi_lock`], cheap to clone.
+/// A lock over several keys at once; made by [`RedisClient::multi_lock`], cheap to clone.
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use leasehold::{LockClient, LockOptions};
+/// use leasehold::{RedisClient, LockOptions};
 ///
-/// # async fn example(locks: LockClient) -> Result<(), leasehold::Error> {
+/// # async fn example(locks: RedisClient) -> Result<(), leasehold::Error> {
 /// // Both accounts or neither; another caller taking [to, from] cannot deadlock with us.
 /// let transfer = locks.multi_lock(&["account:17", "account:42"])?;
 /// let opts = LockOptions::new(Duration::from_secs(10)).wait(Duration::from_secs(5));
@@ -61,19 +61,19 @@ pub const MAX_KEYS: usize = 1000;
 /// ```
 #[derive(Debug, Clone)]
 pub struct MultiLock {
-    client: LockClient,
+    client: RedisClient,
     name: String,
     keys: Vec<String>,
     /// The keys by hash slot, in the global order (one group off a cluster).
     groups: Vec<Vec<String>>,
 }
 
-impl LockClient {
+impl RedisClient {
     /// A lock over all of `keys` (no round trip). Their order does not matter: they are taken
     /// in one global order.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for no keys, more than [`MAX_MULTI_KEYS`](crate::MAX_MULTI_KEYS), a bad key, or a key
+    /// [`Error::InvalidArgument`] for no keys, more than [`MAX_MULTI_KEYS`](crate::redis::MAX_MULTI_KEYS), a bad key, or a key
     /// named twice.
     pub fn multi_lock<S: AsRef<str>>(&self, keys: &[S]) -> Result<MultiLock> {
         if keys.is_empty() {
@@ -247,7 +247,7 @@ impl MultiLock {
     ///
     /// # Errors
     /// [`Error::Unsupported`] with fencing, fair mode, `replica_ack`, or auto-extension over
-    /// several hash slots; as [`LockClient::try_acquire`].
+    /// several hash slots; as [`Locker::try_acquire`](crate::Locker::try_acquire).
     pub async fn try_acquire(&self, options: &LockOptions) -> Result<TryAcquire> {
         let ttl_ms = self.check(options)?;
         KeysAttempts {
@@ -274,7 +274,7 @@ impl MultiLock {
     }
 
     /// [`MultiLock::acquire`], run `work`, release every key whatever happens (as
-    /// [`LockClient::with_lock`]).
+    /// [`Locker::with_lock`](crate::Locker::with_lock)).
     ///
     /// # Errors
     /// As [`MultiLock::acquire`]; [`Error::LockLost`]; [`Error::NotHeld`].

@@ -1,4 +1,4 @@
-//! [`RedisOptions`]: what a [`LockClient`](crate::LockClient) takes beyond the options every
+//! [`RedisOptions`]: what a [`RedisClient`](crate::redis::RedisClient) takes beyond the options every
 //! backend takes.
 
 use std::time::Duration;
@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::core::options::ClientOptions;
 use crate::redis::strategy::{ExtendStrategy, ReleaseStrategy};
 
-/// Options for a [`LockClient`](crate::LockClient): the [`ClientOptions`] of every backend,
+/// Options for a [`RedisClient`](crate::redis::RedisClient): the [`ClientOptions`] of every backend,
 /// and what only Redis and Valkey have (release and extend strategies, release
 /// notifications). A `ClientOptions` converts into it with the Redis defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,7 +43,7 @@ impl RedisOptions {
     }
 
     /// Release notifications (default on): every release publishes the key on
-    /// [`release_channel`](crate::release_channel) in the same round trip, and waiting
+    /// [`release_channel`](crate::redis::release_channel) in the same round trip, and waiting
     /// acquisitions subscribe to it (one shared subscriber connection per client) so they retry
     /// as soon as the lock is released instead of at their next poll (see `src/redis/waiting.rs`).
     /// Off: releases are one bare command, waiters poll.

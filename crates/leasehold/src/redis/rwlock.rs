@@ -1,5 +1,5 @@
 //! Read-write locks: many readers or one writer, and writers are not starved by a stream of
-//! readers ([`LockClient::rwlock`]).
+//! readers ([`Locker::rwlock`](crate::Locker::rwlock)).
 //!
 //! **Representation** (all in `name`'s hash slot):
 //! - the **writer** holds the key `name` itself, exactly like a plain lock (`SET NX PX`, its
@@ -41,7 +41,7 @@ use crate::core::outcome::TryAcquire;
 use crate::core::sync::{RwLock, impl_provider};
 use crate::core::token::LockToken;
 use crate::redis::client::{ChannelAttempts, OnReleaseChannel};
-use crate::redis::client::{LockClient, script_grant};
+use crate::redis::client::{RedisClient, script_grant};
 use crate::redis::renewal::RenewTarget;
 use crate::redis::scripts::{
     READ_ACQUIRE_SCRIPT as READ_ACQUIRE, WRITE_ACQUIRE_SCRIPT as WRITE_ACQUIRE,
@@ -70,13 +70,13 @@ pub fn writer_wait_ttl(ttl: Duration) -> Duration {
 /// The Redis protocol of an [`RwLock`] (see the module's documentation).
 #[derive(Debug, Clone)]
 pub(crate) struct RedisRwLock {
-    client: LockClient,
+    client: RedisClient,
     name: String,
     readers: String,
     waiting: String,
 }
 
-impl LockClient {
+impl RedisClient {
     /// A read-write lock on `name` (no round trip).
     ///
     /// # Errors
@@ -276,7 +276,7 @@ impl RedisRwLock {
     ///
     /// # Errors
     /// [`Error::Unsupported`] with fencing, fair mode or `replica_ack`; as
-    /// [`LockClient::try_acquire`].
+    /// [`Locker::try_acquire`](crate::Locker::try_acquire).
     pub async fn try_read(&self, options: &LockOptions) -> Result<TryAcquire> {
         self.try_side(Side::Read, options).await
     }
@@ -294,7 +294,7 @@ impl RedisRwLock {
     /// reader left. With fencing, the writer gets the next number of `name`'s counter.
     ///
     /// # Errors
-    /// [`Error::Unsupported`] with fair mode or `replica_ack`; as [`LockClient::try_acquire`].
+    /// [`Error::Unsupported`] with fair mode or `replica_ack`; as [`Locker::try_acquire`](crate::Locker::try_acquire).
     pub async fn try_write(&self, options: &LockOptions) -> Result<TryAcquire> {
         self.try_side(Side::Write, options).await
     }
@@ -325,7 +325,7 @@ impl RedisRwLock {
     /// Releases the write lease that `token` holds (the plain token-checked release of `name`).
     ///
     /// # Errors
-    /// As [`LockClient::release`].
+    /// As [`Locker::release`](crate::Locker::release).
     pub async fn release_write(&self, token: &LockToken) -> Result<()> {
         self.client.release(&self.name, token).await
     }
@@ -350,7 +350,7 @@ impl RedisRwLock {
     /// extend of `name`).
     ///
     /// # Errors
-    /// As [`LockClient::extend`].
+    /// As [`Locker::extend`](crate::Locker::extend).
     pub async fn extend_write(&self, token: &LockToken, ttl: Duration) -> Result<()> {
         self.client.extend(&self.name, token, ttl).await
     }
@@ -452,7 +452,7 @@ struct SideAttempts<'a> {
 }
 
 impl ChannelAttempts for SideAttempts<'_> {
-    fn client(&self) -> &LockClient {
+    fn client(&self) -> &RedisClient {
         &self.lock.client
     }
 

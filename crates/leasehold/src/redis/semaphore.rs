@@ -1,5 +1,5 @@
 //! Counting semaphores: at most N holders of a name at once, each holding a permit that is a
-//! lease of its own ([`LockClient::semaphore`]).
+//! lease of its own ([`Locker::semaphore`](crate::Locker::semaphore)).
 //!
 //! **Representation.** The permits of `name` are one sorted set, [`semaphore_permits_key`]: one
 //! member per held permit (its random token), scored with the permit's expiry in the server's
@@ -38,7 +38,7 @@ use crate::core::options::{LockOptions, ttl_millis};
 use crate::core::outcome::TryAcquire;
 use crate::core::sync::{Semaphore, impl_provider};
 use crate::core::token::LockToken;
-use crate::redis::client::LockClient;
+use crate::redis::client::RedisClient;
 use crate::redis::client::{ChannelAttempts, OnReleaseChannel};
 use crate::redis::renewal::RenewTarget;
 use crate::redis::scripts::{
@@ -63,14 +63,14 @@ pub use crate::redis::scripts::semaphore_scripts;
 /// The Redis protocol of a [`Semaphore`] (see the module's documentation).
 #[derive(Debug, Clone)]
 pub(crate) struct RedisSemaphore {
-    client: LockClient,
+    client: RedisClient,
     name: String,
     permits: u32,
     permits_key: String,
     limit_key: String,
 }
 
-impl LockClient {
+impl RedisClient {
     /// A semaphore of `permits` permits on `name` (no round trip). Every client of `name` must
     /// use the same number: while permits are held, another number is refused
     /// ([`Error::Conflict`]).
@@ -253,7 +253,7 @@ impl RedisSemaphore {
 /// lock's readers) and announces it on `name`'s release channel. True if it was held and
 /// unexpired.
 pub(crate) async fn release_member(
-    client: &LockClient,
+    client: &RedisClient,
     set: &str,
     name: &str,
     token: &str,
@@ -280,7 +280,7 @@ pub(crate) async fn release_member(
 }
 
 /// The unexpired members of the expiring set `set`.
-pub(crate) async fn count_members(client: &LockClient, set: &str) -> Result<u32> {
+pub(crate) async fn count_members(client: &RedisClient, set: &str) -> Result<u32> {
     client
         .idempotent(Operation::Inspect, |mut conn| {
             let inv = COUNT.key(set);
@@ -292,7 +292,7 @@ pub(crate) async fn count_members(client: &LockClient, set: &str) -> Result<u32>
 /// Resets `token`'s member of the expiring set `set` to `ttl` from now, if it is there and
 /// unexpired.
 pub(crate) async fn extend_member(
-    client: &LockClient,
+    client: &RedisClient,
     set: &str,
     token: &LockToken,
     ttl: Duration,
@@ -366,7 +366,7 @@ struct PermitAttempts<'a> {
 }
 
 impl ChannelAttempts for PermitAttempts<'_> {
-    fn client(&self) -> &LockClient {
+    fn client(&self) -> &RedisClient {
         &self.semaphore.client
     }
 

@@ -1,4 +1,4 @@
-//! The lock table on Redis and Valkey: [`LockClient::list`] and [`LockClient::force_release`].
+//! The lock table on Redis and Valkey: [`Locker::list`](crate::Locker::list) and [`Locker::force_release`](crate::Locker::force_release).
 //!
 //! **Listing.** `SCAN` (never `KEYS`: it walks the keyspace in pages, so the server keeps
 //! serving) on the server, on the primary behind Sentinel, or on every master of a cluster
@@ -28,7 +28,7 @@ use crate::core::listing::{
 };
 use crate::core::owner::Owner;
 use crate::core::token::LockToken;
-use crate::redis::client::LockClient;
+use crate::redis::client::RedisClient;
 use crate::redis::connection::ClientConnection;
 use crate::redis::scripts::FORCE_RELEASE_SCRIPT;
 use crate::redis::slot::validate_name;
@@ -103,7 +103,7 @@ struct Read {
     now_ms: f64,
 }
 
-impl LockClient {
+impl RedisClient {
     /// The held locks whose names match `pattern` (see [`crate::glob_match`]), read as the
     /// module docs say.
     ///
@@ -490,7 +490,7 @@ mod tests {
     leasehold_harness::server_test!(async fn a_resent_forced_release_leaves_the_next_holder_alone(bin) {
         use leasehold_harness::{Server, ServerOptions};
         let server = Server::start(&bin, &ServerOptions::new()).unwrap();
-        let client = LockClient::connect(&server.url()).await.unwrap();
+        let client = RedisClient::connect(&server.url()).await.unwrap();
         let key = "forced-twice";
         let options = crate::LockOptions::new(Duration::from_secs(60));
         let first = client.try_acquire(key, &options).await.unwrap().acquired().unwrap();

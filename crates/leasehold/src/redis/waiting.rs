@@ -1,6 +1,6 @@
 //! Waiters woken on release instead of polling alone.
 //!
-//! A release publishes the lock key on [`release_channel`](crate::release_channel) in the same
+//! A release publishes the lock key on [`release_channel`](crate::redis::release_channel) in the same
 //! round trip (inside the release script, or pipelined with `DELEX`/`DELIFEQ`). A waiting
 //! acquirer makes its first attempt at once (a free lock costs one `SET NX PX`, as with
 //! `try_acquire`); only when that finds the lock busy does it subscribe to the channel, through

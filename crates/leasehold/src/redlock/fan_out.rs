@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::core::error::{Error, Result};
-use crate::redis::client::LockClient;
+use crate::redis::client::RedisClient;
 
 use super::Redlock;
 use crate::core::report::{NodeOutcome, NodeReport, NodeReports};
@@ -39,7 +39,7 @@ impl Redlock {
     ) -> (Vec<(NodeReport, Option<T>)>, Tasks)
     where
         T: Send + 'static,
-        F: Fn(LockClient) -> Fut + Clone + Send + 'static,
+        F: Fn(RedisClient) -> Fut + Clone + Send + 'static,
         Fut: std::future::Future<Output = Result<Reply<T>>> + Send + 'static,
     {
         self.fan_out_after(Vec::new(), wait, op).await
@@ -57,7 +57,7 @@ impl Redlock {
     ) -> (Vec<(NodeReport, Option<T>)>, Tasks)
     where
         T: Send + 'static,
-        F: Fn(LockClient) -> Fut + Clone + Send + 'static,
+        F: Fn(RedisClient) -> Fut + Clone + Send + 'static,
         Fut: std::future::Future<Output = Result<Reply<T>>> + Send + 'static,
     {
         let timeout = self.inner.options.node_timeout;

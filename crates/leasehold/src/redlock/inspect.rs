@@ -35,14 +35,14 @@ impl Redlock {
     }
 
     /// Raises `key`'s fencing counter on every node to at least `at_least` (see
-    /// [`LockClient::raise_fencing_counter`]) and returns the highest counter afterwards.
+    /// [`Locker::raise_fencing_counter`](crate::Locker::raise_fencing_counter)) and returns the highest counter afterwards.
     ///
     /// Succeeds once a majority has raised its counter: every later acquisition's majority
     /// shares a node with it, so every later number exceeds `at_least`. Safe for the same
     /// reason as on one node: counters only move up. Otherwise `NoQuorum`, with each node's
     /// outcome.
     ///
-    /// [`LockClient::raise_fencing_counter`]: crate::LockClient::raise_fencing_counter
+    /// [`Locker::raise_fencing_counter`]: crate::Locker::raise_fencing_counter
     pub(crate) async fn raise_fencing_counter(&self, key: &str, at_least: u64) -> Result<u64> {
         crate::redis::slot::validate_name(key)?;
         let timeout = self.inner.options.node_timeout;

@@ -53,7 +53,7 @@
 //! **Assumption specific to fencing**: counters survive restarts (AOF with `appendfsync
 //! always`, or a restarted node kept out for longer than the maximum TTL); a counter that comes
 //! back lower can let a later holder read a smaller maximum. The resource side is unchanged:
-//! [`FencedStore`](crate::FencedStore) rejects lower numbers, and equal numbers from another
+//! [`FencedStore`](crate::redis::FencedStore) rejects lower numbers, and equal numbers from another
 //! token.
 
 // By part: `options` and `report` (the public settings and per-node outcomes), `nodes` (the

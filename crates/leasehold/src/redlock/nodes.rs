@@ -3,19 +3,19 @@
 use std::time::Duration;
 
 use crate::core::error::{Error, Result};
-use crate::redis::client::LockClient;
+use crate::redis::client::RedisClient;
 use crate::redis::options::RedisOptions;
 
 pub(super) struct Node {
     pub(super) label: String,
     pub(super) url: String,
-    pub(super) client: tokio::sync::OnceCell<LockClient>,
+    pub(super) client: tokio::sync::OnceCell<RedisClient>,
 }
 
 impl Node {
     /// The node's client, connecting on first use (a node that is down when the Redlock is
     /// created is retried at every operation).
-    pub(super) async fn client(&self, timeout: Duration) -> Result<&LockClient> {
+    pub(super) async fn client(&self, timeout: Duration) -> Result<&RedisClient> {
         self.client
             .get_or_try_init(|| {
                 // Each node has its own reconnecting connection. Release notifications are off:
@@ -23,7 +23,7 @@ impl Node {
                 let options = RedisOptions::new()
                     .connect_timeout(timeout.max(Duration::from_millis(1)))
                     .notify_waiters(false);
-                LockClient::connect_with(&self.url, options)
+                RedisClient::connect_with(&self.url, options)
             })
             .await
     }

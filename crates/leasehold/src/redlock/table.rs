@@ -1,4 +1,4 @@
-//! The lock table of a Redlock set: [`Redlock::list`], a majority view of the nodes' tables.
+//! The lock table of a Redlock set: [`Locker::list`](crate::Locker::list), a majority view of the nodes' tables.
 
 use std::collections::BTreeMap;
 
@@ -12,7 +12,7 @@ use super::Redlock;
 
 impl Redlock {
     /// The locks held on a majority of the nodes, with the same holder(s) there: each node is
-    /// listed as [`LockClient::list`](crate::LockClient::list) does (within ten per-node
+    /// listed as [`Locker::list`](crate::Locker::list) does (within ten per-node
     /// timeouts, at least 10 s), and an entry is kept when at least [`Redlock::quorum`] nodes show the same
     /// key, kind and holder tokens. Its TTL is the shortest, its fencing counter the highest
     /// of those nodes (what a Redlock acquisition would see). A lock held on a minority only

@@ -7,21 +7,22 @@ use std::time::Duration;
 /// no two of them share the machine's two cores: they would measure the machine, not us.
 pub static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-use leasehold::{ClientOptions, LockClient};
+use leasehold::ClientOptions;
+use leasehold::redis::RedisClient;
 use leasehold_harness::{Server, ServerBinary, ServerOptions};
 
 /// A fresh server of `bin` and a client connected to it.
-pub async fn start(bin: &ServerBinary) -> (Server, LockClient) {
+pub async fn start(bin: &ServerBinary) -> (Server, RedisClient) {
     start_with(bin, ClientOptions::new()).await
 }
 
 /// A fresh server of `bin` and a client with `options`.
 pub async fn start_with(
     bin: &ServerBinary,
-    options: impl Into<leasehold::RedisOptions>,
-) -> (Server, LockClient) {
+    options: impl Into<leasehold::redis::RedisOptions>,
+) -> (Server, RedisClient) {
     let server = Server::start(bin, &ServerOptions::new()).expect("server starts");
-    let client = LockClient::connect_with(&server.url(), options)
+    let client = RedisClient::connect_with(&server.url(), options)
         .await
         .expect("client connects");
     (server, client)

@@ -7,7 +7,8 @@ use crate::common;
 
 use std::time::Duration;
 
-use leasehold::{Locker, Redlock, RedlockOptions};
+use leasehold::Locker;
+use leasehold::redlock::{Redlock, RedlockOptions};
 use leasehold_harness::{
     Cluster, ClusterOptions, SentinelOptions, SentinelSet, Server, ServerBinary, ServerOptions,
 };

@@ -1,13 +1,12 @@
 //! Keys and their hash slots: every name derived from a lock key lands in the key's Redis
 //! Cluster slot, for keys of any shape (hash tags, stray braces, any UTF-8, any length).
 
+use leasehold::MAX_KEY_LEN;
 use leasehold::internal::{
     election_leader_key, rwlock_readers_key, rwlock_writer_waiting_key, semaphore_permits_key,
     slot_name,
 };
-use leasehold::{
-    MAX_KEY_LEN, fair_entry_key, fair_queue_key, fence_key, key_slot, release_channel,
-};
+use leasehold::redis::{fair_entry_key, fair_queue_key, fence_key, key_slot, release_channel};
 use proptest::prelude::*;
 
 use crate::config;

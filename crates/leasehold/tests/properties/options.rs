@@ -2,9 +2,10 @@
 
 use std::time::Duration;
 
+use leasehold::redlock::RedlockOptions;
 use leasehold::{
     Backoff, Error, LockOptions, MAX_TTL, MIN_BACKOFF, MIN_RENEWED_TTL, MIN_TTL, OnLoss,
-    RedlockOptions, clock_drift,
+    clock_drift,
 };
 use proptest::prelude::*;
 

@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 use leasehold::internal::{
     election_leader_key, rwlock_readers_key, rwlock_writer_waiting_key, semaphore_permits_key,
 };
+use leasehold::redis::{RedisClient, fair_entry_key, fair_queue_key, fence_key, release_channel};
 use leasehold::{
-    Backoff, Error, LockClient, LockGuard, LockOptions, MAX_KEY_LEN, MAX_TTL, MIN_BACKOFF,
-    MIN_RENEWED_TTL, MIN_TTL, TryAcquire, fair_entry_key, fair_queue_key, fence_key,
-    release_channel,
+    Backoff, Error, LockGuard, LockOptions, MAX_KEY_LEN, MAX_TTL, MIN_BACKOFF, MIN_RENEWED_TTL,
+    MIN_TTL, TryAcquire,
 };
 use leasehold_harness::{Cluster, ClusterOptions, Server, ServerOptions};
 use proptest::prelude::*;
@@ -48,7 +48,7 @@ fn ttl() -> impl Strategy<Value = Duration> {
 /// One fenced `try_acquire` of `key` for `ttl` on a fresh key, checked against the server.
 async fn acquire_and_release(
     server: &Server,
-    client: &LockClient,
+    client: &RedisClient,
     key: &str,
     ttl: Duration,
 ) -> Result<(), TestCaseError> {
@@ -118,7 +118,7 @@ async fn acquire_and_release(
 
 leasehold_harness::server_test!(async fn any_key_is_validated_held_and_released(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).expect("server starts");
-    let client = LockClient::connect(&server.url()).await.expect("client connects");
+    let client = RedisClient::connect(&server.url()).await.expect("client connects");
     let mut runner = TestRunner::new(config::cases(32));
     let result = runner.run(&(any_key(), ttl()), |(key, ttl)| {
         block_on(acquire_and_release(&server, &client, &key, ttl))
@@ -137,7 +137,7 @@ leasehold_harness::server_test!(async fn derived_keys_share_the_key_slot_on_a_re
     let keys = any_key().prop_filter("valid", |k| !k.is_empty() && k.len() <= MAX_KEY_LEN);
     let result = runner.run(&keys, |key| {
         let slot = cluster.keyslot(&key).expect("CLUSTER KEYSLOT");
-        prop_assert_eq!(leasehold::key_slot(&key), slot, "{:?}", key);
+        prop_assert_eq!(leasehold::redis::key_slot(&key), slot, "{:?}", key);
         for name in [
             fence_key(&key),
             release_channel(&key),
@@ -221,7 +221,7 @@ const PATHS: &[&str] = &[
 /// One attempt by `path` with `o` (where it waits, for `o`'s wait bound or else 5 s) on names
 /// starting with `p`: the guard, or None when busy.
 async fn acquire_by(
-    c: &LockClient,
+    c: &RedisClient,
     path: &str,
     p: &str,
     o: &LockOptions,
@@ -299,9 +299,9 @@ async fn acquire_by(
 // cannot be counted against them.
 leasehold_harness::server_test!(async fn every_acquisition_path_validates_before_sending(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).expect("server starts");
-    let client = LockClient::connect(&server.url()).await.expect("client connects");
+    let client = RedisClient::connect(&server.url()).await.expect("client connects");
     let quiet = Server::start(&bin, &ServerOptions::new()).expect("server starts");
-    let refused_only = LockClient::connect(&quiet.url()).await.expect("client connects");
+    let refused_only = RedisClient::connect(&quiet.url()).await.expect("client connects");
     let mut runner = TestRunner::new(config::cases(32));
     let result = runner.run(&(options(), proptest::sample::select(PATHS)), |(options, name)| {
         block_on(async {
@@ -336,7 +336,7 @@ leasehold_harness::server_test!(async fn every_acquisition_path_validates_before
 // on (LockOptions::new(20 ms) was campaigned for and renewed every ~6.7 ms).
 leasehold_harness::server_test!(async fn campaigns_refuse_ttls_too_short_to_renew(bin) {
     let quiet = Server::start(&bin, &ServerOptions::new()).expect("server starts");
-    let client = LockClient::connect(&quiet.url()).await.expect("client connects");
+    let client = RedisClient::connect(&quiet.url()).await.expect("client connects");
     let mut runner = TestRunner::new(config::cases(32));
     let result = runner.run(&options(), |options| {
         block_on(async {
@@ -368,7 +368,7 @@ leasehold_harness::server_test!(async fn campaigns_refuse_ttls_too_short_to_rene
 // wait or cap over a century is now taken as a century.
 leasehold_harness::server_test!(async fn any_wait_and_hold_cap_is_taken(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).expect("server starts");
-    let client = LockClient::connect(&server.url()).await.expect("client connects");
+    let client = RedisClient::connect(&server.url()).await.expect("client connects");
     let mut runner = TestRunner::new(config::cases(32));
     let bounds = (crate::properties::options::any_duration(), proptest::option::of(crate::properties::options::any_duration()));
     let n = std::sync::atomic::AtomicUsize::new(0);
@@ -405,7 +405,7 @@ leasehold_harness::server_test!(async fn any_client_timeouts_work(bin) {
     let result = runner.run(&(timeout(), timeout()), |(connect, response)| {
         block_on(async {
             let options = leasehold::ClientOptions::new().connect_timeout(connect).response_timeout(response);
-            let client = tokio::time::timeout(HANG_GUARD, LockClient::connect_with(&server.url(), options))
+            let client = tokio::time::timeout(HANG_GUARD, RedisClient::connect_with(&server.url(), options))
                 .await
                 .expect("connecting hangs")
                 .map_err(|e| TestCaseError::fail(format!("{connect:?}/{response:?}: {e}")))?;
@@ -445,14 +445,17 @@ enum Attempt {
 /// One Redlock `try_acquire` of a free `key` for 60 s with `options`; a guard is released.
 async fn redlock_try(
     nodes: &[String],
-    options: leasehold::RedlockOptions,
+    options: leasehold::redlock::RedlockOptions,
     key: &str,
 ) -> Result<Attempt, TestCaseError> {
     let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
-    let redlock = tokio::time::timeout(HANG_GUARD, leasehold::Redlock::connect(&nodes, options))
-        .await
-        .expect("connecting hangs")
-        .map_err(|e| TestCaseError::fail(e.to_string()))?;
+    let redlock = tokio::time::timeout(
+        HANG_GUARD,
+        leasehold::redlock::Redlock::connect(&nodes, options),
+    )
+    .await
+    .expect("connecting hangs")
+    .map_err(|e| TestCaseError::fail(e.to_string()))?;
     let ttl = LockOptions::new(Duration::from_secs(60));
     let attempt = tokio::time::timeout(HANG_GUARD, redlock.try_acquire(key, &ttl))
         .await
@@ -482,7 +485,7 @@ leasehold_harness::server_test!(async fn any_redlock_settings_take_a_free_lock(b
     let n = std::sync::atomic::AtomicUsize::new(0);
     let result = runner.run(&(timeout, factor, 0u64..5_000), |(timeout, factor, floor)| {
         let key = format!("r{}", n.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
-        let options = leasehold::RedlockOptions::new().node_timeout(timeout).drift(factor, Duration::from_millis(floor));
+        let options = leasehold::redlock::RedlockOptions::new().node_timeout(timeout).drift(factor, Duration::from_millis(floor));
         let attempt = block_on(redlock_try(&nodes, options, &key))?;
         prop_assert!(matches!(attempt, Attempt::Taken), "{timeout:?} {factor} {floor} ms: {attempt:?}");
         Ok(())
@@ -504,7 +507,7 @@ leasehold_harness::server_test!(async fn redlock_without_validity_is_not_busy(bi
     let n = std::sync::atomic::AtomicUsize::new(0);
     let result = runner.run(&floor, |floor| {
         let key = format!("v{}", n.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
-        let options = leasehold::RedlockOptions::new().drift(0.01, floor);
+        let options = leasehold::redlock::RedlockOptions::new().drift(0.01, floor);
         match block_on(redlock_try(&nodes, options, &key))? {
             Attempt::Failed(Error::ExpiredOnArrival { .. } | Error::InvalidArgument { .. }) => {}
             other => prop_assert!(false, "drift floor {floor:?}: {other:?}"),
@@ -522,18 +525,18 @@ leasehold_harness::server_test!(async fn redlock_without_validity_is_not_busy(bi
 // keys, in some order.
 leasehold_harness::server_test!(async fn primitives_accept_exactly_the_documented_names(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).expect("server starts");
-    let client = LockClient::connect(&server.url()).await.expect("client connects");
+    let client = RedisClient::connect(&server.url()).await.expect("client connects");
     let mut runner = TestRunner::new(config::cases(256));
     let keys = prop_oneof![
         proptest::collection::vec(any_key(), 0..6),
         proptest::collection::vec("[a-c]{1,2}", 0..6),
-        (1..=leasehold::MAX_MULTI_KEYS + 1).prop_map(|n| (0..n).map(|i| format!("k{i}")).collect()),
+        (1..=leasehold::redis::MAX_MULTI_KEYS + 1).prop_map(|n| (0..n).map(|i| format!("k{i}")).collect()),
     ];
     let permits = prop_oneof![Just(0u32), Just(leasehold::MAX_PERMITS + 1), Just(u32::MAX), 1..=leasehold::MAX_PERMITS];
     let result = runner.run(&(keys, permits), |(keys, permits)| {
         let valid = |k: &String| !k.is_empty() && k.len() <= MAX_KEY_LEN;
         let distinct = keys.iter().collect::<std::collections::HashSet<_>>().len() == keys.len();
-        let ok = !keys.is_empty() && keys.len() <= leasehold::MAX_MULTI_KEYS && keys.iter().all(valid) && distinct;
+        let ok = !keys.is_empty() && keys.len() <= leasehold::redis::MAX_MULTI_KEYS && keys.iter().all(valid) && distinct;
         match client.multi_lock(&keys) {
             Ok(multi) => {
                 prop_assert!(ok, "{keys:?} accepted");

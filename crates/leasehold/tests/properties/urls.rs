@@ -1,4 +1,4 @@
-//! URL parsing for every scheme `Locker` and `LockClient` accept, through the public parsers
+//! URL parsing for every scheme `Locker` and `RedisClient` accept, through the public parsers
 //! (`Endpoint::parse`, the Redlock node list): arbitrary text gives a typed `InvalidArgument`
 //! or a value, never a panic; generated well-formed URLs parse to exactly their parts. Only
 //! parsing runs here (and `Locker::connect` where it refuses before connecting): nothing
@@ -6,7 +6,8 @@
 //! their properties in their modules' unit tests.
 
 use leasehold::internal::node_urls;
-use leasehold::{Endpoint, Error, Locker};
+use leasehold::redis::Endpoint;
+use leasehold::{Error, Locker};
 use proptest::prelude::*;
 
 use crate::config;

@@ -65,7 +65,7 @@ pub(crate) trait ElectionProvider: Send + Sync + Debug + 'static {
 /// An election on `name`: one leader at a time, each with a term (its fencing number) higher
 /// than every earlier leader's. Cheap to clone; made by
 /// [`Locker::election`](crate::Locker::election) (or a backend's own client, such as
-/// [`LockClient::election`](crate::LockClient::election)).
+/// [`Locker::election`](crate::Locker::election)).
 ///
 /// Leadership is a lock held with auto-extension: a campaign waits for it; resigning is
 /// releasing the guard; a leader that crashes stops renewing and its lease expires after one

@@ -4,7 +4,7 @@
 //! (.NET) has a provider interface per primitive: the handle owns the name, the argument checks
 //! and the `with_*` helpers; the provider owns the protocol. A backend offers a primitive by
 //! implementing its provider and returning a handle from its client
-//! ([`LockClient::semaphore`](crate::LockClient::semaphore), ...) and from
+//! ([`Locker::semaphore`](crate::Locker::semaphore), ...) and from
 //! [`Locker`](crate::Locker); a backend without it returns [`Error::Unsupported`] naming itself.
 
 mod election;

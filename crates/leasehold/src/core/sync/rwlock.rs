@@ -33,7 +33,7 @@ pub(crate) trait RwLockProvider: Send + Sync + Debug + 'static {
 
 /// A read-write lock: any number of readers, or one writer, of `name`. Cheap to clone; made by
 /// [`Locker::rwlock`](crate::Locker::rwlock) (or a backend's own client, such as
-/// [`LockClient::rwlock`](crate::LockClient::rwlock)). A waiting writer keeps new readers out,
+/// [`Locker::rwlock`](crate::Locker::rwlock)). A waiting writer keeps new readers out,
 /// so the current ones drain and a stream of readers cannot starve it.
 ///
 /// ```no_run

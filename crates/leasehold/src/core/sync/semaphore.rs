@@ -37,7 +37,7 @@ pub(crate) trait SemaphoreProvider: Send + Sync + Debug + 'static {
 
 /// A counting semaphore: at most `permits` holders of `name` at once, across every process.
 /// Cheap to clone; made by [`Locker::semaphore`](crate::Locker::semaphore) (or a backend's own
-/// client, such as [`LockClient::semaphore`](crate::LockClient::semaphore)).
+/// client, such as [`Locker::semaphore`](crate::Locker::semaphore)).
 ///
 /// ```no_run
 /// use std::time::Duration;

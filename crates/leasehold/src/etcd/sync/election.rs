@@ -45,7 +45,7 @@ impl EtcdElection {
     ///
     /// # Errors
     /// [`Error::Unsupported`] with fair mode or `replica_ack`; [`Error::NotAcquired`] at the
-    /// deadline; as [`EtcdClient::acquire`].
+    /// deadline; as [`Locker::acquire`](crate::Locker::acquire).
     pub(super) async fn campaign(&self, id: &str, options: &LockOptions) -> Result<LockGuard> {
         let options = options.clone().fencing(true).auto_extend(true);
         let secs = check_options(&self.client, &self.name, "an election", &options, true)?;

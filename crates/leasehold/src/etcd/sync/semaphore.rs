@@ -85,12 +85,12 @@ impl EtcdSemaphore {
         check_options(&self.client, &self.name, "a semaphore", options, false)
     }
 
-    /// One attempt (see [`EtcdClient::try_acquire`]): busy while `permits` entries exist.
+    /// One attempt (see [`Locker::try_acquire`](crate::Locker::try_acquire)): busy while `permits` entries exist.
     ///
     /// # Errors
     /// [`Error::Unsupported`] with fencing, fair mode or `replica_ack`; [`Error::Conflict`]
     /// when the semaphore is held with another number of permits; as
-    /// [`EtcdClient::try_acquire`].
+    /// [`Locker::try_acquire`](crate::Locker::try_acquire).
     pub(super) async fn try_acquire(&self, options: &LockOptions) -> Result<TryAcquire> {
         let secs = self.check(options)?;
         let (entry, check) = (

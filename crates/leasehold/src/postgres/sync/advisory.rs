@@ -397,7 +397,7 @@ impl PostgresClient {
 
     /// Waits in the server's queue for `ask` (a read, write or lead) up to `wait` (`None`:
     /// one attempt; `FOREVER`: for ever), through the acquisition engine, as the plain lock
-    /// waits ([`PostgresClient::acquire`]): a session that dies under us, or a grant that came
+    /// waits ([`Locker::acquire`](crate::Locker::acquire)): a session that dies under us, or a grant that came
     /// too late, is tried again after the backoff.
     pub(super) async fn advisory_wait(
         &self,

@@ -11,9 +11,9 @@ use crate::core::trace::shown_key;
 use crate::redis::slot::release_channel;
 use crate::redis::slot::validate_name;
 
-use super::LockClient;
+use super::RedisClient;
 
-impl LockClient {
+impl RedisClient {
     /// One attempt to take `key` for `options.ttl()`, without waiting.
     ///
     /// Sends `SET key token NX PX ttl` with a fresh random token (or the acquire script when
@@ -78,7 +78,7 @@ impl LockClient {
     /// lock step), never longer than the holder's remaining lease as the server reported it,
     /// nor past the deadline. No attempt is made at or after the deadline. Each attempt uses a
     /// fresh token, so a cleanup of an abandoned attempt can never release a later, successful
-    /// one. Cancellation: see [`LockClient::try_acquire`].
+    /// one. Cancellation: see [`Locker::try_acquire`](crate::Locker::try_acquire).
     ///
     /// A topology in motion ([`Error::is_topology_in_motion`]: a slot migrating, a failover)
     /// is ridden out like a busy lock until the deadline, and so is a broken connection on a
@@ -87,7 +87,7 @@ impl LockClient {
     /// # Errors
     /// [`Error::NotAcquired`] when the lock stayed busy until the deadline; the last failure
     /// when the topology was still in motion at the deadline; otherwise as
-    /// [`LockClient::try_acquire`].
+    /// [`Locker::try_acquire`](crate::Locker::try_acquire).
     pub(crate) async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
         let begun = crate::core::metrics::start();
         let result: Result<LockGuard> = async {
@@ -113,14 +113,14 @@ impl LockClient {
 
 /// The plain lock on one key, as the acquisition engine drives it.
 struct PlainLock<'a> {
-    client: &'a LockClient,
+    client: &'a RedisClient,
     key: &'a str,
     ttl_ms: u64,
 }
 
 impl<'a> PlainLock<'a> {
     /// Checks the name and TTL (before any round trip).
-    fn new(client: &'a LockClient, key: &'a str, options: &LockOptions) -> Result<Self> {
+    fn new(client: &'a RedisClient, key: &'a str, options: &LockOptions) -> Result<Self> {
         validate_name(key)?;
         let ttl_ms = options.ttl_millis()?;
         Ok(PlainLock {
@@ -183,7 +183,7 @@ impl Attempts for PlainLock<'_> {
 /// election's terms), as [`OnReleaseChannel`] hands them to the acquisition engine.
 pub(crate) trait ChannelAttempts: Sync {
     /// The client the attempts go through.
-    fn client(&self) -> &LockClient;
+    fn client(&self) -> &RedisClient;
     /// The primitive's name (its release channel is [`release_channel`] of it).
     fn name(&self) -> &str;
     /// One attempt, as [`Attempts::attempt`].

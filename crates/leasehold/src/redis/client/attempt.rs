@@ -15,9 +15,9 @@ use crate::redis::scripts::{
 };
 use crate::redis::slot::{fence_key, min_hold_key};
 
-use super::{Attempt, LockClient};
+use super::{Attempt, RedisClient};
 
-impl LockClient {
+impl RedisClient {
     /// One acquisition as `options` ask: the attempt, and with
     /// [`LockOptions::replica_ack`] the replicas' acknowledgement.
     pub(super) async fn attempt_with(
@@ -295,14 +295,14 @@ fn parse_acquire(reply: Value, fencing: bool, scripted: bool) -> redis::RedisRes
 /// Releases the token of an acquisition whose outcome we never learned (the future was dropped,
 /// or the reply was lost), so an orphaned lock does not block everyone for a whole TTL.
 struct AbandonedAttempt<'a> {
-    client: &'a LockClient,
+    client: &'a RedisClient,
     key: &'a str,
     token: &'a LockToken,
     armed: bool,
 }
 
 impl<'a> AbandonedAttempt<'a> {
-    fn arm(client: &'a LockClient, key: &'a str, token: &'a LockToken) -> Self {
+    fn arm(client: &'a RedisClient, key: &'a str, token: &'a LockToken) -> Self {
         AbandonedAttempt {
             client,
             key,

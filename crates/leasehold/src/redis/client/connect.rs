@@ -1,4 +1,4 @@
-//! Connecting a [`LockClient`], and detecting what the server offers.
+//! Connecting a [`RedisClient`], and detecting what the server offers.
 
 use std::sync::{Arc, OnceLock};
 
@@ -9,7 +9,7 @@ use crate::redis::options::RedisOptions;
 use crate::redis::server::ServerInfo;
 use crate::redis::waiting::Notifier;
 
-use super::{ClientInner, LockClient};
+use super::{ClientInner, RedisClient};
 
 fn timeout_error(op: Operation, what: &str) -> Error {
     Error::Connection {
@@ -19,7 +19,7 @@ fn timeout_error(op: Operation, what: &str) -> Error {
     }
 }
 
-impl LockClient {
+impl RedisClient {
     /// Connects to `url` with default [`RedisOptions`]. Any form [`Endpoint::parse`] accepts:
     /// `redis://[user:password@]host:port/db` (also `valkey://`, and `rediss://` for TLS) for
     /// one server, `redis-cluster://host:port[,host:port…]` for a Redis Cluster,
@@ -39,7 +39,7 @@ impl LockClient {
     /// [`ClientOptions`](crate::ClientOptions) every backend takes).
     ///
     /// # Errors
-    /// As [`LockClient::connect`]; also [`Error::InvalidArgument`] when a forced strategy is not
+    /// As [`RedisClient::connect`]; also [`Error::InvalidArgument`] when a forced strategy is not
     /// offered by the server.
     pub async fn connect_with(url: &str, options: impl Into<RedisOptions>) -> Result<Self> {
         Self::connect_to(&Endpoint::parse(url)?, options).await
@@ -49,7 +49,7 @@ impl LockClient {
     /// Every key a lock operation touches lives in the lock key's slot (see `src/redis/slot`).
     ///
     /// # Errors
-    /// As [`LockClient::connect`].
+    /// As [`RedisClient::connect`].
     pub async fn connect_cluster<S: AsRef<str>>(
         seeds: &[S],
         options: impl Into<RedisOptions>,
@@ -62,7 +62,7 @@ impl LockClient {
     /// follows it through failovers.
     ///
     /// # Errors
-    /// As [`LockClient::connect`].
+    /// As [`RedisClient::connect`].
     pub async fn connect_sentinel<S: AsRef<str>>(
         sentinels: &[S],
         master: &str,
@@ -75,7 +75,7 @@ impl LockClient {
     /// Connects to `endpoint`.
     ///
     /// # Errors
-    /// As [`LockClient::connect`].
+    /// As [`RedisClient::connect`].
     pub async fn connect_to(endpoint: &Endpoint, options: impl Into<RedisOptions>) -> Result<Self> {
         let options = options.into();
         let bound = options.client.connect_timeout;
@@ -104,12 +104,12 @@ impl LockClient {
     /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
     /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
     /// let manager = client.get_connection_manager().await?;
-    /// let locks = leasehold::LockClient::from_connection(manager).await?;
+    /// let locks = leasehold::RedisClient::from_connection(manager).await?;
     /// # Ok(()) }
     /// ```
     ///
     /// Releases still publish notifications (unless turned off), but this client's own waiters
-    /// poll: waking them needs a subscriber connection, which only [`LockClient::connect`] can
+    /// poll: waking them needs a subscriber connection, which only [`RedisClient::connect`] can
     /// open (it knows the URL).
     ///
     /// # Errors
@@ -118,11 +118,11 @@ impl LockClient {
         Self::with_connection(conn, RedisOptions::default()).await
     }
 
-    /// As [`LockClient::from_connection`], with options (forced strategies; the timeouts are
+    /// As [`RedisClient::from_connection`], with options (forced strategies; the timeouts are
     /// the connection's own).
     ///
     /// # Errors
-    /// As [`LockClient::from_connection`]; [`Error::InvalidArgument`] when a forced strategy is
+    /// As [`RedisClient::from_connection`]; [`Error::InvalidArgument`] when a forced strategy is
     /// not offered by the server.
     pub async fn with_connection(
         conn: impl Into<ClientConnection>,
@@ -154,7 +154,7 @@ impl LockClient {
         }
         let notifier = notifier.filter(|_| notify_waiters);
         tracing::debug!(%server, %release, %extend, "leasehold connected");
-        Ok(LockClient {
+        Ok(RedisClient {
             inner: Arc::new(ClientInner {
                 conn,
                 server,

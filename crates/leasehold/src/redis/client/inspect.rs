@@ -8,9 +8,9 @@ use crate::redis::scripts::RAISE_COUNTER_SCRIPT;
 use crate::redis::slot::fence_key;
 use crate::redis::slot::validate_name;
 
-use super::LockClient;
+use super::RedisClient;
 
-impl LockClient {
+impl RedisClient {
     /// Reads what `key` holds, its remaining TTL and its fencing counter, in one round trip.
     ///
     /// # Errors

@@ -1,9 +1,9 @@
-//! [`LockClient`]: connects, detects the server once, and acquires, releases, extends and
+//! [`RedisClient`]: connects, detects the server once, and acquires, releases, extends and
 //! inspects locks.
 //!
 //! - `connect`: connecting, and detecting what the server offers;
-//! - `acquire`: one attempt ([`LockClient::try_acquire`]) and the waiting loop
-//!   ([`LockClient::acquire`]);
+//! - `acquire`: one attempt ([`Locker::try_acquire`](crate::Locker::try_acquire)) and the waiting loop
+//!   ([`Locker::acquire`](crate::Locker::acquire));
 //! - `attempt`: the acquisition as it goes out (the command, `WAIT` for replicas, and the
 //!   cleanup of an attempt whose outcome was never learned);
 //! - `release`: the token-checked release and extend;
@@ -66,7 +66,7 @@ pub(crate) fn script_grant((ok, n): (i64, i64)) -> crate::core::acquire::Grant<u
 /// script with fencing or waiting), release one `DELEX`/`DELIFEQ`/`EVALSHA`, extend one
 /// `SET ... IFEQ`/`EVALSHA`.
 #[derive(Clone)]
-pub struct LockClient {
+pub struct RedisClient {
     inner: Arc<ClientInner>,
 }
 
@@ -84,9 +84,9 @@ struct ClientInner {
     notifier: Option<Notifier>,
 }
 
-impl std::fmt::Debug for LockClient {
+impl std::fmt::Debug for RedisClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LockClient")
+        f.debug_struct("RedisClient")
             .field("server", &self.inner.server)
             .field("release", &self.inner.release)
             .field("extend", &self.inner.extend)
@@ -94,7 +94,7 @@ impl std::fmt::Debug for LockClient {
     }
 }
 
-impl LockClient {
+impl RedisClient {
     /// The server and what it offers, as detected when connecting.
     pub fn server(&self) -> &ServerInfo {
         &self.inner.server
@@ -187,7 +187,7 @@ impl LockClient {
         self.inner.renewal_stats.clone()
     }
 
-    /// Whether a waiting acquisition retries after `e` (see [`LockClient::acquire`]).
+    /// Whether a waiting acquisition retries after `e` (see [`Locker::acquire`](crate::Locker::acquire)).
     pub(crate) fn retries_while_waiting(&self, e: &Error) -> bool {
         e.is_topology_in_motion()
             || (matches!(e, Error::Connection { .. })
@@ -202,7 +202,7 @@ impl LockClient {
 /// `true` if it was taken with [`min_hold`](LockOptions::min_hold) (its release then keeps it
 /// until the minimum hold is over).
 #[derive(Debug)]
-struct RedisHeld(LockClient, bool);
+struct RedisHeld(RedisClient, bool);
 
 impl HeldLock for RedisHeld {
     fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
@@ -221,19 +221,19 @@ impl HeldLock for RedisHeld {
     }
 }
 
-crate::core::backend::impl_lock_backend!(LockClient, Redis, lock_table);
+crate::core::backend::impl_lock_backend!(RedisClient, Redis, lock_table);
 
-impl crate::core::backend::Primitives for LockClient {
+impl crate::core::backend::Primitives for RedisClient {
     fn semaphore(&self, name: &str, permits: u32) -> Result<crate::Semaphore> {
-        LockClient::semaphore(self, name, permits)
+        RedisClient::semaphore(self, name, permits)
     }
 
     fn rwlock(&self, name: &str) -> Result<crate::RwLock> {
-        LockClient::rwlock(self, name)
+        RedisClient::rwlock(self, name)
     }
 
     fn election(&self, name: &str) -> Result<crate::Election> {
-        LockClient::election(self, name)
+        RedisClient::election(self, name)
     }
 
     fn history_log(

@@ -18,9 +18,9 @@ use crate::redis::slot::validate_name;
 use crate::redis::slot::{min_hold_key, release_channel};
 use crate::redis::strategy::{extend_cmd, release_cmd};
 
-use super::LockClient;
+use super::RedisClient;
 
-impl LockClient {
+impl RedisClient {
     /// Releases `key` if it still holds `token`, atomically (see `src/redis/strategy`).
     ///
     /// # Errors
@@ -48,7 +48,7 @@ impl LockClient {
     /// The release of a lock taken with [`min_hold`](crate::LockOptions::min_hold) (what its
     /// guard calls): if the minimum hold is not over by the server's clock, the lock is kept
     /// until it is and then expires by itself; otherwise it is deleted as by
-    /// [`LockClient::release`]. Token-checked and atomic (one script); Ok either way.
+    /// [`Locker::release`](crate::Locker::release). Token-checked and atomic (one script); Ok either way.
     pub(crate) async fn release_min_hold(&self, key: &str, token: &LockToken) -> Result<()> {
         match self.release_min_hold_raw(key, token.expose()).await? {
             true => Ok(()),
@@ -91,7 +91,7 @@ impl LockClient {
     /// Resets the TTL of `key` to `ttl` if it still holds `token`, atomically.
     ///
     /// # Errors
-    /// [`Error::NotHeld`] if the key is gone or holds another token; as [`LockClient::release`].
+    /// [`Error::NotHeld`] if the key is gone or holds another token; as [`Locker::release`](crate::Locker::release).
     pub(crate) async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<()> {
         validate_name(key)?;
         let ttl_ms = ttl_millis(ttl)?;
@@ -267,13 +267,13 @@ mod resent_extends {
 
     use leasehold_harness::{Server, ServerOptions};
 
-    use super::LockClient;
+    use super::RedisClient;
     use crate::core::guard::clock_drift;
     use crate::core::options::LockOptions;
 
     leasehold_harness::server_test!(async fn a_resent_extend_applied_after_a_renewal_caps_validity(bin) {
         let server = Server::start(&bin, &ServerOptions::new()).unwrap();
-        let client = LockClient::connect(&server.url()).await.unwrap();
+        let client = RedisClient::connect(&server.url()).await.unwrap();
         let key = "resent-extend";
         let guard = client
             .try_acquire(key, &LockOptions::new(Duration::from_secs(30)))

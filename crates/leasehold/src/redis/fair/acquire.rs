@@ -1,4 +1,4 @@
-//! [`LockClient::try_acquire`] and [`LockClient::acquire`] of a fair lock: queue, and wait
+//! [`Locker::try_acquire`](crate::Locker::try_acquire) and [`Locker::acquire`](crate::Locker::acquire) of a fair lock: queue, and wait
 //! for the handoff.
 
 use std::collections::VecDeque;
@@ -8,7 +8,7 @@ use crate::core::error::{Error, Result};
 use crate::core::guard::{Lease, LockGuard, clock_drift};
 use crate::core::options::LockOptions;
 use crate::core::outcome::TryAcquire;
-use crate::redis::client::LockClient;
+use crate::redis::client::RedisClient;
 use crate::redis::handoff::{EarlyTerms, Tenure};
 use crate::redis::slot::release_channel;
 use crate::redis::slot::validate_name;
@@ -21,8 +21,8 @@ use super::{handoff_window, queue_entry_ttl};
 /// Attempts whose send instants a waiter remembers (a handoff naming an older one is claimed).
 const REMEMBERED_ATTEMPTS: usize = 16;
 
-impl LockClient {
-    /// [`LockClient::try_acquire`] with [`LockOptions::fair`]: takes the lock only if it is
+impl RedisClient {
+    /// [`Locker::try_acquire`](crate::Locker::try_acquire) with [`LockOptions::fair`]: takes the lock only if it is
     /// free and nobody is queued for it.
     pub(crate) async fn fair_try_acquire(
         &self,
@@ -72,7 +72,7 @@ impl LockClient {
         }
     }
 
-    /// [`LockClient::acquire`] with [`LockOptions::fair`]: queues, and waits for the handoff
+    /// [`Locker::acquire`](crate::Locker::acquire) with [`LockOptions::fair`]: queues, and waits for the handoff
     /// (see the module docs) until the deadline.
     pub(crate) async fn fair_acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
         check_fair(key, options)?;

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::core::error::LossReason;
 use crate::core::guard::{Lease, clock_drift};
-use crate::redis::client::LockClient;
+use crate::redis::client::RedisClient;
 use crate::redis::handoff::{EarlyGrant, EarlyTerms, Tenure};
 use crate::redis::waiting::Delivery;
 
@@ -33,7 +33,7 @@ impl EarlyHandoff {
     /// The early handoff for a release of `lease`, if its tenure's next in line waits in this
     /// client on the same key, offers terms, and would get at least half its TTL.
     pub(super) fn for_release(
-        client: &LockClient,
+        client: &RedisClient,
         lease: &Lease,
         tenure: &Tenure,
     ) -> Option<EarlyHandoff> {

@@ -9,7 +9,7 @@ use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::HeldLock;
 use crate::core::guard::{Lease, clock_drift};
 use crate::core::token::LockToken;
-use crate::redis::client::LockClient;
+use crate::redis::client::RedisClient;
 use crate::redis::handoff::Tenure;
 use crate::redis::scripts::FAIR_RELEASE_SCRIPT;
 use crate::redis::slot::validate_name;
@@ -18,8 +18,8 @@ use super::early::EarlyHandoff;
 use super::pass_on::run_pass_on;
 use super::reply::PassOn;
 
-impl LockClient {
-    /// [`LockClient::release_fair`], saying whether the lock went to a waiter (true) or was
+impl RedisClient {
+    /// [`Locker::release_fair`](crate::Locker::release_fair), saying whether the lock went to a waiter (true) or was
     /// deleted (false).
     pub(crate) async fn release_fair_handed_over(
         &self,
@@ -78,12 +78,12 @@ impl LockClient {
 /// A fair lock held on one Redis server: released by handing it on; extended as a plain lock.
 #[derive(Debug)]
 pub(super) struct FairHeld {
-    client: LockClient,
+    client: RedisClient,
     tenure: Arc<Tenure>,
 }
 
 impl FairHeld {
-    pub(super) fn new(client: &LockClient, tenure: Arc<Tenure>) -> Arc<FairHeld> {
+    pub(super) fn new(client: &RedisClient, tenure: Arc<Tenure>) -> Arc<FairHeld> {
         Arc::new(FairHeld {
             client: client.clone(),
             tenure,

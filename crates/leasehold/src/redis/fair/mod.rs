@@ -99,8 +99,8 @@
 //! waiter finds the handoff at its next attempt, every third of the window.
 //!
 //! [`LockOptions::fair`]: crate::LockOptions::fair
-//! [`fair_queue_key`]: crate::fair_queue_key
-//! [`fair_entry_key`]: crate::fair_entry_key
+//! [`fair_queue_key`]: crate::redis::fair_queue_key
+//! [`fair_entry_key`]: crate::redis::fair_entry_key
 
 // By part: `waiter` (one waiter's attempts and its leaving the queue), `acquire` (the fair
 // try_acquire and the waiting loop), `pass_on` (running the release and leave scripts) and

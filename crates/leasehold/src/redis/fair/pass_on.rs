@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use redis::Script;
 
 use crate::core::error::{Operation, Result};
-use crate::redis::client::LockClient;
+use crate::redis::client::RedisClient;
 use crate::redis::slot::{fair_entry_key, fair_queue_key, fence_key, release_channel};
 
 use super::early::EarlyHandoff;
@@ -33,7 +33,7 @@ use super::reply::PassOn;
 ///
 /// [owner]: super::waiter::NO_OWNER
 pub(super) async fn run_pass_on(
-    client: &LockClient,
+    client: &RedisClient,
     script: &Script,
     key: &str,
     token: &str,

@@ -7,7 +7,7 @@ use crate::core::guard::{Lease, LockGuard};
 use crate::core::options::{LockOptions, ttl_millis};
 use crate::core::outcome::MAX_FENCING_NUMBER;
 use crate::core::token::LockToken;
-use crate::redis::client::LockClient;
+use crate::redis::client::RedisClient;
 use crate::redis::handoff::Tenure;
 use crate::redis::scripts::{FAIR_ACQUIRE_SCRIPT, FAIR_LEAVE_SCRIPT};
 use crate::redis::slot::{fair_entry_key, fair_queue_key, fence_key};
@@ -19,7 +19,7 @@ use super::{handoff_window, queue_entry_ttl};
 
 /// One fair waiter: its token and ticket for the whole wait.
 pub(super) struct Waiter<'a> {
-    client: &'a LockClient,
+    client: &'a RedisClient,
     key: &'a str,
     pub(super) token: LockToken,
     pub(super) ticket: String,
@@ -37,7 +37,7 @@ pub(super) enum FairAttempt {
 }
 
 impl<'a> Waiter<'a> {
-    pub(super) fn new(client: &'a LockClient, key: &'a str, options: &LockOptions) -> Self {
+    pub(super) fn new(client: &'a RedisClient, key: &'a str, options: &LockOptions) -> Self {
         let token = options.new_token();
         // A ticket is public (it is published): its own random bits, not the token's.
         let ticket = LockToken::random().expose()[..16].to_string();
@@ -130,7 +130,7 @@ impl<'a> Waiter<'a> {
 }
 
 pub(super) async fn leave(
-    client: &LockClient,
+    client: &RedisClient,
     key: &str,
     token: &LockToken,
     ticket: &str,
@@ -191,7 +191,7 @@ mod tests {
 
     use super::{FairAttempt, Waiter};
     use crate::core::options::LockOptions;
-    use crate::redis::client::LockClient;
+    use crate::redis::client::RedisClient;
     use crate::redis::slot::{fair_entry_key, fence_key};
 
     fn number(attempt: FairAttempt) -> u64 {
@@ -203,7 +203,7 @@ mod tests {
 
     leasehold_harness::server_test!(async fn a_repeated_attempt_never_claims_a_stale_grant(bin) {
         let server = Server::start(&bin, &ServerOptions::new()).unwrap();
-        let client = LockClient::connect(&server.url()).await.unwrap();
+        let client = RedisClient::connect(&server.url()).await.unwrap();
         let key = "stale-grant";
         let ttl = Duration::from_secs(10);
         let options = LockOptions::new(ttl).fair(true).fencing(true);
