@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::core::backend::Primitives;
+use crate::core::driver::Driver;
 use crate::core::error::{Error, Result};
 use crate::core::guard::{Lease, LockGuard};
 use crate::core::history::{HistoryEvent, HistoryKind, HistoryLog, HistoryOptions};
@@ -40,7 +40,7 @@ use crate::redlock::{Redlock, RedlockOptions};
 /// [`LockOptions::fair`] means on each.
 #[derive(Clone, Debug)]
 pub struct Locker {
-    backend: Arc<dyn Primitives>,
+    backend: Arc<dyn Driver>,
     /// Where lock events are recorded ([`ClientOptions::history`]); `None`: not recorded.
     history: Option<Arc<dyn HistoryLog>>,
 }
@@ -395,7 +395,7 @@ impl Locker {
 }
 
 impl Locker {
-    fn of(backend: impl Primitives) -> Locker {
+    fn of(backend: impl Driver) -> Locker {
         Locker {
             backend: Arc::new(backend),
             history: None,

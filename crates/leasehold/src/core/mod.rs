@@ -2,7 +2,7 @@
 //! contract every backend meets, and metrics. It imports nothing else of the crate.
 
 pub(crate) mod acquire;
-pub(crate) mod backend;
+pub(crate) mod driver;
 pub(crate) mod error;
 pub(crate) mod fence;
 pub(crate) mod guard;

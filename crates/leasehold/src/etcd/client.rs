@@ -6,8 +6,10 @@ use std::time::Duration;
 
 use etcd_client as ec;
 
+use crate::core::driver::Driver;
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::LockGuard;
+use crate::core::kind::Backend;
 use crate::core::options::{ClientOptions, LockOptions};
 use crate::core::outcome::{LockState, TryAcquire};
 use crate::core::token::LockToken;
@@ -168,6 +170,17 @@ impl EtcdClient {
     pub fn endpoints(&self) -> &[String] {
         &self.inner.endpoints
     }
+}
+
+#[async_trait::async_trait]
+impl Driver for EtcdClient {
+    fn kind(&self) -> Backend {
+        Backend::Etcd
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
 
     /// One attempt to take `key`, without waiting: one transaction that writes our entry only
     /// if the lock has no holder and no waiter (so nothing is written, and nothing needs
@@ -184,7 +197,7 @@ impl EtcdClient {
     /// [`Error::Unsupported`] with [`LockOptions::replica_ack`]; [`Error::ExpiredOnArrival`];
     /// [`Error::Connection`] (ambiguous once the transaction was sent),
     /// [`Error::PermissionDenied`], [`Error::Authentication`], [`Error::Server`].
-    pub(crate) async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
+    async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
         let secs = self.check_request(key, options)?;
         let entry = |token: &LockToken| entry_key(key, token);
         self.try_queue(&Queue::lock(key, &entry), options, secs)
@@ -206,7 +219,7 @@ impl EtcdClient {
     ///
     /// # Errors
     /// [`Error::NotAcquired`] at the deadline; otherwise as [`Locker::try_acquire`](crate::Locker::try_acquire).
-    pub(crate) async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
+    async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
         let secs = self.check_request(key, options)?;
         let entry = |token: &LockToken| entry_key(key, token);
         self.acquire_in(
@@ -224,7 +237,7 @@ impl EtcdClient {
     ///
     /// # Errors
     /// [`Error::NotHeld`] if there is no such entry; connection and server errors.
-    pub(crate) async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
+    async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
         check_key(key)?;
         self.release_entry(key, entry_key(key, token), token).await
     }
@@ -237,7 +250,7 @@ impl EtcdClient {
     /// # Errors
     /// [`Error::NotHeld`] if there is no such entry; [`Error::InvalidArgument`] for a bad TTL;
     /// connection and server errors.
-    pub(crate) async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<()> {
+    async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<()> {
         check_key(key)?;
         self.extend_entry(key, entry_key(key, token), token, ttl)
             .await
@@ -250,7 +263,7 @@ impl EtcdClient {
     ///
     /// # Errors
     /// Connection and server errors.
-    pub(crate) async fn inspect(&self, key: &str) -> Result<LockState> {
+    async fn inspect(&self, key: &str) -> Result<LockState> {
         check_key(key)?;
         let Some(first) = self.first_entry(key).await? else {
             return Ok(LockState::new(key.to_string(), None, None, None));
@@ -280,13 +293,42 @@ impl EtcdClient {
     ///
     /// # Errors
     /// [`Error::Unsupported`]; [`Error::InvalidArgument`] for a bad key.
-    pub(crate) async fn raise_fencing_counter(&self, key: &str, _at_least: u64) -> Result<u64> {
+    async fn raise_fencing_counter(&self, key: &str, _at_least: u64) -> Result<u64> {
         check_key(key)?;
         Err(Error::Unsupported {
             backend: "etcd",
             what: "raising a fencing counter (etcd's fencing numbers are its revisions)".into(),
         })
     }
-}
 
-crate::core::backend::impl_lock_backend!(EtcdClient, Etcd, lock_table);
+    async fn list(&self, pattern: &str) -> Result<Vec<crate::core::listing::LockEntry>> {
+        self.list_locks(pattern).await
+    }
+
+    async fn force_release(
+        &self,
+        key: &str,
+        reason: &str,
+    ) -> Result<crate::core::listing::ForceReleased> {
+        self.force_release_lock(key, reason).await
+    }
+
+    fn history_log(
+        &self,
+        options: &crate::core::history::HistoryOptions,
+    ) -> Option<std::sync::Arc<dyn crate::core::history::HistoryLog>> {
+        Some(super::history::log(self, options))
+    }
+
+    fn semaphore(&self, name: &str, permits: u32) -> Result<crate::core::sync::Semaphore> {
+        self.new_semaphore(name, permits)
+    }
+
+    fn rwlock(&self, name: &str) -> Result<crate::core::sync::RwLock> {
+        self.new_rwlock(name)
+    }
+
+    fn election(&self, name: &str) -> Result<crate::core::sync::Election> {
+        self.new_election(name)
+    }
+}

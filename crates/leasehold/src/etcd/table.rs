@@ -38,7 +38,7 @@ impl EtcdClient {
     ///
     /// # Errors
     /// [`Error::PermissionDenied`] when etcd's RBAC refuses the range; connection errors.
-    pub(crate) async fn list(&self, pattern: &str) -> Result<Vec<LockEntry>> {
+    pub(crate) async fn list_locks(&self, pattern: &str) -> Result<Vec<LockEntry>> {
         let literal: String = pattern
             .chars()
             .take_while(|c| !matches!(c, '*' | '?' | '\\'))
@@ -228,7 +228,11 @@ impl EtcdClient {
     /// [`Error::NotHeld`] if nobody holds it (or the holder kept changing over three tries);
     /// [`Error::InvalidArgument`] for a bad reason, or when `key` has no entries but is itself
     /// an etcd key (it is not a lock: nothing is written).
-    pub(crate) async fn force_release(&self, key: &str, reason: &str) -> Result<ForceReleased> {
+    pub(crate) async fn force_release_lock(
+        &self,
+        key: &str,
+        reason: &str,
+    ) -> Result<ForceReleased> {
         check_key(key)?;
         check_reason(reason)?;
         for _ in 0..3 {

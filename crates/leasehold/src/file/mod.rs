@@ -88,9 +88,10 @@ use std::time::{Duration, Instant, SystemTime};
 use nix::fcntl::Flock;
 
 use crate::core::acquire::{Ask, Attempts};
-use crate::core::backend::not_held_here;
+use crate::core::driver::{Driver, not_held_here};
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::{Lease, LockGuard};
+use crate::core::kind::Backend;
 use crate::core::options::{LockOptions, ttl_millis};
 use crate::core::outcome::{LockState, TryAcquire};
 use crate::core::owner::Owner;
@@ -274,30 +275,6 @@ impl FileClient {
         Ok(())
     }
 
-    /// One attempt to take `key`, without waiting.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for a bad key or TTL; [`Error::Unsupported`] for the fair
-    /// option; [`Error::Connection`] when the files cannot be read or written.
-    pub(crate) async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
-        Self::check(key, options)?;
-        FileAttempts::new(self, key)
-            .attempt(options, Ask::ONCE)
-            .await
-    }
-
-    /// Takes `key` through the acquisition engine, trying again after each backoff delay (and
-    /// when the holder's lease ends) until `options.wait_bound()`; a grant that came too late
-    /// (a slow fsync) is given back and tried again, as on every backend.
-    ///
-    /// # Errors
-    /// [`Error::NotAcquired`] at the deadline; as [`Locker::try_acquire`](crate::Locker::try_acquire).
-    pub(crate) async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
-        Self::check(key, options)?;
-        let attempts = FileAttempts::new(self, key);
-        crate::core::acquire::wait(&attempts, options, options.wait_bound()).await
-    }
-
     /// One attempt: the guard, or what the busy key's record says.
     async fn attempt(
         &self,
@@ -342,81 +319,12 @@ impl FileClient {
         held.get(&(key.to_string(), token.clone())).cloned()
     }
 
-    /// Releases `key` if this client holds it with `token`.
-    ///
-    /// # Errors
-    /// [`Error::NotHeld`] if it does not; [`Error::Unsupported`] if another client or process
-    /// holds it with that token (only its holder can drop a `flock`).
-    pub(crate) async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
-        validate_key(key)?;
-        match self.find_held(key, token) {
-            Some(held) => held.release_now(),
-            None => Err(self.not_ours(key, token, "releasing").await),
-        }
-    }
-
-    /// Extends `key` to `ttl` from now if this client holds it with `token`.
-    ///
-    /// # Errors
-    /// As [`Locker::release`](crate::Locker::release).
-    pub(crate) async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<()> {
-        validate_key(key)?;
-        ttl_millis(ttl)?;
-        match self.find_held(key, token) {
-            Some(held) => held.extend_now(ttl).map(drop),
-            None => Err(self.not_ours(key, token, "extending").await),
-        }
-    }
-
     async fn not_ours(&self, key: &str, token: &LockToken, what: &str) -> Error {
         let what = format!(
             "{what} a file lock held by another client or process (only its holder can; it \
              ends with that process, or at its TTL)"
         );
         not_held_here("file", what, key, token, self.inspect(key).await)
-    }
-
-    /// Who holds `key` (the token in its record), the lease's remaining time by the record (zero
-    /// if its holder is past it but has not let go: stopped or blocked), and the fencing counter.
-    /// A lock held while the process that took it is gone (its id is in the record) has an
-    /// [`owner`](LockState::owner) naming that process id, labelled "process N is gone: a
-    /// process it forked without exec holds the lock until it exits" (see the module docs).
-    ///
-    /// # Errors
-    /// [`Error::Connection`] when the files cannot be read.
-    pub(crate) async fn inspect(&self, key: &str) -> Result<LockState> {
-        validate_key(key)?;
-        let (folder, k) = (self.inner.folder.clone(), key.to_string());
-        let (record, fence, gone) = blocking(Operation::Inspect, move || {
-            let (record, fence) = folder.inspect(&k)?;
-            // Only a held lock has a record with a pid (a minimum hold's has none).
-            let gone = record.as_ref().and_then(Record::gone_pid);
-            Ok((record, fence, gone))
-        })
-        .await?;
-        let mut state = LockState::new(
-            key.to_string(),
-            record.as_ref().map(|r| r.token.clone()),
-            record.as_ref().map(Record::remaining),
-            fence,
-        );
-        if let Some(pid) = gone {
-            state.owner = Some(gone_holder(state.owner.take(), pid));
-        }
-        Ok(state)
-    }
-
-    /// Raises `key`'s fencing counter to at least `at_least` (never lowers it) and returns it.
-    ///
-    /// # Errors
-    /// [`Error::Connection`] when the counter cannot be read or written.
-    pub(crate) async fn raise_fencing_counter(&self, key: &str, at_least: u64) -> Result<u64> {
-        validate_key(key)?;
-        let (folder, k) = (self.inner.folder.clone(), key.to_string());
-        blocking(Operation::RaiseFencingCounter, move || {
-            folder.update_fence(&k, |n| Ok(n.max(at_least)))
-        })
-        .await
     }
 }
 
@@ -582,7 +490,109 @@ fn folder_of(url: &str) -> Result<(PathBuf, bool)> {
     Ok((path, allow_remote_fs))
 }
 
-crate::core::backend::impl_lock_backend!(FileClient, File);
+#[async_trait::async_trait]
+impl Driver for FileClient {
+    fn kind(&self) -> Backend {
+        Backend::File
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    /// One attempt to take `key`, without waiting.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad key or TTL; [`Error::Unsupported`] for the fair
+    /// option; [`Error::Connection`] when the files cannot be read or written.
+    async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
+        Self::check(key, options)?;
+        FileAttempts::new(self, key)
+            .attempt(options, Ask::ONCE)
+            .await
+    }
+
+    /// Takes `key` through the acquisition engine, trying again after each backoff delay (and
+    /// when the holder's lease ends) until `options.wait_bound()`; a grant that came too late
+    /// (a slow fsync) is given back and tried again, as on every backend.
+    ///
+    /// # Errors
+    /// [`Error::NotAcquired`] at the deadline; as [`Locker::try_acquire`](crate::Locker::try_acquire).
+    async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
+        Self::check(key, options)?;
+        let attempts = FileAttempts::new(self, key);
+        crate::core::acquire::wait(&attempts, options, options.wait_bound()).await
+    }
+
+    /// Releases `key` if this client holds it with `token`.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if it does not; [`Error::Unsupported`] if another client or process
+    /// holds it with that token (only its holder can drop a `flock`).
+    async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
+        validate_key(key)?;
+        match self.find_held(key, token) {
+            Some(held) => held.release_now(),
+            None => Err(self.not_ours(key, token, "releasing").await),
+        }
+    }
+
+    /// Extends `key` to `ttl` from now if this client holds it with `token`.
+    ///
+    /// # Errors
+    /// As [`Locker::release`](crate::Locker::release).
+    async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<()> {
+        validate_key(key)?;
+        ttl_millis(ttl)?;
+        match self.find_held(key, token) {
+            Some(held) => held.extend_now(ttl).map(drop),
+            None => Err(self.not_ours(key, token, "extending").await),
+        }
+    }
+
+    /// Who holds `key` (the token in its record), the lease's remaining time by the record (zero
+    /// if its holder is past it but has not let go: stopped or blocked), and the fencing counter.
+    /// A lock held while the process that took it is gone (its id is in the record) has an
+    /// [`owner`](LockState::owner) naming that process id, labelled "process N is gone: a
+    /// process it forked without exec holds the lock until it exits" (see the module docs).
+    ///
+    /// # Errors
+    /// [`Error::Connection`] when the files cannot be read.
+    async fn inspect(&self, key: &str) -> Result<LockState> {
+        validate_key(key)?;
+        let (folder, k) = (self.inner.folder.clone(), key.to_string());
+        let (record, fence, gone) = blocking(Operation::Inspect, move || {
+            let (record, fence) = folder.inspect(&k)?;
+            // Only a held lock has a record with a pid (a minimum hold's has none).
+            let gone = record.as_ref().and_then(Record::gone_pid);
+            Ok((record, fence, gone))
+        })
+        .await?;
+        let mut state = LockState::new(
+            key.to_string(),
+            record.as_ref().map(|r| r.token.clone()),
+            record.as_ref().map(Record::remaining),
+            fence,
+        );
+        if let Some(pid) = gone {
+            state.owner = Some(gone_holder(state.owner.take(), pid));
+        }
+        Ok(state)
+    }
+
+    /// Raises `key`'s fencing counter to at least `at_least` (never lowers it) and returns it.
+    ///
+    /// # Errors
+    /// [`Error::Connection`] when the counter cannot be read or written.
+    async fn raise_fencing_counter(&self, key: &str, at_least: u64) -> Result<u64> {
+        validate_key(key)?;
+        let (folder, k) = (self.inner.folder.clone(), key.to_string());
+        blocking(Operation::RaiseFencingCounter, move || {
+            folder.update_fence(&k, |n| Ok(n.max(at_least)))
+        })
+        .await
+    }
+}
 
 /// Test hooks (`leasehold::internal`).
 #[doc(hidden)]
@@ -599,6 +609,3 @@ pub mod hooks {
 
 #[cfg(test)]
 mod tests;
-
-/// No primitive beyond the plain lock yet (see [`Backend::has`](crate::Backend::has)).
-impl crate::core::backend::Primitives for FileClient {}

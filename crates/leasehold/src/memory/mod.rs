@@ -45,10 +45,15 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
 
+use crate::core::driver::Driver;
 use crate::core::error::{Error, Result};
 use crate::core::guard::{HeldLock, Lease, LockGuard};
+use crate::core::history::{HistoryLog, HistoryOptions};
+use crate::core::kind::Backend;
+use crate::core::listing::{ForceReleased, LockEntry};
 use crate::core::options::{LockOptions, ttl_millis};
 use crate::core::outcome::{LockState, TryAcquire};
+use crate::core::sync::{Election, RwLock, Semaphore};
 use crate::core::token::{LockToken, validate_key};
 
 use store::{Attempt, Namespace, Want};
@@ -93,15 +98,6 @@ impl MemoryClient {
         Ok(())
     }
 
-    /// One attempt to take `key`, without waiting (busy while others wait for it: FIFO).
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for a bad key or TTL; [`Error::FencingExhausted`] when the
-    /// counter is at `u64::MAX`.
-    pub(crate) async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
-        self.try_as(key, options, Want::Exclusive)
-    }
-
     /// One attempt to hold `key` as `want` asks.
     fn try_as(&self, key: &str, options: &LockOptions, want: Want<'_>) -> Result<TryAcquire> {
         Self::check(key, options)?;
@@ -109,15 +105,6 @@ impl MemoryClient {
             Attempt::Taken(lease) => Ok(TryAcquire::Acquired(self.guard(lease, options))),
             Attempt::Busy { remaining, .. } => Ok(TryAcquire::Busy { remaining }),
         }
-    }
-
-    /// Takes `key`, waiting until `options.wait_bound()` in the key's FIFO queue: woken by a
-    /// release, by the holder's expiry, or by a waiter ahead leaving; never polling.
-    ///
-    /// # Errors
-    /// [`Error::NotAcquired`] at the deadline; as [`Locker::try_acquire`](crate::Locker::try_acquire).
-    pub(crate) async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
-        self.acquire_as(key, options, Want::Exclusive).await
     }
 
     /// Holds `key` as `want` asks, waiting in the key's queue as [`Locker::acquire`](crate::Locker::acquire).
@@ -163,44 +150,6 @@ impl MemoryClient {
         }
         LockGuard::new(held, lease)
     }
-
-    /// Releases `key` if `token` holds it (and its lease has not run out), waking its waiters.
-    ///
-    /// # Errors
-    /// [`Error::NotHeld`] if it does not.
-    pub(crate) async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
-        validate_key(key)?;
-        self.ns.release(key, token)
-    }
-
-    /// Extends `key` to `ttl` from now if `token` holds it (and its lease has not run out).
-    ///
-    /// # Errors
-    /// [`Error::NotHeld`] if it does not; [`Error::InvalidArgument`] for a bad TTL.
-    pub(crate) async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<()> {
-        validate_key(key)?;
-        ttl_millis(ttl)?;
-        self.ns.extend(key, token, ttl).map(drop)
-    }
-
-    /// The holder's token, its remaining lease and the fencing counter (`None` before the first
-    /// fenced acquisition).
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for a bad key.
-    pub(crate) async fn inspect(&self, key: &str) -> Result<LockState> {
-        validate_key(key)?;
-        Ok(self.ns.inspect(key))
-    }
-
-    /// Raises `key`'s fencing counter to at least `at_least` (never lowers it) and returns it.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for a bad key.
-    pub(crate) async fn raise_fencing_counter(&self, key: &str, at_least: u64) -> Result<u64> {
-        validate_key(key)?;
-        Ok(self.ns.raise(key, at_least))
-    }
 }
 
 impl HeldLock for MemoryClient {
@@ -221,7 +170,77 @@ impl HeldLock for MemoryClient {
     }
 }
 
-crate::core::backend::impl_lock_backend!(MemoryClient, Memory, lock_table);
+#[async_trait::async_trait]
+impl Driver for MemoryClient {
+    fn kind(&self) -> Backend {
+        Backend::Memory
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    /// Busy while others wait for it: FIFO.
+    async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
+        self.try_as(key, options, Want::Exclusive)
+    }
+
+    /// Waits in the key's FIFO queue: woken by a release, by the holder's expiry, or by a
+    /// waiter ahead leaving; never polling.
+    async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
+        self.acquire_as(key, options, Want::Exclusive).await
+    }
+
+    async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
+        validate_key(key)?;
+        self.ns.release(key, token)
+    }
+
+    async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<()> {
+        validate_key(key)?;
+        ttl_millis(ttl)?;
+        self.ns.extend(key, token, ttl).map(drop)
+    }
+
+    async fn inspect(&self, key: &str) -> Result<LockState> {
+        validate_key(key)?;
+        Ok(self.ns.inspect(key))
+    }
+
+    async fn raise_fencing_counter(&self, key: &str, at_least: u64) -> Result<u64> {
+        validate_key(key)?;
+        Ok(self.ns.raise(key, at_least))
+    }
+
+    /// An atomic snapshot (the table is read under its mutex). Kind: always a lock; waiters:
+    /// the waiting acquisitions.
+    async fn list(&self, pattern: &str) -> Result<Vec<LockEntry>> {
+        Ok(self.ns.list(pattern))
+    }
+
+    /// Takes the holder away and bumps the fencing counter in one step. The record of who and
+    /// why is the warn log line of [`Locker::force_release`](crate::Locker::force_release) (a
+    /// memory table has no place that outlives the process).
+    async fn force_release(&self, key: &str, reason: &str) -> Result<ForceReleased> {
+        self.force(key, reason)
+    }
+
+    fn history_log(&self, options: &HistoryOptions) -> Option<Arc<dyn HistoryLog>> {
+        Some(history::log(self, options))
+    }
+
+    fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
+        sync::semaphore(self, name, permits)
+    }
+
+    fn rwlock(&self, name: &str) -> Result<RwLock> {
+        sync::rwlock(self, name)
+    }
+
+    fn election(&self, name: &str) -> Result<Election> {
+        sync::election(self, name)
+    }
+}
 
 /// Test hooks (`leasehold::internal`): what an outsider would do to a server's lock.
 #[doc(hidden)]

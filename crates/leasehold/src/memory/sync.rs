@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use crate::core::driver::Driver;
 use crate::core::error::{Error, Result};
 use crate::core::guard::LockGuard;
 use crate::core::options::LockOptions;
@@ -14,41 +15,35 @@ use crate::core::token::{LockToken, validate_key};
 use super::MemoryClient;
 use super::store::Want;
 
-impl crate::core::backend::Primitives for MemoryClient {
-    fn history_log(
-        &self,
-        options: &crate::HistoryOptions,
-    ) -> Option<std::sync::Arc<dyn crate::core::history::HistoryLog>> {
-        Some(super::history::log(self, options))
-    }
+/// A semaphore of `permits` on `name`.
+pub(super) fn semaphore(client: &MemoryClient, name: &str, permits: u32) -> Result<Semaphore> {
+    Semaphore::check(name, permits)?;
+    let provider = MemorySemaphore {
+        client: client.clone(),
+        name: name.to_string(),
+        permits,
+    };
+    Ok(Semaphore::new(name, permits, provider))
+}
 
-    fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
-        Semaphore::check(name, permits)?;
-        let provider = MemorySemaphore {
-            client: self.clone(),
-            name: name.to_string(),
-            permits,
-        };
-        Ok(Semaphore::new(name, permits, provider))
-    }
+/// A read-write lock on `name`.
+pub(super) fn rwlock(client: &MemoryClient, name: &str) -> Result<RwLock> {
+    validate_key(name)?;
+    let provider = MemoryRwLock {
+        client: client.clone(),
+        name: name.to_string(),
+    };
+    Ok(RwLock::new(name, provider))
+}
 
-    fn rwlock(&self, name: &str) -> Result<RwLock> {
-        validate_key(name)?;
-        let provider = MemoryRwLock {
-            client: self.clone(),
-            name: name.to_string(),
-        };
-        Ok(RwLock::new(name, provider))
-    }
-
-    fn election(&self, name: &str) -> Result<Election> {
-        validate_key(name)?;
-        let provider = MemoryElection {
-            client: self.clone(),
-            name: name.to_string(),
-        };
-        Ok(Election::new(name, provider))
-    }
+/// An election on `name`.
+pub(super) fn election(client: &MemoryClient, name: &str) -> Result<Election> {
+    validate_key(name)?;
+    let provider = MemoryElection {
+        client: client.clone(),
+        name: name.to_string(),
+    };
+    Ok(Election::new(name, provider))
 }
 
 fn no_fair(options: &LockOptions, what: &str) -> Result<()> {

@@ -178,7 +178,7 @@ async fn namespaces_are_separate_and_urls_are_checked() {
 /// conflict for `leader()`, not a leader.
 #[tokio::test]
 async fn permits_disagreeing_and_plain_locks_on_elections_are_conflicts() {
-    use crate::core::backend::Primitives;
+    use crate::core::driver::Driver;
     let c = client("conflicts");
     let two = c.semaphore("jobs", 2).unwrap();
     let held = two.try_acquire(&long()).await.unwrap().acquired().unwrap();

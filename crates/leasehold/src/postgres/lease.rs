@@ -62,9 +62,11 @@ const INT8: Type = Type::INT8;
 use super::tls::{PgTls, PgTlsStream};
 use super::{pg_error, timeout_error, validate_pg_key};
 use crate::core::acquire::{Ask, Attempts, Grant, Wakeup, granted};
+use crate::core::driver::Driver;
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::HeldLock;
 use crate::core::guard::{Lease, LockGuard, clock_drift};
+use crate::core::kind::Backend;
 use crate::core::options::{ClientOptions, LockOptions, ttl_millis};
 use crate::core::outcome::{LockState, TryAcquire};
 use crate::core::token::LockToken;
@@ -348,16 +350,6 @@ impl PostgresLeaseClient {
         Some(Box::new(releases) as Box<dyn Wakeup>)
     }
 
-    /// One attempt to take `key`: one statement.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for a bad key or TTL; [`Error::Unsupported`] for
-    /// `replica_ack`; connection and server errors.
-    pub(crate) async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
-        self.check(key, options)?;
-        self.attempt(key, options, true).await
-    }
-
     pub(super) fn check(&self, key: &str, options: &LockOptions) -> Result<()> {
         validate_pg_key(key)?;
         options.ttl_millis()?;
@@ -450,42 +442,6 @@ impl PostgresLeaseClient {
         LockGuard::new(held, lease)
     }
 
-    /// Takes `key`, waiting until `options.wait_bound()`, through the acquisition engine
-    /// (`core::acquire`): between attempts it sleeps until the key is released (`LISTEN`,
-    /// subscribed once the key was found busy) or for the backoff delay, never past the
-    /// holder's remaining lease nor the deadline. A grant that came too late to be a lease is
-    /// given back and tried again after the backoff.
-    ///
-    /// # Errors
-    /// [`Error::NotAcquired`] at the deadline (or [`Error::ExpiredOnArrival`] if the last
-    /// attempt was a grant given back); as [`Locker::try_acquire`](crate::Locker::try_acquire).
-    pub(crate) async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
-        self.check(key, options)?;
-        let row = LeaseRow { client: self, key };
-        crate::core::acquire::wait(&row, options, options.wait_bound()).await
-    }
-
-    /// Releases `key` if `token` holds it (from any process), and wakes its waiters.
-    ///
-    /// # Errors
-    /// [`Error::NotHeld`] if it does not (expired, released, or another token's).
-    pub(crate) async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
-        validate_pg_key(key)?;
-        let conn = self.conn().await?;
-        let rows = self
-            .timed(
-                Operation::Release,
-                conn.query_typed(RELEASE, &[(&key, TEXT), (&token.expose(), TEXT)]),
-            )
-            .await?;
-        if rows.is_empty() {
-            return Err(Error::NotHeld {
-                key: key.to_string(),
-            });
-        }
-        Ok(())
-    }
-
     /// Frees `key`'s row if `token` holds it, whatever its hold says ([`GIVE_BACK`]): for a grant
     /// that is not used.
     pub(super) async fn give_back(&self, key: &str, token: &LockToken) -> Result<()> {
@@ -502,80 +458,6 @@ impl PostgresLeaseClient {
     /// [`UnknownAttempt::disarm`] it once the reply came.
     pub(super) fn unknown_attempt(&self, key: &str, token: &LockToken) -> UnknownAttempt {
         UnknownAttempt(Some((self.clone(), key.to_string(), token.clone())))
-    }
-
-    /// Extends `key` to `ttl` from now if `token` holds it (from any process).
-    ///
-    /// # Errors
-    /// [`Error::NotHeld`] if it does not.
-    pub(crate) async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<()> {
-        validate_pg_key(key)?;
-        let ttl_ms = ttl_millis(ttl)? as i64;
-        let conn = self.conn().await?;
-        let n = self
-            .timed(
-                Operation::Extend,
-                conn.execute_typed(
-                    EXTEND,
-                    &[(&key, TEXT), (&token.expose(), TEXT), (&ttl_ms, INT8)],
-                ),
-            )
-            .await?;
-        if n == 0 {
-            return Err(Error::NotHeld {
-                key: key.to_string(),
-            });
-        }
-        Ok(())
-    }
-
-    /// The holder's token, its remaining lease and the fencing counter.
-    ///
-    /// # Errors
-    /// Connection and server errors.
-    pub(crate) async fn inspect(&self, key: &str) -> Result<LockState> {
-        validate_pg_key(key)?;
-        let conn = self.conn().await?;
-        let row = self
-            .timed(
-                Operation::Inspect,
-                conn.query_typed_opt(INSPECT, &[(&key, TEXT)]),
-            )
-            .await?;
-        let bad = unexpected(Operation::Inspect);
-        let Some(row) = row else {
-            return Ok(LockState::new(key.to_string(), None, None, None));
-        };
-        let holder: Option<String> = row.try_get(0).map_err(&bad)?;
-        let ttl: Option<i64> = row.try_get(1).map_err(&bad)?;
-        let fence: i64 = row.try_get(2).map_err(&bad)?;
-        Ok(LockState::new(
-            key.to_string(),
-            holder,
-            ttl.map(|ms| Duration::from_millis(ms.max(0) as u64)),
-            Some(fence as u64),
-        ))
-    }
-
-    /// Raises `key`'s fencing counter to at least `at_least`.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] above `i64::MAX`; connection and server errors.
-    pub(crate) async fn raise_fencing_counter(&self, key: &str, at_least: u64) -> Result<u64> {
-        validate_pg_key(key)?;
-        let n = i64::try_from(at_least)
-            .map_err(|_| Error::invalid("fencing number", "above PostgreSQL's bigint"))?;
-        let conn = self.conn().await?;
-        let row = self
-            .timed(
-                Operation::RaiseFencingCounter,
-                conn.query_typed_one(RAISE, &[(&key, TEXT), (&n, INT8)]),
-            )
-            .await?;
-        let fence: i64 = row
-            .try_get(0)
-            .map_err(unexpected(Operation::RaiseFencingCounter))?;
-        Ok(fence as u64)
     }
 }
 
@@ -696,4 +578,160 @@ impl HeldLock for LeaseRowHeld {
     }
 }
 
-crate::core::backend::impl_lock_backend!(PostgresLeaseClient, PostgresLease, lock_table);
+#[async_trait::async_trait]
+impl Driver for PostgresLeaseClient {
+    fn kind(&self) -> Backend {
+        Backend::PostgresLease
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    /// One attempt to take `key`: one statement.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad key or TTL; [`Error::Unsupported`] for
+    /// `replica_ack`; connection and server errors.
+    async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
+        self.check(key, options)?;
+        self.attempt(key, options, true).await
+    }
+
+    /// Takes `key`, waiting until `options.wait_bound()`, through the acquisition engine
+    /// (`core::acquire`): between attempts it sleeps until the key is released (`LISTEN`,
+    /// subscribed once the key was found busy) or for the backoff delay, never past the
+    /// holder's remaining lease nor the deadline. A grant that came too late to be a lease is
+    /// given back and tried again after the backoff.
+    ///
+    /// # Errors
+    /// [`Error::NotAcquired`] at the deadline (or [`Error::ExpiredOnArrival`] if the last
+    /// attempt was a grant given back); as [`Locker::try_acquire`](crate::Locker::try_acquire).
+    async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
+        self.check(key, options)?;
+        let row = LeaseRow { client: self, key };
+        crate::core::acquire::wait(&row, options, options.wait_bound()).await
+    }
+
+    /// Releases `key` if `token` holds it (from any process), and wakes its waiters.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if it does not (expired, released, or another token's).
+    async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
+        validate_pg_key(key)?;
+        let conn = self.conn().await?;
+        let rows = self
+            .timed(
+                Operation::Release,
+                conn.query_typed(RELEASE, &[(&key, TEXT), (&token.expose(), TEXT)]),
+            )
+            .await?;
+        if rows.is_empty() {
+            return Err(Error::NotHeld {
+                key: key.to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Extends `key` to `ttl` from now if `token` holds it (from any process).
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if it does not.
+    async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<()> {
+        validate_pg_key(key)?;
+        let ttl_ms = ttl_millis(ttl)? as i64;
+        let conn = self.conn().await?;
+        let n = self
+            .timed(
+                Operation::Extend,
+                conn.execute_typed(
+                    EXTEND,
+                    &[(&key, TEXT), (&token.expose(), TEXT), (&ttl_ms, INT8)],
+                ),
+            )
+            .await?;
+        if n == 0 {
+            return Err(Error::NotHeld {
+                key: key.to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The holder's token, its remaining lease and the fencing counter.
+    ///
+    /// # Errors
+    /// Connection and server errors.
+    async fn inspect(&self, key: &str) -> Result<LockState> {
+        validate_pg_key(key)?;
+        let conn = self.conn().await?;
+        let row = self
+            .timed(
+                Operation::Inspect,
+                conn.query_typed_opt(INSPECT, &[(&key, TEXT)]),
+            )
+            .await?;
+        let bad = unexpected(Operation::Inspect);
+        let Some(row) = row else {
+            return Ok(LockState::new(key.to_string(), None, None, None));
+        };
+        let holder: Option<String> = row.try_get(0).map_err(&bad)?;
+        let ttl: Option<i64> = row.try_get(1).map_err(&bad)?;
+        let fence: i64 = row.try_get(2).map_err(&bad)?;
+        Ok(LockState::new(
+            key.to_string(),
+            holder,
+            ttl.map(|ms| Duration::from_millis(ms.max(0) as u64)),
+            Some(fence as u64),
+        ))
+    }
+
+    /// Raises `key`'s fencing counter to at least `at_least`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] above `i64::MAX`; connection and server errors.
+    async fn raise_fencing_counter(&self, key: &str, at_least: u64) -> Result<u64> {
+        validate_pg_key(key)?;
+        let n = i64::try_from(at_least)
+            .map_err(|_| Error::invalid("fencing number", "above PostgreSQL's bigint"))?;
+        let conn = self.conn().await?;
+        let row = self
+            .timed(
+                Operation::RaiseFencingCounter,
+                conn.query_typed_one(RAISE, &[(&key, TEXT), (&n, INT8)]),
+            )
+            .await?;
+        let fence: i64 = row
+            .try_get(0)
+            .map_err(unexpected(Operation::RaiseFencingCounter))?;
+        Ok(fence as u64)
+    }
+
+    async fn list(&self, pattern: &str) -> Result<Vec<crate::core::listing::LockEntry>> {
+        self.list_locks(pattern).await
+    }
+
+    async fn force_release(
+        &self,
+        key: &str,
+        reason: &str,
+    ) -> Result<crate::core::listing::ForceReleased> {
+        self.force_release_lock(key, reason).await
+    }
+
+    fn history_log(
+        &self,
+        options: &crate::core::history::HistoryOptions,
+    ) -> Option<std::sync::Arc<dyn crate::core::history::HistoryLog>> {
+        Some(super::history::log(self, options))
+    }
+
+    fn semaphore(&self, name: &str, permits: u32) -> Result<crate::core::sync::Semaphore> {
+        self.new_semaphore(name, permits)
+    }
+
+    fn election(&self, name: &str) -> Result<crate::core::sync::Election> {
+        self.new_election(name)
+    }
+}

@@ -11,49 +11,15 @@ use super::params::{millis_text, validate_pg_key};
 use super::sql::{INSPECT, RAISE, UNLOCK};
 use super::sync::{AdvisoryAsk, acquiring_reply};
 use crate::core::acquire::{Ask, Attempts};
-use crate::core::backend::not_held_here;
+use crate::core::driver::{Driver, not_held_here};
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::{Lease, LockGuard};
+use crate::core::kind::Backend;
 use crate::core::options::{LockOptions, ttl_millis};
 use crate::core::outcome::{LockState, TryAcquire};
 use crate::core::token::LockToken;
 
 impl PostgresClient {
-    /// One attempt to take `key`, without waiting: `pg_try_advisory_lock` and the fencing
-    /// number in one statement.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for a bad key or TTL, or for options PostgreSQL has no
-    /// counterpart for ([`LockOptions::replica_ack`]: [`Error::Unsupported`]); connection and
-    /// server errors.
-    pub(crate) async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
-        self.check(key, options)?;
-        Ok(granted_or_busy(self.attempt(key, options, None).await?))
-    }
-
-    /// Takes `key`, waiting in the server's lock queue until `options.wait_bound()` (one
-    /// attempt if none was set), through the acquisition engine (`core::acquire`). Waiters are
-    /// granted the lock by the server when it is released: no polling, no thundering herd.
-    ///
-    /// A session that died under us (a server restart, a dropped connection) is ridden out
-    /// while the deadline allows: the attempt's session was closed, which frees anything it was
-    /// granted, and a new session tries again after the backoff. So is a grant that came too
-    /// late to be a lease and was given back.
-    ///
-    /// # Errors
-    /// [`Error::NotAcquired`] when the lock stayed busy until the deadline; at the deadline, the
-    /// last attempt's [`Error::Connection`] or [`Error::ExpiredOnArrival`]; as
-    /// [`Locker::try_acquire`](crate::Locker::try_acquire) otherwise.
-    pub(crate) async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
-        self.check(key, options)?;
-        let lock = SessionWait {
-            client: self,
-            name: key,
-            advisory: None,
-        };
-        crate::core::acquire::wait(&lock, options, options.wait_bound()).await
-    }
-
     fn check(&self, key: &str, options: &LockOptions) -> Result<()> {
         validate_pg_key(key)?;
         options.ttl_millis()?;
@@ -171,89 +137,10 @@ impl PostgresClient {
             .cloned()
     }
 
-    /// Releases `key` if this client holds it with `token`.
-    ///
-    /// # Errors
-    /// [`Error::NotHeld`] if it does not; [`Error::Unsupported`] if another process's session
-    /// holds it with that token (only that session can release it; the lock ends with it).
-    pub(crate) async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
-        validate_pg_key(key)?;
-        match self.find_held(key, token) {
-            Some(held) => held.release_session().await,
-            None => Err(self.not_ours(key, token, "releasing").await),
-        }
-    }
-
-    /// Extends `key` to `ttl` from now if this client holds it with `token`.
-    ///
-    /// # Errors
-    /// As [`Locker::release`](crate::Locker::release).
-    pub(crate) async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<()> {
-        validate_pg_key(key)?;
-        ttl_millis(ttl)?;
-        match self.find_held(key, token) {
-            Some(held) => held.extend_session(ttl).await.map(|_| ()),
-            None => Err(self.not_ours(key, token, "extending").await),
-        }
-    }
-
     async fn not_ours(&self, key: &str, token: &LockToken, what: &str) -> Error {
         let what =
             format!("{what} a session lock held by another connection (it ends with that session)");
         not_held_here("postgres", what, key, token, self.inspect(key).await)
-    }
-
-    /// Who holds `key` (the token of the session holding the advisory lock), and its fencing
-    /// counter. `ttl` is `None`: a session lock has no expiry of its own (see the module docs).
-    ///
-    /// # Errors
-    /// Connection and server errors.
-    pub(crate) async fn inspect(&self, key: &str) -> Result<LockState> {
-        validate_pg_key(key)?;
-        let session = self.take_session().await?;
-        let row = self
-            .timed(
-                Operation::Inspect,
-                session.client.query_one(INSPECT, &[&key]),
-            )
-            .await?;
-        self.put_back(session);
-        let bad = |e: tokio_postgres::Error| Error::UnexpectedReply {
-            op: Operation::Inspect,
-            detail: e.to_string(),
-        };
-        let pid: Option<i32> = row.try_get(0).map_err(bad)?;
-        let fence: Option<i64> = row.try_get(1).map_err(bad)?;
-        let holder: Option<String> = row.try_get(2).map_err(bad)?;
-        Ok(LockState::new(
-            key.to_string(),
-            pid.and(holder),
-            None,
-            fence.map(|f| f as u64),
-        ))
-    }
-
-    /// Raises `key`'s fencing counter to at least `at_least` and returns it.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] above `i64::MAX`; connection and server errors.
-    pub(crate) async fn raise_fencing_counter(&self, key: &str, at_least: u64) -> Result<u64> {
-        validate_pg_key(key)?;
-        let n = i64::try_from(at_least)
-            .map_err(|_| Error::invalid("fencing number", "above PostgreSQL's bigint"))?;
-        let session = self.take_session().await?;
-        let row = self
-            .timed(
-                Operation::RaiseFencingCounter,
-                session.client.query_one(RAISE, &[&key, &n]),
-            )
-            .await?;
-        self.put_back(session);
-        let fence: i64 = row.try_get(0).map_err(|e| Error::UnexpectedReply {
-            op: Operation::RaiseFencingCounter,
-            detail: e.to_string(),
-        })?;
-        Ok(fence as u64)
     }
 }
 
@@ -320,7 +207,161 @@ impl Drop for AbandonedSession {
     }
 }
 
-crate::core::backend::impl_lock_backend!(PostgresClient, Postgres, lock_table);
+#[async_trait::async_trait]
+impl Driver for PostgresClient {
+    fn kind(&self) -> Backend {
+        Backend::Postgres
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    /// One attempt to take `key`, without waiting: `pg_try_advisory_lock` and the fencing
+    /// number in one statement.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad key or TTL, or for options PostgreSQL has no
+    /// counterpart for ([`LockOptions::replica_ack`]: [`Error::Unsupported`]); connection and
+    /// server errors.
+    async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
+        self.check(key, options)?;
+        Ok(granted_or_busy(self.attempt(key, options, None).await?))
+    }
+
+    /// Takes `key`, waiting in the server's lock queue until `options.wait_bound()` (one
+    /// attempt if none was set), through the acquisition engine (`core::acquire`). Waiters are
+    /// granted the lock by the server when it is released: no polling, no thundering herd.
+    ///
+    /// A session that died under us (a server restart, a dropped connection) is ridden out
+    /// while the deadline allows: the attempt's session was closed, which frees anything it was
+    /// granted, and a new session tries again after the backoff. So is a grant that came too
+    /// late to be a lease and was given back.
+    ///
+    /// # Errors
+    /// [`Error::NotAcquired`] when the lock stayed busy until the deadline; at the deadline, the
+    /// last attempt's [`Error::Connection`] or [`Error::ExpiredOnArrival`]; as
+    /// [`Locker::try_acquire`](crate::Locker::try_acquire) otherwise.
+    async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
+        self.check(key, options)?;
+        let lock = SessionWait {
+            client: self,
+            name: key,
+            advisory: None,
+        };
+        crate::core::acquire::wait(&lock, options, options.wait_bound()).await
+    }
+
+    /// Releases `key` if this client holds it with `token`.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if it does not; [`Error::Unsupported`] if another process's session
+    /// holds it with that token (only that session can release it; the lock ends with it).
+    async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
+        validate_pg_key(key)?;
+        match self.find_held(key, token) {
+            Some(held) => held.release_session().await,
+            None => Err(self.not_ours(key, token, "releasing").await),
+        }
+    }
+
+    /// Extends `key` to `ttl` from now if this client holds it with `token`.
+    ///
+    /// # Errors
+    /// As [`Locker::release`](crate::Locker::release).
+    async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<()> {
+        validate_pg_key(key)?;
+        ttl_millis(ttl)?;
+        match self.find_held(key, token) {
+            Some(held) => held.extend_session(ttl).await.map(|_| ()),
+            None => Err(self.not_ours(key, token, "extending").await),
+        }
+    }
+
+    /// Who holds `key` (the token of the session holding the advisory lock), and its fencing
+    /// counter. `ttl` is `None`: a session lock has no expiry of its own (see the module docs).
+    ///
+    /// # Errors
+    /// Connection and server errors.
+    async fn inspect(&self, key: &str) -> Result<LockState> {
+        validate_pg_key(key)?;
+        let session = self.take_session().await?;
+        let row = self
+            .timed(
+                Operation::Inspect,
+                session.client.query_one(INSPECT, &[&key]),
+            )
+            .await?;
+        self.put_back(session);
+        let bad = |e: tokio_postgres::Error| Error::UnexpectedReply {
+            op: Operation::Inspect,
+            detail: e.to_string(),
+        };
+        let pid: Option<i32> = row.try_get(0).map_err(bad)?;
+        let fence: Option<i64> = row.try_get(1).map_err(bad)?;
+        let holder: Option<String> = row.try_get(2).map_err(bad)?;
+        Ok(LockState::new(
+            key.to_string(),
+            pid.and(holder),
+            None,
+            fence.map(|f| f as u64),
+        ))
+    }
+
+    /// Raises `key`'s fencing counter to at least `at_least` and returns it.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] above `i64::MAX`; connection and server errors.
+    async fn raise_fencing_counter(&self, key: &str, at_least: u64) -> Result<u64> {
+        validate_pg_key(key)?;
+        let n = i64::try_from(at_least)
+            .map_err(|_| Error::invalid("fencing number", "above PostgreSQL's bigint"))?;
+        let session = self.take_session().await?;
+        let row = self
+            .timed(
+                Operation::RaiseFencingCounter,
+                session.client.query_one(RAISE, &[&key, &n]),
+            )
+            .await?;
+        self.put_back(session);
+        let fence: i64 = row.try_get(0).map_err(|e| Error::UnexpectedReply {
+            op: Operation::RaiseFencingCounter,
+            detail: e.to_string(),
+        })?;
+        Ok(fence as u64)
+    }
+
+    async fn list(&self, pattern: &str) -> Result<Vec<crate::core::listing::LockEntry>> {
+        self.list_locks(pattern).await
+    }
+
+    async fn force_release(
+        &self,
+        key: &str,
+        reason: &str,
+    ) -> Result<crate::core::listing::ForceReleased> {
+        self.force_release_lock(key, reason).await
+    }
+
+    fn history_log(
+        &self,
+        options: &crate::core::history::HistoryOptions,
+    ) -> Option<std::sync::Arc<dyn crate::core::history::HistoryLog>> {
+        Some(super::history::log(self, options))
+    }
+
+    fn semaphore(&self, name: &str, permits: u32) -> Result<crate::core::sync::Semaphore> {
+        self.new_semaphore(name, permits)
+    }
+
+    fn rwlock(&self, name: &str) -> Result<crate::core::sync::RwLock> {
+        self.new_rwlock(name)
+    }
+
+    fn election(&self, name: &str) -> Result<crate::core::sync::Election> {
+        self.new_election(name)
+    }
+}
 
 /// An attempt's outcome as a lock: `None` (busy, or the wait in the server's queue ran out) is
 /// busy, with no remaining lease known.

@@ -89,7 +89,7 @@ impl PostgresLeaseClient {
     ///
     /// # Errors
     /// Connection and server errors.
-    pub(crate) async fn list(&self, pattern: &str) -> Result<Vec<LockEntry>> {
+    pub(crate) async fn list_locks(&self, pattern: &str) -> Result<Vec<LockEntry>> {
         let conn = self.conn().await?;
         let rows = self
             .timed(Operation::Inspect, conn.query(LIST_LEASES, &[]))
@@ -116,7 +116,11 @@ impl PostgresLeaseClient {
     /// # Errors
     /// [`Error::NotHeld`] if no live row holds it; [`Error::InvalidArgument`] for a bad key or
     /// reason; connection and server errors.
-    pub(crate) async fn force_release(&self, key: &str, reason: &str) -> Result<ForceReleased> {
+    pub(crate) async fn force_release_lock(
+        &self,
+        key: &str,
+        reason: &str,
+    ) -> Result<ForceReleased> {
         validate_pg_key(key)?;
         check_reason(reason)?;
         let conn = self.conn().await?;
@@ -145,7 +149,7 @@ impl PostgresClient {
     ///
     /// # Errors
     /// Connection and server errors.
-    pub(crate) async fn list(&self, pattern: &str) -> Result<Vec<LockEntry>> {
+    pub(crate) async fn list_locks(&self, pattern: &str) -> Result<Vec<LockEntry>> {
         let session = self.take_session().await?;
         let rows = self
             .timed(Operation::Inspect, session.client.query(LIST_SESSIONS, &[]))
@@ -195,7 +199,11 @@ impl PostgresClient {
     /// [`Error::NotHeld`] if no backend holds it; [`Error::PermissionDenied`] when the server
     /// refuses to terminate that backend (not a superuser, not in `pg_signal_backend`);
     /// [`Error::InvalidArgument`] for a bad key or reason; connection and server errors.
-    pub(crate) async fn force_release(&self, key: &str, reason: &str) -> Result<ForceReleased> {
+    pub(crate) async fn force_release_lock(
+        &self,
+        key: &str,
+        reason: &str,
+    ) -> Result<ForceReleased> {
         validate_pg_key(key)?;
         check_reason(reason)?;
         let session = self.take_session().await?;

@@ -1,5 +1,6 @@
 use std::time::{Duration, Instant};
 
+use crate::core::driver::Driver;
 use crate::core::error::Error;
 use crate::core::options::LockOptions;
 

@@ -53,7 +53,7 @@ impl RedisClient {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty or over-long name.
-    pub(crate) fn election(&self, name: &str) -> Result<Election> {
+    pub(crate) fn new_election(&self, name: &str) -> Result<Election> {
         validate_name(name)?;
         let redis = RedisElection {
             client: self.clone(),

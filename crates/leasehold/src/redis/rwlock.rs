@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::BoxFuture;
 
 use crate::core::acquire::{Ask, Grant, granted};
+use crate::core::driver::Driver;
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::HeldLock;
 use crate::core::guard::{Lease, LockGuard, clock_drift};
@@ -81,7 +82,7 @@ impl RedisClient {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty or over-long name.
-    pub(crate) fn rwlock(&self, name: &str) -> Result<RwLock> {
+    pub(crate) fn new_rwlock(&self, name: &str) -> Result<RwLock> {
         validate_name(name)?;
         let redis = RedisRwLock {
             client: self.clone(),

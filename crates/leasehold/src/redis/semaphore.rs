@@ -78,7 +78,7 @@ impl RedisClient {
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty or over-long name, or `permits` outside
     /// 1 ..= [`MAX_PERMITS`](crate::MAX_PERMITS).
-    pub(crate) fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
+    pub(crate) fn new_semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
         Semaphore::check(name, permits)?;
         crate::redis::slot::validate_name(name)?;
         let redis = RedisSemaphore {

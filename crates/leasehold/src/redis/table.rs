@@ -110,7 +110,7 @@ impl RedisClient {
     /// # Errors
     /// [`Error::PermissionDenied`] when the user may not `SCAN` (or read the keys found);
     /// connection errors.
-    pub(crate) async fn list(&self, pattern: &str) -> Result<Vec<LockEntry>> {
+    pub(crate) async fn list_locks(&self, pattern: &str) -> Result<Vec<LockEntry>> {
         let mut names: BTreeMap<String, Vec<Option<Part>>> = BTreeMap::new();
         for key in self.scan_all().await? {
             if let Some((name, part)) = classify(&key)
@@ -264,7 +264,11 @@ impl RedisClient {
     /// lock: another type, a string that is not a lock token, a string without a TTL, a
     /// counter that is not a number; [`Error::NotHeld`] when nobody holds it (or the holder
     /// kept changing over three tries); connection and permission errors.
-    pub(crate) async fn force_release(&self, key: &str, reason: &str) -> Result<ForceReleased> {
+    pub(crate) async fn force_release_lock(
+        &self,
+        key: &str,
+        reason: &str,
+    ) -> Result<ForceReleased> {
         validate_name(key)?;
         check_reason(reason)?;
         let forced_by = Owner::this_process();
@@ -447,6 +451,7 @@ fn unexpected(detail: String) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::driver::Driver;
 
     #[test]
     fn keys_map_to_their_lock() {

@@ -22,51 +22,13 @@ use super::held::RedlockHeld;
 use crate::core::report::{NodeOutcome, NodeReport, NodeReports};
 
 impl Redlock {
-    /// One attempt on all nodes. Busy (a majority answered but did not all grant) is an outcome,
-    /// as for a single node; too few answers is [`Error::NoQuorum`].
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`], [`Error::NoQuorum`] listing every node's outcome.
-    pub(crate) async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
-        let begun = crate::core::metrics::start();
-        let result = async {
-            validate_name(key)?;
-            options.ttl_millis()?;
-            refuse_fair(options)?;
-            self.attempt(key, options).await
-        }
-        .await;
-        let outcome = crate::core::metrics::Outcome::of_try(&result);
-        crate::core::metrics::acquisition(
-            crate::core::kind::Backend::Redlock,
-            false,
-            outcome,
-            begun,
-        );
-        result
-    }
-
-    /// Takes the lock, retrying with jittered backoff until `options.wait_bound()` elapses.
-    ///
-    /// # Errors
-    /// [`Error::NotAcquired`] if the lock stayed busy; [`Error::NoQuorum`] if, at the end, too
-    /// few nodes answered; [`Error::InvalidArgument`].
-    pub(crate) async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
-        let begun = crate::core::metrics::start();
-        let result = self.acquire_waiting(key, options).await;
-        let outcome = crate::core::metrics::Outcome::of_acquire(&result);
-        crate::core::metrics::acquisition(
-            crate::core::kind::Backend::Redlock,
-            false,
-            outcome,
-            begun,
-        );
-        result
-    }
-
     /// Through the acquisition engine: no quorum, or a majority that granted too late, is
     /// tried again after the backoff; at the deadline, the reason.
-    async fn acquire_waiting(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
+    pub(super) async fn acquire_waiting(
+        &self,
+        key: &str,
+        options: &LockOptions,
+    ) -> Result<LockGuard> {
         validate_name(key)?;
         options.ttl_millis()?;
         refuse_fair(options)?;
@@ -75,7 +37,7 @@ impl Redlock {
     }
 
     /// One Redlock attempt (both fencing phases when asked).
-    async fn attempt(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
+    pub(super) async fn attempt(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
         let ttl = options.ttl();
         let ttl_ms = ttl_millis(ttl)?;
         let fencing = options.fencing_enabled();
@@ -256,7 +218,7 @@ fn fair_unsupported() -> Error {
 }
 
 /// Redlock keeps no queue: [`LockOptions::fair`] is refused.
-fn refuse_fair(options: &LockOptions) -> Result<()> {
+pub(super) fn refuse_fair(options: &LockOptions) -> Result<()> {
     if options.fair_enabled() {
         return Err(fair_unsupported());
     }

@@ -17,15 +17,6 @@ use super::Redlock;
 use super::fan_out::{Reply, Tasks, Wait};
 
 impl Redlock {
-    /// Deletes `key` on every node where it holds `token`.
-    ///
-    /// # Errors
-    /// [`Error::NotHeld`] if fewer than a majority still held it (the lock was not ours any
-    /// more); [`Error::NoQuorum`] if fewer than a majority answered at all.
-    pub(crate) async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
-        self.release_after(Vec::new(), key, token, false).await
-    }
-
     /// Release, each node's only after its task in `prior` (the acquisition) finished; with
     /// `min_hold`, each node keeps the lock until its min_hold companion expires (see
     /// [`LockOptions::min_hold`]).
@@ -63,7 +54,7 @@ impl Redlock {
     /// # Errors
     /// [`Error::NotHeld`] if fewer than a majority still held it, or the confirmations came too
     /// late; [`Error::NoQuorum`] if fewer than a majority answered.
-    pub(crate) async fn extend(
+    pub(crate) async fn extend_nodes(
         &self,
         key: &str,
         token: &LockToken,
@@ -124,7 +115,7 @@ impl Redlock {
                 let sent_extend = lease.extend_sent(sent, bound);
                 match tokio::time::timeout_at(
                     deadline.into(),
-                    redlock.extend(lease.key(), lease.token(), ttl),
+                    redlock.extend_nodes(lease.key(), lease.token(), ttl),
                 )
                 .await
                 {
@@ -168,7 +159,7 @@ impl HeldLock for RedlockHeld {
     }
 
     fn extend<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Instant>> {
-        Box::pin(self.0.extend(lease.key(), lease.token(), ttl))
+        Box::pin(self.0.extend_nodes(lease.key(), lease.token(), ttl))
     }
 
     fn drift(&self, ttl: Duration) -> Duration {

@@ -2,6 +2,7 @@
 
 use futures_util::future::join_all;
 
+use crate::core::driver::Driver;
 use crate::core::error::{Error, Result};
 use crate::redis::slot::validate_name;
 
@@ -32,56 +33,6 @@ impl Redlock {
             (n.label.clone(), state)
         }))
         .await
-    }
-
-    /// Raises `key`'s fencing counter on every node to at least `at_least` (see
-    /// [`Locker::raise_fencing_counter`](crate::Locker::raise_fencing_counter)) and returns the highest counter afterwards.
-    ///
-    /// Succeeds once a majority has raised its counter: every later acquisition's majority
-    /// shares a node with it, so every later number exceeds `at_least`. Safe for the same
-    /// reason as on one node: counters only move up. Otherwise `NoQuorum`, with each node's
-    /// outcome.
-    ///
-    /// [`Locker::raise_fencing_counter`]: crate::Locker::raise_fencing_counter
-    pub(crate) async fn raise_fencing_counter(&self, key: &str, at_least: u64) -> Result<u64> {
-        crate::redis::slot::validate_name(key)?;
-        let timeout = self.inner.options.node_timeout;
-        let results = join_all(self.inner.nodes.iter().map(|n| async move {
-            let outcome = tokio::time::timeout(timeout, async {
-                n.client(timeout)
-                    .await?
-                    .raise_fencing_counter(key, at_least)
-                    .await
-            })
-            .await;
-            (n.label.clone(), outcome)
-        }))
-        .await;
-        let mut highest = None;
-        let mut reports = Vec::new();
-        for (node, outcome) in results {
-            let outcome = match outcome {
-                Ok(Ok(value)) => {
-                    highest = highest.max(Some(value));
-                    NodeOutcome::Granted
-                }
-                Ok(Err(e)) => NodeOutcome::Failed(e.to_string()),
-                Err(_) => NodeOutcome::TimedOut,
-            };
-            reports.push(NodeReport { node, outcome });
-        }
-        let raised = reports
-            .iter()
-            .filter(|r| r.outcome == NodeOutcome::Granted)
-            .count();
-        match highest {
-            Some(value) if raised >= self.quorum() => Ok(value),
-            _ => Err(Error::NoQuorum {
-                key: key.to_string(),
-                needed: self.quorum(),
-                nodes: NodeReports(reports),
-            }),
-        }
     }
 
     /// The lock as a majority sees it: the holder whose token a majority of nodes hold (with

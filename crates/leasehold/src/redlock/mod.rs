@@ -61,6 +61,7 @@
 // `acquire` (the two phases of an acquisition, and waiting), `held` (release, extend and the
 // renewal of a held lock), `inspect` (reading the nodes, raising their counters).
 mod acquire;
+mod driver;
 mod fan_out;
 mod held;
 mod inspect;
@@ -73,15 +74,10 @@ mod tests;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::future::{BoxFuture, join_all};
+use futures_util::future::join_all;
 
-use crate::core::backend::LockBackend;
 use crate::core::error::{Error, Result};
-use crate::core::guard::LockGuard;
-use crate::core::options::LockOptions;
-use crate::core::outcome::TryAcquire;
 use crate::core::report::{NodeOutcome, NodeReport, NodeReports};
-use crate::core::token::LockToken;
 
 use nodes::{Node, node_label};
 
@@ -186,61 +182,3 @@ impl Redlock {
         self.inner.nodes.len() / 2 + 1
     }
 }
-
-impl LockBackend for Redlock {
-    fn kind(&self) -> crate::core::kind::Backend {
-        crate::core::kind::Backend::Redlock
-    }
-
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-
-    fn try_acquire<'a>(
-        &'a self,
-        key: &'a str,
-        options: &'a LockOptions,
-    ) -> BoxFuture<'a, Result<TryAcquire>> {
-        Box::pin(Redlock::try_acquire(self, key, options))
-    }
-
-    fn acquire<'a>(
-        &'a self,
-        key: &'a str,
-        options: &'a LockOptions,
-    ) -> BoxFuture<'a, Result<LockGuard>> {
-        Box::pin(Redlock::acquire(self, key, options))
-    }
-
-    fn release<'a>(&'a self, key: &'a str, token: &'a LockToken) -> BoxFuture<'a, Result<()>> {
-        Box::pin(Redlock::release(self, key, token))
-    }
-
-    fn extend<'a>(
-        &'a self,
-        key: &'a str,
-        token: &'a LockToken,
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move { Redlock::extend(self, key, token, ttl).await.map(|_| ()) })
-    }
-
-    fn inspect<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<crate::LockState>> {
-        Box::pin(self.inspect_majority(key))
-    }
-
-    fn raise_fencing_counter<'a>(
-        &'a self,
-        key: &'a str,
-        at_least: u64,
-    ) -> BoxFuture<'a, Result<u64>> {
-        Box::pin(Redlock::raise_fencing_counter(self, key, at_least))
-    }
-
-    fn list<'a>(&'a self, pattern: &'a str) -> BoxFuture<'a, Result<Vec<crate::LockEntry>>> {
-        Box::pin(Redlock::list(self, pattern))
-    }
-}
-
-/// No primitive beyond the plain lock yet (see [`Backend::has`](crate::Backend::has)).
-impl crate::core::backend::Primitives for Redlock {}

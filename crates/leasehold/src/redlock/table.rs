@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use futures_util::future::join_all;
 
+use crate::core::driver::Driver;
 use crate::core::error::{Error, Result};
 use crate::core::listing::LockEntry;
 use crate::core::report::{NodeOutcome, NodeReport, NodeReports};
@@ -22,7 +23,7 @@ impl Redlock {
     /// # Errors
     /// [`Error::NoQuorum`] when fewer than a majority of the nodes answered (each node's
     /// outcome in it); [`Error::PermissionDenied`] when a majority refused the listing.
-    pub(crate) async fn list(&self, pattern: &str) -> Result<Vec<LockEntry>> {
+    pub(crate) async fn list_locks(&self, pattern: &str) -> Result<Vec<LockEntry>> {
         let timeout = self.inner.options.node_timeout;
         let listed = join_all(self.inner.nodes.iter().map(|n| async move {
             // A listing is many commands: ten per-node timeouts, at least 10 s.

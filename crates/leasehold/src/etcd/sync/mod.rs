@@ -135,7 +135,7 @@ impl EtcdClient {
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty, over-long or NUL-containing name, or
     /// `permits` outside 1 ..= [`MAX_PERMITS`](crate::MAX_PERMITS).
-    pub(crate) fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
+    pub(crate) fn new_semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
         Semaphore::check(name, permits)?;
         check_key(name)?;
         Ok(Semaphore::new(
@@ -154,7 +154,7 @@ impl EtcdClient {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty, over-long or NUL-containing name.
-    pub(crate) fn rwlock(&self, name: &str) -> Result<RwLock> {
+    pub(crate) fn new_rwlock(&self, name: &str) -> Result<RwLock> {
         check_key(name)?;
         Ok(RwLock::new(name, EtcdRwLock::new(self, name)))
     }
@@ -168,30 +168,8 @@ impl EtcdClient {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty, over-long or NUL-containing name.
-    pub(crate) fn election(&self, name: &str) -> Result<Election> {
+    pub(crate) fn new_election(&self, name: &str) -> Result<Election> {
         check_key(name)?;
         Ok(Election::new(name, EtcdElection::new(self, name)))
-    }
-}
-
-/// Every primitive ([`Backend::has`](crate::Backend::has)).
-impl crate::core::backend::Primitives for EtcdClient {
-    fn history_log(
-        &self,
-        options: &crate::HistoryOptions,
-    ) -> Option<std::sync::Arc<dyn crate::core::history::HistoryLog>> {
-        Some(super::history::log(self, options))
-    }
-
-    fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
-        EtcdClient::semaphore(self, name, permits)
-    }
-
-    fn rwlock(&self, name: &str) -> Result<RwLock> {
-        EtcdClient::rwlock(self, name)
-    }
-
-    fn election(&self, name: &str) -> Result<Election> {
-        EtcdClient::election(self, name)
     }
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 
-use crate::core::backend::not_held_here;
+use crate::core::driver::not_held_here;
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::{Lease, LockGuard};
 use crate::core::options::LockOptions;

@@ -133,7 +133,7 @@ impl PostgresLeaseClient {
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad name or `permits` outside
     /// 1 ..= [`MAX_PERMITS`](crate::MAX_PERMITS).
-    pub(crate) fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
+    pub(crate) fn new_semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
         Semaphore::check(name, permits)?;
         validate_pg_key(name)?;
         let provider = RowSemaphore(Arc::new(RowSemaphoreInner {
@@ -149,7 +149,7 @@ impl PostgresLeaseClient {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad name.
-    pub(crate) fn election(&self, name: &str) -> Result<Election> {
+    pub(crate) fn new_election(&self, name: &str) -> Result<Election> {
         validate_pg_key(name)?;
         let provider = RowElection {
             client: self.clone(),
@@ -543,23 +543,5 @@ impl LeaderChanges for NameReleases {
 
     fn changed(&mut self) -> BoxFuture<'_, ()> {
         Box::pin(self.next())
-    }
-}
-
-/// Semaphores and elections on lease rows; no read-write lock.
-impl crate::core::backend::Primitives for PostgresLeaseClient {
-    fn history_log(
-        &self,
-        options: &crate::HistoryOptions,
-    ) -> Option<std::sync::Arc<dyn crate::core::history::HistoryLog>> {
-        Some(super::super::history::log(self, options))
-    }
-
-    fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
-        PostgresLeaseClient::semaphore(self, name, permits)
-    }
-
-    fn election(&self, name: &str) -> Result<Election> {
-        PostgresLeaseClient::election(self, name)
     }
 }

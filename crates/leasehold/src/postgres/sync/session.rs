@@ -25,7 +25,7 @@ impl PostgresClient {
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad name or `permits` outside
     /// 1 ..= [`MAX_PERMITS`](crate::MAX_PERMITS).
-    pub(crate) fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
+    pub(crate) fn new_semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
         Semaphore::check(name, permits)?;
         validate_pg_key(name)?;
         let provider = PgSemaphore {
@@ -41,7 +41,7 @@ impl PostgresClient {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad name.
-    pub(crate) fn rwlock(&self, name: &str) -> Result<RwLock> {
+    pub(crate) fn new_rwlock(&self, name: &str) -> Result<RwLock> {
         validate_pg_key(name)?;
         let provider = PgRwLock {
             client: self.clone(),
@@ -54,7 +54,7 @@ impl PostgresClient {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad name.
-    pub(crate) fn election(&self, name: &str) -> Result<Election> {
+    pub(crate) fn new_election(&self, name: &str) -> Result<Election> {
         validate_pg_key(name)?;
         let provider = PgElection {
             client: self.clone(),
@@ -448,27 +448,5 @@ impl ElectionProvider for PgElection {
 
     fn leader<'a>(&'a self) -> BoxFuture<'a, Result<Option<Leader>>> {
         Box::pin(PgElection::leader(self))
-    }
-}
-
-/// Semaphores, read-write locks and elections on session advisory locks.
-impl crate::core::backend::Primitives for PostgresClient {
-    fn history_log(
-        &self,
-        options: &crate::HistoryOptions,
-    ) -> Option<std::sync::Arc<dyn crate::core::history::HistoryLog>> {
-        Some(super::super::history::log(self, options))
-    }
-
-    fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
-        PostgresClient::semaphore(self, name, permits)
-    }
-
-    fn rwlock(&self, name: &str) -> Result<RwLock> {
-        PostgresClient::rwlock(self, name)
-    }
-
-    fn election(&self, name: &str) -> Result<Election> {
-        PostgresClient::election(self, name)
     }
 }

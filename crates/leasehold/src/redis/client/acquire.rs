@@ -1,118 +1,18 @@
 //! Taking a lock: one attempt, or attempts until the wait bound, sleeping in between.
 
-use tracing::Instrument;
-
 use crate::core::acquire::{Ask, Attempts, Wakeup, granted};
 use crate::core::error::{Error, Result};
-use crate::core::guard::LockGuard;
 use crate::core::options::LockOptions;
 use crate::core::outcome::TryAcquire;
-use crate::core::trace::shown_key;
 use crate::redis::slot::release_channel;
 use crate::redis::slot::validate_name;
 
 use super::RedisClient;
 
-impl RedisClient {
-    /// One attempt to take `key` for `options.ttl()`, without waiting.
-    ///
-    /// Sends `SET key token NX PX ttl` with a fresh random token (or the acquire script when
-    /// fencing is on, which also issues the fencing number in the same round trip).
-    ///
-    /// **Cancellation.** If this future is dropped after the command was sent but before its
-    /// reply was read, the server may have granted the lock to a token nobody holds. The library
-    /// then sends a token-checked release of that token in the background; because it travels on
-    /// the same connection it reaches the server after the `SET`, so the lock is freed at once
-    /// instead of after its TTL. The same cleanup runs when the reply is lost to a timeout.
-    /// Only if the connection itself breaks in between does the abandoned lock stay until its
-    /// TTL runs out.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for an empty key or a TTL outside 1 ms ..= 7 days;
-    /// [`Error::Connection`] (ambiguous once the command was sent), [`Error::Server`].
-    pub(crate) async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
-        let begun = crate::core::metrics::start();
-        let result: Result<TryAcquire> = async {
-            if options.fair_enabled() {
-                return self.fair_try_acquire(key, options).await;
-            }
-            let lock = PlainLock::new(self, key, options)?;
-            // The client's own span (DEBUG, inside the Locker's): the key as
-            // `set_key_in_spans` says, the outcome.
-            let span = tracing::debug_span!(
-                "leasehold.acquire",
-                key = shown_key(key).as_deref(),
-                outcome = tracing::field::Empty
-            );
-            let result = lock
-                .attempt(options, Ask::ONCE)
-                .instrument(span.clone())
-                .await;
-            span.record(
-                "outcome",
-                match &result {
-                    Ok(TryAcquire::Acquired(_)) => "acquired",
-                    Ok(TryAcquire::Busy { .. }) => "busy",
-                    Err(Error::ExpiredOnArrival { .. }) => "expired on arrival",
-                    Err(_) => "failed",
-                },
-            );
-            result
-        }
-        .await;
-        crate::core::metrics::acquisition(
-            crate::core::kind::Backend::Redis,
-            options.fair_enabled(),
-            crate::core::metrics::Outcome::of_try(&result),
-            begun,
-        );
-        result
-    }
-
-    /// Takes `key`, retrying a busy lock until `options.wait_bound()` elapses (one attempt if
-    /// none was set), through the acquisition engine (`core::acquire`).
-    ///
-    /// Between attempts it sleeps until the lock is released (a notification, see
-    /// `src/redis/waiting`; each release wakes one waiter of this client) or for the
-    /// [`Backoff`](crate::Backoff) delay (exponential, with jitter, so waiters do not retry in
-    /// lock step), never longer than the holder's remaining lease as the server reported it,
-    /// nor past the deadline. No attempt is made at or after the deadline. Each attempt uses a
-    /// fresh token, so a cleanup of an abandoned attempt can never release a later, successful
-    /// one. Cancellation: see [`Locker::try_acquire`](crate::Locker::try_acquire).
-    ///
-    /// A topology in motion ([`Error::is_topology_in_motion`]: a slot migrating, a failover)
-    /// is ridden out like a busy lock until the deadline, and so is a broken connection on a
-    /// cluster or through Sentinel, whose client follows the new primary meanwhile.
-    ///
-    /// # Errors
-    /// [`Error::NotAcquired`] when the lock stayed busy until the deadline; the last failure
-    /// when the topology was still in motion at the deadline; otherwise as
-    /// [`Locker::try_acquire`](crate::Locker::try_acquire).
-    pub(crate) async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
-        let begun = crate::core::metrics::start();
-        let result: Result<LockGuard> = async {
-            if options.fair_enabled() {
-                return self.fair_acquire(key, options).await;
-            }
-            let lock = PlainLock::new(self, key, options)?;
-            let span = tracing::debug_span!("leasehold.acquire", key = shown_key(key).as_deref());
-            crate::core::acquire::wait(&lock, options, options.wait_bound())
-                .instrument(span)
-                .await
-        }
-        .await;
-        crate::core::metrics::acquisition(
-            crate::core::kind::Backend::Redis,
-            options.fair_enabled(),
-            crate::core::metrics::Outcome::of_acquire(&result),
-            begun,
-        );
-        result
-    }
-}
+impl RedisClient {}
 
 /// The plain lock on one key, as the acquisition engine drives it.
-struct PlainLock<'a> {
+pub(super) struct PlainLock<'a> {
     client: &'a RedisClient,
     key: &'a str,
     ttl_ms: u64,
@@ -120,7 +20,11 @@ struct PlainLock<'a> {
 
 impl<'a> PlainLock<'a> {
     /// Checks the name and TTL (before any round trip).
-    fn new(client: &'a RedisClient, key: &'a str, options: &LockOptions) -> Result<Self> {
+    pub(super) fn new(
+        client: &'a RedisClient,
+        key: &'a str,
+        options: &LockOptions,
+    ) -> Result<Self> {
         validate_name(key)?;
         let ttl_ms = options.ttl_millis()?;
         Ok(PlainLock {

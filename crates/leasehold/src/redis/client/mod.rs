@@ -2,18 +2,17 @@
 //! inspects locks.
 //!
 //! - `connect`: connecting, and detecting what the server offers;
-//! - `acquire`: one attempt ([`Locker::try_acquire`](crate::Locker::try_acquire)) and the waiting loop
-//!   ([`Locker::acquire`](crate::Locker::acquire));
+//! - `driver`: the client as the [`Locker`](crate::Locker)'s driver: the lock API;
+//! - `acquire`: the plain lock's attempts, as the acquisition engine drives them;
 //! - `attempt`: the acquisition as it goes out (the command, `WAIT` for replicas, and the
 //!   cleanup of an attempt whose outcome was never learned);
 //! - `release`: the token-checked release and extend;
-//! - `inspect`: reading a lock, and raising its fencing counter.
 
 mod acquire;
 pub(crate) use acquire::{ChannelAttempts, OnReleaseChannel};
 mod attempt;
 mod connect;
-mod inspect;
+mod driver;
 mod release;
 
 use std::sync::{Arc, OnceLock};
@@ -21,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
 
+use crate::core::driver::Driver;
 use crate::core::error::{Error, Result};
 use crate::core::guard::HeldLock;
 use crate::core::guard::{Lease, LockGuard, clock_drift};
@@ -218,28 +218,5 @@ impl HeldLock for RedisHeld {
             self.0.extend(lease.key(), lease.token(), ttl).await?;
             Ok(started + ttl.saturating_sub(clock_drift(ttl)))
         })
-    }
-}
-
-crate::core::backend::impl_lock_backend!(RedisClient, Redis, lock_table);
-
-impl crate::core::backend::Primitives for RedisClient {
-    fn semaphore(&self, name: &str, permits: u32) -> Result<crate::Semaphore> {
-        RedisClient::semaphore(self, name, permits)
-    }
-
-    fn rwlock(&self, name: &str) -> Result<crate::RwLock> {
-        RedisClient::rwlock(self, name)
-    }
-
-    fn election(&self, name: &str) -> Result<crate::Election> {
-        RedisClient::election(self, name)
-    }
-
-    fn history_log(
-        &self,
-        options: &crate::HistoryOptions,
-    ) -> Option<Arc<dyn crate::core::history::HistoryLog>> {
-        Some(self.history_streams(options))
     }
 }

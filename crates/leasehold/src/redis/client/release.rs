@@ -1,50 +1,20 @@
 //! The token-checked release and extend, repeated once over a dropped connection.
 
-use std::time::Duration;
-
 use redis::Value;
-use tracing::Instrument;
 
 use crate::core::error::{Error, Operation, Result};
-use crate::core::options::ttl_millis;
 use crate::core::token::LockToken;
-use crate::core::trace::shown_key;
 use crate::redis::connection::ClientConnection;
 use crate::redis::scripts::{
     EXTEND_SCRIPT, MIN_HOLD_RELEASE_SCRIPT, RELEASE_NOTIFY_SCRIPT, RELEASE_SCRIPT,
     RELEASE_SNOTIFY_SCRIPT,
 };
-use crate::redis::slot::validate_name;
 use crate::redis::slot::{min_hold_key, release_channel};
 use crate::redis::strategy::{extend_cmd, release_cmd};
 
 use super::RedisClient;
 
 impl RedisClient {
-    /// Releases `key` if it still holds `token`, atomically (see `src/redis/strategy`).
-    ///
-    /// # Errors
-    /// [`Error::NotHeld`] if the key is gone or holds another token; [`Error::Server`] with
-    /// `WRONGTYPE` if the key is not a string; [`Error::Connection`].
-    pub(crate) async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
-        validate_name(key)?;
-        let span = tracing::debug_span!("leasehold.release", key = shown_key(key).as_deref(), token_hash = %token.redacted(), outcome = tracing::field::Empty);
-        async {
-            let deleted = self.release_raw(key, token.expose()).await?;
-            tracing::Span::current()
-                .record("outcome", if deleted { "released" } else { "not held" });
-            if deleted {
-                Ok(())
-            } else {
-                Err(Error::NotHeld {
-                    key: key.to_string(),
-                })
-            }
-        }
-        .instrument(span)
-        .await
-    }
-
     /// The release of a lock taken with [`min_hold`](crate::LockOptions::min_hold) (what its
     /// guard calls): if the minimum hold is not over by the server's clock, the lock is kept
     /// until it is and then expires by itself; otherwise it is deleted as by
@@ -85,30 +55,6 @@ impl RedisClient {
                 )
             }
         })
-        .await
-    }
-
-    /// Resets the TTL of `key` to `ttl` if it still holds `token`, atomically.
-    ///
-    /// # Errors
-    /// [`Error::NotHeld`] if the key is gone or holds another token; as [`Locker::release`](crate::Locker::release).
-    pub(crate) async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<()> {
-        validate_name(key)?;
-        let ttl_ms = ttl_millis(ttl)?;
-        let span = tracing::debug_span!("leasehold.extend", key = shown_key(key).as_deref(), token_hash = %token.redacted(), outcome = tracing::field::Empty);
-        async {
-            let extended = self.extend_raw(key, token.expose(), ttl_ms).await?;
-            tracing::Span::current()
-                .record("outcome", if extended { "extended" } else { "not held" });
-            if extended {
-                Ok(())
-            } else {
-                Err(Error::NotHeld {
-                    key: key.to_string(),
-                })
-            }
-        }
-        .instrument(span)
         .await
     }
 
@@ -268,6 +214,7 @@ mod resent_extends {
     use leasehold_harness::{Server, ServerOptions};
 
     use super::RedisClient;
+    use crate::core::driver::Driver;
     use crate::core::guard::clock_drift;
     use crate::core::options::LockOptions;
 

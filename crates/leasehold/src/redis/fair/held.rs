@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
 
+use crate::core::driver::Driver;
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::HeldLock;
 use crate::core::guard::{Lease, clock_drift};
