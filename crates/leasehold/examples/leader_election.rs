@@ -5,7 +5,8 @@
 //! leader to leader), so a resource that refuses lower terms refuses a deposed leader. Any
 //! process can watch who leads without campaigning.
 //!
-//! Against a local Redis or Valkey:
+//! Against a local Redis or Valkey (any URL [`leasehold::Locker`] knows whose backend has
+//! elections works, e.g. `etcd://` or `postgres://` with those features):
 //!
 //! ```sh
 //! cargo run -p leasehold --example leader_election -- redis://127.0.0.1:6379/ [ID] [SECONDS]
@@ -18,8 +19,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use leasehold::LockOptions;
-use leasehold::redis::RedisClient;
+use leasehold::{LockOptions, Locker};
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -44,8 +44,8 @@ async fn main() -> ExitCode {
 }
 
 async fn run(url: &str, id: &str, lead_for: Duration) -> Result<(), Box<dyn std::error::Error>> {
-    let locks = RedisClient::connect(url).await?;
-    println!("connected to {}", locks.server());
+    let locks = Locker::connect(url).await?;
+    println!("connected to {url} ({} backend)", locks.backend());
     let election = locks.election("examples:scheduler")?;
 
     // Observe: who leads now, then every change of leader, in the background.

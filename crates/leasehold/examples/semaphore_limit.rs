@@ -5,7 +5,8 @@
 //! Each permit is a lease of its own, auto-extended while its worker runs and released when
 //! it ends; a waiting worker gets a permit as soon as one is released.
 //!
-//! Against a local Redis or Valkey:
+//! Against a local Redis or Valkey (any URL [`leasehold::Locker`] knows whose backend has
+//! semaphores works, e.g. `etcd://` or `postgres://` with those features):
 //!
 //! ```sh
 //! cargo run -p leasehold --example semaphore_limit -- redis://127.0.0.1:6379/
@@ -20,8 +21,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use leasehold::LockOptions;
-use leasehold::redis::RedisClient;
+use leasehold::{LockOptions, Locker};
 
 const PERMITS: u32 = 3;
 const WORKERS: u32 = 8;
@@ -41,8 +41,8 @@ async fn main() -> ExitCode {
 }
 
 async fn run(url: &str) -> Result<(), leasehold::Error> {
-    let locks = RedisClient::connect(url).await?;
-    println!("connected to {}", locks.server());
+    let locks = Locker::connect(url).await?;
+    println!("connected to {url} ({} backend)", locks.backend());
     // Every client of "examples:uploads" must use the same number of permits.
     let uploads = locks.semaphore("examples:uploads", PERMITS)?;
     let options = LockOptions::new(Duration::from_secs(10))

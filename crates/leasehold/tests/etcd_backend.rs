@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use leasehold::etcd::EtcdClient;
 use leasehold::{
-    ClientOptions, Error, LockGuard, LockOptions, LossReason, Operation, TryAcquire, clock_drift,
+    ClientOptions, Error, LockGuard, LockOptions, Locker, LossReason, Operation, TryAcquire,
+    clock_drift,
 };
 use leasehold_harness::{Etcd, EtcdCluster, SlowLink, etcd_cluster_for_test, etcd_for_test};
 
@@ -33,8 +34,11 @@ pub(crate) fn cluster_url(cluster: &EtcdCluster) -> String {
     format!("etcd://{}", hosts.join(","))
 }
 
-async fn client(etcd: &Etcd) -> EtcdClient {
-    EtcdClient::connect(&url(etcd)).await.expect("connect")
+async fn client(etcd: &Etcd) -> Locker {
+    EtcdClient::connect(&url(etcd))
+        .await
+        .expect("connect")
+        .into()
 }
 
 /// A plain etcd client, for looking at (and tampering with) the keys from outside.
@@ -405,12 +409,14 @@ async fn auto_extend_outlives_the_ttl_and_plain_locks_expire() {
 #[tokio::test]
 async fn loss_is_reported_when_etcd_stalls_past_the_ttl() {
     let Some(etcd) = etcd_for_test() else { return };
-    let c = EtcdClient::connect_with(
-        &url(&etcd),
-        ClientOptions::new().response_timeout(Duration::from_secs(1)),
-    )
-    .await
-    .unwrap();
+    let c = Locker::from(
+        EtcdClient::connect_with(
+            &url(&etcd),
+            ClientOptions::new().response_timeout(Duration::from_secs(1)),
+        )
+        .await
+        .unwrap(),
+    );
     let opts = LockOptions::new(Duration::from_secs(2))
         .auto_extend(true)
         .fencing(true);
@@ -437,9 +443,11 @@ async fn cluster_keeps_leases_through_leader_loss_and_expires_a_stalled_holder()
         return;
     };
     let options = ClientOptions::new().response_timeout(Duration::from_secs(1));
-    let c = EtcdClient::connect_with(&cluster_url(&cluster), options.clone())
-        .await
-        .unwrap();
+    let c = Locker::from(
+        EtcdClient::connect_with(&cluster_url(&cluster), options.clone())
+            .await
+            .unwrap(),
+    );
     // Long enough to ride out an election (1-2 s with etcd's defaults) on a loaded machine.
     let ttl = Duration::from_secs(6);
     let opts = LockOptions::new(ttl).auto_extend(true).fencing(true);
@@ -501,9 +509,11 @@ async fn cluster_keeps_leases_through_leader_loss_and_expires_a_stalled_holder()
 
     // A holder that stops renewing (a lock without auto-extension) loses the lock after its
     // TTL; another client gets it then, with a higher number, and not before.
-    let other = EtcdClient::connect_with(&cluster_url(&cluster), options)
-        .await
-        .unwrap();
+    let other = Locker::from(
+        EtcdClient::connect_with(&cluster_url(&cluster), options)
+            .await
+            .unwrap(),
+    );
     let plain = LockOptions::new(Duration::from_secs(2)).fencing(true);
     let stalled = retrying(|| async {
         match c.try_acquire("stall", &plain).await? {
@@ -784,18 +794,22 @@ async fn bad_input_and_connection_errors() {
         .await
         .unwrap_err();
     assert!(matches!(e, Error::Authentication { .. }), "{e}");
-    let root = EtcdClient::connect(&format!("etcd://root:rootpw@{addr}"))
-        .await
-        .unwrap();
+    let root = Locker::from(
+        EtcdClient::connect(&format!("etcd://root:rootpw@{addr}"))
+            .await
+            .unwrap(),
+    );
     assert!(!format!("{root:?}").contains("rootpw"), "{root:?}");
     let g = root
         .try_acquire("k", &LockOptions::new(Duration::from_secs(5)))
         .await
         .unwrap();
     g.acquired().unwrap().release().await.unwrap();
-    let nobody = EtcdClient::connect(&format!("etcd://nobody:pw@{addr}"))
-        .await
-        .unwrap();
+    let nobody = Locker::from(
+        EtcdClient::connect(&format!("etcd://nobody:pw@{addr}"))
+            .await
+            .unwrap(),
+    );
     let e = nobody
         .try_acquire("k", &LockOptions::new(Duration::from_secs(5)))
         .await
@@ -820,13 +834,14 @@ async fn entry_lease(raw: &etcd_client::Client, key: &str) -> Option<i64> {
 
 /// A client whose every reply passes through `link` (which can hold them back), with a 1 s
 /// response timeout.
-async fn slow_client(link: &SlowLink) -> EtcdClient {
+async fn slow_client(link: &SlowLink) -> Locker {
     EtcdClient::connect_with(
         &format!("etcd://{}", link.addr()),
         ClientOptions::new().response_timeout(Duration::from_secs(1)),
     )
     .await
     .expect("connect through the relay")
+    .into()
 }
 
 /// What the lease-move tests start from: etcd, a raw client on it, a relay in front of it
@@ -837,7 +852,7 @@ struct MoveSetup {
     etcd: Etcd,
     raw: etcd_client::Client,
     link: SlowLink,
-    c: EtcdClient,
+    c: Locker,
     g: LockGuard,
     pin: LockGuard,
     /// The lease `pin`'s entry rides on (the one the move goes to), not `g`'s.
@@ -883,7 +898,7 @@ async fn move_setup(key: &str, pin_options: &LockOptions) -> Option<MoveSetup> {
 /// entry until it is gone or the guard's validity has moved forward three times (renewals of
 /// the session carrying it): whenever the entry is gone (read first), the guard must not say
 /// held.
-async fn unpin_and_watch(raw: &etcd_client::Client, c: &EtcdClient, pin: LockGuard, g: &LockGuard) {
+async fn unpin_and_watch(raw: &etcd_client::Client, c: &Locker, pin: LockGuard, g: &LockGuard) {
     retrying(|| c.inspect("pin")).await;
     pin.release().await.unwrap();
     let mut renewals = 0;

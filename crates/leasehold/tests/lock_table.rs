@@ -136,7 +136,6 @@ fn entry<'a>(entries: &'a [LockEntry], key: &str) -> &'a LockEntry {
 leasehold_harness::server_test!(async fn ls_lists_exactly_the_held_locks(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).expect("server starts");
     let locker = Locker::connect(&server.url()).await.unwrap();
-    let client = locker.as_redis().unwrap().clone();
     let me = owner("plain");
 
     // A plain lock with an owner and fencing; a released one (only its counter is left).
@@ -163,17 +162,17 @@ leasehold_harness::server_test!(async fn ls_lists_exactly_the_held_locks(bin) {
     })
     .await;
     // A semaphore with 2 holders of 3 permits; a read lock with 2 readers.
-    let semaphore = client.semaphore("t:sem", 3).unwrap();
+    let semaphore = locker.semaphore("t:sem", 3).unwrap();
     let p1 = semaphore
         .acquire(&LockOptions::new(LONG).owner(owner("permit 1")))
         .await
         .unwrap();
     let p2 = semaphore.acquire(&LockOptions::new(LONG)).await.unwrap();
-    let rw = client.rwlock("t:rw").unwrap();
+    let rw = locker.rwlock("t:rw").unwrap();
     let r1 = rw.read(&LockOptions::new(LONG)).await.unwrap();
     let r2 = rw.read(&LockOptions::new(LONG)).await.unwrap();
     // An election's leader.
-    let leader = client
+    let leader = locker
         .election("t:elect")
         .unwrap()
         .campaign("node-1", &LockOptions::new(LONG).owner(owner("leader")))

@@ -132,7 +132,7 @@ leasehold_harness::server_test!(async fn primitives_without_min_hold_refuse_it_b
     let rwlock = client.rwlock("rw").unwrap();
     unsupported("read", rwlock.try_read(&options).map(|r| r.map(drop)).now_or_never());
     unsupported("write", rwlock.try_write(&options).map(|r| r.map(drop)).now_or_never());
-    let multi = client.multi_lock(&["a", "b"]).unwrap();
+    let multi = client.as_redis().unwrap().multi_lock(&["a", "b"]).unwrap();
     unsupported("multi", multi.try_acquire(&options).map(|r| r.map(drop)).now_or_never());
     let election = client.election("e").unwrap();
     unsupported("election", election.campaign("me", &options).map(|r| r.map(drop)).now_or_never());

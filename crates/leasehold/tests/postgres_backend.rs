@@ -84,7 +84,7 @@ async fn waiters_are_granted_in_queue_order_without_polling() {
         return;
     };
     let admin = admin(&pg).await;
-    let client = PostgresClient::connect(&pg.url()).await.unwrap();
+    let client = Locker::from(PostgresClient::connect(&pg.url()).await.unwrap());
     let opts = LockOptions::new(Duration::from_secs(30)).fencing(true);
     let holder = client.acquire("fifo", &opts).await.unwrap();
 
@@ -129,7 +129,7 @@ async fn a_cancelled_waiter_leaves_the_queue_and_a_deadline_is_kept() {
         return;
     };
     let admin = admin(&pg).await;
-    let client = PostgresClient::connect(&pg.url()).await.unwrap();
+    let client = Locker::from(PostgresClient::connect(&pg.url()).await.unwrap());
     let opts = LockOptions::new(Duration::from_secs(30));
     let holder = client.acquire("cancel", &opts).await.unwrap();
 
@@ -164,8 +164,8 @@ async fn the_ttl_is_the_sessions_idle_limit_and_auto_extension_keeps_it() {
         return;
     };
     let admin = admin(&pg).await;
-    let a = PostgresClient::connect(&pg.url()).await.unwrap();
-    let b = PostgresClient::connect(&pg.url()).await.unwrap();
+    let a = Locker::from(PostgresClient::connect(&pg.url()).await.unwrap());
+    let b = Locker::from(PostgresClient::connect(&pg.url()).await.unwrap());
     let ttl = Duration::from_millis(800);
 
     // Not extended: the server ends the idle session after the TTL; the loss is reported and
@@ -215,7 +215,7 @@ async fn a_lost_session_is_reported_and_restarts_keep_the_counter() {
     let Some(mut pg) = postgres_for_test() else {
         return;
     };
-    let client = PostgresClient::connect(&pg.url()).await.unwrap();
+    let client = Locker::from(PostgresClient::connect(&pg.url()).await.unwrap());
     let opts = LockOptions::new(Duration::from_secs(30)).fencing(true);
 
     // (Terminated from outside, `pg_terminate_backend`: reported at once, not at the TTL, and the
@@ -311,7 +311,7 @@ async fn bad_input_is_refused_with_clear_errors() {
         return;
     };
     // (Bad keys, refused before any round trip: `conformance::postgres`.)
-    let client = PostgresClient::connect(&pg.url()).await.unwrap();
+    let client = Locker::from(PostgresClient::connect(&pg.url()).await.unwrap());
     let opts = LockOptions::new(Duration::from_secs(5));
     let err = client
         .try_acquire("k", &opts.clone().replica_ack(1, Duration::from_millis(10)))
@@ -379,8 +379,8 @@ async fn lease_rows_outlive_their_client_and_are_token_checked() {
     let Some(pg) = postgres_for_test() else {
         return;
     };
-    let a = PostgresLeaseClient::connect(&lease_url(&pg)).await.unwrap();
-    let b = PostgresLeaseClient::connect(&lease_url(&pg)).await.unwrap();
+    let a = Locker::from(PostgresLeaseClient::connect(&lease_url(&pg)).await.unwrap());
+    let b = Locker::from(PostgresLeaseClient::connect(&lease_url(&pg)).await.unwrap());
     let opts = LockOptions::new(Duration::from_secs(30)).fencing(true);
 
     let first = a
@@ -499,7 +499,7 @@ async fn an_auto_extended_lease_row_is_kept_and_its_loss_reported() {
         return;
     };
     let admin = admin(&pg).await;
-    let client = PostgresLeaseClient::connect(&lease_url(&pg)).await.unwrap();
+    let client = Locker::from(PostgresLeaseClient::connect(&lease_url(&pg)).await.unwrap());
     let ttl = Duration::from_millis(600);
     let guard = client
         .acquire("kept", &LockOptions::new(ttl).auto_extend(true))
@@ -623,7 +623,7 @@ async fn session_locks_through_a_busy_transaction_pooler_are_refused() {
     let mut other_errors = Vec::new();
     for _ in 0..attempts {
         let client = match PostgresClient::connect(&bouncer.url()).await {
-            Ok(client) => client,
+            Ok(client) => Locker::from(client),
             Err(Error::Topology { reason }) => {
                 assert!(reason.contains("?lock=lease"), "{reason}");
                 refused += 1;
@@ -642,7 +642,7 @@ async fn session_locks_through_a_busy_transaction_pooler_are_refused() {
                     || async { holder_pid(&direct, key).await.is_none() },
                 )
                 .await;
-                let other = PostgresClient::connect(&pg.url()).await.unwrap();
+                let other = Locker::from(PostgresClient::connect(&pg.url()).await.unwrap());
                 let stolen = other.try_acquire(key, &opts).await.unwrap();
                 assert!(
                     !(matches!(stolen, TryAcquire::Acquired(_)) && guard.is_held()),
@@ -676,8 +676,8 @@ async fn lease_rows_work_through_a_transaction_pooler() {
         return;
     };
     let url = format!("{}?lock=lease", bouncer.url());
-    let a = PostgresLeaseClient::connect(&url).await.unwrap();
-    let b = PostgresLeaseClient::connect(&url).await.unwrap();
+    let a = Locker::from(PostgresLeaseClient::connect(&url).await.unwrap());
+    let b = Locker::from(PostgresLeaseClient::connect(&url).await.unwrap());
     let opts = LockOptions::new(Duration::from_secs(30)).fencing(true);
 
     let first = a
@@ -724,7 +724,7 @@ async fn lease_rows_work_through_a_transaction_pooler() {
     // every operation works, and the shared key's fencing numbers all differ.
     let mut tasks = Vec::new();
     for i in 0..6 {
-        let client = PostgresLeaseClient::connect(&url).await.unwrap();
+        let client = Locker::from(PostgresLeaseClient::connect(&url).await.unwrap());
         let opts = opts.clone().wait(BOUND);
         tasks.push(tokio::spawn(async move {
             let mut numbers = Vec::new();
@@ -819,8 +819,8 @@ async fn a_lock_wait_timeout_on_the_fence_row_leaves_no_advisory_lock() {
     let Some(pg) = postgres_for_test() else {
         return;
     };
-    let a = PostgresClient::connect(&pg.url()).await.unwrap();
-    let b = PostgresClient::connect(&pg.url()).await.unwrap();
+    let a = Locker::from(PostgresClient::connect(&pg.url()).await.unwrap());
+    let b = Locker::from(PostgresClient::connect(&pg.url()).await.unwrap());
     let opts = LockOptions::new(Duration::from_secs(30)).fencing(true);
     // The key's fence row exists.
     a.try_acquire("row-locked", &opts)
@@ -893,7 +893,7 @@ async fn the_lease_is_bounded_by_the_servers_tcp_settings() {
     let opts = LockOptions::new(ttl);
 
     // The server's defaults (7200 s + 75 s x 9): the TTL is the bound.
-    let plain = PostgresClient::connect(&pg.url()).await.unwrap();
+    let plain = Locker::from(PostgresClient::connect(&pg.url()).await.unwrap());
     let g = plain
         .try_acquire("plain", &opts)
         .await
@@ -911,7 +911,7 @@ async fn the_lease_is_bounded_by_the_servers_tcp_settings() {
         ("ka", Duration::from_secs(5)),
         ("ut", Duration::from_secs(4)),
     ] {
-        let client = PostgresClient::connect(&url(user)).await.unwrap();
+        let client = Locker::from(PostgresClient::connect(&url(user)).await.unwrap());
         let g = client
             .try_acquire(user, &opts)
             .await
@@ -932,7 +932,7 @@ async fn the_lease_is_bounded_by_the_servers_tcp_settings() {
 
     // Auto-extension renews within the shorter lifetime: the validity moves on, and stays
     // within the bound.
-    let client = PostgresClient::connect(&url("ka")).await.unwrap();
+    let client = Locker::from(PostgresClient::connect(&url("ka")).await.unwrap());
     let g = client
         .acquire("renewed", &opts.clone().auto_extend(true))
         .await
@@ -962,9 +962,11 @@ async fn a_lease_row_extend_with_an_unknown_outcome_never_raises_validity() {
         &format!(":{}/", link.addr().port()),
     );
     let options = ClientOptions::new().response_timeout(Duration::from_millis(500));
-    let client = PostgresLeaseClient::connect_with(&url, options)
-        .await
-        .unwrap();
+    let client = Locker::from(
+        PostgresLeaseClient::connect_with(&url, options)
+            .await
+            .unwrap(),
+    );
     let g = client
         .try_acquire("ambiguous", &LockOptions::new(Duration::from_secs(60)))
         .await
@@ -1021,10 +1023,12 @@ async fn grants_that_expire_on_arrival_are_retried_with_backoff_until_the_deadli
             &format!(":{}/", link.addr().port()),
         )
     };
-    let session = PostgresClient::connect(&through(pg.url())).await.unwrap();
-    let rows = PostgresLeaseClient::connect(&through(lease_url(&pg)))
-        .await
-        .unwrap();
+    let session = Locker::from(PostgresClient::connect(&through(pg.url())).await.unwrap());
+    let rows = Locker::from(
+        PostgresLeaseClient::connect(&through(lease_url(&pg)))
+            .await
+            .unwrap(),
+    );
     let delay = Duration::from_millis(25);
     let wait = delay * 80;
     let options = LockOptions::new(MIN_TTL)
@@ -1091,7 +1095,7 @@ async fn a_reload_that_lowers_the_tcp_settings_bounds_the_next_acquire_and_exten
         return;
     };
     let admin = admin(&pg).await;
-    let client = PostgresClient::connect(&pg.url()).await.unwrap();
+    let client = Locker::from(PostgresClient::connect(&pg.url()).await.unwrap());
     let opts = LockOptions::new(Duration::from_secs(60));
     // A held lock and a pooled session, both under the server's defaults.
     let held = client
@@ -1165,7 +1169,7 @@ async fn waiters_granted_after_waiting_longer_than_their_ttl_keep_their_turn() {
         return;
     };
     let admin = admin(&pg).await;
-    let client = PostgresClient::connect(&pg.url()).await.unwrap();
+    let client = Locker::from(PostgresClient::connect(&pg.url()).await.unwrap());
     let ttl = Duration::from_secs(1);
     let holder = client
         .try_acquire(
@@ -1238,7 +1242,7 @@ async fn a_renewal_racing_a_min_hold_release_never_extends_the_kept_row() {
         return;
     };
     let admin = admin(&pg).await;
-    let client = PostgresLeaseClient::connect(&lease_url(&pg)).await.unwrap();
+    let client = Locker::from(PostgresLeaseClient::connect(&lease_url(&pg)).await.unwrap());
     let min_hold = Duration::from_secs(1);
     let ttl = Duration::from_secs(30);
     let opts = LockOptions::new(ttl)
@@ -1280,7 +1284,7 @@ async fn a_min_hold_grant_given_back_on_arrival_frees_the_row() {
         return;
     };
     let direct = admin(&pg).await;
-    let client = PostgresLeaseClient::connect(&lease_url(&pg)).await.unwrap();
+    let client = Locker::from(PostgresLeaseClient::connect(&lease_url(&pg)).await.unwrap());
     let key = "f2";
     let long = LockOptions::new(Duration::from_secs(30));
     client
@@ -1322,7 +1326,7 @@ async fn a_min_hold_grant_given_back_on_arrival_frees_the_row() {
         token, None,
         "the grant given back frees the row, hold or not"
     );
-    let other = PostgresLeaseClient::connect(&lease_url(&pg)).await.unwrap();
+    let other = Locker::from(PostgresLeaseClient::connect(&lease_url(&pg)).await.unwrap());
     assert!(matches!(
         other.try_acquire(key, &long).await.unwrap(),
         TryAcquire::Acquired(_)
@@ -1347,9 +1351,11 @@ async fn a_lease_row_acquisition_with_an_unknown_outcome_is_given_back() {
         &format!(":{}/", link.addr().port()),
     );
     let options = ClientOptions::new().response_timeout(Duration::from_millis(300));
-    let client = PostgresLeaseClient::connect_with(&url, options)
-        .await
-        .unwrap();
+    let client = Locker::from(
+        PostgresLeaseClient::connect_with(&url, options)
+            .await
+            .unwrap(),
+    );
     let opts = LockOptions::new(Duration::from_secs(60));
     link.set_reply_delay(Duration::from_secs(1));
     let err = client.try_acquire("m9", &opts).await.unwrap_err();

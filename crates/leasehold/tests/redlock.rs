@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leasehold::redlock::{Redlock, RedlockOptions};
-use leasehold::{Error, LockOptions, NodeOutcome, TryAcquire};
+use leasehold::{Error, LockOptions, Locker, NodeOutcome, TryAcquire};
 use leasehold_harness::{Server, ServerBinary, ServerOptions};
 
 const LONG: Duration = Duration::from_secs(60);
@@ -19,12 +19,13 @@ fn servers(bin: &ServerBinary, n: usize, options: &ServerOptions) -> Vec<Server>
         .collect()
 }
 
-async fn redlock(servers: &[Server], node_timeout: Duration) -> Redlock {
+async fn redlock(servers: &[Server], node_timeout: Duration) -> Locker {
     let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
     let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
     Redlock::connect(&urls, RedlockOptions::new().node_timeout(node_timeout))
         .await
         .unwrap()
+        .into()
 }
 
 fn holders(servers: &[Server], key: &str) -> Vec<Option<String>> {
@@ -34,7 +35,7 @@ fn holders(servers: &[Server], key: &str) -> Vec<Option<String>> {
 leasehold_harness::server_test!(async fn one_node_is_a_plain_lock(bin) {
     let nodes = servers(&bin, 1, &ServerOptions::new());
     let r = redlock(&nodes, Duration::from_secs(2)).await;
-    assert_eq!(r.quorum(), 1);
+    assert_eq!(r.as_redlock().unwrap().quorum(), 1);
     let g = r.try_acquire("k", &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
     assert!(!r.try_acquire("k", &LockOptions::new(LONG)).await.unwrap().is_acquired());
     g.release().await.unwrap();
@@ -218,7 +219,7 @@ leasehold_harness::server_test!(async fn redlock_lease_is_lost_without_a_majorit
     g.extend(Duration::from_secs(3)).await.unwrap();
     // Extended on a majority when extend returns (the last node may still be on its way).
     let extended = nodes.iter().filter(|s| common::pttl(s, "k") > 2000).count();
-    assert!(extended >= r.quorum(), "extended on {extended} nodes");
+    assert!(extended >= r.as_redlock().unwrap().quorum(), "extended on {extended} nodes");
     nodes[0].kill();
     nodes[1].kill();
     tokio::time::timeout(HANG_GUARD, g.lost()).await.expect("loss not reported");
@@ -400,9 +401,11 @@ leasehold_harness::server_test!(async fn an_extend_no_node_answered_in_time_neve
     let links: Vec<SlowLink> = nodes.iter().map(|n| SlowLink::start(n.addr()).unwrap()).collect();
     let urls: Vec<String> = links.iter().map(|l| l.url()).collect();
     let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
-    let r = Redlock::connect(&urls, RedlockOptions::new().node_timeout(Duration::from_millis(500)))
-        .await
-        .unwrap();
+    let r = Locker::from(
+        Redlock::connect(&urls, RedlockOptions::new().node_timeout(Duration::from_millis(500)))
+            .await
+            .unwrap(),
+    );
     let key = "redlock:ambiguous-extend";
     let g = r.try_acquire(key, &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
     for l in &links {

@@ -4,8 +4,7 @@
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
-use leasehold::redis::RedisClient;
-use leasehold::{Error, LockOptions};
+use leasehold::{Error, LockOptions, Locker};
 use rand::Rng;
 use serde_json::json;
 
@@ -26,8 +25,11 @@ pub(crate) async fn w7_leasehold(
     duration: Duration,
 ) -> anyhow::Result<Summary> {
     const CONCURRENCY: usize = 64;
-    let client = RedisClient::connect(&url).await?;
-    let stats = client.renewal_stats();
+    let client = Locker::connect(&url).await?;
+    let stats = client
+        .as_redis()
+        .context("W7 reads the Redis client's renewal counters: it needs a Redis URL")?
+        .renewal_stats();
     let opts = LockOptions::new(ttl).auto_extend(true);
     let before = resident_bytes();
     let taking = Instant::now();
@@ -97,7 +99,7 @@ pub(crate) fn unix_ms() -> u64 {
 /// line: acquisitions, errors (with the first one's text), and the waits as a histogram of
 /// `[microseconds, count]` pairs, which the coordinator merges exactly.
 pub(crate) async fn worker(args: BenchWorkerArgs) -> anyhow::Result<()> {
-    let client = RedisClient::connect(&args.lock_url).await?;
+    let client = Locker::connect(&args.lock_url).await?;
     let opts = LockOptions::new(Duration::from_secs(10)).wait(Duration::from_millis(args.wait_ms));
     let mut waits = Latencies::new();
     let (mut acquisitions, mut errors, mut timed_out) = (0u64, 0u64, 0u64);

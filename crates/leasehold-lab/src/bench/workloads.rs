@@ -62,6 +62,8 @@ pub(crate) async fn w1_leasehold(
 ) -> anyhow::Result<(Summary, Vec<(f64, f64)>)> {
     let options = RedisOptions::new().notify_waiters(notify);
     let client = RedisClient::connect_with(&url, options).await?;
+    let release = client.release_strategy();
+    let client = Locker::from(client);
     let opts = LockOptions::new(Duration::from_secs(10));
     let mut lat = Latencies::new();
     // Warm-up: connection, scripts, allocator.
@@ -78,8 +80,8 @@ pub(crate) async fn w1_leasehold(
         g.acquired().context("distinct key busy")?.release().await?;
         lat.record(t.elapsed());
     }
-    let summary = Summary::from_latencies(cycles, start.elapsed(), &lat)
-        .with("release", client.release_strategy().to_string());
+    let summary =
+        Summary::from_latencies(cycles, start.elapsed(), &lat).with("release", release.to_string());
     Ok((summary, lat.cdf()))
 }
 
@@ -159,7 +161,7 @@ pub(crate) async fn w2(
     notify: bool,
 ) -> anyhow::Result<Summary> {
     let options = RedisOptions::new().notify_waiters(notify);
-    let client = RedisClient::connect_with(&url, options).await?;
+    let client = Locker::from(RedisClient::connect_with(&url, options).await?);
     let conn = redis::Client::open(url.as_str())?
         .get_connection_manager()
         .await?;
@@ -246,7 +248,7 @@ pub(crate) async fn w3_leasehold(
 ) -> anyhow::Result<(Summary, Vec<(f64, f64)>)> {
     let mut clients = Vec::new();
     for _ in 0..if client_each { workers } else { 1 } {
-        clients.push(RedisClient::connect(&url).await?.into());
+        clients.push(Locker::connect(&url).await?);
     }
     w3_lockers(clients, workers, hold, duration, key, fair).await
 }
@@ -391,7 +393,7 @@ pub(crate) async fn w4_leasehold(
     prefix: String,
 ) -> anyhow::Result<Summary> {
     let refs: Vec<&str> = urls.iter().map(String::as_str).collect();
-    let redlock = Redlock::connect(&refs, RedlockOptions::new()).await?;
+    let redlock = Locker::from(Redlock::connect(&refs, RedlockOptions::new()).await?);
     let opts = LockOptions::new(Duration::from_secs(10));
     let mut lat = Latencies::new();
     for i in 0..100 {
@@ -463,17 +465,15 @@ pub(crate) async fn w5_leasehold(
     duration: Duration,
     prefix: String,
 ) -> anyhow::Result<Summary> {
-    let client = RedisClient::connect(&url).await?;
-    let stats = client.renewal_stats();
+    let client = Locker::connect(&url).await?;
+    let stats = client
+        .as_redis()
+        .context("W5 reads the Redis client's renewal counters: it needs a Redis URL")?
+        .renewal_stats();
     let mut at_start = (0, 0);
-    let held = hold_leases(
-        &client.clone().into(),
-        leases,
-        ttl,
-        duration,
-        &prefix,
-        || at_start = (stats.rounds(), stats.renewals()),
-    )
+    let held = hold_leases(&client, leases, ttl, duration, &prefix, || {
+        at_start = (stats.rounds(), stats.renewals())
+    })
     .await?;
     let secs = held.elapsed.as_secs_f64();
     Ok(Summary {
@@ -569,8 +569,8 @@ pub(crate) async fn w6_leasehold(
     fair: bool,
 ) -> anyhow::Result<Summary> {
     let key = "w6";
-    let holder = RedisClient::connect(&url).await?;
-    let client = RedisClient::connect(&url).await?;
+    let holder = Locker::connect(&url).await?;
+    let client = Locker::connect(&url).await?;
     let mut admin = redis::Client::open(url.as_str())?
         .get_multiplexed_async_connection()
         .await?;

@@ -88,11 +88,11 @@ async fn connect(
     Ok(LockSide { urls, locks, raw })
 }
 
-/// The Redis client the primitives other than the plain lock need.
+/// The Redis client a multi-key lock needs (only Redis has them).
 fn redis(locker: &Locker) -> leasehold::Result<&RedisClient> {
     locker.as_redis().ok_or(leasehold::Error::Unsupported {
         backend: locker.backend(),
-        what: "this primitive".into(),
+        what: "a multi-key lock".into(),
     })
 }
 
@@ -162,17 +162,17 @@ pub(crate) async fn run(args: CheckWorkerArgs) -> anyhow::Result<()> {
                 Err(e) => Err(e),
             }
         } else if args.elect {
-            match redis(&s.locks).and_then(|c| c.election(&args.key)) {
+            match s.locks.election(&args.key) {
                 Ok(election) => election.campaign(&format!("worker-{w}"), &opts).await,
                 Err(e) => Err(e),
             }
         } else {
             match (args.permits, args.rw) {
-                (Some(n), _) => match redis(&s.locks).and_then(|c| c.semaphore(&args.key, n)) {
+                (Some(n), _) => match s.locks.semaphore(&args.key, n) {
                     Ok(semaphore) => semaphore.acquire(&opts).await,
                     Err(e) => Err(e),
                 },
-                (None, true) => match redis(&s.locks).and_then(|c| c.rwlock(&args.key)) {
+                (None, true) => match s.locks.rwlock(&args.key) {
                     // Readers take no fencing number; the writer does.
                     Ok(rw) if reading => rw.read(&opts.clone().fencing(false)).await,
                     Ok(rw) => rw.write(&opts).await,

@@ -15,8 +15,8 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use leasehold::redis::{FencedStore, RedisClient, fence_key};
-use leasehold::{FencedWrite, LockGuard, LockOptions, TryAcquire};
+use leasehold::redis::{FencedStore, fence_key};
+use leasehold::{FencedWrite, LockGuard, LockOptions, Locker, TryAcquire};
 use leasehold_harness::{HarnessError, RespValue, Server, ServerBinary, ServerOptions};
 
 use super::{LOCK_KEY, RESOURCE_KEY, Stop, TTL_LONG};
@@ -175,8 +175,8 @@ pub(super) fn show_lock(server: &Server, who: &str) -> anyhow::Result<()> {
 }
 
 /// B's acquisition on the promoted replica; prints the outcome.
-async fn b_acquires(pair: &Pair) -> anyhow::Result<(RedisClient, Option<LockGuard>)> {
-    let locks_b = RedisClient::connect(&pair.replica.url())
+async fn b_acquires(pair: &Pair) -> anyhow::Result<(Locker, Option<LockGuard>)> {
+    let locks_b = Locker::connect(&pair.replica.url())
         .await
         .context("B connecting to the new master")?;
     let opts = LockOptions::new(TTL_LONG).fencing(true);
@@ -265,7 +265,7 @@ pub(super) async fn fenced_writes(
 /// 1) The default: no acknowledgement; the failover makes two holders; fencing keeps A out.
 async fn without_ack(pair: &mut Pair, store: &FencedStore) -> anyhow::Result<()> {
     say!("# 1) without replica acknowledgement (the default)");
-    let locks_a = RedisClient::connect(&pair.master.url())
+    let locks_a = Locker::connect(&pair.master.url())
         .await
         .context("A connecting to the master")?;
     hold_back_replication(pair)?;
@@ -308,7 +308,7 @@ async fn with_ack(pair: &mut Pair) -> anyhow::Result<()> {
         pair.master.port(),
         pair.replica.port()
     );
-    let locks_a = RedisClient::connect(&pair.master.url())
+    let locks_a = Locker::connect(&pair.master.url())
         .await
         .context("A connecting to the master")?;
     hold_back_replication(pair)?;

@@ -21,8 +21,8 @@ use std::thread::ScopedJoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use leasehold::redis::{ClientConnection, FencedStore, RedisClient};
-use leasehold::{Error, LockGuard, LockOptions, TryAcquire};
+use leasehold::redis::{ClientConnection, FencedStore};
+use leasehold::{Error, LockGuard, LockOptions, Locker, TryAcquire};
 use leasehold_harness::{
     HarnessError, SentinelOptions, SentinelSet, Server, ServerBinary, ServerOptions,
 };
@@ -166,21 +166,22 @@ fn ask_sentinel(set: &SentinelSet) -> anyhow::Result<String> {
 
 /// The primary a client's connection talks to now (it moves only when the sentinels name
 /// another one after a failed request).
-fn talks_to(client: &RedisClient) -> String {
-    match client.connection() {
-        ClientConnection::Sentinel(c) => c.primary_addr(),
-        other => format!("(not a Sentinel connection: {other:?})"),
+fn talks_to(client: &Locker) -> String {
+    match client.as_redis().map(|redis| redis.connection()) {
+        Some(ClientConnection::Sentinel(c)) => c.primary_addr(),
+        Some(other) => format!("(not a Sentinel connection: {other:?})"),
+        None => format!("(not a Redis client: {})", client.backend()),
     }
 }
 
 /// A's and B's clients, each connected through the sentinels before anything happens; they are
 /// never rebuilt.
-async fn connect_clients(set: &SentinelSet) -> anyhow::Result<(RedisClient, RedisClient)> {
+async fn connect_clients(set: &SentinelSet) -> anyhow::Result<(Locker, Locker)> {
     let url = set.lock_url("redis-sentinel");
-    let locks_a = RedisClient::connect(&url)
+    let locks_a = Locker::connect(&url)
         .await
         .context("A connecting through the sentinels")?;
-    let locks_b = RedisClient::connect(&url)
+    let locks_b = Locker::connect(&url)
         .await
         .context("B connecting through the sentinels")?;
     say!(
@@ -237,7 +238,7 @@ async fn fail_over(set: &mut SentinelSet, roles: Roles) -> anyhow::Result<()> {
 
 /// B's acquisition through B's client, which last talked to the crashed primary: its first
 /// request may fail there, after which the client asks the sentinels again. Prints how it went.
-async fn b_acquires(locks_b: &RedisClient) -> anyhow::Result<Option<LockGuard>> {
+async fn b_acquires(locks_b: &Locker) -> anyhow::Result<Option<LockGuard>> {
     let opts = LockOptions::new(TTL_LONG).fencing(true);
     let before = talks_to(locks_b);
     let deadline = Instant::now() + FOLLOW_BOUND;

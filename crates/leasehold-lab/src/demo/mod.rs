@@ -36,6 +36,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use anyhow::Context;
+use leasehold::Locker;
 use leasehold::redis::{
     ClientConnection, ExtendStrategy, RedisClient, RedisOptions, ReleaseStrategy,
 };
@@ -227,15 +228,19 @@ impl Stop {
 }
 
 async fn session(target: &Target, local: Option<&Local>, stop: &mut Stop) -> anyhow::Result<()> {
-    let client = target.connect().await?;
-    let lua = target
-        .connect_with(
-            RedisOptions::new()
-                .release_strategy(ReleaseStrategy::Lua)
-                .extend_strategy(ExtendStrategy::Lua),
-        )
-        .await?;
-    let server = client.server();
+    let client = Locker::from(target.connect().await?);
+    // A client with Redis-only options, used through a Locker like the first.
+    let lua = Locker::from(
+        target
+            .connect_with(
+                RedisOptions::new()
+                    .release_strategy(ReleaseStrategy::Lua)
+                    .extend_strategy(ExtendStrategy::Lua),
+            )
+            .await?,
+    );
+    let redis = redis_of(&client)?;
+    let server = redis.server();
     say!(
         "# leasehold demo: the seed's src/patterns-locks.ts, its AI-written helper, then the \
          cli/patterns-locks-1.redis transcript"
@@ -259,26 +264,37 @@ async fn session(target: &Target, local: Option<&Local>, stop: &mut Stop) -> any
     }
     say!(
         "# release strategy: {} | extend strategy: {}",
-        client.release_strategy(),
-        client.extend_strategy()
+        redis.release_strategy(),
+        redis.extend_strategy()
     );
     if local.is_none() {
-        ensure_keys_free(&client).await?;
+        ensure_keys_free(redis).await?;
     }
     let prompt = prompt(&target.url)?;
     let body = async {
         walkthrough::run(&client, &lua).await?;
-        helper::run(&client).await?;
-        transcript::run(&client, &prompt).await
+        helper::run(redis).await?;
+        transcript::run(redis, &prompt).await
     };
     let outcome = tokio::select! {
         r = body => r,
         () = stop.requested() => Err(Interrupted.into()),
     };
-    let cleaned = del(&mut client.connection(), &demo_keys())
+    let cleaned = del(&mut redis.connection(), &demo_keys())
         .await
         .context("deleting the demo's keys");
     outcome.and(cleaned)
+}
+
+/// The Redis client behind one of the demo's lockers (the demo connects to Redis and Valkey
+/// only): for what only Redis has, its server's facts, its strategies and raw commands.
+fn redis_of(locker: &Locker) -> anyhow::Result<&RedisClient> {
+    locker.as_redis().with_context(|| {
+        format!(
+            "the demo needs a Redis or Valkey server, not {}",
+            locker.backend()
+        )
+    })
 }
 
 /// On a server the demo did not start, refuses to touch keys that already exist.

@@ -6,17 +6,17 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use leasehold::redis::{FencedStore, RedisClient};
-use leasehold::{LockGuard, LockOptions, LockToken, TryAcquire};
+use leasehold::redis::FencedStore;
+use leasehold::{LockGuard, LockOptions, LockToken, Locker, TryAcquire};
 
-use super::{LATE, LOCK_KEY, RESOURCE_KEY, STALL, TTL_LONG, TTL_SHORT, del, get};
+use super::{LATE, LOCK_KEY, RESOURCE_KEY, STALL, TTL_LONG, TTL_SHORT, del, get, redis_of};
 
 /// How many workers go through `with_lock` at once.
 const WORKERS: usize = 5;
 /// How long each worker stays inside.
 const WORK: Duration = Duration::from_millis(30);
 
-pub(super) async fn run(client: &RedisClient, lua: &RedisClient) -> anyhow::Result<()> {
+pub(super) async fn run(client: &Locker, lua: &Locker) -> anyhow::Result<()> {
     basics(client).await?;
     say!(
         "# 2) the expiry bug: A's 200 ms lock expires while A works 300 ms; B takes the lock; \
@@ -58,8 +58,8 @@ fn needed(attempt: TryAcquire, who: &str) -> anyhow::Result<LockGuard> {
 }
 
 /// 1) One winner, the loser gets null, a wrong token cannot release, the right one can.
-async fn basics(client: &RedisClient) -> anyhow::Result<()> {
-    let mut conn = client.connection();
+async fn basics(client: &Locker) -> anyhow::Result<()> {
+    let mut conn = redis_of(client)?.connection();
     say!("# 1) one winner; a wrong token cannot release the lock, the holder's can");
     del(&mut conn, &[LOCK_KEY]).await?;
     let long = LockOptions::new(TTL_LONG);
@@ -96,8 +96,8 @@ enum Release {
 }
 
 /// 2) A's 200 ms lock expires while A works 300 ms; B takes it; 100 ms later A releases.
-async fn expiry(client: &RedisClient, how: Release) -> anyhow::Result<()> {
-    let mut conn = client.connection();
+async fn expiry(client: &Locker, how: Release) -> anyhow::Result<()> {
+    let mut conn = redis_of(client)?.connection();
     del(&mut conn, &[LOCK_KEY]).await?;
     let a = needed(
         client
@@ -155,12 +155,12 @@ async fn expiry(client: &RedisClient, how: Release) -> anyhow::Result<()> {
 }
 
 /// 3) The Lua release (the pre-8.4 path) behaves the same.
-async fn lua_release(lua: &RedisClient) -> anyhow::Result<()> {
+async fn lua_release(lua: &Locker) -> anyhow::Result<()> {
     say!(
         "# 3) a second client forced to the Lua release: {}",
-        lua.release_strategy()
+        redis_of(lua)?.release_strategy()
     );
-    del(&mut lua.connection(), &[LOCK_KEY]).await?;
+    del(&mut redis_of(lua)?.connection(), &[LOCK_KEY]).await?;
     let t = needed(
         lua.try_acquire(LOCK_KEY, &LockOptions::new(TTL_LONG))
             .await?,
@@ -173,8 +173,8 @@ async fn lua_release(lua: &RedisClient) -> anyhow::Result<()> {
 }
 
 /// 4) Fencing: the lock issues increasing numbers, the resource rejects stale ones.
-async fn fencing(client: &RedisClient) -> anyhow::Result<()> {
-    let mut conn = client.connection();
+async fn fencing(client: &Locker) -> anyhow::Result<()> {
+    let mut conn = redis_of(client)?.connection();
     say!(
         "# 4) fencing: A (200 ms lock) stalls 300 ms; B takes the lock; the resource refuses A's \
          stale number"
@@ -203,7 +203,7 @@ async fn fencing(client: &RedisClient) -> anyhow::Result<()> {
         "B",
     )?;
     let fence_b = b.fence().context("no fencing token for B")?;
-    let store = FencedStore::new(client.connection());
+    let store = FencedStore::new(conn.clone());
     let b_wrote = store
         .write(RESOURCE_KEY, &fence_b, "B")
         .await?
@@ -227,13 +227,13 @@ async fn fencing(client: &RedisClient) -> anyhow::Result<()> {
 }
 
 /// 5) Five workers through `with_lock` never overlap.
-async fn workers(client: &RedisClient) -> anyhow::Result<()> {
+async fn workers(client: &Locker) -> anyhow::Result<()> {
     say!(
         "# 5) {WORKERS} concurrent workers through with_lock (wait for the lock, work {} ms, \
          always release)",
         WORK.as_millis()
     );
-    del(&mut client.connection(), &[LOCK_KEY]).await?;
+    del(&mut redis_of(client)?.connection(), &[LOCK_KEY]).await?;
     let inside = Arc::new(AtomicUsize::new(0));
     let max_inside = Arc::new(AtomicUsize::new(0));
     let mut set = tokio::task::JoinSet::new();

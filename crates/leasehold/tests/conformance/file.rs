@@ -87,7 +87,7 @@ fn a_lock_kept_by_a_forked_child_outlives_its_killed_holder() {
     use std::io::BufRead;
     use std::time::Duration;
 
-    use leasehold::{LockOptions, file::FileClient};
+    use leasehold::{LockOptions, Locker, file::FileClient};
     use nix::sys::signal::{Signal, kill};
     use nix::unistd::Pid;
 
@@ -145,7 +145,7 @@ fn a_lock_kept_by_a_forked_child_outlives_its_killed_holder() {
         .enable_all()
         .build()
         .unwrap();
-    let client = FileClient::connect(&url).unwrap();
+    let client = Locker::from(FileClient::connect(&url).unwrap());
     let options = LockOptions::new(Duration::from_secs(60));
     let busy = || {
         !rt.block_on(client.try_acquire(FORKED_KEY, &options))
@@ -188,14 +188,14 @@ fn hold_and_fork(url: &str) -> ! {
     use std::io::Write;
     use std::time::Duration;
 
-    use leasehold::{LockOptions, file::FileClient};
+    use leasehold::{LockOptions, Locker, file::FileClient};
     use nix::unistd::{ForkResult, fork, pause};
 
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let client = FileClient::connect(url).unwrap();
+    let client = Locker::from(FileClient::connect(url).unwrap());
     let _guard = rt
         .block_on(client.try_acquire(FORKED_KEY, &LockOptions::new(Duration::from_secs(3600))))
         .unwrap()

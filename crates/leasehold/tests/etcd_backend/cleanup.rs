@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use leasehold::etcd::EtcdClient;
-use leasehold::{ClientOptions, LockOptions, TryAcquire};
+use leasehold::{ClientOptions, LockOptions, Locker, TryAcquire};
 use leasehold_harness::etcd_for_test;
 
 use super::{GENEROUS, client, entries, entry_count_is, entry_lease, raw, until, url};
@@ -72,12 +72,14 @@ async fn a_min_hold_release_etcd_did_not_answer_keeps_the_hold() {
         return;
     };
     let raw = raw(&[etcd.endpoint()]).await;
-    let c = EtcdClient::connect_with(
-        &url(&etcd),
-        ClientOptions::new().response_timeout(Duration::from_secs(1)),
-    )
-    .await
-    .unwrap();
+    let c = Locker::from(
+        EtcdClient::connect_with(
+            &url(&etcd),
+            ClientOptions::new().response_timeout(Duration::from_secs(1)),
+        )
+        .await
+        .unwrap(),
+    );
     let plain = LockOptions::new(Duration::from_secs(30)).min_hold(Duration::from_secs(6));
     let auto = plain.clone().auto_extend(true);
     for (key, options) in [("f3-auto", auto), ("f3-plain", plain)] {
