@@ -214,10 +214,26 @@ impl Locker {
         Ok(self.backend.election(name)?.on(self.kind()))
     }
 
-    /// One attempt to take `key`, without waiting (see [`Locker::try_acquire`](crate::Locker::try_acquire)).
+    /// One attempt to take `key` for `options.ttl()`, without waiting: a busy lock is
+    /// [`TryAcquire::Busy`] (with the holder's remaining lease when the backend knows it), not an
+    /// error.
+    ///
+    /// Each attempt uses a fresh random token. On Redis it is one `SET key token NX PX ttl` (or
+    /// one script, with fencing: the number is issued in the same round trip); each backend's
+    /// module says what it sends.
+    ///
+    /// **Cancellation.** If this future is dropped after the request was sent but before its
+    /// reply was read, the server may have granted the lock to a token nobody holds. The backend
+    /// then releases that token in the background (token-checked; on Redis on the same
+    /// connection, so it reaches the server after the `SET` and the lock is free at once); only
+    /// if the connection itself breaks in between does the abandoned lock stay until its TTL.
     ///
     /// # Errors
-    /// As the backend's `try_acquire`.
+    /// [`Error::InvalidArgument`] for a bad key or a TTL outside 1 ms ..= 7 days (before any
+    /// round trip); [`Error::Unsupported`] for an option this backend does not have;
+    /// [`Error::ExpiredOnArrival`] when the grant came back after its own validity (it was
+    /// released again); [`Error::Connection`] (ambiguous once the request was sent),
+    /// [`Error::Server`].
     pub async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
         let begun = crate::core::metrics::start();
         let span = trace::span("leasehold.try_acquire", Some(self.kind()), key);
@@ -233,11 +249,23 @@ impl Locker {
         result
     }
 
-    /// Takes `key`, waiting until `options.wait_bound()` (see [`Locker::acquire`](crate::Locker::acquire)).
+    /// Takes `key`, retrying a busy lock until `options.wait_bound()` elapses (one attempt if
+    /// no wait was set; a wait over a century is a century), through the one acquisition
+    /// engine every backend and primitive shares.
+    ///
+    /// Between attempts it sleeps until the lock is released (a notification where the backend
+    /// has one: Redis pub/sub, PostgreSQL `LISTEN`, etcd watches, memory's queue) or for the
+    /// [`Backoff`](crate::Backoff) delay (exponential, with jitter, so waiters do not retry in
+    /// lock step), never longer than the holder's remaining lease as the server reported it,
+    /// nor past the deadline. No attempt is made at or after the deadline. A grant that came
+    /// back too late to be valid is given back and tried again. A Redis topology in motion
+    /// ([`Error::is_topology_in_motion`]: a slot migrating, a failover) is ridden out like a
+    /// busy lock. Cancellation: as [`Locker::try_acquire`].
     ///
     /// # Errors
-    /// [`Error::NotAcquired`] when the lock stayed busy until the deadline; otherwise as the
-    /// backend's `acquire`.
+    /// [`Error::NotAcquired`] when the lock stayed busy until the deadline (with the number of
+    /// attempts); the last failure when a failure the wait rides out was still there at the
+    /// deadline; otherwise as [`Locker::try_acquire`].
     pub async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
         let begun = crate::core::metrics::start();
         let span = trace::span("leasehold.acquire", Some(self.kind()), key);
@@ -253,24 +281,32 @@ impl Locker {
         result
     }
 
-    /// Counts an acquisition in the metrics, unless the backend is a [`RedisClient`] or a
-    /// [`Redlock`](crate::redlock::Redlock), which count their own (used directly or through a `Locker`).
+    /// Counts an acquisition in the metrics: here, once for every backend.
     fn count(
         &self,
         options: &LockOptions,
         outcome: crate::core::metrics::Outcome,
         begun: Option<std::time::Instant>,
     ) {
-        if !matches!(self.kind(), Backend::Redis | Backend::Redlock) {
-            crate::core::metrics::acquisition(self.kind(), options.fair_enabled(), outcome, begun);
-        }
+        crate::core::metrics::acquisition(self.kind(), options.fair_enabled(), outcome, begun);
     }
 
-    /// Waits for `key`, runs `work`, and releases the lock whatever happens (see
-    /// [`Locker::with_lock`](crate::Locker::with_lock)).
+    /// Waits for `key` (as [`Locker::acquire`]), runs `work`, and releases the lock whatever
+    /// happens: when `work` returns, when it panics (the panic is resumed after the release),
+    /// and when the returned future is dropped (the guard then releases in the background).
+    ///
+    /// `work` receives a [`Lease`]: the key, token, fencing number, validity and loss signal of
+    /// the lock. The work runs against [`Lease::lost`]: if the lease is lost meanwhile (a renewal
+    /// of an [`auto_extend`](LockOptions::auto_extend)ed lock failed, or the validity ran out),
+    /// the work's future is dropped at once and [`Error::LockLost`] returned; with
+    /// [`OnLoss::Notify`](crate::OnLoss::Notify) the work finishes and the error is returned
+    /// after it.
     ///
     /// # Errors
-    /// As [`Locker::with_lock`](crate::Locker::with_lock).
+    /// As [`Locker::acquire`] if the lock was not taken (then `work` did not run);
+    /// [`Error::LockLost`] as above; [`Error::NotHeld`] if the release found the lock gone
+    /// (without the loss having been noticed first): the work was not protected for its whole
+    /// duration, so its output is dropped.
     pub async fn with_lock<T, F, Fut>(&self, key: &str, options: &LockOptions, work: F) -> Result<T>
     where
         F: FnOnce(Lease) -> Fut,

@@ -34,22 +34,10 @@ impl Driver for Redlock {
     /// # Errors
     /// [`Error::InvalidArgument`], [`Error::NoQuorum`] listing every node's outcome.
     async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
-        let begun = crate::core::metrics::start();
-        let result = async {
-            validate_name(key)?;
-            options.ttl_millis()?;
-            refuse_fair(options)?;
-            self.attempt(key, options).await
-        }
-        .await;
-        let outcome = crate::core::metrics::Outcome::of_try(&result);
-        crate::core::metrics::acquisition(
-            crate::core::kind::Backend::Redlock,
-            false,
-            outcome,
-            begun,
-        );
-        result
+        validate_name(key)?;
+        options.ttl_millis()?;
+        refuse_fair(options)?;
+        self.attempt(key, options).await
     }
 
     /// Takes the lock, retrying with jittered backoff until `options.wait_bound()` elapses.
@@ -58,16 +46,7 @@ impl Driver for Redlock {
     /// [`Error::NotAcquired`] if the lock stayed busy; [`Error::NoQuorum`] if, at the end, too
     /// few nodes answered; [`Error::InvalidArgument`].
     async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
-        let begun = crate::core::metrics::start();
-        let result = self.acquire_waiting(key, options).await;
-        let outcome = crate::core::metrics::Outcome::of_acquire(&result);
-        crate::core::metrics::acquisition(
-            crate::core::kind::Backend::Redlock,
-            false,
-            outcome,
-            begun,
-        );
-        result
+        self.acquire_waiting(key, options).await
     }
 
     /// Deletes `key` on every node where it holds `token`.

@@ -55,40 +55,29 @@ impl Driver for RedisClient {
     /// [`Error::InvalidArgument`] for an empty key or a TTL outside 1 ms ..= 7 days;
     /// [`Error::Connection`] (ambiguous once the command was sent), [`Error::Server`].
     async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
-        let begun = crate::core::metrics::start();
-        let result: Result<TryAcquire> = async {
-            if options.fair_enabled() {
-                return self.fair_try_acquire(key, options).await;
-            }
-            let lock = PlainLock::new(self, key, options)?;
-            // The client's own span (DEBUG, inside the Locker's): the key as
-            // `set_key_in_spans` says, the outcome.
-            let span = tracing::debug_span!(
-                "leasehold.acquire",
-                key = shown_key(key).as_deref(),
-                outcome = tracing::field::Empty
-            );
-            let result = lock
-                .attempt(options, Ask::ONCE)
-                .instrument(span.clone())
-                .await;
-            span.record(
-                "outcome",
-                match &result {
-                    Ok(TryAcquire::Acquired(_)) => "acquired",
-                    Ok(TryAcquire::Busy { .. }) => "busy",
-                    Err(Error::ExpiredOnArrival { .. }) => "expired on arrival",
-                    Err(_) => "failed",
-                },
-            );
-            result
+        if options.fair_enabled() {
+            return self.fair_try_acquire(key, options).await;
         }
-        .await;
-        crate::core::metrics::acquisition(
-            crate::core::kind::Backend::Redis,
-            options.fair_enabled(),
-            crate::core::metrics::Outcome::of_try(&result),
-            begun,
+        let lock = PlainLock::new(self, key, options)?;
+        // The client's own span (DEBUG, inside the Locker's; also what a guard's release and
+        // extend log under): the key as `set_key_in_spans` says, the outcome.
+        let span = tracing::debug_span!(
+            "leasehold.acquire",
+            key = shown_key(key).as_deref(),
+            outcome = tracing::field::Empty
+        );
+        let result = lock
+            .attempt(options, Ask::ONCE)
+            .instrument(span.clone())
+            .await;
+        span.record(
+            "outcome",
+            match &result {
+                Ok(TryAcquire::Acquired(_)) => "acquired",
+                Ok(TryAcquire::Busy { .. }) => "busy",
+                Err(Error::ExpiredOnArrival { .. }) => "expired on arrival",
+                Err(_) => "failed",
+            },
         );
         result
     }
@@ -113,25 +102,14 @@ impl Driver for RedisClient {
     /// when the topology was still in motion at the deadline; otherwise as
     /// [`Locker::try_acquire`](crate::Locker::try_acquire).
     async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
-        let begun = crate::core::metrics::start();
-        let result: Result<LockGuard> = async {
-            if options.fair_enabled() {
-                return self.fair_acquire(key, options).await;
-            }
-            let lock = PlainLock::new(self, key, options)?;
-            let span = tracing::debug_span!("leasehold.acquire", key = shown_key(key).as_deref());
-            crate::core::acquire::wait(&lock, options, options.wait_bound())
-                .instrument(span)
-                .await
+        if options.fair_enabled() {
+            return self.fair_acquire(key, options).await;
         }
-        .await;
-        crate::core::metrics::acquisition(
-            crate::core::kind::Backend::Redis,
-            options.fair_enabled(),
-            crate::core::metrics::Outcome::of_acquire(&result),
-            begun,
-        );
-        result
+        let lock = PlainLock::new(self, key, options)?;
+        let span = tracing::debug_span!("leasehold.acquire", key = shown_key(key).as_deref());
+        crate::core::acquire::wait(&lock, options, options.wait_bound())
+            .instrument(span)
+            .await
     }
 
     /// Releases `key` if it still holds `token`, atomically (see `src/redis/strategy`).
