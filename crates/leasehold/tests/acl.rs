@@ -6,7 +6,7 @@ use crate::common;
 use std::time::Duration;
 
 use leasehold::redis::{RedisClient, ReleaseStrategy};
-use leasehold::{Backoff, ClientOptions, Error, LockOptions};
+use leasehold::{Backoff, ClientOptions, Error, LockOptions, Locker};
 use leasehold_harness::{Server, ServerOptions};
 
 const LONG: Duration = Duration::from_secs(60);
@@ -88,15 +88,15 @@ leasehold_harness::server_test!(async fn every_operation_as_a_least_privilege_us
     let server = Server::start(&bin, &ServerOptions::new()).unwrap();
     set_user(&server, USER, &least_privilege(&server));
     let url = url_for(&server, USER);
-    let holder = RedisClient::connect(&url).await.expect("the user connects");
-    let waiter = RedisClient::connect(&url).await.unwrap();
-    let info = holder.server();
+    let holder = Locker::connect(&url).await.expect("the user connects");
+    let waiter = Locker::connect(&url).await.unwrap();
+    let info = holder.as_redis().unwrap().server();
     assert_ne!(info.kind, leasehold::redis::ServerKind::Unknown, "INFO refused");
     assert!(info.can_publish, "PUBLISH refused");
     if info.has_delex {
-        assert_eq!(holder.release_strategy(), ReleaseStrategy::DelEx);
+        assert_eq!(holder.as_redis().unwrap().release_strategy(), ReleaseStrategy::DelEx);
     } else if info.has_delifeq {
-        assert_eq!(holder.release_strategy(), ReleaseStrategy::DelIfEq);
+        assert_eq!(holder.as_redis().unwrap().release_strategy(), ReleaseStrategy::DelIfEq);
     }
     assert_eq!(info.has_delex, knows(&server, "delex"));
     assert_eq!(info.has_delifeq, knows(&server, "delifeq"));
@@ -108,7 +108,7 @@ leasehold_harness::server_test!(async fn every_operation_as_a_least_privilege_us
     g.extend(Duration::from_secs(2)).await.unwrap();
     assert_eq!(holder.inspect("lock:acl").await.unwrap().fencing_counter, Some(1));
     assert_eq!(holder.raise_fencing_counter("lock:acl", 5).await.unwrap(), 5);
-    let stats = holder.renewal_stats();
+    let stats = holder.as_redis().unwrap().renewal_stats();
     tokio::time::timeout(HANG_GUARD, async {
         while stats.renewals() < 3 {
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -161,7 +161,7 @@ leasehold_harness::server_test!(async fn missing_rights_are_permission_errors(bi
     ];
     for (user, rule, key, opts) in cases {
         set_user(&server, user, &rule);
-        let client = RedisClient::connect(&url_for(&server, user)).await.unwrap_or_else(|e| panic!("{user}: {e}"));
+        let client = Locker::connect(&url_for(&server, user)).await.unwrap_or_else(|e| panic!("{user}: {e}"));
         let err = tokio::time::timeout(HANG_GUARD, client.try_acquire(key, &opts))
             .await
             .unwrap_or_else(|_| panic!("{user}: hung"))
@@ -173,14 +173,14 @@ leasehold_harness::server_test!(async fn missing_rights_are_permission_errors(bi
     }
     // A key outside the rule's patterns.
     set_user(&server, "narrow", &full);
-    let client = RedisClient::connect(&url_for(&server, "narrow")).await.unwrap();
+    let client = Locker::connect(&url_for(&server, "narrow")).await.unwrap();
     let err = client.try_acquire("other:key", &LockOptions::new(LONG)).await.unwrap_err();
     assert!(matches!(err, Error::PermissionDenied { .. }), "{err:?}");
     // Without channel rights the client connects with notifications off (and says so in the
     // log); locking still works and waiters poll.
     set_user(&server, "quiet", &without(&full, &["&leasehold:released:*"]));
-    let client = RedisClient::connect_with(&url_for(&server, "quiet"), ClientOptions::new()).await.unwrap();
-    assert!(!client.server().can_publish);
+    let client = Locker::connect_with(&url_for(&server, "quiet"), ClientOptions::new()).await.unwrap();
+    assert!(!client.as_redis().unwrap().server().can_publish);
     let g = client.try_acquire("lock:q", &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
     g.release().await.unwrap();
     // A wrong password is an authentication error.
@@ -209,8 +209,8 @@ leasehold_harness::server_test!(async fn fair_locks_as_a_least_privilege_user(bi
     rule.extend(FAIR_RIGHTS.iter().map(|s| s.to_string()));
     set_user(&server, USER, &rule);
     let url = url_for(&server, USER);
-    let holder = RedisClient::connect(&url).await.unwrap();
-    let waiter = RedisClient::connect(&url).await.unwrap();
+    let holder = Locker::connect(&url).await.unwrap();
+    let waiter = Locker::connect(&url).await.unwrap();
     let fair = LockOptions::new(Duration::from_secs(10)).fair(true).fencing(true).wait(LONG);
     let g = holder.try_acquire("lock:fair", &fair).await.unwrap().acquired().unwrap();
     let task = {
@@ -228,7 +228,7 @@ leasehold_harness::server_test!(async fn fair_locks_as_a_least_privilege_user(bi
     w.release().await.unwrap();
 
     set_user(&server, "noqueue", &without(&rule, &["+zadd"]));
-    let client = RedisClient::connect(&url_for(&server, "noqueue")).await.unwrap();
+    let client = Locker::connect(&url_for(&server, "noqueue")).await.unwrap();
     let g = holder.try_acquire("lock:fair", &fair).await.unwrap().acquired().unwrap();
     let err = tokio::time::timeout(HANG_GUARD, client.acquire("lock:fair", &fair))
         .await
@@ -252,13 +252,13 @@ leasehold_harness::server_test!(async fn semaphores_as_a_least_privilege_user(bi
         .map(|s| s.to_string()),
     );
     set_user(&server, USER, &rule);
-    let client = RedisClient::connect(&url_for(&server, USER)).await.unwrap();
+    let client = Locker::connect(&url_for(&server, USER)).await.unwrap();
     let sem = client.semaphore("lock:pool", 2).unwrap();
     let opts = LockOptions::new(Duration::from_secs(1)).auto_extend(true);
     let a = sem.try_acquire(&opts).await.unwrap().acquired().unwrap();
     let b = sem.try_acquire(&opts).await.unwrap().acquired().unwrap();
     assert!(!sem.try_acquire(&opts).await.unwrap().is_acquired());
-    let stats = client.renewal_stats();
+    let stats = client.as_redis().unwrap().renewal_stats();
     common::until("permits renewed as the user", || stats.renewals() >= 4).await;
     assert_eq!(sem.holders().await.unwrap(), 2);
     a.release().await.unwrap();

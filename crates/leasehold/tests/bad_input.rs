@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use common::*;
 use leasehold::redis::{ExtendStrategy, RedisClient, RedisOptions, ReleaseStrategy};
-use leasehold::{ClientOptions, Error, LockOptions, LockToken};
+use leasehold::{ClientOptions, Error, LockOptions, LockToken, Locker};
 use leasehold_harness::{Server, ServerOptions, SilentServer};
 
 const LONG: Duration = Duration::from_secs(60);
@@ -195,7 +195,7 @@ async fn server_that_never_answers_fails_within_the_connect_timeout() {
 leasehold_harness::server_test!(async fn stalled_server_gives_an_ambiguous_timeout(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).unwrap();
     let opts = ClientOptions::new().response_timeout(Duration::from_millis(300));
-    let client = RedisClient::connect_with(&server.url(), opts).await.unwrap();
+    let client = Locker::connect_with(&server.url(), opts).await.unwrap();
     let g = client.try_acquire("s", &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
     server.pause().unwrap();
     let result = tokio::time::timeout(HANG_GUARD, client.try_acquire("other", &LockOptions::new(LONG))).await.expect("hung");
@@ -215,7 +215,7 @@ leasehold_harness::server_test!(async fn wrong_password_is_an_authentication_err
         let err = result.unwrap_err();
         assert!(matches!(err, Error::Authentication { .. }), "{url}: {err:?}");
     }
-    let ok = RedisClient::connect(&format!("redis://:s3cret@127.0.0.1:{port}/")).await.unwrap();
+    let ok = Locker::connect(&format!("redis://:s3cret@127.0.0.1:{port}/")).await.unwrap();
     let g = ok.try_acquire("p", &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
     g.release().await.unwrap();
 });
@@ -231,8 +231,8 @@ leasehold_harness::server_test!(async fn acl_user_in_the_url(bin) {
             .unwrap();
         assert!(reply.is_ok(), "{reply:?}");
         let url = format!("redis://{user}:pw@127.0.0.1:{}/", server.port());
-        let client = RedisClient::connect(&url).await.unwrap();
-        assert_eq!(client.server().can_publish, notifies, "{user}");
+        let client = Locker::connect(&url).await.unwrap();
+        assert_eq!(client.as_redis().unwrap().server().can_publish, notifies, "{user}");
         let g = client.try_acquire("acl", &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
         g.release().await.unwrap();
         let g = client.try_acquire("acl", &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();

@@ -14,7 +14,7 @@ use leasehold::redis::{
     ExtendStrategy, FencedStore, RedisClient, RedisOptions, ReleaseStrategy, fair_entry_key,
     fair_queue_key, fence_key, key_slot, release_channel,
 };
-use leasehold::{Backoff, ClientOptions, Error, FencedWrite, LockOptions, TryAcquire};
+use leasehold::{Backoff, ClientOptions, Error, FencedWrite, LockOptions, Locker, TryAcquire};
 use leasehold_harness::{Cluster, ClusterOptions, Server};
 
 const LONG: Duration = Duration::from_secs(60);
@@ -41,9 +41,10 @@ fn start_cluster(bin: &leasehold_harness::ServerBinary) -> Cluster {
     Cluster::start(bin, &ClusterOptions::new()).expect("cluster starts")
 }
 
-async fn connect(cluster: &Cluster, options: impl Into<RedisOptions>) -> RedisClient {
+async fn connect(cluster: &Cluster, options: impl Into<RedisOptions>) -> Locker {
     RedisClient::connect_cluster(&cluster.urls(), options)
         .await
+        .map(Locker::from)
         .expect("client connects to the cluster")
 }
 
@@ -82,7 +83,7 @@ leasehold_harness::server_test!(async fn every_operation_on_every_key_shape(bin)
         RedisOptions::new().release_strategy(ReleaseStrategy::Lua).extend_strategy(ExtendStrategy::Lua),
     )
     .await;
-    assert!(native.server().cluster_enabled);
+    assert!(native.as_redis().unwrap().server().cluster_enabled);
     let mut masters = HashSet::new();
     for key in ODD_KEYS {
         let slot = cluster.keyslot(key).unwrap();
@@ -194,13 +195,13 @@ leasehold_harness::server_test!(async fn every_operation_on_every_key_shape(bin)
         node.acl_setuser("locker", &rule).unwrap();
     }
     let seeds: Vec<String> = cluster.urls().iter().map(|u| u.replace("redis://", "redis://locker:s3cret@")).collect();
-    let user = RedisClient::connect_cluster(&seeds, ClientOptions::new()).await.expect("the ACL user connects");
-    assert!(user.server().can_publish, "SPUBLISH refused to the documented rule");
-    assert_eq!(user.release_strategy(), native.release_strategy());
+    let user = RedisClient::connect_cluster(&seeds, ClientOptions::new()).await.map(Locker::from).expect("the ACL user connects");
+    assert!(user.as_redis().unwrap().server().can_publish, "SPUBLISH refused to the documented rule");
+    assert_eq!(user.as_redis().unwrap().release_strategy(), native.as_redis().unwrap().release_strategy());
     let g = user.try_acquire("lock:plain", &LockOptions::new(Duration::from_secs(2)).fencing(true).auto_extend(true)).await.unwrap().acquired().unwrap();
     g.extend(Duration::from_secs(2)).await.unwrap();
     assert!(user.inspect("lock:plain").await.unwrap().fencing_counter.is_some());
-    let stats = user.renewal_stats();
+    let stats = user.as_redis().unwrap().renewal_stats();
     until("renewals as the ACL user", HANG_GUARD, || stats.renewals() >= 2).await;
     let waiter = {
         let user = user.clone();
@@ -220,7 +221,7 @@ leasehold_harness::server_test!(async fn every_operation_on_every_key_shape(bin)
     user.release("lock:plain", lease.token()).await.unwrap();
 
     // The fenced resource through the cluster connection.
-    let store = FencedStore::new(native.connection());
+    let store = FencedStore::new(native.as_redis().unwrap().connection());
     let g = native.try_acquire("res-lock", &LockOptions::new(LONG).fencing(true)).await.unwrap().acquired().unwrap();
     assert_eq!(store.write("resource:{res}", &g.fence().unwrap(), "v").await.unwrap(), FencedWrite::Accepted);
     let stale = leasehold::Fence::new(0, g.token().clone());
@@ -282,7 +283,7 @@ leasehold_harness::server_test!(async fn renewals_are_batched_per_master(bin) {
         guards.push(client.try_acquire(&key, &opts).await.unwrap().acquired().unwrap());
     }
     assert_eq!(masters.len(), 3, "the leases cover every master");
-    let stats = client.renewal_stats();
+    let stats = client.as_redis().unwrap().renewal_stats();
     tokio::time::timeout(HANG_GUARD, async {
         while stats.renewals() < 900 {
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -330,7 +331,7 @@ leasehold_harness::server_test!(async fn a_slot_migrates_under_a_held_lock(bin) 
         ));
         waiter.acquire(key, &opts).await.map(|g| (Instant::now(), g))
     });
-    let stats = holder.renewal_stats();
+    let stats = holder.as_redis().unwrap().renewal_stats();
     let renewed = |n: u64| {
         let stats = stats.clone();
         async move {
@@ -469,7 +470,7 @@ leasehold_harness::server_test!(async fn failover_inside_the_cluster(bin) {
     tokio::time::timeout(HANG_GUARD, lost.lost()).await.expect("the lost lease was not reported");
     assert!(!lost.is_held());
     // The kept lease renews on the new master.
-    let stats = client.renewal_stats();
+    let stats = client.as_redis().unwrap().renewal_stats();
     let base = stats.renewals();
     tokio::time::timeout(HANG_GUARD, async {
         while stats.renewals() < base + 2 {
@@ -556,7 +557,7 @@ leasehold_harness::server_test!(async fn topology_mismatches_are_clear_errors(bi
     assert!(err.to_string().contains("redis-cluster://"), "{err}");
     // The URL form works.
     let hosts: Vec<String> = cluster.urls().iter().map(|u| u.trim_start_matches("redis://").trim_end_matches('/').to_string()).collect();
-    let client = RedisClient::connect(&format!("redis-cluster://{}", hosts.join(","))).await.unwrap();
+    let client = Locker::connect(&format!("redis-cluster://{}", hosts.join(","))).await.unwrap();
     let g = client.try_acquire("k", &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
     g.release().await.unwrap();
 });
@@ -591,7 +592,7 @@ leasehold_harness::server_test!(async fn the_fair_queue_outlives_a_migration_hel
     let zcard = |node: usize| {
         cluster.node(node).unwrap().command(&["ZCARD", &queue]).unwrap().as_integer().unwrap()
     };
-    let spawn = |client: &RedisClient| {
+    let spawn = |client: &Locker| {
         let (client, fair) = (client.clone(), fair.clone());
         tokio::spawn(async move { client.acquire(key, &fair).await })
     };

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use leasehold::redis::RedisClient;
-use leasehold::{LockOptions, LockToken};
+use leasehold::{LockOptions, LockToken, Locker};
 use leasehold_harness::{Server, ServerOptions};
 
 const LONG: Duration = Duration::from_secs(60);
@@ -18,10 +18,10 @@ leasehold_harness::server_test!(async fn wraps_a_users_connection_manager_and_mu
     let manager = redis_client.get_connection_manager().await.unwrap();
     let multiplexed = redis_client.get_multiplexed_async_connection().await.unwrap();
     for client in [
-        RedisClient::from_connection(manager).await.unwrap(),
-        RedisClient::from_connection(multiplexed).await.unwrap(),
+        Locker::from(RedisClient::from_connection(manager).await.unwrap()),
+        Locker::from(RedisClient::from_connection(multiplexed).await.unwrap()),
     ] {
-        assert_eq!(client.server().version, bin.version.to_string());
+        assert_eq!(client.as_redis().unwrap().server().version, bin.version.to_string());
         let g = client.try_acquire("own", &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
         assert!(!client.try_acquire("own", &LockOptions::new(LONG)).await.unwrap().is_acquired());
         g.release().await.unwrap();
@@ -66,7 +66,7 @@ leasehold_harness::server_test!(async fn tracing_names_the_key_and_never_the_who
     let captured = captured_log();
     let server = Server::start(&bin, &ServerOptions::new()).unwrap();
     let key = format!("traced-key-{}", bin.flavor().unwrap().name());
-    let client = RedisClient::connect(&server.url()).await.unwrap();
+    let client = Locker::connect(&server.url()).await.unwrap();
     let opts = LockOptions::new(LONG).fencing(true);
     let g = client.try_acquire(&key, &opts).await.unwrap().acquired().unwrap();
     g.extend(LONG).await.unwrap();

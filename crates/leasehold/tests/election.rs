@@ -5,8 +5,7 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use leasehold::redis::RedisClient;
-use leasehold::{Error, LockOptions, LossReason};
+use leasehold::{Error, LockOptions, Locker, LossReason};
 use leasehold_harness::{Server, ServerOptions, SlowLink};
 
 const HANG_GUARD: Duration = Duration::from_secs(60);
@@ -17,8 +16,8 @@ fn opts(ttl: Duration) -> LockOptions {
 
 leasehold_harness::server_test!(async fn one_leader_at_a_time_with_increasing_terms(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).unwrap();
-    let a = RedisClient::connect(&server.url()).await.unwrap().election("svc").unwrap();
-    let b = RedisClient::connect(&server.url()).await.unwrap().election("svc").unwrap();
+    let a = Locker::connect(&server.url()).await.unwrap().election("svc").unwrap();
+    let b = Locker::connect(&server.url()).await.unwrap().election("svc").unwrap();
     assert_eq!(a.leader().await.unwrap(), None);
     let lead_a = a.campaign("a", &opts(Duration::from_secs(10))).await.unwrap();
     let term_a = lead_a.fencing_token().unwrap();
@@ -38,8 +37,8 @@ leasehold_harness::server_test!(async fn one_leader_at_a_time_with_increasing_te
 leasehold_harness::server_test!(async fn a_stalled_leader_is_replaced_and_told(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).unwrap();
     let link = SlowLink::start(server.addr()).unwrap();
-    let stalled = RedisClient::connect(&link.url()).await.unwrap().election("svc").unwrap();
-    let follower = RedisClient::connect(&server.url()).await.unwrap().election("svc").unwrap();
+    let stalled = Locker::connect(&link.url()).await.unwrap().election("svc").unwrap();
+    let follower = Locker::connect(&server.url()).await.unwrap().election("svc").unwrap();
     let ttl = Duration::from_secs(1);
     let leader = stalled.campaign("stalled", &opts(ttl)).await.unwrap();
     let term = leader.fencing_token().unwrap();
@@ -73,7 +72,7 @@ async fn next_leader(watch: &mut leasehold::LeaderWatch) -> leasehold::Leader {
 
 leasehold_harness::server_test!(async fn observers_follow_every_change(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).unwrap();
-    let client = RedisClient::connect(&server.url()).await.unwrap();
+    let client = Locker::connect(&server.url()).await.unwrap();
     let election = client.election("svc").unwrap();
     // A long poll interval: the changes below are seen by their announcements.
     let mut watch = election.watch(Duration::from_secs(30));
@@ -89,7 +88,7 @@ leasehold_harness::server_test!(async fn observers_follow_every_change(bin) {
 
 leasehold_harness::server_test!(async fn bad_input_and_conflicts(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).unwrap();
-    let client = RedisClient::connect(&server.url()).await.unwrap();
+    let client = Locker::connect(&server.url()).await.unwrap();
     assert!(matches!(client.election(""), Err(Error::InvalidArgument { .. })));
     let election = client.election("svc").unwrap();
     let o = opts(Duration::from_secs(10));

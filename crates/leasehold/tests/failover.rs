@@ -20,8 +20,8 @@ use crate::common;
 use std::time::Duration;
 
 use common::get;
-use leasehold::redis::{FencedStore, RedisClient, fence_key};
-use leasehold::{Error, FencedWrite, LockOptions, TryAcquire};
+use leasehold::redis::{FencedStore, fence_key};
+use leasehold::{Error, FencedWrite, LockOptions, Locker, TryAcquire};
 use leasehold_harness::{Server, ServerBinary, ServerOptions};
 
 const LONG: Duration = Duration::from_secs(60);
@@ -89,7 +89,7 @@ leasehold_harness::server_test!(async fn failover_loses_the_lock_and_the_fenced_
     let store = FencedStore::connect(&resource.url()).await.expect("resource connects");
     let fenced = LockOptions::new(LONG).fencing(true);
 
-    let locks_a = RedisClient::connect(&master.url()).await.expect("A connects");
+    let locks_a = Locker::connect(&master.url()).await.expect("A connects");
     hold_back_replication(&master, &replica);
     let a = locks_a.try_acquire(KEY, &fenced).await.unwrap().acquired().expect("A acquires");
     let a_number = a.fencing_token().expect("fencing on");
@@ -104,7 +104,7 @@ leasehold_harness::server_test!(async fn failover_loses_the_lock_and_the_fenced_
     assert_eq!(get(&replica, KEY), None, "the replica received A's lock after all");
     assert_eq!(get(&replica, &fence_key(KEY)), None, "the replica received the INCR after all");
 
-    let locks_b = RedisClient::connect(&replica.url()).await.expect("B connects to the new master");
+    let locks_b = Locker::connect(&replica.url()).await.expect("B connects to the new master");
     let b = locks_b.try_acquire(KEY, &fenced).await.unwrap().acquired().expect("B acquires");
     // Two holders at once: A's lease is still valid (60 s, and A cannot know), and the lock
     // server now holds B's token.
@@ -138,7 +138,7 @@ leasehold_harness::server_test!(async fn failover_loses_the_lock_and_the_fenced_
 // number is spent, not reused.)
 leasehold_harness::server_test!(async fn replica_ack_refuses_a_lock_the_replica_did_not_receive(bin) {
     let (mut master, replica) = master_and_synced_replica(&bin);
-    let locks_a = RedisClient::connect(&master.url()).await.expect("A connects");
+    let locks_a = Locker::connect(&master.url()).await.expect("A connects");
     hold_back_replication(&master, &replica);
 
     let acked = LockOptions::new(LONG)
@@ -163,7 +163,7 @@ leasehold_harness::server_test!(async fn replica_ack_refuses_a_lock_the_replica_
     assert_eq!(get(&master, KEY), None);
 
     fail_over(&mut master, &replica);
-    let locks_b = RedisClient::connect(&replica.url()).await.expect("B connects to the new master");
+    let locks_b = Locker::connect(&replica.url()).await.expect("B connects to the new master");
     let b = locks_b
         .try_acquire(KEY, &LockOptions::new(LONG).fencing(true))
         .await
@@ -180,7 +180,7 @@ leasehold_harness::server_test!(async fn replica_ack_refuses_a_lock_the_replica_
 // knowing it before A starts work. The failing case is the test above.)
 leasehold_harness::server_test!(async fn replica_acknowledged_lock_survives_failover(bin) {
     let (mut master, replica) = master_and_synced_replica(&bin);
-    let locks_a = RedisClient::connect(&master.url()).await.expect("A connects");
+    let locks_a = Locker::connect(&master.url()).await.expect("A connects");
     let acked = LockOptions::new(LONG)
         .fencing(true)
         .replica_ack(1, Duration::from_secs(10));
@@ -190,7 +190,7 @@ leasehold_harness::server_test!(async fn replica_acknowledged_lock_survives_fail
     fail_over(&mut master, &replica);
     assert_eq!(get(&replica, KEY).as_deref(), Some(a.token().expose()));
     assert_eq!(get(&replica, &fence_key(KEY)).as_deref(), Some("1"));
-    let locks_b = RedisClient::connect(&replica.url()).await.expect("B connects to the new master");
+    let locks_b = Locker::connect(&replica.url()).await.expect("B connects to the new master");
     let b = locks_b.try_acquire(KEY, &LockOptions::new(LONG).fencing(true)).await.unwrap();
     assert!(matches!(b, TryAcquire::Busy { remaining: Some(_) }), "{b:?}");
     // A can still release its lock on the new master with its token.

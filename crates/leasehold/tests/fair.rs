@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use leasehold::redis::{RedisClient, RedisOptions, fair_entry_key, fair_queue_key, fence_key};
 use leasehold::redlock::{Redlock, RedlockOptions};
-use leasehold::{ClientOptions, Error, LockGuard, LockOptions, TryAcquire};
+use leasehold::{ClientOptions, Error, LockGuard, LockOptions, Locker, TryAcquire};
 use leasehold_harness::{Server, ServerOptions, SlowLink};
 use tokio::sync::{mpsc, oneshot};
 
@@ -54,7 +54,7 @@ fn entry_attempts(server: &Server, key: &str) -> Vec<u64> {
 /// behind it (the server shows it queued).
 async fn held_with_a_queued_waiter(
     server: &Server,
-    client: &RedisClient,
+    client: &Locker,
     key: &'static str,
 ) -> (LockGuard, tokio::task::JoinHandle<LockGuard>) {
     let g = client
@@ -86,11 +86,11 @@ fn preload(server: &Server) {
 leasehold_harness::server_test!(async fn waiters_get_the_lock_in_arrival_order_by_direct_handoff(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).unwrap();
     let key = "fair:order";
-    let holder = RedisClient::connect(&server.url()).await.unwrap();
+    let holder = Locker::connect(&server.url()).await.unwrap();
     let g = holder.try_acquire(key, &fair(LONG)).await.unwrap().acquired().unwrap();
     // Waiters on two clients (the handoff message is routed to its ticket across clients),
     // each queued only once the previous one is on the server: their arrival order is known.
-    let other = RedisClient::connect(&server.url()).await.unwrap();
+    let other = Locker::connect(&server.url()).await.unwrap();
     let (got_tx, mut got) = mpsc::unbounded_channel();
     let mut go = Vec::new();
     for i in 0..4 {
@@ -131,7 +131,7 @@ leasehold_harness::server_test!(async fn a_release_wakes_only_the_next_waiter(bi
     let key = "fair:herd";
     // 10 s: the handoff window is the whole TTL, so the head needs no claim round trip.
     let ttl = Duration::from_secs(10);
-    let client = RedisClient::connect(&server.url()).await.unwrap();
+    let client = Locker::connect(&server.url()).await.unwrap();
     let g = client.try_acquire(key, &fair(ttl)).await.unwrap().acquired().unwrap();
     let (got_tx, mut got) = mpsc::unbounded_channel();
     for i in 0..3 {
@@ -163,7 +163,7 @@ leasehold_harness::server_test!(async fn a_release_wakes_only_the_next_waiter(bi
 leasehold_harness::server_test!(async fn a_free_lock_goes_to_the_queue_head_not_to_a_newcomer(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).unwrap();
     let key = "fair:barging";
-    let client = RedisClient::connect(&server.url()).await.unwrap();
+    let client = Locker::connect(&server.url()).await.unwrap();
     let (g, waiter) = held_with_a_queued_waiter(&server, &client, key).await;
     // The lock vanishes without a release (as if its holder crashed and it expired).
     server.command(&["DEL", key]).unwrap();
@@ -184,7 +184,7 @@ leasehold_harness::server_test!(async fn a_free_lock_goes_to_the_queue_head_not_
 leasehold_harness::server_test!(async fn dropped_and_timed_out_waiters_leave_the_queue(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).unwrap();
     let key = "fair:leave";
-    let client = RedisClient::connect(&server.url()).await.unwrap();
+    let client = Locker::connect(&server.url()).await.unwrap();
     let g = client.try_acquire(key, &fair(LONG)).await.unwrap().acquired().unwrap();
     let dropped = {
         let client = client.clone();
@@ -209,11 +209,12 @@ leasehold_harness::server_test!(async fn dropped_and_timed_out_waiters_leave_the
 leasehold_harness::server_test!(async fn a_lock_handed_to_a_waiter_that_leaves_moves_on(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).unwrap();
     let key = "fair:pass-on";
-    let holder = RedisClient::connect(&server.url()).await.unwrap();
+    let holder = Locker::connect(&server.url()).await.unwrap();
     // This waiter hears no handoff message: it would claim the lock at its next refresh, 3.3 s
     // after its attempt; it is dropped before that.
     let deaf = RedisClient::connect_with(&server.url(), RedisOptions::new().notify_waiters(false))
         .await
+        .map(Locker::from)
         .unwrap();
     let g = holder.try_acquire(key, &fair(LONG)).await.unwrap().acquired().unwrap();
     let first = tokio::spawn(async move { deaf.acquire(key, &fair(LONG)).await });
@@ -235,7 +236,7 @@ leasehold_harness::server_test!(async fn a_lock_handed_to_a_waiter_that_leaves_m
 leasehold_harness::server_test!(async fn a_crashed_waiter_is_skipped(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).unwrap();
     let key = "fair:crashed";
-    let client = RedisClient::connect(&server.url()).await.unwrap();
+    let client = Locker::connect(&server.url()).await.unwrap();
     let (g, live) = held_with_a_queued_waiter(&server, &client, key).await;
     // Two waiters that crashed, ahead of the live one: one whose entry expired, and one that
     // died just after its last refresh (its entry still looks alive; handoff window 1.5 s).
@@ -261,7 +262,7 @@ leasehold_harness::server_test!(async fn a_crashed_waiter_is_skipped(bin) {
 /// the guard, its fencing number and the waiter's task.
 async fn held_with_one_waiter(
     server: &Server,
-    client: &RedisClient,
+    client: &Locker,
     key: &'static str,
     opts: &LockOptions,
 ) -> (LockGuard, u64, tokio::task::JoinHandle<LockGuard>) {
@@ -288,6 +289,7 @@ leasehold_harness::server_test!(async fn fencing_numbers_increase_through_handof
         let key = if notify { "fair:fence:message" } else { "fair:fence:claim" };
         let client = RedisClient::connect_with(&server.url(), RedisOptions::new().notify_waiters(notify))
             .await
+            .map(Locker::from)
             .unwrap();
         let opts = fair(LONG).fencing(true);
         let (g, first, waiter) = held_with_one_waiter(&server, &client, key, &opts).await;
@@ -305,7 +307,7 @@ leasehold_harness::server_test!(async fn fencing_numbers_increase_through_handof
 leasehold_harness::server_test!(async fn a_waiter_handed_no_exact_fencing_number_is_told(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).unwrap();
     let key = "fair:fence:exhausted";
-    let client = RedisClient::connect(&server.url()).await.unwrap();
+    let client = Locker::connect(&server.url()).await.unwrap();
     let opts = fair(LONG).fencing(true);
     let g = client.try_acquire(key, &opts).await.unwrap().acquired().unwrap();
     let waiter = {
@@ -345,7 +347,7 @@ leasehold_harness::server_test!(async fn a_waiter_of_the_releasing_client_is_han
     let key = "fair:local";
     // 10 s: the handoff window is the whole TTL, so a handoff needs no claim round trip.
     let opts = fair(Duration::from_secs(10)).fencing(true);
-    let client = RedisClient::connect(&server.url()).await.unwrap();
+    let client = Locker::connect(&server.url()).await.unwrap();
     let (g, first, waiter) = held_with_one_waiter(&server, &client, key, &opts).await;
     // The client's subscriber connection is cut: no handoff message can reach the waiter.
     let ids = subscriber_ids(&server);
@@ -365,7 +367,7 @@ leasehold_harness::server_test!(async fn a_waiter_of_the_releasing_client_is_han
     let grant = common::get(&server, entries[0].as_str().unwrap());
     assert_eq!(grant, Some(format!("granted {}", first + 1)));
     // A waiter of another client still gets the message.
-    let other = RedisClient::connect(&server.url()).await.unwrap();
+    let other = Locker::connect(&server.url()).await.unwrap();
     let remote = {
         let opts = opts.clone();
         tokio::spawn(async move { other.acquire(key, &opts).await.unwrap() })
@@ -385,7 +387,7 @@ leasehold_harness::server_test!(async fn a_waiter_of_the_releasing_client_is_han
 /// The holder's guard and that waiter's task.
 async fn held_with_a_local_next_in_line(
     server: &Server,
-    client: &RedisClient,
+    client: &Locker,
     key: &'static str,
     ttl: Duration,
 ) -> (LockGuard, tokio::task::JoinHandle<LockGuard>) {
@@ -405,7 +407,7 @@ async fn held_with_a_local_next_in_line(
         tokio::spawn(async move { client.acquire(key, &fair(ttl)).await.unwrap() })
     };
     until("both waiters queued and offering an early handoff", || {
-        queued(server, key) == 2 && client.early_handoff_offers(key) == 2
+        queued(server, key) == 2 && client.as_redis().unwrap().early_handoff_offers(key) == 2
     })
     .await;
     first.release().await.unwrap();
@@ -425,7 +427,7 @@ leasehold_harness::server_test!(async fn the_next_waiter_of_the_same_client_is_h
     let key = "fair:early";
     // 10 s: the handoff window is the whole TTL (early handoffs need that).
     let ttl = Duration::from_secs(10);
-    let client = RedisClient::connect(&server.url()).await.unwrap();
+    let client = Locker::connect(&server.url()).await.unwrap();
     let (g, next) = held_with_a_local_next_in_line(&server, &client, key, ttl).await;
     let holder_token = g.token().clone();
     // Half a second older than the drift allowance: a lease counted from now would outlast it.
@@ -467,7 +469,7 @@ leasehold_harness::server_test!(async fn an_early_handoff_the_release_contradict
     let server = Server::start(&bin, &ServerOptions::new()).unwrap();
     let key = "fair:early:contradicted";
     let ttl = Duration::from_secs(10);
-    let client = RedisClient::connect(&server.url()).await.unwrap();
+    let client = Locker::connect(&server.url()).await.unwrap();
     let (g, next) = held_with_a_local_next_in_line(&server, &client, key, ttl).await;
     // Behind the client's back the queue is emptied: the release will find nobody to hand to.
     server.command(&["DEL", &fair_queue_key(key)]).unwrap();
@@ -493,7 +495,7 @@ leasehold_harness::server_test!(async fn early_handoffs_and_messages_never_overl
     let holders = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for _ in 0..2 {
-        let client = RedisClient::connect(&server.url()).await.unwrap();
+        let client = Locker::connect(&server.url()).await.unwrap();
         for _ in 0..TASKS {
             let (client, opts, holders) = (client.clone(), opts.clone(), holders.clone());
             tasks.push(tokio::spawn(async move {
@@ -522,12 +524,12 @@ leasehold_harness::server_test!(async fn a_handed_off_lease_never_outlasts_its_k
     preload(&server);
     let key = "fair:validity";
     let ttl = Duration::from_secs(10);
-    let holder = RedisClient::connect(&server.url()).await.unwrap();
+    let holder = Locker::connect(&server.url()).await.unwrap();
     // The waiter's link holds every reply back, the handoff message included, by 300 ms: a
     // lease counted from when the message *arrived* would end 300 ms after the key expires
     // (three times the drift allowance). It must count from the attempt the release read.
     let link = SlowLink::start(server.addr()).unwrap();
-    let waiter_client = RedisClient::connect(&link.url()).await.unwrap();
+    let waiter_client = Locker::connect(&link.url()).await.unwrap();
     let g = holder.try_acquire(key, &fair(ttl)).await.unwrap().acquired().unwrap();
     let waiter = tokio::spawn(async move { waiter_client.acquire(key, &fair(ttl)).await.unwrap() });
     until("waiter queued", || queued(&server, key) == 1).await;
@@ -550,7 +552,7 @@ leasehold_harness::server_test!(async fn a_handed_off_lease_never_outlasts_its_k
 
 leasehold_harness::server_test!(async fn with_lock_in_fair_mode_never_overlaps(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).unwrap();
-    let client = RedisClient::connect(&server.url()).await.unwrap();
+    let client = Locker::connect(&server.url()).await.unwrap();
     let inside = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let max = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut tasks = Vec::new();
@@ -581,8 +583,8 @@ leasehold_harness::server_test!(async fn with_lock_in_fair_mode_never_overlaps(b
 leasehold_harness::server_test!(async fn a_handed_off_lease_is_auto_extended(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).unwrap();
     let key = "fair:renewed";
-    let holder = RedisClient::connect(&server.url()).await.unwrap();
-    let waiter_client = RedisClient::connect(&server.url()).await.unwrap();
+    let holder = Locker::connect(&server.url()).await.unwrap();
+    let waiter_client = Locker::connect(&server.url()).await.unwrap();
     let g = holder.try_acquire(key, &fair(LONG)).await.unwrap().acquired().unwrap();
     let opts = fair(Duration::from_secs(1)).auto_extend(true);
     let waiter = {
@@ -593,7 +595,7 @@ leasehold_harness::server_test!(async fn a_handed_off_lease_is_auto_extended(bin
     g.release().await.unwrap();
     let w = tokio::time::timeout(HANG_GUARD, waiter).await.unwrap().unwrap();
     // Renewed three times (observed in the renewer's counters): past three 1 s TTLs.
-    let stats = waiter_client.renewal_stats();
+    let stats = waiter_client.as_redis().unwrap().renewal_stats();
     until("three renewals", || stats.renewals() >= 3).await;
     assert_eq!(common::get(&server, key).as_deref(), Some(w.token().expose()));
     assert!(w.is_held());
@@ -603,7 +605,7 @@ leasehold_harness::server_test!(async fn a_handed_off_lease_is_auto_extended(bin
 
 leasehold_harness::server_test!(async fn fair_mode_refuses_what_it_cannot_do(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).unwrap();
-    let client = RedisClient::connect(&server.url()).await.unwrap();
+    let client = Locker::connect(&server.url()).await.unwrap();
     match client
         .acquire("k", &fair(LONG).replica_ack(1, Duration::from_millis(10)))
         .await
@@ -619,7 +621,7 @@ leasehold_harness::server_test!(async fn fair_mode_refuses_what_it_cannot_do(bin
         client.try_acquire("k", &fair(Duration::ZERO)).await,
         Err(Error::InvalidArgument { .. })
     ));
-    let redlock = Redlock::connect(&[&server.url()], RedlockOptions::new()).await.unwrap();
+    let redlock = Redlock::connect(&[&server.url()], RedlockOptions::new()).await.map(Locker::from).unwrap();
     assert!(matches!(
         redlock.acquire("k", &fair(LONG)).await,
         Err(Error::Unsupported { .. })
@@ -640,7 +642,7 @@ leasehold_harness::server_test!(async fn fair_mode_refuses_what_it_cannot_do(bin
 leasehold_harness::server_test!(async fn more_than_a_hundred_dead_entries_do_not_let_a_newcomer_jump_the_queue(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).unwrap();
     let key = "fair:dead-heads";
-    let client = RedisClient::connect(&server.url()).await.unwrap();
+    let client = Locker::connect(&server.url()).await.unwrap();
     let (g, waiter) = held_with_a_queued_waiter(&server, &client, key).await;
     // 250 waiters that crashed ahead of it: members whose entries are gone (as a crashed
     // waiter's entry expires), queued before it.
@@ -678,7 +680,7 @@ leasehold_harness::server_test!(async fn an_early_handoff_read_after_its_lease_i
     let link = SlowLink::start(server.addr()).unwrap();
     // The link delays each chunk of replies in turn, so delays add up: no reply may time out.
     let options = ClientOptions::new().response_timeout(Duration::from_secs(60));
-    let client = RedisClient::connect_with(&link.url(), options).await.unwrap();
+    let client = Locker::connect_with(&link.url(), options).await.unwrap();
     let (g, next) = held_with_a_local_next_in_line(&server, &client, key, ttl).await;
     // A fresh validity, so that the release can hand the waiter at least half a TTL.
     g.extend(ttl).await.unwrap();

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::*;
 use leasehold::redis::FencedStore;
-use leasehold::{Fence, FencedRead, FencedWrite, LockOptions, LockToken};
+use leasehold::{Fence, FencedRead, FencedWrite, LockOptions, LockToken, Locker};
 use leasehold_harness::{Server, ServerOptions};
 
 const LONG: Duration = Duration::from_secs(60);
@@ -56,7 +56,7 @@ leasehold_harness::server_test!(async fn fence_counter_key_follows_the_hash_tag(
 // greater number and writes; A wakes up and its write is refused.
 leasehold_harness::server_test!(async fn stale_holder_is_rejected_by_the_resource(bin) {
     let (server, client) = start(&bin).await;
-    let store = FencedStore::new(client.connection());
+    let store = FencedStore::new(client.as_redis().unwrap().connection());
     let a = client
         .try_acquire("res-lock", &LockOptions::new(Duration::from_millis(50)).fencing(true))
         .await
@@ -81,7 +81,7 @@ leasehold_harness::server_test!(async fn stale_holder_is_rejected_by_the_resourc
 // the first writer owns the number; the other is refused; the owner may write again.
 leasehold_harness::server_test!(async fn equal_number_from_another_token_is_rejected(bin) {
     let (server, client) = start(&bin).await;
-    let store = FencedStore::new(client.connection());
+    let store = FencedStore::new(client.as_redis().unwrap().connection());
     let t1 = LockToken::new("holder-one").unwrap();
     let t2 = LockToken::new("holder-two").unwrap();
     assert!(store.write("r", &Fence::new(7, t1.clone()), "one").await.unwrap().is_accepted());
@@ -104,7 +104,7 @@ leasehold_harness::server_test!(async fn equal_number_from_another_token_is_reje
 // overwrites it; with read_fenced, A's write is refused once B has read.
 leasehold_harness::server_test!(async fn fenced_read_claims_the_number(bin) {
     let (_server, client) = start(&bin).await;
-    let store = FencedStore::new(client.connection());
+    let store = FencedStore::new(client.as_redis().unwrap().connection());
     let a = Fence::new(1, LockToken::new("holder-a").unwrap());
     let b = Fence::new(2, LockToken::new("holder-b").unwrap());
 
@@ -164,7 +164,7 @@ leasehold_harness::server_test!(async fn a_counter_lost_in_a_restart_is_raised_p
         g.release().await.unwrap();
     }
     server.restart().unwrap();
-    let client = leasehold::redis::RedisClient::connect(&server.url()).await.unwrap();
+    let client = Locker::connect(&server.url()).await.unwrap();
     let g = client.try_acquire("job", &opts).await.unwrap().acquired().unwrap();
     assert_eq!(g.fencing_token(), Some(1), "the counter was lost");
     let FencedRead::Rejected { highest } = store.read_fenced("res", &g.fence().unwrap()).await.unwrap() else {

@@ -15,8 +15,7 @@ mod hostile;
 use std::time::{Duration, Instant};
 
 use hostile::{HANG_GUARD, Stats, TTL, about, guarded};
-use leasehold::redis::RedisClient;
-use leasehold::{ClientOptions, Error, LockOptions, LockToken};
+use leasehold::{ClientOptions, Error, LockOptions, LockToken, Locker};
 use leasehold_harness::{Exchange, HostileOptions, HostileServer};
 
 /// The client's connect and response timeouts: short, so a seed takes about a second.
@@ -35,11 +34,11 @@ fn server_answering(fixed: &[(&str, &[u8])]) -> HostileServer {
     HostileServer::start(options).unwrap()
 }
 
-async fn connect(server: &HostileServer) -> RedisClient {
+async fn connect(server: &HostileServer) -> Locker {
     let options = ClientOptions::new()
         .connect_timeout(TIMEOUT * 5)
         .response_timeout(TIMEOUT * 5);
-    RedisClient::connect_with(&server.url(), options)
+    Locker::connect_with(&server.url(), options)
         .await
         .expect("connects through honest replies")
 }
@@ -251,7 +250,12 @@ async fn a_multi_lock_or_a_lead_needs_a_real_grant() {
     let opts = LockOptions::new(TTL);
     let (c, o) = (client.clone(), opts.clone());
     let multi = guarded("multi", async move {
-        c.multi_lock(&["a", "b"]).unwrap().try_acquire(&o).await
+        c.as_redis()
+            .unwrap()
+            .multi_lock(&["a", "b"])
+            .unwrap()
+            .try_acquire(&o)
+            .await
     })
     .await
     .unwrap();

@@ -8,34 +8,35 @@ use std::time::Duration;
 
 use common::*;
 use leasehold::redis::{ExtendStrategy, RedisClient, RedisOptions, ReleaseStrategy, ServerKind};
-use leasehold::{Error, LockOptions, LockToken, TryAcquire};
+use leasehold::{Error, LockOptions, LockToken, Locker, TryAcquire};
 use leasehold_harness::{Flavor, Server, ServerOptions};
 
 const LONG: Duration = Duration::from_secs(60);
 
 leasehold_harness::server_test!(async fn detects_the_server_and_picks_the_fastest_strategy(bin) {
     let (_server, client) = start(&bin).await;
-    let info = client.server();
+    let redis = client.as_redis().expect("a Redis client");
+    let info = redis.server();
     assert_eq!(info.version, bin.version.to_string(), "{info:?}");
     match bin.flavor().unwrap() {
         Flavor::Redis7 => {
             assert_eq!(info.kind, ServerKind::Redis);
             assert!(!info.has_delex && !info.has_delifeq && !info.has_set_ifeq, "{info:?}");
-            assert_eq!(client.release_strategy(), ReleaseStrategy::Lua);
-            assert_eq!(client.extend_strategy(), ExtendStrategy::Lua);
+            assert_eq!(redis.release_strategy(), ReleaseStrategy::Lua);
+            assert_eq!(redis.extend_strategy(), ExtendStrategy::Lua);
         }
         Flavor::Redis8 => {
             assert_eq!(info.kind, ServerKind::Redis);
             assert!(info.has_delex && info.has_set_ifeq, "{info:?}");
-            assert_eq!(client.release_strategy(), ReleaseStrategy::DelEx);
-            assert_eq!(client.extend_strategy(), ExtendStrategy::SetIfEq);
+            assert_eq!(redis.release_strategy(), ReleaseStrategy::DelEx);
+            assert_eq!(redis.extend_strategy(), ExtendStrategy::SetIfEq);
         }
         Flavor::Valkey9 => {
             // Valkey reports redis_version:7.2.4 too; the kind must still be Valkey.
             assert_eq!(info.kind, ServerKind::Valkey);
             assert!(info.has_delifeq && info.has_set_ifeq && !info.has_delex, "{info:?}");
-            assert_eq!(client.release_strategy(), ReleaseStrategy::DelIfEq);
-            assert_eq!(client.extend_strategy(), ExtendStrategy::SetIfEq);
+            assert_eq!(redis.release_strategy(), ReleaseStrategy::DelIfEq);
+            assert_eq!(redis.extend_strategy(), ExtendStrategy::SetIfEq);
         }
     }
 });
@@ -62,7 +63,7 @@ leasehold_harness::server_test!(async fn one_winner_and_only_the_token_releases(
 // check, A's release is refused and C is kept out.
 leasehold_harness::server_test!(async fn expiry_bug_plain_del_vs_token_release(bin) {
     let (server, client) = start(&bin).await;
-    let mut conn = client.connection();
+    let mut conn = client.as_redis().unwrap().connection();
     for safe in [false, true] {
         let a = client
             .try_acquire("pay", &LockOptions::new(Duration::from_millis(50)))
@@ -126,7 +127,7 @@ leasehold_harness::server_test!(async fn forced_lua_strategies(bin) {
         .release_strategy(ReleaseStrategy::Lua)
         .extend_strategy(ExtendStrategy::Lua);
     let (server, client) = start_with(&bin, opts).await;
-    assert_eq!(client.release_strategy(), ReleaseStrategy::Lua);
+    assert_eq!(client.as_redis().unwrap().release_strategy(), ReleaseStrategy::Lua);
     let g = client.try_acquire("l", &LockOptions::new(Duration::from_secs(2))).await.unwrap().acquired().unwrap();
     g.extend(LONG).await.unwrap();
     assert!(pttl(&server, "l") > 2000);
@@ -304,7 +305,7 @@ leasehold_harness::server_test!(async fn inspect_reports_holder_ttl_and_counter(
 leasehold_harness::server_test!(async fn a_grant_that_arrives_after_its_validity_is_not_a_lock(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).unwrap();
     let link = leasehold_harness::SlowLink::start(server.addr()).unwrap();
-    let client = RedisClient::connect(&link.url()).await.unwrap();
+    let client = Locker::connect(&link.url()).await.unwrap();
     let ttl = Duration::from_millis(100);
     link.set_reply_delay(Duration::from_millis(300));
     let err = client.try_acquire("late", &LockOptions::new(ttl)).await.map(|_| ()).unwrap_err();

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::until;
 use leasehold::redis::RedisClient;
-use leasehold::{Backoff, Error, LockOptions, LossReason};
+use leasehold::{Backoff, Error, LockOptions, Locker, LossReason};
 use leasehold_harness::{Cluster, ClusterOptions, Server, ServerOptions};
 
 const LONG: Duration = Duration::from_secs(60);
@@ -22,9 +22,9 @@ fn get(server: &Server, key: &str) -> Option<String> {
 
 leasehold_harness::server_test!(async fn all_keys_or_none(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).unwrap();
-    let client = RedisClient::connect(&server.url()).await.unwrap();
+    let client = Locker::connect(&server.url()).await.unwrap();
     let b = client.try_acquire("m:b", &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
-    let both = client.multi_lock(&["m:b", "m:a"]).unwrap();
+    let both = client.as_redis().unwrap().multi_lock(&["m:b", "m:a"]).unwrap();
     assert_eq!(both.keys(), ["m:a", "m:b"]);
     match both.try_acquire(&LockOptions::new(LONG)).await.unwrap() {
         leasehold::TryAcquire::Busy { remaining } => assert!(remaining.is_some()),
@@ -44,12 +44,12 @@ leasehold_harness::server_test!(async fn all_keys_or_none(bin) {
 
 /// Two callers, {a, b} and {b, a}, each taking its set 15 times: both finish (no deadlock), and
 /// never both hold b.
-async fn opposite_orders(client: &RedisClient, a: &str, b: &str) {
+async fn opposite_orders(client: &Locker, a: &str, b: &str) {
     let inside_b = Arc::new(AtomicUsize::new(0));
     let max = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for keys in [[a, b], [b, a]] {
-        let lock = client.multi_lock(&keys).unwrap();
+        let lock = client.as_redis().unwrap().multi_lock(&keys).unwrap();
         let (inside_b, max) = (inside_b.clone(), max.clone());
         tasks.push(tokio::spawn(async move {
             let opts = LockOptions::new(LONG).wait(LONG).backoff(Backoff::new(
@@ -79,21 +79,21 @@ async fn opposite_orders(client: &RedisClient, a: &str, b: &str) {
 
 leasehold_harness::server_test!(async fn opposite_orders_never_deadlock_nor_share_a_key(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).unwrap();
-    let client = RedisClient::connect(&server.url()).await.unwrap();
+    let client = Locker::connect(&server.url()).await.unwrap();
     opposite_orders(&client, "m:x", "m:y").await;
 });
 
 leasehold_harness::server_test!(async fn an_auto_extended_multi_lock_is_kept_and_its_loss_reported(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).unwrap();
-    let client = RedisClient::connect(&server.url()).await.unwrap();
-    let lock = client.multi_lock(&["m:r1", "m:r2", "m:r3"]).unwrap();
+    let client = Locker::connect(&server.url()).await.unwrap();
+    let lock = client.as_redis().unwrap().multi_lock(&["m:r1", "m:r2", "m:r3"]).unwrap();
     let g = lock
         .try_acquire(&LockOptions::new(Duration::from_secs(1)).auto_extend(true))
         .await
         .unwrap()
         .acquired()
         .unwrap();
-    let stats = client.renewal_stats();
+    let stats = client.as_redis().unwrap().renewal_stats();
     until("renewed past three TTLs", || stats.renewals() >= 4).await;
     assert!(g.is_held());
     for k in ["m:r1", "m:r2", "m:r3"] {
@@ -109,12 +109,13 @@ leasehold_harness::server_test!(async fn an_auto_extended_multi_lock_is_kept_and
 
 leasehold_harness::server_test!(async fn bad_input_is_refused(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).unwrap();
-    let client = RedisClient::connect(&server.url()).await.unwrap();
+    let client = Locker::connect(&server.url()).await.unwrap();
+    let redis = client.as_redis().expect("a Redis client");
     let none: [&str; 0] = [];
-    assert!(matches!(client.multi_lock(&none), Err(Error::InvalidArgument { .. })));
-    assert!(matches!(client.multi_lock(&["a", "a"]), Err(Error::InvalidArgument { .. })));
-    assert!(matches!(client.multi_lock(&["a", ""]), Err(Error::InvalidArgument { .. })));
-    let lock = client.multi_lock(&["a", "b"]).unwrap();
+    assert!(matches!(redis.multi_lock(&none), Err(Error::InvalidArgument { .. })));
+    assert!(matches!(redis.multi_lock(&["a", "a"]), Err(Error::InvalidArgument { .. })));
+    assert!(matches!(redis.multi_lock(&["a", ""]), Err(Error::InvalidArgument { .. })));
+    let lock = redis.multi_lock(&["a", "b"]).unwrap();
     for opts in [
         LockOptions::new(LONG).fencing(true),
         LockOptions::new(LONG).fair(true),
@@ -131,11 +132,12 @@ leasehold_harness::server_test!(async fn on_a_cluster_across_slots_and_within_on
     let cluster = Cluster::start(&bin, &ClusterOptions::new()).unwrap();
     let client = RedisClient::connect_cluster(&cluster.urls(), leasehold::ClientOptions::new())
         .await
+        .map(Locker::from)
         .unwrap();
     let (a, b) = ("m:across:a", "m:across:b");
     assert_ne!(leasehold::redis::key_slot(a), leasehold::redis::key_slot(b));
     opposite_orders(&client, a, b).await;
-    let across = client.multi_lock(&[a, b]).unwrap();
+    let across = client.as_redis().unwrap().multi_lock(&[a, b]).unwrap();
     let held_b = client.try_acquire(b, &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
     assert!(!across.try_acquire(&LockOptions::new(LONG)).await.unwrap().is_acquired());
     assert_eq!(get(cluster.master_for_key(a).unwrap(), a), None, "rolled back");
@@ -144,14 +146,14 @@ leasehold_harness::server_test!(async fn on_a_cluster_across_slots_and_within_on
         across.try_acquire(&LockOptions::new(LONG).auto_extend(true)).await,
         Err(Error::Unsupported { .. })
     ));
-    let tagged = client.multi_lock(&["{acct}:1", "{acct}:2"]).unwrap();
+    let tagged = client.as_redis().unwrap().multi_lock(&["{acct}:1", "{acct}:2"]).unwrap();
     let g = tagged
         .try_acquire(&LockOptions::new(Duration::from_secs(1)).auto_extend(true))
         .await
         .unwrap()
         .acquired()
         .unwrap();
-    let stats = client.renewal_stats();
+    let stats = client.as_redis().unwrap().renewal_stats();
     until("renewed", || stats.renewals() >= 3).await;
     g.release().await.unwrap();
 });

@@ -5,16 +5,15 @@ use crate::common;
 use std::time::Duration;
 
 use common::*;
-use leasehold::redis::RedisClient;
-use leasehold::{Error, LockOptions, LossReason, OnLoss};
+use leasehold::{Error, LockOptions, Locker, LossReason, OnLoss};
 use leasehold_harness::{Server, ServerOptions};
 
 /// Only guards against a hang; every wait below ends on an observed event.
 const HANG_GUARD: Duration = Duration::from_secs(60);
 
-async fn wait_for_renewals(client: &RedisClient, at_least: u64) {
+async fn wait_for_renewals(client: &Locker, at_least: u64) {
     tokio::time::timeout(HANG_GUARD, async {
-        while client.renewal_stats().renewals() < at_least {
+        while client.as_redis().unwrap().renewal_stats().renewals() < at_least {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     })
@@ -30,7 +29,7 @@ leasehold_harness::server_test!(async fn auto_extend_keeps_the_lock_past_its_ttl
     wait_for_renewals(&client, 6).await; // six renewals at TTL/3: well past one TTL
     assert!(g.is_held());
     assert_eq!(get(&server, "alive").as_deref(), Some(g.token().expose()));
-    assert_eq!(client.renewal_stats().lost(), 0);
+    assert_eq!(client.as_redis().unwrap().renewal_stats().lost(), 0);
     g.release().await.unwrap();
     assert_eq!(get(&server, "alive"), None);
 });
@@ -39,7 +38,7 @@ leasehold_harness::server_test!(async fn auto_extend_keeps_the_lock_past_its_ttl
 // that lease's renewals: the bench's W5 took it that way and reported 0 renewals.
 leasehold_harness::server_test!(async fn renewal_stats_taken_early_count_later_renewals(bin) {
     let (_server, client) = start(&bin).await;
-    let early = client.renewal_stats();
+    let early = client.as_redis().unwrap().renewal_stats();
     let opts = LockOptions::new(Duration::from_millis(1500)).auto_extend(true);
     let g = client.try_acquire("early-stats", &opts).await.unwrap().acquired().unwrap();
     wait_for_renewals(&client, 2).await;
@@ -73,7 +72,7 @@ leasehold_harness::server_test!(async fn ten_thousand_leases_renewed_in_batches(
     }
     assert_eq!(guards.len(), LEASES);
     wait_for_renewals(&client, 3 * LEASES as u64).await;
-    let stats = client.renewal_stats();
+    let stats = client.as_redis().unwrap().renewal_stats();
     assert_eq!(stats.lost(), 0, "leases lost");
     assert!(guards.iter().all(|g| g.is_held()));
     let dbsize = server.command(&["DBSIZE"]).unwrap().as_integer().unwrap();
@@ -133,7 +132,7 @@ leasehold_harness::server_test!(async fn max_hold_stops_renewal(bin) {
     tokio::time::timeout(HANG_GUARD, g.lost()).await.expect("cap not honoured");
     assert_eq!(g.loss_reason(), Some(LossReason::Expired));
     until_absent(&server, "capped", HANG_GUARD).await;
-    assert!(client.renewal_stats().renewals() >= 1, "it renewed before the cap");
+    assert!(client.as_redis().unwrap().renewal_stats().renewals() >= 1, "it renewed before the cap");
 });
 
 // with_lock cancels the work when the lock is lost, and says so.
@@ -180,12 +179,12 @@ leasehold_harness::server_test!(async fn with_lock_notify_lets_the_work_finish(b
 // carries on through the reconnect.
 leasehold_harness::server_test!(async fn renewal_survives_a_restart_with_aof(bin) {
     let mut server = Server::start(&bin, &ServerOptions::new().aof(true)).unwrap();
-    let client = RedisClient::connect(&server.url()).await.unwrap();
+    let client = Locker::connect(&server.url()).await.unwrap();
     let opts = LockOptions::new(Duration::from_secs(5)).auto_extend(true);
     let g = client.try_acquire("durable", &opts).await.unwrap().acquired().unwrap();
     wait_for_renewals(&client, 1).await;
     server.restart().unwrap();
-    let before = client.renewal_stats().renewals();
+    let before = client.as_redis().unwrap().renewal_stats().renewals();
     wait_for_renewals(&client, before + 2).await;
     assert!(g.is_held(), "lost across the restart: {:?}", g.loss_reason());
     assert_eq!(get(&server, "durable").as_deref(), Some(g.token().expose()));
@@ -216,7 +215,7 @@ leasehold_harness::server_test!(async fn an_extend_with_an_unknown_outcome_never
     preload_scripts(&server);
     let link = SlowLink::start(server.addr()).unwrap();
     let options = ClientOptions::new().response_timeout(Duration::from_millis(500));
-    let client = RedisClient::connect_with(&link.url(), options).await.unwrap();
+    let client = Locker::connect_with(&link.url(), options).await.unwrap();
     let key = "ambiguous-extend";
     let g = client
         .try_acquire(key, &LockOptions::new(Duration::from_secs(60)))

@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use leasehold::LockOptions;
 use leasehold::redis::{ExtendStrategy, ReleaseStrategy};
+use leasehold::{LockOptions, Locker};
 use leasehold_harness::Server;
 
 const CYCLES: u64 = 1000;
@@ -51,6 +51,7 @@ leasehold_harness::server_test!(async fn one_command_per_operation(bin) {
             leasehold::redis::RedisOptions::new().notify_waiters(notify),
         )
         .await
+        .map(Locker::from)
         .unwrap();
         for fencing in [false, true] {
             check_cycles(&server, &client, notify, fencing, &bin.label()).await;
@@ -58,13 +59,8 @@ leasehold_harness::server_test!(async fn one_command_per_operation(bin) {
     }
 });
 
-async fn check_cycles(
-    server: &Server,
-    client: &leasehold::redis::RedisClient,
-    notify: bool,
-    fencing: bool,
-    label: &str,
-) {
+async fn check_cycles(server: &Server, client: &Locker, notify: bool, fencing: bool, label: &str) {
+    let redis = client.as_redis().expect("a Redis client");
     let opts = LockOptions::new(Duration::from_secs(30)).fencing(fencing);
     // Warm-up: loads the scripts once, so NOSCRIPT reloads are not counted below.
     let g = client
@@ -106,12 +102,12 @@ async fn check_cycles(
     } else {
         ("set", &[])
     };
-    let (extend, extend_inner): (&str, &[&str]) = match client.extend_strategy() {
+    let (extend, extend_inner): (&str, &[&str]) = match redis.extend_strategy() {
         ExtendStrategy::SetIfEq => ("set", &[]),
         _ => ("evalsha", &["get", "pexpire"]),
     };
     let (release, release_inner, pipelined): (&str, &[&str], &[&str]) =
-        match (client.release_strategy(), notify) {
+        match (redis.release_strategy(), notify) {
             (ReleaseStrategy::DelEx, false) => ("delex", &[], &[]),
             (ReleaseStrategy::DelEx, true) => ("delex", &[], &["publish"]),
             (ReleaseStrategy::DelIfEq, false) => ("delifeq", &[], &[]),

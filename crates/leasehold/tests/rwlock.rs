@@ -9,16 +9,15 @@ use std::time::Duration;
 
 use common::until;
 use leasehold::internal::{rwlock_readers_key, rwlock_writer_waiting_key};
-use leasehold::redis::RedisClient;
-use leasehold::{Backoff, Error, LockOptions, LossReason, TryAcquire};
+use leasehold::{Backoff, Error, LockOptions, Locker, LossReason, TryAcquire};
 use leasehold_harness::{Server, ServerOptions};
 
 const LONG: Duration = Duration::from_secs(60);
 const HANG_GUARD: Duration = Duration::from_secs(60);
 
-async fn setup(bin: &leasehold_harness::ServerBinary) -> (Server, RedisClient) {
+async fn setup(bin: &leasehold_harness::ServerBinary) -> (Server, Locker) {
     let server = Server::start(bin, &ServerOptions::new()).unwrap();
-    let client = RedisClient::connect(&server.url()).await.unwrap();
+    let client = Locker::connect(&server.url()).await.unwrap();
     (server, client)
 }
 
@@ -138,7 +137,7 @@ leasehold_harness::server_test!(async fn leases_on_both_sides_are_auto_extended_
     let rw = client.rwlock("rw:renewed").unwrap();
     let opts = LockOptions::new(Duration::from_secs(1)).auto_extend(true);
     let r = rw.try_read(&opts).await.unwrap().acquired().unwrap();
-    let stats = client.renewal_stats();
+    let stats = client.as_redis().unwrap().renewal_stats();
     until("the reader renewed past three TTLs", || stats.renewals() >= 4).await;
     assert!(r.is_held());
     server

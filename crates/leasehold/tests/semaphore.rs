@@ -9,16 +9,15 @@ use std::time::Duration;
 
 use common::{calls, until};
 use leasehold::internal::{semaphore_permits_key, semaphore_scripts};
-use leasehold::redis::RedisClient;
-use leasehold::{Backoff, Error, LockOptions, LockToken, LossReason, TryAcquire};
+use leasehold::{Backoff, Error, LockOptions, LockToken, Locker, LossReason, TryAcquire};
 use leasehold_harness::{Server, ServerOptions};
 
 const LONG: Duration = Duration::from_secs(60);
 const HANG_GUARD: Duration = Duration::from_secs(60);
 
-async fn setup(bin: &leasehold_harness::ServerBinary) -> (Server, RedisClient) {
+async fn setup(bin: &leasehold_harness::ServerBinary) -> (Server, Locker) {
     let server = Server::start(bin, &ServerOptions::new()).unwrap();
-    let client = RedisClient::connect(&server.url()).await.unwrap();
+    let client = Locker::connect(&server.url()).await.unwrap();
     (server, client)
 }
 
@@ -40,7 +39,7 @@ leasehold_harness::server_test!(async fn n_permits_admit_n_holders_and_no_more(b
     }
     assert_eq!(sem.holders().await.unwrap(), 3);
     // A fourth, from another client too: busy, told when the first permit expires.
-    let other = RedisClient::connect(&server.url()).await.unwrap().semaphore("sem:three", 3).unwrap();
+    let other = Locker::connect(&server.url()).await.unwrap().semaphore("sem:three", 3).unwrap();
     match other.try_acquire(&opts).await.unwrap() {
         TryAcquire::Busy { remaining } => {
             let r = remaining.expect("the first expiry");
@@ -155,7 +154,7 @@ leasehold_harness::server_test!(async fn an_auto_extended_permit_is_kept_and_its
     let sem = client.semaphore("sem:renewed", 2).unwrap();
     let opts = LockOptions::new(Duration::from_secs(1)).auto_extend(true);
     let g = sem.try_acquire(&opts).await.unwrap().acquired().unwrap();
-    let stats = client.renewal_stats();
+    let stats = client.as_redis().unwrap().renewal_stats();
     until("renewed past three TTLs", || stats.renewals() >= 4).await;
     assert!(g.is_held());
     assert_eq!(sem.holders().await.unwrap(), 1);

@@ -10,14 +10,14 @@ use std::time::Duration;
 
 use common::get;
 use leasehold::redis::RedisClient;
-use leasehold::{ClientOptions, Error, LockOptions};
+use leasehold::{ClientOptions, Error, LockOptions, Locker};
 use leasehold_harness::{SentinelOptions, SentinelSet};
 
 const LONG: Duration = Duration::from_secs(60);
 const HANG_GUARD: Duration = Duration::from_secs(60);
 
-async fn renewals_reach(client: &RedisClient, n: u64) {
-    let stats = client.renewal_stats();
+async fn renewals_reach(client: &Locker, n: u64) {
+    let stats = client.as_redis().unwrap().renewal_stats();
     until("renewals", || stats.renewals() >= n).await;
 }
 
@@ -26,7 +26,7 @@ async fn renewals_reach(client: &RedisClient, n: u64) {
 // renewing there, and new locks are taken there.
 leasehold_harness::server_test!(async fn the_client_follows_a_sentinel_failover(bin) {
     let set = SentinelSet::start(&bin, &SentinelOptions::new()).expect("sentinel set starts");
-    let client = RedisClient::connect(&set.lock_url("redis-sentinel")).await.expect("connects through the sentinels");
+    let client = Locker::connect(&set.lock_url("redis-sentinel")).await.expect("connects through the sentinels");
     let before = set.primary_addr().unwrap();
     // replica_ack composes: WAIT on the primary the sentinels named. The TTL outlasts the
     // failover (seconds on a loaded machine: writes are paused on the old primary meanwhile, so
@@ -38,7 +38,7 @@ leasehold_harness::server_test!(async fn the_client_follows_a_sentinel_failover(
     assert_ne!(before, after);
     let primary = set.primary().unwrap();
     assert_eq!(get(primary, "lock:follow").as_deref(), Some(g.token().expose()), "replicated");
-    let base = client.renewal_stats().renewals();
+    let base = client.as_redis().unwrap().renewal_stats().renewals();
     renewals_reach(&client, base + 2).await;
     assert!(g.is_held(), "lost in a graceful failover: {:?}", g.loss_reason());
     // A new lock lands on the new primary, through the same client.
@@ -58,7 +58,7 @@ leasehold_harness::server_test!(async fn the_client_follows_a_sentinel_failover(
 // before the cut keeps renewing; a replica-acknowledged acquisition during the cut is refused.
 leasehold_harness::server_test!(async fn a_lease_lost_in_a_failover_is_reported(bin) {
     let mut set = SentinelSet::start(&bin, &SentinelOptions::new()).expect("sentinel set starts");
-    let client = RedisClient::connect(&set.lock_url("redis-sentinel")).await.unwrap();
+    let client = Locker::connect(&set.lock_url("redis-sentinel")).await.unwrap();
     // TTLs that outlast the failover on a loaded machine: only a missing key may lose a lease.
     let opts = LockOptions::new(Duration::from_secs(10)).auto_extend(true);
     let kept = client
@@ -85,7 +85,7 @@ leasehold_harness::server_test!(async fn a_lease_lost_in_a_failover_is_reported(
     // the key) and the sentinels promote it.
     // A client that stays idle through the failover: its first request after it meets the
     // dead primary's connection.
-    let idle = RedisClient::connect(&set.lock_url("redis-sentinel")).await.expect("connects through the sentinels");
+    let idle = Locker::connect(&set.lock_url("redis-sentinel")).await.expect("connects through the sentinels");
     let old = set.primary_addr().unwrap();
     set.data_node_mut(primary).unwrap().kill();
     set.data_node(replica).unwrap().resume().unwrap();
@@ -108,7 +108,7 @@ leasehold_harness::server_test!(async fn a_lease_lost_in_a_failover_is_reported(
 
     tokio::time::timeout(HANG_GUARD, lost.lost()).await.expect("the lost lease was not reported");
     assert!(!lost.is_held());
-    let base = client.renewal_stats().renewals();
+    let base = client.as_redis().unwrap().renewal_stats().renewals();
     renewals_reach(&client, base + 2).await;
     assert!(kept.is_held(), "the replicated lease was lost: {:?}", kept.loss_reason());
     let again = tokio::time::timeout(HANG_GUARD, client.acquire("lock:lost", &LockOptions::new(LONG).wait(Duration::from_secs(30))))

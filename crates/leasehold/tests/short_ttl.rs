@@ -13,8 +13,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use leasehold::redis::RedisClient;
-use leasehold::{Backoff, Error, LockGuard, LockOptions, MIN_RENEWED_TTL, MIN_TTL};
+use leasehold::{Backoff, Error, LockGuard, LockOptions, Locker, MIN_RENEWED_TTL, MIN_TTL};
 use leasehold_harness::{Server, ServerOptions, SlowLink};
 
 /// Only keeps a broken build from hanging.
@@ -62,11 +61,11 @@ async fn retried_with_backoff(
 leasehold_harness::server_test!(async fn grants_that_expire_on_arrival_are_retried_after_the_backoff(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).unwrap();
     let link = SlowLink::start(server.addr()).unwrap();
-    let client = RedisClient::connect(&link.url()).await.unwrap();
+    let client = Locker::connect(&link.url()).await.unwrap();
     let delay = Duration::from_millis(25);
     let sem = client.semaphore("late:sem", 2).unwrap();
     let rw = client.rwlock("late:rw").unwrap();
-    let multi = client.multi_lock(&["late:m1", "late:m2"]).unwrap();
+    let multi = client.as_redis().unwrap().multi_lock(&["late:m1", "late:m2"]).unwrap();
     let election = client.election("late:election").unwrap();
     link.set_reply_delay(delay);
 

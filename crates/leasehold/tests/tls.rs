@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::get;
 use leasehold::redis::RedisClient;
-use leasehold::{Backoff, ClientOptions, Error, LockOptions};
+use leasehold::{Backoff, ClientOptions, Error, LockOptions, Locker};
 use leasehold_harness::{Server, ServerOptions, TlsFiles};
 
 const LONG: Duration = Duration::from_secs(60);
@@ -27,8 +27,8 @@ leasehold_harness::server_test!(async fn locks_work_over_tls(bin) {
     let url = server.tls_url().expect("a TLS port");
     assert!(url.starts_with("rediss://"));
     let options = ClientOptions::new().tls_ca_file(files.ca_cert());
-    let holder = RedisClient::connect_with(&url, options.clone()).await.expect("connects over TLS");
-    let waiter = RedisClient::connect_with(&url, options).await.unwrap();
+    let holder = Locker::connect_with(&url, options.clone()).await.expect("connects over TLS");
+    let waiter = Locker::connect_with(&url, options).await.unwrap();
     let g = holder
         .try_acquire("tls:lock", &LockOptions::new(Duration::from_secs(2)).fencing(true).auto_extend(true))
         .await
@@ -43,7 +43,7 @@ leasehold_harness::server_test!(async fn locks_work_over_tls(bin) {
         waiter.acquire("tls:lock", &opts).await.map(|g| g.detach())
     });
     // Kept alive past its TTL by renewals over TLS.
-    let stats = holder.renewal_stats();
+    let stats = holder.as_redis().unwrap().renewal_stats();
     tokio::time::timeout(HANG_GUARD, async {
         while stats.renewals() < 4 {
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -119,7 +119,7 @@ leasehold_harness::server_test!(async fn a_cluster_over_tls(bin) {
         .map(|m| format!("127.0.0.1:{}", m.tls_port().expect("a TLS port")))
         .collect();
     let url = format!("rediss-cluster://{}", ports.join(","));
-    let client = RedisClient::connect_with(&url, ClientOptions::new().tls_ca_file(files.ca_cert())).await.expect("connects over TLS");
+    let client = Locker::connect_with(&url, ClientOptions::new().tls_ca_file(files.ca_cert())).await.expect("connects over TLS");
     let mut masters = std::collections::HashSet::new();
     for i in 0..30 {
         let key = format!("tls:{i}");
@@ -158,7 +158,7 @@ leasehold_harness::server_test!(async fn sentinel_over_tls(bin) {
     assert_eq!(named_port, Some(tls_port.to_string()), "{named}");
 
     let url = set.lock_url("rediss-sentinel");
-    let client = RedisClient::connect_with(&url, ClientOptions::new().tls_ca_file(files.ca_cert()))
+    let client = Locker::connect_with(&url, ClientOptions::new().tls_ca_file(files.ca_cert()))
         .await
         .expect("connects through the sentinels, TLS to the primary");
     let key = "tls:sentinel";

@@ -7,7 +7,7 @@ use common::calls;
 use std::time::Duration;
 
 use leasehold::redis::{RedisClient, RedisOptions};
-use leasehold::{Backoff, Error, LockOptions};
+use leasehold::{Backoff, Error, LockOptions, Locker};
 use leasehold_harness::Server;
 
 const LONG: Duration = Duration::from_secs(60);
@@ -21,9 +21,11 @@ async fn waiter_after_release(server: &Server, notify: bool) -> Result<(), Error
     let options = RedisOptions::new().notify_waiters(notify);
     let holder = RedisClient::connect_with(&server.url(), options.clone())
         .await
+        .map(Locker::from)
         .unwrap();
     let waiter = RedisClient::connect_with(&server.url(), options)
         .await
+        .map(Locker::from)
         .unwrap();
     let g = holder
         .try_acquire("job", &LockOptions::new(LONG))
@@ -76,7 +78,7 @@ leasehold_harness::server_test!(async fn without_notifications_the_same_waiter_t
 // UNSUBSCRIBE on every uncontended call.)
 leasehold_harness::server_test!(async fn a_free_lock_is_taken_without_subscribing(bin) {
     let server = Server::start(&bin, &leasehold_harness::ServerOptions::new()).unwrap();
-    let client = RedisClient::connect(&server.url()).await.unwrap();
+    let client = Locker::connect(&server.url()).await.unwrap();
     let opts = LockOptions::new(LONG).wait(Duration::from_secs(5));
     client.acquire("warm", &opts).await.unwrap().release().await.unwrap();
     let (set, sub, scripts) = (calls(&server, "set"), calls(&server, "subscribe"), calls(&server, "evalsha") + calls(&server, "eval"));
@@ -96,8 +98,8 @@ leasehold_harness::server_test!(async fn a_free_lock_is_taken_without_subscribin
 leasehold_harness::server_test!(async fn a_busy_waiter_attempts_again_once_subscribed(bin) {
     let server = Server::start(&bin, &leasehold_harness::ServerOptions::new()).unwrap();
     common::preload_scripts(&server);
-    let holder = RedisClient::connect(&server.url()).await.unwrap();
-    let waiter = RedisClient::connect(&server.url()).await.unwrap();
+    let holder = Locker::connect(&server.url()).await.unwrap();
+    let waiter = Locker::connect(&server.url()).await.unwrap();
     let g = holder.try_acquire("busy", &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
     let (sub, scripts) = (calls(&server, "subscribe"), calls(&server, "evalsha") + calls(&server, "eval"));
     let task = tokio::spawn(async move {
@@ -131,8 +133,8 @@ leasehold_harness::server_test!(async fn one_waiter_is_woken_per_release(bin) {
     const WAITERS: u64 = 10;
     let server = Server::start(&bin, &leasehold_harness::ServerOptions::new()).unwrap();
     common::preload_scripts(&server);
-    let holder = RedisClient::connect(&server.url()).await.unwrap();
-    let client = RedisClient::connect(&server.url()).await.unwrap();
+    let holder = Locker::connect(&server.url()).await.unwrap();
+    let client = Locker::connect(&server.url()).await.unwrap();
     let g = holder.try_acquire("chain", &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
     let scripts = || calls(&server, "evalsha") + calls(&server, "eval");
     let sets = || calls(&server, "set");
@@ -165,7 +167,7 @@ leasehold_harness::server_test!(async fn one_waiter_is_woken_per_release(bin) {
 // Many waiters share one subscriber connection, and release notifications reach all of them.
 leasehold_harness::server_test!(async fn waiters_share_one_subscriber_connection(bin) {
     let server = Server::start(&bin, &leasehold_harness::ServerOptions::new()).unwrap();
-    let client = RedisClient::connect(&server.url()).await.unwrap();
+    let client = Locker::connect(&server.url()).await.unwrap();
     let g = client.try_acquire("shared", &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
     let mut tasks = Vec::new();
     for _ in 0..20 {
@@ -216,7 +218,7 @@ leasehold_harness::server_test!(async fn waiters_share_one_subscriber_connection
 // than its 4 s deadline, so only the TTL-driven retry can get it the lock.
 leasehold_harness::server_test!(async fn waiter_retries_when_a_crashed_holders_ttl_runs_out(bin) {
     let server = Server::start(&bin, &leasehold_harness::ServerOptions::new()).unwrap();
-    let client = RedisClient::connect_with(&server.url(), RedisOptions::new().notify_waiters(false)).await.unwrap();
+    let client = RedisClient::connect_with(&server.url(), RedisOptions::new().notify_waiters(false)).await.map(Locker::from).unwrap();
     let crashed = client
         .try_acquire("orphan", &LockOptions::new(Duration::from_secs(2)))
         .await

@@ -7,25 +7,25 @@ use std::time::Duration;
 /// no two of them share the machine's two cores: they would measure the machine, not us.
 pub static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-use leasehold::ClientOptions;
 use leasehold::redis::RedisClient;
+use leasehold::{ClientOptions, Locker};
 use leasehold_harness::{Server, ServerBinary, ServerOptions};
 
-/// A fresh server of `bin` and a client connected to it.
-pub async fn start(bin: &ServerBinary) -> (Server, RedisClient) {
+/// A fresh server of `bin` and a locker (over a Redis client) connected to it.
+pub async fn start(bin: &ServerBinary) -> (Server, Locker) {
     start_with(bin, ClientOptions::new()).await
 }
 
-/// A fresh server of `bin` and a client with `options`.
+/// A fresh server of `bin` and a locker over a Redis client with `options`.
 pub async fn start_with(
     bin: &ServerBinary,
     options: impl Into<leasehold::redis::RedisOptions>,
-) -> (Server, RedisClient) {
+) -> (Server, Locker) {
     let server = Server::start(bin, &ServerOptions::new()).expect("server starts");
     let client = RedisClient::connect_with(&server.url(), options)
         .await
         .expect("client connects");
-    (server, client)
+    (server, Locker::from(client))
 }
 
 /// A raw GET through the harness's own connection (independent of the library).

@@ -5,8 +5,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use leasehold::redis::RedisClient;
-use leasehold::{ClientOptions, Error, LockGuard, LockOptions, LockToken, TryAcquire};
+use leasehold::{ClientOptions, Error, LockGuard, LockOptions, LockToken, Locker, TryAcquire};
 use leasehold_harness::{Exchange, Grant, HostileServer, ReplyKind};
 
 /// Only guards against a hang: every operation is bounded by a few response timeouts.
@@ -69,7 +68,7 @@ pub async fn drive(
     let options = ClientOptions::new()
         .connect_timeout(timeout)
         .response_timeout(timeout);
-    let connect = async move { RedisClient::connect_with(&url, options).await };
+    let connect = async move { Locker::connect_with(&url, options).await };
     let client = match guarded("connect", connect).await? {
         Ok(c) => c,
         Err(e) => return expect_typed("connect", &e),

@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 use leasehold::internal::{
     election_leader_key, rwlock_readers_key, rwlock_writer_waiting_key, semaphore_permits_key,
 };
-use leasehold::redis::{RedisClient, fair_entry_key, fair_queue_key, fence_key, release_channel};
+use leasehold::redis::{fair_entry_key, fair_queue_key, fence_key, release_channel};
 use leasehold::{
-    Backoff, Error, LockGuard, LockOptions, MAX_KEY_LEN, MAX_TTL, MIN_BACKOFF, MIN_RENEWED_TTL,
-    MIN_TTL, TryAcquire,
+    Backoff, Error, LockGuard, LockOptions, Locker, MAX_KEY_LEN, MAX_TTL, MIN_BACKOFF,
+    MIN_RENEWED_TTL, MIN_TTL, TryAcquire,
 };
 use leasehold_harness::{Cluster, ClusterOptions, Server, ServerOptions};
 use proptest::prelude::*;
@@ -48,7 +48,7 @@ fn ttl() -> impl Strategy<Value = Duration> {
 /// One fenced `try_acquire` of `key` for `ttl` on a fresh key, checked against the server.
 async fn acquire_and_release(
     server: &Server,
-    client: &RedisClient,
+    client: &Locker,
     key: &str,
     ttl: Duration,
 ) -> Result<(), TestCaseError> {
@@ -118,7 +118,7 @@ async fn acquire_and_release(
 
 leasehold_harness::server_test!(async fn any_key_is_validated_held_and_released(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).expect("server starts");
-    let client = RedisClient::connect(&server.url()).await.expect("client connects");
+    let client = Locker::connect(&server.url()).await.expect("client connects");
     let mut runner = TestRunner::new(config::cases(32));
     let result = runner.run(&(any_key(), ttl()), |(key, ttl)| {
         block_on(acquire_and_release(&server, &client, &key, ttl))
@@ -221,7 +221,7 @@ const PATHS: &[&str] = &[
 /// One attempt by `path` with `o` (where it waits, for `o`'s wait bound or else 5 s) on names
 /// starting with `p`: the guard, or None when busy.
 async fn acquire_by(
-    c: &RedisClient,
+    c: &Locker,
     path: &str,
     p: &str,
     o: &LockOptions,
@@ -278,11 +278,15 @@ async fn acquire_by(
             .await
             .map(Some),
         "multi try_acquire" => c
+            .as_redis()
+            .unwrap()
             .multi_lock(&[format!("{p}:a"), format!("{p}:b")])?
             .try_acquire(&unfenced)
             .await
             .map(TryAcquire::acquired),
         "multi acquire" => c
+            .as_redis()
+            .unwrap()
             .multi_lock(&[format!("{p}:a"), format!("{p}:b")])?
             .acquire(&unfenced_waiting)
             .await
@@ -299,9 +303,9 @@ async fn acquire_by(
 // cannot be counted against them.
 leasehold_harness::server_test!(async fn every_acquisition_path_validates_before_sending(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).expect("server starts");
-    let client = RedisClient::connect(&server.url()).await.expect("client connects");
+    let client = Locker::connect(&server.url()).await.expect("client connects");
     let quiet = Server::start(&bin, &ServerOptions::new()).expect("server starts");
-    let refused_only = RedisClient::connect(&quiet.url()).await.expect("client connects");
+    let refused_only = Locker::connect(&quiet.url()).await.expect("client connects");
     let mut runner = TestRunner::new(config::cases(32));
     let result = runner.run(&(options(), proptest::sample::select(PATHS)), |(options, name)| {
         block_on(async {
@@ -336,7 +340,7 @@ leasehold_harness::server_test!(async fn every_acquisition_path_validates_before
 // on (LockOptions::new(20 ms) was campaigned for and renewed every ~6.7 ms).
 leasehold_harness::server_test!(async fn campaigns_refuse_ttls_too_short_to_renew(bin) {
     let quiet = Server::start(&bin, &ServerOptions::new()).expect("server starts");
-    let client = RedisClient::connect(&quiet.url()).await.expect("client connects");
+    let client = Locker::connect(&quiet.url()).await.expect("client connects");
     let mut runner = TestRunner::new(config::cases(32));
     let result = runner.run(&options(), |options| {
         block_on(async {
@@ -368,7 +372,7 @@ leasehold_harness::server_test!(async fn campaigns_refuse_ttls_too_short_to_rene
 // wait or cap over a century is now taken as a century.
 leasehold_harness::server_test!(async fn any_wait_and_hold_cap_is_taken(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).expect("server starts");
-    let client = RedisClient::connect(&server.url()).await.expect("client connects");
+    let client = Locker::connect(&server.url()).await.expect("client connects");
     let mut runner = TestRunner::new(config::cases(32));
     let bounds = (crate::properties::options::any_duration(), proptest::option::of(crate::properties::options::any_duration()));
     let n = std::sync::atomic::AtomicUsize::new(0);
@@ -405,7 +409,7 @@ leasehold_harness::server_test!(async fn any_client_timeouts_work(bin) {
     let result = runner.run(&(timeout(), timeout()), |(connect, response)| {
         block_on(async {
             let options = leasehold::ClientOptions::new().connect_timeout(connect).response_timeout(response);
-            let client = tokio::time::timeout(HANG_GUARD, RedisClient::connect_with(&server.url(), options))
+            let client = tokio::time::timeout(HANG_GUARD, Locker::connect_with(&server.url(), options))
                 .await
                 .expect("connecting hangs")
                 .map_err(|e| TestCaseError::fail(format!("{connect:?}/{response:?}: {e}")))?;
@@ -455,6 +459,7 @@ async fn redlock_try(
     )
     .await
     .expect("connecting hangs")
+    .map(Locker::from)
     .map_err(|e| TestCaseError::fail(e.to_string()))?;
     let ttl = LockOptions::new(Duration::from_secs(60));
     let attempt = tokio::time::timeout(HANG_GUARD, redlock.try_acquire(key, &ttl))
@@ -525,7 +530,7 @@ leasehold_harness::server_test!(async fn redlock_without_validity_is_not_busy(bi
 // keys, in some order.
 leasehold_harness::server_test!(async fn primitives_accept_exactly_the_documented_names(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).expect("server starts");
-    let client = RedisClient::connect(&server.url()).await.expect("client connects");
+    let client = Locker::connect(&server.url()).await.expect("client connects");
     let mut runner = TestRunner::new(config::cases(256));
     let keys = prop_oneof![
         proptest::collection::vec(any_key(), 0..6),
@@ -537,7 +542,7 @@ leasehold_harness::server_test!(async fn primitives_accept_exactly_the_documente
         let valid = |k: &String| !k.is_empty() && k.len() <= MAX_KEY_LEN;
         let distinct = keys.iter().collect::<std::collections::HashSet<_>>().len() == keys.len();
         let ok = !keys.is_empty() && keys.len() <= leasehold::redis::MAX_MULTI_KEYS && keys.iter().all(valid) && distinct;
-        match client.multi_lock(&keys) {
+        match client.as_redis().unwrap().multi_lock(&keys) {
             Ok(multi) => {
                 prop_assert!(ok, "{keys:?} accepted");
                 let mut got = multi.keys().to_vec();
