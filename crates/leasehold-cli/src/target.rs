@@ -182,7 +182,7 @@ impl Servers {
         if self
             .urls
             .iter()
-            .any(|u| scheme_of(u).as_deref() == Some("memory"))
+            .any(|u| backend_of(u) == Some("memory"))
         {
             return Err(Usage(
                 "a memory:// lock lives in the memory of one process, and each leasehold \
@@ -195,13 +195,13 @@ impl Servers {
         if let Some(other) = self.other_backend()? {
             return Locker::connect_with(&other, self.client_options())
                 .await
-                .with_context(|| match scheme_of(&other).as_deref() {
+                .with_context(|| match backend_of(&other) {
                     Some("file") => format!("cannot use the lock folder {other}"),
                     _ => format!("cannot use the server at {}", redact(&other)),
                 });
         }
         if let [url] = self.urls.as_slice()
-            && is_redlock_url(url)
+            && backend_of(url) == Some("redlock")
         {
             let nodes = leasehold::internal::node_urls(url)?;
             let expanded = Servers {
@@ -283,18 +283,9 @@ impl Servers {
     }
 }
 
-/// The URL schemes served by a backend other than Redis (through [`Locker`]).
-const OTHER_SCHEMES: [&str; 5] = ["etcd", "etcds", "postgres", "postgresql", "file"];
-
-fn scheme_of(url: &str) -> Option<String> {
-    url.split_once("://").map(|(s, _)| s.to_ascii_lowercase())
-}
-
-fn is_redlock_url(url: &str) -> bool {
-    matches!(
-        scheme_of(url).as_deref(),
-        Some("redlock" | "rediss-redlock")
-    )
+/// The backend `url`'s scheme names ([`Locker::backend_of`]), if any.
+fn backend_of(url: &str) -> Option<&'static str> {
+    Locker::backend_of(url).ok()
 }
 
 impl Servers {
@@ -306,7 +297,7 @@ impl Servers {
         let others: Vec<&String> = self
             .urls
             .iter()
-            .filter(|u| scheme_of(u).is_some_and(|s| OTHER_SCHEMES.contains(&s.as_str())))
+            .filter(|u| matches!(backend_of(u), Some("etcd" | "postgres" | "file")))
             .collect();
         match (others.as_slice(), self.urls.len(), &self.topology) {
             ([], _, _) => Ok(None),

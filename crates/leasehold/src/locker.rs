@@ -3,6 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
+
 use crate::core::driver::Driver;
 use crate::core::error::{Error, Result};
 use crate::core::guard::{Lease, LockGuard};
@@ -45,10 +47,141 @@ pub struct Locker {
     history: Option<Arc<dyn HistoryLog>>,
 }
 
-/// The URL schemes [`Locker::connect`](crate::Locker::connect) knows, for messages.
-const SCHEMES: &str = "redis, rediss, valkey, valkeys, redis-cluster, rediss-cluster, \
-     redis-sentinel, rediss-sentinel, redlock, rediss-redlock, etcds, etcd, postgres, postgresql, \
-     memory, file";
+/// How a registered backend connects: to `url`, with `options`.
+type Connect = for<'a> fn(&'a str, ClientOptions) -> BoxFuture<'a, Result<Locker>>;
+
+/// A backend's registration (in the manner of sqlx's drivers): its name, the URL schemes it
+/// serves, the cargo feature it needs, and how it connects (`None`: not compiled in).
+/// [`Locker::connect`] walks [`DRIVERS`]; nothing else in the workspace keeps a table of
+/// schemes ([`Locker::backend_of`] answers for the CLI and the bindings).
+struct Registration {
+    name: &'static str,
+    schemes: &'static [&'static str],
+    feature: Option<&'static str>,
+    connect: Option<Connect>,
+}
+
+/// Every backend, in the order messages list their schemes.
+const DRIVERS: &[Registration] = &[
+    Registration {
+        name: "redis",
+        schemes: &[
+            "redis",
+            "rediss",
+            "valkey",
+            "valkeys",
+            "redis+unix",
+            "unix",
+            "redis-cluster",
+            "rediss-cluster",
+            "valkey-cluster",
+            "valkeys-cluster",
+            "redis-sentinel",
+            "rediss-sentinel",
+            "valkey-sentinel",
+            "valkeys-sentinel",
+        ],
+        feature: None,
+        connect: Some(|url, options| {
+            Box::pin(async move { Ok(Locker::of(RedisClient::connect_with(url, options).await?)) })
+        }),
+    },
+    Registration {
+        name: "redlock",
+        schemes: &["redlock", "rediss-redlock"],
+        feature: None,
+        connect: Some(|url, _| {
+            Box::pin(async move {
+                let nodes = crate::redlock::node_urls(url)?;
+                let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
+                Ok(Locker::of(
+                    Redlock::connect(&nodes, RedlockOptions::default()).await?,
+                ))
+            })
+        }),
+    },
+    Registration {
+        name: "etcd",
+        schemes: &["etcd", "etcds"],
+        feature: Some("etcd"),
+        #[cfg(feature = "etcd")]
+        connect: Some(|url, options| {
+            Box::pin(async move {
+                Ok(Locker::of(
+                    crate::etcd::EtcdClient::connect_with(url, options).await?,
+                ))
+            })
+        }),
+        #[cfg(not(feature = "etcd"))]
+        connect: None,
+    },
+    Registration {
+        name: "postgres",
+        schemes: &["postgres", "postgresql"],
+        feature: Some("postgres"),
+        #[cfg(feature = "postgres")]
+        connect: Some(|url, options| {
+            Box::pin(async move {
+                use crate::postgres::{PostgresClient, PostgresLeaseClient, wants_lease_rows};
+                Ok(match wants_lease_rows(url)? {
+                    true => Locker::of(PostgresLeaseClient::connect_with(url, options).await?),
+                    false => Locker::of(PostgresClient::connect_with(url, options).await?),
+                })
+            })
+        }),
+        #[cfg(not(feature = "postgres"))]
+        connect: None,
+    },
+    Registration {
+        name: "memory",
+        schemes: &["memory"],
+        feature: None,
+        connect: Some(|url, _| {
+            Box::pin(async move { Ok(Locker::of(crate::memory::MemoryClient::connect(url)?)) })
+        }),
+    },
+    Registration {
+        name: "file",
+        schemes: &["file"],
+        feature: None,
+        #[cfg(unix)]
+        connect: Some(|url, _| {
+            Box::pin(async move { Ok(Locker::of(crate::file::FileClient::connect(url)?)) })
+        }),
+        #[cfg(not(unix))]
+        connect: None,
+    },
+];
+
+/// The registration serving `url`'s scheme.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for a URL without a scheme or with one no backend serves.
+fn registration(url: &str) -> Result<&'static Registration> {
+    let known = || {
+        DRIVERS
+            .iter()
+            .flat_map(|d| d.schemes.iter().copied())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let redacted = crate::core::url::redact(url);
+    let Some((scheme, _)) = url.split_once("://") else {
+        let reason = format!("{redacted:?} has no scheme (expected one of: {})", known());
+        return Err(Error::invalid("url", reason));
+    };
+    let scheme = scheme.to_ascii_lowercase();
+    DRIVERS
+        .iter()
+        .find(|d| d.schemes.contains(&scheme.as_str()))
+        .ok_or_else(|| {
+            let reason = format!(
+                "unknown scheme {scheme:?} in {redacted:?} (expected one of: {})",
+                known()
+            );
+            Error::invalid("url", reason)
+        })
+}
 
 impl Locker {
     /// Connects to the backend `url` names, with default [`ClientOptions`].
@@ -82,81 +215,29 @@ impl Locker {
     }
 
     async fn connect_backend(url: &str, options: ClientOptions) -> Result<Self> {
-        let Some((scheme, _)) = url.split_once("://") else {
-            return Err(Error::invalid(
-                "url",
-                format!(
-                    "{:?} has no scheme (expected one of: {SCHEMES})",
-                    crate::core::url::redact(url)
-                ),
-            ));
-        };
-        match scheme.to_ascii_lowercase().as_str() {
-            "redis" | "rediss" | "valkey" | "valkeys" | "redis+unix" | "unix" | "redis-cluster"
-            | "rediss-cluster" | "valkey-cluster" | "valkeys-cluster" | "redis-sentinel"
-            | "rediss-sentinel" | "valkey-sentinel" | "valkeys-sentinel" => {
-                Ok(RedisClient::connect_with(url, options).await?.into())
-            }
-            "redlock" | "rediss-redlock" => {
-                let nodes = crate::redlock::node_urls(url)?;
-                let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
-                Ok(Redlock::connect(&nodes, RedlockOptions::default())
-                    .await?
-                    .into())
-            }
-            "memory" => Ok(crate::memory::MemoryClient::connect(url)?.into()),
-            "file" => {
-                #[cfg(unix)]
-                return Ok(crate::file::FileClient::connect(url)?.into());
-                #[cfg(not(unix))]
-                return Err(Error::Unsupported {
-                    backend: "file",
-                    what: "file locks on this platform (flock: Unix only)".into(),
-                });
-            }
-            s @ ("etcd" | "etcds") => {
-                #[cfg(feature = "etcd")]
-                {
-                    let _ = s;
-                    return Ok(crate::etcd::EtcdClient::connect_with(url, options)
-                        .await?
-                        .into());
-                }
-                #[cfg(not(feature = "etcd"))]
-                return Err(Error::BackendNotCompiled {
-                    scheme: s.into(),
-                    feature: "etcd",
-                });
-            }
-            s @ ("postgres" | "postgresql") => {
-                #[cfg(feature = "postgres")]
-                {
-                    let _ = s;
-                    if crate::postgres::wants_lease_rows(url)? {
-                        return Ok(crate::postgres::PostgresLeaseClient::connect_with(
-                            url, options,
-                        )
-                        .await?
-                        .into());
-                    }
-                    return Ok(crate::postgres::PostgresClient::connect_with(url, options)
-                        .await?
-                        .into());
-                }
-                #[cfg(not(feature = "postgres"))]
-                return Err(Error::BackendNotCompiled {
-                    scheme: s.into(),
-                    feature: "postgres",
-                });
-            }
-            other => Err(Error::invalid(
-                "url",
-                format!(
-                    "unknown scheme {other:?} in {:?} (expected one of: {SCHEMES})",
-                    crate::core::url::redact(url)
-                ),
-            )),
+        let driver = registration(url)?;
+        match (driver.connect, driver.feature) {
+            (Some(connect), _) => connect(url, options).await,
+            (None, Some(feature)) => Err(Error::BackendNotCompiled {
+                scheme: url.split_once("://").map_or("", |(s, _)| s).into(),
+                feature,
+            }),
+            (None, None) => Err(Error::Unsupported {
+                backend: driver.name,
+                what: "this backend on this platform (file locks need flock: Unix only)".into(),
+            }),
         }
+    }
+
+    /// The name of the backend `url` names (`redis`, `redlock`, `etcd`, `postgres`, `memory`,
+    /// `file`), from its scheme alone: no connection, and also for a backend whose cargo
+    /// feature is off. For the CLI and the bindings, which decide what to do with a URL before
+    /// connecting, so that no table of schemes is kept outside the library.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a URL without a scheme or with one no backend serves.
+    pub fn backend_of(url: &str) -> Result<&'static str> {
+        Ok(registration(url)?.name)
     }
 
     /// The backend's name: `redis`, `redlock`, `etcd`, `postgres` (session locks),
@@ -605,6 +686,33 @@ mod tests {
         }
     }
 
+    #[test]
+    fn every_registered_scheme_names_its_backend() {
+        assert_eq!(Locker::backend_of("rediss-cluster://h:1").unwrap(), "redis");
+        assert_eq!(
+            Locker::backend_of("REDLOCK://h:1,h:2,h:3").unwrap(),
+            "redlock"
+        );
+        assert_eq!(Locker::backend_of("etcds://h:1").unwrap(), "etcd");
+        assert_eq!(
+            Locker::backend_of("postgresql://u@h/db").unwrap(),
+            "postgres"
+        );
+        assert_eq!(Locker::backend_of("file:///tmp").unwrap(), "file");
+        assert_eq!(Locker::backend_of("memory://").unwrap(), "memory");
+        for url in ["mysql://h", "h:6379"] {
+            assert!(matches!(
+                Locker::backend_of(url),
+                Err(Error::InvalidArgument { what: "url", .. })
+            ));
+        }
+        let mut schemes: Vec<_> = DRIVERS.iter().flat_map(|d| d.schemes).collect();
+        let all = schemes.len();
+        schemes.sort();
+        schemes.dedup();
+        assert_eq!(schemes.len(), all, "a scheme registered twice");
+    }
+
     #[tokio::test]
     async fn unknown_and_missing_schemes_are_refused_before_any_connection() {
         for url in ["mysql://127.0.0.1:1/", "127.0.0.1:6379", "zk://h:2181"] {
@@ -613,7 +721,16 @@ mod tests {
                 matches!(err, Error::InvalidArgument { what: "url", .. }),
                 "{url}: {err}"
             );
-            assert!(err.to_string().contains("etcd, postgres"), "{err}");
+            for scheme in [
+                "redis-sentinel",
+                "redlock",
+                "etcds",
+                "postgresql",
+                "memory",
+                "file",
+            ] {
+                assert!(err.to_string().contains(scheme), "{err}");
+            }
         }
     }
 
