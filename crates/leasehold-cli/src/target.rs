@@ -179,11 +179,7 @@ impl Servers {
     }
 
     async fn connect_backend(&self) -> anyhow::Result<Locker> {
-        if self
-            .urls
-            .iter()
-            .any(|u| backend_of(u) == Some("memory"))
-        {
+        if self.urls.iter().any(|u| backend_of(u) == Some("memory")) {
             return Err(Usage(
                 "a memory:// lock lives in the memory of one process, and each leasehold \
                  command is a process of its own: use file:///path/to/folder for locks on \

@@ -9,7 +9,7 @@ use crate::core::error::{Error, Result};
 use crate::core::guard::LockGuard;
 use crate::core::options::LockOptions;
 use crate::core::outcome::TryAcquire;
-use crate::core::sync::{Election, Leader, RwLock, Semaphore, impl_provider};
+use crate::core::sync::{Election, Leader, RwLock, Semaphore};
 use crate::core::token::{LockToken, validate_key};
 
 use super::MemoryClient;
@@ -64,7 +64,8 @@ struct MemorySemaphore {
     permits: u32,
 }
 
-impl MemorySemaphore {
+#[async_trait::async_trait]
+impl crate::core::sync::SemaphoreProvider for MemorySemaphore {
     async fn try_acquire(&self, options: &LockOptions) -> Result<TryAcquire> {
         no_fair(options, "a semaphore")?;
         self.client
@@ -91,14 +92,6 @@ impl MemorySemaphore {
     }
 }
 
-impl_provider!(SemaphoreProvider for MemorySemaphore {
-    try_acquire(options: &'a LockOptions) -> TryAcquire,
-    acquire(options: &'a LockOptions) -> LockGuard,
-    release(token: &'a LockToken) -> (),
-    extend(token: &'a LockToken, ttl: Duration) -> (),
-    holders() -> u32,
-});
-
 /// Readers of `name` together, or its writer alone.
 #[derive(Debug)]
 struct MemoryRwLock {
@@ -106,7 +99,8 @@ struct MemoryRwLock {
     name: String,
 }
 
-impl MemoryRwLock {
+#[async_trait::async_trait]
+impl crate::core::sync::RwLockProvider for MemoryRwLock {
     async fn try_read(&self, options: &LockOptions) -> Result<TryAcquire> {
         no_fair(options, "a read-write lock")?;
         self.client.try_as(&self.name, options, Want::Shared)
@@ -152,18 +146,6 @@ impl MemoryRwLock {
     }
 }
 
-impl_provider!(RwLockProvider for MemoryRwLock {
-    try_read(options: &'a LockOptions) -> TryAcquire,
-    read(options: &'a LockOptions) -> LockGuard,
-    try_write(options: &'a LockOptions) -> TryAcquire,
-    write(options: &'a LockOptions) -> LockGuard,
-    release_read(token: &'a LockToken) -> (),
-    release_write(token: &'a LockToken) -> (),
-    extend_read(token: &'a LockToken, ttl: Duration) -> (),
-    extend_write(token: &'a LockToken, ttl: Duration) -> (),
-    readers() -> u32,
-});
-
 /// Leadership of `name`: its lock held alone, with the leader's id; the term is the fencing
 /// number drawn with it.
 #[derive(Debug)]
@@ -172,7 +154,8 @@ struct MemoryElection {
     name: String,
 }
 
-impl MemoryElection {
+#[async_trait::async_trait]
+impl crate::core::sync::ElectionProvider for MemoryElection {
     async fn campaign(&self, id: &str, options: &LockOptions) -> Result<LockGuard> {
         no_fair(options, "an election")?;
         // The handle set the wait (for ever without one: `Election::campaign`).
@@ -194,8 +177,3 @@ impl MemoryElection {
             }))
     }
 }
-
-impl_provider!(ElectionProvider for MemoryElection {
-    campaign(id: &'a str, options: &'a LockOptions) -> LockGuard,
-    leader() -> Option<Leader>,
-});

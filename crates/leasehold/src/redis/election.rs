@@ -25,7 +25,7 @@ use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::LockGuard;
 use crate::core::options::LockOptions;
 use crate::core::outcome::TryAcquire;
-use crate::core::sync::{Election, ElectionProvider, Leader, LeaderChanges};
+use crate::core::sync::{Election, Leader, LeaderChanges};
 use crate::core::token::LockToken;
 use crate::redis::client::{ChannelAttempts, OnReleaseChannel};
 use crate::redis::client::{RedisClient, script_grant};
@@ -65,33 +65,6 @@ impl RedisClient {
 }
 
 impl RedisElection {
-    /// Waits to become leader as `id`, until `options.wait_bound()` (for ever without one),
-    /// and returns the leadership: a guard whose fencing number is the term, renewed
-    /// automatically (`auto_extend` and `fencing` are always on). Resign with
-    /// [`LockGuard::release`]; [`LockGuard::lost`] says when the term ended without it.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for an empty or over-long id or a bad TTL;
-    /// [`Error::Unsupported`] with fair mode or `replica_ack`; [`Error::NotAcquired`] at the
-    /// deadline; connection and server errors.
-    pub async fn campaign(&self, id: &str, options: &LockOptions) -> Result<LockGuard> {
-        // Checked as it will run: renewed, so at least MIN_RENEWED_TTL.
-        let ttl_ms = options.clone().auto_extend(true).ttl_millis()?;
-        if options.fair_enabled() || options.replica_ack_required().is_some() {
-            return Err(Error::Unsupported {
-                backend: "redis",
-                what: "fair mode or replica_ack in an election".into(),
-            });
-        }
-        let options = options.clone().fencing(true).auto_extend(true);
-        let terms = OnReleaseChannel(TermAttempts {
-            election: self,
-            ttl_ms,
-            id,
-        });
-        crate::core::acquire::wait(&terms, &options, options.wait_bound()).await
-    }
-
     async fn attempt(&self, token: &LockToken, ttl_ms: u64, id: &str) -> Result<(i64, i64)> {
         let channel = if self.client.notifies_waiters() {
             release_channel(&self.name)
@@ -126,13 +99,43 @@ impl RedisElection {
             }
         }
     }
+}
+
+#[async_trait::async_trait]
+impl crate::core::sync::ElectionProvider for RedisElection {
+    /// Waits to become leader as `id`, until `options.wait_bound()` (for ever without one),
+    /// and returns the leadership: a guard whose fencing number is the term, renewed
+    /// automatically (`auto_extend` and `fencing` are always on). Resign with
+    /// [`LockGuard::release`]; [`LockGuard::lost`] says when the term ended without it.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty or over-long id or a bad TTL;
+    /// [`Error::Unsupported`] with fair mode or `replica_ack`; [`Error::NotAcquired`] at the
+    /// deadline; connection and server errors.
+    async fn campaign(&self, id: &str, options: &LockOptions) -> Result<LockGuard> {
+        // Checked as it will run: renewed, so at least MIN_RENEWED_TTL.
+        let ttl_ms = options.clone().auto_extend(true).ttl_millis()?;
+        if options.fair_enabled() || options.replica_ack_required().is_some() {
+            return Err(Error::Unsupported {
+                backend: "redis",
+                what: "fair mode or replica_ack in an election".into(),
+            });
+        }
+        let options = options.clone().fencing(true).auto_extend(true);
+        let terms = OnReleaseChannel(TermAttempts {
+            election: self,
+            ttl_ms,
+            id,
+        });
+        crate::core::acquire::wait(&terms, &options, options.wait_bound()).await
+    }
 
     /// Who leads now, and in which term; `None` while nobody does.
     ///
     /// # Errors
     /// [`Error::Conflict`] if the lock `name` is held by something else than a campaign (a
     /// plain lock); connection and server errors.
-    pub async fn leader(&self) -> Result<Option<Leader>> {
+    async fn leader(&self) -> Result<Option<Leader>> {
         let (pttl, counter, record, holder): (i64, String, String, String) = self
             .client
             .idempotent(Operation::Inspect, |mut conn| {
@@ -172,28 +175,12 @@ impl RedisElection {
             }),
         }
     }
-}
-
-impl ElectionProvider for RedisElection {
-    fn campaign<'a>(
-        &'a self,
-        id: &'a str,
-        options: &'a LockOptions,
-    ) -> BoxFuture<'a, Result<LockGuard>> {
-        Box::pin(RedisElection::campaign(self, id, options))
-    }
-
-    fn leader<'a>(&'a self) -> BoxFuture<'a, Result<Option<Leader>>> {
-        Box::pin(RedisElection::leader(self))
-    }
 
     /// A leader elected or resigning is announced on the name's release channel.
-    fn changes<'a>(&'a self) -> BoxFuture<'a, Option<Box<dyn LeaderChanges>>> {
-        Box::pin(async move {
-            let notifier = self.client.notifier()?;
-            let subscription = notifier.subscribe(release_channel(&self.name)).await?;
-            Some(Box::new(subscription) as Box<dyn LeaderChanges>)
-        })
+    async fn changes(&self) -> Option<Box<dyn LeaderChanges>> {
+        let notifier = self.client.notifier()?;
+        let subscription = notifier.subscribe(release_channel(&self.name)).await?;
+        Some(Box::new(subscription) as Box<dyn LeaderChanges>)
     }
 }
 

@@ -39,7 +39,8 @@ use crate::core::guard::HeldLock;
 use crate::core::guard::{Lease, LockGuard, clock_drift};
 use crate::core::options::LockOptions;
 use crate::core::outcome::TryAcquire;
-use crate::core::sync::{RwLock, impl_provider};
+use crate::core::sync::RwLock;
+use crate::core::sync::RwLockProvider;
 use crate::core::token::LockToken;
 use crate::redis::client::{ChannelAttempts, OnReleaseChannel};
 use crate::redis::client::{RedisClient, script_grant};
@@ -272,97 +273,6 @@ impl RedisRwLock {
         }
         result
     }
-
-    /// One attempt to read: succeeds while no writer holds or waits for the lock.
-    ///
-    /// # Errors
-    /// [`Error::Unsupported`] with fencing, fair mode or `replica_ack`; as
-    /// [`Locker::try_acquire`](crate::Locker::try_acquire).
-    pub async fn try_read(&self, options: &LockOptions) -> Result<TryAcquire> {
-        self.try_side(Side::Read, options).await
-    }
-
-    /// Waits to read until `options.wait_bound()`: woken by releases, or when the writer's
-    /// lease (or a waiting writer's mark) runs out, or after the backoff.
-    ///
-    /// # Errors
-    /// [`Error::NotAcquired`] at the deadline; as [`RwLock::try_read`].
-    pub async fn read(&self, options: &LockOptions) -> Result<LockGuard> {
-        self.wait_side(Side::Read, options).await
-    }
-
-    /// One attempt to write: succeeds with no writer, no waiting writer before us, and no
-    /// reader left. With fencing, the writer gets the next number of `name`'s counter.
-    ///
-    /// # Errors
-    /// [`Error::Unsupported`] with fair mode or `replica_ack`; as [`Locker::try_acquire`](crate::Locker::try_acquire).
-    pub async fn try_write(&self, options: &LockOptions) -> Result<TryAcquire> {
-        self.try_side(Side::Write, options).await
-    }
-
-    /// Waits to write until `options.wait_bound()`. While it waits, new readers are kept out,
-    /// so the current ones drain: a stream of readers cannot starve it.
-    ///
-    /// # Errors
-    /// [`Error::NotAcquired`] at the deadline; as [`RwLock::try_write`].
-    pub async fn write(&self, options: &LockOptions) -> Result<LockGuard> {
-        self.wait_side(Side::Write, options).await
-    }
-
-    /// Releases the read lease that `token` holds (a guard does this by itself).
-    ///
-    /// # Errors
-    /// [`Error::NotHeld`] if `token` holds no unexpired read lease.
-    pub async fn release_read(&self, token: &LockToken) -> Result<()> {
-        if release_member(&self.client, &self.readers, &self.name, token.expose()).await? {
-            Ok(())
-        } else {
-            Err(Error::NotHeld {
-                key: self.name.clone(),
-            })
-        }
-    }
-
-    /// Releases the write lease that `token` holds (the plain token-checked release of `name`).
-    ///
-    /// # Errors
-    /// As [`Locker::release`](crate::Locker::release).
-    pub async fn release_write(&self, token: &LockToken) -> Result<()> {
-        self.client.release(&self.name, token).await
-    }
-
-    /// Resets the read lease that `token` holds to `ttl` from now (a guard's renewal does this
-    /// by itself; this is for a token received from elsewhere, like the CLI's `extend --read`).
-    ///
-    /// # Errors
-    /// [`Error::NotHeld`] if `token` holds no unexpired read lease; [`Error::InvalidArgument`]
-    /// for a bad TTL.
-    pub async fn extend_read(&self, token: &LockToken, ttl: Duration) -> Result<()> {
-        if extend_member(&self.client, &self.readers, token, ttl).await? {
-            Ok(())
-        } else {
-            Err(Error::NotHeld {
-                key: self.name.clone(),
-            })
-        }
-    }
-
-    /// Resets the write lease that `token` holds to `ttl` from now (the plain token-checked
-    /// extend of `name`).
-    ///
-    /// # Errors
-    /// As [`Locker::extend`](crate::Locker::extend).
-    pub async fn extend_write(&self, token: &LockToken, ttl: Duration) -> Result<()> {
-        self.client.extend(&self.name, token, ttl).await
-    }
-
-    /// How many readers hold the lock (unexpired) right now.
-    ///
-    /// # Errors
-    /// Connection and server errors.
-    pub async fn readers(&self) -> Result<u32> {
-        crate::redis::semaphore::count_members(&self.client, &self.readers).await
-    }
 }
 
 /// A read lease, as its guard sees it.
@@ -431,17 +341,99 @@ impl Drop for LeaveOnDrop<'_> {
     }
 }
 
-impl_provider!(RwLockProvider for RedisRwLock {
-    try_read(options: &'a LockOptions) -> TryAcquire,
-    read(options: &'a LockOptions) -> LockGuard,
-    try_write(options: &'a LockOptions) -> TryAcquire,
-    write(options: &'a LockOptions) -> LockGuard,
-    release_read(token: &'a LockToken) -> (),
-    release_write(token: &'a LockToken) -> (),
-    extend_read(token: &'a LockToken, ttl: Duration) -> (),
-    extend_write(token: &'a LockToken, ttl: Duration) -> (),
-    readers() -> u32,
-});
+#[async_trait::async_trait]
+impl crate::core::sync::RwLockProvider for RedisRwLock {
+    /// One attempt to read: succeeds while no writer holds or waits for the lock.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] with fencing, fair mode or `replica_ack`; as
+    /// [`Locker::try_acquire`](crate::Locker::try_acquire).
+    async fn try_read(&self, options: &LockOptions) -> Result<TryAcquire> {
+        self.try_side(Side::Read, options).await
+    }
+
+    /// Waits to read until `options.wait_bound()`: woken by releases, or when the writer's
+    /// lease (or a waiting writer's mark) runs out, or after the backoff.
+    ///
+    /// # Errors
+    /// [`Error::NotAcquired`] at the deadline; as [`RwLock::try_read`].
+    async fn read(&self, options: &LockOptions) -> Result<LockGuard> {
+        self.wait_side(Side::Read, options).await
+    }
+
+    /// One attempt to write: succeeds with no writer, no waiting writer before us, and no
+    /// reader left. With fencing, the writer gets the next number of `name`'s counter.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] with fair mode or `replica_ack`; as [`Locker::try_acquire`](crate::Locker::try_acquire).
+    async fn try_write(&self, options: &LockOptions) -> Result<TryAcquire> {
+        self.try_side(Side::Write, options).await
+    }
+
+    /// Waits to write until `options.wait_bound()`. While it waits, new readers are kept out,
+    /// so the current ones drain: a stream of readers cannot starve it.
+    ///
+    /// # Errors
+    /// [`Error::NotAcquired`] at the deadline; as [`RwLock::try_write`].
+    async fn write(&self, options: &LockOptions) -> Result<LockGuard> {
+        self.wait_side(Side::Write, options).await
+    }
+
+    /// Releases the read lease that `token` holds (a guard does this by itself).
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if `token` holds no unexpired read lease.
+    async fn release_read(&self, token: &LockToken) -> Result<()> {
+        if release_member(&self.client, &self.readers, &self.name, token.expose()).await? {
+            Ok(())
+        } else {
+            Err(Error::NotHeld {
+                key: self.name.clone(),
+            })
+        }
+    }
+
+    /// Releases the write lease that `token` holds (the plain token-checked release of `name`).
+    ///
+    /// # Errors
+    /// As [`Locker::release`](crate::Locker::release).
+    async fn release_write(&self, token: &LockToken) -> Result<()> {
+        self.client.release(&self.name, token).await
+    }
+
+    /// Resets the read lease that `token` holds to `ttl` from now (a guard's renewal does this
+    /// by itself; this is for a token received from elsewhere, like the CLI's `extend --read`).
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if `token` holds no unexpired read lease; [`Error::InvalidArgument`]
+    /// for a bad TTL.
+    async fn extend_read(&self, token: &LockToken, ttl: Duration) -> Result<()> {
+        if extend_member(&self.client, &self.readers, token, ttl).await? {
+            Ok(())
+        } else {
+            Err(Error::NotHeld {
+                key: self.name.clone(),
+            })
+        }
+    }
+
+    /// Resets the write lease that `token` holds to `ttl` from now (the plain token-checked
+    /// extend of `name`).
+    ///
+    /// # Errors
+    /// As [`Locker::extend`](crate::Locker::extend).
+    async fn extend_write(&self, token: &LockToken, ttl: Duration) -> Result<()> {
+        self.client.extend(&self.name, token, ttl).await
+    }
+
+    /// How many readers hold the lock (unexpired) right now.
+    ///
+    /// # Errors
+    /// Connection and server errors.
+    async fn readers(&self) -> Result<u32> {
+        crate::redis::semaphore::count_members(&self.client, &self.readers).await
+    }
+}
 
 /// One side's attempts, for the acquisition engine.
 struct SideAttempts<'a> {

@@ -36,7 +36,8 @@ use crate::core::guard::HeldLock;
 use crate::core::guard::{Lease, LockGuard, clock_drift};
 use crate::core::options::{LockOptions, ttl_millis};
 use crate::core::outcome::TryAcquire;
-use crate::core::sync::{Semaphore, impl_provider};
+use crate::core::sync::Semaphore;
+use crate::core::sync::SemaphoreProvider;
 use crate::core::token::LockToken;
 use crate::redis::client::RedisClient;
 use crate::redis::client::{ChannelAttempts, OnReleaseChannel};
@@ -173,77 +174,6 @@ impl RedisSemaphore {
         )
     }
 
-    /// One attempt to take a permit, without waiting. Busy (all N held) is an outcome, with
-    /// the time until the first held permit expires.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for a bad TTL; [`Error::Unsupported`] with fencing, fair mode
-    /// or `replica_ack`; [`Error::Conflict`] when the name's holders use another number of
-    /// permits; [`Error::ExpiredOnArrival`]; connection and server errors.
-    pub async fn try_acquire(&self, options: &LockOptions) -> Result<TryAcquire> {
-        let ttl_ms = self.check(options)?;
-        PermitAttempts {
-            semaphore: self,
-            ttl_ms,
-        }
-        .attempt(options, Ask::ONCE)
-        .await
-    }
-
-    /// Takes a permit through the acquisition engine, until `options.wait_bound()` (one attempt
-    /// without one): woken by a release's notification, when the first held permit expires, or
-    /// after the jittered backoff, whichever comes first. Each attempt has a fresh token.
-    ///
-    /// # Errors
-    /// [`Error::NotAcquired`] if every permit stayed held until the deadline; otherwise as
-    /// [`Semaphore::try_acquire`].
-    pub async fn acquire(&self, options: &LockOptions) -> Result<LockGuard> {
-        let ttl_ms = self.check(options)?;
-        let permits = OnReleaseChannel(PermitAttempts {
-            semaphore: self,
-            ttl_ms,
-        });
-        crate::core::acquire::wait(&permits, options, options.wait_bound()).await
-    }
-
-    /// Releases the permit that `token` holds (a guard does this by itself; this is for a token
-    /// received from elsewhere).
-    ///
-    /// # Errors
-    /// [`Error::NotHeld`] if `token` holds no unexpired permit of this semaphore.
-    pub async fn release(&self, token: &LockToken) -> Result<()> {
-        if self.release_raw(token.expose()).await? {
-            Ok(())
-        } else {
-            Err(Error::NotHeld {
-                key: self.name.clone(),
-            })
-        }
-    }
-
-    /// Resets the permit that `token` holds to `ttl` from now.
-    ///
-    /// # Errors
-    /// [`Error::NotHeld`] if `token` holds no unexpired permit; [`Error::InvalidArgument`] for
-    /// a bad TTL.
-    pub async fn extend(&self, token: &LockToken, ttl: Duration) -> Result<()> {
-        if extend_member(&self.client, &self.permits_key, token, ttl).await? {
-            Ok(())
-        } else {
-            Err(Error::NotHeld {
-                key: self.name.clone(),
-            })
-        }
-    }
-
-    /// How many permits are held (unexpired) right now.
-    ///
-    /// # Errors
-    /// Connection and server errors.
-    pub async fn holders(&self) -> Result<u32> {
-        count_members(&self.client, &self.permits_key).await
-    }
-
     async fn release_raw(&self, token: &str) -> Result<bool> {
         release_member(&self.client, &self.permits_key, &self.name, token).await
     }
@@ -351,13 +281,79 @@ impl HeldLock for PermitHeld {
     }
 }
 
-impl_provider!(SemaphoreProvider for RedisSemaphore {
-    try_acquire(options: &'a LockOptions) -> TryAcquire,
-    acquire(options: &'a LockOptions) -> LockGuard,
-    release(token: &'a LockToken) -> (),
-    extend(token: &'a LockToken, ttl: Duration) -> (),
-    holders() -> u32,
-});
+#[async_trait::async_trait]
+impl crate::core::sync::SemaphoreProvider for RedisSemaphore {
+    /// One attempt to take a permit, without waiting. Busy (all N held) is an outcome, with
+    /// the time until the first held permit expires.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad TTL; [`Error::Unsupported`] with fencing, fair mode
+    /// or `replica_ack`; [`Error::Conflict`] when the name's holders use another number of
+    /// permits; [`Error::ExpiredOnArrival`]; connection and server errors.
+    async fn try_acquire(&self, options: &LockOptions) -> Result<TryAcquire> {
+        let ttl_ms = self.check(options)?;
+        PermitAttempts {
+            semaphore: self,
+            ttl_ms,
+        }
+        .attempt(options, Ask::ONCE)
+        .await
+    }
+
+    /// Takes a permit through the acquisition engine, until `options.wait_bound()` (one attempt
+    /// without one): woken by a release's notification, when the first held permit expires, or
+    /// after the jittered backoff, whichever comes first. Each attempt has a fresh token.
+    ///
+    /// # Errors
+    /// [`Error::NotAcquired`] if every permit stayed held until the deadline; otherwise as
+    /// [`Semaphore::try_acquire`].
+    async fn acquire(&self, options: &LockOptions) -> Result<LockGuard> {
+        let ttl_ms = self.check(options)?;
+        let permits = OnReleaseChannel(PermitAttempts {
+            semaphore: self,
+            ttl_ms,
+        });
+        crate::core::acquire::wait(&permits, options, options.wait_bound()).await
+    }
+
+    /// Releases the permit that `token` holds (a guard does this by itself; this is for a token
+    /// received from elsewhere).
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if `token` holds no unexpired permit of this semaphore.
+    async fn release(&self, token: &LockToken) -> Result<()> {
+        if self.release_raw(token.expose()).await? {
+            Ok(())
+        } else {
+            Err(Error::NotHeld {
+                key: self.name.clone(),
+            })
+        }
+    }
+
+    /// Resets the permit that `token` holds to `ttl` from now.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] if `token` holds no unexpired permit; [`Error::InvalidArgument`] for
+    /// a bad TTL.
+    async fn extend(&self, token: &LockToken, ttl: Duration) -> Result<()> {
+        if extend_member(&self.client, &self.permits_key, token, ttl).await? {
+            Ok(())
+        } else {
+            Err(Error::NotHeld {
+                key: self.name.clone(),
+            })
+        }
+    }
+
+    /// How many permits are held (unexpired) right now.
+    ///
+    /// # Errors
+    /// Connection and server errors.
+    async fn holders(&self) -> Result<u32> {
+        count_members(&self.client, &self.permits_key).await
+    }
+}
 
 /// One semaphore's attempts, for the acquisition engine.
 struct PermitAttempts<'a> {

@@ -43,22 +43,19 @@ pub(crate) trait LeaderChanges: Send {
 /// Guarantees every provider keeps (docs/guarantees.md §6): at most one leader at a time while
 /// leases are valid; terms strictly increase from leader to leader; a leader learns of its loss
 /// through its guard.
+#[async_trait::async_trait]
 pub(crate) trait ElectionProvider: Send + Sync + Debug + 'static {
     /// Waits to lead as `id` (checked by the handle), with `options` as given by the caller
     /// (their TTL checked as renewed): the provider turns on auto-extension and fencing, and
     /// refuses what it does not have (fair mode, `replica_ack`) with `Error::Unsupported`.
-    fn campaign<'a>(
-        &'a self,
-        id: &'a str,
-        options: &'a LockOptions,
-    ) -> BoxFuture<'a, Result<LockGuard>>;
+    async fn campaign(&self, id: &str, options: &LockOptions) -> Result<LockGuard>;
 
     /// Who leads now; `None` while nobody does.
-    fn leader<'a>(&'a self) -> BoxFuture<'a, Result<Option<Leader>>>;
+    async fn leader(&self) -> Result<Option<Leader>>;
 
     /// A source of change announcements, if the backend has one (`None`: the watch polls).
-    fn changes<'a>(&'a self) -> BoxFuture<'a, Option<Box<dyn LeaderChanges>>> {
-        Box::pin(async { None })
+    async fn changes(&self) -> Option<Box<dyn LeaderChanges>> {
+        None
     }
 }
 

@@ -18,25 +18,6 @@ pub(crate) use rwlock::RwLockProvider;
 pub(crate) use semaphore::SemaphoreProvider;
 pub use semaphore::{MAX_PERMITS, Semaphore};
 
-/// Implements a provider trait of this module for a type whose inherent async methods have the
-/// trait's names and signatures (each returning `Result<_>`), boxing their futures:
-/// `impl_provider!(SemaphoreProvider for EtcdSemaphore { try_acquire(options: &LockOptions) -> TryAcquire, ... })`.
-macro_rules! impl_provider {
-    ($trait:ident for $ty:ty { $( $method:ident ( $( $arg:ident : $argty:ty ),* ) -> $out:ty ),* $(,)? }) => {
-        impl $crate::core::sync::$trait for $ty {
-            $(
-                fn $method<'a>(
-                    &'a self,
-                    $( $arg: $argty ),*
-                ) -> ::futures_util::future::BoxFuture<'a, $crate::Result<$out>> {
-                    Box::pin(<$ty>::$method(self, $( $arg ),*))
-                }
-            )*
-        }
-    };
-}
-pub(crate) use impl_provider;
-
 /// What every handle knows of itself: its name, and its backend for spans (set by the
 /// `Locker` that made it, or the backend's own client).
 #[derive(Debug, Clone)]

@@ -4,8 +4,6 @@ use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::future::BoxFuture;
-
 use crate::core::error::Result;
 use crate::core::guard::{Lease, LockGuard};
 use crate::core::kind::Backend;
@@ -18,17 +16,17 @@ use crate::core::token::LockToken;
 /// keeps (docs/guarantees.md §4): while leases are valid, a writer holds alone (no reader, no
 /// other writer); a waiting writer is not starved by a stream of readers; release and extend
 /// are token-checked on the server.
+#[async_trait::async_trait]
 pub(crate) trait RwLockProvider: Send + Sync + Debug + 'static {
-    fn try_read<'a>(&'a self, options: &'a LockOptions) -> BoxFuture<'a, Result<TryAcquire>>;
-    fn read<'a>(&'a self, options: &'a LockOptions) -> BoxFuture<'a, Result<LockGuard>>;
-    fn try_write<'a>(&'a self, options: &'a LockOptions) -> BoxFuture<'a, Result<TryAcquire>>;
-    fn write<'a>(&'a self, options: &'a LockOptions) -> BoxFuture<'a, Result<LockGuard>>;
-    fn release_read<'a>(&'a self, token: &'a LockToken) -> BoxFuture<'a, Result<()>>;
-    fn release_write<'a>(&'a self, token: &'a LockToken) -> BoxFuture<'a, Result<()>>;
-    fn extend_read<'a>(&'a self, token: &'a LockToken, ttl: Duration) -> BoxFuture<'a, Result<()>>;
-    fn extend_write<'a>(&'a self, token: &'a LockToken, ttl: Duration)
-    -> BoxFuture<'a, Result<()>>;
-    fn readers<'a>(&'a self) -> BoxFuture<'a, Result<u32>>;
+    async fn try_read(&self, options: &LockOptions) -> Result<TryAcquire>;
+    async fn read(&self, options: &LockOptions) -> Result<LockGuard>;
+    async fn try_write(&self, options: &LockOptions) -> Result<TryAcquire>;
+    async fn write(&self, options: &LockOptions) -> Result<LockGuard>;
+    async fn release_read(&self, token: &LockToken) -> Result<()>;
+    async fn release_write(&self, token: &LockToken) -> Result<()>;
+    async fn extend_read(&self, token: &LockToken, ttl: Duration) -> Result<()>;
+    async fn extend_write(&self, token: &LockToken, ttl: Duration) -> Result<()>;
+    async fn readers(&self) -> Result<u32>;
 }
 
 /// A read-write lock: any number of readers, or one writer, of `name`. Cheap to clone; made by

@@ -4,8 +4,6 @@ use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::future::BoxFuture;
-
 use crate::core::error::{Error, Result};
 use crate::core::guard::{Lease, LockGuard};
 use crate::core::kind::Backend;
@@ -22,17 +20,18 @@ pub const MAX_PERMITS: u32 = 1_000_000;
 /// §3): while their leases are valid, at most `permits` tokens hold a permit; release and
 /// extend are token-checked on the server; an auto-extended permit that stops being held is
 /// reported lost.
+#[async_trait::async_trait]
 pub(crate) trait SemaphoreProvider: Send + Sync + Debug + 'static {
     /// One attempt, without waiting.
-    fn try_acquire<'a>(&'a self, options: &'a LockOptions) -> BoxFuture<'a, Result<TryAcquire>>;
+    async fn try_acquire(&self, options: &LockOptions) -> Result<TryAcquire>;
     /// Waits as `options` say.
-    fn acquire<'a>(&'a self, options: &'a LockOptions) -> BoxFuture<'a, Result<LockGuard>>;
+    async fn acquire(&self, options: &LockOptions) -> Result<LockGuard>;
     /// Releases the permit `token` holds.
-    fn release<'a>(&'a self, token: &'a LockToken) -> BoxFuture<'a, Result<()>>;
+    async fn release(&self, token: &LockToken) -> Result<()>;
     /// Resets the permit `token` holds to `ttl` from now.
-    fn extend<'a>(&'a self, token: &'a LockToken, ttl: Duration) -> BoxFuture<'a, Result<()>>;
+    async fn extend(&self, token: &LockToken, ttl: Duration) -> Result<()>;
     /// How many permits are held now.
-    fn holders<'a>(&'a self) -> BoxFuture<'a, Result<u32>>;
+    async fn holders(&self) -> Result<u32>;
 }
 
 /// A counting semaphore: at most `permits` holders of `name` at once, across every process.

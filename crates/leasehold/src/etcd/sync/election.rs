@@ -11,7 +11,7 @@ use futures_util::future::BoxFuture;
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::LockGuard;
 use crate::core::options::LockOptions;
-use crate::core::sync::{ElectionProvider, Leader, LeaderChanges};
+use crate::core::sync::{Leader, LeaderChanges};
 use crate::core::token::LockToken;
 
 use super::super::acquire::Queue;
@@ -38,7 +38,10 @@ impl EtcdElection {
             prefix: prefix("election", name),
         }
     }
+}
 
+#[async_trait::async_trait]
+impl crate::core::sync::ElectionProvider for EtcdElection {
     /// Waits to lead as `id`: an entry `prefix token \0 id` on the session of the TTL, which
     /// leads once every earlier entry is gone; its create revision is the term. Auto-extended
     /// and fenced whatever `options` say.
@@ -46,7 +49,7 @@ impl EtcdElection {
     /// # Errors
     /// [`Error::Unsupported`] with fair mode or `replica_ack`; [`Error::NotAcquired`] at the
     /// deadline; as [`Locker::acquire`](crate::Locker::acquire).
-    pub(super) async fn campaign(&self, id: &str, options: &LockOptions) -> Result<LockGuard> {
+    async fn campaign(&self, id: &str, options: &LockOptions) -> Result<LockGuard> {
         let options = options.clone().fencing(true).auto_extend(true);
         let secs = check_options(&self.client, &self.name, "an election", &options, true)?;
         let entry = |token: &LockToken| {
@@ -76,7 +79,7 @@ impl EtcdElection {
     /// # Errors
     /// [`Error::Conflict`] for an entry that is not a campaign's; connection and server
     /// errors.
-    pub(super) async fn leader(&self) -> Result<Option<Leader>> {
+    async fn leader(&self) -> Result<Option<Leader>> {
         let options = GetOptions::new()
             .with_prefix()
             .with_sort(SortTarget::Create, SortOrder::Ascend)
@@ -112,31 +115,15 @@ impl EtcdElection {
             ttl,
         }))
     }
-}
-
-impl ElectionProvider for EtcdElection {
-    fn campaign<'a>(
-        &'a self,
-        id: &'a str,
-        options: &'a LockOptions,
-    ) -> BoxFuture<'a, Result<LockGuard>> {
-        Box::pin(EtcdElection::campaign(self, id, options))
-    }
-
-    fn leader<'a>(&'a self) -> BoxFuture<'a, Result<Option<Leader>>> {
-        Box::pin(EtcdElection::leader(self))
-    }
 
     /// An etcd watch on the election's prefix: every campaign, resignation and expiry.
-    fn changes<'a>(&'a self) -> BoxFuture<'a, Option<Box<dyn LeaderChanges>>> {
-        Box::pin(async move {
-            let mut changes = EtcdLeaderChanges {
-                election: self.clone(),
-                stream: None,
-            };
-            changes.open().await;
-            Some(Box::new(changes) as Box<dyn LeaderChanges>)
-        })
+    async fn changes(&self) -> Option<Box<dyn LeaderChanges>> {
+        let mut changes = EtcdLeaderChanges {
+            election: self.clone(),
+            stream: None,
+        };
+        changes.open().await;
+        Some(Box::new(changes) as Box<dyn LeaderChanges>)
     }
 }
 

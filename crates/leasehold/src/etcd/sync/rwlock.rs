@@ -10,7 +10,6 @@ use crate::core::error::Result;
 use crate::core::guard::LockGuard;
 use crate::core::options::LockOptions;
 use crate::core::outcome::TryAcquire;
-use crate::core::sync::impl_provider;
 use crate::core::token::LockToken;
 
 use super::super::acquire::{EntryOf, Queue};
@@ -102,45 +101,48 @@ impl EtcdRwLock {
             )
             .await
     }
+}
 
+#[async_trait::async_trait]
+impl crate::core::sync::RwLockProvider for EtcdRwLock {
     /// One attempt to read: succeeds while no writer holds or waits.
-    pub(super) async fn try_read(&self, options: &LockOptions) -> Result<TryAcquire> {
+    async fn try_read(&self, options: &LockOptions) -> Result<TryAcquire> {
         self.try_side(Side::Read, options).await
     }
 
     /// Waits to read, behind the writers that came before.
-    pub(super) async fn read(&self, options: &LockOptions) -> Result<LockGuard> {
+    async fn read(&self, options: &LockOptions) -> Result<LockGuard> {
         self.wait_side(Side::Read, options).await
     }
 
     /// One attempt to write: succeeds while nobody holds or waits.
-    pub(super) async fn try_write(&self, options: &LockOptions) -> Result<TryAcquire> {
+    async fn try_write(&self, options: &LockOptions) -> Result<TryAcquire> {
         self.try_side(Side::Write, options).await
     }
 
     /// Waits to write, behind everyone who came before; readers who come later wait for it.
-    pub(super) async fn write(&self, options: &LockOptions) -> Result<LockGuard> {
+    async fn write(&self, options: &LockOptions) -> Result<LockGuard> {
         self.wait_side(Side::Write, options).await
     }
 
-    pub(super) async fn release_read(&self, token: &LockToken) -> Result<()> {
+    async fn release_read(&self, token: &LockToken) -> Result<()> {
         let entry = self.entry(Side::Read, token);
         self.client.release_entry(&self.name, entry, token).await
     }
 
-    pub(super) async fn release_write(&self, token: &LockToken) -> Result<()> {
+    async fn release_write(&self, token: &LockToken) -> Result<()> {
         let entry = self.entry(Side::Write, token);
         self.client.release_entry(&self.name, entry, token).await
     }
 
-    pub(super) async fn extend_read(&self, token: &LockToken, ttl: Duration) -> Result<()> {
+    async fn extend_read(&self, token: &LockToken, ttl: Duration) -> Result<()> {
         let entry = self.entry(Side::Read, token);
         self.client
             .extend_entry(&self.name, entry, token, ttl)
             .await
     }
 
-    pub(super) async fn extend_write(&self, token: &LockToken, ttl: Duration) -> Result<()> {
+    async fn extend_write(&self, token: &LockToken, ttl: Duration) -> Result<()> {
         let entry = self.entry(Side::Write, token);
         self.client
             .extend_entry(&self.name, entry, token, ttl)
@@ -148,7 +150,7 @@ impl EtcdRwLock {
     }
 
     /// The readers holding now: the read entries ahead of the first write entry.
-    pub(super) async fn readers(&self) -> Result<u32> {
+    async fn readers(&self) -> Result<u32> {
         let options = GetOptions::new()
             .with_prefix()
             .with_sort(SortTarget::Create, SortOrder::Ascend)
@@ -163,15 +165,3 @@ impl EtcdRwLock {
         Ok(holding as u32)
     }
 }
-
-impl_provider!(RwLockProvider for EtcdRwLock {
-    try_read(options: &'a LockOptions) -> TryAcquire,
-    read(options: &'a LockOptions) -> LockGuard,
-    try_write(options: &'a LockOptions) -> TryAcquire,
-    write(options: &'a LockOptions) -> LockGuard,
-    release_read(token: &'a LockToken) -> (),
-    release_write(token: &'a LockToken) -> (),
-    extend_read(token: &'a LockToken, ttl: Duration) -> (),
-    extend_write(token: &'a LockToken, ttl: Duration) -> (),
-    readers() -> u32,
-});

@@ -10,7 +10,6 @@ use crate::core::error::{Error, Result};
 use crate::core::guard::LockGuard;
 use crate::core::options::LockOptions;
 use crate::core::outcome::TryAcquire;
-use crate::core::sync::impl_provider;
 use crate::core::token::LockToken;
 
 use super::super::acquire::{CheckFirst, EntryOf, Queue};
@@ -84,14 +83,17 @@ impl EtcdSemaphore {
     fn check(&self, options: &LockOptions) -> Result<i64> {
         check_options(&self.client, &self.name, "a semaphore", options, false)
     }
+}
 
+#[async_trait::async_trait]
+impl crate::core::sync::SemaphoreProvider for EtcdSemaphore {
     /// One attempt (see [`Locker::try_acquire`](crate::Locker::try_acquire)): busy while `permits` entries exist.
     ///
     /// # Errors
     /// [`Error::Unsupported`] with fencing, fair mode or `replica_ack`; [`Error::Conflict`]
     /// when the semaphore is held with another number of permits; as
     /// [`Locker::try_acquire`](crate::Locker::try_acquire).
-    pub(super) async fn try_acquire(&self, options: &LockOptions) -> Result<TryAcquire> {
+    async fn try_acquire(&self, options: &LockOptions) -> Result<TryAcquire> {
         let secs = self.check(options)?;
         let (entry, check) = (
             |t: &LockToken| self.entry(t),
@@ -107,7 +109,7 @@ impl EtcdSemaphore {
     ///
     /// # Errors
     /// [`Error::NotAcquired`] at the deadline; as [`EtcdSemaphore::try_acquire`].
-    pub(super) async fn acquire(&self, options: &LockOptions) -> Result<LockGuard> {
+    async fn acquire(&self, options: &LockOptions) -> Result<LockGuard> {
         let secs = self.check(options)?;
         let (entry, check) = (
             |t: &LockToken| self.entry(t),
@@ -124,14 +126,14 @@ impl EtcdSemaphore {
     }
 
     /// Releases the permit of `token` (of this number of permits), token-checked.
-    pub(super) async fn release(&self, token: &LockToken) -> Result<()> {
+    async fn release(&self, token: &LockToken) -> Result<()> {
         self.client
             .release_entry(&self.name, self.entry(token), token)
             .await
     }
 
     /// Moves the permit of `token` onto a fresh lease of `ttl`, token-checked.
-    pub(super) async fn extend(&self, token: &LockToken, ttl: Duration) -> Result<()> {
+    async fn extend(&self, token: &LockToken, ttl: Duration) -> Result<()> {
         self.client
             .extend_entry(&self.name, self.entry(token), token, ttl)
             .await
@@ -139,17 +141,9 @@ impl EtcdSemaphore {
 
     /// The entries, at most `permits`: the holders (a waiter whose turn came and which has not
     /// read it yet counts as a holder).
-    pub(super) async fn holders(&self) -> Result<u32> {
+    async fn holders(&self) -> Result<u32> {
         let options = GetOptions::new().with_prefix().with_count_only();
         let resp = self.client.read(&self.prefix, options).await?;
         Ok((resp.count().max(0) as u64).min(u64::from(self.permits)) as u32)
     }
 }
-
-impl_provider!(SemaphoreProvider for EtcdSemaphore {
-    try_acquire(options: &'a LockOptions) -> TryAcquire,
-    acquire(options: &'a LockOptions) -> LockGuard,
-    release(token: &'a LockToken) -> (),
-    extend(token: &'a LockToken, ttl: Duration) -> (),
-    holders() -> u32,
-});

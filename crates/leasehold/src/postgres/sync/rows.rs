@@ -14,9 +14,7 @@ use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::{HeldLock, Lease, LockGuard, clock_drift};
 use crate::core::options::{LockOptions, ttl_millis};
 use crate::core::outcome::TryAcquire;
-use crate::core::sync::{
-    Election, ElectionProvider, Leader, LeaderChanges, Semaphore, impl_provider,
-};
+use crate::core::sync::{Election, Leader, LeaderChanges, Semaphore, SemaphoreProvider};
 use crate::core::token::LockToken;
 use crate::postgres::lease::{NameReleases, PostgresLeaseClient};
 use crate::postgres::params::validate_pg_key;
@@ -262,7 +260,7 @@ impl RowSemaphore {
             }
             if slot.is_some() {
                 if late(&s.name, started, ttl) {
-                    let _ = self.release(&token).await;
+                    let _ = SemaphoreProvider::release(self, &token).await;
                     return Err(Error::ExpiredOnArrival {
                         key: s.name.clone(),
                         elapsed: started.elapsed(),
@@ -284,7 +282,44 @@ impl RowSemaphore {
         }
         Ok(TryAcquire::Busy { remaining: None })
     }
+}
 
+/// A waiter for a permit, as the acquisition engine drives it.
+impl Attempts for RowSemaphore {
+    fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    async fn attempt(&self, options: &LockOptions, _: Ask) -> Result<TryAcquire> {
+        RowSemaphore::attempt(self, options).await
+    }
+
+    fn wakes(&self) -> bool {
+        true
+    }
+
+    async fn wakeups(&self) -> Option<Box<dyn Wakeup>> {
+        self.0.client.wakeups(&self.0.name).await
+    }
+}
+
+/// A held permit, as its guard sees it.
+impl HeldLock for RowSemaphore {
+    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
+        Box::pin(SemaphoreProvider::release(self, lease.token()))
+    }
+
+    fn extend<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Instant>> {
+        Box::pin(async move {
+            let started = Instant::now();
+            SemaphoreProvider::extend(self, lease.token(), ttl).await?;
+            Ok(started + ttl.saturating_sub(clock_drift(ttl)))
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::core::sync::SemaphoreProvider for RowSemaphore {
     async fn try_acquire(&self, options: &LockOptions) -> Result<TryAcquire> {
         self.check(options)?;
         self.attempt(options).await
@@ -350,48 +385,6 @@ impl RowSemaphore {
     }
 }
 
-/// A waiter for a permit, as the acquisition engine drives it.
-impl Attempts for RowSemaphore {
-    fn name(&self) -> &str {
-        &self.0.name
-    }
-
-    async fn attempt(&self, options: &LockOptions, _: Ask) -> Result<TryAcquire> {
-        RowSemaphore::attempt(self, options).await
-    }
-
-    fn wakes(&self) -> bool {
-        true
-    }
-
-    async fn wakeups(&self) -> Option<Box<dyn Wakeup>> {
-        self.0.client.wakeups(&self.0.name).await
-    }
-}
-
-/// A held permit, as its guard sees it.
-impl HeldLock for RowSemaphore {
-    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
-        Box::pin(RowSemaphore::release(self, lease.token()))
-    }
-
-    fn extend<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Instant>> {
-        Box::pin(async move {
-            let started = Instant::now();
-            RowSemaphore::extend(self, lease.token(), ttl).await?;
-            Ok(started + ttl.saturating_sub(clock_drift(ttl)))
-        })
-    }
-}
-
-impl_provider!(SemaphoreProvider for RowSemaphore {
-    try_acquire(options: &'a LockOptions) -> TryAcquire,
-    acquire(options: &'a LockOptions) -> LockGuard,
-    release(token: &'a LockToken) -> (),
-    extend(token: &'a LockToken, ttl: Duration) -> (),
-    holders() -> u32,
-});
-
 /// An election on the lease row of its name and a term row (see the module docs).
 #[derive(Debug)]
 pub(crate) struct RowElection {
@@ -445,7 +438,34 @@ impl RowElection {
         )
         .await
     }
+}
 
+/// A candidate of a [`RowElection`], as the acquisition engine drives it.
+struct Campaign<'a> {
+    election: &'a RowElection,
+    id: &'a str,
+}
+
+impl Attempts for Campaign<'_> {
+    fn name(&self) -> &str {
+        &self.election.name
+    }
+
+    async fn attempt(&self, options: &LockOptions, _: Ask) -> Result<TryAcquire> {
+        self.election.attempt(self.id, options).await
+    }
+
+    fn wakes(&self) -> bool {
+        true
+    }
+
+    async fn wakeups(&self) -> Option<Box<dyn Wakeup>> {
+        self.election.client.wakeups(&self.election.name).await
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::core::sync::ElectionProvider for RowElection {
     /// Waits for the name's lease row through the acquisition engine, woken by a release
     /// (`LISTEN`), for as long as the handle set (for ever without a wait:
     /// `Election::campaign`).
@@ -486,52 +506,12 @@ impl RowElection {
             }),
         }
     }
-}
-
-/// A candidate of a [`RowElection`], as the acquisition engine drives it.
-struct Campaign<'a> {
-    election: &'a RowElection,
-    id: &'a str,
-}
-
-impl Attempts for Campaign<'_> {
-    fn name(&self) -> &str {
-        &self.election.name
-    }
-
-    async fn attempt(&self, options: &LockOptions, _: Ask) -> Result<TryAcquire> {
-        self.election.attempt(self.id, options).await
-    }
-
-    fn wakes(&self) -> bool {
-        true
-    }
-
-    async fn wakeups(&self) -> Option<Box<dyn Wakeup>> {
-        self.election.client.wakeups(&self.election.name).await
-    }
-}
-
-impl ElectionProvider for RowElection {
-    fn campaign<'a>(
-        &'a self,
-        id: &'a str,
-        options: &'a LockOptions,
-    ) -> BoxFuture<'a, Result<LockGuard>> {
-        Box::pin(RowElection::campaign(self, id, options))
-    }
-
-    fn leader<'a>(&'a self) -> BoxFuture<'a, Result<Option<Leader>>> {
-        Box::pin(RowElection::leader(self))
-    }
 
     /// A leader elected or resigning is announced on the lease rows' channel (`LISTEN`; through
     /// a transaction pooler announcements may be lost, and the watch polls).
-    fn changes<'a>(&'a self) -> BoxFuture<'a, Option<Box<dyn LeaderChanges>>> {
-        Box::pin(async move {
-            let announcements = self.client.releases_of(&self.name).await?;
-            Some(Box::new(announcements) as Box<dyn LeaderChanges>)
-        })
+    async fn changes(&self) -> Option<Box<dyn LeaderChanges>> {
+        let announcements = self.client.releases_of(&self.name).await?;
+        Some(Box::new(announcements) as Box<dyn LeaderChanges>)
     }
 }
 

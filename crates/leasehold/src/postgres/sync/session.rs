@@ -4,15 +4,13 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use futures_util::future::BoxFuture;
-
 use super::advisory::{AdvisoryLock, Ask, count_sql, slots_held_sql};
 use crate::core::acquire::{self, Attempts};
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::LockGuard;
 use crate::core::options::LockOptions;
 use crate::core::outcome::TryAcquire;
-use crate::core::sync::{Election, ElectionProvider, Leader, RwLock, Semaphore, impl_provider};
+use crate::core::sync::{Election, Leader, RwLock, Semaphore};
 use crate::core::token::LockToken;
 use crate::postgres::client::PostgresClient;
 use crate::postgres::params::validate_pg_key;
@@ -116,52 +114,6 @@ impl PgSemaphore {
             ],
         )
     }
-
-    async fn try_acquire(&self, options: &LockOptions) -> Result<TryAcquire> {
-        self.check(options)?;
-        let scan = self
-            .client
-            .advisory_attempt(&self.name, Ask::AnySlot(self.permits), options, None)
-            .await?;
-        Ok(granted_or_busy(scan))
-    }
-
-    /// Tries every slot; while all are held, waits in one slot's queue (a different slot each
-    /// round) for a backoff delay, then tries every slot again: [`SlotScan`], through the
-    /// acquisition engine.
-    async fn acquire(&self, options: &LockOptions) -> Result<LockGuard> {
-        self.check(options)?;
-        let scan = SlotScan {
-            semaphore: self,
-            rounds: AtomicU32::new(0),
-        };
-        crate::core::acquire::wait(&scan, options, options.wait_bound()).await
-    }
-
-    async fn release(&self, token: &LockToken) -> Result<()> {
-        self.client
-            .release_advisory(&self.name, token, is_permit)
-            .await
-    }
-
-    async fn extend(&self, token: &LockToken, ttl: Duration) -> Result<()> {
-        self.client
-            .extend_advisory(&self.name, token, ttl, is_permit)
-            .await
-    }
-
-    async fn holders(&self) -> Result<u32> {
-        let permits = self.permits.to_string();
-        let row = self
-            .client
-            .query_pooled(
-                Operation::Inspect,
-                &slots_held_sql(),
-                &[&self.name, &permits],
-            )
-            .await?;
-        count(&row)
-    }
 }
 
 /// A semaphore's waiter, as the acquisition engine drives it. Each attempt tries every slot
@@ -227,13 +179,54 @@ fn count(row: &tokio_postgres::Row) -> Result<u32> {
     Ok(u32::try_from(n).unwrap_or(u32::MAX))
 }
 
-impl_provider!(SemaphoreProvider for PgSemaphore {
-    try_acquire(options: &'a LockOptions) -> TryAcquire,
-    acquire(options: &'a LockOptions) -> LockGuard,
-    release(token: &'a LockToken) -> (),
-    extend(token: &'a LockToken, ttl: Duration) -> (),
-    holders() -> u32,
-});
+#[async_trait::async_trait]
+impl crate::core::sync::SemaphoreProvider for PgSemaphore {
+    async fn try_acquire(&self, options: &LockOptions) -> Result<TryAcquire> {
+        self.check(options)?;
+        let scan = self
+            .client
+            .advisory_attempt(&self.name, Ask::AnySlot(self.permits), options, None)
+            .await?;
+        Ok(granted_or_busy(scan))
+    }
+
+    /// Tries every slot; while all are held, waits in one slot's queue (a different slot each
+    /// round) for a backoff delay, then tries every slot again: [`SlotScan`], through the
+    /// acquisition engine.
+    async fn acquire(&self, options: &LockOptions) -> Result<LockGuard> {
+        self.check(options)?;
+        let scan = SlotScan {
+            semaphore: self,
+            rounds: AtomicU32::new(0),
+        };
+        crate::core::acquire::wait(&scan, options, options.wait_bound()).await
+    }
+
+    async fn release(&self, token: &LockToken) -> Result<()> {
+        self.client
+            .release_advisory(&self.name, token, is_permit)
+            .await
+    }
+
+    async fn extend(&self, token: &LockToken, ttl: Duration) -> Result<()> {
+        self.client
+            .extend_advisory(&self.name, token, ttl, is_permit)
+            .await
+    }
+
+    async fn holders(&self) -> Result<u32> {
+        let permits = self.permits.to_string();
+        let row = self
+            .client
+            .query_pooled(
+                Operation::Inspect,
+                &slots_held_sql(),
+                &[&self.name, &permits],
+            )
+            .await?;
+        count(&row)
+    }
+}
 
 /// A read-write lock on the advisory lock of its name (see the module docs).
 #[derive(Debug, Clone)]
@@ -269,13 +262,12 @@ impl PgRwLock {
             .await?;
         Ok(granted_or_busy(guard))
     }
+}
 
+#[async_trait::async_trait]
+impl crate::core::sync::RwLockProvider for PgRwLock {
     async fn try_read(&self, options: &LockOptions) -> Result<TryAcquire> {
         self.try_side(Ask::Read, options).await
-    }
-
-    async fn try_write(&self, options: &LockOptions) -> Result<TryAcquire> {
-        self.try_side(Ask::Write, options).await
     }
 
     async fn read(&self, options: &LockOptions) -> Result<LockGuard> {
@@ -283,6 +275,10 @@ impl PgRwLock {
         self.client
             .advisory_wait(&self.name, Ask::Read, options, options.wait_bound())
             .await
+    }
+
+    async fn try_write(&self, options: &LockOptions) -> Result<TryAcquire> {
+        self.try_side(Ask::Write, options).await
     }
 
     async fn write(&self, options: &LockOptions) -> Result<LockGuard> {
@@ -328,18 +324,6 @@ impl PgRwLock {
         count(&row)
     }
 }
-
-impl_provider!(RwLockProvider for PgRwLock {
-    try_read(options: &'a LockOptions) -> TryAcquire,
-    read(options: &'a LockOptions) -> LockGuard,
-    try_write(options: &'a LockOptions) -> TryAcquire,
-    write(options: &'a LockOptions) -> LockGuard,
-    release_read(token: &'a LockToken) -> (),
-    release_write(token: &'a LockToken) -> (),
-    extend_read(token: &'a LockToken, ttl: Duration) -> (),
-    extend_write(token: &'a LockToken, ttl: Duration) -> (),
-    readers() -> u32,
-});
 
 /// The table of election terms on session locks: the fencing number drawn at each win and the
 /// winner's id, written in the winning statement.
@@ -393,7 +377,10 @@ impl PgElection {
             _ => Ok(()),
         }
     }
+}
 
+#[async_trait::async_trait]
+impl crate::core::sync::ElectionProvider for PgElection {
     async fn campaign(&self, id: &str, options: &LockOptions) -> Result<LockGuard> {
         self.client.check_primitive(options, &[])?;
         let options = options.clone().fencing(true).auto_extend(true);
@@ -434,19 +421,5 @@ impl PgElection {
                     .into(),
             }),
         }
-    }
-}
-
-impl ElectionProvider for PgElection {
-    fn campaign<'a>(
-        &'a self,
-        id: &'a str,
-        options: &'a LockOptions,
-    ) -> BoxFuture<'a, Result<LockGuard>> {
-        Box::pin(PgElection::campaign(self, id, options))
-    }
-
-    fn leader<'a>(&'a self) -> BoxFuture<'a, Result<Option<Leader>>> {
-        Box::pin(PgElection::leader(self))
     }
 }
