@@ -131,3 +131,114 @@ impl Primitive {
         }
     }
 }
+
+/// What an acquisition takes, for the option table ([`Backend::refuses`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Taking {
+    /// A plain lock (fair on a backend whose waiters queue anyway).
+    Lock,
+    /// A plain lock in a fair queue of its own ([`Fairness::Queue`] with the fair option).
+    FairLock,
+    /// A semaphore's permit.
+    Permit,
+    /// A read-write lock's read side.
+    Read,
+    /// A read-write lock's write side.
+    Write,
+    /// An election's leadership.
+    Leadership,
+    /// Several keys at once (Redis' multi-key lock).
+    Keys,
+}
+
+impl Taking {
+    /// What it is called in messages.
+    const fn describe(self) -> &'static str {
+        match self {
+            Taking::Lock => "a lock",
+            Taking::FairLock => "a fair lock",
+            Taking::Permit => "a semaphore",
+            Taking::Read => "a read lock",
+            Taking::Write => "a write lock",
+            Taking::Leadership => "an election",
+            Taking::Keys => "a multi-key lock",
+        }
+    }
+}
+
+/// An acquisition option that some takings or backends do not have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Opt {
+    /// [`LockOptions::fair`](crate::LockOptions::fair).
+    Fair,
+    /// [`LockOptions::fencing`](crate::LockOptions::fencing).
+    Fencing,
+    /// [`LockOptions::replica_ack`](crate::LockOptions::replica_ack).
+    ReplicaAck,
+    /// [`LockOptions::min_hold`](crate::LockOptions::min_hold).
+    MinHold,
+}
+
+impl Opt {
+    /// Every option of the table, in the order they are checked.
+    pub(crate) const ALL: [Opt; 4] = [Opt::Fair, Opt::Fencing, Opt::ReplicaAck, Opt::MinHold];
+
+    /// Its name in messages (the option's setter).
+    pub(crate) const fn name(self) -> &'static str {
+        match self {
+            Opt::Fair => "fair mode",
+            Opt::Fencing => "fencing",
+            Opt::ReplicaAck => "replica_ack",
+            Opt::MinHold => "min_hold",
+        }
+    }
+}
+
+impl Backend {
+    /// Why `taking` refuses `option` on this backend, or `None` where it takes it: the one
+    /// table of which option goes with what, read by every acquisition before its first round
+    /// trip (`LockOptions::check_for`), so that a refusal is the same on every backend and
+    /// entry point.
+    pub(crate) const fn refuses(self, taking: Taking, option: Opt) -> Option<&'static str> {
+        use Opt::*;
+        use Taking::*;
+        match (option, taking) {
+            (Fair, Lock) => match self.fairness() {
+                Fairness::Unsupported => Some("this backend keeps no queue of waiters"),
+                Fairness::Queue | Fairness::Always => None,
+            },
+            (Fair, FairLock) => None,
+            (Fair, _) => Some("only the plain lock has a fair mode"),
+            (Fencing, Permit) => Some("a semaphore admits several holders at once"),
+            (Fencing, Read) => Some("readers share the lock; the writer gets a number"),
+            (Fencing, Keys) => Some("one number cannot fence several keys"),
+            (Fencing, Lock | FairLock | Write | Leadership) => None,
+            (ReplicaAck, Lock) => match self {
+                Backend::Redis => None,
+                _ => Some("only Redis has replicas to wait for"),
+            },
+            (ReplicaAck, _) => Some("only the plain lock waits for replicas"),
+            (MinHold, Lock) => match self {
+                Backend::Postgres => Some("an advisory lock ends with its unlock; use ?lock=lease"),
+                _ => None,
+            },
+            (MinHold, FairLock) => Some("a release hands the lock to the next waiter"),
+            (MinHold, _) => Some("only the plain lock keeps a minimum hold"),
+        }
+    }
+}
+
+/// The refusal of `option` on `taking` by `backend`, or `None` where it takes it (see
+/// [`Backend::refuses`]).
+pub(crate) fn refusal(
+    backend: Backend,
+    taking: Taking,
+    option: Opt,
+) -> Option<crate::core::error::Error> {
+    backend
+        .refuses(taking, option)
+        .map(|why| crate::core::error::Error::Unsupported {
+            backend: backend.name(),
+            what: format!("{} on {} ({why})", option.name(), taking.describe()),
+        })
+}

@@ -6,6 +6,7 @@ use std::time::Duration;
 use rand::Rng;
 
 use crate::core::error::{Error, Result};
+use crate::core::kind::{Backend, Fairness, Opt, Taking, refusal};
 
 /// Shortest TTL accepted: 10 ms.
 ///
@@ -417,18 +418,28 @@ impl LockOptions {
         self.min_hold
     }
 
-    /// These options, or [`Error::Unsupported`] naming `backend` and `what` (the primitive) if
-    /// they ask for a [`min_hold`](LockOptions::min_hold): for the backends and primitives that
-    /// cannot keep a lock after its release, so the option is refused before any round trip
-    /// rather than ignored.
-    pub(crate) fn refuse_min_hold(&self, backend: &'static str, what: &str) -> Result<&Self> {
-        match self.min_hold {
-            Some(_) => Err(Error::Unsupported {
-                backend,
-                what: format!("min_hold on {what}"),
-            }),
-            None => Ok(self),
+    /// These options, checked for `taking` on `backend` before any round trip: the input
+    /// limits ([`LockOptions::validate`]), then every option set here that `taking` does not
+    /// take on `backend` ([`Error::Unsupported`] naming it and why; the table is
+    /// `Backend::refuses`). Returns the TTL in milliseconds.
+    pub(crate) fn check_for(&self, backend: Backend, taking: Taking) -> Result<u64> {
+        let ttl_ms = self.ttl_millis()?;
+        let taking = match (taking, self.fair, backend.fairness()) {
+            (Taking::Lock, true, Fairness::Queue) => Taking::FairLock,
+            _ => taking,
+        };
+        for option in Opt::ALL {
+            let set = match option {
+                Opt::Fair => self.fair,
+                Opt::Fencing => self.fencing,
+                Opt::ReplicaAck => self.replica_ack.is_some(),
+                Opt::MinHold => self.min_hold.is_some(),
+            };
+            if let Some(refused) = set.then(|| refusal(backend, taking, option)).flatten() {
+                return Err(refused);
+            }
         }
+        Ok(ttl_ms)
     }
 
     /// Checks the options against the input limits (`docs/guarantees.md`, "Input limits"):

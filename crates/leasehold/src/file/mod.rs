@@ -91,7 +91,7 @@ use crate::core::acquire::{Ask, Attempts};
 use crate::core::driver::{Driver, not_held_here};
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::{Lease, LockGuard};
-use crate::core::kind::Backend;
+use crate::core::kind::{Backend, Taking};
 use crate::core::options::{LockOptions, ttl_millis};
 use crate::core::outcome::{LockState, TryAcquire};
 use crate::core::owner::Owner;
@@ -259,20 +259,7 @@ impl FileClient {
 
     fn check(key: &str, options: &LockOptions) -> Result<()> {
         validate_key(key)?;
-        options.ttl_millis()?;
-        let unsupported = |what: &str| Error::Unsupported {
-            backend: "file",
-            what: what.into(),
-        };
-        if options.replica_ack_required().is_some() {
-            return Err(unsupported("replica acknowledgement (replica_ack)"));
-        }
-        if options.fair_enabled() {
-            return Err(unsupported(
-                "fair mode (flock keeps no queue: waiters poll with the backoff)",
-            ));
-        }
-        Ok(())
+        options.check_for(Backend::File, Taking::Lock).map(drop)
     }
 
     /// One attempt: the guard, or what the busy key's record says.

@@ -49,7 +49,7 @@ use crate::core::driver::Driver;
 use crate::core::error::{Error, Result};
 use crate::core::guard::{HeldLock, Lease, LockGuard};
 use crate::core::history::{HistoryLog, HistoryOptions};
-use crate::core::kind::Backend;
+use crate::core::kind::{Backend, Taking};
 use crate::core::listing::{ForceReleased, LockEntry};
 use crate::core::options::{LockOptions, ttl_millis};
 use crate::core::outcome::{LockState, TryAcquire};
@@ -88,14 +88,7 @@ impl MemoryClient {
 
     fn check(key: &str, options: &LockOptions) -> Result<()> {
         validate_key(key)?;
-        options.ttl_millis()?;
-        if options.replica_ack_required().is_some() {
-            return Err(Error::Unsupported {
-                backend: "memory",
-                what: "replica acknowledgement (replica_ack)".into(),
-            });
-        }
-        Ok(())
+        options.check_for(Backend::Memory, Taking::Lock).map(drop)
     }
 
     /// One attempt to hold `key` as `want` asks.

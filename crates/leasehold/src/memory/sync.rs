@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::core::driver::Driver;
-use crate::core::error::{Error, Result};
+use crate::core::error::Result;
 use crate::core::guard::LockGuard;
 use crate::core::options::LockOptions;
 use crate::core::outcome::TryAcquire;
@@ -23,7 +23,12 @@ pub(super) fn semaphore(client: &MemoryClient, name: &str, permits: u32) -> Resu
         name: name.to_string(),
         permits,
     };
-    Ok(Semaphore::new(name, permits, provider))
+    Ok(Semaphore::new(
+        crate::core::kind::Backend::Memory,
+        name,
+        permits,
+        provider,
+    ))
 }
 
 /// A read-write lock on `name`.
@@ -33,7 +38,11 @@ pub(super) fn rwlock(client: &MemoryClient, name: &str) -> Result<RwLock> {
         client: client.clone(),
         name: name.to_string(),
     };
-    Ok(RwLock::new(name, provider))
+    Ok(RwLock::new(
+        crate::core::kind::Backend::Memory,
+        name,
+        provider,
+    ))
 }
 
 /// An election on `name`.
@@ -43,17 +52,11 @@ pub(super) fn election(client: &MemoryClient, name: &str) -> Result<Election> {
         client: client.clone(),
         name: name.to_string(),
     };
-    Ok(Election::new(name, provider))
-}
-
-fn no_fair(options: &LockOptions, what: &str) -> Result<()> {
-    if options.fair_enabled() {
-        return Err(Error::Unsupported {
-            backend: "memory",
-            what: format!("fair mode on {what} (its waiting is always in arrival order)"),
-        });
-    }
-    Ok(())
+    Ok(Election::new(
+        crate::core::kind::Backend::Memory,
+        name,
+        provider,
+    ))
 }
 
 /// `permits` holders of `name` at once.
@@ -67,13 +70,11 @@ struct MemorySemaphore {
 #[async_trait::async_trait]
 impl crate::core::sync::SemaphoreProvider for MemorySemaphore {
     async fn try_acquire(&self, options: &LockOptions) -> Result<TryAcquire> {
-        no_fair(options, "a semaphore")?;
         self.client
             .try_as(&self.name, options, Want::Permit(self.permits))
     }
 
     async fn acquire(&self, options: &LockOptions) -> Result<LockGuard> {
-        no_fair(options, "a semaphore")?;
         self.client
             .acquire_as(&self.name, options, Want::Permit(self.permits))
             .await
@@ -102,24 +103,20 @@ struct MemoryRwLock {
 #[async_trait::async_trait]
 impl crate::core::sync::RwLockProvider for MemoryRwLock {
     async fn try_read(&self, options: &LockOptions) -> Result<TryAcquire> {
-        no_fair(options, "a read-write lock")?;
         self.client.try_as(&self.name, options, Want::Shared)
     }
 
     async fn read(&self, options: &LockOptions) -> Result<LockGuard> {
-        no_fair(options, "a read-write lock")?;
         self.client
             .acquire_as(&self.name, options, Want::Shared)
             .await
     }
 
     async fn try_write(&self, options: &LockOptions) -> Result<TryAcquire> {
-        no_fair(options, "a read-write lock")?;
         self.client.try_as(&self.name, options, Want::Exclusive)
     }
 
     async fn write(&self, options: &LockOptions) -> Result<LockGuard> {
-        no_fair(options, "a read-write lock")?;
         self.client
             .acquire_as(&self.name, options, Want::Exclusive)
             .await
@@ -157,7 +154,6 @@ struct MemoryElection {
 #[async_trait::async_trait]
 impl crate::core::sync::ElectionProvider for MemoryElection {
     async fn campaign(&self, id: &str, options: &LockOptions) -> Result<LockGuard> {
-        no_fair(options, "an election")?;
         // The handle set the wait (for ever without one: `Election::campaign`).
         let options = options.clone().fencing(true).auto_extend(true);
         self.client

@@ -19,6 +19,11 @@ fn long() -> LockOptions {
     LockOptions::new(Duration::from_secs(600)).fencing(true)
 }
 
+/// [`long`] without fencing: what a semaphore takes (its holders share it).
+fn unfenced() -> LockOptions {
+    LockOptions::new(Duration::from_secs(600))
+}
+
 async fn take(c: &MemoryClient, key: &str, options: &LockOptions) -> LockGuard {
     c.try_acquire(key, options)
         .await
@@ -181,15 +186,15 @@ async fn permits_disagreeing_and_plain_locks_on_elections_are_conflicts() {
     use crate::core::driver::Driver;
     let c = client("conflicts");
     let two = c.semaphore("jobs", 2).unwrap();
-    let held = two.try_acquire(&long()).await.unwrap().acquired().unwrap();
+    let held = two.try_acquire(&unfenced()).await.unwrap().acquired().unwrap();
     let three = c.semaphore("jobs", 3).unwrap();
     assert!(matches!(
-        three.try_acquire(&long()).await,
+        three.try_acquire(&unfenced()).await,
         Err(Error::Conflict { .. })
     ));
     held.release().await.unwrap();
     let again = three
-        .try_acquire(&long())
+        .try_acquire(&unfenced())
         .await
         .unwrap()
         .acquired()

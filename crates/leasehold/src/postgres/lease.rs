@@ -66,7 +66,7 @@ use crate::core::driver::Driver;
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::HeldLock;
 use crate::core::guard::{Lease, LockGuard, clock_drift};
-use crate::core::kind::Backend;
+use crate::core::kind::{Backend, Taking};
 use crate::core::options::{ClientOptions, LockOptions, ttl_millis};
 use crate::core::outcome::{LockState, TryAcquire};
 use crate::core::token::LockToken;
@@ -352,22 +352,9 @@ impl PostgresLeaseClient {
 
     pub(super) fn check(&self, key: &str, options: &LockOptions) -> Result<()> {
         validate_pg_key(key)?;
-        options.ttl_millis()?;
-        if options.replica_ack_required().is_some() {
-            return Err(Error::Unsupported {
-                backend: "postgres",
-                what: "replica acknowledgement (replica_ack)".into(),
-            });
-        }
-        if options.fair_enabled() {
-            return Err(Error::Unsupported {
-                backend: "postgres",
-                what:
-                    "a fair lock on lease rows (session locks, the default, queue in arrival order)"
-                        .into(),
-            });
-        }
-        Ok(())
+        options
+            .check_for(Backend::PostgresLease, Taking::Lock)
+            .map(drop)
     }
 
     /// One acquiring statement; `remaining`: whether a busy answer looks up the holder's

@@ -14,7 +14,7 @@ use crate::core::acquire::{Ask, Attempts};
 use crate::core::driver::{Driver, not_held_here};
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::{Lease, LockGuard};
-use crate::core::kind::Backend;
+use crate::core::kind::{Backend, Taking};
 use crate::core::options::{LockOptions, ttl_millis};
 use crate::core::outcome::{LockState, TryAcquire};
 use crate::core::token::LockToken;
@@ -22,22 +22,12 @@ use crate::core::token::LockToken;
 impl PostgresClient {
     fn check(&self, key: &str, options: &LockOptions) -> Result<()> {
         validate_pg_key(key)?;
-        options.ttl_millis()?;
-        options.refuse_min_hold(
-            "postgres",
-            "session locks (an advisory lock ends with its unlock; use ?lock=lease)",
-        )?;
+        options.check_for(Backend::Postgres, Taking::Lock)?;
         if options.ttl() > Duration::from_millis(i32::MAX as u64) {
             return Err(Error::invalid(
                 "ttl",
                 "PostgreSQL's idle_session_timeout holds at most 24.8 days",
             ));
-        }
-        if options.replica_ack_required().is_some() {
-            return Err(Error::Unsupported {
-                backend: "postgres",
-                what: "replica acknowledgement (replica_ack)".into(),
-            });
         }
         Ok(())
     }

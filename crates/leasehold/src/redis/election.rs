@@ -60,7 +60,11 @@ impl RedisClient {
             name: name.to_string(),
             record: election_leader_key(name),
         };
-        Ok(Election::new(name, redis).on(crate::Backend::Redis))
+        Ok(Election::new(
+            crate::core::kind::Backend::Redis,
+            name,
+            redis,
+        ))
     }
 }
 
@@ -115,12 +119,6 @@ impl crate::core::sync::ElectionProvider for RedisElection {
     async fn campaign(&self, id: &str, options: &LockOptions) -> Result<LockGuard> {
         // Checked as it will run: renewed, so at least MIN_RENEWED_TTL.
         let ttl_ms = options.clone().auto_extend(true).ttl_millis()?;
-        if options.fair_enabled() || options.replica_ack_required().is_some() {
-            return Err(Error::Unsupported {
-                backend: "redis",
-                what: "fair mode or replica_ack in an election".into(),
-            });
-        }
         let options = options.clone().fencing(true).auto_extend(true);
         let terms = OnReleaseChannel(TermAttempts {
             election: self,

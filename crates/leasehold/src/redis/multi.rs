@@ -30,6 +30,7 @@ use crate::core::acquire::{Ask, Attempts, Grant, Wakeup, granted};
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::HeldLock;
 use crate::core::guard::{Lease, LockGuard, clock_drift};
+use crate::core::kind::{Backend, Taking};
 use crate::core::options::{LockOptions, ttl_millis};
 use crate::core::outcome::TryAcquire;
 use crate::core::token::LockToken;
@@ -127,28 +128,14 @@ impl MultiLock {
     }
 
     fn check(&self, options: &LockOptions) -> Result<u64> {
-        let ttl_ms = options
-            .refuse_min_hold("redis", "multi-key locks")?
-            .ttl_millis()?;
-        let refuse = |what: &str| {
-            Err(Error::Unsupported {
-                backend: "redis",
-                what: format!("{what} on a multi-key lock"),
-            })
-        };
-        if options.fencing_enabled() {
-            return refuse("fencing (one number for several keys)");
-        }
-        if options.fair_enabled() {
-            return refuse("fair mode");
-        }
-        if options.replica_ack_required().is_some() {
-            return refuse("replica_ack");
-        }
+        let ttl_ms = options.check_for(Backend::Redis, Taking::Keys)?;
         if options.auto_extend_enabled() && self.groups.len() > 1 {
-            return refuse(
-                "auto-extension with keys in several hash slots (put them under one hash tag)",
-            );
+            return Err(Error::Unsupported {
+                backend: "redis",
+                what: "auto-extension on a multi-key lock with keys in several hash slots (put \
+                       them under one hash tag)"
+                    .into(),
+            });
         }
         Ok(ttl_ms)
     }

@@ -91,7 +91,7 @@ impl RedisClient {
             readers: rwlock_readers_key(name),
             waiting: rwlock_writer_waiting_key(name),
         };
-        Ok(RwLock::new(name, redis).on(crate::Backend::Redis))
+        Ok(RwLock::new(crate::core::kind::Backend::Redis, name, redis))
     }
 }
 
@@ -102,26 +102,6 @@ enum Side {
 }
 
 impl RedisRwLock {
-    fn check(&self, side: Side, options: &LockOptions) -> Result<u64> {
-        let ttl_ms = options.ttl_millis()?;
-        let refuse = |what: &str| {
-            Err(Error::Unsupported {
-                backend: "redis",
-                what: format!("{what} on a read-write lock"),
-            })
-        };
-        if side == Side::Read && options.fencing_enabled() {
-            return refuse("fencing for readers (readers share the lock; the writer gets one)");
-        }
-        if options.fair_enabled() {
-            return refuse("fair mode");
-        }
-        if options.replica_ack_required().is_some() {
-            return refuse("replica_ack");
-        }
-        Ok(ttl_ms)
-    }
-
     async fn attempt(
         &self,
         side: Side,
@@ -229,7 +209,7 @@ impl RedisRwLock {
     }
 
     async fn try_side(&self, side: Side, options: &LockOptions) -> Result<TryAcquire> {
-        self.check(side, options)?;
+        options.ttl_millis()?;
         SideAttempts {
             lock: self,
             side,
@@ -244,7 +224,7 @@ impl RedisRwLock {
     /// the mark in time, and takes it down when it gives up (at once at the deadline, in the
     /// background if the wait is dropped).
     async fn wait_side(&self, side: Side, options: &LockOptions) -> Result<LockGuard> {
-        self.check(side, options)?;
+        options.ttl_millis()?;
         let writer =
             (side == Side::Write && options.wait_bound().is_some()).then(|| options.new_token());
         let mut leave = writer.as_ref().map(|token| LeaveOnDrop {

@@ -89,32 +89,16 @@ impl RedisClient {
             permits_key: semaphore_permits_key(name),
             limit_key: semaphore_limit_key(name),
         };
-        Ok(Semaphore::new(name, permits, redis).on(crate::Backend::Redis))
+        Ok(Semaphore::new(
+            crate::core::kind::Backend::Redis,
+            name,
+            permits,
+            redis,
+        ))
     }
 }
 
 impl RedisSemaphore {
-    fn check(&self, options: &LockOptions) -> Result<u64> {
-        let ttl_ms = options.ttl_millis()?;
-        let refuse = |what: &str| {
-            Err(Error::Unsupported {
-                backend: "redis",
-                what: format!("{what} on a semaphore"),
-            })
-        };
-        if options.fencing_enabled() {
-            // N holders at once: a number cannot exclude the others.
-            return refuse("fencing (a semaphore admits several holders at once)");
-        }
-        if options.fair_enabled() {
-            return refuse("fair mode");
-        }
-        if options.replica_ack_required().is_some() {
-            return refuse("replica_ack");
-        }
-        Ok(ttl_ms)
-    }
-
     async fn attempt(&self, token: &LockToken, ttl_ms: u64) -> Result<Grant<()>> {
         let mut cleanup = AbandonedPermit {
             semaphore: self,
@@ -291,7 +275,7 @@ impl crate::core::sync::SemaphoreProvider for RedisSemaphore {
     /// or `replica_ack`; [`Error::Conflict`] when the name's holders use another number of
     /// permits; [`Error::ExpiredOnArrival`]; connection and server errors.
     async fn try_acquire(&self, options: &LockOptions) -> Result<TryAcquire> {
-        let ttl_ms = self.check(options)?;
+        let ttl_ms = options.ttl_millis()?;
         PermitAttempts {
             semaphore: self,
             ttl_ms,
@@ -308,7 +292,7 @@ impl crate::core::sync::SemaphoreProvider for RedisSemaphore {
     /// [`Error::NotAcquired`] if every permit stayed held until the deadline; otherwise as
     /// [`Semaphore::try_acquire`].
     async fn acquire(&self, options: &LockOptions) -> Result<LockGuard> {
-        let ttl_ms = self.check(options)?;
+        let ttl_ms = options.ttl_millis()?;
         let permits = OnReleaseChannel(PermitAttempts {
             semaphore: self,
             ttl_ms,

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use crate::core::acquire::{Ask, Attempts};
 use crate::core::error::{Error, Result};
 use crate::core::guard::{Lease, LockGuard};
+use crate::core::kind::{Backend, Taking};
 use crate::core::options::{LockOptions, ttl_millis};
 use crate::core::outcome::TryAcquire;
 use crate::redis::scripts::{
@@ -30,8 +31,7 @@ impl Redlock {
         options: &LockOptions,
     ) -> Result<LockGuard> {
         validate_name(key)?;
-        options.ttl_millis()?;
-        refuse_fair(options)?;
+        options.check_for(Backend::Redlock, Taking::Lock)?;
         let attempts = RedlockAttempts { redlock: self, key };
         crate::core::acquire::wait(&attempts, options, options.wait_bound()).await
     }
@@ -208,21 +208,6 @@ impl Redlock {
             })
         }
     }
-}
-
-fn fair_unsupported() -> Error {
-    Error::Unsupported {
-        backend: "redlock",
-        what: "a fair lock (a queue would need a majority of its own)".into(),
-    }
-}
-
-/// Redlock keeps no queue: [`LockOptions::fair`] is refused.
-pub(super) fn refuse_fair(options: &LockOptions) -> Result<()> {
-    if options.fair_enabled() {
-        return Err(fair_unsupported());
-    }
-    Ok(())
 }
 
 /// One key's Redlock attempts, for the acquisition engine.

@@ -7,7 +7,7 @@ use futures_util::future::join_all;
 use crate::core::driver::Driver;
 use crate::core::error::{Error, Result};
 use crate::core::guard::LockGuard;
-use crate::core::kind::Backend;
+use crate::core::kind::{Backend, Taking};
 use crate::core::listing::LockEntry;
 use crate::core::options::LockOptions;
 use crate::core::outcome::{LockState, TryAcquire};
@@ -16,7 +16,6 @@ use crate::core::token::LockToken;
 use crate::redis::slot::validate_name;
 
 use super::Redlock;
-use super::acquire::refuse_fair;
 
 #[async_trait::async_trait]
 impl Driver for Redlock {
@@ -35,8 +34,7 @@ impl Driver for Redlock {
     /// [`Error::InvalidArgument`], [`Error::NoQuorum`] listing every node's outcome.
     async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
         validate_name(key)?;
-        options.ttl_millis()?;
-        refuse_fair(options)?;
+        options.check_for(Backend::Redlock, Taking::Lock)?;
         self.attempt(key, options).await
     }
 

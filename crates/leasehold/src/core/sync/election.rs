@@ -11,7 +11,7 @@ use tokio::sync::watch;
 
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::LockGuard;
-use crate::core::kind::Backend;
+use crate::core::kind::{Backend, Taking};
 use crate::core::options::{FOREVER, LockOptions};
 
 /// The longest candidate id.
@@ -94,17 +94,11 @@ pub struct Election {
 
 impl Election {
     /// The handle over `provider`, made for `name` (checked with `validate_key` before).
-    pub(crate) fn new(name: &str, provider: impl ElectionProvider) -> Election {
+    pub(crate) fn new(backend: Backend, name: &str, provider: impl ElectionProvider) -> Election {
         Election {
-            label: super::Label::new(name),
+            label: super::Label::new(backend, name),
             provider: Arc::new(provider),
         }
-    }
-
-    /// The same handle, its spans naming `backend`.
-    pub(crate) fn on(mut self, backend: Backend) -> Self {
-        self.label.backend = Some(backend);
-        self
     }
 
     /// The election's name (its lock key).
@@ -130,7 +124,7 @@ impl Election {
         }
         // Checked as it will run: renewed, so at least MIN_RENEWED_TTL.
         options.clone().auto_extend(true).validate()?;
-        self.label.refuse_min_hold(options, "elections")?;
+        self.label.check(options, Taking::Leadership)?;
         // Without a wait, a campaign lasts until it wins: decided here, once, for every
         // backend (the providers wait as the options say).
         let options = options

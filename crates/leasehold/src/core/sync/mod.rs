@@ -20,33 +20,32 @@ pub use semaphore::{MAX_PERMITS, Semaphore};
 
 /// What every handle knows of itself: its name, and its backend for spans (set by the
 /// `Locker` that made it, or the backend's own client).
+/// A handle's name and backend: what its spans name, and what its option checks read.
 #[derive(Debug, Clone)]
 struct Label {
     name: std::sync::Arc<str>,
-    backend: Option<crate::core::kind::Backend>,
+    backend: crate::core::kind::Backend,
 }
 
 impl Label {
-    fn new(name: &str) -> Label {
+    fn new(backend: crate::core::kind::Backend, name: &str) -> Label {
         Label {
             name: name.into(),
-            backend: None,
+            backend,
         }
     }
 
-    /// The span of `operation` on this handle's name.
     fn span(&self, operation: &'static str) -> tracing::Span {
-        crate::core::trace::span(operation, self.backend, &self.name)
+        crate::core::trace::span(operation, Some(self.backend), &self.name)
     }
 
-    /// [`Error::Unsupported`](crate::Error::Unsupported) for a
-    /// [`min_hold`](crate::LockOptions::min_hold) on a primitive (`what`), on every backend and
-    /// before any round trip (docs/guarantees.md §16): a permit, a read or write side, or a
-    /// term kept after its release would mean something different on each backend (finding
-    /// M4 of the 2026-12-02 review: refused on Redis, ignored on PostgreSQL, applied on etcd
-    /// and memory). Only a lock keeps a `min_hold`.
-    fn refuse_min_hold(&self, options: &crate::LockOptions, what: &str) -> crate::Result<()> {
-        let backend = self.backend.map_or("this backend", crate::Backend::name);
-        options.refuse_min_hold(backend, what).map(drop)
+    /// The options, checked for `taking` on this handle's backend before any round trip
+    /// (`LockOptions::check_for`: the one option table).
+    fn check(
+        &self,
+        options: &crate::core::options::LockOptions,
+        taking: crate::core::kind::Taking,
+    ) -> crate::core::error::Result<()> {
+        options.check_for(self.backend, taking).map(drop)
     }
 }

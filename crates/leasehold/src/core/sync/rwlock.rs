@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::core::error::Result;
 use crate::core::guard::{Lease, LockGuard};
-use crate::core::kind::Backend;
+use crate::core::kind::{Backend, Taking};
 use crate::core::options::LockOptions;
 use crate::core::outcome::TryAcquire;
 use crate::core::token::LockToken;
@@ -56,17 +56,11 @@ pub struct RwLock {
 
 impl RwLock {
     /// The handle over `provider`, made for `name` (checked with `validate_key` before).
-    pub(crate) fn new(name: &str, provider: impl RwLockProvider) -> RwLock {
+    pub(crate) fn new(backend: Backend, name: &str, provider: impl RwLockProvider) -> RwLock {
         RwLock {
-            label: super::Label::new(name),
+            label: super::Label::new(backend, name),
             provider: Arc::new(provider),
         }
-    }
-
-    /// The same handle, its spans naming `backend`.
-    pub(crate) fn on(mut self, backend: Backend) -> Self {
-        self.label.backend = Some(backend);
-        self
     }
 
     /// The lock's name.
@@ -81,7 +75,7 @@ impl RwLock {
     /// does not have (fencing, fair mode, `replica_ack`); as
     /// [`Locker::try_acquire`](crate::Locker::try_acquire).
     pub async fn try_read(&self, options: &LockOptions) -> Result<TryAcquire> {
-        self.label.refuse_min_hold(options, "read-write locks")?;
+        self.label.check(options, Taking::Read)?;
         crate::core::trace::traced(
             self.label.span("leasehold.rwlock.try_read"),
             self.provider.try_read(options),
@@ -95,7 +89,7 @@ impl RwLock {
     /// [`Error::NotAcquired`](crate::Error::NotAcquired) at the deadline; as
     /// [`RwLock::try_read`].
     pub async fn read(&self, options: &LockOptions) -> Result<LockGuard> {
-        self.label.refuse_min_hold(options, "read-write locks")?;
+        self.label.check(options, Taking::Read)?;
         crate::core::trace::traced(
             self.label.span("leasehold.rwlock.read"),
             self.provider.read(options),
@@ -110,7 +104,7 @@ impl RwLock {
     /// [`Error::Unsupported`](crate::Error::Unsupported) for options the backend does not
     /// have; as [`Locker::try_acquire`](crate::Locker::try_acquire).
     pub async fn try_write(&self, options: &LockOptions) -> Result<TryAcquire> {
-        self.label.refuse_min_hold(options, "read-write locks")?;
+        self.label.check(options, Taking::Write)?;
         crate::core::trace::traced(
             self.label.span("leasehold.rwlock.try_write"),
             self.provider.try_write(options),
@@ -124,7 +118,7 @@ impl RwLock {
     /// [`Error::NotAcquired`](crate::Error::NotAcquired) at the deadline; as
     /// [`RwLock::try_write`].
     pub async fn write(&self, options: &LockOptions) -> Result<LockGuard> {
-        self.label.refuse_min_hold(options, "read-write locks")?;
+        self.label.check(options, Taking::Write)?;
         crate::core::trace::traced(
             self.label.span("leasehold.rwlock.write"),
             self.provider.write(options),

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::core::error::{Error, Result};
 use crate::core::guard::{Lease, LockGuard};
-use crate::core::kind::Backend;
+use crate::core::kind::{Backend, Taking};
 use crate::core::options::LockOptions;
 use crate::core::outcome::TryAcquire;
 use crate::core::token::{LockToken, validate_key};
@@ -87,18 +87,17 @@ impl Semaphore {
 
     /// The handle over `provider`, made for `name` and `permits` (checked by
     /// [`Semaphore::check`] before the provider was made).
-    pub(crate) fn new(name: &str, permits: u32, provider: impl SemaphoreProvider) -> Semaphore {
+    pub(crate) fn new(
+        backend: Backend,
+        name: &str,
+        permits: u32,
+        provider: impl SemaphoreProvider,
+    ) -> Semaphore {
         Semaphore {
-            label: super::Label::new(name),
+            label: super::Label::new(backend, name),
             permits,
             provider: Arc::new(provider),
         }
-    }
-
-    /// The same handle, its spans naming `backend`.
-    pub(crate) fn on(mut self, backend: Backend) -> Self {
-        self.label.backend = Some(backend);
-        self
     }
 
     /// The semaphore's name.
@@ -120,7 +119,7 @@ impl Semaphore {
     /// [`Error::Conflict`] when the name's holders use another number of permits;
     /// [`Error::ExpiredOnArrival`]; connection and server errors.
     pub async fn try_acquire(&self, options: &LockOptions) -> Result<TryAcquire> {
-        self.label.refuse_min_hold(options, "semaphores")?;
+        self.label.check(options, Taking::Permit)?;
         crate::core::trace::traced(
             self.label.span("leasehold.semaphore.try_acquire"),
             self.provider.try_acquire(options),
@@ -134,7 +133,7 @@ impl Semaphore {
     /// [`Error::NotAcquired`] if every permit stayed held until the deadline; otherwise as
     /// [`Semaphore::try_acquire`].
     pub async fn acquire(&self, options: &LockOptions) -> Result<LockGuard> {
-        self.label.refuse_min_hold(options, "semaphores")?;
+        self.label.check(options, Taking::Permit)?;
         crate::core::trace::traced(
             self.label.span("leasehold.semaphore.acquire"),
             self.provider.acquire(options),

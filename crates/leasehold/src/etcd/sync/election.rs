@@ -16,7 +16,7 @@ use crate::core::token::LockToken;
 
 use super::super::acquire::Queue;
 use super::super::client::EtcdClient;
-use super::{check_options, prefix};
+use super::prefix;
 
 /// Pause before opening a broken watch again.
 const REOPEN_PAUSE: Duration = Duration::from_millis(200);
@@ -51,7 +51,7 @@ impl crate::core::sync::ElectionProvider for EtcdElection {
     /// deadline; as [`Locker::acquire`](crate::Locker::acquire).
     async fn campaign(&self, id: &str, options: &LockOptions) -> Result<LockGuard> {
         let options = options.clone().fencing(true).auto_extend(true);
-        let secs = check_options(&self.client, &self.name, "an election", &options, true)?;
+        let secs = self.client.check_request(&self.name, &options)?;
         let entry = |token: &LockToken| {
             let mut e = self.prefix.clone();
             e.extend_from_slice(token.expose().as_bytes());

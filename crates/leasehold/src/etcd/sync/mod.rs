@@ -62,8 +62,7 @@ mod semaphore;
 use ec::GetOptions;
 use etcd_client as ec;
 
-use crate::core::error::{Error, Operation, Result};
-use crate::core::options::LockOptions;
+use crate::core::error::{Operation, Result};
 use crate::core::sync::{Election, RwLock, Semaphore};
 
 use super::client::EtcdClient;
@@ -85,31 +84,6 @@ fn prefix(kind: &str, name: &str) -> Vec<u8> {
     p.extend_from_slice(name.as_bytes());
     p.push(0);
     p
-}
-
-/// Refuses what `what` (a primitive, as a message names it) does not have: fair mode,
-/// `replica_ack` and, unless `fencing`, a fencing number. Then the plain lock's checks; the
-/// TTL in whole seconds.
-fn check_options(
-    client: &EtcdClient,
-    name: &str,
-    what: &str,
-    options: &LockOptions,
-    fencing: bool,
-) -> Result<i64> {
-    let refuse = |option: &str| {
-        Err(Error::Unsupported {
-            backend: "etcd",
-            what: format!("{option} on {what}"),
-        })
-    };
-    if options.fair_enabled() {
-        return refuse("fair mode (it is first come, first served anyway)");
-    }
-    if !fencing && options.fencing_enabled() {
-        return refuse("a fencing number");
-    }
-    client.check_request(name, options)
 }
 
 impl EtcdClient {
@@ -139,6 +113,7 @@ impl EtcdClient {
         Semaphore::check(name, permits)?;
         check_key(name)?;
         Ok(Semaphore::new(
+            crate::core::kind::Backend::Etcd,
             name,
             permits,
             EtcdSemaphore::new(self, name, permits),
@@ -156,7 +131,11 @@ impl EtcdClient {
     /// [`Error::InvalidArgument`] for an empty, over-long or NUL-containing name.
     pub(crate) fn new_rwlock(&self, name: &str) -> Result<RwLock> {
         check_key(name)?;
-        Ok(RwLock::new(name, EtcdRwLock::new(self, name)))
+        Ok(RwLock::new(
+            crate::core::kind::Backend::Etcd,
+            name,
+            EtcdRwLock::new(self, name),
+        ))
     }
 
     /// An election on `name`, after etcd's `concurrency.Election`: a campaign is an entry
@@ -170,6 +149,10 @@ impl EtcdClient {
     /// [`Error::InvalidArgument`] for an empty, over-long or NUL-containing name.
     pub(crate) fn new_election(&self, name: &str) -> Result<Election> {
         check_key(name)?;
-        Ok(Election::new(name, EtcdElection::new(self, name)))
+        Ok(Election::new(
+            crate::core::kind::Backend::Etcd,
+            name,
+            EtcdElection::new(self, name),
+        ))
     }
 }

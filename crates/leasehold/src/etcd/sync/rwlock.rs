@@ -14,7 +14,7 @@ use crate::core::token::LockToken;
 
 use super::super::acquire::{EntryOf, Queue};
 use super::super::client::EtcdClient;
-use super::{check_options, prefix};
+use super::prefix;
 
 /// A side of the lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,17 +72,8 @@ impl EtcdRwLock {
         }
     }
 
-    /// Readers share, so only the writer gets a fencing number.
-    fn check(&self, side: Side, options: &LockOptions) -> Result<i64> {
-        let what = match side {
-            Side::Read => "a read-write lock's reader (readers share it; the writer has one)",
-            Side::Write => "a read-write lock",
-        };
-        check_options(&self.client, &self.name, what, options, side == Side::Write)
-    }
-
     async fn try_side(&self, side: Side, options: &LockOptions) -> Result<TryAcquire> {
-        let secs = self.check(side, options)?;
+        let secs = self.client.check_request(&self.name, options)?;
         let entry = |t: &LockToken| self.entry(side, t);
         self.client
             .try_queue(&self.queue(side, &entry), options, secs)
@@ -90,7 +81,7 @@ impl EtcdRwLock {
     }
 
     async fn wait_side(&self, side: Side, options: &LockOptions) -> Result<LockGuard> {
-        let secs = self.check(side, options)?;
+        let secs = self.client.check_request(&self.name, options)?;
         let entry = |t: &LockToken| self.entry(side, t);
         self.client
             .acquire_in(

@@ -14,7 +14,7 @@ use crate::core::token::LockToken;
 
 use super::super::acquire::{CheckFirst, EntryOf, Queue};
 use super::super::client::EtcdClient;
-use super::{check_options, prefix};
+use super::prefix;
 
 /// The semaphore `name` of `permits`, on etcd.
 #[derive(Debug, Clone)]
@@ -81,7 +81,7 @@ impl EtcdSemaphore {
     }
 
     fn check(&self, options: &LockOptions) -> Result<i64> {
-        check_options(&self.client, &self.name, "a semaphore", options, false)
+        self.client.check_request(&self.name, options)
     }
 }
 

@@ -140,7 +140,12 @@ impl PostgresLeaseClient {
             permits,
             table: tokio::sync::OnceCell::new(),
         }));
-        Ok(Semaphore::new(name, permits, provider))
+        Ok(Semaphore::new(
+            crate::core::kind::Backend::PostgresLease,
+            name,
+            permits,
+            provider,
+        ))
     }
 
     /// An election on `name` (no round trip): the lease row of `name` and a term row.
@@ -154,7 +159,11 @@ impl PostgresLeaseClient {
             name: name.to_string(),
             table: tokio::sync::OnceCell::new(),
         };
-        Ok(Election::new(name, provider))
+        Ok(Election::new(
+            crate::core::kind::Backend::PostgresLease,
+            name,
+            provider,
+        ))
     }
 
     /// Creates a table once per handle (`cell`), accepting a concurrent creation.
@@ -200,23 +209,8 @@ pub(crate) struct RowSemaphoreInner {
 
 impl RowSemaphore {
     fn check(&self, options: &LockOptions) -> Result<()> {
-        options.validate()?;
-        let refuse = |what: &str| {
-            Err(Error::Unsupported {
-                backend: "postgres-lease",
-                what: format!("{what} on a semaphore"),
-            })
-        };
-        if options.fencing_enabled() {
-            return refuse("fencing (a semaphore admits several holders at once)");
-        }
-        if options.fair_enabled() {
-            return refuse("fair mode");
-        }
-        if options.replica_ack_required().is_some() {
-            return refuse("replica_ack");
-        }
-        Ok(())
+        // The handle checked the options against the one option table (`core::sync`).
+        options.validate()
     }
 
     /// One attempt; a slot that looked free but was taken meanwhile by another attempt is

@@ -31,7 +31,12 @@ impl PostgresClient {
             name: name.to_string(),
             permits,
         };
-        Ok(Semaphore::new(name, permits, provider))
+        Ok(Semaphore::new(
+            crate::core::kind::Backend::Postgres,
+            name,
+            permits,
+            provider,
+        ))
     }
 
     /// A read-write lock on `name` (no round trip): readers share the advisory lock of `name`
@@ -45,7 +50,11 @@ impl PostgresClient {
             client: self.clone(),
             name: name.to_string(),
         };
-        Ok(RwLock::new(name, provider))
+        Ok(RwLock::new(
+            crate::core::kind::Backend::Postgres,
+            name,
+            provider,
+        ))
     }
 
     /// An election on `name` (no round trip): the advisory lock of `name` and a term row.
@@ -59,12 +68,16 @@ impl PostgresClient {
             name: name.to_string(),
             terms: tokio::sync::OnceCell::new(),
         };
-        Ok(Election::new(name, provider))
+        Ok(Election::new(
+            crate::core::kind::Backend::Postgres,
+            name,
+            provider,
+        ))
     }
 
-    /// The options every session primitive refuses before any round trip: a TTL the idle
-    /// limit cannot hold, `replica_ack`; and `what` (fencing, fair mode) when `refused`.
-    fn check_primitive(&self, options: &LockOptions, refused: &[(bool, &str)]) -> Result<()> {
+    /// The limit every session primitive adds to the one option table (which the handle
+    /// checked): a TTL the idle limit can hold.
+    fn check_primitive(&self, options: &LockOptions) -> Result<()> {
         options.validate()?;
         if options.ttl() > Duration::from_millis(i32::MAX as u64) {
             return Err(Error::invalid(
@@ -72,17 +85,7 @@ impl PostgresClient {
                 "PostgreSQL's idle_session_timeout holds at most 24.8 days",
             ));
         }
-        let unsupported = |what: &str| Error::Unsupported {
-            backend: "postgres",
-            what: what.to_string(),
-        };
-        if options.replica_ack_required().is_some() {
-            return Err(unsupported("replica acknowledgement (replica_ack)"));
-        }
-        match refused.iter().find(|(on, _)| *on) {
-            Some((_, what)) => Err(unsupported(what)),
-            None => Ok(()),
-        }
+        Ok(())
     }
 }
 
@@ -100,19 +103,7 @@ fn is_permit(lock: AdvisoryLock) -> bool {
 
 impl PgSemaphore {
     fn check(&self, options: &LockOptions) -> Result<()> {
-        self.client.check_primitive(
-            options,
-            &[
-                (
-                    options.fencing_enabled(),
-                    "fencing on a semaphore (it admits several holders at once)",
-                ),
-                (
-                    options.fair_enabled(),
-                    "fair mode on a semaphore (its waiters are not queued in arrival order)",
-                ),
-            ],
-        )
+        self.client.check_primitive(options)
     }
 }
 
@@ -244,18 +235,8 @@ fn is_writer(lock: AdvisoryLock) -> bool {
 }
 
 impl PgRwLock {
-    fn check(&self, read: bool, options: &LockOptions) -> Result<()> {
-        self.client.check_primitive(
-            options,
-            &[(
-                read && options.fencing_enabled(),
-                "fencing for readers (readers share the lock; the writer gets one)",
-            )],
-        )
-    }
-
     async fn try_side(&self, ask: Ask<'_>, options: &LockOptions) -> Result<TryAcquire> {
-        self.check(matches!(ask, Ask::Read), options)?;
+        self.client.check_primitive(options)?;
         let guard = self
             .client
             .advisory_attempt(&self.name, ask, options, None)
@@ -271,7 +252,7 @@ impl crate::core::sync::RwLockProvider for PgRwLock {
     }
 
     async fn read(&self, options: &LockOptions) -> Result<LockGuard> {
-        self.check(true, options)?;
+        self.client.check_primitive(options)?;
         self.client
             .advisory_wait(&self.name, Ask::Read, options, options.wait_bound())
             .await
@@ -282,7 +263,7 @@ impl crate::core::sync::RwLockProvider for PgRwLock {
     }
 
     async fn write(&self, options: &LockOptions) -> Result<LockGuard> {
-        self.check(false, options)?;
+        self.client.check_primitive(options)?;
         self.client
             .advisory_wait(&self.name, Ask::Write, options, options.wait_bound())
             .await
@@ -382,7 +363,7 @@ impl PgElection {
 #[async_trait::async_trait]
 impl crate::core::sync::ElectionProvider for PgElection {
     async fn campaign(&self, id: &str, options: &LockOptions) -> Result<LockGuard> {
-        self.client.check_primitive(options, &[])?;
+        self.client.check_primitive(options)?;
         let options = options.clone().fencing(true).auto_extend(true);
         self.ensure_terms().await?;
         // The handle set the wait (for ever without one: `Election::campaign`).

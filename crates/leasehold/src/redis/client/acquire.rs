@@ -2,6 +2,7 @@
 
 use crate::core::acquire::{Ask, Attempts, Wakeup, granted};
 use crate::core::error::{Error, Result};
+use crate::core::kind::{Backend, Taking};
 use crate::core::options::LockOptions;
 use crate::core::outcome::TryAcquire;
 use crate::redis::slot::release_channel;
@@ -26,7 +27,7 @@ impl<'a> PlainLock<'a> {
         options: &LockOptions,
     ) -> Result<Self> {
         validate_name(key)?;
-        let ttl_ms = options.ttl_millis()?;
+        let ttl_ms = options.check_for(Backend::Redis, Taking::Lock)?;
         Ok(PlainLock {
             client,
             key,

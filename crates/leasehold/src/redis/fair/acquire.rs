@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::core::error::{Error, Result};
 use crate::core::guard::{Lease, LockGuard, clock_drift};
+use crate::core::kind::{Backend, Taking};
 use crate::core::options::LockOptions;
 use crate::core::outcome::TryAcquire;
 use crate::redis::client::RedisClient;
@@ -266,14 +267,5 @@ fn expired(started: Instant, ttl: Duration) -> bool {
 
 fn check_fair(key: &str, options: &LockOptions) -> Result<()> {
     validate_name(key)?;
-    options
-        .refuse_min_hold("redis", "fair locks (a release hands the lock on)")?
-        .ttl_millis()?;
-    if options.replica_ack_required().is_some() {
-        return Err(Error::Unsupported {
-            backend: "redis",
-            what: "a fair lock with replica_ack".to_string(),
-        });
-    }
-    Ok(())
+    options.check_for(Backend::Redis, Taking::Lock).map(drop)
 }
