@@ -65,7 +65,8 @@ pub async fn primitives_conform(subject: &impl Subject) {
 }
 
 /// §4, each side on its own: a reader's token releases and extends no write lease, and the
-/// writer's token no read lease (`NotHeld`, and the holder keeps its lease), as
+/// writer's token no read lease (`NotHeld`, and the holder keeps its lease), through the
+/// holder's client and, where the backend takes tokens from anywhere, another one, as
 /// `RwLock::release_write` documents ("`NotHeld` if it does not hold it") and etcd and
 /// PostgreSQL check.
 ///
@@ -79,10 +80,16 @@ async fn rwlock_tokens_are_checked_by_side(subject: &impl Subject) {
     let (a, b) = (subject.locker().await, subject.locker().await);
     let (ra, rb) = (a.rwlock(&k).unwrap(), b.rwlock(&k).unwrap());
     let opts = LockOptions::new(LONG);
+    // Through the holder's client, and another one where tokens reach that far.
+    let clients: &[&RwLock] = if subject.form().release_elsewhere {
+        &[&ra, &rb]
+    } else {
+        &[&ra]
+    };
     let r = try_take(subject, "a reader", ra.try_read(&opts))
         .await
         .unwrap_or_else(|| panic!("{name}: the reader was refused"));
-    side_token_refused(subject, &[&ra], true, r.token(), "a reader's token").await;
+    side_token_refused(subject, clients, true, r.token(), "a reader's token").await;
     assert!(r.is_held(), "{name}");
     assert_eq!(
         rb.readers().await.unwrap(),
@@ -93,7 +100,7 @@ async fn rwlock_tokens_are_checked_by_side(subject: &impl Subject) {
     let w = try_take(subject, "a writer", ra.try_write(&opts))
         .await
         .unwrap_or_else(|| panic!("{name}: the writer was refused"));
-    side_token_refused(subject, &[&ra], false, w.token(), "the writer's token").await;
+    side_token_refused(subject, clients, false, w.token(), "the writer's token").await;
     assert!(w.is_held(), "{name}");
     assert!(
         try_take(subject, "a reader beside the writer", rb.try_read(&opts))
