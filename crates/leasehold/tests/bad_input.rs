@@ -13,20 +13,6 @@ const LONG: Duration = Duration::from_secs(60);
 /// Only guards against a hang; the library's own bounds are far below it.
 const HANG_GUARD: Duration = Duration::from_secs(60);
 
-leasehold_harness::server_test!(async fn empty_key_is_rejected(bin) {
-    let (_server, client) = start(&bin).await;
-    let opts = LockOptions::new(LONG);
-    for err in [
-        client.try_acquire("", &opts).await.map(|_| ()).unwrap_err(),
-        client.acquire("", &opts).await.map(|_| ()).unwrap_err(),
-        client.release("", &LockToken::random()).await.unwrap_err(),
-        client.extend("", &LockToken::random(), LONG).await.unwrap_err(),
-        client.inspect("").await.map(|_| ()).unwrap_err(),
-    ] {
-        assert!(matches!(err, Error::InvalidArgument { what: "key", .. }), "{err:?}");
-    }
-});
-
 // Finding U4 of the 2026-12-02 review: a lock named `{jobs}:leader` was overwritten (with no
 // TTL) by an election named `jobs`, and one named `{x}:minhold` by a `min_hold` lock on `x`.
 // Names a primitive derives are refused before any round trip; names without a hash tag never

@@ -216,9 +216,10 @@ async fn a_released_permit_wakes_only_the_waiter_whose_turn_came() {
 }
 
 /// Semaphore: another number of permits is refused with `Conflict` while permits are held
-/// (waiting or not, leaving no entry behind); release and extend are token-checked and work
-/// from another process (a `Locker` that did not acquire); what a semaphore does not have, and
-/// bad input, are refused.
+/// (waiting or not, leaving no entry behind); an extend from another process (a `Locker` that
+/// did not acquire) reaches the permit's etcd lease, and its release removes the entry; fair
+/// mode and `replica_ack` are refused. (Token checks, bad input and fencing:
+/// `conformance::primitives`.)
 #[tokio::test]
 async fn semaphore_refuses_other_permits_and_checks_tokens() {
     let Some(etcd) = etcd_for_test() else { return };
@@ -248,15 +249,6 @@ async fn semaphore_refuses_other_permits_and_checks_tokens() {
     entry_count_is(&raw, &p, 1).await;
 
     let two = b.semaphore(name, 2).unwrap();
-    let stranger = leasehold::LockToken::random();
-    assert!(matches!(
-        two.release(&stranger).await,
-        Err(Error::NotHeld { .. })
-    ));
-    assert!(matches!(
-        two.extend(&stranger, Duration::from_secs(30)).await,
-        Err(Error::NotHeld { .. })
-    ));
     // Extended and released from elsewhere, by token.
     two.extend(held.token(), Duration::from_secs(30))
         .await
@@ -278,7 +270,6 @@ async fn semaphore_refuses_other_permits_and_checks_tokens() {
         .unwrap();
 
     for refused in [
-        opts.clone().fencing(true),
         opts.clone().fair(true),
         opts.clone().replica_ack(1, Duration::from_secs(1)),
     ] {
@@ -290,18 +281,6 @@ async fn semaphore_refuses_other_permits_and_checks_tokens() {
             "{refused:?}"
         );
     }
-    assert!(matches!(
-        a.semaphore("a\0b", 2),
-        Err(Error::InvalidArgument { .. })
-    ));
-    assert!(matches!(
-        a.semaphore(name, 0),
-        Err(Error::InvalidArgument { .. })
-    ));
-    assert!(matches!(
-        two.try_acquire(&LockOptions::new(Duration::ZERO)).await,
-        Err(Error::InvalidArgument { .. })
-    ));
     entry_count_is(&raw, &p, 0).await;
 }
 
@@ -338,7 +317,8 @@ async fn a_revoked_permit_is_lost_and_taken_by_the_waiter() {
 /// Read-write lock: readers share; a writer waits for them; a waiting writer keeps new
 /// readers out (`try_read` busy, a reader queues behind it), so it is not starved; the writer
 /// holds alone (`try_read` and `try_write` busy, `readers()` 0); writers' fencing numbers
-/// increase; release by token works from another process and is token-checked.
+/// increase; release by token works from another process; each step seen in etcd's entries.
+/// (Token checks, bad input and fencing for readers: `conformance::primitives`.)
 async fn rwlock_readers_share_and_a_waiting_writer_keeps_new_readers_out(url: &str) {
     let raw = raw(url).await;
     let name = "rw";
@@ -370,16 +350,7 @@ async fn rwlock_readers_share_and_a_waiting_writer_keeps_new_readers_out(url: &s
     };
     entry_count_is(&raw, &p, 4).await;
 
-    // Released from elsewhere, by token; a wrong token is refused.
-    let stranger = leasehold::LockToken::random();
-    assert!(matches!(
-        lc.release_read(&stranger).await,
-        Err(Error::NotHeld { .. })
-    ));
-    assert!(matches!(
-        lc.release_write(r1.token()).await,
-        Err(Error::NotHeld { .. })
-    ));
+    // Released from elsewhere, by token.
     lc.release_read(r1.token()).await.unwrap();
     assert!(is_busy(&lc.try_write(&opts).await.unwrap()));
     r2.release().await.unwrap();
@@ -409,14 +380,9 @@ async fn rwlock_readers_share_and_a_waiting_writer_keeps_new_readers_out(url: &s
     entry_count_is(&raw, &p, 0).await;
 
     assert!(matches!(
-        la.try_read(&opts.clone().fencing(true)).await,
-        Err(Error::Unsupported { .. })
-    ));
-    assert!(matches!(
         la.write(&opts.clone().fair(true)).await,
         Err(Error::Unsupported { .. })
     ));
-    assert!(matches!(a.rwlock(""), Err(Error::InvalidArgument { .. })));
 }
 
 #[tokio::test]
@@ -518,10 +484,6 @@ async fn election_terms_increase_and_the_next_candidate_takes_over(url: &str) {
     assert!(matches!(
         ea.campaign("a", &opts.clone().fair(true)).await,
         Err(Error::Unsupported { .. })
-    ));
-    assert!(matches!(
-        ea.campaign("", &opts).await,
-        Err(Error::InvalidArgument { .. })
     ));
     entry_count_is(&raw, &p, 0).await;
 }

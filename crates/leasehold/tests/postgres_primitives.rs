@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use leasehold::{Error, LockGuard, LockOptions, LockToken, Locker, TryAcquire};
+use leasehold::{Error, LockGuard, LockOptions, Locker, TryAcquire};
 use leasehold_harness::{PgBouncerOptions, Postgres, pgbouncer_for_test, postgres_for_test};
 use tokio_postgres::NoTls;
 
@@ -88,12 +88,12 @@ fn is_busy(t: &TryAcquire) -> bool {
     matches!(t, TryAcquire::Busy { .. })
 }
 
-/// At most `permits` holders: of N+1 attempts at once exactly N get a permit, on both kinds;
-/// the holder count says so (and, for sessions, `pg_locks`: one granted slot per holder); a
-/// release wakes a waiter; release and extend are token-checked (`NotHeld`); on lease rows
-/// another number of permits is refused while permits are held.
+/// What a permit is on each kind: on session locks, one granted advisory lock (a slot) per
+/// holder in `pg_locks`; on lease rows, another number of permits is refused (`Conflict`)
+/// while permits are held. (Exactly N holders, token checks, waiting and bounded waits:
+/// `conformance::primitives`, on both kinds.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn semaphores_admit_exactly_their_permits() {
+async fn session_permits_are_slots_and_lease_permits_fix_their_number() {
     let Some(pg) = postgres_for_test() else {
         return;
     };
@@ -102,20 +102,10 @@ async fn semaphores_admit_exactly_their_permits() {
     for (kind, locker) in lockers(&pg).await {
         let name = format!("sem-{kind}");
         let sem = locker.semaphore(&name, 3).unwrap();
-        let attempts = (0..4).map(|_| {
-            let (sem, opts) = (sem.clone(), opts.clone());
-            tokio::spawn(async move { sem.try_acquire(&opts).await.unwrap() })
-        });
         let mut held = Vec::new();
-        let mut busy = 0;
-        for a in attempts.collect::<Vec<_>>() {
-            match a.await.unwrap() {
-                TryAcquire::Acquired(g) => held.push(g),
-                TryAcquire::Busy { .. } => busy += 1,
-            }
+        for _ in 0..3 {
+            held.push(acquired(sem.try_acquire(&opts).await.unwrap()));
         }
-        assert_eq!((held.len(), busy), (3, 1), "{kind}: 3 of 4 admitted");
-        assert_eq!(sem.holders().await.unwrap(), 3, "{kind}");
         if kind == "session" {
             let mut slots = 0;
             for seed in 1..=3 {
@@ -124,50 +114,11 @@ async fn semaphores_admit_exactly_their_permits() {
                     .len();
             }
             assert_eq!(slots, 3, "one granted slot per holder");
-        }
-
-        // Token-checked: a token that holds nothing is refused, the permits stay.
-        let stranger = LockToken::random();
-        let err = sem.release(&stranger).await.unwrap_err();
-        assert!(matches!(err, Error::NotHeld { .. }), "{kind}: {err}");
-        let err = sem
-            .extend(&stranger, Duration::from_secs(5))
-            .await
-            .unwrap_err();
-        assert!(matches!(err, Error::NotHeld { .. }), "{kind}: {err}");
-        assert_eq!(sem.holders().await.unwrap(), 3, "{kind}");
-
-        if kind == "lease" {
+        } else {
             let other = locker.semaphore(&name, 5).unwrap();
             let err = other.try_acquire(&opts).await.unwrap_err();
             assert!(matches!(err, Error::Conflict { .. }), "{kind}: {err}");
         }
-
-        // A waiter gets the permit a release frees.
-        let waiter = {
-            let (sem, wait) = (sem.clone(), opts.clone().wait(BOUND));
-            tokio::spawn(async move { sem.acquire(&wait).await })
-        };
-        let first = held.remove(0);
-        let token = first.token().clone();
-        first.release().await.unwrap();
-        let got = tokio::time::timeout(BOUND, waiter)
-            .await
-            .expect("woken")
-            .unwrap()
-            .unwrap();
-        assert_eq!(sem.holders().await.unwrap(), 3, "{kind}");
-        // Released once: its token holds nothing any more.
-        let err = sem.release(&token).await.unwrap_err();
-        assert!(matches!(err, Error::NotHeld { .. }), "{kind}: {err}");
-
-        // A bounded wait while all are held ends with NotAcquired.
-        let err = sem
-            .acquire(&opts.clone().wait(Duration::from_millis(300)))
-            .await
-            .unwrap_err();
-        assert!(matches!(err, Error::NotAcquired { .. }), "{kind}: {err}");
-        got.release().await.unwrap();
         for g in held {
             g.release().await.unwrap();
         }
@@ -231,7 +182,8 @@ async fn session_semaphore_waiters_queue_in_the_server() {
 /// waiting writer keeps new readers out (`try_read` busy, a waiting reader queued behind it)
 /// while the current reader drains, then gets in before them; writers' fencing numbers
 /// strictly increase and come from the plain lock's counter. Would fail if readers took the
-/// exclusive lock, or if the server let a reader pass a waiting writer.
+/// exclusive lock, or if the server let a reader pass a waiting writer. (Token checks of each
+/// side, and lease rows' `Unsupported`: `conformance::primitives`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_writer_blocks_new_readers() {
     let Some(pg) = postgres_for_test() else {
@@ -303,30 +255,14 @@ async fn a_waiting_writer_blocks_new_readers() {
     let w = acquired(rw.try_write(&fenced).await.unwrap());
     let n3 = w.fencing_token().unwrap();
     assert!(n1 < n2 && n2 < n3, "{n1} {n2} {n3}");
-
-    // Token-checked by role: a writer's token releases no reader.
-    let err = rw.release_read(w.token()).await.unwrap_err();
-    assert!(matches!(err, Error::NotHeld { .. }), "{err}");
-    rw.extend_write(w.token(), Duration::from_secs(10))
-        .await
-        .unwrap();
-    rw.release_write(&w.token().clone()).await.unwrap();
-    let err = w.release().await.unwrap_err();
-    assert!(matches!(err, Error::NotHeld { .. }), "{err}");
-
-    // Lease rows have no read-write lock, and say so.
-    let lease = Locker::connect(&format!("{}?lock=lease", pg.url()))
-        .await
-        .unwrap();
-    let err = lease.rwlock("doc").unwrap_err();
-    assert!(matches!(err, Error::Unsupported { .. }), "{err}");
+    w.release().await.unwrap();
 }
 
-/// Elections on both kinds: one leader, `leader()` names it with its term; a second candidate
-/// waits and takes over when the first resigns, with a higher term; nobody leads after the
-/// last resigns; a plain lock on the name is not taken for a leader (`Conflict`).
+/// On both kinds, a plain lock on an election's name is not taken for a leader: `leader()` is
+/// a `Conflict`. (One leader, rising terms, `leader()` and resigning:
+/// `conformance::primitives`, on both kinds.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn elections_hand_over_with_increasing_terms() {
+async fn a_plain_lock_on_an_election_name_is_no_leader() {
     let Some(pg) = postgres_for_test() else {
         return;
     };
@@ -334,38 +270,6 @@ async fn elections_hand_over_with_increasing_terms() {
     for (kind, locker) in lockers(&pg).await {
         let name = format!("lead-{kind}");
         let election = locker.election(&name).unwrap();
-        assert_eq!(election.leader().await.unwrap(), None, "{kind}");
-        let a = election.campaign("a", &opts).await.unwrap();
-        let t1 = a.fencing_token().expect("a term");
-        let seen = election.leader().await.unwrap().expect("a leads");
-        assert_eq!((seen.id.as_str(), seen.term), ("a", t1), "{kind}");
-
-        let b = {
-            let election = election.clone();
-            let opts = opts.clone();
-            tokio::spawn(async move { election.campaign("b", &opts).await })
-        };
-        let c_try = election
-            .campaign("c", &opts.clone().wait(Duration::from_millis(100)))
-            .await
-            .unwrap_err();
-        assert!(
-            matches!(c_try, Error::NotAcquired { .. }),
-            "{kind}: {c_try}"
-        );
-        a.release().await.unwrap();
-        let b = tokio::time::timeout(BOUND, b)
-            .await
-            .expect("b elected")
-            .unwrap()
-            .unwrap();
-        let t2 = b.fencing_token().unwrap();
-        assert!(t2 > t1, "{kind}: {t1} then {t2}");
-        let seen = election.leader().await.unwrap().expect("b leads");
-        assert_eq!((seen.id.as_str(), seen.term), ("b", t2), "{kind}");
-        b.release().await.unwrap();
-        assert_eq!(election.leader().await.unwrap(), None, "{kind}");
-
         let plain = locker.acquire(&name, &opts).await.unwrap();
         let err = election.leader().await.unwrap_err();
         assert!(matches!(err, Error::Conflict { .. }), "{kind}: {err}");
@@ -489,67 +393,34 @@ async fn killed_holders_are_reported_lost_and_replaced() {
     next.release().await.unwrap();
 }
 
-/// Bad input and options a primitive does not have are refused before any round trip: the
-/// server is stopped first, so a refusal that needed it would be a connection error.
+/// Options a primitive does not have on PostgreSQL (fair mode, `replica_ack`) are refused
+/// before any round trip: the server is stopped first, so a refusal that needed it would be a
+/// connection error. (Bad names, permits and TTLs, and fencing: `conformance::primitives`.)
 #[tokio::test]
-async fn bad_input_is_refused_before_any_round_trip() {
+async fn options_postgres_lacks_are_refused_before_any_round_trip() {
     let Some(mut pg) = postgres_for_test() else {
         return;
     };
     let lockers = lockers(&pg).await;
     pg.stop();
     let opts = LockOptions::new(Duration::from_secs(5));
-    let too_long = "k".repeat(leasehold::postgres::MAX_PG_KEY_LEN + 1);
     for (kind, locker) in &lockers {
-        for err in [
-            locker.semaphore("s", 0).unwrap_err(),
-            locker.semaphore(&too_long, 2).unwrap_err(),
-            locker.election("").unwrap_err(),
-        ] {
-            assert!(
-                matches!(err, Error::InvalidArgument { .. }),
-                "{kind}: {err}"
-            );
-        }
         let sem = locker.semaphore("s", 2).unwrap();
+        let election = locker.election("e").unwrap();
         let unsupported = [
-            sem.try_acquire(&opts.clone().fencing(true))
-                .await
-                .unwrap_err(),
             sem.try_acquire(&opts.clone().fair(true)).await.unwrap_err(),
             sem.acquire(&opts.clone().replica_ack(1, Duration::from_millis(5)))
+                .await
+                .unwrap_err(),
+            election
+                .campaign("a", &opts.clone().replica_ack(1, Duration::from_millis(5)))
                 .await
                 .unwrap_err(),
         ];
         for err in unsupported {
             assert!(matches!(err, Error::Unsupported { .. }), "{kind}: {err}");
         }
-        let bad_ttl = LockOptions::new(Duration::ZERO);
-        let err = sem.try_acquire(&bad_ttl).await.unwrap_err();
-        assert!(
-            matches!(err, Error::InvalidArgument { .. }),
-            "{kind}: {err}"
-        );
-        let election = locker.election("e").unwrap();
-        let err = election.campaign("a", &bad_ttl).await.unwrap_err();
-        assert!(
-            matches!(err, Error::InvalidArgument { .. }),
-            "{kind}: {err}"
-        );
-        let err = election
-            .campaign("a", &opts.clone().replica_ack(1, Duration::from_millis(5)))
-            .await
-            .unwrap_err();
-        assert!(matches!(err, Error::Unsupported { .. }), "{kind}: {err}");
     }
-    let rw = lockers[0].1.rwlock("r").unwrap();
-    let err = rw.try_read(&opts.clone().fencing(true)).await.unwrap_err();
-    assert!(matches!(err, Error::Unsupported { .. }), "{err}");
-    let err = rw
-        .try_write(&LockOptions::new(Duration::ZERO))
-        .await
-        .unwrap_err();
-    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
 }
 
 /// Lease rows: a slot that looked free when the statement began but was taken meanwhile is not

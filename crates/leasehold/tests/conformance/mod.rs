@@ -159,10 +159,10 @@ pub async fn conforms<S: Subject>(subject: &S) {
     a_waiter_gets_the_lock_when_it_is_released(subject).await;
     step("with_lock");
     with_lock_always_releases(subject).await;
-    step("semaphores, read-write locks and elections (or their refusal)");
-    primitives::primitives_conform(subject).await;
     step("min_hold");
     min_hold::a_released_lock_is_kept_until_min_hold(subject).await;
+    step("semaphores, read-write locks and elections (or their refusal)");
+    primitives::primitives_conform(subject).await;
     step("done");
 }
 
