@@ -272,7 +272,7 @@ impl Locker {
     /// semaphores ([`Backend::has`]).
     pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
         Semaphore::check(name, permits)?;
-        Ok(self.backend.semaphore(name, permits)?)
+        self.backend.semaphore(name, permits)
     }
 
     /// A read-write lock on `name` (no round trip).
@@ -282,7 +282,7 @@ impl Locker {
     /// backend without read-write locks ([`Backend::has`]).
     pub fn rwlock(&self, name: &str) -> Result<RwLock> {
         crate::core::token::validate_key(name)?;
-        Ok(self.backend.rwlock(name)?)
+        self.backend.rwlock(name)
     }
 
     /// A leader election on `name` (no round trip).
@@ -292,7 +292,7 @@ impl Locker {
     /// backend without elections ([`Backend::has`]).
     pub fn election(&self, name: &str) -> Result<Election> {
         crate::core::token::validate_key(name)?;
-        Ok(self.backend.election(name)?)
+        self.backend.election(name)
     }
 
     /// One attempt to take `key` for `options.ttl()`, without waiting: a busy lock is

@@ -186,7 +186,12 @@ async fn permits_disagreeing_and_plain_locks_on_elections_are_conflicts() {
     use crate::core::driver::Driver;
     let c = client("conflicts");
     let two = c.semaphore("jobs", 2).unwrap();
-    let held = two.try_acquire(&unfenced()).await.unwrap().acquired().unwrap();
+    let held = two
+        .try_acquire(&unfenced())
+        .await
+        .unwrap()
+        .acquired()
+        .unwrap();
     let three = c.semaphore("jobs", 3).unwrap();
     assert!(matches!(
         three.try_acquire(&unfenced()).await,

@@ -50,11 +50,12 @@ pub const MAX_KEYS: usize = 1000;
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use leasehold::{RedisClient, LockOptions};
+/// use leasehold::{LockOptions, Locker};
 ///
-/// # async fn example(locks: RedisClient) -> Result<(), leasehold::Error> {
+/// # async fn example(locks: Locker) -> Result<(), leasehold::Error> {
 /// // Both accounts or neither; another caller taking [to, from] cannot deadlock with us.
-/// let transfer = locks.multi_lock(&["account:17", "account:42"])?;
+/// let redis = locks.as_redis().expect("multi-key locks are Redis's");
+/// let transfer = redis.multi_lock(&["account:17", "account:42"])?;
 /// let opts = LockOptions::new(Duration::from_secs(10)).wait(Duration::from_secs(5));
 /// transfer.with_lock(&opts, |_lease| async { /* move the money */ }).await?;
 /// # Ok(())

@@ -89,11 +89,14 @@ pub use options::RedlockOptions;
 /// ```no_run
 /// # async fn f() -> Result<(), leasehold::Error> {
 /// use std::time::Duration;
-/// use leasehold::{LockOptions, Redlock, RedlockOptions};
+/// use leasehold::redlock::{Redlock, RedlockOptions};
+/// use leasehold::{LockOptions, Locker};
 /// let nodes = ["redis://10.0.0.1:6379/", "redis://10.0.0.2:6379/", "redis://10.0.0.3:6379/"];
+/// // Or `Locker::connect("redlock://10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379")`.
 /// let redlock = Redlock::connect(&nodes, RedlockOptions::new()).await?;
+/// let locks = Locker::from(redlock);
 /// let opts = LockOptions::new(Duration::from_secs(10)).fencing(true).wait(Duration::from_secs(5));
-/// let guard = redlock.acquire("lock:ledger", &opts).await?;
+/// let guard = locks.acquire("lock:ledger", &opts).await?;
 /// let fence = guard.fence().expect("fencing on"); // strictly increasing across all holders
 /// guard.release().await?;
 /// # Ok(()) }

@@ -104,7 +104,7 @@ impl RedisClient {
     /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
     /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
     /// let manager = client.get_connection_manager().await?;
-    /// let locks = leasehold::RedisClient::from_connection(manager).await?;
+    /// let locks = leasehold::redis::RedisClient::from_connection(manager).await?;
     /// # Ok(()) }
     /// ```
     ///
