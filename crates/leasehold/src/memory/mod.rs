@@ -147,13 +147,13 @@ impl MemoryClient {
 
 impl HeldLock for MemoryClient {
     fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move { self.ns.release(lease.key(), lease.token()) })
+        Box::pin(async move { self.ns.release(lease.key(), lease.token(), None) })
     }
 
     fn extend<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Instant>> {
         Box::pin(async move {
             ttl_millis(ttl)?;
-            self.ns.extend(lease.key(), lease.token(), ttl)
+            self.ns.extend(lease.key(), lease.token(), None, ttl)
         })
     }
 
@@ -186,13 +186,13 @@ impl Driver for MemoryClient {
 
     async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
         validate_key(key)?;
-        self.ns.release(key, token)
+        self.ns.release(key, token, None)
     }
 
     async fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<()> {
         validate_key(key)?;
         ttl_millis(ttl)?;
-        self.ns.extend(key, token, ttl).map(drop)
+        self.ns.extend(key, token, None, ttl).map(drop)
     }
 
     async fn inspect(&self, key: &str) -> Result<LockState> {

@@ -115,11 +115,18 @@ impl Entry {
     }
 
     /// The lease `token` holds at `now`, if any.
-    fn held_by(&mut self, token: &LockToken, now: Instant) -> Option<&mut Holder> {
+    /// The live holder with `token`, if it holds as `side` says (any way for `None`).
+    fn held_by(
+        &mut self,
+        token: &LockToken,
+        side: Option<Want<'_>>,
+        now: Instant,
+    ) -> Option<&mut Holder> {
         self.prune_expired(now);
+        let hold = side.map(Want::hold);
         self.holders
             .iter_mut()
-            .find(|h| h.token == *token && !h.kept)
+            .find(|h| h.token == *token && !h.kept && hold.is_none_or(|hold| h.hold == hold))
     }
 
     /// Whether `want` may join the live holders: `Ok(None)` if it may, `Ok(Some(end))` if not
@@ -292,11 +299,18 @@ impl Namespace {
         Ok(Attempt::Busy { woken, remaining })
     }
 
-    pub(super) fn release(&self, key: &str, token: &LockToken) -> Result<()> {
+    /// Releases what `token` holds of `key`; with `side`, only if it holds it that way (a
+    /// read-write lock's side: a reader's token does not release the writer's side).
+    pub(super) fn release(
+        &self,
+        key: &str,
+        token: &LockToken,
+        side: Option<Want<'_>>,
+    ) -> Result<()> {
         let mut keys = self.keys();
         let now = Instant::now();
         let e = keys.get_mut(key).ok_or_else(|| not_held(key))?;
-        let holder = e.held_by(token, now).ok_or_else(|| not_held(key))?;
+        let holder = e.held_by(token, side, now).ok_or_else(|| not_held(key))?;
         match holder.hold_until.filter(|until| *until > now) {
             // Kept until the minimum hold ends, then free by itself (see `LockOptions::min_hold`).
             Some(until) => {
@@ -312,11 +326,18 @@ impl Namespace {
     }
 
     /// Moves the expiry to `ttl` from now; returns it (the lease's new validity, exactly).
-    pub(super) fn extend(&self, key: &str, token: &LockToken, ttl: Duration) -> Result<Instant> {
+    /// `side` as for [`Namespace::release`].
+    pub(super) fn extend(
+        &self,
+        key: &str,
+        token: &LockToken,
+        side: Option<Want<'_>>,
+        ttl: Duration,
+    ) -> Result<Instant> {
         let mut keys = self.keys();
         let now = Instant::now();
         let e = keys.get_mut(key).ok_or_else(|| not_held(key))?;
-        let holder = e.held_by(token, now).ok_or_else(|| not_held(key))?;
+        let holder = e.held_by(token, side, now).ok_or_else(|| not_held(key))?;
         holder.expires = now + ttl;
         let expires = holder.expires;
         // Waiters sleep until the old end: a shorter lease ends sooner.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::core::driver::Driver;
 use crate::core::error::Result;
 use crate::core::guard::LockGuard;
-use crate::core::options::LockOptions;
+use crate::core::options::{LockOptions, ttl_millis};
 use crate::core::outcome::TryAcquire;
 use crate::core::sync::{Election, Leader, RwLock, Semaphore};
 use crate::core::token::{LockToken, validate_key};
@@ -123,19 +123,33 @@ impl crate::core::sync::RwLockProvider for MemoryRwLock {
     }
 
     async fn release_read(&self, token: &LockToken) -> Result<()> {
-        self.client.release(&self.name, token).await
+        validate_key(&self.name)?;
+        self.client
+            .ns
+            .release(&self.name, token, Some(Want::Shared))
     }
 
     async fn release_write(&self, token: &LockToken) -> Result<()> {
-        self.client.release(&self.name, token).await
+        validate_key(&self.name)?;
+        self.client
+            .ns
+            .release(&self.name, token, Some(Want::Exclusive))
     }
 
     async fn extend_read(&self, token: &LockToken, ttl: Duration) -> Result<()> {
-        self.client.extend(&self.name, token, ttl).await
+        ttl_millis(ttl)?;
+        self.client
+            .ns
+            .extend(&self.name, token, Some(Want::Shared), ttl)
+            .map(drop)
     }
 
     async fn extend_write(&self, token: &LockToken, ttl: Duration) -> Result<()> {
-        self.client.extend(&self.name, token, ttl).await
+        ttl_millis(ttl)?;
+        self.client
+            .ns
+            .extend(&self.name, token, Some(Want::Exclusive), ttl)
+            .map(drop)
     }
 
     async fn readers(&self) -> Result<u32> {

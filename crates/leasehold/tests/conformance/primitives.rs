@@ -50,17 +50,9 @@ pub async fn primitives_conform(subject: &impl Subject) {
             refused(subject, &locker, primitive);
         }
     }
-    // Last, so that a backend failing them has been through every other check first; both
-    // run, and both failures are reported.
-    let fencing =
-        std::panic::AssertUnwindSafe(fencing_refused_where_it_fences_nothing(subject, &locker))
-            .catch_unwind()
-            .await;
+    fencing_refused_where_it_fences_nothing(subject, &locker).await;
     if kind.has(Primitive::RwLock) {
         rwlock_tokens_are_checked_by_side(subject).await;
-    }
-    if let Err(panic) = fencing {
-        std::panic::resume_unwind(panic);
     }
 }
 
@@ -70,10 +62,8 @@ pub async fn primitives_conform(subject: &impl Subject) {
 /// `RwLock::release_write` documents ("`NotHeld` if it does not hold it") and etcd and
 /// PostgreSQL check.
 ///
-/// KNOWN FAILURE on `memory://` (found by this check, December 2026; `src` not changed here):
-/// its `release_write`/`extend_write` and `release_read`/`extend_read` are one and the same
-/// token-checked release/extend of the name (`memory/sync.rs`), so `release_write` with a
-/// reader's token releases the reader.
+/// It failed on `memory://`, whose sides were one release/extend of the name: a
+/// `release_write` with a reader's token released the reader.
 async fn rwlock_tokens_are_checked_by_side(subject: &impl Subject) {
     let name = subject.name();
     let k = key("rwlock:sides");
@@ -118,9 +108,8 @@ async fn rwlock_tokens_are_checked_by_side(subject: &impl Subject) {
 /// a number), as Redis, etcd and PostgreSQL document (`refuse("fencing (a semaphore admits
 /// several holders at once)")`, `refuse("fencing for readers ...")`); nothing is taken.
 ///
-/// KNOWN FAILURE on `memory://` (found by this check, December 2026; `src` not changed here):
-/// the memory backend grants a fenced permit, and a fenced read, each with a fencing number
-/// (`memory/store.rs` draws one whenever `options.fencing_enabled()`, whatever it grants).
+/// It failed on `memory://`, which granted a fenced permit and a fenced read, each with a
+/// number, before the option table (`Backend::refuses`) decided this for every backend.
 async fn fencing_refused_where_it_fences_nothing(subject: &impl Subject, locker: &Locker) {
     let name = subject.name();
     let kind = locker.kind();
