@@ -1,7 +1,8 @@
 //! Acquiring: the one attempt and the wait in a queue (enqueue, watch the entries ahead,
-//! again), the cleanup of an abandoned entry, and the guard of an entry whose turn came. Every
-//! primitive is a [`Queue`] (the plain lock, a semaphore, each side of a read-write lock, an
-//! election), so the wait (etcd's `waitDeletes`) lives here once.
+//! again) as a provider of the acquisition engine, the cleanup of an abandoned entry, and the
+//! guard of an entry whose turn came. Every primitive is a [`Queue`] (the plain lock, a
+//! semaphore, each side of a read-write lock, an election), so the wait (etcd's `waitDeletes`)
+//! lives here once.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, Weak};
@@ -14,6 +15,7 @@ use ec::{
 use etcd_client as ec;
 use tokio_util::sync::CancellationToken;
 
+use crate::core::acquire::{Ask, Attempts};
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::{Lease, LockGuard, clock_drift};
 use crate::core::options::LockOptions;
@@ -121,11 +123,6 @@ impl Cleanup {
         }
     }
 
-    /// The sessions an orphan of this entry goes to.
-    fn sessions(&self) -> Vec<Weak<Session>> {
-        self.session.iter().cloned().collect()
-    }
-
     pub(super) fn disarm(&mut self) {
         self.armed = false;
     }
@@ -146,25 +143,24 @@ impl Cleanup {
                     self.client.revoke_in_background(id);
                 }
             }
-            Err(_) => self.client.remove_in_background(
-                self.entry.clone(),
-                self.token.clone(),
-                self.lease,
-                self.sessions(),
-            ),
+            Err(_) => self.in_background(),
         }
+    }
+
+    /// Deletes the entry in the background; the session it may ride on takes it as an orphan
+    /// if etcd does not confirm that.
+    fn in_background(&mut self) {
+        let (entry, token) = (std::mem::take(&mut self.entry), self.token.clone());
+        let sessions = self.session.iter().cloned().collect();
+        self.client
+            .remove_in_background(entry, token, self.lease, sessions);
     }
 }
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
         if self.armed {
-            self.client.remove_in_background(
-                std::mem::take(&mut self.entry),
-                self.token.clone(),
-                self.lease,
-                self.sessions(),
-            );
+            self.in_background();
         }
     }
 }
@@ -181,11 +177,248 @@ pub(super) enum Basis {
     },
 }
 
-enum Watched {
-    /// The watched entry was deleted (or the watch ended): look again.
-    Again,
-    SessionEnded,
+/// A queue as the acquisition engine ([`wait`](crate::core::acquire::wait)) drives it. An
+/// attempt without a wait (or with a zero one) is [`EtcdClient::try_queue`]; one with a wait
+/// waits in a [`Place`] until its turn comes (a watch of the entries ahead, no polling) and hands
+/// the engine its [`Step`]. The engine does the rest: the backoff between attempts (a requeue
+/// never spins), no attempt at or past the deadline, [`Error::NotAcquired`], and the retry of a
+/// grant that came too late.
+struct Waiter<'q, 'a> {
+    client: &'q EtcdClient,
+    queue: &'q Queue<'a>,
+    secs: i64,
+    /// The place the last attempt kept: the next one goes on in it, and
+    /// [`EtcdClient::acquire_in`] gives it back if the wait ends first.
+    place: Mutex<Option<Place>>,
+}
+
+/// Our entry in a queue, on the session lease of its TTL.
+struct Place {
+    session: SessionRef,
+    token: LockToken,
+    entry: Vec<u8>,
+    /// The entry's create revision (its position, and the fencing number), once etcd confirmed
+    /// the put.
+    rev: Option<i64>,
+    /// Deletes the entry (token-checked) however the wait ends without the lock.
+    cleanup: Cleanup,
+}
+
+/// How a wait in a [`Place`] ends short of the lock.
+enum Step {
+    /// The place is lost (our entry vanished, or its session ended): what is left of the entry
+    /// goes in the background, and the engine queues again after its backoff (busy).
+    Requeue,
+    /// A connection error while the session lives: the place is kept, and the engine's next
+    /// attempt, after its backoff, goes on in it at the same position.
+    Retry(Error),
+    /// The deadline passed: the place is kept, for `acquire_in` to give back.
     Deadline,
+    /// Our entry is given back now, and the engine queues again if it rides the error out
+    /// ([`Waiter::retries`], a grant that came too late), or returns it.
+    Fail(Error),
+}
+
+/// Any other error of a step fails it.
+impl From<Error> for Step {
+    fn from(e: Error) -> Step {
+        Step::Fail(e)
+    }
+}
+
+impl Place {
+    /// The step a failed request of a waiter leads to: a connection error is retried in the
+    /// place while its session lives, and loses the place with the session; any other fails.
+    fn step(&self, e: Error) -> Step {
+        if !transient(&e) {
+            Step::Fail(e)
+        } else if self.session.0.dead.is_cancelled() {
+            Step::Requeue
+        } else {
+            Step::Retry(e)
+        }
+    }
+}
+
+impl Attempts for Waiter<'_, '_> {
+    fn name(&self) -> &str {
+        self.queue.name
+    }
+
+    async fn attempt(&self, options: &LockOptions, ask: Ask) -> Result<TryAcquire> {
+        let Some(wait) = ask.wait.filter(|w| !w.is_zero()) else {
+            return self.client.try_queue(self.queue, options, self.secs).await;
+        };
+        let deadline = Instant::now() + wait;
+        let kept = lock(&self.place).take();
+        let mut place = match kept {
+            Some(place) => place,
+            None => self.enter(options).await?,
+        };
+        match self.turn(&mut place, options, deadline).await {
+            Ok(guard) => {
+                place.cleanup.disarm();
+                Ok(TryAcquire::Acquired(guard))
+            }
+            Err(Step::Requeue) => Ok(TryAcquire::Busy { remaining: None }),
+            Err(Step::Retry(e)) => {
+                *lock(&self.place) = Some(place);
+                Err(e)
+            }
+            Err(Step::Deadline) => {
+                *lock(&self.place) = Some(place);
+                Ok(TryAcquire::Busy { remaining: None })
+            }
+            Err(Step::Fail(e)) => {
+                place.cleanup.run().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// A connection error (the place kept, or lost with its session), and a write etcd refused
+    /// because the session's lease died before its keep-alive said so (nothing was written):
+    /// queued again, on a live session.
+    fn retries(&self, e: &Error) -> bool {
+        transient(e) || lease_gone(e)
+    }
+}
+
+impl Waiter<'_, '_> {
+    /// A new place, on the session of our TTL (not written yet).
+    async fn enter(&self, options: &LockOptions) -> Result<Place> {
+        let client = self.client;
+        let session = client.checkout(self.secs, options.renew_interval()).await?;
+        let token = options.new_token();
+        let entry = (self.queue.entry)(&token);
+        let cleanup = Cleanup::new(client, &entry, &token, None, Some(&session.0));
+        Ok(Place {
+            session,
+            token,
+            entry,
+            rev: None,
+            cleanup,
+        })
+    }
+
+    /// Waits in `place` until fewer than `allowed` blockers are ahead of our entry (written
+    /// first, unless etcd confirmed it already), and makes the guard.
+    async fn turn(
+        &self,
+        place: &mut Place,
+        options: &LockOptions,
+        deadline: Instant,
+    ) -> Result<LockGuard, Step> {
+        let (client, queue) = (self.client, self.queue);
+        let rev = match place.rev {
+            Some(rev) => rev,
+            None => {
+                let rev = self.enqueue(place).await?;
+                *place.rev.insert(rev)
+            }
+        };
+        let ahead = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Descend)
+            .with_max_create_revision(rev - 1)
+            .with_keys_only();
+        // One blocker allowed: the nearest one is enough (watched alone, it goes after the ones
+        // ahead of it are gone, or is replaced by one of them).
+        let ahead = if queue.allowed == 1 {
+            ahead.with_limit(1)
+        } else {
+            ahead
+        };
+        loop {
+            let txn = Txn::new().and_then([
+                TxnOp::get(place.entry.clone(), None),
+                TxnOp::get(queue.blockers.clone(), Some(ahead.clone())),
+            ]);
+            let read = client.txn(Operation::Acquire, false, txn).await;
+            let resp = read.map_err(|e| place.step(e))?;
+            let read_at = header_revision(&resp)?;
+            let ours = txn_get(&resp, 0).first().map(|kv| kv.create_revision()) == Some(rev);
+            if !ours {
+                // Our entry is gone (its lease expired, or someone deleted it).
+                let key = queue.name;
+                tracing::debug!(
+                    key,
+                    "our queue entry vanished while waiting; queueing again"
+                );
+                return Err(Step::Requeue);
+            }
+            let ahead = txn_get(&resp, 1);
+            if ahead.len() < queue.allowed {
+                break;
+            }
+            let watch = if queue.allowed == 1 {
+                // Exactly the entry just ahead: a release wakes only the next waiter.
+                Deletions::of_key(ahead[0].key())
+            } else {
+                // Any `len - allowed + 1` of them, whichever holders release first: the
+                // prefix is watched and the deletions counted here, so a waiter reads
+                // again only once its turn may have come.
+                Deletions::among(&queue.blockers, &ahead, queue.allowed)
+            };
+            let dead = &place.session.0.dead;
+            client
+                .watch_deletions(watch, read_at + 1, dead, deadline)
+                .await?;
+        }
+        // Ours. An auto-extended lock stays on the session; any other moves onto a lease of its
+        // own.
+        let basis = if options.auto_extend_enabled() {
+            Basis::Session(SessionRef::pin(&place.session.0))
+        } else {
+            self.own_lease(place, rev).await?
+        };
+        let min_hold = client.grant_min_hold(options).await?;
+        let (token, entry) = (place.token.clone(), (place.entry.clone(), rev));
+        Ok(client.finish(queue.name, token, entry, basis, min_hold, options)?)
+    }
+
+    /// Writes our entry on the session's lease, `If(CreateRevision(entry) == 0)` (so a retry
+    /// after an ambiguous failure finds it), and answers its create revision.
+    async fn enqueue(&self, place: &Place) -> Result<i64, Step> {
+        let (queue, entry) = (self.queue, &place.entry);
+        let first: Vec<TxnOp> = queue.first_op().into_iter().collect();
+        let on_session = PutOptions::new().with_lease(place.session.0.id);
+        let put = TxnOp::put(entry.clone(), place.token.expose(), Some(on_session));
+        let get = TxnOp::get(entry.clone(), None);
+        let txn = Txn::new()
+            .when([Compare::create_revision(entry.clone(), CompareOp::Equal, 0)])
+            .and_then([vec![put, get.clone()], first.clone()].concat())
+            .or_else([vec![get], first].concat());
+        let written = self.client.txn(Operation::Acquire, true, txn).await;
+        let resp = written.map_err(|e| place.step(e))?;
+        let index = usize::from(resp.succeeded());
+        queue.check(&resp, index + 1)?;
+        // No entry: the session's lease died under it.
+        let rev = txn_get(&resp, index).first().map(|kv| kv.create_revision());
+        rev.ok_or(Step::Requeue)
+    }
+
+    /// Moves our entry (at `rev`) onto a lease of its own, guarded by our create revision (a
+    /// put keeps it).
+    async fn own_lease(&self, place: &mut Place, rev: i64) -> Result<Basis, Step> {
+        let started = Instant::now();
+        let (id, granted) = self.client.grant(self.secs, Operation::Acquire).await?;
+        place.cleanup.lease = Some(id);
+        let (entry, token) = (place.entry.clone(), place.token.expose());
+        let ours = Compare::create_revision(entry.clone(), CompareOp::Equal, rev);
+        let put = TxnOp::put(entry, token, Some(PutOptions::new().with_lease(id)));
+        let txn = Txn::new().when([ours]).and_then([put]);
+        let moved = self.client.txn(Operation::Acquire, true, txn).await?;
+        if !moved.succeeded() {
+            // Our entry is gone.
+            return Err(Step::Requeue);
+        }
+        Ok(Basis::Dedicated {
+            id,
+            started,
+            granted,
+        })
+    }
 }
 
 /// The deletions a waiter waits for: `needed` of the entries `ahead` (read at the revision the
@@ -266,13 +499,9 @@ impl EtcdClient {
                 granted,
             }
         };
-        let lease_id = match &basis {
-            Basis::Session(s) => s.0.id,
-            Basis::Dedicated { id, .. } => *id,
-        };
-        let (own_lease, session) = match &basis {
-            Basis::Session(s) => (None, Some(&s.0)),
-            Basis::Dedicated { id, .. } => (Some(*id), None),
+        let (lease_id, own_lease, session) = match &basis {
+            Basis::Session(s) => (s.0.id, None, Some(&s.0)),
+            Basis::Dedicated { id, .. } => (*id, Some(*id), None),
         };
         let mut cleanup = Cleanup::new(self, &entry, &token, own_lease, session);
         let put = TxnOp::put(
@@ -301,16 +530,10 @@ impl EtcdClient {
             )
         };
         let resp = self.txn(Operation::Acquire, true, txn).await?;
-        let busy = if let Err(e) = queue.check(&resp, 0) {
-            Some(Err(e))
-        } else if !resp.succeeded()
-            || (queue.allowed > 1 && txn_get(&resp, first.len()).len() >= queue.allowed)
-        {
-            Some(Ok(TryAcquire::Busy { remaining: None }))
-        } else {
-            None
-        };
-        if let Some(outcome) = busy {
+        let refused = queue.check(&resp, 0);
+        let busy = !resp.succeeded()
+            || (queue.allowed > 1 && txn_get(&resp, first.len()).len() >= queue.allowed);
+        if refused.is_err() || busy {
             if resp.succeeded() {
                 // Our entry was written: it goes (token-checked), with a lease of its own.
                 cleanup.run().await;
@@ -321,7 +544,8 @@ impl EtcdClient {
                     self.revoke_in_background(id);
                 }
             }
-            return outcome;
+            refused?;
+            return Ok(TryAcquire::Busy { remaining: None });
         }
         let rev = header_revision(&resp)?;
         let min_hold = self.grant_min_hold(options).await?;
@@ -330,7 +554,8 @@ impl EtcdClient {
         Ok(TryAcquire::Acquired(guard))
     }
 
-    /// A place of `queue`, waiting until `wait` (one attempt without one, or if it is zero).
+    /// A place of `queue`, waiting until `wait` (one attempt without one, or if it is zero),
+    /// through the acquisition engine (see [`Waiter`]).
     pub(super) async fn acquire_in(
         &self,
         queue: &Queue<'_>,
@@ -338,337 +563,61 @@ impl EtcdClient {
         secs: i64,
         wait: Option<Duration>,
     ) -> Result<LockGuard> {
-        if let Some(wait) = wait.filter(|w| !w.is_zero()) {
-            return self.acquire_queued(queue, options, secs, wait).await;
-        }
-        let begun = Instant::now();
-        match self.try_queue(queue, options, secs).await? {
-            TryAcquire::Acquired(guard) => Ok(guard),
-            TryAcquire::Busy { .. } => Err(Error::NotAcquired {
-                key: queue.name.to_string(),
-                waited: begun.elapsed(),
-                attempts: 1,
-            }),
-        }
-    }
-
-    /// Waits for a place of `queue` (see [`Locker::acquire`](crate::Locker::acquire)) until `wait` has passed.
-    async fn acquire_queued(
-        &self,
-        queue: &Queue<'_>,
-        options: &LockOptions,
-        secs: i64,
-        wait: Duration,
-    ) -> Result<LockGuard> {
-        let key = queue.name;
-        let begun = Instant::now();
-        let deadline = begun + wait;
-        let mut attempts: u32 = 0;
-        let mut failures: u32 = 0;
-        let not_acquired = |attempts: u32| Error::NotAcquired {
-            key: key.to_string(),
-            waited: begun.elapsed(),
-            attempts,
+        let waiter = Waiter {
+            client: self,
+            queue,
+            secs,
+            place: Mutex::new(None),
         };
-        // Rides out a transient error: sleeps the backoff (never past the deadline) and says
-        // whether to go on.
-        let backoff = |failures: &mut u32| {
-            let delay = options.backoff_policy().delay(*failures);
-            *failures += 1;
-            let until = (Instant::now() + delay).min(deadline);
-            async move {
-                tokio::time::sleep_until(until.into()).await;
-                Instant::now() < deadline
-            }
-        };
-        'session: loop {
-            if Instant::now() >= deadline {
-                return Err(not_acquired(attempts));
-            }
-            let session = match self.checkout(secs, options.renew_interval()).await {
-                Ok(s) => s,
-                Err(e) if transient(&e) => {
-                    if backoff(&mut failures).await {
-                        continue 'session;
-                    }
-                    return Err(e);
-                }
-                Err(e) => return Err(e),
-            };
-            let token = options.new_token();
-            let entry = (queue.entry)(&token);
-            let mut cleanup = Cleanup::new(self, &entry, &token, None, Some(&session.0));
-            // Enqueue. Repeatable: a retry after an ambiguous failure finds the entry.
-            let first: Vec<TxnOp> = queue.first_op().into_iter().collect();
-            let rev = loop {
-                let put = TxnOp::put(
-                    entry.clone(),
-                    token.expose(),
-                    Some(PutOptions::new().with_lease(session.0.id)),
-                );
-                let txn = Txn::new()
-                    .when([Compare::create_revision(entry.clone(), CompareOp::Equal, 0)])
-                    .and_then([vec![put, TxnOp::get(entry.clone(), None)], first.clone()].concat())
-                    .or_else([vec![TxnOp::get(entry.clone(), None)], first.clone()].concat());
-                match self.txn(Operation::Acquire, true, txn).await {
-                    Ok(resp) => {
-                        let index = if resp.succeeded() { 1 } else { 0 };
-                        if let Err(e) = queue.check(&resp, index + 1) {
-                            cleanup.run().await;
-                            return Err(e);
-                        }
-                        match txn_get(&resp, index).first() {
-                            Some(kv) => break kv.create_revision(),
-                            None => {
-                                // Queue again after the backoff: whatever the server answers, no spin.
-                                if !backoff(&mut failures).await {
-                                    cleanup.run().await;
-                                    return Err(not_acquired(attempts));
-                                }
-                                continue 'session;
-                            }
-                        }
-                    }
-                    // The session's lease died (etcd: "requested lease not found") before its
-                    // keep-alive said so: nothing was written; queue again on a live session.
-                    Err(e) if lease_gone(&e) => {
-                        if backoff(&mut failures).await {
-                            continue 'session;
-                        }
-                        return Err(e);
-                    }
-                    Err(e) if transient(&e) => {
-                        if session.0.dead.is_cancelled() {
-                            // Queue again after the backoff: whatever the server answers, no spin.
-                            if !backoff(&mut failures).await {
-                                cleanup.run().await;
-                                return Err(not_acquired(attempts));
-                            }
-                            continue 'session;
-                        }
-                        if !backoff(&mut failures).await {
-                            cleanup.run().await;
-                            return Err(e);
-                        }
-                    }
-                    Err(e) => return Err(e),
-                }
-            };
-            // Wait until fewer than `allowed` blockers are ahead of ours.
-            loop {
-                attempts += 1;
-                let ahead = GetOptions::new()
-                    .with_prefix()
-                    .with_sort(SortTarget::Create, SortOrder::Descend)
-                    .with_max_create_revision(rev - 1)
-                    .with_keys_only();
-                // One blocker allowed: the nearest one is enough (watched alone, it goes
-                // after the ones ahead of it are gone, or is replaced by one of them).
-                let ahead = if queue.allowed == 1 {
-                    ahead.with_limit(1)
-                } else {
-                    ahead
-                };
-                let txn = Txn::new().and_then([
-                    TxnOp::get(entry.clone(), None),
-                    TxnOp::get(queue.blockers.clone(), Some(ahead)),
-                ]);
-                let resp = match self.txn(Operation::Acquire, false, txn).await {
-                    Ok(resp) => resp,
-                    Err(e) if transient(&e) => {
-                        if session.0.dead.is_cancelled() {
-                            // Queue again after the backoff: whatever the server answers, no spin.
-                            if !backoff(&mut failures).await {
-                                cleanup.run().await;
-                                return Err(not_acquired(attempts));
-                            }
-                            continue 'session;
-                        }
-                        if !backoff(&mut failures).await {
-                            cleanup.run().await;
-                            return Err(e);
-                        }
-                        continue;
-                    }
-                    Err(e) => return Err(e),
-                };
-                let read_at = header_revision(&resp)?;
-                let ours = txn_get(&resp, 0)
-                    .first()
-                    .is_some_and(|kv| kv.create_revision() == rev);
-                if !ours {
-                    // Our entry is gone (its lease expired, or someone deleted it): queue again.
-                    tracing::debug!(
-                        key,
-                        "our queue entry vanished while waiting; queueing again"
-                    );
-                    // Queue again after the backoff: whatever the server answers, no spin.
-                    if !backoff(&mut failures).await {
-                        cleanup.run().await;
-                        return Err(not_acquired(attempts));
-                    }
-                    continue 'session;
-                }
-                let ahead = txn_get(&resp, 1);
-                if ahead.len() < queue.allowed {
-                    break;
-                }
-                let watch = if queue.allowed == 1 {
-                    // Exactly the entry just ahead: a release wakes only the next waiter.
-                    Deletions::of_key(ahead[0].key())
-                } else {
-                    // Any `len - allowed + 1` of them, whichever holders release first: the
-                    // prefix is watched and the deletions counted here, so a waiter reads
-                    // again only once its turn may have come.
-                    Deletions::among(&queue.blockers, &ahead, queue.allowed)
-                };
-                match self
-                    .watch_deletions(watch, read_at + 1, &session.0.dead, deadline)
-                    .await
-                {
-                    Watched::Again => {}
-                    Watched::SessionEnded => {
-                        // Queue again after the backoff: whatever the server answers, no spin.
-                        if !backoff(&mut failures).await {
-                            cleanup.run().await;
-                            return Err(not_acquired(attempts));
-                        }
-                        continue 'session;
-                    }
-                    Watched::Deadline => {
-                        cleanup.run().await;
-                        return Err(not_acquired(attempts));
-                    }
-                }
-            }
-            // Ours. An auto-extended lock stays on the session; any other moves onto a lease
-            // of its own, guarded by our create revision (a put keeps it).
-            let basis = if options.auto_extend_enabled() {
-                Basis::Session(session)
-            } else {
-                let started = Instant::now();
-                let (id, granted) = match self.grant(secs, Operation::Acquire).await {
-                    Ok(g) => g,
-                    Err(e) if transient(&e) => {
-                        if backoff(&mut failures).await {
-                            cleanup.run().await;
-                            continue 'session;
-                        }
-                        cleanup.run().await;
-                        return Err(e);
-                    }
-                    Err(e) => return Err(e),
-                };
-                cleanup.lease = Some(id);
-                let txn = Txn::new()
-                    .when([Compare::create_revision(
-                        entry.clone(),
-                        CompareOp::Equal,
-                        rev,
-                    )])
-                    .and_then([TxnOp::put(
-                        entry.clone(),
-                        token.expose(),
-                        Some(PutOptions::new().with_lease(id)),
-                    )]);
-                match self.txn(Operation::Acquire, true, txn).await {
-                    Ok(resp) if resp.succeeded() => Basis::Dedicated {
-                        id,
-                        started,
-                        granted,
-                    },
-                    Ok(_) => {
-                        // Queue again after the backoff: whatever the server answers, no spin.
-                        if !backoff(&mut failures).await {
-                            cleanup.run().await;
-                            return Err(not_acquired(attempts));
-                        }
-                        continue 'session;
-                    }
-                    Err(e) if transient(&e) => {
-                        cleanup.run().await;
-                        if backoff(&mut failures).await {
-                            continue 'session;
-                        }
-                        return Err(e);
-                    }
-                    Err(e) => return Err(e),
-                }
-            };
-            let min_hold = self.grant_min_hold(options).await?;
-            match self.finish(queue.name, token, (entry, rev), basis, min_hold, options) {
-                Ok(guard) => {
-                    cleanup.disarm();
-                    return Ok(guard);
-                }
-                // Granted too late to be a lease: given back, and queued again after the
-                // backoff (a TTL that keeps expiring on arrival must not spin); at the deadline,
-                // the reason.
-                Err(e @ Error::ExpiredOnArrival { .. }) => {
-                    cleanup.run().await;
-                    if backoff(&mut failures).await {
-                        continue 'session;
-                    }
-                    return Err(e);
-                }
-                Err(e) => return Err(e),
-            }
+        let result = crate::core::acquire::wait(&waiter, options, wait).await;
+        // A place still kept (the deadline passed, or a connection error outlasted it): our
+        // entry goes now.
+        let kept = waiter.place.into_inner().unwrap_or_else(|p| p.into_inner());
+        if let Some(mut place) = kept {
+            place.cleanup.run().await;
         }
+        result
     }
 
     /// Waits until the deletions `watch` counts have happened at or after `from` (a
-    /// revision), the session ends, or the deadline passes.
+    /// revision): `Ok` to look again; [`Step::Requeue`] when the session ends,
+    /// [`Step::Deadline`] when the deadline passes.
     async fn watch_deletions(
         &self,
         mut watch: Deletions,
         from: i64,
         session_dead: &CancellationToken,
         deadline: Instant,
-    ) -> Watched {
-        let mut watcher = self.inner.etcd.watch_client();
-        let mut options = WatchOptions::new()
-            .with_start_revision(from)
-            .with_filters([WatchFilterType::NoPut]);
-        if watch.prefix {
-            options = options.with_prefix();
-        }
-        let opened = tokio::select! {
-            r = tokio::time::timeout(self.inner.response_timeout, watcher.watch(watch.key.clone(), Some(options))) => r,
-            _ = session_dead.cancelled() => return Watched::SessionEnded,
-            _ = tokio::time::sleep_until(deadline.into()) => return Watched::Deadline,
-        };
-        let mut stream = match opened {
-            Ok(Ok(stream)) => stream,
-            _ => {
-                // Look again after a pause (the read that follows bounds a broken etcd).
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                return Watched::Again;
+    ) -> Result<(), Step> {
+        let released = async {
+            let mut options = WatchOptions::new()
+                .with_start_revision(from)
+                .with_filters([WatchFilterType::NoPut]);
+            if watch.prefix {
+                options = options.with_prefix();
             }
-        };
-        loop {
-            tokio::select! {
-                message = stream.message() => match message {
-                    Ok(Some(resp)) => {
-                        if resp.canceled() {
-                            return Watched::Again;
-                        }
-                        for event in resp.events() {
-                            if event.event_type() == EventType::Delete
-                                && let Some(kv) = event.kv()
-                                && watch.deleted(kv.key())
-                            {
-                                return Watched::Again;
-                            }
-                        }
+            let mut watcher = self.inner.etcd.watch_client();
+            let opening = watcher.watch(watch.key.clone(), Some(options));
+            if let Ok(Ok(mut stream)) =
+                tokio::time::timeout(self.inner.response_timeout, opening).await
+            {
+                while let Ok(Some(resp)) = stream.message().await {
+                    let events = resp.events().iter();
+                    let mut deletions = events.filter(|e| e.event_type() == EventType::Delete);
+                    let deleted = |e: &ec::Event| e.kv().is_some_and(|kv| watch.deleted(kv.key()));
+                    if resp.canceled() || deletions.any(deleted) {
+                        return;
                     }
-                    _ => {
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        return Watched::Again;
-                    }
-                },
-                _ = session_dead.cancelled() => return Watched::SessionEnded,
-                _ = tokio::time::sleep_until(deadline.into()) => return Watched::Deadline,
+                }
             }
+            // The watch could not be opened, or broke: look again after a pause (the read that
+            // follows bounds a broken etcd).
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        tokio::select! {
+            _ = released => Ok(()),
+            _ = session_dead.cancelled() => Err(Step::Requeue),
+            _ = tokio::time::sleep_until(deadline.into()) => Err(Step::Deadline),
         }
     }
 
