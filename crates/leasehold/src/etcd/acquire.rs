@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use crate::core::acquire::{Ask, Attempts};
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::{Lease, LockGuard, clock_drift};
+use crate::core::kind::{Backend, Taking};
 use crate::core::options::LockOptions;
 use crate::core::outcome::TryAcquire;
 use crate::core::token::LockToken;
@@ -464,15 +465,10 @@ impl Deletions {
 impl EtcdClient {
     pub(super) fn check_request(&self, key: &str, options: &LockOptions) -> Result<i64> {
         check_key(key)?;
-        options.validate()?;
-        let secs = ttl_secs(options.ttl())?;
-        if options.replica_ack_required().is_some() {
-            return Err(Error::Unsupported {
-                backend: "etcd",
-                what: "replica acknowledgement (etcd commits every write to a majority)".into(),
-            });
-        }
-        Ok(secs)
+        // The one option table: etcd commits every write to a majority, so replica_ack is
+        // refused there; the primitives' handles checked their own taking before.
+        options.check_for(Backend::Etcd, Taking::Lock)?;
+        ttl_secs(options.ttl())
     }
 
     /// One attempt to hold a place of `queue`, without waiting (see
