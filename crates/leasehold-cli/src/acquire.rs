@@ -51,12 +51,8 @@ async fn acquire(locker: &Locker, servers: &Servers, args: AcquireArgs) -> anyho
     );
     let primitive = Primitive::of(locker, &args.key, &args.primitive)?;
     let guard = match args.wait {
-        Some(wait) => {
-            primitive
-                .acquire(locker, &args.key, &options.wait(wait))
-                .await?
-        }
-        None => match primitive.try_acquire(locker, &args.key, &options).await? {
+        Some(wait) => primitive.acquire(&options.wait(wait)).await?,
+        None => match primitive.try_acquire(&options).await? {
             TryAcquire::Acquired(guard) => guard,
             TryAcquire::Busy { remaining } => {
                 return Err(Busy {

@@ -23,7 +23,7 @@ pub(crate) async fn run(servers: &Servers, args: ExtendArgs) -> anyhow::Result<(
     let locker = servers.connect().await?;
     let sent = Instant::now();
     Primitive::of(&locker, &args.key, &args.primitive)?
-        .extend(&locker, &args.key, &token, args.ttl)
+        .extend(&token, args.ttl)
         .await?;
     let outcome = Outcome::Extended {
         ttl: args.ttl,

@@ -5,21 +5,18 @@
 
 use std::time::Duration;
 
-use leasehold::{LockGuard, LockOptions, LockToken, Locker, Result, RwLock, Semaphore, TryAcquire};
+use leasehold::{Lock, LockGuard, LockOptions, LockToken, Lockable, Locker, Result, TryAcquire};
 
 use crate::cli::PrimitiveArgs;
 use crate::exit::Usage;
 
-/// The primitive a command works on.
-pub(crate) enum Primitive {
-    /// A plain (or `--fair`) lock.
-    Lock,
-    /// One permit of a counting semaphore.
-    Permit(Semaphore),
-    /// A reader of a read-write lock.
-    Reader(RwLock),
-    /// The writer of a read-write lock.
-    Writer(RwLock),
+/// The primitive a command works on: a plain (or `--fair`) lock, one permit of a counting
+/// semaphore, or a side of a read-write lock, through the library's one dispatch
+/// ([`Lockable`]).
+pub(crate) struct Primitive {
+    taken: Box<dyn Lockable>,
+    /// The plain lock, when that is what it is (its release may hand it on: `--fair`).
+    lock: Option<Lock>,
 }
 
 impl Primitive {
@@ -32,76 +29,43 @@ impl Primitive {
         key: &str,
         args: &PrimitiveArgs,
     ) -> anyhow::Result<Primitive> {
-        Ok(match (args.permits, args.read, args.write) {
-            (Some(n), _, _) => Primitive::Permit(usage(locker.semaphore(key, n), "--permits")?),
-            (None, true, _) => Primitive::Reader(usage(locker.rwlock(key), "--read")?),
-            (None, false, true) => Primitive::Writer(usage(locker.rwlock(key), "--write")?),
-            (None, false, false) => Primitive::Lock,
-        })
+        let taken: Box<dyn Lockable> = match (args.permits, args.read, args.write) {
+            (Some(n), _, _) => Box::new(usage(locker.semaphore(key, n), "--permits")?),
+            (None, true, _) => Box::new(usage(locker.rwlock(key), "--read")?.read_side()),
+            (None, false, true) => Box::new(usage(locker.rwlock(key), "--write")?.write_side()),
+            (None, false, false) => {
+                let lock = locker.lock(key);
+                return Ok(Primitive {
+                    taken: Box::new(lock.clone()),
+                    lock: Some(lock),
+                });
+            }
+        };
+        Ok(Primitive { taken, lock: None })
     }
 
     /// One attempt, without waiting.
-    pub(crate) async fn try_acquire(
-        &self,
-        locker: &Locker,
-        key: &str,
-        options: &LockOptions,
-    ) -> Result<TryAcquire> {
-        match self {
-            Primitive::Lock => locker.try_acquire(key, options).await,
-            Primitive::Permit(s) => s.try_acquire(options).await,
-            Primitive::Reader(rw) => rw.try_read(options).await,
-            Primitive::Writer(rw) => rw.try_write(options).await,
-        }
+    pub(crate) async fn try_acquire(&self, options: &LockOptions) -> Result<TryAcquire> {
+        self.taken.try_acquire(options).await
     }
 
     /// Waits as `options` say.
-    pub(crate) async fn acquire(
-        &self,
-        locker: &Locker,
-        key: &str,
-        options: &LockOptions,
-    ) -> Result<LockGuard> {
-        match self {
-            Primitive::Lock => locker.acquire(key, options).await,
-            Primitive::Permit(s) => s.acquire(options).await,
-            Primitive::Reader(rw) => rw.read(options).await,
-            Primitive::Writer(rw) => rw.write(options).await,
-        }
+    pub(crate) async fn acquire(&self, options: &LockOptions) -> Result<LockGuard> {
+        self.taken.acquire(options).await
     }
 
     /// Releases what `token` holds (`fair`: a lock taken with `--fair`, handed to the next
     /// waiter).
-    pub(crate) async fn release(
-        &self,
-        locker: &Locker,
-        key: &str,
-        token: &LockToken,
-        fair: bool,
-    ) -> Result<()> {
-        match self {
-            Primitive::Lock if fair => locker.release_fair(key, token).await,
-            Primitive::Lock => locker.release(key, token).await,
-            Primitive::Permit(s) => s.release(token).await,
-            Primitive::Reader(rw) => rw.release_read(token).await,
-            Primitive::Writer(rw) => rw.release_write(token).await,
+    pub(crate) async fn release(&self, token: &LockToken, fair: bool) -> Result<()> {
+        match (&self.lock, fair) {
+            (Some(lock), true) => lock.release_fair(token).await,
+            _ => self.taken.release(token).await,
         }
     }
 
     /// Resets what `token` holds to `ttl` from now.
-    pub(crate) async fn extend(
-        &self,
-        locker: &Locker,
-        key: &str,
-        token: &LockToken,
-        ttl: Duration,
-    ) -> Result<()> {
-        match self {
-            Primitive::Lock => locker.extend(key, token, ttl).await,
-            Primitive::Permit(s) => s.extend(token, ttl).await,
-            Primitive::Reader(rw) => rw.extend_read(token, ttl).await,
-            Primitive::Writer(rw) => rw.extend_write(token, ttl).await,
-        }
+    pub(crate) async fn extend(&self, token: &LockToken, ttl: Duration) -> Result<()> {
+        self.taken.extend(token, ttl).await
     }
 }
 

@@ -20,9 +20,7 @@ pub(crate) async fn run(servers: &Servers, args: ReleaseArgs) -> anyhow::Result<
     let token = LockToken::new(args.token)?;
     let locker = servers.connect().await?;
     let primitive = Primitive::of(&locker, &args.key, &args.primitive)?;
-    let released = primitive
-        .release(&locker, &args.key, &token, args.fair)
-        .await;
+    let released = primitive.release(&token, args.fair).await;
     // Also when not held: a minority of Redlock nodes may still have held the token.
     settle(&locker, servers, &args.key, &token, Outcome::Released).await;
     released?;

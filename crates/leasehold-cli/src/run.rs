@@ -99,7 +99,7 @@ pub(crate) async fn run(servers: &Servers, args: RunArgs) -> anyhow::Result<Exit
     let primitive = Primitive::of(&locker, &args.key, &args.primitive)?;
     let acquiring = async {
         if args.no_wait {
-            match primitive.try_acquire(&locker, &args.key, &options).await? {
+            match primitive.try_acquire(&options).await? {
                 TryAcquire::Acquired(guard) => Ok(guard),
                 TryAcquire::Busy { remaining } => Err(anyhow::Error::new(Busy {
                     key: args.key.clone(),
@@ -109,7 +109,7 @@ pub(crate) async fn run(servers: &Servers, args: RunArgs) -> anyhow::Result<Exit
         } else {
             let options = options.clone().wait(args.wait.unwrap_or(FOREVER));
             primitive
-                .acquire(&locker, &args.key, &options)
+                .acquire(&options)
                 .await
                 .map_err(anyhow::Error::new)
         }

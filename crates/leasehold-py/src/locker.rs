@@ -6,7 +6,9 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use leasehold::{ClientOptions, HistoryOptions, LockGuard, LockOptions, Locker as Core, Owner};
+use leasehold::{
+    ClientOptions, HistoryOptions, LockGuard, LockOptions, Lockable, Locker as Core, Owner,
+};
 
 use crate::errors;
 use crate::lease::Lease;
@@ -37,22 +39,31 @@ enum Target {
 }
 
 impl Target {
+    /// What the request takes, through the library's one dispatch ([`Lockable`]); a campaign
+    /// is an election's, not a lock's.
+    fn lockable(self, core: &Core) -> leasehold::Result<Box<dyn Lockable>> {
+        Ok(match self {
+            Target::Lock(key) => Box::new(core.lock(&key)),
+            Target::Semaphore(name, permits) => Box::new(core.semaphore(&name, permits)?),
+            Target::Read(name) => Box::new(core.rwlock(&name)?.read_side()),
+            Target::Write(name) => Box::new(core.rwlock(&name)?.write_side()),
+            Target::Multi(keys) => match core.as_redis() {
+                Some(client) => Box::new(client.multi_lock(&keys)?),
+                None => {
+                    return Err(leasehold::Error::Unsupported {
+                        backend: core.backend(),
+                        what: "multi-locks (one lock over several keys; redis:// only)".into(),
+                    });
+                }
+            },
+            Target::Campaign(..) => unreachable!("a campaign is not a lock"),
+        })
+    }
+
     async fn acquire(self, core: Core, options: LockOptions) -> leasehold::Result<LockGuard> {
         match self {
-            Target::Lock(key) => core.acquire(&key, &options).await,
-            Target::Semaphore(name, permits) => {
-                core.semaphore(&name, permits)?.acquire(&options).await
-            }
-            Target::Read(name) => core.rwlock(&name)?.read(&options).await,
-            Target::Write(name) => core.rwlock(&name)?.write(&options).await,
-            Target::Multi(keys) => match core.as_redis() {
-                Some(client) => client.multi_lock(&keys)?.acquire(&options).await,
-                None => Err(leasehold::Error::Unsupported {
-                    backend: core.backend(),
-                    what: "multi-locks (one lock over several keys; redis:// only)".into(),
-                }),
-            },
             Target::Campaign(name, id) => core.election(&name)?.campaign(&id, &options).await,
+            take => take.lockable(&core)?.acquire(&options).await,
         }
     }
 }

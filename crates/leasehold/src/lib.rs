@@ -34,11 +34,12 @@ pub use self::core::outcome::{LockState, MAX_FENCING_NUMBER, TryAcquire};
 pub use self::core::owner::{MAX_OWNER_LABEL_LEN, MAX_OWNER_NAME_LEN, Owner};
 pub use self::core::report::{NodeOutcome, NodeReport, NodeReports};
 pub use self::core::sync::{
-    Election, Leader, LeaderWatch, MAX_ELECTION_ID_LEN, MAX_PERMITS, RwLock, Semaphore,
+    Election, Leader, LeaderWatch, Lockable, MAX_ELECTION_ID_LEN, MAX_PERMITS, RwLock, RwLockSide,
+    Semaphore,
 };
 pub use self::core::token::{LockToken, MAX_KEY_LEN};
 pub use self::core::trace::{KeyInSpans, set_key_in_spans};
-pub use locker::Locker;
+pub use locker::{Lock, Locker};
 
 /// What the CLI, the lab and the tests need of the internals (script texts, key names, URL
 /// parsing): not part of the API, and not covered by semver.

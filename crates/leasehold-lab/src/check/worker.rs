@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use leasehold::redis::RedisClient;
-use leasehold::{ClientOptions, Fence, LockGuard, LockOptions, Locker};
+use leasehold::{ClientOptions, Fence, LockGuard, LockOptions, Lockable, Locker};
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
@@ -150,35 +150,50 @@ pub(crate) async fn run(args: CheckWorkerArgs) -> anyhow::Result<()> {
         let Some(s) = side.as_mut() else { continue };
         let asked = now_ms();
         let reading = args.rw && !rng.random_bool(1.0 / 3.0);
-        let acquired = if args.multi {
+        // What this round takes, through the library's one dispatch (`Lockable`); a
+        // campaign is an election's.
+        let taken: leasehold::Result<(Box<dyn Lockable>, LockOptions)> = if args.multi {
             let second = format!("{}:second", args.key);
             let keys = if w.is_multiple_of(2) {
                 [args.key.as_str(), second.as_str()]
             } else {
                 [second.as_str(), args.key.as_str()]
             };
-            match redis(&s.locks).and_then(|c| c.multi_lock(&keys)) {
-                Ok(lock) => lock.acquire(&opts.clone().fencing(false)).await,
-                Err(e) => Err(e),
+            redis(&s.locks)
+                .and_then(|c| c.multi_lock(&keys))
+                .map(|lock| {
+                    (
+                        Box::new(lock) as Box<dyn Lockable>,
+                        opts.clone().fencing(false),
+                    )
+                })
+        } else {
+            match (args.permits, args.rw) {
+                (Some(n), _) => s
+                    .locks
+                    .semaphore(&args.key, n)
+                    .map(|sem| (Box::new(sem) as Box<dyn Lockable>, opts.clone())),
+                // Readers take no fencing number; the writer does.
+                (None, true) if reading => s.locks.rwlock(&args.key).map(|rw| {
+                    let side = Box::new(rw.read_side()) as Box<dyn Lockable>;
+                    (side, opts.clone().fencing(false))
+                }),
+                (None, true) => s
+                    .locks
+                    .rwlock(&args.key)
+                    .map(|rw| (Box::new(rw.write_side()) as Box<dyn Lockable>, opts.clone())),
+                (None, false) => Ok((Box::new(s.locks.lock(&args.key)), opts.clone())),
             }
-        } else if args.elect {
+        };
+        let acquired = if args.elect && !args.multi {
             match s.locks.election(&args.key) {
                 Ok(election) => election.campaign(&format!("worker-{w}"), &opts).await,
                 Err(e) => Err(e),
             }
         } else {
-            match (args.permits, args.rw) {
-                (Some(n), _) => match s.locks.semaphore(&args.key, n) {
-                    Ok(semaphore) => semaphore.acquire(&opts).await,
-                    Err(e) => Err(e),
-                },
-                (None, true) => match s.locks.rwlock(&args.key) {
-                    // Readers take no fencing number; the writer does.
-                    Ok(rw) if reading => rw.read(&opts.clone().fencing(false)).await,
-                    Ok(rw) => rw.write(&opts).await,
-                    Err(e) => Err(e),
-                },
-                (None, false) => s.locks.acquire(&args.key, &opts).await,
+            match taken {
+                Ok((taken, opts)) => taken.acquire(&opts).await,
+                Err(e) => Err(e),
             }
         };
         let guard = match acquired {

@@ -422,3 +422,27 @@ impl Wakeup for AnyKey {
         })
     }
 }
+
+#[async_trait::async_trait]
+impl crate::core::sync::Lockable for MultiLock {
+    /// The multi-lock's name (its keys, as spans and errors show them).
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn try_acquire(&self, options: &LockOptions) -> Result<TryAcquire> {
+        MultiLock::try_acquire(self, options).await
+    }
+
+    async fn acquire(&self, options: &LockOptions) -> Result<LockGuard> {
+        MultiLock::acquire(self, options).await
+    }
+
+    async fn release(&self, token: &LockToken) -> Result<()> {
+        MultiLock::release(self, token).await
+    }
+
+    async fn extend(&self, token: &LockToken, ttl: Duration) -> Result<()> {
+        MultiLock::extend(self, token, ttl).await
+    }
+}

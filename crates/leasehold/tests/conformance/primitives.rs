@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use futures_util::FutureExt;
 use leasehold::{
-    Error, LockGuard, LockOptions, LockToken, Locker, MAX_ELECTION_ID_LEN, MAX_KEY_LEN,
+    Error, LockGuard, LockOptions, LockToken, Lockable, Locker, MAX_ELECTION_ID_LEN, MAX_KEY_LEN,
     MAX_PERMITS, MAX_TTL, MIN_RENEWED_TTL, MIN_TTL, Primitive, RwLock, Semaphore, TryAcquire,
 };
 
@@ -51,6 +51,7 @@ pub async fn primitives_conform(subject: &impl Subject) {
         }
     }
     fencing_refused_where_it_fences_nothing(subject, &locker).await;
+    every_lockable_dispatches_alike(subject, &locker).await;
     if kind.has(Primitive::RwLock) {
         rwlock_tokens_are_checked_by_side(subject).await;
     }
@@ -1152,4 +1153,67 @@ async fn election_has_one_leader_and_rising_terms(subject: &impl Subject) {
     let seen = eb.leader().await.unwrap().expect("a leader");
     assert_eq!((seen.id.as_str(), seen.term), ("fourth", last), "{name}");
     fourth.release().await.unwrap();
+}
+
+/// The one dispatch (`Lockable`): a plain lock (`Locker::lock`), a semaphore of one permit and
+/// both sides of a read-write lock, each held as a `Box<dyn Lockable>` as the CLI, the Python
+/// binding and the lab hold them, behave as their own handles do: taken once and then busy,
+/// a stranger's token refused for release and extend, and free again after a release by the
+/// holder's token (not its guard).
+async fn every_lockable_dispatches_alike(subject: &impl Subject, locker: &Locker) {
+    let name = subject.name();
+    let kind = locker.kind();
+    let opts = LockOptions::new(LONG);
+    let mut taken: Vec<(&str, Box<dyn Lockable>)> =
+        vec![("a lock", Box::new(locker.lock(&key("lockable:lock"))))];
+    if kind.has(Primitive::Semaphore) {
+        let sem = locker.semaphore(&key("lockable:permit"), 1).unwrap();
+        taken.push(("a permit", Box::new(sem)));
+    }
+    if kind.has(Primitive::RwLock) {
+        let rw = locker.rwlock(&key("lockable:rw")).unwrap();
+        assert!(!rw.read_side().is_write() && rw.write_side().is_write());
+        taken.push(("a write side", Box::new(rw.write_side())));
+    }
+    let stranger = LockToken::new("not-the-holders-token").unwrap();
+    for (what, lockable) in &taken {
+        let guard = try_take(subject, what, lockable.try_acquire(&opts))
+            .await
+            .unwrap_or_else(|| panic!("{name}: {what} was refused"));
+        assert!(
+            matches!(
+                lockable.try_acquire(&opts).await,
+                Ok(TryAcquire::Busy { .. })
+            ),
+            "{name}: {what} taken twice through Lockable"
+        );
+        assert!(
+            matches!(
+                lockable.release(&stranger).await,
+                Err(Error::NotHeld { .. })
+            ),
+            "{name}: {what} released with a stranger's token"
+        );
+        assert!(
+            matches!(
+                lockable.extend(&stranger, LONG).await,
+                Err(Error::NotHeld { .. })
+            ),
+            "{name}: {what} extended with a stranger's token"
+        );
+        let token = guard.token().clone();
+        lockable
+            .extend(&token, LONG)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {what}: the holder's extend: {e}"));
+        lockable
+            .release(&token)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {what}: the holder's release: {e}"));
+        let again = try_take(subject, what, lockable.try_acquire(&opts))
+            .await
+            .unwrap_or_else(|| panic!("{name}: {what} not free after its release by token"));
+        drop(guard);
+        again.release().await.unwrap();
+    }
 }

@@ -8,18 +8,18 @@
 //! [`Locker`](crate::Locker); a backend without it returns [`Error::Unsupported`] naming itself.
 
 mod election;
+mod lockable;
 mod rwlock;
 mod semaphore;
 
 pub use election::{Election, Leader, LeaderWatch, MAX_ID_LEN as MAX_ELECTION_ID_LEN};
 pub(crate) use election::{ElectionProvider, LeaderChanges};
+pub use lockable::{Lockable, RwLockSide};
 pub use rwlock::RwLock;
 pub(crate) use rwlock::RwLockProvider;
 pub(crate) use semaphore::SemaphoreProvider;
 pub use semaphore::{MAX_PERMITS, Semaphore};
 
-/// What every handle knows of itself: its name, and its backend for spans (set by the
-/// `Locker` that made it, or the backend's own client).
 /// A handle's name and backend: what its spans name, and what its option checks read.
 #[derive(Debug, Clone)]
 struct Label {
