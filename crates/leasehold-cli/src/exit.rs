@@ -80,7 +80,9 @@ pub fn classify(cause: &(dyn std::error::Error + 'static)) -> Option<Exit> {
             // The grant came after its lease's validity (a slow server or link, a short TTL):
             // given back; trying again later may well succeed.
             leasehold::Error::ExpiredOnArrival { .. } => Exit::NotAcquired,
-            leasehold::Error::Server { .. } => e.redis_error().map_or(Exit::Software, server_reply),
+            leasehold::Error::Server { .. } => {
+                leasehold::redis::server_error(e).map_or(Exit::Software, server_reply)
+            }
             leasehold::Error::UnexpectedReply { .. } => Exit::Software,
             leasehold::Error::LockLost { .. } => Exit::LockLost,
             leasehold::Error::NoQuorum { .. } => Exit::Unavailable,

@@ -340,7 +340,7 @@ impl Locker {
     /// lock step), never longer than the holder's remaining lease as the server reported it,
     /// nor past the deadline. No attempt is made at or after the deadline. A grant that came
     /// back too late to be valid is given back and tried again. A Redis topology in motion
-    /// ([`Error::is_topology_in_motion`]: a slot migrating, a failover) is ridden out like a
+    /// ([`redis::is_topology_in_motion`](crate::redis::is_topology_in_motion): a slot migrating, a failover) is ridden out like a
     /// busy lock. Cancellation: as [`Locker::try_acquire`].
     ///
     /// # Errors

@@ -75,7 +75,7 @@ pub enum Error {
         /// Whether the server may have applied the command.
         ambiguous: bool,
         /// The underlying client error (a `redis::RedisError` on Redis, see
-        /// [`Error::redis_error`]).
+        /// [`redis::server_error`](crate::redis::server_error)).
         #[source]
         source: BoxError,
     },
@@ -266,45 +266,6 @@ impl Error {
             Error::Connection { ambiguous, .. } => *ambiguous,
             Error::UnexpectedReply { op, .. } => op.writes(),
             _ => false,
-        }
-    }
-
-    /// True if the server is moving: a slot being migrated (`TRYAGAIN`, or a `MOVED`/`ASK`
-    /// redirection still pending after the cluster client's own retries), a cluster or a
-    /// Sentinel set in the middle of a failover (`CLUSTERDOWN`, `MASTERDOWN`, `READONLY` from a
-    /// demoted primary), a server loading its data set (`LOADING`). The command was refused,
-    /// not applied, and the same request succeeds once the topology settles: a waiting
-    /// [`acquire`](crate::Locker::acquire) retries these until its deadline.
-    pub fn is_topology_in_motion(&self) -> bool {
-        if self.is_ambiguous() {
-            return false;
-        }
-        let Some(source) = self.redis_error() else {
-            return false;
-        };
-        matches!(
-            source.code(),
-            Some(
-                "TRYAGAIN"
-                    | "ASK"
-                    | "MOVED"
-                    | "CLUSTERDOWN"
-                    | "MASTERDOWN"
-                    | "READONLY"
-                    | "LOADING"
-            )
-        )
-    }
-
-    /// The Redis client's error behind a connection, server, ACL or authentication error, if
-    /// the backend is Redis (the server's error code is `redis_error().and_then(|e| e.code())`).
-    pub fn redis_error(&self) -> Option<&redis::RedisError> {
-        match self {
-            Error::Connection { source, .. }
-            | Error::Server { source, .. }
-            | Error::PermissionDenied { source, .. }
-            | Error::Authentication { source } => source.downcast_ref(),
-            _ => None,
         }
     }
 

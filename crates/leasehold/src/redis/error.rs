@@ -103,3 +103,32 @@ pub(crate) fn int_array<const N: usize>(reply: redis::Value) -> redis::RedisResu
         other => Err(unexpected_reply(what, &other)),
     }
 }
+
+/// True if `error` says the Redis server is moving: a slot being migrated (`TRYAGAIN`, or a
+/// `MOVED`/`ASK` redirection still pending after the cluster client's own retries), a cluster
+/// or a Sentinel set in the middle of a failover (`CLUSTERDOWN`, `MASTERDOWN`, `READONLY` from
+/// a demoted primary), a server loading its data set (`LOADING`). The command was refused, not
+/// applied, and the same request succeeds once the topology settles: a waiting
+/// [`acquire`](crate::Locker::acquire) retries these until its deadline.
+pub fn is_topology_in_motion(error: &Error) -> bool {
+    if error.is_ambiguous() {
+        return false;
+    }
+    matches!(
+        server_error(error).and_then(redis::RedisError::code),
+        Some("TRYAGAIN" | "ASK" | "MOVED" | "CLUSTERDOWN" | "MASTERDOWN" | "READONLY" | "LOADING")
+    )
+}
+
+/// The Redis client's error behind `error` (a connection, server, ACL or authentication
+/// error), if the backend is Redis: the server's error code is
+/// `server_error(e).and_then(|e| e.code())`.
+pub fn server_error(error: &Error) -> Option<&redis::RedisError> {
+    match error {
+        Error::Connection { source, .. }
+        | Error::Server { source, .. }
+        | Error::PermissionDenied { source, .. }
+        | Error::Authentication { source } => source.downcast_ref(),
+        _ => None,
+    }
+}

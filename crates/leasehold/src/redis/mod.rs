@@ -33,6 +33,7 @@ pub(crate) mod waiting;
 pub use self::client::RedisClient;
 pub use self::connection::{ClientConnection, SentinelConnection};
 pub use self::endpoint::Endpoint;
+pub use self::error::{is_topology_in_motion, server_error};
 pub use self::fencing::FencedStore;
 pub use self::history::history_key;
 pub use self::multi::{MAX_KEYS as MAX_MULTI_KEYS, MultiLock};

@@ -93,7 +93,7 @@ impl Driver for RedisClient {
     /// fresh token, so a cleanup of an abandoned attempt can never release a later, successful
     /// one. Cancellation: see [`Locker::try_acquire`](crate::Locker::try_acquire).
     ///
-    /// A topology in motion ([`Error::is_topology_in_motion`]: a slot migrating, a failover)
+    /// A topology in motion ([`is_topology_in_motion`](crate::redis::is_topology_in_motion): a slot migrating, a failover)
     /// is ridden out like a busy lock until the deadline, and so is a broken connection on a
     /// cluster or through Sentinel, whose client follows the new primary meanwhile.
     ///

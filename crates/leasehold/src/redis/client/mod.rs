@@ -189,7 +189,7 @@ impl RedisClient {
 
     /// Whether a waiting acquisition retries after `e` (see [`Locker::acquire`](crate::Locker::acquire)).
     pub(crate) fn retries_while_waiting(&self, e: &Error) -> bool {
-        e.is_topology_in_motion()
+        crate::redis::error::is_topology_in_motion(e)
             || (matches!(e, Error::Connection { .. })
                 && matches!(
                     self.inner.conn,

@@ -27,7 +27,7 @@ use super::reply::PassOn;
 ///
 /// **Refused while the slot moves.** During a slot migration every fair script gets
 /// `TRYAGAIN` (it names keys that may be on either node); such a refusal (like the other
-/// [topology errors](crate::Error::is_topology_in_motion)) means the script did not run, so it is
+/// [topology errors](crate::redis::is_topology_in_motion)) means the script did not run, so it is
 /// sent again, with backoff, for up to [`PASS_ON_RETRY`] (a release retried after the key
 /// expired finds it gone, or another holder's, and changes nothing).
 ///
@@ -77,7 +77,10 @@ pub(super) async fn run_pass_on(
                 })
                 .await;
             match reply {
-                Err(e) if e.is_topology_in_motion() && Instant::now() + pause < retry_until => {
+                Err(e)
+                    if crate::redis::error::is_topology_in_motion(&e)
+                        && Instant::now() + pause < retry_until =>
+                {
                     tracing::debug!(key, %op, error = %e, "fair script refused while the topology moves; retrying");
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(200));
