@@ -120,20 +120,8 @@ impl Driver for RedisClient {
     async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
         validate_name(key)?;
         let span = tracing::debug_span!("leasehold.release", key = shown_key(key).as_deref(), token_hash = %token.redacted(), outcome = tracing::field::Empty);
-        async {
-            let deleted = self.release_raw(key, token.expose()).await?;
-            tracing::Span::current()
-                .record("outcome", if deleted { "released" } else { "not held" });
-            if deleted {
-                Ok(())
-            } else {
-                Err(Error::NotHeld {
-                    key: key.to_string(),
-                })
-            }
-        }
-        .instrument(span)
-        .await
+        let released = self.release_raw(key, token.expose());
+        token_checked(span, "released", key, released).await
     }
 
     /// Resets the TTL of `key` to `ttl` if it still holds `token`, atomically.
@@ -144,20 +132,8 @@ impl Driver for RedisClient {
         validate_name(key)?;
         let ttl_ms = ttl_millis(ttl)?;
         let span = tracing::debug_span!("leasehold.extend", key = shown_key(key).as_deref(), token_hash = %token.redacted(), outcome = tracing::field::Empty);
-        async {
-            let extended = self.extend_raw(key, token.expose(), ttl_ms).await?;
-            tracing::Span::current()
-                .record("outcome", if extended { "extended" } else { "not held" });
-            if extended {
-                Ok(())
-            } else {
-                Err(Error::NotHeld {
-                    key: key.to_string(),
-                })
-            }
-        }
-        .instrument(span)
-        .await
+        let extended = self.extend_raw(key, token.expose(), ttl_ms);
+        token_checked(span, "extended", key, extended).await
     }
 
     /// Reads what `key` holds, its remaining TTL and its fencing counter, in one round trip.
@@ -246,4 +222,27 @@ impl Driver for RedisClient {
     fn election(&self, name: &str) -> Result<Election> {
         self.new_election(name)
     }
+}
+
+/// A token-checked command's answer (`done`: whether it applied) as `Ok` or
+/// [`Error::NotHeld`], recorded as the outcome of `span` (the client's own DEBUG span, which a
+/// guard's release and extend log under).
+async fn token_checked(
+    span: tracing::Span,
+    applied: &'static str,
+    key: &str,
+    done: impl Future<Output = Result<bool>>,
+) -> Result<()> {
+    async {
+        let done = done.await?;
+        tracing::Span::current().record("outcome", if done { applied } else { "not held" });
+        match done {
+            true => Ok(()),
+            false => Err(Error::NotHeld {
+                key: key.to_string(),
+            }),
+        }
+    }
+    .instrument(span)
+    .await
 }
