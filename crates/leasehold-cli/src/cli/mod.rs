@@ -50,8 +50,9 @@ Servers (--url, else $LEASEHOLD_URL, else $REDIS_URL, else redis://127.0.0.1:637
 #[command(
     name = "leasehold",
     version,
-    about = "Distributed locks on Redis, Valkey, etcd and PostgreSQL: take, release, extend and \
-             inspect them from the shell, run a command under a lock, or elect a leader",
+    about = "Distributed locks on Redis, Valkey, Redlock, etcd and PostgreSQL (and file:// for \
+             one machine): take, release, extend and inspect them from the shell, run a command \
+             under a lock, or elect a leader",
     after_help = format!("{URL_FORMS}\n\n{HISTORY_ENV}\n\n{EXIT_STATUSES}")
 )]
 pub struct Cli {

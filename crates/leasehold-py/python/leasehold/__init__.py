@@ -5,7 +5,8 @@ counters), so a lock taken here excludes one taken by a Rust service or the ``le
 
     import leasehold
 
-    locks = leasehold.Locker("redis://127.0.0.1:6379/")   # or etcd://, postgres://, memory://
+    locks = leasehold.Locker("redis://127.0.0.1:6379/")   # or redlock://, etcd://, postgres://
+                                                          # (?lock=lease), file://, memory://
     with locks.lock("reports:daily", ttl=30, wait=5, fencing=True, auto_extend=True) as lease:
         db.write(..., fence=lease.fence)        # the resource refuses older fence numbers
 
