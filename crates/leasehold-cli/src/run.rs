@@ -57,9 +57,6 @@ pub const NOT_FOUND_EXIT: u8 = 127;
 /// Exit status when the command is found but cannot be executed.
 pub const NOT_EXECUTABLE_EXIT: u8 = 126;
 
-/// How long "no --wait" waits: for ever, in practice.
-const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
-
 /// At most this long for the library's background clean-up of an abandoned wait (one round
 /// trip: the client's response timeout).
 const CLEANUP_BOUND: Duration = Duration::from_secs(5);
@@ -107,7 +104,9 @@ pub(crate) async fn run(servers: &Servers, args: RunArgs) -> anyhow::Result<Exit
                 })),
             }
         } else {
-            let options = options.clone().wait(args.wait.unwrap_or(FOREVER));
+            let options = options
+                .clone()
+                .wait(args.wait.unwrap_or(leasehold::FOREVER));
             primitive
                 .acquire(&options)
                 .await

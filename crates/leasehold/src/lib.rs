@@ -28,7 +28,8 @@ pub use self::core::listing::{
     is_lock_value,
 };
 pub use self::core::options::{
-    Backoff, ClientOptions, LockOptions, MAX_TTL, MIN_BACKOFF, MIN_RENEWED_TTL, MIN_TTL, OnLoss,
+    Backoff, ClientOptions, FOREVER, LockOptions, MAX_TTL, MIN_BACKOFF, MIN_RENEWED_TTL, MIN_TTL,
+    OnLoss,
 };
 pub use self::core::outcome::{LockState, MAX_FENCING_NUMBER, TryAcquire};
 pub use self::core::owner::{MAX_OWNER_LABEL_LEN, MAX_OWNER_NAME_LEN, Owner};

@@ -667,14 +667,11 @@ pub fn parse_permits(s: &str) -> Result<u32, String> {
     }
 }
 
-/// The longest `--wait` taken as written: a century, what `run` waits without `--wait`.
-pub const MAX_WAIT: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
-
-/// A wait bound (`--wait`): a duration, longer ones taken as [`MAX_WAIT`], which means the same
+/// A wait bound (`--wait`): a duration, longer ones taken as [`leasehold::FOREVER`], which means the same
 /// (waiting for ever, in practice). The library's deadline is now + the bound, which the clock
 /// cannot represent for the longest durations `humantime` reads (the sum panicked).
 pub fn parse_wait(s: &str) -> Result<Duration, String> {
-    parse_duration(s).map(|d| d.min(MAX_WAIT))
+    parse_duration(s).map(|d| d.min(leasehold::FOREVER))
 }
 
 /// As [`parse_duration`], refusing zero.

@@ -26,7 +26,8 @@ pub const MIN_RENEWED_TTL: Duration = Duration::from_millis(50);
 pub const MAX_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 /// The longest wait and hold cap taken as given: longer ones are taken as this (a century: for
 /// ever, in practice), so that a deadline computed from them cannot overflow an `Instant`.
-pub(crate) const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+/// [`LockOptions::wait_forever`] waits this long: the one spelling of "for ever".
+pub const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// Shortest first delay of a [`Backoff`]: with less, a waiter whose attempts keep failing at
 /// once (a grant that expires on arrival, a refused request) would spin on the server.
@@ -228,6 +229,11 @@ impl LockOptions {
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = Some(wait);
         self
+    }
+
+    /// Makes [`acquire`](crate::Locker::acquire) wait until it gets the lock ([`FOREVER`]).
+    pub fn wait_forever(self) -> Self {
+        self.wait(FOREVER)
     }
 
     /// Makes [`acquire`](crate::Locker::acquire) try once.
