@@ -201,7 +201,10 @@ fn memory_operations_are_spanned() {
         operations_are_spanned(&locker, &spans, "tracing:memory", None).await;
         // A primitive's handle names its operation and its backend.
         let permits = locker.semaphore("tracing:permits", 2).unwrap();
-        let permit = permits.acquire(&long()).await.unwrap();
+        let permit = permits
+            .acquire(&LockOptions::new(Duration::from_secs(60)))
+            .await
+            .unwrap();
         let span = spans.one("leasehold.semaphore.acquire");
         assert_eq!(span["leasehold.backend"], "memory");
         assert_eq!(span["leasehold.outcome"], "acquired");
