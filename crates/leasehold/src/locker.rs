@@ -1,5 +1,6 @@
 //! [`Locker`]: one lock API over every backend, chosen by the URL's scheme.
 
+use std::any::Any;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -255,12 +256,12 @@ impl Locker {
     /// or Sentinel-monitored primary: the way to what only Redis has
     /// ([`RedisClient::multi_lock`], its strategies and server information).
     pub fn as_redis(&self) -> Option<&RedisClient> {
-        self.backend.as_any().downcast_ref()
+        (self.backend.as_ref() as &dyn Any).downcast_ref()
     }
 
     /// The Redlock set behind this locker, if the URL was a `redlock://` one.
     pub fn as_redlock(&self) -> Option<&Redlock> {
-        self.backend.as_any().downcast_ref()
+        (self.backend.as_ref() as &dyn Any).downcast_ref()
     }
 
     /// A counting semaphore of `permits` on `name` (no round trip): at most `permits` holders

@@ -27,6 +27,7 @@
 //!    number it saw rejects every earlier holder.
 //! 5. **Bad keys are refused before any round trip** ([`Error::InvalidArgument`](crate::Error::InvalidArgument)).
 
+use std::any::Any;
 use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,14 +49,13 @@ use crate::core::token::LockToken;
 /// What a backend does not have keeps the default, which refuses with
 /// [`Error::Unsupported`] naming the backend (and, for a primitive, the backends that have it:
 /// [`Backend::has`] is the one table of who has what).
+///
+/// A driver is [`Any`], so that a `Locker` can hand out the backend's own type for what only
+/// it has ([`Locker::as_redis`](crate::Locker::as_redis)).
 #[async_trait::async_trait]
-pub(crate) trait Driver: Send + Sync + Debug + 'static {
+pub(crate) trait Driver: Any + Send + Sync + Debug {
     /// Which backend this is.
     fn kind(&self) -> Backend;
-
-    /// The client itself, so that a [`Locker`](crate::Locker) can hand out the backend's own
-    /// type for what only it has ([`Locker::as_redis`](crate::Locker::as_redis)).
-    fn as_any(&self) -> &dyn std::any::Any;
 
     async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire>;
 

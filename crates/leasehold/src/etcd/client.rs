@@ -178,10 +178,6 @@ impl Driver for EtcdClient {
         Backend::Etcd
     }
 
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-
     /// One attempt to take `key`, without waiting: one transaction that writes our entry only
     /// if the lock has no holder and no waiter (so nothing is written, and nothing needs
     /// cleaning up, when it is busy). Plus a lease grant first, unless the lock is

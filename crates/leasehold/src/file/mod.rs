@@ -483,10 +483,6 @@ impl Driver for FileClient {
         Backend::File
     }
 
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-
     /// One attempt to take `key`, without waiting.
     ///
     /// # Errors

@@ -169,10 +169,6 @@ impl Driver for MemoryClient {
         Backend::Memory
     }
 
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-
     /// Busy while others wait for it: FIFO.
     async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
         self.try_as(key, options, Want::Exclusive)

@@ -571,10 +571,6 @@ impl Driver for PostgresLeaseClient {
         Backend::PostgresLease
     }
 
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-
     /// One attempt to take `key`: one statement.
     ///
     /// # Errors

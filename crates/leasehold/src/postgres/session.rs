@@ -203,10 +203,6 @@ impl Driver for PostgresClient {
         Backend::Postgres
     }
 
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-
     /// One attempt to take `key`, without waiting: `pg_try_advisory_lock` and the fencing
     /// number in one statement.
     ///

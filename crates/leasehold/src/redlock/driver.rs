@@ -23,10 +23,6 @@ impl Driver for Redlock {
         Backend::Redlock
     }
 
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-
     /// One attempt on all nodes. Busy (a majority answered but did not all grant) is an outcome,
     /// as for a single node; too few answers is [`Error::NoQuorum`].
     ///

@@ -34,10 +34,6 @@ impl Driver for RedisClient {
         Backend::Redis
     }
 
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-
     /// One attempt to take `key` for `options.ttl()`, without waiting.
     ///
     /// Sends `SET key token NX PX ttl` with a fresh random token (or the acquire script when
