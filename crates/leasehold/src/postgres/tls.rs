@@ -240,7 +240,10 @@ pub(super) fn connector(
         _ => Check::ChainAndName,
     };
     let verifier: Arc<dyn ServerCertVerifier> = match check {
-        Check::Nothing => Arc::new(NoCheck(provider.clone())),
+        Check::Nothing => Arc::new(NameUnchecked {
+            provider: provider.clone(),
+            chain: None,
+        }),
         Check::Chain | Check::ChainAndName => {
             let store = root_store(roots.as_ref())?;
             let webpki =
@@ -248,7 +251,10 @@ pub(super) fn connector(
                     .build()
                     .map_err(|e| Error::invalid("TLS CA file", e.to_string()))?;
             if check == Check::Chain {
-                Arc::new(ChainOnly(webpki))
+                Arc::new(NameUnchecked {
+                    provider: provider.clone(),
+                    chain: Some(webpki),
+                })
             } else {
                 webpki
             }
@@ -325,62 +331,19 @@ fn root_store(roots: Option<&Roots>) -> Result<RootCertStore> {
     Ok(store)
 }
 
-/// `prefer`, and `require` without a CA: encrypted, the certificate taken as it comes (the
-/// handshake's signatures are still checked).
+/// The modes that do not check the name. Without a chain verifier (`prefer`, and `require`
+/// without a CA): encrypted, the certificate taken as it comes. With one (`verify-ca`, and
+/// `require` with a CA): the chain must lead to a trusted root; the name is not checked.
+/// (webpki checks the chain before the name, so a name mismatch means the chain was good.)
+/// The handshake's signatures are checked in both cases, with the provider's algorithms (as
+/// webpki's verifier built on that provider checks them).
 #[derive(Debug)]
-struct NoCheck(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for NoCheck {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
+struct NameUnchecked {
+    provider: Arc<CryptoProvider>,
+    chain: Option<Arc<WebPkiServerVerifier>>,
 }
 
-/// `verify-ca`: the chain must lead to a trusted root; the name is not checked. (webpki checks
-/// the chain before the name, so a name mismatch means the chain was good.)
-#[derive(Debug)]
-struct ChainOnly(Arc<WebPkiServerVerifier>);
-
-impl ServerCertVerifier for ChainOnly {
+impl ServerCertVerifier for NameUnchecked {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -389,9 +352,10 @@ impl ServerCertVerifier for ChainOnly {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+        let Some(chain) = &self.chain else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
         {
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
@@ -406,7 +370,12 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
     }
 
     fn verify_tls13_signature(
@@ -415,11 +384,18 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }
 
