@@ -2,7 +2,6 @@
 //! (renewed, and reported lost when it ends).
 
 use std::collections::HashMap;
-use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -12,7 +11,7 @@ use tokio_postgres::Statement;
 use tokio_postgres::error::SqlState;
 use tokio_util::sync::CancellationToken;
 
-use super::error::{pg_error, timeout_error};
+use super::error::{is_create_race, pg_error, timeout_error};
 use super::lifetime::{lease_lifetime, silence_in, validity_from};
 use super::params::millis_text;
 use super::pooler::{announced_pid, pooler_error, pooler_sign};
@@ -21,8 +20,8 @@ use super::sql::{
     wait_acquire_sql,
 };
 use super::sync::AdvisoryLock;
-use super::tls::{PgTls, connector, take_tls_params};
-use super::url::without_lock_param;
+use super::tls::PgTls;
+use super::url::{config, debug_config};
 use crate::core::error::LossReason;
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::HeldLock;
@@ -59,13 +58,7 @@ pub(super) struct Inner {
 
 impl std::fmt::Debug for PostgresClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let c = &self.inner.config;
-        f.debug_struct("PostgresClient")
-            .field("hosts", &c.get_hosts())
-            .field("ports", &c.get_ports())
-            .field("user", &c.get_user())
-            .field("dbname", &c.get_dbname())
-            .finish_non_exhaustive()
+        debug_config(f, "PostgresClient", &self.inner.config)
     }
 }
 
@@ -129,17 +122,9 @@ impl PostgresClient {
     /// a `pg_hba.conf` that refuses the connection, e.g. without TLS or without a client
     /// certificate); [`Error::PermissionDenied`] if the table cannot be created.
     pub async fn connect_with(url: &str, options: ClientOptions) -> Result<Self> {
-        let (url, tls_params) = take_tls_params(&without_lock_param(url))?;
-        let mut config = tokio_postgres::Config::from_str(&url)
-            .map_err(|e| Error::invalid("url", format!("{e} in a PostgreSQL URL")))?;
-        let (ssl_mode, tls) = connector(&tls_params, &options)?;
-        config.ssl_mode(ssl_mode);
-        config.connect_timeout(options.connect_timeout);
+        let (mut config, tls) = config(url, &options)?;
         config.keepalives(true);
         config.keepalives_idle(Duration::from_secs(5));
-        if config.get_application_name().is_none() {
-            config.application_name("leasehold");
-        }
         let client = PostgresClient {
             inner: Arc::new(Inner {
                 config,
@@ -162,17 +147,10 @@ impl PostgresClient {
             )
             .await
         {
-            Ok(()) => {}
             // Two clients creating the table at once: one of them loses a race in the
             // catalog; the table is there either way.
-            Err(Error::Server { source, .. })
-                if source
-                    .downcast_ref::<tokio_postgres::Error>()
-                    .and_then(|e| e.code())
-                    .is_some_and(|c| {
-                        *c == SqlState::UNIQUE_VIOLATION || *c == SqlState::DUPLICATE_TABLE
-                    }) => {}
-            Err(e) => return Err(e),
+            Err(e) if !is_create_race(&e) => return Err(e),
+            _ => {}
         }
         client.put_back(spare);
         client.put_back(session);

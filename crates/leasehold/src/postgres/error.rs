@@ -72,3 +72,20 @@ pub(crate) fn timeout_error(op: Operation, sent: bool) -> Error {
         source: std::io::Error::new(std::io::ErrorKind::TimedOut, "no reply in time").into(),
     }
 }
+
+/// A column that does not read as its type: [`Error::UnexpectedReply`] for `op`.
+pub(crate) fn unexpected(op: Operation) -> impl Fn(tokio_postgres::Error) -> Error {
+    move |e| Error::UnexpectedReply {
+        op,
+        detail: e.to_string(),
+    }
+}
+
+/// A `CREATE TABLE IF NOT EXISTS` that lost a race with another client's: the table is there.
+pub(crate) fn is_create_race(e: &Error) -> bool {
+    matches!(e, Error::Server { source, .. }
+        if source
+            .downcast_ref::<tokio_postgres::Error>()
+            .and_then(|e| e.code())
+            .is_some_and(|c| *c == SqlState::UNIQUE_VIOLATION || *c == SqlState::DUPLICATE_TABLE))
+}

@@ -42,7 +42,6 @@
 //! others, so release notifications may not arrive; waiters then retry after their backoff
 //! (never later than the holder's remaining lease), which is slower, never unsafe.
 
-use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -60,7 +59,7 @@ const TEXT: Type = Type::TEXT;
 const INT8: Type = Type::INT8;
 
 use super::tls::{PgTls, PgTlsStream};
-use super::{pg_error, timeout_error, validate_pg_key};
+use super::{is_create_race, pg_error, timeout_error, unexpected, validate_pg_key};
 use crate::core::acquire::{Ask, Attempts, Grant, Wakeup, granted};
 use crate::core::driver::Driver;
 use crate::core::error::{Error, Operation, Result};
@@ -173,20 +172,7 @@ struct Inner {
 
 impl std::fmt::Debug for PostgresLeaseClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let c = &self.inner.config;
-        f.debug_struct("PostgresLeaseClient")
-            .field("hosts", &c.get_hosts())
-            .field("ports", &c.get_ports())
-            .field("user", &c.get_user())
-            .field("dbname", &c.get_dbname())
-            .finish_non_exhaustive()
-    }
-}
-
-fn unexpected(op: Operation) -> impl Fn(tokio_postgres::Error) -> Error {
-    move |e| Error::UnexpectedReply {
-        op,
-        detail: e.to_string(),
+        super::url::debug_config(f, "PostgresLeaseClient", &self.inner.config)
     }
 }
 
@@ -205,15 +191,7 @@ impl PostgresLeaseClient {
     /// # Errors
     /// As [`PostgresClient::connect_with`](super::PostgresClient::connect_with).
     pub async fn connect_with(url: &str, options: ClientOptions) -> Result<Self> {
-        let (url, tls_params) = super::tls::take_tls_params(&super::without_lock_param(url))?;
-        let mut config = tokio_postgres::Config::from_str(&url)
-            .map_err(|e| Error::invalid("url", format!("{e} in a PostgreSQL URL")))?;
-        let (ssl_mode, tls) = super::tls::connector(&tls_params, &options)?;
-        config.ssl_mode(ssl_mode);
-        config.connect_timeout(options.connect_timeout);
-        if config.get_application_name().is_none() {
-            config.application_name("leasehold");
-        }
+        let (config, tls) = super::url::config(url, &options)?;
         let client = PostgresLeaseClient {
             inner: Arc::new(Inner {
                 config,
@@ -227,18 +205,10 @@ impl PostgresLeaseClient {
         let created = client
             .timed(Operation::Connect, conn.batch_execute(CREATE_TABLE))
             .await;
+        // Two clients creating the table at once: the table is there either way.
         match created {
-            Ok(()) => {}
-            // Two clients creating the table at once: the table is there either way.
-            Err(Error::Server { source, .. })
-                if source
-                    .downcast_ref::<tokio_postgres::Error>()
-                    .and_then(|e| e.code())
-                    .is_some_and(|c| {
-                        *c == tokio_postgres::error::SqlState::UNIQUE_VIOLATION
-                            || *c == tokio_postgres::error::SqlState::DUPLICATE_TABLE
-                    }) => {}
-            Err(e) => return Err(e),
+            Err(e) if !is_create_race(&e) => return Err(e),
+            _ => {}
         }
         client
             .timed(Operation::Connect, conn.batch_execute(ADD_HOLD_UNTIL))

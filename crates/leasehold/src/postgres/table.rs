@@ -26,7 +26,7 @@ use crate::core::listing::{
 use crate::core::owner::Owner;
 
 use super::params::validate_pg_key;
-use super::{PostgresClient, PostgresLeaseClient};
+use super::{PostgresClient, PostgresLeaseClient, unexpected};
 
 const LIST_LEASES: &str = "\
 SELECT key, token, fence, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint
@@ -75,13 +75,6 @@ u AS (
   RETURNING holder, fence)
 SELECT (SELECT holder FROM u), (SELECT fence FROM u), bool_and(pg_terminate_backend(p.pid, 5000))
   FROM p HAVING count(*) > 0";
-
-fn unexpected(op: Operation) -> impl Fn(tokio_postgres::Error) -> Error {
-    move |e| Error::UnexpectedReply {
-        op,
-        detail: e.to_string(),
-    }
-}
 
 impl PostgresLeaseClient {
     /// The live lease rows whose keys match `pattern`: holder and owner, TTL by the server's

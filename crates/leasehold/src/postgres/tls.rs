@@ -355,8 +355,7 @@ impl ServerCertVerifier for NameUnchecked {
         let Some(chain) = &self.chain else {
             return Ok(ServerCertVerified::assertion());
         };
-        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
-        {
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
             )) => Ok(ServerCertVerified::assertion()),

@@ -1,8 +1,49 @@
-//! leasehold's own `lock=…` parameter of `postgres://` URLs.
+//! leasehold's own `lock=…` parameter of `postgres://` URLs, and the connection settings a
+//! URL names.
 
+use std::str::FromStr;
+
+use super::tls::{PgTls, connector, take_tls_params};
 #[cfg(doc)]
 use super::{PostgresClient, PostgresLeaseClient};
 use crate::core::error::{Error, Result};
+use crate::core::options::ClientOptions;
+
+/// The connection settings `url` names (without its `lock=` parameter) and the TLS connector
+/// its `sslmode` asks for, with `options`' connect timeout and the application name
+/// `leasehold` unless the URL names one.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for a malformed URL or unreadable TLS files.
+pub(super) fn config(
+    url: &str,
+    options: &ClientOptions,
+) -> Result<(tokio_postgres::Config, PgTls)> {
+    let (url, tls_params) = take_tls_params(&without_lock_param(url))?;
+    let mut config = tokio_postgres::Config::from_str(&url)
+        .map_err(|e| Error::invalid("url", format!("{e} in a PostgreSQL URL")))?;
+    let (ssl_mode, tls) = connector(&tls_params, options)?;
+    config.ssl_mode(ssl_mode);
+    config.connect_timeout(options.connect_timeout);
+    if config.get_application_name().is_none() {
+        config.application_name("leasehold");
+    }
+    Ok((config, tls))
+}
+
+/// `config`'s hosts, ports, user and database, as the `Debug` of the client `name`.
+pub(super) fn debug_config(
+    f: &mut std::fmt::Formatter<'_>,
+    name: &str,
+    config: &tokio_postgres::Config,
+) -> std::fmt::Result {
+    f.debug_struct(name)
+        .field("hosts", &config.get_hosts())
+        .field("ports", &config.get_ports())
+        .field("user", &config.get_user())
+        .field("dbname", &config.get_dbname())
+        .finish_non_exhaustive()
+}
 
 /// `url` without its `lock=…` query parameter (leasehold's, not PostgreSQL's: `lock=lease`
 /// picks [`PostgresLeaseClient`], `lock=session` the default [`PostgresClient`]).

@@ -87,13 +87,3 @@ pub(super) use advisory::{AdvisoryLock, Ask as AdvisoryAsk, acquiring_reply};
 
 #[cfg(doc)]
 use crate::core::error::Error;
-
-/// A `CREATE TABLE IF NOT EXISTS` that lost a race with another client's: the table is there.
-fn is_create_race(e: &crate::core::error::Error) -> bool {
-    use tokio_postgres::error::SqlState;
-    matches!(e, crate::core::error::Error::Server { source, .. }
-        if source
-            .downcast_ref::<tokio_postgres::Error>()
-            .and_then(|e| e.code())
-            .is_some_and(|c| *c == SqlState::UNIQUE_VIOLATION || *c == SqlState::DUPLICATE_TABLE))
-}

@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 use futures_util::future::BoxFuture;
 use tokio_postgres::types::{ToSql, Type};
 
-use super::is_create_race;
 use crate::core::acquire::{Ask, Attempts, Grant, Wakeup, granted, late};
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::{HeldLock, Lease, LockGuard, clock_drift};
@@ -18,6 +17,7 @@ use crate::core::sync::{Election, Leader, LeaderChanges, Semaphore, SemaphorePro
 use crate::core::token::LockToken;
 use crate::postgres::lease::{NameReleases, PostgresLeaseClient};
 use crate::postgres::params::validate_pg_key;
+use crate::postgres::{is_create_race, unexpected};
 
 const TEXT: Type = Type::TEXT;
 const INT8: Type = Type::INT8;
@@ -112,13 +112,6 @@ SELECT (extract(epoch FROM l.expires_at - clock_timestamp()) * 1000)::bigint, l.
        t.term, t.leader_id
   FROM leasehold_leases l LEFT JOIN leasehold_lease_terms t ON t.key = l.key
  WHERE l.key = $1 AND l.token IS NOT NULL AND l.expires_at > clock_timestamp()";
-
-fn unexpected(op: Operation) -> impl Fn(tokio_postgres::Error) -> Error {
-    move |e| Error::UnexpectedReply {
-        op,
-        detail: e.to_string(),
-    }
-}
 
 fn millis(ms: Option<i64>) -> Option<Duration> {
     ms.map(|ms| Duration::from_millis(ms.max(0) as u64))

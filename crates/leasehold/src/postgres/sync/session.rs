@@ -354,7 +354,7 @@ impl PgElection {
             .await;
         self.client.put_back(session);
         match created {
-            Err(e) if !super::is_create_race(&e) => Err(e),
+            Err(e) if !crate::postgres::is_create_race(&e) => Err(e),
             _ => Ok(()),
         }
     }
