@@ -254,17 +254,15 @@ fn silent_server_never_answers() {
     );
     eventually("the connection to be counted", || silent.accepted() == 1);
 
-    // Dropping it closes the held connection and the listener.
-    let port = silent.port();
+    // Dropping it joins the accept thread, which owns the listener (so it is closed when the
+    // drop returns) and closes the held connections on its way out. Whether the port refuses
+    // connections afterwards is not checked: a server another test starts may take the freed
+    // port at once (CI saw that), which says nothing about this one.
     drop(silent);
     conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     assert!(
         matches!(conn.read(&mut buf), Ok(0) | Err(_)),
         "connection closed"
-    );
-    assert!(
-        TcpStream::connect(("127.0.0.1", port)).is_err(),
-        "listener closed"
     );
 }
 
