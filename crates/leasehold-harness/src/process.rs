@@ -14,6 +14,21 @@ use crate::HarnessError;
 /// Sleep between checks of whether a stopped process has exited.
 const EXIT_POLL: Duration = Duration::from_millis(20);
 
+/// How long a SIGSTOP may take to show in `/proc` (it takes microseconds; a loaded machine
+/// may delay it, never this long).
+const STOP_BOUND: Duration = Duration::from_secs(10);
+
+/// Sleep between looks at a pausing process's state.
+const STOP_POLL: Duration = Duration::from_millis(1);
+
+/// The process's state letter in `/proc/PID/stat` (`R`, `S`, `D`, `T` stopped, `Z`...), or
+/// `None` if it is gone.
+fn process_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "PID (COMM) STATE ...": COMM may hold spaces and parentheses, so look after the last ')'.
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
 /// One spawned process (or none: killed, stopped, not started yet) and whether it is paused.
 #[derive(Debug, Default)]
 pub(crate) struct Process {
@@ -100,10 +115,30 @@ impl Process {
     }
 
     /// SIGSTOP: the kernel still accepts connections, nothing is answered until resumed.
+    /// Returns once the kernel reports the process stopped (`/proc/PID/stat` state `T`), so a
+    /// test's next request is sent to a process that cannot answer it: `kill` only queues the
+    /// stop.
+    ///
+    /// # Errors
+    /// [`HarnessError::NotRunning`] for a process that has exited; a stop not seen within
+    /// 10 s.
     pub(crate) fn pause(&self) -> Result<(), HarnessError> {
         self.signal(Signal::SIGSTOP)?;
         self.paused.store(true, Ordering::SeqCst);
-        Ok(())
+        let pid = self.pid().ok_or(HarnessError::NotRunning)?;
+        let deadline = Instant::now() + STOP_BOUND;
+        loop {
+            match process_state(pid) {
+                Some('T' | 't') => return Ok(()),
+                None | Some('Z' | 'X') => return Err(HarnessError::NotRunning),
+                Some(_) if Instant::now() >= deadline => {
+                    return Err(HarnessError::Io(std::io::Error::other(format!(
+                        "process {pid} not stopped {STOP_BOUND:?} after SIGSTOP"
+                    ))));
+                }
+                Some(_) => thread::sleep(STOP_POLL),
+            }
+        }
     }
 
     /// SIGCONT.
@@ -122,9 +157,21 @@ impl Process {
         self.is_started() && !self.is_paused()
     }
 
+    /// Sends `sig` to the process, only while it is our unreaped child: once reaped, its pid
+    /// may already be another process's (pids wrap), which must never get our signal.
     pub(crate) fn signal(&self, sig: Signal) -> Result<(), HarnessError> {
+        use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
         let child = self.child.as_ref().ok_or(HarnessError::NotRunning)?;
-        signal::kill(nix_pid(child), sig).map_err(|e| HarnessError::Io(e.into()))
+        let pid = nix_pid(child);
+        // Peeks (WNOWAIT) without reaping: alive, exited but unreaped (a zombie keeps its
+        // pid), or not our child any more (reaped: ECHILD).
+        let peek = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+        match waitid(Id::Pid(pid), peek) {
+            Ok(WaitStatus::StillAlive) => {
+                signal::kill(pid, sig).map_err(|e| HarnessError::Io(e.into()))
+            }
+            Ok(_) | Err(_) => Err(HarnessError::NotRunning),
+        }
     }
 }
 
