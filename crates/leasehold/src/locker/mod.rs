@@ -1,15 +1,21 @@
 //! [`Locker`]: one lock API over every backend, chosen by the URL's scheme.
 
+mod drivers;
+mod history;
+mod lock;
+#[cfg(test)]
+mod tests;
+
+pub use lock::Lock;
+
 use std::any::Any;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::future::BoxFuture;
-
 use crate::core::driver::Driver;
 use crate::core::error::{Error, Result};
 use crate::core::guard::{Lease, LockGuard};
-use crate::core::history::{HistoryEvent, HistoryKind, HistoryLog, HistoryOptions};
+use crate::core::history::{HistoryKind, HistoryLog};
 use crate::core::kind::{Backend, Fairness};
 use crate::core::options::{ClientOptions, LockOptions};
 use crate::core::outcome::{LockState, TryAcquire};
@@ -17,7 +23,8 @@ use crate::core::sync::{Election, RwLock, Semaphore};
 use crate::core::token::LockToken;
 use crate::core::trace;
 use crate::redis::client::RedisClient;
-use crate::redlock::{Redlock, RedlockOptions};
+use crate::redlock::Redlock;
+use drivers::registration;
 
 /// A connection to any lock backend; cheap to clone (clones share it).
 ///
@@ -46,142 +53,6 @@ pub struct Locker {
     backend: Arc<dyn Driver>,
     /// Where lock events are recorded ([`ClientOptions::history`]); `None`: not recorded.
     history: Option<Arc<dyn HistoryLog>>,
-}
-
-/// How a registered backend connects: to `url`, with `options`.
-type Connect = for<'a> fn(&'a str, ClientOptions) -> BoxFuture<'a, Result<Locker>>;
-
-/// A backend's registration (in the manner of sqlx's drivers): its name, the URL schemes it
-/// serves, the cargo feature it needs, and how it connects (`None`: not compiled in).
-/// [`Locker::connect`] walks [`DRIVERS`]; nothing else in the workspace keeps a table of
-/// schemes ([`Locker::backend_of`] answers for the CLI and the bindings).
-struct Registration {
-    name: &'static str,
-    schemes: &'static [&'static str],
-    feature: Option<&'static str>,
-    connect: Option<Connect>,
-}
-
-/// Every backend, in the order messages list their schemes.
-const DRIVERS: &[Registration] = &[
-    Registration {
-        name: "redis",
-        schemes: &[
-            "redis",
-            "rediss",
-            "valkey",
-            "valkeys",
-            "redis+unix",
-            "unix",
-            "redis-cluster",
-            "rediss-cluster",
-            "valkey-cluster",
-            "valkeys-cluster",
-            "redis-sentinel",
-            "rediss-sentinel",
-            "valkey-sentinel",
-            "valkeys-sentinel",
-        ],
-        feature: None,
-        connect: Some(|url, options| {
-            Box::pin(async move { Ok(Locker::of(RedisClient::connect_with(url, options).await?)) })
-        }),
-    },
-    Registration {
-        name: "redlock",
-        schemes: &["redlock", "rediss-redlock"],
-        feature: None,
-        connect: Some(|url, _| {
-            Box::pin(async move {
-                let nodes = crate::redlock::node_urls(url)?;
-                let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
-                Ok(Locker::of(
-                    Redlock::connect(&nodes, RedlockOptions::default()).await?,
-                ))
-            })
-        }),
-    },
-    Registration {
-        name: "etcd",
-        schemes: &["etcd", "etcds"],
-        feature: Some("etcd"),
-        #[cfg(feature = "etcd")]
-        connect: Some(|url, options| {
-            Box::pin(async move {
-                Ok(Locker::of(
-                    crate::etcd::EtcdClient::connect_with(url, options).await?,
-                ))
-            })
-        }),
-        #[cfg(not(feature = "etcd"))]
-        connect: None,
-    },
-    Registration {
-        name: "postgres",
-        schemes: &["postgres", "postgresql"],
-        feature: Some("postgres"),
-        #[cfg(feature = "postgres")]
-        connect: Some(|url, options| {
-            Box::pin(async move {
-                use crate::postgres::{PostgresClient, PostgresLeaseClient, wants_lease_rows};
-                Ok(match wants_lease_rows(url)? {
-                    true => Locker::of(PostgresLeaseClient::connect_with(url, options).await?),
-                    false => Locker::of(PostgresClient::connect_with(url, options).await?),
-                })
-            })
-        }),
-        #[cfg(not(feature = "postgres"))]
-        connect: None,
-    },
-    Registration {
-        name: "memory",
-        schemes: &["memory"],
-        feature: None,
-        connect: Some(|url, _| {
-            Box::pin(async move { Ok(Locker::of(crate::memory::MemoryClient::connect(url)?)) })
-        }),
-    },
-    Registration {
-        name: "file",
-        schemes: &["file"],
-        feature: None,
-        #[cfg(unix)]
-        connect: Some(|url, _| {
-            Box::pin(async move { Ok(Locker::of(crate::file::FileClient::connect(url)?)) })
-        }),
-        #[cfg(not(unix))]
-        connect: None,
-    },
-];
-
-/// The registration serving `url`'s scheme.
-///
-/// # Errors
-/// [`Error::InvalidArgument`] for a URL without a scheme or with one no backend serves.
-fn registration(url: &str) -> Result<&'static Registration> {
-    let known = || {
-        DRIVERS
-            .iter()
-            .flat_map(|d| d.schemes.iter().copied())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let redacted = crate::core::url::redact(url);
-    let Some((scheme, _)) = url.split_once("://") else {
-        let reason = format!("{redacted:?} has no scheme (expected one of: {})", known());
-        return Err(Error::invalid("url", reason));
-    };
-    let scheme = scheme.to_ascii_lowercase();
-    DRIVERS
-        .iter()
-        .find(|d| d.schemes.contains(&scheme.as_str()))
-        .ok_or_else(|| {
-            let reason = format!(
-                "unknown scheme {scheme:?} in {redacted:?} (expected one of: {})",
-                known()
-            );
-            Error::invalid("url", reason)
-        })
 }
 
 impl Locker {
@@ -512,212 +383,11 @@ impl Locker {
     }
 }
 
-/// A plain lock on one key, as a handle like the [`Semaphore`] and the [`RwLock`]: made by
-/// [`Locker::lock`] (no round trip), cheap to clone. Each method is the [`Locker`]'s keyed
-/// method of the same name on this key (spans, metrics and history included), and
-/// [`Lockable`](crate::Lockable) lets code take a lock, a permit or a read-write lock's side
-/// through one `Box<dyn Lockable>`.
-#[derive(Debug, Clone)]
-pub struct Lock {
-    locker: Locker,
-    key: String,
-}
-
-impl Locker {
-    /// The plain lock on `key`, as a handle (no round trip; the key is checked when the lock
-    /// is taken).
-    pub fn lock(&self, key: &str) -> Lock {
-        Lock {
-            locker: self.clone(),
-            key: key.to_string(),
-        }
-    }
-}
-
-impl Lock {
-    /// The key.
-    pub fn key(&self) -> &str {
-        &self.key
-    }
-
-    /// The locker it goes through.
-    pub fn locker(&self) -> &Locker {
-        &self.locker
-    }
-
-    /// See [`Locker::try_acquire`].
-    ///
-    /// # Errors
-    /// As [`Locker::try_acquire`].
-    pub async fn try_acquire(&self, options: &LockOptions) -> Result<TryAcquire> {
-        self.locker.try_acquire(&self.key, options).await
-    }
-
-    /// See [`Locker::acquire`].
-    ///
-    /// # Errors
-    /// As [`Locker::acquire`].
-    pub async fn acquire(&self, options: &LockOptions) -> Result<LockGuard> {
-        self.locker.acquire(&self.key, options).await
-    }
-
-    /// See [`Locker::with_lock`].
-    ///
-    /// # Errors
-    /// As [`Locker::with_lock`].
-    pub async fn with_lock<T, F, Fut>(&self, options: &LockOptions, work: F) -> Result<T>
-    where
-        F: FnOnce(Lease) -> Fut,
-        Fut: std::future::Future<Output = T>,
-    {
-        self.locker.with_lock(&self.key, options, work).await
-    }
-
-    /// See [`Locker::release`].
-    ///
-    /// # Errors
-    /// As [`Locker::release`].
-    pub async fn release(&self, token: &LockToken) -> Result<()> {
-        self.locker.release(&self.key, token).await
-    }
-
-    /// See [`Locker::release_fair`].
-    ///
-    /// # Errors
-    /// As [`Locker::release_fair`].
-    pub async fn release_fair(&self, token: &LockToken) -> Result<()> {
-        self.locker.release_fair(&self.key, token).await
-    }
-
-    /// See [`Locker::extend`].
-    ///
-    /// # Errors
-    /// As [`Locker::extend`].
-    pub async fn extend(&self, token: &LockToken, ttl: Duration) -> Result<()> {
-        self.locker.extend(&self.key, token, ttl).await
-    }
-
-    /// See [`Locker::inspect`].
-    ///
-    /// # Errors
-    /// As [`Locker::inspect`].
-    pub async fn inspect(&self) -> Result<LockState> {
-        self.locker.inspect(&self.key).await
-    }
-}
-
-#[async_trait::async_trait]
-impl crate::core::sync::Lockable for Lock {
-    fn name(&self) -> &str {
-        &self.key
-    }
-
-    async fn try_acquire(&self, options: &LockOptions) -> Result<TryAcquire> {
-        Lock::try_acquire(self, options).await
-    }
-
-    async fn acquire(&self, options: &LockOptions) -> Result<LockGuard> {
-        Lock::acquire(self, options).await
-    }
-
-    async fn release(&self, token: &LockToken) -> Result<()> {
-        Lock::release(self, token).await
-    }
-
-    async fn extend(&self, token: &LockToken, ttl: Duration) -> Result<()> {
-        Lock::extend(self, token, ttl).await
-    }
-}
-
 impl Locker {
     fn of(backend: impl Driver) -> Locker {
         Locker {
             backend: Arc::new(backend),
             history: None,
-        }
-    }
-}
-
-/// The lock history (see [`HistoryOptions`]): recording when on, and reading.
-impl Locker {
-    /// Up to `limit` of `key`'s newest history events, newest first (none if nothing was
-    /// recorded). Works whether this locker records history or not.
-    ///
-    /// # Errors
-    /// [`Error::Unsupported`] on a backend without a history log (Redlock, `file://`);
-    /// [`Error::InvalidArgument`] for a bad key; connection and server errors.
-    pub async fn history(&self, key: &str, limit: usize) -> Result<Vec<HistoryEvent>> {
-        crate::core::token::validate_key(key)?;
-        let log = match &self.history {
-            Some(log) => log.clone(),
-            None => self.history_log(&HistoryOptions::default())?,
-        };
-        log.read(key, limit).await
-    }
-
-    /// Whether this locker records lock history ([`ClientOptions::history`]).
-    pub fn records_history(&self) -> bool {
-        self.history.is_some()
-    }
-
-    /// The backend's history log, or the refusal naming the backend.
-    fn history_log(&self, options: &HistoryOptions) -> Result<Arc<dyn HistoryLog>> {
-        self.backend
-            .history_log(options)
-            .ok_or_else(|| Error::Unsupported {
-                backend: self.backend(),
-                what: "a lock history (backends that keep one: redis, etcd, postgres, \
-                       postgres-lease, memory)"
-                    .into(),
-            })
-    }
-
-    /// This locker, recording history as `options` say: what [`ClientOptions::history`] does
-    /// when connecting, for a locker made from a client (`Locker::from(RedisClient)`). Clones
-    /// made before keep their setting.
-    ///
-    /// # Errors
-    /// [`Error::Unsupported`] on a backend without a history log (Redlock, `file://`), at once
-    /// rather than at the first lock; [`Error::InvalidArgument`] for a cap or retention out of
-    /// bounds.
-    pub fn with_history(mut self, options: HistoryOptions) -> Result<Self> {
-        options.validate()?;
-        self.history = Some(self.history_log(&options)?);
-        Ok(self)
-    }
-
-    /// Hands `guard` the log for its acquisition, release and loss (appended in the
-    /// background: see `LockGuard::record_history`), and waits a bounded time for the
-    /// acquisition's event (`LockGuard::acquisition_recorded`).
-    async fn record_acquired(&self, guard: &mut LockGuard) {
-        if let Some(log) = &self.history {
-            guard.record_history(log.clone());
-            guard.acquisition_recorded().await;
-        }
-    }
-
-    /// Records a release (or handover) by token, whose fencing number is not known here.
-    async fn record_by_token(&self, key: &str, token: &LockToken, kind: HistoryKind) {
-        if let Some(log) = &self.history {
-            let event = HistoryEvent::of_holder(kind, token);
-            crate::core::history::record(&**log, key, event).await;
-        }
-    }
-
-    /// Records that an operator forced `key` free (`force-release`): the holder removed, the
-    /// fencing number the counter was raised to, the reason and who forced it; a no-op when
-    /// this locker does not record.
-    async fn record_forced(&self, forced: &crate::ForceReleased) {
-        if let Some(log) = &self.history {
-            let event = HistoryEvent {
-                fencing: forced.fencing_counter,
-                detail: Some(format!(
-                    "{} (forced by {})",
-                    forced.reason, forced.forced_by
-                )),
-                ..HistoryEvent::of_holder(HistoryKind::Forced, &forced.previous.token)
-            };
-            crate::core::history::record(&**log, &forced.key, event).await;
         }
     }
 }
@@ -765,146 +435,5 @@ impl From<crate::postgres::PostgresClient> for Locker {
 impl From<crate::postgres::PostgresLeaseClient> for Locker {
     fn from(client: crate::postgres::PostgresLeaseClient) -> Self {
         Locker::of(client)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Runs where the features are off: `cargo test -p leasehold --lib` (scripts/test does).
-    #[cfg(not(all(feature = "etcd", feature = "postgres")))]
-    #[tokio::test]
-    async fn a_backend_not_compiled_in_names_its_feature() {
-        for (url, feature, on) in [
-            ("etcd://127.0.0.1:2379", "etcd", cfg!(feature = "etcd")),
-            (
-                "postgres://u@127.0.0.1/db",
-                "postgres",
-                cfg!(feature = "postgres"),
-            ),
-            (
-                "postgresql://u@127.0.0.1/db",
-                "postgres",
-                cfg!(feature = "postgres"),
-            ),
-        ] {
-            if on {
-                continue;
-            }
-            let err = Locker::connect(url).await.unwrap_err();
-            assert!(
-                matches!(err, Error::BackendNotCompiled { feature: f, .. } if f == feature),
-                "{url}: {err}"
-            );
-            assert!(
-                err.to_string().contains(&format!("feature \"{feature}\"")),
-                "{err}"
-            );
-        }
-    }
-
-    #[test]
-    fn every_registered_scheme_names_its_backend() {
-        assert_eq!(Locker::backend_of("rediss-cluster://h:1").unwrap(), "redis");
-        assert_eq!(
-            Locker::backend_of("REDLOCK://h:1,h:2,h:3").unwrap(),
-            "redlock"
-        );
-        assert_eq!(Locker::backend_of("etcds://h:1").unwrap(), "etcd");
-        assert_eq!(
-            Locker::backend_of("postgresql://u@h/db").unwrap(),
-            "postgres"
-        );
-        assert_eq!(Locker::backend_of("file:///tmp").unwrap(), "file");
-        assert_eq!(Locker::backend_of("memory://").unwrap(), "memory");
-        for url in ["mysql://h", "h:6379"] {
-            assert!(matches!(
-                Locker::backend_of(url),
-                Err(Error::InvalidArgument { what: "url", .. })
-            ));
-        }
-        let mut schemes: Vec<_> = DRIVERS.iter().flat_map(|d| d.schemes).collect();
-        let all = schemes.len();
-        schemes.sort();
-        schemes.dedup();
-        assert_eq!(schemes.len(), all, "a scheme registered twice");
-    }
-
-    #[tokio::test]
-    async fn unknown_and_missing_schemes_are_refused_before_any_connection() {
-        for url in ["mysql://127.0.0.1:1/", "127.0.0.1:6379", "zk://h:2181"] {
-            let err = Locker::connect(url).await.unwrap_err();
-            assert!(
-                matches!(err, Error::InvalidArgument { what: "url", .. }),
-                "{url}: {err}"
-            );
-            for scheme in [
-                "redis-sentinel",
-                "redlock",
-                "etcds",
-                "postgresql",
-                "memory",
-                "file",
-            ] {
-                assert!(err.to_string().contains(scheme), "{err}");
-            }
-        }
-    }
-
-    /// A history log whose appends wait until the test opens the gate.
-    #[derive(Debug)]
-    struct GatedLog {
-        gate: tokio::sync::Semaphore,
-        appended: std::sync::Mutex<Vec<HistoryKind>>,
-    }
-
-    impl HistoryLog for GatedLog {
-        fn append<'a>(
-            &'a self,
-            _key: &'a str,
-            event: &'a HistoryEvent,
-        ) -> futures_util::future::BoxFuture<'a, Result<()>> {
-            Box::pin(async move {
-                let _permit = self.gate.acquire().await.expect("open");
-                self.appended.lock().unwrap().push(event.kind);
-                Ok(())
-            })
-        }
-
-        fn read<'a>(
-            &'a self,
-            _key: &'a str,
-            _limit: usize,
-        ) -> futures_util::future::BoxFuture<'a, Result<Vec<HistoryEvent>>> {
-            Box::pin(async { Ok(Vec::new()) })
-        }
-    }
-
-    // Finding M10 of the 2026-12-02 review: the acquisition waited for its history append,
-    // which may last a response timeout, out of a short lease. The holder now gets its guard
-    // after at most a tenth of the validity, and the log still keeps the order.
-    #[tokio::test]
-    async fn a_slow_history_write_costs_the_holder_at_most_a_tenth_of_its_lease() {
-        let log = Arc::new(GatedLog {
-            gate: tokio::sync::Semaphore::new(0),
-            appended: Default::default(),
-        });
-        let mut locker = Locker::connect("memory://").await.unwrap();
-        locker.history = Some(log.clone());
-        let ttl = Duration::from_secs(3);
-        let guard =
-            tokio::time::timeout(ttl, locker.acquire("slow-history", &LockOptions::new(ttl)))
-                .await
-                .expect("the guard comes before the stuck history write")
-                .unwrap();
-        assert!(guard.is_held());
-        assert!(log.appended.lock().unwrap().is_empty(), "the gate is shut");
-        log.gate.add_permits(10);
-        guard.release().await.unwrap();
-        assert_eq!(
-            *log.appended.lock().unwrap(),
-            vec![HistoryKind::Acquired, HistoryKind::Released]
-        );
     }
 }
