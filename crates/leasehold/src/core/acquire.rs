@@ -220,6 +220,66 @@ pub(crate) fn late(name: &str, started: Instant, ttl: Duration) -> bool {
     true
 }
 
+/// A clean-up that runs if an attempt or a wait is abandoned: its future dropped (a cancelled
+/// wait, a timeout around it) or an error returned before the outcome was known. The one
+/// abandon-on-drop guard: each provider says what to give back (a token-checked release of a
+/// grant we may have been given, leaving a queue), not how to survive a drop.
+///
+/// Dropped while armed, it spawns `cleanup()` on the current runtime: a drop cannot await, and
+/// the give-back must not wait for the caller. Outside a runtime nothing can run it; what was
+/// taken then expires with its TTL, which is logged. [`OnAbandon::disarm`] once the outcome is
+/// known and handed over.
+pub(crate) struct OnAbandon<F, Fut>
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    what: &'static str,
+    cleanup: Option<F>,
+}
+
+impl<F, Fut> OnAbandon<F, Fut>
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    /// Armed: `cleanup` runs if this is dropped before [`OnAbandon::disarm`]. `what` names the
+    /// abandoned thing in the log.
+    pub(crate) fn new(what: &'static str, cleanup: F) -> Self {
+        OnAbandon {
+            what,
+            cleanup: Some(cleanup),
+        }
+    }
+
+    /// The outcome is known and handed over: nothing to clean up.
+    pub(crate) fn disarm(&mut self) {
+        self.cleanup = None;
+    }
+}
+
+impl<F, Fut> Drop for OnAbandon<F, Fut>
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    fn drop(&mut self) {
+        let Some(cleanup) = self.cleanup.take() else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                tracing::debug!(what = self.what, "abandoned; cleaning up in the background");
+                handle.spawn(cleanup());
+            }
+            Err(_) => tracing::warn!(
+                what = self.what,
+                "abandoned outside a runtime; what it took expires with its TTL"
+            ),
+        }
+    }
+}
+
 /// Sleeps until `wakeup` sees a release, or for the backoff's pause (`attempt`: the pause's
 /// number; `remaining`: the holder's lease as the server reported it), at most `left`.
 async fn pause(

@@ -53,10 +53,7 @@ use crate::core::token::LockToken;
 /// A driver is [`Any`], so that a `Locker` can hand out the backend's own type for what only
 /// it has ([`Locker::as_redis`](crate::Locker::as_redis)).
 #[async_trait::async_trait]
-pub(crate) trait Driver: Any + Send + Sync + Debug {
-    /// Which backend this is.
-    fn kind(&self) -> Backend;
-
+pub(crate) trait Driver: Kind + Primitives + LockTable + Any + Send + Sync + Debug {
     async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire>;
 
     async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard>;
@@ -68,7 +65,42 @@ pub(crate) trait Driver: Any + Send + Sync + Debug {
     async fn inspect(&self, key: &str) -> Result<LockState>;
 
     async fn raise_fencing_counter(&self, key: &str, at_least: u64) -> Result<u64>;
+}
 
+/// Which backend a driver is: what its refusals name, and what the option table reads.
+pub(crate) trait Kind {
+    /// Which backend this is.
+    fn kind(&self) -> Backend;
+}
+
+/// The primitives beyond the plain lock, each where the backend has it ([`Backend::has`]); the
+/// defaults refuse, naming the backends that have it. Implemented beside the primitives'
+/// providers (a backend's `sync` module). The [`Locker`](crate::Locker) checked the name (and
+/// the number of permits) first, as every backend needs; a backend adds only its own limits.
+pub(crate) trait Primitives: Kind {
+    /// A counting semaphore of `permits` on `name` (no round trip).
+    fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
+        let _ = (name, permits);
+        Err(missing(self.kind(), Primitive::Semaphore))
+    }
+
+    /// A read-write lock on `name` (no round trip).
+    fn rwlock(&self, name: &str) -> Result<RwLock> {
+        let _ = name;
+        Err(missing(self.kind(), Primitive::RwLock))
+    }
+
+    /// An election on `name` (no round trip).
+    fn election(&self, name: &str) -> Result<Election> {
+        let _ = name;
+        Err(missing(self.kind(), Primitive::Election))
+    }
+}
+
+/// The lock table (listing, forced release, history), where the backend keeps one; the
+/// defaults refuse, naming the backend. Implemented in a backend's `table` module.
+#[async_trait::async_trait]
+pub(crate) trait LockTable: Kind + Send + Sync {
     /// The held locks whose names match `pattern` (see
     /// [`glob_match`](crate::core::listing::glob_match)).
     async fn list(&self, pattern: &str) -> Result<Vec<LockEntry>> {
@@ -86,24 +118,6 @@ pub(crate) trait Driver: Any + Send + Sync + Debug {
             self.kind().name(),
             "a forced release",
         ))
-    }
-
-    /// A counting semaphore of `permits` on `name` (no round trip).
-    fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
-        let _ = (name, permits);
-        Err(missing(self.kind(), Primitive::Semaphore))
-    }
-
-    /// A read-write lock on `name` (no round trip).
-    fn rwlock(&self, name: &str) -> Result<RwLock> {
-        let _ = name;
-        Err(missing(self.kind(), Primitive::RwLock))
-    }
-
-    /// An election on `name` (no round trip).
-    fn election(&self, name: &str) -> Result<Election> {
-        let _ = name;
-        Err(missing(self.kind(), Primitive::Election))
     }
 
     /// The backend's history log, keeping `options`' cap and retention; `None` for a backend

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use etcd_client as ec;
 
-use crate::core::driver::Driver;
+use crate::core::driver::{Driver, Kind};
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::LockGuard;
 use crate::core::kind::Backend;
@@ -174,10 +174,6 @@ impl EtcdClient {
 
 #[async_trait::async_trait]
 impl Driver for EtcdClient {
-    fn kind(&self) -> Backend {
-        Backend::Etcd
-    }
-
     /// One attempt to take `key`, without waiting: one transaction that writes our entry only
     /// if the lock has no holder and no waiter (so nothing is written, and nothing needs
     /// cleaning up, when it is busy). Plus a lease grant first, unless the lock is
@@ -296,35 +292,10 @@ impl Driver for EtcdClient {
             what: "raising a fencing counter (etcd's fencing numbers are its revisions)".into(),
         })
     }
+}
 
-    async fn list(&self, pattern: &str) -> Result<Vec<crate::core::listing::LockEntry>> {
-        self.list_locks(pattern).await
-    }
-
-    async fn force_release(
-        &self,
-        key: &str,
-        reason: &str,
-    ) -> Result<crate::core::listing::ForceReleased> {
-        self.force_release_lock(key, reason).await
-    }
-
-    fn history_log(
-        &self,
-        options: &crate::core::history::HistoryOptions,
-    ) -> Option<std::sync::Arc<dyn crate::core::history::HistoryLog>> {
-        Some(super::history::log(self, options))
-    }
-
-    fn semaphore(&self, name: &str, permits: u32) -> Result<crate::core::sync::Semaphore> {
-        self.new_semaphore(name, permits)
-    }
-
-    fn rwlock(&self, name: &str) -> Result<crate::core::sync::RwLock> {
-        self.new_rwlock(name)
-    }
-
-    fn election(&self, name: &str) -> Result<crate::core::sync::Election> {
-        self.new_election(name)
+impl Kind for EtcdClient {
+    fn kind(&self) -> Backend {
+        Backend::Etcd
     }
 }

@@ -11,7 +11,7 @@ use futures_util::future::BoxFuture;
 use crate::core::error::LossReason;
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::HeldLock;
-use crate::core::guard::{Lease, clock_drift};
+use crate::core::guard::{Lease, valid_until};
 use crate::core::token::LockToken;
 
 use super::client::EtcdClient;
@@ -276,7 +276,7 @@ impl HeldLock for EtcdHeld {
                     }
                     *lock(&self.attach) = Attach::Dedicated(id);
                     self.client.revoke_in_background(old_id);
-                    Ok(started + granted.saturating_sub(clock_drift(granted)))
+                    Ok(valid_until(started, granted))
                 }
             }
         })

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::core::error::LossReason;
 use crate::core::error::{Operation, Result};
-use crate::core::guard::{Lease, clock_drift};
+use crate::core::guard::{Lease, valid_until};
 use crate::core::token::LockToken;
 
 use super::client::EtcdClient;
@@ -121,7 +121,7 @@ impl Session {
 
     pub(super) fn valid_until(&self) -> Instant {
         let st = self.state();
-        st.renewed_at + st.granted.saturating_sub(clock_drift(st.granted))
+        valid_until(st.renewed_at, st.granted)
     }
 
     pub(super) fn interval(&self) -> Duration {
@@ -139,7 +139,7 @@ impl Session {
         if self.dead.is_cancelled() {
             return None;
         }
-        let until = st.renewed_at + st.granted.saturating_sub(clock_drift(st.granted));
+        let until = valid_until(st.renewed_at, st.granted);
         tracked.lease.set_valid_until(until);
         st.locks.insert(rev, tracked);
         Some(until)
@@ -174,7 +174,7 @@ impl Session {
     /// run out when the request was sent (or the session ended): it is not revived.
     pub(super) fn renewed(&self, sent: Instant, ttl: Duration) -> Option<Vec<(i64, Vec<u8>)>> {
         let mut st = self.state();
-        let until = st.renewed_at + st.granted.saturating_sub(clock_drift(st.granted));
+        let until = valid_until(st.renewed_at, st.granted);
         if self.dead.is_cancelled() || sent >= until {
             return None;
         }
@@ -198,7 +198,7 @@ impl Session {
             match t.ceiling {
                 None => t.lease.renewed(sent, ttl),
                 Some(ceiling) => {
-                    let bound = (sent + ttl.saturating_sub(clock_drift(ttl))).min(ceiling);
+                    let bound = valid_until(sent, ttl).min(ceiling);
                     t.lease.extend_sent(sent, bound).confirm(bound);
                 }
             }

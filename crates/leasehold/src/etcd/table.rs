@@ -14,6 +14,7 @@ use std::time::Duration;
 use ec::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 use etcd_client as ec;
 
+use crate::core::driver::LockTable;
 use crate::core::error::{Error, Operation, Result};
 use crate::core::listing::{
     ForceReleased, LockEntry, LockHolder, LockKind, check_reason, glob_match,
@@ -32,62 +33,6 @@ struct QueueEntry {
 }
 
 impl EtcdClient {
-    /// The held locks whose names match `pattern`: holder (the first entry) with its owner and
-    /// lease TTL, fencing number (its create revision), waiters (the other entries). A snapshot
-    /// at one revision of the range read; the TTLs are read after it.
-    ///
-    /// # Errors
-    /// [`Error::PermissionDenied`] when etcd's RBAC refuses the range; connection errors.
-    pub(crate) async fn list_locks(&self, pattern: &str) -> Result<Vec<LockEntry>> {
-        let literal: String = pattern
-            .chars()
-            .take_while(|c| !matches!(c, '*' | '?' | '\\'))
-            .collect();
-        let options = GetOptions::new().with_prefix();
-        let mut resp = self
-            .request(Operation::Inspect, false, || {
-                let mut kv = self.inner.etcd.kv_client();
-                let (from, options) = (literal.clone(), options.clone());
-                async move { kv.get(from, Some(options)).await }
-            })
-            .await?;
-        let mut locks: BTreeMap<String, Vec<QueueEntry>> = BTreeMap::new();
-        for kv in resp.take_kvs() {
-            // No NUL: not a lock entry; a NUL first: a primitive's or the history's (below).
-            let Some(at) = kv.key().iter().position(|&b| b == 0).filter(|&at| at > 0) else {
-                continue;
-            };
-            let name = String::from_utf8_lossy(&kv.key()[..at]).into_owned();
-            if glob_match(pattern, &name) {
-                locks.entry(name).or_default().push(QueueEntry {
-                    value: String::from_utf8_lossy(kv.value()).into_owned(),
-                    key: kv.key().to_vec(),
-                    revision: kv.create_revision(),
-                    lease: kv.lease(),
-                });
-            }
-        }
-        let mut entries = Vec::new();
-        for (name, mut queue) in locks {
-            queue.sort_by_key(|e| e.revision);
-            let first = &queue[0];
-            let ttl = self.lease_ttl(first.lease).await?;
-            let Some(holder) = LockHolder::from_value(&first.value, ttl) else {
-                continue;
-            };
-            let mut entry = LockEntry::new(name, LockKind::Lock, vec![holder]);
-            entry.fencing_counter = Some(first.revision as u64);
-            entry.waiters = Some(queue.len() as u64 - 1);
-            entries.push(entry);
-        }
-        for kind in ["semaphore", "rwlock", "election"] {
-            self.list_primitive(kind, &literal, pattern, &mut entries)
-                .await?;
-        }
-        entries.sort_by(|a, b| a.key.cmp(&b.key));
-        Ok(entries)
-    }
-
     /// The held `kind` primitives (`semaphore`, `rwlock`, `election`) whose names start with
     /// `literal` and match `pattern`, added to `entries`: the holders as the primitive's
     /// recipe makes them (a semaphore's `N` first entries; a writer first, or the readers
@@ -205,6 +150,87 @@ impl EtcdClient {
         Ok((lease.ttl() >= 0).then(|| Duration::from_secs(lease.ttl() as u64)))
     }
 
+    /// Why a key with no entries cannot be forced: free, or an etcd key that is not a lock.
+    async fn not_a_lock_or_free(&self, key: &str) -> Error {
+        let options = GetOptions::new().with_count_only();
+        let found = self
+            .request(Operation::Inspect, false, || {
+                let mut kv = self.inner.etcd.kv_client();
+                let options = options.clone();
+                async move { kv.get(key, Some(options)).await }
+            })
+            .await;
+        match found {
+            Ok(resp) if resp.count() > 0 => Error::invalid(
+                "key",
+                format!("{key:?} is an etcd key, not a leasehold lock (no {key:?}\\0 entries)"),
+            ),
+            Ok(_) => Error::NotHeld {
+                key: key.to_string(),
+            },
+            Err(e) => e,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl LockTable for EtcdClient {
+    /// The held locks whose names match `pattern`: holder (the first entry) with its owner and
+    /// lease TTL, fencing number (its create revision), waiters (the other entries). A snapshot
+    /// at one revision of the range read; the TTLs are read after it.
+    ///
+    /// # Errors
+    /// [`Error::PermissionDenied`] when etcd's RBAC refuses the range; connection errors.
+    async fn list(&self, pattern: &str) -> Result<Vec<LockEntry>> {
+        let literal: String = pattern
+            .chars()
+            .take_while(|c| !matches!(c, '*' | '?' | '\\'))
+            .collect();
+        let options = GetOptions::new().with_prefix();
+        let mut resp = self
+            .request(Operation::Inspect, false, || {
+                let mut kv = self.inner.etcd.kv_client();
+                let (from, options) = (literal.clone(), options.clone());
+                async move { kv.get(from, Some(options)).await }
+            })
+            .await?;
+        let mut locks: BTreeMap<String, Vec<QueueEntry>> = BTreeMap::new();
+        for kv in resp.take_kvs() {
+            // No NUL: not a lock entry; a NUL first: a primitive's or the history's (below).
+            let Some(at) = kv.key().iter().position(|&b| b == 0).filter(|&at| at > 0) else {
+                continue;
+            };
+            let name = String::from_utf8_lossy(&kv.key()[..at]).into_owned();
+            if glob_match(pattern, &name) {
+                locks.entry(name).or_default().push(QueueEntry {
+                    value: String::from_utf8_lossy(kv.value()).into_owned(),
+                    key: kv.key().to_vec(),
+                    revision: kv.create_revision(),
+                    lease: kv.lease(),
+                });
+            }
+        }
+        let mut entries = Vec::new();
+        for (name, mut queue) in locks {
+            queue.sort_by_key(|e| e.revision);
+            let first = &queue[0];
+            let ttl = self.lease_ttl(first.lease).await?;
+            let Some(holder) = LockHolder::from_value(&first.value, ttl) else {
+                continue;
+            };
+            let mut entry = LockEntry::new(name, LockKind::Lock, vec![holder]);
+            entry.fencing_counter = Some(first.revision as u64);
+            entry.waiters = Some(queue.len() as u64 - 1);
+            entries.push(entry);
+        }
+        for kind in ["semaphore", "rwlock", "election"] {
+            self.list_primitive(kind, &literal, pattern, &mut entries)
+                .await?;
+        }
+        entries.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(entries)
+    }
+
     /// Deletes `key`'s holder entry whatever its token, in a transaction conditioned on that
     /// entry still being the one read (same create revision), so a holder that changed
     /// meanwhile is never removed. The next waiter then takes the lock; the old holder's
@@ -228,11 +254,7 @@ impl EtcdClient {
     /// [`Error::NotHeld`] if nobody holds it (or the holder kept changing over three tries);
     /// [`Error::InvalidArgument`] for a bad reason, or when `key` has no entries but is itself
     /// an etcd key (it is not a lock: nothing is written).
-    pub(crate) async fn force_release_lock(
-        &self,
-        key: &str,
-        reason: &str,
-    ) -> Result<ForceReleased> {
+    async fn force_release(&self, key: &str, reason: &str) -> Result<ForceReleased> {
         check_key(key)?;
         check_reason(reason)?;
         for _ in 0..3 {
@@ -275,25 +297,10 @@ impl EtcdClient {
         })
     }
 
-    /// Why a key with no entries cannot be forced: free, or an etcd key that is not a lock.
-    async fn not_a_lock_or_free(&self, key: &str) -> Error {
-        let options = GetOptions::new().with_count_only();
-        let found = self
-            .request(Operation::Inspect, false, || {
-                let mut kv = self.inner.etcd.kv_client();
-                let options = options.clone();
-                async move { kv.get(key, Some(options)).await }
-            })
-            .await;
-        match found {
-            Ok(resp) if resp.count() > 0 => Error::invalid(
-                "key",
-                format!("{key:?} is an etcd key, not a leasehold lock (no {key:?}\\0 entries)"),
-            ),
-            Ok(_) => Error::NotHeld {
-                key: key.to_string(),
-            },
-            Err(e) => e,
-        }
+    fn history_log(
+        &self,
+        options: &crate::core::history::HistoryOptions,
+    ) -> Option<std::sync::Arc<dyn crate::core::history::HistoryLog>> {
+        Some(super::history::log(self, options))
     }
 }

@@ -88,7 +88,7 @@ use std::time::{Duration, Instant, SystemTime};
 use nix::fcntl::Flock;
 
 use crate::core::acquire::{Ask, Attempts};
-use crate::core::driver::{Driver, not_held_here};
+use crate::core::driver::{Driver, Kind, LockTable, Primitives, not_held_here};
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::{Lease, LockGuard};
 use crate::core::kind::{Backend, Taking};
@@ -477,12 +477,20 @@ fn folder_of(url: &str) -> Result<(PathBuf, bool)> {
     Ok((path, allow_remote_fs))
 }
 
-#[async_trait::async_trait]
-impl Driver for FileClient {
+impl Kind for FileClient {
     fn kind(&self) -> Backend {
         Backend::File
     }
+}
 
+/// No semaphores, read-write locks or elections on files ([`Backend::has`]).
+impl Primitives for FileClient {}
+
+/// No lock table on files: a lock file says nothing of who waits, and nothing outlives it.
+impl LockTable for FileClient {}
+
+#[async_trait::async_trait]
+impl Driver for FileClient {
     /// One attempt to take `key`, without waiting.
     ///
     /// # Errors

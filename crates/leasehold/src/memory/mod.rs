@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
 
-use crate::core::driver::Driver;
+use crate::core::driver::{Driver, Kind, LockTable};
 use crate::core::error::{Error, Result};
 use crate::core::guard::{HeldLock, Lease, LockGuard};
 use crate::core::history::{HistoryLog, HistoryOptions};
@@ -53,7 +53,6 @@ use crate::core::kind::{Backend, Taking};
 use crate::core::listing::{ForceReleased, LockEntry};
 use crate::core::options::{LockOptions, ttl_millis};
 use crate::core::outcome::{LockState, TryAcquire};
-use crate::core::sync::{Election, RwLock, Semaphore};
 use crate::core::token::{LockToken, validate_key};
 
 use store::{Attempt, Namespace, Want};
@@ -165,10 +164,6 @@ impl HeldLock for MemoryClient {
 
 #[async_trait::async_trait]
 impl Driver for MemoryClient {
-    fn kind(&self) -> Backend {
-        Backend::Memory
-    }
-
     /// Busy while others wait for it: FIFO.
     async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
         self.try_as(key, options, Want::Exclusive)
@@ -200,7 +195,10 @@ impl Driver for MemoryClient {
         validate_key(key)?;
         Ok(self.ns.raise(key, at_least))
     }
+}
 
+#[async_trait::async_trait]
+impl LockTable for MemoryClient {
     /// An atomic snapshot (the table is read under its mutex). Kind: always a lock; waiters:
     /// the waiting acquisitions.
     async fn list(&self, pattern: &str) -> Result<Vec<LockEntry>> {
@@ -216,18 +214,6 @@ impl Driver for MemoryClient {
 
     fn history_log(&self, options: &HistoryOptions) -> Option<Arc<dyn HistoryLog>> {
         Some(history::log(self, options))
-    }
-
-    fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
-        sync::semaphore(self, name, permits)
-    }
-
-    fn rwlock(&self, name: &str) -> Result<RwLock> {
-        sync::rwlock(self, name)
-    }
-
-    fn election(&self, name: &str) -> Result<Election> {
-        sync::election(self, name)
     }
 }
 
@@ -248,3 +234,9 @@ pub mod hooks {
 
 #[cfg(test)]
 mod tests;
+
+impl Kind for MemoryClient {
+    fn kind(&self) -> Backend {
+        Backend::Memory
+    }
+}

@@ -4,9 +4,10 @@
 
 use std::time::Duration;
 
-use crate::core::driver::Driver;
+use crate::core::driver::{Driver, Primitives};
 use crate::core::error::Result;
 use crate::core::guard::LockGuard;
+use crate::core::kind::Backend;
 use crate::core::options::{LockOptions, ttl_millis};
 use crate::core::outcome::TryAcquire;
 use crate::core::sync::{Election, Leader, RwLock, Semaphore};
@@ -15,48 +16,35 @@ use crate::core::token::{LockToken, validate_key};
 use super::MemoryClient;
 use super::store::Want;
 
-/// A semaphore of `permits` on `name`.
-pub(super) fn semaphore(client: &MemoryClient, name: &str, permits: u32) -> Result<Semaphore> {
-    Semaphore::check(name, permits)?;
-    let provider = MemorySemaphore {
-        client: client.clone(),
-        name: name.to_string(),
-        permits,
-    };
-    Ok(Semaphore::new(
-        crate::core::kind::Backend::Memory,
-        name,
-        permits,
-        provider,
-    ))
-}
+/// The [`Locker`](crate::Locker) checked the names and the number of permits.
+impl Primitives for MemoryClient {
+    /// A semaphore of `permits` on `name`.
+    fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
+        let provider = MemorySemaphore {
+            client: self.clone(),
+            name: name.to_string(),
+            permits,
+        };
+        Ok(Semaphore::new(Backend::Memory, name, permits, provider))
+    }
 
-/// A read-write lock on `name`.
-pub(super) fn rwlock(client: &MemoryClient, name: &str) -> Result<RwLock> {
-    validate_key(name)?;
-    let provider = MemoryRwLock {
-        client: client.clone(),
-        name: name.to_string(),
-    };
-    Ok(RwLock::new(
-        crate::core::kind::Backend::Memory,
-        name,
-        provider,
-    ))
-}
+    /// A read-write lock on `name`.
+    fn rwlock(&self, name: &str) -> Result<RwLock> {
+        let provider = MemoryRwLock {
+            client: self.clone(),
+            name: name.to_string(),
+        };
+        Ok(RwLock::new(Backend::Memory, name, provider))
+    }
 
-/// An election on `name`.
-pub(super) fn election(client: &MemoryClient, name: &str) -> Result<Election> {
-    validate_key(name)?;
-    let provider = MemoryElection {
-        client: client.clone(),
-        name: name.to_string(),
-    };
-    Ok(Election::new(
-        crate::core::kind::Backend::Memory,
-        name,
-        provider,
-    ))
+    /// An election on `name`.
+    fn election(&self, name: &str) -> Result<Election> {
+        let provider = MemoryElection {
+            client: self.clone(),
+            name: name.to_string(),
+        };
+        Ok(Election::new(Backend::Memory, name, provider))
+    }
 }
 
 /// `permits` holders of `name` at once.

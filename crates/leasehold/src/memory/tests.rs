@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use futures_util::FutureExt;
 
 use super::*;
+use crate::core::driver::Primitives;
 
 /// Only a hang guard: every wait below ends on an observed event.
 const HANG_GUARD: Duration = Duration::from_secs(60);
@@ -183,7 +184,6 @@ async fn namespaces_are_separate_and_urls_are_checked() {
 /// conflict for `leader()`, not a leader.
 #[tokio::test]
 async fn permits_disagreeing_and_plain_locks_on_elections_are_conflicts() {
-    use crate::core::driver::Driver;
     let c = client("conflicts");
     let two = c.semaphore("jobs", 2).unwrap();
     let held = two

@@ -28,6 +28,7 @@ use crate::core::guard::HeldLock;
 use crate::core::guard::Lease;
 use crate::core::options::{ClientOptions, LockOptions, ttl_millis};
 use crate::core::token::LockToken;
+use crate::postgres::Timed;
 
 /// Idle sessions kept for later acquisitions.
 const MAX_IDLE: usize = 16;
@@ -230,17 +231,6 @@ impl PostgresClient {
         match pooler_sign(&e) {
             Some(found) => self.pooler_seen(&found),
             None => pg_error(op, true, e),
-        }
-    }
-
-    pub(super) async fn timed<T>(
-        &self,
-        op: Operation,
-        fut: impl std::future::Future<Output = std::result::Result<T, tokio_postgres::Error>>,
-    ) -> Result<T> {
-        match tokio::time::timeout(self.inner.options.response_timeout, fut).await {
-            Ok(r) => r.map_err(|e| pg_error(op, true, e)),
-            Err(_) => Err(timeout_error(op, true)),
         }
     }
 
@@ -654,5 +644,11 @@ impl HeldLock for PgHeld {
             ttl_millis(ttl)?;
             self.extend_session(ttl).await
         })
+    }
+}
+
+impl Timed for PostgresClient {
+    fn response_timeout(&self) -> Duration {
+        self.inner.options.response_timeout
     }
 }

@@ -2,7 +2,7 @@
 
 use tokio_postgres::error::SqlState;
 
-use crate::core::error::{Error, Operation};
+use crate::core::error::{Error, Operation, Result};
 
 /// Classifies a PostgreSQL client error. `sent`: the statement may have reached the server.
 pub(crate) fn pg_error(op: Operation, sent: bool, e: tokio_postgres::Error) -> Error {
@@ -62,6 +62,25 @@ pub(crate) fn pg_error(op: Operation, sent: bool, e: tokio_postgres::Error) -> E
         op,
         ambiguous: sent && op != Operation::Connect,
         source: e.into(),
+    }
+}
+
+/// A client whose statements are bounded by its response timeout (both PostgreSQL clients).
+pub(crate) trait Timed {
+    /// How long a statement's reply may take.
+    fn response_timeout(&self) -> std::time::Duration;
+
+    /// `statement`, sent, with its reply bounded by the response timeout: a timeout or a
+    /// failure is ambiguous for `op` (the server may have run it).
+    async fn timed<T>(
+        &self,
+        op: Operation,
+        statement: impl Future<Output = std::result::Result<T, tokio_postgres::Error>>,
+    ) -> Result<T> {
+        match tokio::time::timeout(self.response_timeout(), statement).await {
+            Ok(r) => r.map_err(|e| pg_error(op, true, e)),
+            Err(_) => Err(timeout_error(op, true)),
+        }
     }
 }
 

@@ -24,6 +24,7 @@ use crate::core::history::{
     HistoryEvent, HistoryKind, HistoryLog, HistoryOptions, from_unix_millis,
 };
 use crate::core::token::validate_key;
+use crate::postgres::Timed;
 
 const CREATE_TABLE: &str = "\
 CREATE TABLE IF NOT EXISTS leasehold_history (

@@ -60,15 +60,16 @@ const INT8: Type = Type::INT8;
 
 use super::tls::{PgTls, PgTlsStream};
 use super::{is_create_race, pg_error, timeout_error, unexpected, validate_pg_key};
-use crate::core::acquire::{Ask, Attempts, Grant, Wakeup, granted};
-use crate::core::driver::Driver;
+use crate::core::acquire::{Ask, Attempts, Grant, OnAbandon, Wakeup, granted};
+use crate::core::driver::{Driver, Kind};
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::HeldLock;
-use crate::core::guard::{Lease, LockGuard, clock_drift};
+use crate::core::guard::{Lease, LockGuard, extended_by};
 use crate::core::kind::{Backend, Taking};
 use crate::core::options::{ClientOptions, LockOptions, ttl_millis};
 use crate::core::outcome::{LockState, TryAcquire};
 use crate::core::token::LockToken;
+use crate::postgres::Timed;
 
 const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS leasehold_leases (
     key text PRIMARY KEY,
@@ -246,17 +247,6 @@ impl PostgresLeaseClient {
         Ok(client)
     }
 
-    pub(super) async fn timed<T>(
-        &self,
-        op: Operation,
-        fut: impl std::future::Future<Output = std::result::Result<T, tokio_postgres::Error>>,
-    ) -> Result<T> {
-        match tokio::time::timeout(self.inner.options.response_timeout, fut).await {
-            Ok(r) => r.map_err(|e| pg_error(op, true, e)),
-            Err(_) => Err(timeout_error(op, true)),
-        }
-    }
-
     /// A receiver of released keys: the LISTEN connection is opened on first use.
     pub(super) async fn releases(&self) -> Result<broadcast::Receiver<String>> {
         if let Some(tx) = self
@@ -345,7 +335,7 @@ impl PostgresLeaseClient {
             async |token| {
                 // Until the reply says what happened, the row may be ours: given back if we
                 // never learn.
-                let unknown = self.unknown_attempt(key, token);
+                let mut unknown = self.unknown_attempt(key, token);
                 let row = self
                     .timed(
                         Operation::Acquire,
@@ -411,10 +401,33 @@ impl PostgresLeaseClient {
         .map(drop)
     }
 
-    /// The cleanup of an acquisition of `key` with `token` whose outcome is not known yet:
-    /// [`UnknownAttempt::disarm`] it once the reply came.
-    pub(super) fn unknown_attempt(&self, key: &str, token: &LockToken) -> UnknownAttempt {
-        UnknownAttempt(Some((self.clone(), key.to_string(), token.clone())))
+    /// The cleanup of an acquiring statement of `key` with `token`, whose reply has not come
+    /// (yet): disarmed once it came. Dropped armed (the reply was
+    /// lost to a timeout or a broken connection, or the caller's future was dropped), it gives the
+    /// row back in the background ([`GIVE_BACK`], token-checked: it frees the row only if the
+    /// statement took it), so an acquisition with an unknown outcome does not leave the key held by
+    /// a token nobody knows for a whole TTL.
+    ///
+    /// The give-back goes on the client's connection: on the same one as the statement (a timeout),
+    /// the server runs it after the statement. On a new one (the old one broke), it may run before
+    /// a statement the old server session is still executing, and then frees nothing: that row
+    /// stays taken until its TTL, the bound that remains. One try: if it fails, the same.
+    pub(super) fn unknown_attempt(
+        &self,
+        key: &str,
+        token: &LockToken,
+    ) -> OnAbandon<impl FnOnce() -> BoxFuture<'static, ()> + use<>, BoxFuture<'static, ()>> {
+        let (client, key, token) = (self.clone(), key.to_string(), token.clone());
+        OnAbandon::new(
+            "lease row acquisition",
+            move || -> BoxFuture<'static, ()> {
+                Box::pin(async move {
+                    if let Err(e) = client.give_back(&key, &token).await {
+                        tracing::debug!(key, error = %e, "giving back an attempt with an unknown outcome failed");
+                    }
+                })
+            },
+        )
     }
 }
 
@@ -482,41 +495,6 @@ impl Wakeup for NameReleases {
     }
 }
 
-/// An acquiring statement sent, whose reply has not come (yet). Dropped armed (the reply was
-/// lost to a timeout or a broken connection, or the caller's future was dropped), it gives the
-/// row back in the background ([`GIVE_BACK`], token-checked: it frees the row only if the
-/// statement took it), so an acquisition with an unknown outcome does not leave the key held by
-/// a token nobody knows for a whole TTL.
-///
-/// The give-back goes on the client's connection: on the same one as the statement (a timeout),
-/// the server runs it after the statement. On a new one (the old one broke), it may run before
-/// a statement the old server session is still executing, and then frees nothing: that row
-/// stays taken until its TTL, the bound that remains. One try: if it fails, the same.
-pub(super) struct UnknownAttempt(Option<(PostgresLeaseClient, String, LockToken)>);
-
-impl UnknownAttempt {
-    /// The reply came: nothing to clean up.
-    pub(super) fn disarm(mut self) {
-        self.0 = None;
-    }
-}
-
-impl Drop for UnknownAttempt {
-    fn drop(&mut self) {
-        let Some((client, key, token)) = self.0.take() else {
-            return;
-        };
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        handle.spawn(async move {
-            if let Err(e) = client.give_back(&key, &token).await {
-                tracing::debug!(key, error = %e, "giving back an attempt with an unknown outcome failed");
-            }
-        });
-    }
-}
-
 /// A lock held as a lease row.
 #[derive(Debug)]
 struct LeaseRowHeld(PostgresLeaseClient);
@@ -527,20 +505,15 @@ impl HeldLock for LeaseRowHeld {
     }
 
     fn extend<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Instant>> {
-        Box::pin(async move {
-            let started = Instant::now();
-            self.0.extend(lease.key(), lease.token(), ttl).await?;
-            Ok(started + ttl.saturating_sub(clock_drift(ttl)))
-        })
+        Box::pin(extended_by(
+            ttl,
+            self.0.extend(lease.key(), lease.token(), ttl),
+        ))
     }
 }
 
 #[async_trait::async_trait]
 impl Driver for PostgresLeaseClient {
-    fn kind(&self) -> Backend {
-        Backend::PostgresLease
-    }
-
     /// One attempt to take `key`: one statement.
     ///
     /// # Errors
@@ -660,31 +633,16 @@ impl Driver for PostgresLeaseClient {
             .map_err(unexpected(Operation::RaiseFencingCounter))?;
         Ok(fence as u64)
     }
+}
 
-    async fn list(&self, pattern: &str) -> Result<Vec<crate::core::listing::LockEntry>> {
-        self.list_locks(pattern).await
+impl Timed for PostgresLeaseClient {
+    fn response_timeout(&self) -> Duration {
+        self.inner.options.response_timeout
     }
+}
 
-    async fn force_release(
-        &self,
-        key: &str,
-        reason: &str,
-    ) -> Result<crate::core::listing::ForceReleased> {
-        self.force_release_lock(key, reason).await
-    }
-
-    fn history_log(
-        &self,
-        options: &crate::core::history::HistoryOptions,
-    ) -> Option<std::sync::Arc<dyn crate::core::history::HistoryLog>> {
-        Some(super::history::log(self, options))
-    }
-
-    fn semaphore(&self, name: &str, permits: u32) -> Result<crate::core::sync::Semaphore> {
-        self.new_semaphore(name, permits)
-    }
-
-    fn election(&self, name: &str) -> Result<crate::core::sync::Election> {
-        self.new_election(name)
+impl Kind for PostgresLeaseClient {
+    fn kind(&self) -> Backend {
+        Backend::PostgresLease
     }
 }

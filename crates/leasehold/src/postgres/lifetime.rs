@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use crate::core::error::{Error, Operation, Result};
-use crate::core::guard::clock_drift;
+use crate::core::guard::valid_until;
 
 /// Linux's defaults for a socket's keepalive, which PostgreSQL uses where its settings are 0
 /// (`tcp_keepalives_idle` 7200 s, `tcp_keepalives_interval` 75 s, `tcp_keepalives_count` 9).
@@ -48,7 +48,7 @@ pub(super) fn lease_lifetime(ttl: Duration, silence: Duration) -> Duration {
 /// The validity of a lease whose statement was sent at `sent`: `sent + lifetime - drift`.
 pub(super) fn validity_from(sent: Instant, ttl: Duration, silence: Duration) -> Instant {
     let life = lease_lifetime(ttl, silence);
-    sent + life.saturating_sub(clock_drift(life))
+    valid_until(sent, life)
 }
 
 /// The silence bound from a reply's four [`SILENCE`](super::sql::SILENCE) columns, from

@@ -147,7 +147,7 @@ pub use fenced::FencedRows;
 pub use lease::PostgresLeaseClient;
 pub use params::MAX_PG_KEY_LEN;
 
-pub(crate) use error::{is_create_race, pg_error, timeout_error, unexpected};
+pub(crate) use error::{Timed, is_create_race, pg_error, timeout_error, unexpected};
 pub(crate) use params::validate_pg_key;
 pub(crate) use url::wants_lease_rows;
 

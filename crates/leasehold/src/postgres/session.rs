@@ -11,13 +11,14 @@ use super::params::{millis_text, validate_pg_key};
 use super::sql::{INSPECT, RAISE, UNLOCK};
 use super::sync::{AdvisoryAsk, acquiring_reply};
 use crate::core::acquire::{Ask, Attempts};
-use crate::core::driver::{Driver, not_held_here};
+use crate::core::driver::{Driver, Kind, not_held_here};
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::{Lease, LockGuard};
 use crate::core::kind::{Backend, Taking};
 use crate::core::options::{LockOptions, ttl_millis};
 use crate::core::outcome::{LockState, TryAcquire};
 use crate::core::token::LockToken;
+use crate::postgres::Timed;
 
 impl PostgresClient {
     fn check(&self, key: &str, options: &LockOptions) -> Result<()> {
@@ -199,10 +200,6 @@ impl Drop for AbandonedSession {
 
 #[async_trait::async_trait]
 impl Driver for PostgresClient {
-    fn kind(&self) -> Backend {
-        Backend::Postgres
-    }
-
     /// One attempt to take `key`, without waiting: `pg_try_advisory_lock` and the fencing
     /// number in one statement.
     ///
@@ -316,37 +313,6 @@ impl Driver for PostgresClient {
         })?;
         Ok(fence as u64)
     }
-
-    async fn list(&self, pattern: &str) -> Result<Vec<crate::core::listing::LockEntry>> {
-        self.list_locks(pattern).await
-    }
-
-    async fn force_release(
-        &self,
-        key: &str,
-        reason: &str,
-    ) -> Result<crate::core::listing::ForceReleased> {
-        self.force_release_lock(key, reason).await
-    }
-
-    fn history_log(
-        &self,
-        options: &crate::core::history::HistoryOptions,
-    ) -> Option<std::sync::Arc<dyn crate::core::history::HistoryLog>> {
-        Some(super::history::log(self, options))
-    }
-
-    fn semaphore(&self, name: &str, permits: u32) -> Result<crate::core::sync::Semaphore> {
-        self.new_semaphore(name, permits)
-    }
-
-    fn rwlock(&self, name: &str) -> Result<crate::core::sync::RwLock> {
-        self.new_rwlock(name)
-    }
-
-    fn election(&self, name: &str) -> Result<crate::core::sync::Election> {
-        self.new_election(name)
-    }
 }
 
 /// An attempt's outcome as a lock: `None` (busy, or the wait in the server's queue ran out) is
@@ -355,5 +321,11 @@ pub(super) fn granted_or_busy(guard: Option<LockGuard>) -> TryAcquire {
     match guard {
         Some(guard) => TryAcquire::Acquired(guard),
         None => TryAcquire::Busy { remaining: None },
+    }
+}
+
+impl Kind for PostgresClient {
+    fn kind(&self) -> Backend {
+        Backend::Postgres
     }
 }

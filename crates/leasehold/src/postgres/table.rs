@@ -15,15 +15,19 @@
 //! (otherwise [`Error::PermissionDenied`]), and the counter is bumped in the same statement.
 //! It waits (up to 5 s) for the backend to end, so the lock is free when it returns.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_postgres::types::Type;
 
+use crate::core::driver::LockTable;
 use crate::core::error::{Error, Operation, Result};
+use crate::core::history::{HistoryLog, HistoryOptions};
 use crate::core::listing::{
     ForceReleased, LockEntry, LockHolder, LockKind, check_reason, glob_match,
 };
 use crate::core::owner::Owner;
+use crate::postgres::Timed;
 
 use super::params::validate_pg_key;
 use super::{PostgresClient, PostgresLeaseClient, unexpected};
@@ -76,13 +80,14 @@ u AS (
 SELECT (SELECT holder FROM u), (SELECT fence FROM u), bool_and(pg_terminate_backend(p.pid, 5000))
   FROM p HAVING count(*) > 0";
 
-impl PostgresLeaseClient {
+#[async_trait::async_trait]
+impl LockTable for PostgresLeaseClient {
     /// The live lease rows whose keys match `pattern`: holder and owner, TTL by the server's
     /// clock, fencing counter. One statement: a consistent snapshot.
     ///
     /// # Errors
     /// Connection and server errors.
-    pub(crate) async fn list_locks(&self, pattern: &str) -> Result<Vec<LockEntry>> {
+    async fn list(&self, pattern: &str) -> Result<Vec<LockEntry>> {
         let conn = self.conn().await?;
         let rows = self
             .timed(Operation::Inspect, conn.query(LIST_LEASES, &[]))
@@ -109,11 +114,7 @@ impl PostgresLeaseClient {
     /// # Errors
     /// [`Error::NotHeld`] if no live row holds it; [`Error::InvalidArgument`] for a bad key or
     /// reason; connection and server errors.
-    pub(crate) async fn force_release_lock(
-        &self,
-        key: &str,
-        reason: &str,
-    ) -> Result<ForceReleased> {
+    async fn force_release(&self, key: &str, reason: &str) -> Result<ForceReleased> {
         validate_pg_key(key)?;
         check_reason(reason)?;
         let conn = self.conn().await?;
@@ -131,9 +132,14 @@ impl PostgresLeaseClient {
         let fence: i64 = row.try_get(1).map_err(&bad)?;
         forced(key, &token, Some(fence as u64), reason)
     }
+
+    fn history_log(&self, options: &HistoryOptions) -> Option<Arc<dyn HistoryLog>> {
+        Some(super::history::log(self, options))
+    }
 }
 
-impl PostgresClient {
+#[async_trait::async_trait]
+impl LockTable for PostgresClient {
     /// The session advisory locks held on keys leasehold knows (`leasehold_locks`), as
     /// `pg_locks` shows them (see the module docs): holder (the stored token and owner when
     /// the row's holder is still the one holding it; otherwise the backend's pid, client
@@ -142,7 +148,7 @@ impl PostgresClient {
     ///
     /// # Errors
     /// Connection and server errors.
-    pub(crate) async fn list_locks(&self, pattern: &str) -> Result<Vec<LockEntry>> {
+    async fn list(&self, pattern: &str) -> Result<Vec<LockEntry>> {
         let session = self.take_session().await?;
         let rows = self
             .timed(Operation::Inspect, session.client.query(LIST_SESSIONS, &[]))
@@ -192,11 +198,7 @@ impl PostgresClient {
     /// [`Error::NotHeld`] if no backend holds it; [`Error::PermissionDenied`] when the server
     /// refuses to terminate that backend (not a superuser, not in `pg_signal_backend`);
     /// [`Error::InvalidArgument`] for a bad key or reason; connection and server errors.
-    pub(crate) async fn force_release_lock(
-        &self,
-        key: &str,
-        reason: &str,
-    ) -> Result<ForceReleased> {
+    async fn force_release(&self, key: &str, reason: &str) -> Result<ForceReleased> {
         validate_pg_key(key)?;
         check_reason(reason)?;
         let session = self.take_session().await?;
@@ -230,6 +232,10 @@ impl PostgresClient {
             fence.map(|f| f as u64),
             reason,
         )
+    }
+
+    fn history_log(&self, options: &HistoryOptions) -> Option<Arc<dyn HistoryLog>> {
+        Some(super::history::log(self, options))
     }
 }
 

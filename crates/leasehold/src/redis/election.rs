@@ -70,16 +70,7 @@ impl RedisClient {
 
 impl RedisElection {
     async fn attempt(&self, token: &LockToken, ttl_ms: u64, id: &str) -> Result<(i64, i64)> {
-        let channel = if self.client.notifies_waiters() {
-            release_channel(&self.name)
-        } else {
-            String::new()
-        };
-        let publish = if self.client.connection().is_cluster() {
-            "spublish"
-        } else {
-            "publish"
-        };
+        let (channel, publish) = self.client.release_notice(&self.name);
         let mut inv = CAMPAIGN.key(&self.name);
         inv.key(fence_key(&self.name))
             .key(&self.record)

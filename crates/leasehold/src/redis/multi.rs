@@ -26,10 +26,10 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
 
-use crate::core::acquire::{Ask, Attempts, Grant, Wakeup, granted};
+use crate::core::acquire::{Ask, Attempts, Grant, OnAbandon, Wakeup, granted};
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::HeldLock;
-use crate::core::guard::{Lease, LockGuard, clock_drift};
+use crate::core::guard::{Lease, LockGuard, extended_by};
 use crate::core::kind::{Backend, Taking};
 use crate::core::options::{LockOptions, ttl_millis};
 use crate::core::outcome::TryAcquire;
@@ -142,13 +142,10 @@ impl MultiLock {
     }
 
     async fn release_groups(&self, groups: &[Vec<String>], token: &str) -> Result<usize> {
-        let publish = match (
-            self.client.notifies_waiters(),
-            self.client.connection().is_cluster(),
-        ) {
-            (false, _) => "",
-            (true, true) => "spublish",
-            (true, false) => "publish",
+        // No command, no notice: this client does not notify waiters.
+        let publish = match self.client.notifies_waiters() {
+            true => self.client.publish_command(),
+            false => "",
         };
         let mut released = 0;
         for group in groups {
@@ -173,13 +170,14 @@ impl MultiLock {
 
     async fn attempt(&self, token: &LockToken, ttl_ms: u64) -> Result<Grant<()>> {
         // If this future is dropped mid-way, give back whatever the token may hold.
-        let mut cleanup = Abandoned {
-            lock: self,
-            token,
-            armed: true,
-        };
+        let mut cleanup = OnAbandon::new("multi-lock attempt", || {
+            let (lock, token) = (self.clone(), token.clone());
+            async move {
+                let _ = lock.release_groups(&lock.groups, token.expose()).await;
+            }
+        });
         let outcome = self.attempt_groups(token, ttl_ms).await;
-        cleanup.armed = false;
+        cleanup.disarm();
         outcome
     }
 
@@ -318,28 +316,6 @@ impl MultiLock {
     }
 }
 
-/// Gives back the keys of an attempt whose future was dropped before it finished.
-struct Abandoned<'a> {
-    lock: &'a MultiLock,
-    token: &'a LockToken,
-    armed: bool,
-}
-
-impl Drop for Abandoned<'_> {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let (lock, token) = (self.lock.clone(), self.token.clone());
-        handle.spawn(async move {
-            let _ = lock.release_groups(&lock.groups, token.expose()).await;
-        });
-    }
-}
-
 /// A held multi-lock, as its guard sees it.
 #[derive(Debug)]
 struct MultiHeld(MultiLock);
@@ -350,11 +326,7 @@ impl HeldLock for MultiHeld {
     }
 
     fn extend<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Instant>> {
-        Box::pin(async move {
-            let started = Instant::now();
-            self.0.extend(lease.token(), ttl).await?;
-            Ok(started + ttl.saturating_sub(clock_drift(ttl)))
-        })
+        Box::pin(extended_by(ttl, self.0.extend(lease.token(), ttl)))
     }
 }
 

@@ -37,7 +37,7 @@ use redis::cluster_routing::SingleNodeRoutingInfo;
 use tokio::sync::mpsc;
 
 use crate::core::error::LossReason;
-use crate::core::guard::{Lease, SentExtend, clock_drift};
+use crate::core::guard::{Lease, SentExtend, valid_until};
 use crate::redis::connection::ClientConnection;
 use crate::redis::scripts::{MULTI_EXTEND_SCRIPT, PERMIT_EXTEND_SCRIPT};
 use crate::redis::strategy::{EXTEND_SCRIPT, ExtendStrategy, extend_cmd};
@@ -211,7 +211,7 @@ async fn run(
                         Outcome::Renewed => {
                             stats.renewals.fetch_add(1, Ordering::Relaxed);
                             crate::core::metrics::renewed();
-                            let bound = started + e.ttl.saturating_sub(clock_drift(e.ttl));
+                            let bound = valid_until(started, e.ttl);
                             if let Some(sent) = e.sent.take() {
                                 sent.confirm(bound);
                             }
@@ -296,10 +296,7 @@ async fn run(
                 e.in_flight = true;
                 // Recorded as sent now (before it leaves): until its reply says it succeeded,
                 // the validity is at most this extend's bound.
-                e.sent = Some(
-                    e.lease
-                        .extend_sent(now, now + e.ttl.saturating_sub(clock_drift(e.ttl))),
-                );
+                e.sent = Some(e.lease.extend_sent(now, valid_until(now, e.ttl)));
                 let key = match &e.target {
                     RenewTarget::Lock => e.lease.key().to_string(),
                     RenewTarget::Permit(set) => set.clone(),

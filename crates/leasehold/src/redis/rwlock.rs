@@ -32,11 +32,11 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
 
-use crate::core::acquire::{Ask, Grant, granted};
+use crate::core::acquire::{Ask, Grant, OnAbandon, granted};
 use crate::core::driver::Driver;
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::HeldLock;
-use crate::core::guard::{Lease, LockGuard, clock_drift};
+use crate::core::guard::{Lease, LockGuard, valid_until};
 use crate::core::options::LockOptions;
 use crate::core::outcome::TryAcquire;
 use crate::core::sync::RwLock;
@@ -110,12 +110,11 @@ impl RedisRwLock {
         waiting: bool,
     ) -> Result<Grant<u64>> {
         let ttl_ms = options.ttl_millis()?;
-        let mut cleanup = Abandoned {
-            lock: self,
-            side,
-            token,
-            armed: true,
-        };
+        // An outcome we never learn (dropped future, lost reply) is given back.
+        let mut cleanup = OnAbandon::new("read-write lock attempt", || {
+            let (lock, token) = (self.clone(), token.clone());
+            async move { lock.give_back(side, &token).await }
+        });
         let mut conn = self.client.connection();
         let reply = match side {
             Side::Read => {
@@ -141,13 +140,13 @@ impl RedisRwLock {
         };
         match reply.and_then(crate::redis::error::int_pair) {
             Ok(r) => {
-                cleanup.armed = false;
+                cleanup.disarm();
                 Ok(script_grant(r))
             }
             Err(e) => {
                 let err = Error::from_redis(Operation::Acquire, e);
                 if !err.is_ambiguous() {
-                    cleanup.armed = false;
+                    cleanup.disarm();
                 }
                 Err(err)
             }
@@ -227,10 +226,15 @@ impl RedisRwLock {
         options.ttl_millis()?;
         let writer =
             (side == Side::Write && options.wait_bound().is_some()).then(|| options.new_token());
-        let mut leave = writer.as_ref().map(|token| LeaveOnDrop {
-            lock: self,
-            token,
-            armed: true,
+        // An abandoned wait (dropped future, error) takes its mark down, so readers are not kept
+        // out until the mark expires.
+        let mut leave = writer.as_ref().map(|token| {
+            OnAbandon::new("waiting writer's mark", move || {
+                let (lock, token) = (self.clone(), token.clone());
+                async move {
+                    let _ = lock.leave_waiting(&token).await;
+                }
+            })
         });
         let attempts = OnReleaseChannel(SideAttempts {
             lock: self,
@@ -238,14 +242,14 @@ impl RedisRwLock {
             writer: writer.as_ref(),
         });
         let result = crate::core::acquire::wait(&attempts, options, options.wait_bound()).await;
-        if let Some(leave) = leave.as_mut() {
+        if let (Some(leave), Some(token)) = (leave.as_mut(), writer.as_ref()) {
             match &result {
-                Ok(_) => leave.armed = false,
+                Ok(_) => leave.disarm(),
                 Err(Error::NotAcquired { .. }) => {
-                    leave.armed = false;
+                    leave.disarm();
                     // Now, not in the background: readers waiting behind our mark get in at
                     // once.
-                    let _ = self.leave_waiting(leave.token).await;
+                    let _ = self.leave_waiting(token).await;
                 }
                 // Any other failure: taken down in the background, as for a dropped wait.
                 Err(_) => {}
@@ -272,52 +276,8 @@ impl HeldLock for ReaderHeld {
                     key: self.0.name.clone(),
                 });
             }
-            Ok(started + ttl.saturating_sub(clock_drift(ttl)))
+            Ok(valid_until(started, ttl))
         })
-    }
-}
-
-/// Gives back an attempt whose outcome we never learned (dropped future, lost reply).
-struct Abandoned<'a> {
-    lock: &'a RedisRwLock,
-    side: Side,
-    token: &'a LockToken,
-    armed: bool,
-}
-
-impl Drop for Abandoned<'_> {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let (lock, side, token) = (self.lock.clone(), self.side, self.token.clone());
-        handle.spawn(async move { lock.give_back(side, &token).await });
-    }
-}
-
-/// Removes a waiting writer's mark when its wait is abandoned (dropped future, error), so
-/// readers are not kept out until the mark expires.
-struct LeaveOnDrop<'a> {
-    lock: &'a RedisRwLock,
-    token: &'a LockToken,
-    armed: bool,
-}
-
-impl Drop for LeaveOnDrop<'_> {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let (lock, token) = (self.lock.clone(), self.token.clone());
-        handle.spawn(async move {
-            let _ = lock.leave_waiting(&token).await;
-        });
     }
 }
 

@@ -30,10 +30,10 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
 
-use crate::core::acquire::{Ask, Grant, granted};
+use crate::core::acquire::{Ask, Grant, OnAbandon, granted};
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::HeldLock;
-use crate::core::guard::{Lease, LockGuard, clock_drift};
+use crate::core::guard::{Lease, LockGuard, extended_by};
 use crate::core::options::{LockOptions, ttl_millis};
 use crate::core::outcome::TryAcquire;
 use crate::core::sync::Semaphore;
@@ -46,7 +46,7 @@ use crate::redis::scripts::{
     PERMIT_ACQUIRE_SCRIPT as ACQUIRE, PERMIT_COUNT_SCRIPT as COUNT, PERMIT_EXTEND_SCRIPT as EXTEND,
     PERMIT_RELEASE_SCRIPT as RELEASE,
 };
-use crate::redis::slot::{release_channel, slot_name};
+use crate::redis::slot::slot_name;
 
 /// The sorted set of `name`'s held permits: [`slot_name`]`(name) + ":permits"`.
 pub fn semaphore_permits_key(name: &str) -> String {
@@ -80,7 +80,6 @@ impl RedisClient {
     /// [`Error::InvalidArgument`] for an empty or over-long name, or `permits` outside
     /// 1 ..= [`MAX_PERMITS`](crate::MAX_PERMITS).
     pub(crate) fn new_semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
-        Semaphore::check(name, permits)?;
         crate::redis::slot::validate_name(name)?;
         let redis = RedisSemaphore {
             client: self.clone(),
@@ -100,11 +99,14 @@ impl RedisClient {
 
 impl RedisSemaphore {
     async fn attempt(&self, token: &LockToken, ttl_ms: u64) -> Result<Grant<()>> {
-        let mut cleanup = AbandonedPermit {
-            semaphore: self,
-            token,
-            armed: true,
-        };
+        // An outcome we never learn (dropped future, lost reply) gives the permit back, so it
+        // does not count against the semaphore for a whole TTL.
+        let mut cleanup = OnAbandon::new("semaphore permit", || {
+            let (semaphore, token) = (self.clone(), token.clone());
+            async move {
+                let _ = semaphore.release_raw(token.expose()).await;
+            }
+        });
         let mut inv = ACQUIRE.key(&self.permits_key);
         inv.key(&self.limit_key)
             .arg(token.expose())
@@ -117,7 +119,7 @@ impl RedisSemaphore {
             .and_then(crate::redis::error::int_pair);
         match result {
             Ok((ok, n)) => {
-                cleanup.armed = false;
+                cleanup.disarm();
                 Ok(if ok == 1 {
                     Grant::Taken(())
                 } else {
@@ -127,7 +129,7 @@ impl RedisSemaphore {
                 })
             }
             Err(e) if e.code() == Some("LEASEHOLD_PERMITS") => {
-                cleanup.armed = false;
+                cleanup.disarm();
                 let theirs = e.detail().unwrap_or("another number").trim().to_string();
                 Err(Error::Conflict {
                     key: self.name.clone(),
@@ -140,7 +142,7 @@ impl RedisSemaphore {
             Err(e) => {
                 let err = Error::from_redis(Operation::Acquire, e);
                 if !err.is_ambiguous() {
-                    cleanup.armed = false;
+                    cleanup.disarm();
                 }
                 Err(err)
             }
@@ -172,16 +174,7 @@ pub(crate) async fn release_member(
     name: &str,
     token: &str,
 ) -> Result<bool> {
-    let channel = if client.notifies_waiters() {
-        release_channel(name)
-    } else {
-        String::new()
-    };
-    let publish = if client.connection().is_cluster() {
-        "spublish"
-    } else {
-        "publish"
-    };
+    let (channel, publish) = client.release_notice(name);
     let limit = crate::redis::slot::permits_limit_key(set);
     let released: i64 = client
         .idempotent(Operation::Release, |mut conn| {
@@ -223,30 +216,6 @@ pub(crate) async fn extend_member(
     Ok(extended == 1)
 }
 
-/// Gives back a permit whose acquisition's outcome we never learned (dropped future, lost
-/// reply), so it does not count against the semaphore for a whole TTL.
-struct AbandonedPermit<'a> {
-    semaphore: &'a RedisSemaphore,
-    token: &'a LockToken,
-    armed: bool,
-}
-
-impl Drop for AbandonedPermit<'_> {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let semaphore = self.semaphore.clone();
-        let token = self.token.clone();
-        handle.spawn(async move {
-            let _ = semaphore.release_raw(token.expose()).await;
-        });
-    }
-}
-
 /// A held permit, as its guard sees it.
 #[derive(Debug)]
 struct PermitHeld(RedisSemaphore);
@@ -257,11 +226,7 @@ impl HeldLock for PermitHeld {
     }
 
     fn extend<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Instant>> {
-        Box::pin(async move {
-            let started = Instant::now();
-            self.0.extend(lease.token(), ttl).await?;
-            Ok(started + ttl.saturating_sub(clock_drift(ttl)))
-        })
+        Box::pin(extended_by(ttl, self.0.extend(lease.token(), ttl)))
     }
 }
 

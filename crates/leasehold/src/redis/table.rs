@@ -17,11 +17,14 @@
 //! decision taken about its predecessor.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::Value;
 
+use crate::core::driver::LockTable;
 use crate::core::error::{Error, Operation, Result};
+use crate::core::history::{HistoryLog, HistoryOptions};
 use crate::core::listing::{
     FORCED_RECORD_TTL, ForceReleased, LockEntry, LockHolder, LockKind, check_reason, glob_match,
     is_lock_value,
@@ -104,38 +107,6 @@ struct Read {
 }
 
 impl RedisClient {
-    /// The held locks whose names match `pattern` (see [`crate::glob_match`]), read as the
-    /// module docs say.
-    ///
-    /// # Errors
-    /// [`Error::PermissionDenied`] when the user may not `SCAN` (or read the keys found);
-    /// connection errors.
-    pub(crate) async fn list_locks(&self, pattern: &str) -> Result<Vec<LockEntry>> {
-        let mut names: BTreeMap<String, Vec<Option<Part>>> = BTreeMap::new();
-        for key in self.scan_all().await? {
-            if let Some((name, part)) = classify(&key)
-                && glob_match(pattern, &name)
-            {
-                names.entry(name).or_default().push(part);
-            }
-        }
-        let mut entries = Vec::new();
-        for (name, parts) in names {
-            // A fencing counter, a forced record, a hold or a history alone is no lock.
-            if parts.iter().all(|p| {
-                matches!(
-                    p,
-                    Some(Part::Fence | Part::Forced | Part::Limit | Part::MinHold | Part::History)
-                )
-            }) {
-                continue;
-            }
-            let read = self.read_lock(&name).await?;
-            entries.extend(entries_of(&name, read));
-        }
-        Ok(entries)
-    }
-
     /// Every key of the server, or of every master of a cluster, by `SCAN`.
     async fn scan_all(&self) -> Result<Vec<String>> {
         if !self.connection().is_cluster() {
@@ -249,6 +220,57 @@ impl RedisClient {
         })
     }
 
+    /// Why a key with no string value cannot be forced: free, or another type.
+    async fn not_a_lock_or_free(&self, key: &str) -> Error {
+        let kind: Result<String> = self
+            .idempotent(Operation::Inspect, |mut conn| async move {
+                redis::cmd("TYPE").arg(key).query_async(&mut conn).await
+            })
+            .await;
+        match kind {
+            Ok(kind) if kind == "none" => Error::NotHeld {
+                key: key.to_string(),
+            },
+            Ok(kind) => Error::invalid("key", format!("{key:?} is a {kind}, not a leasehold lock")),
+            Err(e) => e,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl LockTable for RedisClient {
+    /// The held locks whose names match `pattern` (see [`crate::glob_match`]), read as the
+    /// module docs say.
+    ///
+    /// # Errors
+    /// [`Error::PermissionDenied`] when the user may not `SCAN` (or read the keys found);
+    /// connection errors.
+    async fn list(&self, pattern: &str) -> Result<Vec<LockEntry>> {
+        let mut names: BTreeMap<String, Vec<Option<Part>>> = BTreeMap::new();
+        for key in self.scan_all().await? {
+            if let Some((name, part)) = classify(&key)
+                && glob_match(pattern, &name)
+            {
+                names.entry(name).or_default().push(part);
+            }
+        }
+        let mut entries = Vec::new();
+        for (name, parts) in names {
+            // A fencing counter, a forced record, a hold or a history alone is no lock.
+            if parts.iter().all(|p| {
+                matches!(
+                    p,
+                    Some(Part::Fence | Part::Forced | Part::Limit | Part::MinHold | Part::History)
+                )
+            }) {
+                continue;
+            }
+            let read = self.read_lock(&name).await?;
+            entries.extend(entries_of(&name, read));
+        }
+        Ok(entries)
+    }
+
     /// Removes `key`'s lock whoever holds it, bumps its fencing counter and records why (see
     /// [`Locker::force_release`](crate::Locker::force_release) and the module docs). Plain,
     /// fair and write locks, and an election's leadership (the keys whose value is the
@@ -264,11 +286,7 @@ impl RedisClient {
     /// lock: another type, a string that is not a lock token, a string without a TTL, a
     /// counter that is not a number; [`Error::NotHeld`] when nobody holds it (or the holder
     /// kept changing over three tries); connection and permission errors.
-    pub(crate) async fn force_release_lock(
-        &self,
-        key: &str,
-        reason: &str,
-    ) -> Result<ForceReleased> {
+    async fn force_release(&self, key: &str, reason: &str) -> Result<ForceReleased> {
         validate_name(key)?;
         check_reason(reason)?;
         let forced_by = Owner::this_process();
@@ -351,20 +369,8 @@ impl RedisClient {
         })
     }
 
-    /// Why a key with no string value cannot be forced: free, or another type.
-    async fn not_a_lock_or_free(&self, key: &str) -> Error {
-        let kind: Result<String> = self
-            .idempotent(Operation::Inspect, |mut conn| async move {
-                redis::cmd("TYPE").arg(key).query_async(&mut conn).await
-            })
-            .await;
-        match kind {
-            Ok(kind) if kind == "none" => Error::NotHeld {
-                key: key.to_string(),
-            },
-            Ok(kind) => Error::invalid("key", format!("{key:?} is a {kind}, not a leasehold lock")),
-            Err(e) => e,
-        }
+    fn history_log(&self, options: &HistoryOptions) -> Option<Arc<dyn HistoryLog>> {
+        Some(self.history_streams(options))
     }
 }
 

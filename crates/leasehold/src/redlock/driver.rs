@@ -4,11 +4,10 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 
-use crate::core::driver::Driver;
+use crate::core::driver::{Driver, Kind, Primitives};
 use crate::core::error::{Error, Result};
 use crate::core::guard::LockGuard;
 use crate::core::kind::{Backend, Taking};
-use crate::core::listing::LockEntry;
 use crate::core::options::LockOptions;
 use crate::core::outcome::{LockState, TryAcquire};
 use crate::core::report::{NodeOutcome, NodeReport, NodeReports};
@@ -17,12 +16,17 @@ use crate::redis::slot::validate_name;
 
 use super::Redlock;
 
-#[async_trait::async_trait]
-impl Driver for Redlock {
+impl Kind for Redlock {
     fn kind(&self) -> Backend {
         Backend::Redlock
     }
+}
 
+/// No primitive beyond the plain lock on Redlock ([`Backend::has`]).
+impl Primitives for Redlock {}
+
+#[async_trait::async_trait]
+impl Driver for Redlock {
     /// One attempt on all nodes. Busy (a majority answered but did not all grant) is an outcome,
     /// as for a single node; too few answers is [`Error::NoQuorum`].
     ///
@@ -109,9 +113,5 @@ impl Driver for Redlock {
     /// The lock as a majority sees it.
     async fn inspect(&self, key: &str) -> Result<LockState> {
         self.inspect_majority(key).await
-    }
-
-    async fn list(&self, pattern: &str) -> Result<Vec<LockEntry>> {
-        self.list_locks(pattern).await
     }
 }

@@ -4,14 +4,15 @@ use std::collections::BTreeMap;
 
 use futures_util::future::join_all;
 
-use crate::core::driver::Driver;
+use crate::core::driver::LockTable;
 use crate::core::error::{Error, Result};
 use crate::core::listing::LockEntry;
 use crate::core::report::{NodeOutcome, NodeReport, NodeReports};
 
 use super::Redlock;
 
-impl Redlock {
+#[async_trait::async_trait]
+impl LockTable for Redlock {
     /// The locks held on a majority of the nodes, with the same holder(s) there: each node is
     /// listed as [`Locker::list`](crate::Locker::list) does (within ten per-node
     /// timeouts, at least 10 s), and an entry is kept when at least [`Redlock::quorum`] nodes show the same
@@ -23,7 +24,7 @@ impl Redlock {
     /// # Errors
     /// [`Error::NoQuorum`] when fewer than a majority of the nodes answered (each node's
     /// outcome in it); [`Error::PermissionDenied`] when a majority refused the listing.
-    pub(crate) async fn list_locks(&self, pattern: &str) -> Result<Vec<LockEntry>> {
+    async fn list(&self, pattern: &str) -> Result<Vec<LockEntry>> {
         let timeout = self.inner.options.node_timeout;
         let listed = join_all(self.inner.nodes.iter().map(|n| async move {
             // A listing is many commands: ten per-node timeouts, at least 10 s.

@@ -20,6 +20,25 @@ pub fn clock_drift(ttl: Duration) -> Duration {
     ttl / 100 + Duration::from_millis(2)
 }
 
+/// The end of the validity of a lease of `ttl` whose request was sent at `sent`: the one
+/// validity formula, `sent + ttl - clock_drift(ttl)`. The server's expiry is later, because its
+/// clock started after `sent`.
+pub(crate) fn valid_until(sent: Instant, ttl: Duration) -> Instant {
+    sent + ttl.saturating_sub(clock_drift(ttl))
+}
+
+/// A [`HeldLock::extend`] that sets the lease to `ttl` from the moment its request is sent: the
+/// instant is taken before `extend` is first polled (so before anything is sent), and the
+/// validity counted from it.
+pub(crate) async fn extended_by(
+    ttl: Duration,
+    extend: impl Future<Output = Result<()>>,
+) -> Result<Instant> {
+    let sent = Instant::now();
+    extend.await?;
+    Ok(valid_until(sent, ttl))
+}
+
 /// A view of a held lock that can be cloned into the work it protects.
 ///
 /// `valid_until` is computed from a monotonic instant taken *before* the acquiring (or
@@ -60,12 +79,7 @@ impl Lease {
         started: Instant,
         ttl: Duration,
     ) -> Self {
-        Self::until(
-            key,
-            token,
-            fencing,
-            started + ttl.saturating_sub(clock_drift(ttl)),
-        )
+        Self::until(key, token, fencing, valid_until(started, ttl))
     }
 
     /// A lease valid until `valid_until` (already net of the clock drift).
@@ -187,7 +201,7 @@ impl Lease {
     /// same TTL and reports its replies in the order it sent them (etcd's session).
     #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
     pub(crate) fn renewed(&self, sent: Instant, ttl: Duration) {
-        let bound = sent + ttl.saturating_sub(clock_drift(ttl));
+        let bound = valid_until(sent, ttl);
         self.extend_sent(sent, bound).confirm(bound);
     }
 

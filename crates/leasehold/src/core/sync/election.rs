@@ -130,11 +130,12 @@ impl Election {
         let options = options
             .clone()
             .wait(options.wait_bound().unwrap_or(FOREVER));
-        crate::core::trace::traced(
-            self.label.span("leasehold.election.campaign"),
-            self.provider.campaign(id, &options),
-        )
-        .await
+        self.label
+            .traced(
+                "leasehold.election.campaign",
+                self.provider.campaign(id, &options),
+            )
+            .await
     }
 
     /// Who leads now, and in which term; `None` while nobody does.
@@ -143,11 +144,9 @@ impl Election {
     /// [`Error::Conflict`] if the election's lock is held by something else than a campaign
     /// (a plain lock); connection and server errors.
     pub async fn leader(&self) -> Result<Option<Leader>> {
-        crate::core::trace::traced(
-            self.label.span("leasehold.election.leader"),
-            self.provider.leader(),
-        )
-        .await
+        self.label
+            .traced("leasehold.election.leader", self.provider.leader())
+            .await
     }
 
     /// Follows the leadership: a background task reads [`Election::leader`] when the backend

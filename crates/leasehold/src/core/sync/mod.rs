@@ -39,6 +39,15 @@ impl Label {
         crate::core::trace::span(operation, Some(self.backend), &self.name)
     }
 
+    /// Runs `work` in the span of `operation` on this handle's name (`trace::traced`).
+    async fn traced<T: crate::core::trace::Traced>(
+        &self,
+        operation: &'static str,
+        work: impl Future<Output = crate::core::error::Result<T>>,
+    ) -> crate::core::error::Result<T> {
+        crate::core::trace::traced(self.span(operation), work).await
+    }
+
     /// The options, checked for `taking` on this handle's backend before any round trip
     /// (`LockOptions::check_for`: the one option table).
     fn check(

@@ -76,11 +76,9 @@ impl RwLock {
     /// [`Locker::try_acquire`](crate::Locker::try_acquire).
     pub async fn try_read(&self, options: &LockOptions) -> Result<TryAcquire> {
         self.label.check(options, Taking::Read)?;
-        crate::core::trace::traced(
-            self.label.span("leasehold.rwlock.try_read"),
-            self.provider.try_read(options),
-        )
-        .await
+        self.label
+            .traced("leasehold.rwlock.try_read", self.provider.try_read(options))
+            .await
     }
 
     /// Waits to read until `options.wait_bound()`.
@@ -90,11 +88,9 @@ impl RwLock {
     /// [`RwLock::try_read`].
     pub async fn read(&self, options: &LockOptions) -> Result<LockGuard> {
         self.label.check(options, Taking::Read)?;
-        crate::core::trace::traced(
-            self.label.span("leasehold.rwlock.read"),
-            self.provider.read(options),
-        )
-        .await
+        self.label
+            .traced("leasehold.rwlock.read", self.provider.read(options))
+            .await
     }
 
     /// One attempt to write: succeeds with no writer, no waiting writer before us, and no
@@ -105,11 +101,12 @@ impl RwLock {
     /// have; as [`Locker::try_acquire`](crate::Locker::try_acquire).
     pub async fn try_write(&self, options: &LockOptions) -> Result<TryAcquire> {
         self.label.check(options, Taking::Write)?;
-        crate::core::trace::traced(
-            self.label.span("leasehold.rwlock.try_write"),
-            self.provider.try_write(options),
-        )
-        .await
+        self.label
+            .traced(
+                "leasehold.rwlock.try_write",
+                self.provider.try_write(options),
+            )
+            .await
     }
 
     /// Waits to write until `options.wait_bound()`. While it waits, new readers are kept out.
@@ -119,11 +116,9 @@ impl RwLock {
     /// [`RwLock::try_write`].
     pub async fn write(&self, options: &LockOptions) -> Result<LockGuard> {
         self.label.check(options, Taking::Write)?;
-        crate::core::trace::traced(
-            self.label.span("leasehold.rwlock.write"),
-            self.provider.write(options),
-        )
-        .await
+        self.label
+            .traced("leasehold.rwlock.write", self.provider.write(options))
+            .await
     }
 
     /// [`RwLock::read`], run `work`, release whatever happens (as
@@ -161,11 +156,12 @@ impl RwLock {
     /// # Errors
     /// [`Error::NotHeld`](crate::Error::NotHeld) if `token` holds no unexpired read lease.
     pub async fn release_read(&self, token: &LockToken) -> Result<()> {
-        crate::core::trace::traced(
-            self.label.span("leasehold.rwlock.release_read"),
-            self.provider.release_read(token),
-        )
-        .await
+        self.label
+            .traced(
+                "leasehold.rwlock.release_read",
+                self.provider.release_read(token),
+            )
+            .await
     }
 
     /// Releases the write lease that `token` holds.
@@ -173,11 +169,12 @@ impl RwLock {
     /// # Errors
     /// [`Error::NotHeld`](crate::Error::NotHeld) if it does not hold it.
     pub async fn release_write(&self, token: &LockToken) -> Result<()> {
-        crate::core::trace::traced(
-            self.label.span("leasehold.rwlock.release_write"),
-            self.provider.release_write(token),
-        )
-        .await
+        self.label
+            .traced(
+                "leasehold.rwlock.release_write",
+                self.provider.release_write(token),
+            )
+            .await
     }
 
     /// Resets the read lease that `token` holds to `ttl` from now (a guard's renewal does this
@@ -187,11 +184,12 @@ impl RwLock {
     /// [`Error::NotHeld`](crate::Error::NotHeld) if `token` holds no unexpired read lease;
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a bad TTL.
     pub async fn extend_read(&self, token: &LockToken, ttl: Duration) -> Result<()> {
-        crate::core::trace::traced(
-            self.label.span("leasehold.rwlock.extend_read"),
-            self.provider.extend_read(token, ttl),
-        )
-        .await
+        self.label
+            .traced(
+                "leasehold.rwlock.extend_read",
+                self.provider.extend_read(token, ttl),
+            )
+            .await
     }
 
     /// Resets the write lease that `token` holds to `ttl` from now.
@@ -199,11 +197,12 @@ impl RwLock {
     /// # Errors
     /// [`Error::NotHeld`](crate::Error::NotHeld) if it does not hold it.
     pub async fn extend_write(&self, token: &LockToken, ttl: Duration) -> Result<()> {
-        crate::core::trace::traced(
-            self.label.span("leasehold.rwlock.extend_write"),
-            self.provider.extend_write(token, ttl),
-        )
-        .await
+        self.label
+            .traced(
+                "leasehold.rwlock.extend_write",
+                self.provider.extend_write(token, ttl),
+            )
+            .await
     }
 
     /// How many readers hold the lock (unexpired) right now.
@@ -211,10 +210,8 @@ impl RwLock {
     /// # Errors
     /// Connection and server errors.
     pub async fn readers(&self) -> Result<u32> {
-        crate::core::trace::traced(
-            self.label.span("leasehold.rwlock.readers"),
-            self.provider.readers(),
-        )
-        .await
+        self.label
+            .traced("leasehold.rwlock.readers", self.provider.readers())
+            .await
     }
 }

@@ -120,11 +120,12 @@ impl Semaphore {
     /// [`Error::ExpiredOnArrival`]; connection and server errors.
     pub async fn try_acquire(&self, options: &LockOptions) -> Result<TryAcquire> {
         self.label.check(options, Taking::Permit)?;
-        crate::core::trace::traced(
-            self.label.span("leasehold.semaphore.try_acquire"),
-            self.provider.try_acquire(options),
-        )
-        .await
+        self.label
+            .traced(
+                "leasehold.semaphore.try_acquire",
+                self.provider.try_acquire(options),
+            )
+            .await
     }
 
     /// Takes a permit, retrying until `options.wait_bound()` (one attempt without one).
@@ -134,11 +135,12 @@ impl Semaphore {
     /// [`Semaphore::try_acquire`].
     pub async fn acquire(&self, options: &LockOptions) -> Result<LockGuard> {
         self.label.check(options, Taking::Permit)?;
-        crate::core::trace::traced(
-            self.label.span("leasehold.semaphore.acquire"),
-            self.provider.acquire(options),
-        )
-        .await
+        self.label
+            .traced(
+                "leasehold.semaphore.acquire",
+                self.provider.acquire(options),
+            )
+            .await
     }
 
     /// Waits for a permit (as [`Semaphore::acquire`]), runs `work`, and releases the permit
@@ -164,11 +166,9 @@ impl Semaphore {
     /// [`Error::NotHeld`] if `token` holds no unexpired permit of this semaphore;
     /// [`Error::Unsupported`] on a backend where only the holding client can release.
     pub async fn release(&self, token: &LockToken) -> Result<()> {
-        crate::core::trace::traced(
-            self.label.span("leasehold.semaphore.release"),
-            self.provider.release(token),
-        )
-        .await
+        self.label
+            .traced("leasehold.semaphore.release", self.provider.release(token))
+            .await
     }
 
     /// Resets the permit that `token` holds to `ttl` from now.
@@ -177,11 +177,12 @@ impl Semaphore {
     /// [`Error::NotHeld`] if `token` holds no unexpired permit; [`Error::InvalidArgument`] for
     /// a bad TTL.
     pub async fn extend(&self, token: &LockToken, ttl: Duration) -> Result<()> {
-        crate::core::trace::traced(
-            self.label.span("leasehold.semaphore.extend"),
-            self.provider.extend(token, ttl),
-        )
-        .await
+        self.label
+            .traced(
+                "leasehold.semaphore.extend",
+                self.provider.extend(token, ttl),
+            )
+            .await
     }
 
     /// How many permits are held (unexpired) right now.
@@ -189,10 +190,8 @@ impl Semaphore {
     /// # Errors
     /// Connection and server errors.
     pub async fn holders(&self) -> Result<u32> {
-        crate::core::trace::traced(
-            self.label.span("leasehold.semaphore.holders"),
-            self.provider.holders(),
-        )
-        .await
+        self.label
+            .traced("leasehold.semaphore.holders", self.provider.holders())
+            .await
     }
 }

@@ -62,6 +62,7 @@ mod semaphore;
 use ec::GetOptions;
 use etcd_client as ec;
 
+use crate::core::driver::Primitives;
 use crate::core::error::{Operation, Result};
 use crate::core::sync::{Election, RwLock, Semaphore};
 
@@ -96,7 +97,9 @@ impl EtcdClient {
         })
         .await
     }
+}
 
+impl Primitives for EtcdClient {
     /// A counting semaphore of `permits` on `name`: etcd entries
     /// `\0semaphore\0name\0token\0permits`, of which the `permits` with the lowest create
     /// revisions hold. While leases are valid at most `permits` hold; waiters are served in
@@ -109,8 +112,7 @@ impl EtcdClient {
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty, over-long or NUL-containing name, or
     /// `permits` outside 1 ..= [`MAX_PERMITS`](crate::MAX_PERMITS).
-    pub(crate) fn new_semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
-        Semaphore::check(name, permits)?;
+    fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
         check_key(name)?;
         Ok(Semaphore::new(
             crate::core::kind::Backend::Etcd,
@@ -129,7 +131,7 @@ impl EtcdClient {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty, over-long or NUL-containing name.
-    pub(crate) fn new_rwlock(&self, name: &str) -> Result<RwLock> {
+    fn rwlock(&self, name: &str) -> Result<RwLock> {
         check_key(name)?;
         Ok(RwLock::new(
             crate::core::kind::Backend::Etcd,
@@ -147,7 +149,7 @@ impl EtcdClient {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty, over-long or NUL-containing name.
-    pub(crate) fn new_election(&self, name: &str) -> Result<Election> {
+    fn election(&self, name: &str) -> Result<Election> {
         check_key(name)?;
         Ok(Election::new(
             crate::core::kind::Backend::Etcd,

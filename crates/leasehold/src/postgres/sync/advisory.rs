@@ -14,6 +14,7 @@ use crate::core::guard::{Lease, LockGuard};
 use crate::core::options::LockOptions;
 use crate::core::outcome::LockState;
 use crate::core::token::LockToken;
+use crate::postgres::Timed;
 use crate::postgres::client::{PgHeld, PostgresClient, Session};
 use crate::postgres::error::{pg_error, timeout_error};
 use crate::postgres::lifetime::silence_in;

@@ -9,12 +9,14 @@ use futures_util::future::BoxFuture;
 use tokio_postgres::types::{ToSql, Type};
 
 use crate::core::acquire::{Ask, Attempts, Grant, Wakeup, granted, late};
+use crate::core::driver::Primitives;
 use crate::core::error::{Error, Operation, Result};
-use crate::core::guard::{HeldLock, Lease, LockGuard, clock_drift};
+use crate::core::guard::{HeldLock, Lease, LockGuard, extended_by};
 use crate::core::options::{LockOptions, ttl_millis};
 use crate::core::outcome::TryAcquire;
 use crate::core::sync::{Election, Leader, LeaderChanges, Semaphore, SemaphoreProvider};
 use crate::core::token::LockToken;
+use crate::postgres::Timed;
 use crate::postgres::lease::{NameReleases, PostgresLeaseClient};
 use crate::postgres::params::validate_pg_key;
 use crate::postgres::{is_create_race, unexpected};
@@ -118,47 +120,6 @@ fn millis(ms: Option<i64>) -> Option<Duration> {
 }
 
 impl PostgresLeaseClient {
-    /// A semaphore of `permits` permits on `name` (no round trip): `permits` slot rows in
-    /// `leasehold_permits`, each a lease with a token and an expiry.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for a bad name or `permits` outside
-    /// 1 ..= [`MAX_PERMITS`](crate::MAX_PERMITS).
-    pub(crate) fn new_semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
-        Semaphore::check(name, permits)?;
-        validate_pg_key(name)?;
-        let provider = RowSemaphore(Arc::new(RowSemaphoreInner {
-            client: self.clone(),
-            name: name.to_string(),
-            permits,
-            table: tokio::sync::OnceCell::new(),
-        }));
-        Ok(Semaphore::new(
-            crate::core::kind::Backend::PostgresLease,
-            name,
-            permits,
-            provider,
-        ))
-    }
-
-    /// An election on `name` (no round trip): the lease row of `name` and a term row.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for a bad name.
-    pub(crate) fn new_election(&self, name: &str) -> Result<Election> {
-        validate_pg_key(name)?;
-        let provider = RowElection {
-            client: self.clone(),
-            name: name.to_string(),
-            table: tokio::sync::OnceCell::new(),
-        };
-        Ok(Election::new(
-            crate::core::kind::Backend::PostgresLease,
-            name,
-            provider,
-        ))
-    }
-
     /// Creates a table once per handle (`cell`), accepting a concurrent creation.
     async fn create_once(&self, cell: &tokio::sync::OnceCell<()>, sql: &str) -> Result<()> {
         cell.get_or_try_init(|| async {
@@ -184,6 +145,48 @@ impl PostgresLeaseClient {
     ) -> Result<tokio_postgres::Row> {
         let conn = self.conn().await?;
         self.timed(op, conn.query_typed_one(sql, params)).await
+    }
+}
+
+impl Primitives for PostgresLeaseClient {
+    /// A semaphore of `permits` permits on `name` (no round trip): `permits` slot rows in
+    /// `leasehold_permits`, each a lease with a token and an expiry.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad name or `permits` outside
+    /// 1 ..= [`MAX_PERMITS`](crate::MAX_PERMITS).
+    fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
+        validate_pg_key(name)?;
+        let provider = RowSemaphore(Arc::new(RowSemaphoreInner {
+            client: self.clone(),
+            name: name.to_string(),
+            permits,
+            table: tokio::sync::OnceCell::new(),
+        }));
+        Ok(Semaphore::new(
+            crate::core::kind::Backend::PostgresLease,
+            name,
+            permits,
+            provider,
+        ))
+    }
+
+    /// An election on `name` (no round trip): the lease row of `name` and a term row.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad name.
+    fn election(&self, name: &str) -> Result<Election> {
+        validate_pg_key(name)?;
+        let provider = RowElection {
+            client: self.clone(),
+            name: name.to_string(),
+            table: tokio::sync::OnceCell::new(),
+        };
+        Ok(Election::new(
+            crate::core::kind::Backend::PostgresLease,
+            name,
+            provider,
+        ))
     }
 }
 
@@ -297,11 +300,10 @@ impl HeldLock for RowSemaphore {
     }
 
     fn extend<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Instant>> {
-        Box::pin(async move {
-            let started = Instant::now();
-            SemaphoreProvider::extend(self, lease.token(), ttl).await?;
-            Ok(started + ttl.saturating_sub(clock_drift(ttl)))
-        })
+        Box::pin(extended_by(
+            ttl,
+            SemaphoreProvider::extend(self, lease.token(), ttl),
+        ))
     }
 }
 
@@ -390,7 +392,7 @@ impl RowElection {
             options,
             options.new_token(),
             async |token| {
-                let unknown = self.client.unknown_attempt(&self.name, token);
+                let mut unknown = self.client.unknown_attempt(&self.name, token);
                 let row = self
                     .client
                     .row(

@@ -6,25 +6,41 @@ use std::time::Duration;
 
 use super::advisory::{AdvisoryLock, Ask, count_sql, slots_held_sql};
 use crate::core::acquire::{self, Attempts};
+use crate::core::driver::Primitives;
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::LockGuard;
 use crate::core::options::LockOptions;
 use crate::core::outcome::TryAcquire;
 use crate::core::sync::{Election, Leader, RwLock, Semaphore};
 use crate::core::token::LockToken;
+use crate::postgres::Timed;
 use crate::postgres::client::PostgresClient;
 use crate::postgres::params::validate_pg_key;
 use crate::postgres::session::granted_or_busy;
 
 impl PostgresClient {
+    /// The limit every session primitive adds to the one option table (which the handle
+    /// checked): a TTL the idle limit can hold.
+    fn check_primitive(&self, options: &LockOptions) -> Result<()> {
+        options.validate()?;
+        if options.ttl() > Duration::from_millis(i32::MAX as u64) {
+            return Err(Error::invalid(
+                "ttl",
+                "PostgreSQL's idle_session_timeout holds at most 24.8 days",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Primitives for PostgresClient {
     /// A semaphore of `permits` permits on `name` (no round trip): `permits` advisory locks,
     /// one per slot (see the module docs).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad name or `permits` outside
     /// 1 ..= [`MAX_PERMITS`](crate::MAX_PERMITS).
-    pub(crate) fn new_semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
-        Semaphore::check(name, permits)?;
+    fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
         validate_pg_key(name)?;
         let provider = PgSemaphore {
             client: self.clone(),
@@ -44,7 +60,7 @@ impl PostgresClient {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad name.
-    pub(crate) fn new_rwlock(&self, name: &str) -> Result<RwLock> {
+    fn rwlock(&self, name: &str) -> Result<RwLock> {
         validate_pg_key(name)?;
         let provider = PgRwLock {
             client: self.clone(),
@@ -61,7 +77,7 @@ impl PostgresClient {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad name.
-    pub(crate) fn new_election(&self, name: &str) -> Result<Election> {
+    fn election(&self, name: &str) -> Result<Election> {
         validate_pg_key(name)?;
         let provider = PgElection {
             client: self.clone(),
@@ -73,19 +89,6 @@ impl PostgresClient {
             name,
             provider,
         ))
-    }
-
-    /// The limit every session primitive adds to the one option table (which the handle
-    /// checked): a TTL the idle limit can hold.
-    fn check_primitive(&self, options: &LockOptions) -> Result<()> {
-        options.validate()?;
-        if options.ttl() > Duration::from_millis(i32::MAX as u64) {
-            return Err(Error::invalid(
-                "ttl",
-                "PostgreSQL's idle_session_timeout holds at most 24.8 days",
-            ));
-        }
-        Ok(())
     }
 }
 

@@ -3,8 +3,10 @@
 
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use redis::Value;
 
+use crate::core::acquire::OnAbandon;
 use crate::core::error::{Error, Operation, Result};
 use crate::core::options::LockOptions;
 use crate::core::outcome::MAX_FENCING_NUMBER;
@@ -72,7 +74,7 @@ impl RedisClient {
     ) -> Result<Attempt> {
         let scripted = fencing || want_remaining || min_hold_ms.is_some();
         // Ours until confirmed: if this future is dropped, or the reply is lost, give it back.
-        let mut cleanup = AbandonedAttempt::arm(self, key, token);
+        let mut cleanup = self.give_back_if_abandoned(key, token);
         let mut conn = self.inner.conn.clone();
         let mut by_body = false;
         let replies = loop {
@@ -154,7 +156,7 @@ impl RedisClient {
         want_remaining: bool,
         min_hold_ms: Option<u64>,
     ) -> Result<Attempt> {
-        let mut cleanup = AbandonedAttempt::arm(self, key, token);
+        let mut cleanup = self.give_back_if_abandoned(key, token);
         let mut conn = self.inner.conn.clone();
         let scripted = fencing || want_remaining || min_hold_ms.is_some();
         let reply = if let Some(min_hold_ms) = min_hold_ms {
@@ -292,50 +294,23 @@ fn parse_acquire(reply: Value, fencing: bool, scripted: bool) -> redis::RedisRes
     }
 }
 
-/// Releases the token of an acquisition whose outcome we never learned (the future was dropped,
-/// or the reply was lost), so an orphaned lock does not block everyone for a whole TTL.
-struct AbandonedAttempt<'a> {
-    client: &'a RedisClient,
-    key: &'a str,
-    token: &'a LockToken,
-    armed: bool,
-}
-
-impl<'a> AbandonedAttempt<'a> {
-    fn arm(client: &'a RedisClient, key: &'a str, token: &'a LockToken) -> Self {
-        AbandonedAttempt {
-            client,
-            key,
-            token,
-            armed: true,
-        }
-    }
-
-    fn disarm(&mut self) {
-        self.armed = false;
-    }
-}
-
-impl Drop for AbandonedAttempt<'_> {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(
-                key = self.key,
-                "acquisition abandoned outside a runtime; the lock, if granted, expires with its TTL"
-            );
-            return;
-        };
-        let client = self.client.clone();
-        let key = self.key.to_string();
-        let token = self.token.clone();
-        tracing::debug!(key, token_hash = %token.redacted(), "acquisition abandoned; releasing its token in the background");
-        handle.spawn(async move {
-            if let Ok(true) = client.release_raw(&key, token.expose()).await {
-                tracing::debug!(key, "abandoned acquisition had taken the lock; released");
-            }
-        });
+impl RedisClient {
+    /// Releases the token of an acquisition whose outcome we never learned (the future was
+    /// dropped, or the reply was lost), so an orphaned lock does not block everyone for a whole
+    /// TTL. Token-checked: harmless if nothing was taken.
+    fn give_back_if_abandoned<'a>(
+        &'a self,
+        key: &'a str,
+        token: &'a LockToken,
+    ) -> OnAbandon<impl FnOnce() -> BoxFuture<'static, ()> + 'a, BoxFuture<'static, ()>> {
+        OnAbandon::new("acquisition", move || -> BoxFuture<'static, ()> {
+            let (client, key, token) = (self.clone(), key.to_string(), token.clone());
+            tracing::debug!(key, token_hash = %token.redacted(), "acquisition abandoned; releasing its token in the background");
+            Box::pin(async move {
+                if let Ok(true) = client.release_raw(&key, token.expose()).await {
+                    tracing::debug!(key, "abandoned acquisition had taken the lock; released");
+                }
+            })
+        })
     }
 }

@@ -1,15 +1,12 @@
 //! The Redis client as a [`Driver`]: what a [`Locker`](crate::Locker) over Redis or Valkey
 //! calls.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use crate::core::driver::Driver;
+use crate::core::driver::{Driver, Kind, Primitives};
 use crate::core::error::Result;
 use crate::core::guard::LockGuard;
-use crate::core::history::{HistoryLog, HistoryOptions};
 use crate::core::kind::Backend;
-use crate::core::listing::{ForceReleased, LockEntry};
 use crate::core::options::LockOptions;
 use crate::core::outcome::{LockState, TryAcquire};
 use crate::core::sync::{Election, RwLock, Semaphore};
@@ -28,12 +25,29 @@ use crate::redis::slot::{fence_key, validate_name};
 use super::RedisClient;
 use super::acquire::PlainLock;
 
-#[async_trait::async_trait]
-impl Driver for RedisClient {
+impl Kind for RedisClient {
     fn kind(&self) -> Backend {
         Backend::Redis
     }
+}
 
+/// Each primitive's handle is built in its module (`semaphore`, `rwlock`, `election`).
+impl Primitives for RedisClient {
+    fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
+        self.new_semaphore(name, permits)
+    }
+
+    fn rwlock(&self, name: &str) -> Result<RwLock> {
+        self.new_rwlock(name)
+    }
+
+    fn election(&self, name: &str) -> Result<Election> {
+        self.new_election(name)
+    }
+}
+
+#[async_trait::async_trait]
+impl Driver for RedisClient {
     /// One attempt to take `key` for `options.ttl()`, without waiting.
     ///
     /// Sends `SET key token NX PX ttl` with a fresh random token (or the acquire script when
@@ -193,30 +207,6 @@ impl Driver for RedisClient {
             op: Operation::RaiseFencingCounter,
             detail: format!("the fencing counter {counter:?} holds {value:?}, not a number"),
         })
-    }
-
-    async fn list(&self, pattern: &str) -> Result<Vec<LockEntry>> {
-        self.list_locks(pattern).await
-    }
-
-    async fn force_release(&self, key: &str, reason: &str) -> Result<ForceReleased> {
-        self.force_release_lock(key, reason).await
-    }
-
-    fn history_log(&self, options: &HistoryOptions) -> Option<Arc<dyn HistoryLog>> {
-        Some(self.history_streams(options))
-    }
-
-    fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
-        self.new_semaphore(name, permits)
-    }
-
-    fn rwlock(&self, name: &str) -> Result<RwLock> {
-        self.new_rwlock(name)
-    }
-
-    fn election(&self, name: &str) -> Result<Election> {
-        self.new_election(name)
     }
 }
 

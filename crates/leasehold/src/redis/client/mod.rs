@@ -23,7 +23,7 @@ use futures_util::future::BoxFuture;
 use crate::core::driver::Driver;
 use crate::core::error::{Error, Result};
 use crate::core::guard::HeldLock;
-use crate::core::guard::{Lease, LockGuard, clock_drift};
+use crate::core::guard::{Lease, LockGuard, extended_by};
 use crate::core::options::LockOptions;
 use crate::core::token::LockToken;
 use crate::redis::connection::ClientConnection;
@@ -171,6 +171,25 @@ impl RedisClient {
         self.inner.notify_waiters
     }
 
+    /// What a release script needs to tell the waiters of `name`: the release channel (empty
+    /// when this client does not notify) and the command that publishes on it (`SPUBLISH` in a
+    /// cluster, where a channel lives on its key's shard).
+    pub(crate) fn release_notice(&self, name: &str) -> (String, &'static str) {
+        let channel = match self.inner.notify_waiters {
+            true => crate::redis::slot::release_channel(name),
+            false => String::new(),
+        };
+        (channel, self.publish_command())
+    }
+
+    /// `SPUBLISH` in a cluster, `PUBLISH` elsewhere.
+    pub(crate) fn publish_command(&self) -> &'static str {
+        match self.inner.conn.is_cluster() {
+            true => "spublish",
+            false => "publish",
+        }
+    }
+
     fn renewer(&self) -> &Renewer {
         self.inner.renewer.get_or_init(|| {
             Renewer::spawn(
@@ -213,10 +232,9 @@ impl HeldLock for RedisHeld {
     }
 
     fn extend<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Instant>> {
-        Box::pin(async move {
-            let started = Instant::now();
-            self.0.extend(lease.key(), lease.token(), ttl).await?;
-            Ok(started + ttl.saturating_sub(clock_drift(ttl)))
-        })
+        Box::pin(extended_by(
+            ttl,
+            self.0.extend(lease.key(), lease.token(), ttl),
+        ))
     }
 }

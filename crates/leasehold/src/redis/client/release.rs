@@ -31,14 +31,7 @@ impl RedisClient {
     /// [`release_min_hold`](Self::release_min_hold): true if released or kept, false if the
     /// key does not hold `token`.
     pub(crate) async fn release_min_hold_raw(&self, key: &str, token: &str) -> Result<bool> {
-        let channel = match self.inner.notify_waiters {
-            true => release_channel(key),
-            false => String::new(),
-        };
-        let publish = match self.inner.conn.is_cluster() {
-            true => "spublish",
-            false => "publish",
-        };
+        let (channel, publish) = self.release_notice(key);
         let companion = min_hold_key(key);
         self.idempotent(Operation::Release, |mut conn| {
             let (channel, companion) = (&channel, &companion);

@@ -16,7 +16,7 @@ use crate::redis::slot::validate_name;
 use crate::redis::waiting::Wake;
 
 use super::held::FairHeld;
-use super::waiter::{FairAttempt, LeaveOnDrop, NO_OWNER, Waiter};
+use super::waiter::{FairAttempt, NO_OWNER, Waiter};
 use super::{handoff_window, queue_entry_ttl};
 
 /// Attempts whose send instants a waiter remembers (a handoff naming an older one is claimed).
@@ -32,17 +32,14 @@ impl RedisClient {
     ) -> Result<TryAcquire> {
         check_fair(key, options)?;
         let waiter = Waiter::new(self, key, options);
-        let mut cleanup = LeaveOnDrop {
-            waiter: &waiter,
-            armed: true,
-        };
+        let mut cleanup = waiter.leave_if_abandoned();
         let started = Instant::now();
         let attempt = waiter
             .attempt(options.ttl(), false, options.fencing_enabled(), 1)
             .await;
         match attempt {
             Ok(FairAttempt::Acquired { fencing }) => {
-                cleanup.armed = false;
+                cleanup.disarm();
                 if expired(started, options.ttl()) {
                     let _ = waiter.leave().await;
                     return Err(Error::ExpiredOnArrival {
@@ -60,13 +57,13 @@ impl RedisClient {
                 )))
             }
             Ok(FairAttempt::Busy { remaining }) => {
-                cleanup.armed = false;
+                cleanup.disarm();
                 Ok(TryAcquire::Busy { remaining })
             }
             Err(e) => {
                 // Refused outright: nothing was written. Ambiguous: the cleanup gives it back.
                 if !e.is_ambiguous() {
-                    cleanup.armed = false;
+                    cleanup.disarm();
                 }
                 Err(e)
             }
@@ -111,10 +108,7 @@ impl RedisClient {
             .notifier()
             .filter(|_| subscription.is_some() && !fencing && window == ttl);
         let entry_ttl = queue_entry_ttl(ttl);
-        let mut cleanup = LeaveOnDrop {
-            waiter: &waiter,
-            armed: true,
-        };
+        let mut cleanup = waiter.leave_if_abandoned();
         let mut sent: VecDeque<(u64, Instant)> = VecDeque::with_capacity(REMEMBERED_ATTEMPTS);
         let mut attempt: u64 = 0;
         let mut left_at: u64 = 0;
@@ -145,7 +139,7 @@ impl RedisClient {
                         given_back += 1;
                         None
                     } else {
-                        cleanup.armed = false;
+                        cleanup.disarm();
                         return Ok(waiter.guard(fencing.then_some(n), started, ttl, options));
                     }
                 }
@@ -205,7 +199,7 @@ impl RedisClient {
                 // and with half the TTL left, like a handoff by message; otherwise the next
                 // attempt claims the lock if the release did hand it to us.
                 if grant.attempt > left_at && grant.lease.remaining() >= ttl / 2 {
-                    cleanup.armed = false;
+                    cleanup.disarm();
                     return Ok(self.guard_for(
                         grant.lease,
                         Instant::now(),
@@ -232,7 +226,7 @@ impl RedisClient {
                         window,
                     );
                     if lease.remaining() >= ttl / 2 {
-                        cleanup.armed = false;
+                        cleanup.disarm();
                         return Ok(self.guard_for(
                             lease,
                             sent_at,
@@ -247,7 +241,7 @@ impl RedisClient {
                 break;
             }
         }
-        cleanup.armed = false;
+        cleanup.disarm();
         if let Some(n) = early_offers {
             n.withdraw_early(&waiter.ticket);
         }

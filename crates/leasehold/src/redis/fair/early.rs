@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::core::error::LossReason;
-use crate::core::guard::{Lease, clock_drift};
+use crate::core::guard::{Lease, valid_until};
 use crate::redis::client::RedisClient;
 use crate::redis::handoff::{EarlyGrant, EarlyTerms, Tenure};
 use crate::redis::waiting::Delivery;
@@ -78,8 +78,7 @@ impl GivenEarly {
     /// window from the script's run, which came after `sent`.
     pub(super) fn confirm(self, sent: Instant, next: Option<String>) {
         let window = handoff_window(self.ttl);
-        self.lease
-            .raise_valid_until(sent + window.saturating_sub(clock_drift(window)));
+        self.lease.raise_valid_until(valid_until(sent, window));
         *self.tenure.next.lock().unwrap_or_else(|p| p.into_inner()) = next;
     }
 

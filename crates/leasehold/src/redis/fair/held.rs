@@ -8,7 +8,7 @@ use futures_util::future::BoxFuture;
 use crate::core::driver::Driver;
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::HeldLock;
-use crate::core::guard::{Lease, clock_drift};
+use crate::core::guard::{Lease, extended_by};
 use crate::core::token::LockToken;
 use crate::redis::client::RedisClient;
 use crate::redis::handoff::Tenure;
@@ -107,10 +107,9 @@ impl HeldLock for FairHeld {
     }
 
     fn extend<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Instant>> {
-        Box::pin(async move {
-            let started = Instant::now();
-            self.client.extend(lease.key(), lease.token(), ttl).await?;
-            Ok(started + ttl.saturating_sub(clock_drift(ttl)))
-        })
+        Box::pin(extended_by(
+            ttl,
+            self.client.extend(lease.key(), lease.token(), ttl),
+        ))
     }
 }

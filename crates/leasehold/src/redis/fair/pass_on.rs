@@ -7,7 +7,7 @@ use redis::Script;
 
 use crate::core::error::{Operation, Result};
 use crate::redis::client::RedisClient;
-use crate::redis::slot::{fair_entry_key, fair_queue_key, fence_key, release_channel};
+use crate::redis::slot::{fair_entry_key, fair_queue_key, fence_key};
 
 use super::early::EarlyHandoff;
 use super::reply::PassOn;
@@ -41,16 +41,7 @@ pub(super) async fn run_pass_on(
     op: Operation,
     early: Option<EarlyHandoff>,
 ) -> Result<PassOn> {
-    let channel = if client.notifies_waiters() {
-        release_channel(key)
-    } else {
-        String::new()
-    };
-    let publish = if client.connection().is_cluster() {
-        "spublish"
-    } else {
-        "publish"
-    };
+    let (channel, publish) = client.release_notice(key);
     let keys = [
         key.to_string(),
         fair_queue_key(key),

@@ -2,6 +2,9 @@
 
 use std::time::{Duration, Instant};
 
+use futures_util::future::BoxFuture;
+
+use crate::core::acquire::OnAbandon;
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::{Lease, LockGuard};
 use crate::core::options::{LockOptions, ttl_millis};
@@ -147,34 +150,24 @@ pub(super) async fn leave(
     .await
 }
 
-/// Leaves the queue when a wait is abandoned (its future dropped, or an error returned), so the
-/// queue does not wait for the entry to expire, and a lock handed to us meanwhile moves on.
-pub(super) struct LeaveOnDrop<'a> {
-    pub(super) waiter: &'a Waiter<'a>,
-    pub(super) armed: bool,
-}
-
-impl Drop for LeaveOnDrop<'_> {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(
-                key = self.waiter.key,
-                "fair wait abandoned outside a runtime; its queue entry expires on its own"
-            );
-            return;
-        };
-        let client = self.waiter.client.clone();
-        let key = self.waiter.key.to_string();
-        let token = self.waiter.token.clone();
-        let ticket = self.waiter.ticket.clone();
-        handle.spawn(async move {
-            if let Err(e) = leave(&client, &key, &token, &ticket).await {
-                tracing::debug!(key, error = %e, "leaving the fair queue failed; the entry expires on its own");
-            }
-        });
+impl Waiter<'_> {
+    /// Leaves the queue when a wait is abandoned (its future dropped, or an error returned), so
+    /// the queue does not wait for the entry to expire, and a lock handed to us meanwhile moves
+    /// on.
+    pub(super) fn leave_if_abandoned(
+        &self,
+    ) -> OnAbandon<impl FnOnce() -> BoxFuture<'static, ()> + '_, BoxFuture<'static, ()>> {
+        OnAbandon::new("fair wait", move || -> BoxFuture<'static, ()> {
+            let client = self.client.clone();
+            let key = self.key.to_string();
+            let token = self.token.clone();
+            let ticket = self.ticket.clone();
+            Box::pin(async move {
+                if let Err(e) = leave(&client, &key, &token, &ticket).await {
+                    tracing::debug!(key, error = %e, "leaving the fair queue failed; the entry expires on its own");
+                }
+            })
+        })
     }
 }
 
