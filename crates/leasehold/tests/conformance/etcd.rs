@@ -77,6 +77,9 @@ impl Subject for EtcdSubject {
             max_key_len: MAX_KEY_LEN,
             more_bad_keys: vec!["a\0b".into()],
             majority: false,
+            permits_recorded: true,
+            election_is_the_plain_lock: false,
+            announces_leaders: true,
         }
     }
 
@@ -91,6 +94,44 @@ impl Subject for EtcdSubject {
         assert!(
             resp.deleted() >= 1,
             "{}: no entry of {key} to delete",
+            self.name
+        );
+    }
+
+    /// The leader's entry deleted: the first (lowest create revision) under the election's
+    /// prefix; a waiting candidate's entry stays.
+    async fn take_away_leader(&self, key: &str) {
+        let prefix = format!("\0election\0{key}\0").into_bytes();
+        let options = etcd_client::GetOptions::new()
+            .with_prefix()
+            .with_sort(
+                etcd_client::SortTarget::Create,
+                etcd_client::SortOrder::Ascend,
+            )
+            .with_limit(1)
+            .with_keys_only();
+        let resp = self
+            .raw
+            .kv_client()
+            .get(prefix, Some(options))
+            .await
+            .expect("read the election's entries");
+        let leader = resp
+            .kvs()
+            .first()
+            .unwrap_or_else(|| panic!("{}: no entry of the election {key}", self.name))
+            .key()
+            .to_vec();
+        let resp = self
+            .raw
+            .kv_client()
+            .delete(leader, None)
+            .await
+            .expect("delete the leader's entry");
+        assert_eq!(
+            resp.deleted(),
+            1,
+            "{}: the leader's entry of {key}",
             self.name
         );
     }

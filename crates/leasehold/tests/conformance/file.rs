@@ -40,6 +40,10 @@ impl Subject for Folder {
             max_key_len: MAX_KEY_LEN,
             more_bad_keys: Vec::new(),
             majority: false,
+            // No primitives (`Backend::has`).
+            permits_recorded: false,
+            election_is_the_plain_lock: false,
+            announces_leaders: false,
         }
     }
 

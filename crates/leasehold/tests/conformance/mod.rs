@@ -77,6 +77,18 @@ pub struct Form {
     /// Whether a lock is granted by a majority of independent nodes (Redlock): clients racing
     /// for a free key can split the nodes' votes, so that none of them wins.
     pub majority: bool,
+    /// Whether a semaphore records its number of permits, so that another number is
+    /// `Error::Conflict` while permits are held. PostgreSQL session locks: no (the permits are
+    /// `N` advisory locks; the backend cannot tell, as its docs say).
+    pub permits_recorded: bool,
+    /// Whether an election is the plain lock of its name (a plain lock on the name blocks it,
+    /// and `leader()` is `Error::Conflict`). etcd: no, an election's entries have a key space
+    /// of their own (`\0election\0K\0`), which no plain lock's overlaps.
+    pub election_is_the_plain_lock: bool,
+    /// Whether the backend announces elections and resignations, so that `Election::watch`
+    /// hears them before any poll (Redis' release channel, etcd's watch, lease rows' `NOTIFY`);
+    /// otherwise the watch polls.
+    pub announces_leaders: bool,
 }
 
 impl Form {
@@ -89,6 +101,9 @@ impl Form {
             max_key_len: MAX_KEY_LEN,
             more_bad_keys: Vec::new(),
             majority: backend == "redlock",
+            permits_recorded: true,
+            election_is_the_plain_lock: true,
+            announces_leaders: backend == "redis",
         }
     }
 }
@@ -108,6 +123,14 @@ pub trait Subject {
     /// every Redis node, the etcd entry deleted, the PostgreSQL session terminated or the lease row
     /// emptied (its token cleared). Returns once the servers did it.
     fn take_away(&self, key: &str) -> impl Future<Output = ()>;
+
+    /// Makes the leader of the election `key` stop leading behind its client's back, as
+    /// [`Subject::take_away`] does to a lock: by default that very thing (an election is the
+    /// plain lock of its name); etcd deletes the leader's entry (the first under
+    /// `\0election\0key\0`).
+    fn take_away_leader(&self, key: &str) -> impl Future<Output = ()> {
+        self.take_away(key)
+    }
 
     /// A mark to pass to [`Subject::waiter_refused_since`], taken while `key` is held, before
     /// the waiter's locker is made.

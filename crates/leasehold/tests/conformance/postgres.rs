@@ -74,6 +74,9 @@ impl Subject for Pg {
             max_key_len: MAX_PG_KEY_LEN,
             more_bad_keys: vec!["a\0b".into()],
             majority: false,
+            permits_recorded: self.kind == Kind::LeaseRow,
+            election_is_the_plain_lock: true,
+            announces_leaders: self.kind == Kind::LeaseRow,
         }
     }
 

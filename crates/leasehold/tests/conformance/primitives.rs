@@ -15,11 +15,12 @@ use std::time::Duration;
 
 use futures_util::FutureExt;
 use leasehold::{
-    Error, LockGuard, LockOptions, LockToken, Lockable, Locker, MAX_ELECTION_ID_LEN, MAX_KEY_LEN,
-    MAX_PERMITS, MAX_TTL, MIN_RENEWED_TTL, MIN_TTL, Primitive, RwLock, Semaphore, TryAcquire,
+    Election, Error, LeaderWatch, LockGuard, LockOptions, LockToken, Lockable, Locker, LossReason,
+    MAX_ELECTION_ID_LEN, MAX_KEY_LEN, MAX_PERMITS, MAX_TTL, MIN_RENEWED_TTL, MIN_TTL, Primitive,
+    RwLock, Semaphore, TryAcquire,
 };
 
-use super::{GENEROUS, LONG, SHORT_WAIT, Subject, key, shown};
+use super::{GENEROUS, LONG, RENEWED, SHORT_WAIT, Subject, key, shown};
 
 /// Runs the primitives' checks, or the refusals, as the backend declares.
 pub async fn primitives_conform(subject: &impl Subject) {
@@ -27,13 +28,14 @@ pub async fn primitives_conform(subject: &impl Subject) {
     let kind = locker.kind();
     for primitive in [Primitive::Semaphore, Primitive::RwLock, Primitive::Election] {
         if kind.has(primitive) {
-            min_hold_refused(subject, &locker, primitive).await;
+            options_the_primitive_lacks_refused(subject, &locker, primitive).await;
             bad_names_refused(subject, &locker, primitive);
             match primitive {
                 Primitive::Semaphore => {
                     semaphore_bad_input_refused(subject).await;
                     semaphore_admits_n(subject).await;
                     semaphore_release_and_extend_check_the_token(subject).await;
+                    semaphore_refuses_another_number_of_permits(subject).await;
                 }
                 Primitive::RwLock => {
                     rwlock_bad_input_refused(subject).await;
@@ -43,6 +45,9 @@ pub async fn primitives_conform(subject: &impl Subject) {
                 Primitive::Election => {
                     election_bad_input_refused(subject).await;
                     election_has_one_leader_and_rising_terms(subject).await;
+                    election_and_a_plain_lock_of_its_name(subject).await;
+                    election_watch_follows_each_change(subject).await;
+                    a_leader_taken_away_is_told_and_replaced(subject).await;
                 }
                 _ => unreachable!(),
             }
@@ -162,41 +167,113 @@ async fn fencing_refused_where_it_fences_nothing(subject: &impl Subject, locker:
     }
 }
 
-/// `min_hold` on a primitive: `Unsupported` naming the backend, at once, on every backend
-/// (finding M4 of the 2026-12-02 review: it was refused on Redis, ignored on PostgreSQL and
-/// applied on etcd and memory).
-async fn min_hold_refused(subject: &impl Subject, locker: &Locker, primitive: Primitive) {
+/// §3-§6, the option table (`Backend::refuses`): fair mode, `replica_ack` and `min_hold` are
+/// options of the plain lock only. On a primitive each is `Unsupported` naming the backend and
+/// the option, at once (before any round trip), from every acquisition (`try_acquire` and
+/// `acquire` of a permit, both sides' `try_*` and waiting forms, `campaign`), and nothing is
+/// taken. Finding M4 of the 2026-12-02 review: `min_hold` was refused on Redis, ignored on
+/// PostgreSQL and applied on etcd and memory.
+async fn options_the_primitive_lacks_refused(
+    subject: &impl Subject,
+    locker: &Locker,
+    primitive: Primitive,
+) {
     let name = subject.name();
-    let k = key("min-hold-primitive");
-    let options = LockOptions::new(LONG).min_hold(Duration::from_secs(1));
-    let refused = match primitive {
-        Primitive::Semaphore => {
-            let s = locker.semaphore(&k, 2).unwrap();
-            vec![ready(subject, "semaphore", s.try_acquire(&options)).map(drop)]
-        }
-        Primitive::RwLock => {
-            let rw = locker.rwlock(&k).unwrap();
-            vec![
-                ready(subject, "read", rw.try_read(&options)).map(drop),
-                ready(subject, "write", rw.try_write(&options)).map(drop),
-            ]
-        }
-        Primitive::Election => {
-            let e = locker.election(&k).unwrap();
-            let waiting = options.clone().wait(GENEROUS);
-            vec![ready(subject, "campaign", e.campaign("me", &waiting)).map(drop)]
-        }
-        _ => unreachable!(),
-    };
-    for outcome in refused {
-        match outcome {
-            Err(Error::Unsupported { backend, what }) => {
-                assert_eq!(backend, locker.backend(), "{name}: {primitive:?}");
-                assert!(what.contains("min_hold"), "{name}: {what}");
+    let k = key("options-primitive");
+    let plain = LockOptions::new(LONG);
+    let lacking = [
+        ("fair mode", plain.clone().fair(true)),
+        (
+            "replica_ack",
+            plain.clone().replica_ack(1, Duration::from_secs(1)),
+        ),
+        ("min_hold", plain.clone().min_hold(Duration::from_secs(1))),
+    ];
+    for (option, options) in &lacking {
+        let waiting = options.clone().wait(GENEROUS);
+        let refused = match primitive {
+            Primitive::Semaphore => {
+                let s = locker.semaphore(&k, 2).unwrap();
+                vec![
+                    (
+                        "try_acquire",
+                        ready(subject, "try_acquire", s.try_acquire(options)).map(drop),
+                    ),
+                    (
+                        "acquire",
+                        ready(subject, "acquire", s.acquire(&waiting)).map(drop),
+                    ),
+                ]
             }
-            other => panic!("{name}: {primitive:?} with min_hold: {other:?}"),
+            Primitive::RwLock => {
+                let rw = locker.rwlock(&k).unwrap();
+                vec![
+                    (
+                        "try_read",
+                        ready(subject, "try_read", rw.try_read(options)).map(drop),
+                    ),
+                    ("read", ready(subject, "read", rw.read(&waiting)).map(drop)),
+                    (
+                        "try_write",
+                        ready(subject, "try_write", rw.try_write(options)).map(drop),
+                    ),
+                    (
+                        "write",
+                        ready(subject, "write", rw.write(&waiting)).map(drop),
+                    ),
+                ]
+            }
+            Primitive::Election => {
+                let e = locker.election(&k).unwrap();
+                vec![
+                    (
+                        "campaign",
+                        ready(subject, "campaign", e.campaign("me", options)).map(drop),
+                    ),
+                    (
+                        "bounded campaign",
+                        ready(subject, "campaign", e.campaign("me", &waiting)).map(drop),
+                    ),
+                ]
+            }
+            _ => unreachable!(),
+        };
+        for (op, outcome) in refused {
+            match outcome {
+                Err(Error::Unsupported { backend, what }) => {
+                    assert_eq!(backend, locker.backend(), "{name}: {primitive:?} {op}");
+                    assert!(what.contains(option), "{name}: {primitive:?} {op}: {what}");
+                }
+                other => panic!("{name}: {primitive:?} {op} with {option}: {other:?}"),
+            }
         }
     }
+    let nothing_taken = match primitive {
+        Primitive::Semaphore => locker.semaphore(&k, 2).unwrap().holders().await.unwrap() == 0,
+        Primitive::RwLock => {
+            let rw = locker.rwlock(&k).unwrap();
+            let free = try_take(subject, "a writer after refusals", rw.try_write(&plain)).await;
+            match free {
+                Some(w) => {
+                    w.release().await.unwrap();
+                    true
+                }
+                None => false,
+            }
+        }
+        Primitive::Election => locker
+            .election(&k)
+            .unwrap()
+            .leader()
+            .await
+            .unwrap()
+            .is_none(),
+        _ => unreachable!(),
+    };
+    assert!(
+        nothing_taken,
+        "{name}: a refused {primitive:?} took something"
+    );
 }
 
 /// A primitive the backend lacks: `Unsupported` naming the backend, at once.
@@ -642,6 +719,71 @@ async fn semaphore_release_and_extend_check_the_token(subject: &impl Subject) {
     h.release().await.unwrap();
     permit_token_refused(subject, &[&sc], &newer, "a released token").await;
     assert_eq!(sa.holders().await.unwrap(), 0, "{name}: holders at the end");
+}
+
+/// §3: while permits are held, the same name with another number of permits is
+/// `Error::Conflict` naming both numbers, waiting or not (it does not wait for the holders),
+/// from another client too, and takes nothing; once no permit is held the other number is
+/// taken. Where the backend documents that it cannot tell (PostgreSQL session locks: the
+/// permits are `N` advisory locks, nothing records `N`), nothing is asserted.
+async fn semaphore_refuses_another_number_of_permits(subject: &impl Subject) {
+    if !subject.form().permits_recorded {
+        return;
+    }
+    let name = subject.name();
+    let k = key("semaphore:permits");
+    let (a, b) = (subject.locker().await, subject.locker().await);
+    let two = a.semaphore(&k, 2).unwrap();
+    let opts = LockOptions::new(LONG);
+    let g = try_take(subject, "a permit of 2", two.try_acquire(&opts))
+        .await
+        .unwrap_or_else(|| panic!("{name}: a free permit was busy"));
+    for (i, locker) in [&a, &b].into_iter().enumerate() {
+        let five = locker.semaphore(&k, 5).unwrap();
+        let outcomes = [
+            ("try_acquire", five.try_acquire(&opts).await.map(drop)),
+            (
+                "acquire",
+                tokio::time::timeout(GENEROUS, five.acquire(&opts.clone().wait(LONG)))
+                    .await
+                    .unwrap_or_else(|_| panic!("{name}: acquire of 5 permits waited"))
+                    .map(drop),
+            ),
+        ];
+        for (op, outcome) in outcomes {
+            match outcome {
+                Err(Error::Conflict { detail, .. }) => assert!(
+                    detail.contains('2') && detail.contains('5'),
+                    "{name}: {op} (client {i}): the conflict names both numbers: {detail}"
+                ),
+                other => panic!(
+                    "{name}: {op} of 5 permits (client {i}) while 2 are used: expected \
+                     Conflict, got {other:?}"
+                ),
+            }
+        }
+    }
+    assert_eq!(
+        two.holders().await.unwrap(),
+        1,
+        "{name}: holders after the conflicts"
+    );
+    assert!(g.is_held(), "{name}");
+    g.release().await.unwrap();
+    let five = b.semaphore(&k, 5).unwrap();
+    let g = try_take(
+        subject,
+        "5 permits once none is held",
+        five.try_acquire(&opts),
+    )
+    .await
+    .unwrap_or_else(|| panic!("{name}: another number refused once no permit was held"));
+    g.release().await.unwrap();
+    assert_eq!(
+        two.holders().await.unwrap(),
+        0,
+        "{name}: holders at the end"
+    );
 }
 
 /// §4, bad input: a TTL outside the limits is `InvalidArgument` ("ttl") on both sides
@@ -1153,6 +1295,198 @@ async fn election_has_one_leader_and_rising_terms(subject: &impl Subject) {
     let seen = eb.leader().await.unwrap().expect("a leader");
     assert_eq!((seen.id.as_str(), seen.term), ("fourth", last), "{name}");
     fourth.release().await.unwrap();
+}
+
+/// `election.leader()` is `Conflict`: something else than a campaign holds the name.
+async fn assert_no_leader_but_a_conflict(subject: &impl Subject, e: &Election, what: &str) {
+    match e.leader().await {
+        Err(Error::Conflict { .. }) => {}
+        other => panic!(
+            "{}: leader() {what}: expected Conflict, got {other:?}",
+            subject.name()
+        ),
+    }
+}
+
+/// §6: every candidate must campaign through the election. Where the election is the plain
+/// lock of its name, a plain lock on the name blocks it: `leader()` is `Conflict` (not a
+/// leader), a bounded campaign ends with `NotAcquired`, and so after a term too, when a plain
+/// lock without fencing holds the name (finding M5 of the 2026-12-02 review: the counter
+/// still showed the term, and Redis' `leader()` named the resigned leader); once the plain
+/// lock is released nobody leads. On etcd, whose elections have a key space of their own, a
+/// plain lock of the name is nothing to the election: nobody leads beside it, and a campaign
+/// wins at once.
+async fn election_and_a_plain_lock_of_its_name(subject: &impl Subject) {
+    let name = subject.name();
+    let k = key("election:plain");
+    let (a, b) = (subject.locker().await, subject.locker().await);
+    let e = b.election(&k).unwrap();
+    let opts = LockOptions::new(LONG);
+    let plain_lock = |what: &'static str| {
+        let (a, k, opts) = (a.clone(), k.clone(), opts.clone());
+        async move {
+            try_take(subject, what, a.try_acquire(&k, &opts))
+                .await
+                .unwrap_or_else(|| panic!("{}: {what}: the name was busy", subject.name()))
+        }
+    };
+    let campaign = |id: &'static str| {
+        let (e, opts) = (e.clone(), opts.clone());
+        async move {
+            tokio::time::timeout(GENEROUS, e.campaign(id, &opts))
+                .await
+                .unwrap_or_else(|_| {
+                    panic!("{}: a campaign for a free election hung", subject.name())
+                })
+                .unwrap_or_else(|err| panic!("{}: campaign as {id}: {err}", subject.name()))
+        }
+    };
+    if !subject.form().election_is_the_plain_lock {
+        let plain = plain_lock("a plain lock of the name").await;
+        assert_eq!(e.leader().await.unwrap(), None, "{name}: a plain lock led");
+        let g = campaign("beside").await;
+        let seen = e.leader().await.unwrap().expect("a leader");
+        assert_eq!(seen.id, "beside", "{name}");
+        g.release().await.unwrap();
+        plain.release().await.unwrap();
+        return;
+    }
+    let plain = plain_lock("a plain lock of the name").await;
+    assert_no_leader_but_a_conflict(subject, &e, "while a plain lock holds the name").await;
+    match e.campaign("blocked", &opts.clone().wait(SHORT_WAIT)).await {
+        Err(Error::NotAcquired { .. }) => {}
+        other => panic!(
+            "{name}: a bounded campaign beside a plain lock: {:?}",
+            other.map(|g| g.fencing_token())
+        ),
+    }
+    plain.release().await.unwrap();
+    assert_eq!(
+        e.leader().await.unwrap(),
+        None,
+        "{name}: a leader after the plain lock"
+    );
+
+    // After a term: the counter still shows it while the unfenced plain lock holds the name.
+    campaign("resigned").await.release().await.unwrap();
+    assert_eq!(
+        e.leader().await.unwrap(),
+        None,
+        "{name}: a leader after resigning"
+    );
+    let plain = plain_lock("a plain lock after a term").await;
+    assert_no_leader_but_a_conflict(subject, &e, "after a term, beside a plain lock").await;
+    plain.release().await.unwrap();
+    assert_eq!(
+        e.leader().await.unwrap(),
+        None,
+        "{name}: a leader at the end"
+    );
+}
+
+/// The watch's next publications until it shows `expected` (a leader's id and term, or
+/// nobody), bounded by [`GENEROUS`].
+async fn heard(subject: &impl Subject, watch: &mut LeaderWatch, expected: Option<(&str, u64)>) {
+    let outcome = tokio::time::timeout(GENEROUS, async {
+        loop {
+            let now = watch.changed().await.unwrap();
+            if now.as_ref().map(|l| (l.id.as_str(), l.term)) == expected {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(
+        outcome.is_ok(),
+        "{}: the watch never showed {expected:?}",
+        subject.name()
+    );
+}
+
+/// §6, `Election::watch`: another client's watch publishes each change of leadership, each
+/// leader with its id and term, and nobody after a resignation. Where the backend announces
+/// elections and resignations (Redis' release channel, etcd's watch, lease rows' `NOTIFY`)
+/// it hears them before any poll: the watch polls once an hour and the leases run a minute,
+/// longer than the hang guard, so that only the announcements can tell it in time; elsewhere
+/// the watch polls every 20 ms.
+async fn election_watch_follows_each_change(subject: &impl Subject) {
+    let name = subject.name();
+    let k = key("election:watch");
+    let (a, b, c) = (
+        subject.locker().await,
+        subject.locker().await,
+        subject.locker().await,
+    );
+    let every = if subject.form().announces_leaders {
+        Duration::from_secs(3600)
+    } else {
+        Duration::from_millis(20)
+    };
+    let mut watch = c.election(&k).unwrap().watch(every);
+    let opts = LockOptions::new(LONG);
+    for (i, (locker, id)) in [(&a, "first"), (&b, "second")].into_iter().enumerate() {
+        let g = tokio::time::timeout(GENEROUS, locker.election(&k).unwrap().campaign(id, &opts))
+            .await
+            .unwrap_or_else(|_| panic!("{name}: a campaign for a free election hung"))
+            .unwrap_or_else(|e| panic!("{name}: campaign {i}: {e}"));
+        let term = g.fencing_token().expect("a term");
+        heard(subject, &mut watch, Some((id, term))).await;
+        g.release().await.unwrap();
+        heard(subject, &mut watch, None).await;
+    }
+}
+
+/// §6: a leader whose leadership is taken away behind its back (its key deleted, its session
+/// terminated, its lease row emptied, its etcd entry deleted: [`Subject::take_away_leader`]) is
+/// told (`lost()`, `NotHeld`), and the other candidate, campaigning without a wait, leads in a
+/// higher term, which `leader()` names; the deposed leader's resignation is `NotHeld` and leaves
+/// the new leader leading.
+async fn a_leader_taken_away_is_told_and_replaced(subject: &impl Subject) {
+    let name = subject.name();
+    let k = key("election:taken");
+    let (a, b, c) = (
+        subject.locker().await,
+        subject.locker().await,
+        subject.locker().await,
+    );
+    let opts = LockOptions::new(RENEWED);
+    let first = tokio::time::timeout(GENEROUS, a.election(&k).unwrap().campaign("first", &opts))
+        .await
+        .unwrap_or_else(|_| panic!("{name}: a campaign for a free election hung"))
+        .unwrap_or_else(|e| panic!("{name}: the first candidate: {e}"));
+    let term = first.fencing_token().expect("a term");
+    let candidate = {
+        let (e, opts) = (b.election(&k).unwrap(), opts.clone());
+        tokio::spawn(async move { e.campaign("second", &opts).await })
+    };
+    subject.take_away_leader(&k).await;
+    tokio::time::timeout(GENEROUS, first.lost())
+        .await
+        .unwrap_or_else(|_| panic!("{name}: the deposed leader was not told"));
+    assert_eq!(first.loss_reason(), Some(LossReason::NotHeld), "{name}");
+    let second = tokio::time::timeout(GENEROUS, candidate)
+        .await
+        .unwrap_or_else(|_| panic!("{name}: the candidate never took over"))
+        .unwrap()
+        .unwrap_or_else(|e| panic!("{name}: the candidate: {e}"));
+    let next = second.fencing_token().expect("a term");
+    assert!(next > term, "{name}: term {next} after {term}");
+    let e = c.election(&k).unwrap();
+    let seen = e.leader().await.unwrap().expect("a leader");
+    assert_eq!((seen.id.as_str(), seen.term), ("second", next), "{name}");
+    assert_not_held(
+        subject,
+        "the deposed leader's resignation",
+        first.release().await,
+    );
+    let seen = e.leader().await.unwrap().expect("a leader");
+    assert_eq!((seen.id.as_str(), seen.term), ("second", next), "{name}");
+    second.release().await.unwrap();
+    assert_eq!(
+        e.leader().await.unwrap(),
+        None,
+        "{name}: a leader at the end"
+    );
 }
 
 /// The one dispatch (`Lockable`): a plain lock (`Locker::lock`), a semaphore of one permit and
