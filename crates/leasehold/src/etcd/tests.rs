@@ -90,13 +90,8 @@ async fn keep_alive_replies_meet_their_own_requests() {
     assert_eq!(ids, [10, 20, 10]);
     assert!(generation.silent_since(a2_sent));
     generation.answer(20, 5);
-    assert_eq!(
-        b.await.unwrap(),
-        Answer {
-            sent: b_sent,
-            ttl: 5
-        }
-    );
+    let answer = |sent, ttl| Answer { sent, ttl };
+    assert_eq!(b.await.unwrap(), answer(b_sent, 5));
     assert!(!generation.silent_since(a2_sent));
     // Lease 10's first request was given up: its late reply is dropped, and the next reply
     // answers the second request, with the second request's send time.
@@ -104,13 +99,7 @@ async fn keep_alive_replies_meet_their_own_requests() {
     generation.answer(10, 3);
     assert_eq!(lock(&generation.state).waiting[&10].len(), 1);
     generation.answer(10, 0);
-    assert_eq!(
-        a2.await.unwrap(),
-        Answer {
-            sent: a2_sent,
-            ttl: 0
-        }
-    );
+    assert_eq!(a2.await.unwrap(), answer(a2_sent, 0));
     assert!(lock(&generation.state).waiting.is_empty());
     // A reply nobody asked for changes nothing.
     generation.answer(30, 3);

@@ -10,6 +10,7 @@ use crate::core::guard::LockGuard;
 use crate::core::kind::Backend;
 use crate::core::options::{LockOptions, ttl_millis};
 use crate::core::outcome::TryAcquire;
+use crate::core::sync::Side;
 use crate::core::sync::{Election, Leader, RwLock, Semaphore};
 use crate::core::token::{LockToken, validate_key};
 
@@ -88,56 +89,38 @@ struct MemoryRwLock {
     name: String,
 }
 
+/// What the store calls a side.
+fn want(side: Side) -> Want<'static> {
+    match side {
+        Side::Read => Want::Shared,
+        Side::Write => Want::Exclusive,
+    }
+}
+
 #[async_trait::async_trait]
 impl crate::core::sync::RwLockProvider for MemoryRwLock {
-    async fn try_read(&self, options: &LockOptions) -> Result<TryAcquire> {
-        self.client.try_as(&self.name, options, Want::Shared)
+    async fn try_take(&self, side: Side, options: &LockOptions) -> Result<TryAcquire> {
+        self.client.try_as(&self.name, options, want(side))
     }
 
-    async fn read(&self, options: &LockOptions) -> Result<LockGuard> {
+    async fn take(&self, side: Side, options: &LockOptions) -> Result<LockGuard> {
         self.client
-            .acquire_as(&self.name, options, Want::Shared)
+            .acquire_as(&self.name, options, want(side))
             .await
     }
 
-    async fn try_write(&self, options: &LockOptions) -> Result<TryAcquire> {
-        self.client.try_as(&self.name, options, Want::Exclusive)
-    }
-
-    async fn write(&self, options: &LockOptions) -> Result<LockGuard> {
-        self.client
-            .acquire_as(&self.name, options, Want::Exclusive)
-            .await
-    }
-
-    async fn release_read(&self, token: &LockToken) -> Result<()> {
+    async fn release(&self, side: Side, token: &LockToken) -> Result<()> {
         validate_key(&self.name)?;
-        self.client
-            .ns
-            .release(&self.name, token, Some(Want::Shared))
+        self.client.ns.release(&self.name, token, Some(want(side)))
     }
 
-    async fn release_write(&self, token: &LockToken) -> Result<()> {
-        validate_key(&self.name)?;
-        self.client
-            .ns
-            .release(&self.name, token, Some(Want::Exclusive))
-    }
-
-    async fn extend_read(&self, token: &LockToken, ttl: Duration) -> Result<()> {
+    async fn extend(&self, side: Side, token: &LockToken, ttl: Duration) -> Result<()> {
         ttl_millis(ttl)?;
-        self.client
+        let extended = self
+            .client
             .ns
-            .extend(&self.name, token, Some(Want::Shared), ttl)
-            .map(drop)
-    }
-
-    async fn extend_write(&self, token: &LockToken, ttl: Duration) -> Result<()> {
-        ttl_millis(ttl)?;
-        self.client
-            .ns
-            .extend(&self.name, token, Some(Want::Exclusive), ttl)
-            .map(drop)
+            .extend(&self.name, token, Some(want(side)), ttl);
+        extended.map(drop)
     }
 
     async fn readers(&self) -> Result<u32> {

@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 use futures_util::FutureExt;
 
 use super::*;
-use crate::core::driver::Primitives;
 
 /// Only a hang guard: every wait below ends on an observed event.
 const HANG_GUARD: Duration = Duration::from_secs(60);
@@ -18,11 +17,6 @@ fn client(name: &str) -> MemoryClient {
 
 fn long() -> LockOptions {
     LockOptions::new(Duration::from_secs(600)).fencing(true)
-}
-
-/// [`long`] without fencing: what a semaphore takes (its holders share it).
-fn unfenced() -> LockOptions {
-    LockOptions::new(Duration::from_secs(600))
 }
 
 async fn take(c: &MemoryClient, key: &str, options: &LockOptions) -> LockGuard {
@@ -177,41 +171,4 @@ async fn namespaces_are_separate_and_urls_are_checked() {
     }
     assert!(MemoryClient::connect("memory://").is_ok());
     assert!(MemoryClient::connect("MEMORY://x").is_ok());
-}
-
-/// A semaphore's number of permits is the one its holders use: another is a conflict while
-/// permits are held, and free again once none is; a plain lock on an election's name is a
-/// conflict for `leader()`, not a leader.
-#[tokio::test]
-async fn permits_disagreeing_and_plain_locks_on_elections_are_conflicts() {
-    let c = client("conflicts");
-    let two = c.semaphore("jobs", 2).unwrap();
-    let held = two
-        .try_acquire(&unfenced())
-        .await
-        .unwrap()
-        .acquired()
-        .unwrap();
-    let three = c.semaphore("jobs", 3).unwrap();
-    assert!(matches!(
-        three.try_acquire(&unfenced()).await,
-        Err(Error::Conflict { .. })
-    ));
-    held.release().await.unwrap();
-    let again = three
-        .try_acquire(&unfenced())
-        .await
-        .unwrap()
-        .acquired()
-        .unwrap();
-    again.release().await.unwrap();
-
-    let plain = take(&c, "leader", &long()).await;
-    let election = c.election("leader").unwrap();
-    assert!(matches!(
-        election.leader().await,
-        Err(Error::Conflict { .. })
-    ));
-    plain.release().await.unwrap();
-    assert_eq!(election.leader().await.unwrap(), None);
 }

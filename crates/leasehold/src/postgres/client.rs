@@ -25,7 +25,7 @@ use super::url::{config, debug_config};
 use crate::core::error::LossReason;
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::HeldLock;
-use crate::core::guard::Lease;
+use crate::core::guard::{Lease, LockGuard};
 use crate::core::options::{ClientOptions, LockOptions, ttl_millis};
 use crate::core::token::LockToken;
 use crate::postgres::Timed;
@@ -391,6 +391,41 @@ pub(super) struct PgHeld {
     /// The advisory lock held, when it is not the plain lock on `key` (a reader, a permit's
     /// slot, a writer or leader: see `sync`); released and checked by unnamed statements.
     pub(super) lock: Option<AdvisoryLock>,
+}
+
+impl PostgresClient {
+    /// The guard of `held`, a grant whose statement was sent at `started` (with `fence`, the
+    /// counter it drew): its session is watched, and the client finds it by key and token.
+    ///
+    /// # Errors
+    /// [`Error::ExpiredOnArrival`] for a grant that came too late even for the extend on its
+    /// session: it is given back, and the engine retries after its backoff while the deadline
+    /// allows (a call to itself here nested one more future per grant: with a TTL that always
+    /// expires on arrival, a stack overflow).
+    pub(super) async fn guard_of_grant(
+        &self,
+        held: PgHeld,
+        started: Instant,
+        fence: Option<i64>,
+        options: &LockOptions,
+    ) -> Result<LockGuard> {
+        let valid_until = held
+            .validity_of_grant(started, options.ttl(), held.silence())
+            .await?;
+        let fencing = fence
+            .filter(|_| options.fencing_enabled())
+            .map(|f| f as u64);
+        let (key, token) = (held.key.clone(), held.token.clone());
+        let lease = Lease::until(&key, token.clone(), fencing, valid_until);
+        let held = Arc::new(held);
+        self.inner
+            .held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert((key, token), held.clone());
+        held.watch(lease.clone(), options);
+        Ok(LockGuard::new(held, lease))
+    }
 }
 
 impl std::fmt::Debug for PgHeld {

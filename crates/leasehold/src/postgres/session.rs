@@ -13,7 +13,7 @@ use super::sync::{AdvisoryAsk, acquiring_reply};
 use crate::core::acquire::{Ask, Attempts};
 use crate::core::driver::{Driver, Kind, not_held_here};
 use crate::core::error::{Error, Operation, Result};
-use crate::core::guard::{Lease, LockGuard};
+use crate::core::guard::LockGuard;
 use crate::core::kind::{Backend, Taking};
 use crate::core::options::{LockOptions, ttl_millis};
 use crate::core::outcome::{LockState, TryAcquire};
@@ -87,23 +87,11 @@ impl PostgresClient {
             return Ok(None);
         };
         let silence = silence_in(&row, 3, Operation::Acquire)?;
-        let session = cleanup.disarm();
-        let held = PgHeld::new(self.clone(), key, &token, session, silence);
-        // A grant that came too late even for the extend on its session is given back; the
-        // engine retries after its backoff while the deadline allows (a call to itself here
-        // nested one more future per grant: with a TTL that always expires on arrival, a stack
-        // overflow).
-        let valid_until = held.validity_of_grant(started, ttl, silence).await?;
-        let fencing = options.fencing_enabled().then_some(fence as u64);
-        let lease = Lease::until(key, token.clone(), fencing, valid_until);
-        let held = Arc::new(held);
-        self.inner
-            .held
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert((key.to_string(), token), held.clone());
-        held.watch(lease.clone(), options);
-        Ok(Some(LockGuard::new(held, lease)))
+        let held = PgHeld::new(self.clone(), key, &token, cleanup.disarm(), silence);
+        let guard = self
+            .guard_of_grant(held, started, Some(fence), options)
+            .await?;
+        Ok(Some(guard))
     }
 
     /// After a failed acquiring statement that may have been granted the advisory lock: the

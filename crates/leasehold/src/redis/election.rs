@@ -23,6 +23,7 @@ use futures_util::future::BoxFuture;
 use crate::core::acquire::{Ask, granted};
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::LockGuard;
+use crate::core::kind::Backend;
 use crate::core::options::LockOptions;
 use crate::core::outcome::TryAcquire;
 use crate::core::sync::{Election, Leader, LeaderChanges};
@@ -60,11 +61,7 @@ impl RedisClient {
             name: name.to_string(),
             record: election_leader_key(name),
         };
-        Ok(Election::new(
-            crate::core::kind::Backend::Redis,
-            name,
-            redis,
-        ))
+        Ok(Election::new(Backend::Redis, name, redis))
     }
 }
 

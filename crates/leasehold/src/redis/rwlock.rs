@@ -36,11 +36,13 @@ use crate::core::acquire::{Ask, Grant, OnAbandon, granted};
 use crate::core::driver::Driver;
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::HeldLock;
-use crate::core::guard::{Lease, LockGuard, valid_until};
+use crate::core::guard::{Lease, LockGuard, extended_by};
+use crate::core::kind::Backend;
 use crate::core::options::LockOptions;
 use crate::core::outcome::TryAcquire;
 use crate::core::sync::RwLock;
-use crate::core::sync::RwLockProvider;
+use crate::core::sync::RwLockProvider as _;
+use crate::core::sync::Side;
 use crate::core::token::LockToken;
 use crate::redis::client::{ChannelAttempts, OnReleaseChannel};
 use crate::redis::client::{RedisClient, script_grant};
@@ -91,14 +93,8 @@ impl RedisClient {
             readers: rwlock_readers_key(name),
             waiting: rwlock_writer_waiting_key(name),
         };
-        Ok(RwLock::new(crate::core::kind::Backend::Redis, name, redis))
+        Ok(RwLock::new(Backend::Redis, name, redis))
     }
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Side {
-    Read,
-    Write,
 }
 
 impl RedisRwLock {
@@ -265,113 +261,73 @@ struct ReaderHeld(RedisRwLock);
 
 impl HeldLock for ReaderHeld {
     fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
-        Box::pin(self.0.release_read(lease.token()))
+        Box::pin(self.0.release(Side::Read, lease.token()))
     }
 
     fn extend<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Instant>> {
-        Box::pin(async move {
-            let started = Instant::now();
-            if !extend_member(&self.0.client, &self.0.readers, lease.token(), ttl).await? {
-                return Err(Error::NotHeld {
-                    key: self.0.name.clone(),
-                });
-            }
-            Ok(valid_until(started, ttl))
-        })
+        Box::pin(extended_by(
+            ttl,
+            self.0.extend(Side::Read, lease.token(), ttl),
+        ))
     }
 }
 
 #[async_trait::async_trait]
 impl crate::core::sync::RwLockProvider for RedisRwLock {
-    /// One attempt to read: succeeds while no writer holds or waits for the lock.
-    ///
-    /// # Errors
-    /// [`Error::Unsupported`] with fencing, fair mode or `replica_ack`; as
-    /// [`Locker::try_acquire`](crate::Locker::try_acquire).
-    async fn try_read(&self, options: &LockOptions) -> Result<TryAcquire> {
-        self.try_side(Side::Read, options).await
+    /// One attempt: a reader succeeds while no writer holds or waits for the lock; a writer
+    /// with no writer, no waiting writer before it, and no reader left (with fencing, it gets
+    /// the next number of `name`'s counter).
+    async fn try_take(&self, side: Side, options: &LockOptions) -> Result<TryAcquire> {
+        self.try_side(side, options).await
     }
 
-    /// Waits to read until `options.wait_bound()`: woken by releases, or when the writer's
-    /// lease (or a waiting writer's mark) runs out, or after the backoff.
-    ///
-    /// # Errors
-    /// [`Error::NotAcquired`] at the deadline; as [`RwLock::try_read`].
-    async fn read(&self, options: &LockOptions) -> Result<LockGuard> {
-        self.wait_side(Side::Read, options).await
+    /// Waits until `options.wait_bound()`: woken by releases, or when the writer's lease (or a
+    /// waiting writer's mark) runs out, or after the backoff. A waiting writer keeps new
+    /// readers out, so the current ones drain: a stream of readers cannot starve it.
+    async fn take(&self, side: Side, options: &LockOptions) -> Result<LockGuard> {
+        self.wait_side(side, options).await
     }
 
-    /// One attempt to write: succeeds with no writer, no waiting writer before us, and no
-    /// reader left. With fencing, the writer gets the next number of `name`'s counter.
-    ///
-    /// # Errors
-    /// [`Error::Unsupported`] with fair mode or `replica_ack`; as [`Locker::try_acquire`](crate::Locker::try_acquire).
-    async fn try_write(&self, options: &LockOptions) -> Result<TryAcquire> {
-        self.try_side(Side::Write, options).await
-    }
-
-    /// Waits to write until `options.wait_bound()`. While it waits, new readers are kept out,
-    /// so the current ones drain: a stream of readers cannot starve it.
-    ///
-    /// # Errors
-    /// [`Error::NotAcquired`] at the deadline; as [`RwLock::try_write`].
-    async fn write(&self, options: &LockOptions) -> Result<LockGuard> {
-        self.wait_side(Side::Write, options).await
-    }
-
-    /// Releases the read lease that `token` holds (a guard does this by itself).
-    ///
-    /// # Errors
-    /// [`Error::NotHeld`] if `token` holds no unexpired read lease.
-    async fn release_read(&self, token: &LockToken) -> Result<()> {
-        if release_member(&self.client, &self.readers, &self.name, token.expose()).await? {
-            Ok(())
-        } else {
-            Err(Error::NotHeld {
-                key: self.name.clone(),
-            })
+    /// A reader's lease is its member of the readers' set; the writer's is the plain
+    /// token-checked release of `name`.
+    async fn release(&self, side: Side, token: &LockToken) -> Result<()> {
+        match side {
+            Side::Read => {
+                let done =
+                    release_member(&self.client, &self.readers, &self.name, token.expose()).await?;
+                self.held_or_not(done)
+            }
+            Side::Write => self.client.release(&self.name, token).await,
         }
     }
 
-    /// Releases the write lease that `token` holds (the plain token-checked release of `name`).
-    ///
-    /// # Errors
-    /// As [`Locker::release`](crate::Locker::release).
-    async fn release_write(&self, token: &LockToken) -> Result<()> {
-        self.client.release(&self.name, token).await
-    }
-
-    /// Resets the read lease that `token` holds to `ttl` from now (a guard's renewal does this
-    /// by itself; this is for a token received from elsewhere, like the CLI's `extend --read`).
-    ///
-    /// # Errors
-    /// [`Error::NotHeld`] if `token` holds no unexpired read lease; [`Error::InvalidArgument`]
-    /// for a bad TTL.
-    async fn extend_read(&self, token: &LockToken, ttl: Duration) -> Result<()> {
-        if extend_member(&self.client, &self.readers, token, ttl).await? {
-            Ok(())
-        } else {
-            Err(Error::NotHeld {
-                key: self.name.clone(),
-            })
+    /// As [`RwLockProvider::release`](crate::core::sync::RwLockProvider::release), resetting
+    /// the lease to `ttl` from now.
+    async fn extend(&self, side: Side, token: &LockToken, ttl: Duration) -> Result<()> {
+        match side {
+            Side::Read => {
+                let done = extend_member(&self.client, &self.readers, token, ttl).await?;
+                self.held_or_not(done)
+            }
+            Side::Write => self.client.extend(&self.name, token, ttl).await,
         }
-    }
-
-    /// Resets the write lease that `token` holds to `ttl` from now (the plain token-checked
-    /// extend of `name`).
-    ///
-    /// # Errors
-    /// As [`Locker::extend`](crate::Locker::extend).
-    async fn extend_write(&self, token: &LockToken, ttl: Duration) -> Result<()> {
-        self.client.extend(&self.name, token, ttl).await
     }
 
     /// How many readers hold the lock (unexpired) right now.
-    ///
-    /// # Errors
-    /// Connection and server errors.
     async fn readers(&self) -> Result<u32> {
         crate::redis::semaphore::count_members(&self.client, &self.readers).await
+    }
+}
+
+impl RedisRwLock {
+    /// A reader's token-checked command's answer: done, or [`Error::NotHeld`].
+    fn held_or_not(&self, done: bool) -> Result<()> {
+        match done {
+            true => Ok(()),
+            false => Err(Error::NotHeld {
+                key: self.name.clone(),
+            }),
+        }
     }
 }
 

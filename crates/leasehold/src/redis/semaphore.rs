@@ -34,6 +34,7 @@ use crate::core::acquire::{Ask, Grant, OnAbandon, granted};
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::HeldLock;
 use crate::core::guard::{Lease, LockGuard, extended_by};
+use crate::core::kind::Backend;
 use crate::core::options::{LockOptions, ttl_millis};
 use crate::core::outcome::TryAcquire;
 use crate::core::sync::Semaphore;
@@ -88,12 +89,7 @@ impl RedisClient {
             permits_key: semaphore_permits_key(name),
             limit_key: semaphore_limit_key(name),
         };
-        Ok(Semaphore::new(
-            crate::core::kind::Backend::Redis,
-            name,
-            permits,
-            redis,
-        ))
+        Ok(Semaphore::new(Backend::Redis, name, permits, redis))
     }
 }
 

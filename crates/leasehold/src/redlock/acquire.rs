@@ -56,7 +56,7 @@ impl Redlock {
         // with the rest below or at release time.
         let (phase1, phase1_tasks) = {
             let (key, token) = (key_owned.clone(), token_owned.clone());
-            self.fan_out(Wait::Quorum, move |client| {
+            self.fan_out(Vec::new(), Wait::Quorum, move |client| {
                 let (key, token) = (key.clone(), token.clone());
                 async move {
                     let mut conn = client.connection();
@@ -118,7 +118,7 @@ impl Redlock {
             // the condition the argument needs.
             let (key, token) = (key_owned.clone(), token_owned.clone());
             let (raised, _) = self
-                .fan_out(Wait::Quorum, move |client| {
+                .fan_out(Vec::new(), Wait::Quorum, move |client| {
                     let (key, token) = (key.clone(), token.clone());
                     async move {
                         let mut conn = client.connection();
@@ -163,7 +163,7 @@ impl Redlock {
         // handed over or dropped (so the release queues behind it), and wait for them all.
         let (key, token) = (key_owned.clone(), token_owned.clone());
         let _ = self
-            .fan_out_after(phase1_tasks, Wait::All, move |client| {
+            .fan_out(phase1_tasks, Wait::All, move |client| {
                 let (key, token) = (key.clone(), token.clone());
                 async move {
                     client

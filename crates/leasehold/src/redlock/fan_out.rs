@@ -32,24 +32,12 @@ impl Redlock {
     /// majority said yes or a majority can no longer say yes; with [`Wait::All`], once every
     /// node answered or timed out. Operations not awaited go on in the background, so a release
     /// still reaches a slow node, after (on the same connection) anything sent to it before.
+    ///
+    /// On each node `op` starts only after that node's task in `prior` (if any: empty for
+    /// none) has finished. A node's earlier request then has either been handed to its
+    /// connection (and this one queues behind it) or been dropped unsent at its timeout: a
+    /// release can never overtake the acquisition it undoes.
     pub(super) async fn fan_out<T, F, Fut>(
-        &self,
-        wait: Wait,
-        op: F,
-    ) -> (Vec<(NodeReport, Option<T>)>, Tasks)
-    where
-        T: Send + 'static,
-        F: Fn(RedisClient) -> Fut + Clone + Send + 'static,
-        Fut: std::future::Future<Output = Result<Reply<T>>> + Send + 'static,
-    {
-        self.fan_out_after(Vec::new(), wait, op).await
-    }
-
-    /// As [`Redlock::fan_out`], but on each node only after that node's task in `prior` has
-    /// finished. A node's earlier request then has either been handed to its connection (and
-    /// this one queues behind it) or been dropped unsent at its timeout: a release can never
-    /// overtake the acquisition it undoes.
-    pub(super) async fn fan_out_after<T, F, Fut>(
         &self,
         mut prior: Tasks,
         wait: Wait,

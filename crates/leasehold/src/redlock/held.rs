@@ -30,7 +30,7 @@ impl Redlock {
         validate_name(key)?;
         let (key_owned, token) = (key.to_string(), token.clone());
         let (reports, _) = self
-            .fan_out_after(prior, Wait::Quorum, move |client| {
+            .fan_out(prior, Wait::Quorum, move |client| {
                 let (key, token) = (key_owned.clone(), token.clone());
                 async move {
                     let deleted = match min_hold {
@@ -65,7 +65,7 @@ impl Redlock {
         let started = Instant::now();
         let (key_owned, token) = (key.to_string(), token.clone());
         let (reports, _) = self
-            .fan_out(Wait::Quorum, move |client| {
+            .fan_out(Vec::new(), Wait::Quorum, move |client| {
                 let (key, token) = (key_owned.clone(), token.clone());
                 async move {
                     let extended = client.extend_raw(&key, token.expose(), ttl_ms).await?;

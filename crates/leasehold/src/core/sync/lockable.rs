@@ -13,6 +13,7 @@ use crate::core::outcome::TryAcquire;
 use crate::core::token::LockToken;
 
 use super::RwLock;
+use super::rwlock::Side;
 
 /// Something taken with a [`LockGuard`]: a plain lock
 /// ([`Locker::lock`](crate::Locker::lock)), a [`Semaphore`](crate::Semaphore)'s permit, a
@@ -43,7 +44,7 @@ pub trait Lockable: Send + Sync + Debug {
 #[derive(Debug, Clone)]
 pub struct RwLockSide {
     lock: RwLock,
-    write: bool,
+    side: Side,
 }
 
 impl RwLock {
@@ -51,7 +52,7 @@ impl RwLock {
     pub fn read_side(&self) -> RwLockSide {
         RwLockSide {
             lock: self.clone(),
-            write: false,
+            side: Side::Read,
         }
     }
 
@@ -59,7 +60,7 @@ impl RwLock {
     pub fn write_side(&self) -> RwLockSide {
         RwLockSide {
             lock: self.clone(),
-            write: true,
+            side: Side::Write,
         }
     }
 }
@@ -67,7 +68,7 @@ impl RwLock {
 impl RwLockSide {
     /// Whether this is the write side.
     pub fn is_write(&self) -> bool {
-        self.write
+        self.side == Side::Write
     }
 }
 
@@ -78,31 +79,19 @@ impl Lockable for RwLockSide {
     }
 
     async fn try_acquire(&self, options: &LockOptions) -> Result<TryAcquire> {
-        match self.write {
-            true => self.lock.try_write(options).await,
-            false => self.lock.try_read(options).await,
-        }
+        self.lock.try_take(self.side, options).await
     }
 
     async fn acquire(&self, options: &LockOptions) -> Result<LockGuard> {
-        match self.write {
-            true => self.lock.write(options).await,
-            false => self.lock.read(options).await,
-        }
+        self.lock.take(self.side, options).await
     }
 
     async fn release(&self, token: &LockToken) -> Result<()> {
-        match self.write {
-            true => self.lock.release_write(token).await,
-            false => self.lock.release_read(token).await,
-        }
+        self.lock.release(self.side, token).await
     }
 
     async fn extend(&self, token: &LockToken, ttl: Duration) -> Result<()> {
-        match self.write {
-            true => self.lock.extend_write(token, ttl).await,
-            false => self.lock.extend_read(token, ttl).await,
-        }
+        self.lock.extend(self.side, token, ttl).await
     }
 }
 

@@ -16,7 +16,7 @@ pub use election::{Election, Leader, LeaderWatch, MAX_ID_LEN as MAX_ELECTION_ID_
 pub(crate) use election::{ElectionProvider, LeaderChanges};
 pub use lockable::{Lockable, RwLockSide};
 pub use rwlock::RwLock;
-pub(crate) use rwlock::RwLockProvider;
+pub(crate) use rwlock::{RwLockProvider, Side};
 pub(crate) use semaphore::SemaphoreProvider;
 pub use semaphore::{MAX_PERMITS, Semaphore};
 

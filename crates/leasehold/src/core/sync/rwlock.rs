@@ -16,16 +16,58 @@ use crate::core::token::LockToken;
 /// keeps (docs/guarantees.md §4): while leases are valid, a writer holds alone (no reader, no
 /// other writer); a waiting writer is not starved by a stream of readers; release and extend
 /// are token-checked on the server.
+/// A side of a read-write lock: shared with other readers, or the writer alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Side {
+    Read,
+    Write,
+}
+
+impl Side {
+    /// What the option table calls taking this side.
+    fn taking(self) -> Taking {
+        match self {
+            Side::Read => Taking::Read,
+            Side::Write => Taking::Write,
+        }
+    }
+
+    /// The span of `operation` (`try`, `take`, `release`, `extend`) on this side.
+    fn span_name(self, operation: Operation) -> &'static str {
+        match (operation, self) {
+            (Operation::Try, Side::Read) => "leasehold.rwlock.try_read",
+            (Operation::Try, Side::Write) => "leasehold.rwlock.try_write",
+            (Operation::Take, Side::Read) => "leasehold.rwlock.read",
+            (Operation::Take, Side::Write) => "leasehold.rwlock.write",
+            (Operation::Release, Side::Read) => "leasehold.rwlock.release_read",
+            (Operation::Release, Side::Write) => "leasehold.rwlock.release_write",
+            (Operation::Extend, Side::Read) => "leasehold.rwlock.extend_read",
+            (Operation::Extend, Side::Write) => "leasehold.rwlock.extend_write",
+        }
+    }
+}
+
+/// A handle operation on a side (its span's name).
+#[derive(Clone, Copy)]
+enum Operation {
+    Try,
+    Take,
+    Release,
+    Extend,
+}
+
+/// What a backend implements to offer [`RwLock`]s, for the one name it was made for: each
+/// method is the [`RwLock`] method of that name for `side` (`try_take` is `try_read` or
+/// `try_write`, `take` is `read` or `write`, ...). Guarantees every provider keeps
+/// (docs/guarantees.md §4): while leases are valid, a writer holds alone (no reader, no other
+/// writer); a waiting writer is not starved by a stream of readers; release and extend are
+/// token-checked on the server, by side (a reader's token does not release the writer).
 #[async_trait::async_trait]
 pub(crate) trait RwLockProvider: Send + Sync + Debug + 'static {
-    async fn try_read(&self, options: &LockOptions) -> Result<TryAcquire>;
-    async fn read(&self, options: &LockOptions) -> Result<LockGuard>;
-    async fn try_write(&self, options: &LockOptions) -> Result<TryAcquire>;
-    async fn write(&self, options: &LockOptions) -> Result<LockGuard>;
-    async fn release_read(&self, token: &LockToken) -> Result<()>;
-    async fn release_write(&self, token: &LockToken) -> Result<()>;
-    async fn extend_read(&self, token: &LockToken, ttl: Duration) -> Result<()>;
-    async fn extend_write(&self, token: &LockToken, ttl: Duration) -> Result<()>;
+    async fn try_take(&self, side: Side, options: &LockOptions) -> Result<TryAcquire>;
+    async fn take(&self, side: Side, options: &LockOptions) -> Result<LockGuard>;
+    async fn release(&self, side: Side, token: &LockToken) -> Result<()>;
+    async fn extend(&self, side: Side, token: &LockToken, ttl: Duration) -> Result<()>;
     async fn readers(&self) -> Result<u32>;
 }
 
@@ -75,10 +117,7 @@ impl RwLock {
     /// does not have (fencing, fair mode, `replica_ack`); as
     /// [`Locker::try_acquire`](crate::Locker::try_acquire).
     pub async fn try_read(&self, options: &LockOptions) -> Result<TryAcquire> {
-        self.label.check(options, Taking::Read)?;
-        self.label
-            .traced("leasehold.rwlock.try_read", self.provider.try_read(options))
-            .await
+        self.try_take(Side::Read, options).await
     }
 
     /// Waits to read until `options.wait_bound()`.
@@ -87,10 +126,7 @@ impl RwLock {
     /// [`Error::NotAcquired`](crate::Error::NotAcquired) at the deadline; as
     /// [`RwLock::try_read`].
     pub async fn read(&self, options: &LockOptions) -> Result<LockGuard> {
-        self.label.check(options, Taking::Read)?;
-        self.label
-            .traced("leasehold.rwlock.read", self.provider.read(options))
-            .await
+        self.take(Side::Read, options).await
     }
 
     /// One attempt to write: succeeds with no writer, no waiting writer before us, and no
@@ -100,13 +136,7 @@ impl RwLock {
     /// [`Error::Unsupported`](crate::Error::Unsupported) for options the backend does not
     /// have; as [`Locker::try_acquire`](crate::Locker::try_acquire).
     pub async fn try_write(&self, options: &LockOptions) -> Result<TryAcquire> {
-        self.label.check(options, Taking::Write)?;
-        self.label
-            .traced(
-                "leasehold.rwlock.try_write",
-                self.provider.try_write(options),
-            )
-            .await
+        self.try_take(Side::Write, options).await
     }
 
     /// Waits to write until `options.wait_bound()`. While it waits, new readers are kept out.
@@ -115,10 +145,7 @@ impl RwLock {
     /// [`Error::NotAcquired`](crate::Error::NotAcquired) at the deadline; as
     /// [`RwLock::try_write`].
     pub async fn write(&self, options: &LockOptions) -> Result<LockGuard> {
-        self.label.check(options, Taking::Write)?;
-        self.label
-            .traced("leasehold.rwlock.write", self.provider.write(options))
-            .await
+        self.take(Side::Write, options).await
     }
 
     /// [`RwLock::read`], run `work`, release whatever happens (as
@@ -156,12 +183,7 @@ impl RwLock {
     /// # Errors
     /// [`Error::NotHeld`](crate::Error::NotHeld) if `token` holds no unexpired read lease.
     pub async fn release_read(&self, token: &LockToken) -> Result<()> {
-        self.label
-            .traced(
-                "leasehold.rwlock.release_read",
-                self.provider.release_read(token),
-            )
-            .await
+        self.release(Side::Read, token).await
     }
 
     /// Releases the write lease that `token` holds.
@@ -169,12 +191,7 @@ impl RwLock {
     /// # Errors
     /// [`Error::NotHeld`](crate::Error::NotHeld) if it does not hold it.
     pub async fn release_write(&self, token: &LockToken) -> Result<()> {
-        self.label
-            .traced(
-                "leasehold.rwlock.release_write",
-                self.provider.release_write(token),
-            )
-            .await
+        self.release(Side::Write, token).await
     }
 
     /// Resets the read lease that `token` holds to `ttl` from now (a guard's renewal does this
@@ -184,12 +201,7 @@ impl RwLock {
     /// [`Error::NotHeld`](crate::Error::NotHeld) if `token` holds no unexpired read lease;
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a bad TTL.
     pub async fn extend_read(&self, token: &LockToken, ttl: Duration) -> Result<()> {
-        self.label
-            .traced(
-                "leasehold.rwlock.extend_read",
-                self.provider.extend_read(token, ttl),
-            )
-            .await
+        self.extend(Side::Read, token, ttl).await
     }
 
     /// Resets the write lease that `token` holds to `ttl` from now.
@@ -197,11 +209,40 @@ impl RwLock {
     /// # Errors
     /// [`Error::NotHeld`](crate::Error::NotHeld) if it does not hold it.
     pub async fn extend_write(&self, token: &LockToken, ttl: Duration) -> Result<()> {
+        self.extend(Side::Write, token, ttl).await
+    }
+
+    /// One attempt to take `side` (the option table checked first, and traced).
+    pub(crate) async fn try_take(&self, side: Side, options: &LockOptions) -> Result<TryAcquire> {
+        self.label.check(options, side.taking())?;
+        let span = side.span_name(Operation::Try);
         self.label
-            .traced(
-                "leasehold.rwlock.extend_write",
-                self.provider.extend_write(token, ttl),
-            )
+            .traced(span, self.provider.try_take(side, options))
+            .await
+    }
+
+    /// Waits to take `side` until `options.wait_bound()`.
+    pub(crate) async fn take(&self, side: Side, options: &LockOptions) -> Result<LockGuard> {
+        self.label.check(options, side.taking())?;
+        let span = side.span_name(Operation::Take);
+        self.label
+            .traced(span, self.provider.take(side, options))
+            .await
+    }
+
+    /// Releases what `token` holds on `side`.
+    pub(crate) async fn release(&self, side: Side, token: &LockToken) -> Result<()> {
+        let span = side.span_name(Operation::Release);
+        self.label
+            .traced(span, self.provider.release(side, token))
+            .await
+    }
+
+    /// Resets what `token` holds on `side` to `ttl` from now.
+    pub(crate) async fn extend(&self, side: Side, token: &LockToken, ttl: Duration) -> Result<()> {
+        let span = side.span_name(Operation::Extend);
+        self.label
+            .traced(span, self.provider.extend(side, token, ttl))
             .await
     }
 

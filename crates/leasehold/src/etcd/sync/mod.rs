@@ -64,6 +64,7 @@ use etcd_client as ec;
 
 use crate::core::driver::Primitives;
 use crate::core::error::{Operation, Result};
+use crate::core::kind::Backend;
 use crate::core::sync::{Election, RwLock, Semaphore};
 
 use super::client::EtcdClient;
@@ -115,7 +116,7 @@ impl Primitives for EtcdClient {
     fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
         check_key(name)?;
         Ok(Semaphore::new(
-            crate::core::kind::Backend::Etcd,
+            Backend::Etcd,
             name,
             permits,
             EtcdSemaphore::new(self, name, permits),
@@ -134,7 +135,7 @@ impl Primitives for EtcdClient {
     fn rwlock(&self, name: &str) -> Result<RwLock> {
         check_key(name)?;
         Ok(RwLock::new(
-            crate::core::kind::Backend::Etcd,
+            Backend::Etcd,
             name,
             EtcdRwLock::new(self, name),
         ))
@@ -152,7 +153,7 @@ impl Primitives for EtcdClient {
     fn election(&self, name: &str) -> Result<Election> {
         check_key(name)?;
         Ok(Election::new(
-            crate::core::kind::Backend::Etcd,
+            Backend::Etcd,
             name,
             EtcdElection::new(self, name),
         ))

@@ -10,18 +10,12 @@ use crate::core::error::Result;
 use crate::core::guard::LockGuard;
 use crate::core::options::LockOptions;
 use crate::core::outcome::TryAcquire;
+use crate::core::sync::Side;
 use crate::core::token::LockToken;
 
 use super::super::acquire::{EntryOf, Queue};
 use super::super::client::EtcdClient;
 use super::prefix;
-
-/// A side of the lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Side {
-    Read,
-    Write,
-}
 
 /// The read-write lock `name`, on etcd.
 #[derive(Debug, Clone)]
@@ -96,45 +90,25 @@ impl EtcdRwLock {
 
 #[async_trait::async_trait]
 impl crate::core::sync::RwLockProvider for EtcdRwLock {
-    /// One attempt to read: succeeds while no writer holds or waits.
-    async fn try_read(&self, options: &LockOptions) -> Result<TryAcquire> {
-        self.try_side(Side::Read, options).await
+    /// One attempt: a reader succeeds while no writer holds or waits, a writer while nobody
+    /// holds or waits.
+    async fn try_take(&self, side: Side, options: &LockOptions) -> Result<TryAcquire> {
+        self.try_side(side, options).await
     }
 
-    /// Waits to read, behind the writers that came before.
-    async fn read(&self, options: &LockOptions) -> Result<LockGuard> {
-        self.wait_side(Side::Read, options).await
+    /// Waits: a reader behind the writers that came before, a writer behind everyone who came
+    /// before (readers who come later wait for it).
+    async fn take(&self, side: Side, options: &LockOptions) -> Result<LockGuard> {
+        self.wait_side(side, options).await
     }
 
-    /// One attempt to write: succeeds while nobody holds or waits.
-    async fn try_write(&self, options: &LockOptions) -> Result<TryAcquire> {
-        self.try_side(Side::Write, options).await
-    }
-
-    /// Waits to write, behind everyone who came before; readers who come later wait for it.
-    async fn write(&self, options: &LockOptions) -> Result<LockGuard> {
-        self.wait_side(Side::Write, options).await
-    }
-
-    async fn release_read(&self, token: &LockToken) -> Result<()> {
-        let entry = self.entry(Side::Read, token);
+    async fn release(&self, side: Side, token: &LockToken) -> Result<()> {
+        let entry = self.entry(side, token);
         self.client.release_entry(&self.name, entry, token).await
     }
 
-    async fn release_write(&self, token: &LockToken) -> Result<()> {
-        let entry = self.entry(Side::Write, token);
-        self.client.release_entry(&self.name, entry, token).await
-    }
-
-    async fn extend_read(&self, token: &LockToken, ttl: Duration) -> Result<()> {
-        let entry = self.entry(Side::Read, token);
-        self.client
-            .extend_entry(&self.name, entry, token, ttl)
-            .await
-    }
-
-    async fn extend_write(&self, token: &LockToken, ttl: Duration) -> Result<()> {
-        let entry = self.entry(Side::Write, token);
+    async fn extend(&self, side: Side, token: &LockToken, ttl: Duration) -> Result<()> {
+        let entry = self.entry(side, token);
         self.client
             .extend_entry(&self.name, entry, token, ttl)
             .await

@@ -10,7 +10,7 @@ use tokio_postgres::types::{ToSql, Type};
 
 use crate::core::driver::not_held_here;
 use crate::core::error::{Error, Operation, Result};
-use crate::core::guard::{Lease, LockGuard};
+use crate::core::guard::LockGuard;
 use crate::core::options::LockOptions;
 use crate::core::outcome::LockState;
 use crate::core::token::LockToken;
@@ -368,20 +368,8 @@ impl PostgresClient {
             seed,
             shared: matches!(ask, Ask::Read),
         });
-        // Granted too late even for the extend on its session: given back (the engine retries).
-        let valid_until = held.validity_of_grant(started, ttl, silence).await?;
-        let fencing = fence
-            .filter(|_| options.fencing_enabled())
-            .map(|f| f as u64);
-        let lease = Lease::until(name, token.clone(), fencing, valid_until);
-        let held = std::sync::Arc::new(held);
-        self.inner
-            .held
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert((name.to_string(), token), held.clone());
-        held.watch(lease.clone(), options);
-        Ok(Some(LockGuard::new(held, lease)))
+        let guard = self.guard_of_grant(held, started, fence, options).await?;
+        Ok(Some(guard))
     }
 
     /// After a waiting attempt timed out: the session drops every advisory lock (it should

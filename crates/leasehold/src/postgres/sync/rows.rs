@@ -12,6 +12,7 @@ use crate::core::acquire::{Ask, Attempts, Grant, Wakeup, granted, late};
 use crate::core::driver::Primitives;
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::{HeldLock, Lease, LockGuard, extended_by};
+use crate::core::kind::Backend;
 use crate::core::options::{LockOptions, ttl_millis};
 use crate::core::outcome::TryAcquire;
 use crate::core::sync::{Election, Leader, LeaderChanges, Semaphore, SemaphoreProvider};
@@ -164,7 +165,7 @@ impl Primitives for PostgresLeaseClient {
             table: tokio::sync::OnceCell::new(),
         }));
         Ok(Semaphore::new(
-            crate::core::kind::Backend::PostgresLease,
+            Backend::PostgresLease,
             name,
             permits,
             provider,
@@ -182,11 +183,7 @@ impl Primitives for PostgresLeaseClient {
             name: name.to_string(),
             table: tokio::sync::OnceCell::new(),
         };
-        Ok(Election::new(
-            crate::core::kind::Backend::PostgresLease,
-            name,
-            provider,
-        ))
+        Ok(Election::new(Backend::PostgresLease, name, provider))
     }
 }
 

@@ -9,8 +9,10 @@ use crate::core::acquire::{self, Attempts};
 use crate::core::driver::Primitives;
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::LockGuard;
+use crate::core::kind::Backend;
 use crate::core::options::LockOptions;
 use crate::core::outcome::TryAcquire;
+use crate::core::sync::Side;
 use crate::core::sync::{Election, Leader, RwLock, Semaphore};
 use crate::core::token::LockToken;
 use crate::postgres::Timed;
@@ -47,12 +49,7 @@ impl Primitives for PostgresClient {
             name: name.to_string(),
             permits,
         };
-        Ok(Semaphore::new(
-            crate::core::kind::Backend::Postgres,
-            name,
-            permits,
-            provider,
-        ))
+        Ok(Semaphore::new(Backend::Postgres, name, permits, provider))
     }
 
     /// A read-write lock on `name` (no round trip): readers share the advisory lock of `name`
@@ -66,11 +63,7 @@ impl Primitives for PostgresClient {
             client: self.clone(),
             name: name.to_string(),
         };
-        Ok(RwLock::new(
-            crate::core::kind::Backend::Postgres,
-            name,
-            provider,
-        ))
+        Ok(RwLock::new(Backend::Postgres, name, provider))
     }
 
     /// An election on `name` (no round trip): the advisory lock of `name` and a term row.
@@ -84,11 +77,7 @@ impl Primitives for PostgresClient {
             name: name.to_string(),
             terms: tokio::sync::OnceCell::new(),
         };
-        Ok(Election::new(
-            crate::core::kind::Backend::Postgres,
-            name,
-            provider,
-        ))
+        Ok(Election::new(Backend::Postgres, name, provider))
     }
 }
 
@@ -238,61 +227,44 @@ fn is_writer(lock: AdvisoryLock) -> bool {
 }
 
 impl PgRwLock {
-    async fn try_side(&self, ask: Ask<'_>, options: &LockOptions) -> Result<TryAcquire> {
+    /// The advisory lock a side asks for, and how to tell a held one.
+    fn ask(side: Side) -> (Ask<'static>, fn(AdvisoryLock) -> bool) {
+        match side {
+            Side::Read => (Ask::Read, is_reader),
+            Side::Write => (Ask::Write, is_writer),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::core::sync::RwLockProvider for PgRwLock {
+    async fn try_take(&self, side: Side, options: &LockOptions) -> Result<TryAcquire> {
         self.client.check_primitive(options)?;
+        let (ask, _) = Self::ask(side);
         let guard = self
             .client
             .advisory_attempt(&self.name, ask, options, None)
             .await?;
         Ok(granted_or_busy(guard))
     }
-}
 
-#[async_trait::async_trait]
-impl crate::core::sync::RwLockProvider for PgRwLock {
-    async fn try_read(&self, options: &LockOptions) -> Result<TryAcquire> {
-        self.try_side(Ask::Read, options).await
-    }
-
-    async fn read(&self, options: &LockOptions) -> Result<LockGuard> {
+    async fn take(&self, side: Side, options: &LockOptions) -> Result<LockGuard> {
         self.client.check_primitive(options)?;
+        let (ask, _) = Self::ask(side);
         self.client
-            .advisory_wait(&self.name, Ask::Read, options, options.wait_bound())
+            .advisory_wait(&self.name, ask, options, options.wait_bound())
             .await
     }
 
-    async fn try_write(&self, options: &LockOptions) -> Result<TryAcquire> {
-        self.try_side(Ask::Write, options).await
+    async fn release(&self, side: Side, token: &LockToken) -> Result<()> {
+        let (_, holds) = Self::ask(side);
+        self.client.release_advisory(&self.name, token, holds).await
     }
 
-    async fn write(&self, options: &LockOptions) -> Result<LockGuard> {
-        self.client.check_primitive(options)?;
+    async fn extend(&self, side: Side, token: &LockToken, ttl: Duration) -> Result<()> {
+        let (_, holds) = Self::ask(side);
         self.client
-            .advisory_wait(&self.name, Ask::Write, options, options.wait_bound())
-            .await
-    }
-
-    async fn release_read(&self, token: &LockToken) -> Result<()> {
-        self.client
-            .release_advisory(&self.name, token, is_reader)
-            .await
-    }
-
-    async fn release_write(&self, token: &LockToken) -> Result<()> {
-        self.client
-            .release_advisory(&self.name, token, is_writer)
-            .await
-    }
-
-    async fn extend_read(&self, token: &LockToken, ttl: Duration) -> Result<()> {
-        self.client
-            .extend_advisory(&self.name, token, ttl, is_reader)
-            .await
-    }
-
-    async fn extend_write(&self, token: &LockToken, ttl: Duration) -> Result<()> {
-        self.client
-            .extend_advisory(&self.name, token, ttl, is_writer)
+            .extend_advisory(&self.name, token, ttl, holds)
             .await
     }
 

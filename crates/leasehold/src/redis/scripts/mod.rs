@@ -277,11 +277,17 @@ pub(crate) static LEADER_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new
 // ---- Fenced resources (`fencing`) -------------------------------------------------------------
 
 /// The compare-and-write at the resource; see the `fencing` module docs (`src/redis/fencing.rs`).
-pub const FENCED_WRITE_LUA: &str = include_str!("fenced_write.lua");
+pub const FENCED_WRITE_LUA: &str = concat!(
+    include_str!("fenced_check.lua"),
+    include_str!("fenced_write.lua")
+);
 
 /// The fenced read: the same check as the write, and on success the number is claimed (the
 /// register remembers it as the highest seen) before the value is returned.
-pub(crate) const FENCED_READ_LUA: &str = include_str!("fenced_read.lua");
+pub(crate) const FENCED_READ_LUA: &str = concat!(
+    include_str!("fenced_check.lua"),
+    include_str!("fenced_read.lua")
+);
 
 /// [`FENCED_WRITE_LUA`]. `KEYS`: the register; `ARGV`: fencing number, token, value.
 pub(crate) static FENCED_WRITE_SCRIPT: LazyLock<Script> =
