@@ -164,3 +164,20 @@ pub(crate) fn not_held_here(
         Err(e) => e,
     }
 }
+
+/// What the backends' unit tests share.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+
+    /// A long lease (600 s) with fencing: it does not end during a test.
+    pub(crate) fn long() -> LockOptions {
+        LockOptions::new(Duration::from_secs(600)).fencing(true)
+    }
+
+    /// `key`, taken at once by `driver`: the test knows it is free.
+    pub(crate) async fn take(driver: &impl Driver, key: &str, options: &LockOptions) -> LockGuard {
+        let taken = driver.try_acquire(key, options).await.unwrap();
+        taken.acquired().expect("free")
+    }
+}

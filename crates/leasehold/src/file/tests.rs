@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use super::*;
+use crate::core::driver::testing::{long, take};
 
 /// Only a hang guard: every wait below ends on an observed event.
 const HANG_GUARD: Duration = Duration::from_secs(60);
@@ -18,18 +19,6 @@ fn folder() -> (tempfile::TempDir, FileClient, FileClient) {
         FileClient::connect(&url).unwrap(),
     );
     (dir, a, b)
-}
-
-fn long() -> LockOptions {
-    LockOptions::new(Duration::from_secs(600)).fencing(true)
-}
-
-async fn take(c: &FileClient, key: &str, options: &LockOptions) -> LockGuard {
-    c.try_acquire(key, options)
-        .await
-        .unwrap()
-        .acquired()
-        .expect("free")
 }
 
 #[test]

@@ -1,9 +1,12 @@
 //! The backends' registrations (in the manner of sqlx's drivers): URL schemes and connect
 //! functions, which [`Locker::connect`] walks.
 
+use std::future::ready;
+
 use futures_util::future::BoxFuture;
 
 use super::Locker;
+use crate::core::driver::Driver;
 use crate::core::error::{Error, Result};
 use crate::core::options::ClientOptions;
 use crate::redis::client::RedisClient;
@@ -11,6 +14,13 @@ use crate::redlock::{Redlock, RedlockOptions};
 
 /// How a registered backend connects: to `url`, with `options`.
 type Connect = for<'a> fn(&'a str, ClientOptions) -> BoxFuture<'a, Result<Locker>>;
+
+/// A connect function's future: the client `connecting` makes, as a [`Locker`].
+fn locker_of<'a, D: Driver>(
+    connecting: impl Future<Output = Result<D>> + Send + 'a,
+) -> BoxFuture<'a, Result<Locker>> {
+    Box::pin(async move { Ok(Locker::of(connecting.await?)) })
+}
 
 /// A backend's registration (in the manner of sqlx's drivers): its name, the URL schemes it
 /// serves, the cargo feature it needs, and how it connects (`None`: not compiled in).
@@ -44,9 +54,7 @@ pub(super) const DRIVERS: &[Registration] = &[
             "valkeys-sentinel",
         ],
         feature: None,
-        connect: Some(|url, options| {
-            Box::pin(async move { Ok(Locker::of(RedisClient::connect_with(url, options).await?)) })
-        }),
+        connect: Some(|url, options| locker_of(RedisClient::connect_with(url, options))),
     },
     Registration {
         name: "redlock",
@@ -68,11 +76,7 @@ pub(super) const DRIVERS: &[Registration] = &[
         feature: Some("etcd"),
         #[cfg(feature = "etcd")]
         connect: Some(|url, options| {
-            Box::pin(async move {
-                Ok(Locker::of(
-                    crate::etcd::EtcdClient::connect_with(url, options).await?,
-                ))
-            })
+            locker_of(crate::etcd::EtcdClient::connect_with(url, options))
         }),
         #[cfg(not(feature = "etcd"))]
         connect: None,
@@ -98,18 +102,14 @@ pub(super) const DRIVERS: &[Registration] = &[
         name: "memory",
         schemes: &["memory"],
         feature: None,
-        connect: Some(|url, _| {
-            Box::pin(async move { Ok(Locker::of(crate::memory::MemoryClient::connect(url)?)) })
-        }),
+        connect: Some(|url, _| locker_of(ready(crate::memory::MemoryClient::connect(url)))),
     },
     Registration {
         name: "file",
         schemes: &["file"],
         feature: None,
         #[cfg(unix)]
-        connect: Some(|url, _| {
-            Box::pin(async move { Ok(Locker::of(crate::file::FileClient::connect(url)?)) })
-        }),
+        connect: Some(|url, _| locker_of(ready(crate::file::FileClient::connect(url)))),
         #[cfg(not(unix))]
         connect: None,
     },

@@ -7,24 +7,13 @@ use std::time::{Duration, Instant};
 use futures_util::FutureExt;
 
 use super::*;
+use crate::core::driver::testing::{long, take};
 
 /// Only a hang guard: every wait below ends on an observed event.
 const HANG_GUARD: Duration = Duration::from_secs(60);
 
 fn client(name: &str) -> MemoryClient {
     MemoryClient::connect(&format!("memory://unit-{name}")).unwrap()
-}
-
-fn long() -> LockOptions {
-    LockOptions::new(Duration::from_secs(600)).fencing(true)
-}
-
-async fn take(c: &MemoryClient, key: &str, options: &LockOptions) -> LockGuard {
-    c.try_acquire(key, options)
-        .await
-        .unwrap()
-        .acquired()
-        .expect("free")
 }
 
 /// Starts a waiter on `key` and returns once the table shows its attempt refused.

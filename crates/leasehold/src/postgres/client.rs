@@ -29,6 +29,7 @@ use crate::core::guard::{Lease, LockGuard};
 use crate::core::options::{ClientOptions, LockOptions, ttl_millis};
 use crate::core::token::LockToken;
 use crate::postgres::Timed;
+use crate::postgres::unexpected;
 
 /// Idle sessions kept for later acquisitions.
 const MAX_IDLE: usize = 16;
@@ -638,12 +639,9 @@ impl PgHeld {
                 }
                 Ok(Ok(row)) => row,
             };
-        let bad = |e: tokio_postgres::Error| Error::UnexpectedReply {
-            op: Operation::Extend,
-            detail: e.to_string(),
-        };
-        let held: bool = row.try_get(1).map_err(bad)?;
-        let pid: i32 = row.try_get(2).map_err(bad)?;
+        let bad = unexpected(Operation::Extend);
+        let held: bool = row.try_get(1).map_err(&bad)?;
+        let pid: i32 = row.try_get(2).map_err(&bad)?;
         let silence = silence_in(&row, 3, Operation::Extend)?;
         if pid != session.pid {
             self.client.pooler_seen(&format!(

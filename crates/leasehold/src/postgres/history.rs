@@ -25,6 +25,7 @@ use crate::core::history::{
 };
 use crate::core::token::validate_key;
 use crate::postgres::Timed;
+use crate::postgres::unexpected;
 
 const CREATE_TABLE: &str = "\
 CREATE TABLE IF NOT EXISTS leasehold_history (
@@ -187,20 +188,17 @@ impl PgHistory {
 }
 
 fn event_of(row: &tokio_postgres::Row) -> Result<HistoryEvent> {
-    let bad = |e: tokio_postgres::Error| Error::UnexpectedReply {
-        op: Operation::History,
-        detail: e.to_string(),
-    };
-    let at: i64 = row.try_get(0).map_err(bad)?;
-    let kind: String = row.try_get(1).map_err(bad)?;
-    let fencing: Option<i64> = row.try_get(2).map_err(bad)?;
+    let bad = unexpected(Operation::History);
+    let at: i64 = row.try_get(0).map_err(&bad)?;
+    let kind: String = row.try_get(1).map_err(&bad)?;
+    let fencing: Option<i64> = row.try_get(2).map_err(&bad)?;
     Ok(HistoryEvent {
         at: from_unix_millis(at.max(0) as u64),
         kind: kind.parse::<HistoryKind>()?,
         fencing: fencing.map(|n| n as u64),
-        holder: row.try_get(3).map_err(bad)?,
-        owner: row.try_get(4).map_err(bad)?,
-        detail: row.try_get(5).map_err(bad)?,
+        holder: row.try_get(3).map_err(&bad)?,
+        owner: row.try_get(4).map_err(&bad)?,
+        detail: row.try_get(5).map_err(&bad)?,
     })
 }
 

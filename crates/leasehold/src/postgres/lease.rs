@@ -618,9 +618,7 @@ impl Driver for PostgresLeaseClient {
     /// # Errors
     /// [`Error::InvalidArgument`] above `i64::MAX`; connection and server errors.
     async fn raise_fencing_counter(&self, key: &str, at_least: u64) -> Result<u64> {
-        validate_pg_key(key)?;
-        let n = i64::try_from(at_least)
-            .map_err(|_| Error::invalid("fencing number", "above PostgreSQL's bigint"))?;
+        let n = super::params::raised_fencing_number(key, at_least)?;
         let conn = self.conn().await?;
         let row = self
             .timed(

@@ -30,6 +30,17 @@ pub(crate) fn validate_pg_key(key: &str) -> Result<()> {
     Ok(())
 }
 
+/// The number a raise of `key`'s fencing counter sends (`key` checked first).
+///
+/// # Errors
+/// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a bad key, or a number above
+/// `i64::MAX` (PostgreSQL's bigint).
+pub(crate) fn raised_fencing_number(key: &str, at_least: u64) -> Result<i64> {
+    validate_pg_key(key)?;
+    i64::try_from(at_least)
+        .map_err(|_| Error::invalid("fencing number", "above PostgreSQL's bigint"))
+}
+
 pub(crate) fn millis_text(d: Duration) -> String {
     // 0 would mean "no limit" to PostgreSQL: never below 1 ms.
     d.as_millis().clamp(1, i32::MAX as u128).to_string()

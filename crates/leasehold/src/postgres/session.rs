@@ -19,6 +19,7 @@ use crate::core::options::{LockOptions, ttl_millis};
 use crate::core::outcome::{LockState, TryAcquire};
 use crate::core::token::LockToken;
 use crate::postgres::Timed;
+use crate::postgres::unexpected;
 
 impl PostgresClient {
     fn check(&self, key: &str, options: &LockOptions) -> Result<()> {
@@ -40,15 +41,9 @@ impl PostgresClient {
         options: &LockOptions,
         wait: Option<Duration>,
     ) -> Result<Option<LockGuard>> {
-        let session = self.take_session().await?;
-        let token = options.new_token();
-        let ttl = options.ttl();
-        let ttl_text = millis_text(ttl);
-        let started = Instant::now();
-        // If this future is dropped mid-statement, the server may grant the lock to a session
-        // nobody owns: the armed cleanup closes that session, which releases whatever it holds.
-        let mut cleanup = AbandonedSession(Some(session));
-        let s = cleanup.0.as_ref().expect("armed");
+        let (mut cleanup, token, ttl_text, started) =
+            AbandonedSession::start(self, options).await?;
+        let s = cleanup.session();
         let pid = s.pid;
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
             [&key, &token.expose(), &ttl_text, &pid];
@@ -67,10 +62,7 @@ impl PostgresClient {
             self.unlock_or_discard(session, key).await;
             return Ok(None);
         };
-        let bad = |e: tokio_postgres::Error| Error::UnexpectedReply {
-            op: Operation::Acquire,
-            detail: e.to_string(),
-        };
+        let bad = unexpected(Operation::Acquire);
         // Dropped armed on a refusal: the connection is closed.
         self.refuse_handed_over(
             &row,
@@ -80,7 +72,7 @@ impl PostgresClient {
                  for it (advisory locks are reentrant: it would have been granted twice)"
             ),
         )?;
-        let fence: Option<i64> = row.try_get(2).map_err(bad)?;
+        let fence: Option<i64> = row.try_get(2).map_err(&bad)?;
         let Some(fence) = fence else {
             let session = cleanup.disarm();
             self.put_back(session);
@@ -164,7 +156,31 @@ impl Attempts for SessionWait<'_> {
 pub(super) struct AbandonedSession(pub(super) Option<Session>);
 
 impl AbandonedSession {
-    fn disarm(&mut self) -> Session {
+    /// An acquisition about to be sent on a session of its own: the session, armed (if the
+    /// future is dropped mid-statement, the server may grant the lock to a session nobody owns:
+    /// closing it releases whatever it holds); a fresh token; the TTL as the statement's text;
+    /// and the instant the lease counts from.
+    pub(super) async fn start(
+        client: &PostgresClient,
+        options: &LockOptions,
+    ) -> Result<(AbandonedSession, LockToken, String, Instant)> {
+        let session = client.take_session().await?;
+        let token = options.new_token();
+        let ttl_text = millis_text(options.ttl());
+        Ok((
+            AbandonedSession(Some(session)),
+            token,
+            ttl_text,
+            Instant::now(),
+        ))
+    }
+
+    /// The session, while armed.
+    pub(super) fn session(&self) -> &Session {
+        self.0.as_ref().expect("armed")
+    }
+
+    pub(super) fn disarm(&mut self) -> Session {
         self.0.take().expect("disarmed once")
     }
 }
@@ -264,13 +280,10 @@ impl Driver for PostgresClient {
             )
             .await?;
         self.put_back(session);
-        let bad = |e: tokio_postgres::Error| Error::UnexpectedReply {
-            op: Operation::Inspect,
-            detail: e.to_string(),
-        };
-        let pid: Option<i32> = row.try_get(0).map_err(bad)?;
-        let fence: Option<i64> = row.try_get(1).map_err(bad)?;
-        let holder: Option<String> = row.try_get(2).map_err(bad)?;
+        let bad = unexpected(Operation::Inspect);
+        let pid: Option<i32> = row.try_get(0).map_err(&bad)?;
+        let fence: Option<i64> = row.try_get(1).map_err(&bad)?;
+        let holder: Option<String> = row.try_get(2).map_err(&bad)?;
         Ok(LockState::new(
             key.to_string(),
             pid.and(holder),
@@ -284,9 +297,7 @@ impl Driver for PostgresClient {
     /// # Errors
     /// [`Error::InvalidArgument`] above `i64::MAX`; connection and server errors.
     async fn raise_fencing_counter(&self, key: &str, at_least: u64) -> Result<u64> {
-        validate_pg_key(key)?;
-        let n = i64::try_from(at_least)
-            .map_err(|_| Error::invalid("fencing number", "above PostgreSQL's bigint"))?;
+        let n = super::params::raised_fencing_number(key, at_least)?;
         let session = self.take_session().await?;
         let row = self
             .timed(

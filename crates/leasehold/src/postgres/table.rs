@@ -115,8 +115,7 @@ impl LockTable for PostgresLeaseClient {
     /// [`Error::NotHeld`] if no live row holds it; [`Error::InvalidArgument`] for a bad key or
     /// reason; connection and server errors.
     async fn force_release(&self, key: &str, reason: &str) -> Result<ForceReleased> {
-        validate_pg_key(key)?;
-        check_reason(reason)?;
+        check_forcing(key, reason)?;
         let conn = self.conn().await?;
         let row = self
             .timed(
@@ -124,9 +123,7 @@ impl LockTable for PostgresLeaseClient {
                 conn.query_typed_opt(FORCE_LEASE, &[(&key, Type::TEXT)]),
             )
             .await?;
-        let row = row.ok_or_else(|| Error::NotHeld {
-            key: key.to_string(),
-        })?;
+        let row = held(key, row)?;
         let bad = unexpected(Operation::Release);
         let token: String = row.try_get(0).map_err(&bad)?;
         let fence: i64 = row.try_get(1).map_err(&bad)?;
@@ -199,8 +196,7 @@ impl LockTable for PostgresClient {
     /// refuses to terminate that backend (not a superuser, not in `pg_signal_backend`);
     /// [`Error::InvalidArgument`] for a bad key or reason; connection and server errors.
     async fn force_release(&self, key: &str, reason: &str) -> Result<ForceReleased> {
-        validate_pg_key(key)?;
-        check_reason(reason)?;
+        check_forcing(key, reason)?;
         let session = self.take_session().await?;
         let row = self
             .timed(
@@ -211,9 +207,7 @@ impl LockTable for PostgresClient {
             )
             .await;
         self.put_back(session);
-        let row = row?.ok_or_else(|| Error::NotHeld {
-            key: key.to_string(),
-        })?;
+        let row = held(key, row?)?;
         let bad = unexpected(Operation::Release);
         let holder: Option<String> = row.try_get(0).map_err(&bad)?;
         let fence: Option<i64> = row.try_get(1).map_err(&bad)?;
@@ -252,6 +246,19 @@ fn matching(
         }
     }
     Ok(found)
+}
+
+/// A forced release's arguments, checked before any round trip.
+fn check_forcing(key: &str, reason: &str) -> Result<()> {
+    validate_pg_key(key)?;
+    check_reason(reason)
+}
+
+/// The row a forcing statement returned: none is [`Error::NotHeld`] (nobody held `key`).
+fn held(key: &str, row: Option<tokio_postgres::Row>) -> Result<tokio_postgres::Row> {
+    row.ok_or_else(|| Error::NotHeld {
+        key: key.to_string(),
+    })
 }
 
 fn forced(key: &str, value: &str, counter: Option<u64>, reason: &str) -> Result<ForceReleased> {

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 
-use crate::core::acquire::{Ask, granted};
+use crate::core::acquire::{Ask, Attempts, granted};
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::LockGuard;
 use crate::core::kind::Backend;
@@ -192,7 +192,9 @@ impl ChannelAttempts for TermAttempts<'_> {
     fn client(&self) -> &RedisClient {
         &self.election.client
     }
+}
 
+impl Attempts for TermAttempts<'_> {
     fn name(&self) -> &str {
         &self.election.name
     }

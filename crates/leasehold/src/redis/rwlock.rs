@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
 
-use crate::core::acquire::{Ask, Grant, OnAbandon, granted};
+use crate::core::acquire::{Ask, Attempts, Grant, OnAbandon, granted};
 use crate::core::driver::Driver;
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::HeldLock;
@@ -344,7 +344,9 @@ impl ChannelAttempts for SideAttempts<'_> {
     fn client(&self) -> &RedisClient {
         &self.lock.client
     }
+}
 
+impl Attempts for SideAttempts<'_> {
     fn name(&self) -> &str {
         &self.lock.name
     }

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
 
-use crate::core::acquire::{Ask, Grant, OnAbandon, granted};
+use crate::core::acquire::{Ask, Attempts, Grant, OnAbandon, granted};
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::HeldLock;
 use crate::core::guard::{Lease, LockGuard, extended_by};
@@ -310,7 +310,9 @@ impl ChannelAttempts for PermitAttempts<'_> {
     fn client(&self) -> &RedisClient {
         &self.semaphore.client
     }
+}
 
+impl Attempts for PermitAttempts<'_> {
     fn name(&self) -> &str {
         &self.semaphore.name
     }

@@ -48,6 +48,19 @@ impl Label {
         crate::core::trace::traced(self.span(operation), work).await
     }
 
+    /// `work`, a taking (`taking`, with `options`), in the span of `operation`, once the option
+    /// table allowed it.
+    async fn take<T: crate::core::trace::Traced>(
+        &self,
+        options: &crate::core::options::LockOptions,
+        taking: crate::core::kind::Taking,
+        operation: &'static str,
+        work: impl Future<Output = crate::core::error::Result<T>>,
+    ) -> crate::core::error::Result<T> {
+        self.check(options, taking)?;
+        self.traced(operation, work).await
+    }
+
     /// The options, checked for `taking` on this handle's backend before any round trip
     /// (`LockOptions::check_for`: the one option table).
     fn check(

@@ -214,20 +214,16 @@ impl RwLock {
 
     /// One attempt to take `side` (the option table checked first, and traced).
     pub(crate) async fn try_take(&self, side: Side, options: &LockOptions) -> Result<TryAcquire> {
-        self.label.check(options, side.taking())?;
         let span = side.span_name(Operation::Try);
-        self.label
-            .traced(span, self.provider.try_take(side, options))
-            .await
+        let taking = self.provider.try_take(side, options);
+        self.label.take(options, side.taking(), span, taking).await
     }
 
     /// Waits to take `side` until `options.wait_bound()`.
     pub(crate) async fn take(&self, side: Side, options: &LockOptions) -> Result<LockGuard> {
-        self.label.check(options, side.taking())?;
         let span = side.span_name(Operation::Take);
-        self.label
-            .traced(span, self.provider.take(side, options))
-            .await
+        let taking = self.provider.take(side, options);
+        self.label.take(options, side.taking(), span, taking).await
     }
 
     /// Releases what `token` holds on `side`.

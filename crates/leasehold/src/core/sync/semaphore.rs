@@ -119,13 +119,9 @@ impl Semaphore {
     /// [`Error::Conflict`] when the name's holders use another number of permits;
     /// [`Error::ExpiredOnArrival`]; connection and server errors.
     pub async fn try_acquire(&self, options: &LockOptions) -> Result<TryAcquire> {
-        self.label.check(options, Taking::Permit)?;
-        self.label
-            .traced(
-                "leasehold.semaphore.try_acquire",
-                self.provider.try_acquire(options),
-            )
-            .await
+        let span = "leasehold.semaphore.try_acquire";
+        let taking = self.provider.try_acquire(options);
+        self.label.take(options, Taking::Permit, span, taking).await
     }
 
     /// Takes a permit, retrying until `options.wait_bound()` (one attempt without one).
@@ -134,13 +130,9 @@ impl Semaphore {
     /// [`Error::NotAcquired`] if every permit stayed held until the deadline; otherwise as
     /// [`Semaphore::try_acquire`].
     pub async fn acquire(&self, options: &LockOptions) -> Result<LockGuard> {
-        self.label.check(options, Taking::Permit)?;
-        self.label
-            .traced(
-                "leasehold.semaphore.acquire",
-                self.provider.acquire(options),
-            )
-            .await
+        let span = "leasehold.semaphore.acquire";
+        let taking = self.provider.acquire(options);
+        self.label.take(options, Taking::Permit, span, taking).await
     }
 
     /// Waits for a permit (as [`Semaphore::acquire`]), runs `work`, and releases the permit

@@ -134,11 +134,8 @@ impl Primitives for EtcdClient {
     /// [`Error::InvalidArgument`] for an empty, over-long or NUL-containing name.
     fn rwlock(&self, name: &str) -> Result<RwLock> {
         check_key(name)?;
-        Ok(RwLock::new(
-            Backend::Etcd,
-            name,
-            EtcdRwLock::new(self, name),
-        ))
+        let provider = EtcdRwLock::new(self, name);
+        Ok(RwLock::new(Backend::Etcd, name, provider))
     }
 
     /// An election on `name`, after etcd's `concurrency.Election`: a campaign is an entry
@@ -152,10 +149,7 @@ impl Primitives for EtcdClient {
     /// [`Error::InvalidArgument`] for an empty, over-long or NUL-containing name.
     fn election(&self, name: &str) -> Result<Election> {
         check_key(name)?;
-        Ok(Election::new(
-            Backend::Etcd,
-            name,
-            EtcdElection::new(self, name),
-        ))
+        let provider = EtcdElection::new(self, name);
+        Ok(Election::new(Backend::Etcd, name, provider))
     }
 }

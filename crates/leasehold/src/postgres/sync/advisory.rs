@@ -3,7 +3,7 @@
 //! own ([`PgHeld`], renewed and reported lost when the session ends); this file has their SQL,
 //! the acquiring attempt, and release and extend by token.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
@@ -21,6 +21,7 @@ use crate::postgres::lifetime::silence_in;
 use crate::postgres::params::millis_text;
 use crate::postgres::session::{AbandonedSession, SessionWait};
 use crate::postgres::sql::SILENCE;
+use crate::postgres::unexpected;
 
 /// The advisory key of `$1`'s lock number `seed` (an SQL expression): seed 0 is the plain
 /// lock's key (so a writer or leader excludes a plain lock of the same name and the reverse),
@@ -318,15 +319,9 @@ impl PostgresClient {
         options: &LockOptions,
         wait: Option<Duration>,
     ) -> Result<Option<LockGuard>> {
-        let session = self.take_session().await?;
-        let token = options.new_token();
-        let ttl = options.ttl();
-        let ttl_text = millis_text(ttl);
-        let started = Instant::now();
-        // Dropped mid-statement, the server may grant a lock nobody owns: the armed cleanup
-        // closes the session, which releases whatever it holds.
-        let mut cleanup = AbandonedSession(Some(session));
-        let s = cleanup.0.as_ref().expect("armed");
+        let (mut cleanup, token, ttl_text, started) =
+            AbandonedSession::start(self, options).await?;
+        let s = cleanup.session();
         let pid = s.pid;
         let (token_text, extra) = (token.expose(), ask.extra());
         let sql = ask.sql(wait.is_some());
@@ -341,24 +336,21 @@ impl PostgresClient {
         let Some(row) = acquiring_reply(self, s, wait, acquire).await? else {
             // Timed out in a queue: the advisory lock's, or, once granted, the fence row's. A
             // session lock outlives the statement's rollback.
-            let session = cleanup.0.take().expect("armed");
+            let session = cleanup.disarm();
             self.unlock_all_or_discard(session).await;
             return Ok(None);
         };
-        let bad = |e: tokio_postgres::Error| Error::UnexpectedReply {
-            op: Operation::Acquire,
-            detail: e.to_string(),
-        };
+        let bad = unexpected(Operation::Acquire);
         self.refuse_handed_over(
             &row,
             pid,
             "this connection's server session already held an advisory lock before asking for \
              one (a session handed over with another client's lock)",
         )?;
-        let slot: Option<i64> = row.try_get(2).map_err(bad)?;
-        let fence: Option<i64> = row.try_get(3).map_err(bad)?;
+        let slot: Option<i64> = row.try_get(2).map_err(&bad)?;
+        let fence: Option<i64> = row.try_get(3).map_err(&bad)?;
         let silence = silence_in(&row, 6, Operation::Acquire)?;
-        let session = cleanup.0.take().expect("armed");
+        let session = cleanup.disarm();
         let Some(seed) = slot else {
             self.put_back(session);
             return Ok(None);

@@ -19,6 +19,7 @@ use crate::postgres::Timed;
 use crate::postgres::client::PostgresClient;
 use crate::postgres::params::validate_pg_key;
 use crate::postgres::session::granted_or_busy;
+use crate::postgres::unexpected;
 
 impl PostgresClient {
     /// The limit every session primitive adds to the one option table (which the handle
@@ -353,14 +354,11 @@ impl crate::core::sync::ElectionProvider for PgElection {
             .client
             .query_pooled(Operation::Inspect, LEADER, &[&self.name])
             .await?;
-        let bad = |e: tokio_postgres::Error| Error::UnexpectedReply {
-            op: Operation::Inspect,
-            detail: e.to_string(),
-        };
-        let held: bool = row.try_get(0).map_err(bad)?;
-        let fence: Option<i64> = row.try_get(1).map_err(bad)?;
-        let term: Option<i64> = row.try_get(2).map_err(bad)?;
-        let id: Option<String> = row.try_get(3).map_err(bad)?;
+        let bad = unexpected(Operation::Inspect);
+        let held: bool = row.try_get(0).map_err(&bad)?;
+        let fence: Option<i64> = row.try_get(1).map_err(&bad)?;
+        let term: Option<i64> = row.try_get(2).map_err(&bad)?;
+        let id: Option<String> = row.try_get(3).map_err(&bad)?;
         if !held {
             return Ok(None);
         }

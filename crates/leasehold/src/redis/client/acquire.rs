@@ -85,18 +85,11 @@ impl Attempts for PlainLock<'_> {
 }
 
 /// A Redis primitive's attempts (a semaphore's permits, a read-write lock's sides, an
-/// election's terms), as [`OnReleaseChannel`] hands them to the acquisition engine.
-pub(crate) trait ChannelAttempts: Sync {
+/// election's terms), as [`OnReleaseChannel`] hands them to the acquisition engine: the
+/// attempts, and the client whose release channel of [`Attempts::name`] wakes them.
+pub(crate) trait ChannelAttempts: Attempts {
     /// The client the attempts go through.
     fn client(&self) -> &RedisClient;
-    /// The primitive's name (its release channel is [`release_channel`] of it).
-    fn name(&self) -> &str;
-    /// One attempt, as [`Attempts::attempt`].
-    fn attempt(
-        &self,
-        options: &LockOptions,
-        ask: Ask,
-    ) -> impl Future<Output = Result<TryAcquire>> + Send;
 }
 
 /// A Redis primitive's wait: woken by every release on its name's channel (only one can take a
@@ -106,7 +99,7 @@ pub(crate) struct OnReleaseChannel<P>(pub(crate) P);
 
 impl<P: ChannelAttempts> Attempts for OnReleaseChannel<P> {
     fn name(&self) -> &str {
-        self.0.name()
+        Attempts::name(&self.0)
     }
 
     fn attempt(
@@ -114,7 +107,7 @@ impl<P: ChannelAttempts> Attempts for OnReleaseChannel<P> {
         options: &LockOptions,
         ask: Ask,
     ) -> impl Future<Output = Result<TryAcquire>> + Send {
-        self.0.attempt(options, ask)
+        Attempts::attempt(&self.0, options, ask)
     }
 
     fn wakes(&self) -> bool {
@@ -123,7 +116,9 @@ impl<P: ChannelAttempts> Attempts for OnReleaseChannel<P> {
 
     async fn wakeups(&self) -> Option<Box<dyn Wakeup>> {
         let notifier = self.0.client().notifier()?;
-        let subscription = notifier.subscribe(release_channel(self.0.name())).await?;
+        let subscription = notifier
+            .subscribe(release_channel(Attempts::name(&self.0)))
+            .await?;
         Some(Box::new(subscription) as Box<dyn Wakeup>)
     }
 
