@@ -116,7 +116,9 @@ impl Semaphore {
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad TTL; [`Error::Unsupported`] for options the
     /// backend's semaphore does not have (fair mode, `replica_ack`, fencing on Redis);
-    /// [`Error::Conflict`] when the name's holders use another number of permits;
+    /// [`Error::Conflict`] when the name's holders use another number of permits (on every
+    /// backend that records the number; PostgreSQL session locks cannot tell: their permits
+    /// are slots, see the `postgres` module);
     /// [`Error::ExpiredOnArrival`]; connection and server errors.
     pub async fn try_acquire(&self, options: &LockOptions) -> Result<TryAcquire> {
         let span = "leasehold.semaphore.try_acquire";
