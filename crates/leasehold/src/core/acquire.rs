@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::BoxFuture;
 
 use crate::core::error::{Error, Result};
-use crate::core::guard::{LockGuard, clock_drift};
+use crate::core::guard::{LockGuard, valid_until};
 use crate::core::options::{Backoff, FOREVER, LockOptions};
 use crate::core::outcome::TryAcquire;
 use crate::core::token::LockToken;
@@ -204,11 +204,11 @@ pub(crate) async fn granted<T>(
 }
 
 /// Whether a grant whose request was sent at `started` came after its lease's validity (the
-/// TTL minus the drift allowance, [`clock_drift`], as a [`Lease`](crate::core::guard::Lease)
+/// TTL minus the drift allowance, [`clock_drift`](crate::core::guard::clock_drift), as a [`Lease`](crate::core::guard::Lease)
 /// counts it): then the server may have freed it already and it is not a lock; the provider
 /// gives it back and answers [`Error::ExpiredOnArrival`].
 pub(crate) fn late(name: &str, started: Instant, ttl: Duration) -> bool {
-    if started.elapsed() < ttl.saturating_sub(clock_drift(ttl)) {
+    if Instant::now() < valid_until(started, ttl) {
         return false;
     }
     let key = name;

@@ -9,7 +9,7 @@ use ec::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use etcd_client as ec;
 
 use crate::core::error::LossReason;
-use crate::core::guard::clock_drift;
+use crate::core::guard::valid_until;
 
 use super::keep_alive::{KeepAliveOutcome, KeepAlives};
 use super::lock;
@@ -293,9 +293,7 @@ async fn cap_holds(etcd: &ec::Client, session: &Session, timeout: Duration) {
                 // nobody keeps alive (and is not revoked here), so no renewal of the session
                 // may carry the validity past that lease's. The next check finds the entry
                 // moved (lost) or not (the move is tried again at the next tick).
-                let ceiling = started
-                    + Duration::from_secs(granted.ttl() as u64)
-                        .saturating_sub(clock_drift(Duration::from_secs(granted.ttl() as u64)));
+                let ceiling = valid_until(started, Duration::from_secs(granted.ttl() as u64));
                 let mut t = t;
                 t.ceiling = Some(t.ceiling.map_or(ceiling, |c| c.min(ceiling)));
                 t.lease.lower_valid_until(ceiling);

@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use crate::core::error::{Error, Result};
-use crate::core::guard::{Lease, LockGuard, clock_drift};
+use crate::core::guard::{Lease, LockGuard, valid_until};
 use crate::core::kind::{Backend, Taking};
 use crate::core::options::LockOptions;
 use crate::core::outcome::TryAcquire;
@@ -153,7 +153,7 @@ impl RedisClient {
                                 key: key.to_string(),
                                 token: waiter.token.clone(),
                                 ttl,
-                                entry_alive_until: started + entry_ttl - clock_drift(entry_ttl),
+                                entry_alive_until: valid_until(started, entry_ttl),
                                 attempt,
                             },
                         );
@@ -255,8 +255,9 @@ impl RedisClient {
     }
 }
 
+/// Whether a grant whose request was sent at `started` came after its lease's validity.
 fn expired(started: Instant, ttl: Duration) -> bool {
-    started.elapsed() >= ttl.saturating_sub(clock_drift(ttl))
+    Instant::now() >= valid_until(started, ttl)
 }
 
 fn check_fair(key: &str, options: &LockOptions) -> Result<()> {
