@@ -78,6 +78,13 @@ pub(crate) trait Kind {
 /// providers (a backend's `sync` module). The [`Locker`](crate::Locker) checked the name (and
 /// the number of permits) first, as every backend needs; a backend adds only its own limits.
 pub(crate) trait Primitives: Kind {
+    /// Refuses a name this backend cannot keep a primitive under, beyond `validate_key` (which
+    /// the Locker checked): a backend's own limits, checked once before any handle is made.
+    fn check_name(&self, name: &str) -> Result<()> {
+        let _ = name;
+        Ok(())
+    }
+
     /// A counting semaphore of `permits` on `name` (no round trip).
     fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
         let _ = (name, permits);

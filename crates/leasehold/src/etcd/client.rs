@@ -260,18 +260,7 @@ impl Driver for EtcdClient {
         let Some(first) = self.first_entry(key).await? else {
             return Ok(LockState::new(key.to_string(), None, None, None));
         };
-        let ttl = if first.lease() != 0 {
-            let id = first.lease();
-            let lease = self
-                .request(Operation::Inspect, false, || {
-                    let mut leases = self.inner.etcd.lease_client();
-                    async move { leases.time_to_live(id, None).await }
-                })
-                .await?;
-            (lease.ttl() >= 0).then(|| Duration::from_secs(lease.ttl() as u64))
-        } else {
-            None
-        };
+        let ttl = self.lease_ttl(first.lease()).await?;
         Ok(LockState::new(
             key.to_string(),
             Some(String::from_utf8_lossy(first.value()).into_owned()),
@@ -291,6 +280,36 @@ impl Driver for EtcdClient {
             backend: "etcd",
             what: "raising a fencing counter (etcd's fencing numbers are its revisions)".into(),
         })
+    }
+}
+
+impl EtcdClient {
+    /// A read of `key` with `options` (an `Inspect`, bounded by the response timeout).
+    pub(super) async fn read(
+        &self,
+        key: &[u8],
+        options: ec::GetOptions,
+    ) -> Result<ec::GetResponse> {
+        self.request(Operation::Inspect, false, || {
+            let mut kv = self.inner.etcd.kv_client();
+            let (key, options) = (key.to_vec(), options.clone());
+            async move { kv.get(key, Some(options)).await }
+        })
+        .await
+    }
+
+    /// A lease's remaining TTL (`None` for no lease, or one already gone).
+    pub(super) async fn lease_ttl(&self, id: i64) -> Result<Option<Duration>> {
+        if id == 0 {
+            return Ok(None);
+        }
+        let lease = self
+            .request(Operation::Inspect, false, || {
+                let mut leases = self.inner.etcd.lease_client();
+                async move { leases.time_to_live(id, None).await }
+            })
+            .await?;
+        Ok((lease.ttl() >= 0).then(|| Duration::from_secs(lease.ttl() as u64)))
     }
 }
 

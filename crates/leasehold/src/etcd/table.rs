@@ -9,7 +9,6 @@
 //! (`\0history\0…`) are not locks.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use ec::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 use etcd_client as ec;
@@ -47,13 +46,7 @@ impl EtcdClient {
         let mut prefix = format!("\0{kind}\0").into_bytes();
         prefix.extend_from_slice(literal.as_bytes());
         let options = GetOptions::new().with_prefix();
-        let mut resp = self
-            .request(Operation::Inspect, false, || {
-                let mut kv = self.inner.etcd.kv_client();
-                let (from, options) = (prefix.clone(), options.clone());
-                async move { kv.get(from, Some(options)).await }
-            })
-            .await?;
+        let mut resp = self.read(&prefix, options.clone()).await?;
         // name -> its entries, each with the parts of its key after the name.
         let mut found: BTreeMap<String, Vec<(QueueEntry, Vec<String>)>> = BTreeMap::new();
         for kv in resp.take_kvs() {
@@ -126,40 +119,14 @@ impl EtcdClient {
             .with_sort(ec::SortTarget::Create, ec::SortOrder::Ascend)
             .with_limit(1);
         let prefix = queue_prefix(key);
-        let mut resp = self
-            .request(Operation::Inspect, false, || {
-                let mut kv = self.inner.etcd.kv_client();
-                let (prefix, options) = (prefix.clone(), options.clone());
-                async move { kv.get(prefix, Some(options)).await }
-            })
-            .await?;
+        let mut resp = self.read(&prefix, options.clone()).await?;
         Ok(resp.take_kvs().into_iter().next())
-    }
-
-    /// A lease's remaining TTL (`None` for no lease, or one already gone).
-    async fn lease_ttl(&self, id: i64) -> Result<Option<Duration>> {
-        if id == 0 {
-            return Ok(None);
-        }
-        let lease = self
-            .request(Operation::Inspect, false, || {
-                let mut leases = self.inner.etcd.lease_client();
-                async move { leases.time_to_live(id, None).await }
-            })
-            .await?;
-        Ok((lease.ttl() >= 0).then(|| Duration::from_secs(lease.ttl() as u64)))
     }
 
     /// Why a key with no entries cannot be forced: free, or an etcd key that is not a lock.
     async fn not_a_lock_or_free(&self, key: &str) -> Error {
         let options = GetOptions::new().with_count_only();
-        let found = self
-            .request(Operation::Inspect, false, || {
-                let mut kv = self.inner.etcd.kv_client();
-                let options = options.clone();
-                async move { kv.get(key, Some(options)).await }
-            })
-            .await;
+        let found = self.read(key.as_bytes(), options).await;
         match found {
             Ok(resp) if resp.count() > 0 => Error::invalid(
                 "key",
@@ -187,13 +154,7 @@ impl LockTable for EtcdClient {
             .take_while(|c| !matches!(c, '*' | '?' | '\\'))
             .collect();
         let options = GetOptions::new().with_prefix();
-        let mut resp = self
-            .request(Operation::Inspect, false, || {
-                let mut kv = self.inner.etcd.kv_client();
-                let (from, options) = (literal.clone(), options.clone());
-                async move { kv.get(from, Some(options)).await }
-            })
-            .await?;
+        let mut resp = self.read(literal.as_bytes(), options.clone()).await?;
         let mut locks: BTreeMap<String, Vec<QueueEntry>> = BTreeMap::new();
         for kv in resp.take_kvs() {
             // No NUL: not a lock entry; a NUL first: a primitive's or the history's (below).

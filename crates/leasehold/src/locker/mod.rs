@@ -144,6 +144,7 @@ impl Locker {
     /// semaphores ([`Backend::has`]).
     pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
         Semaphore::check(name, permits)?;
+        self.backend.check_name(name)?;
         self.backend.semaphore(name, permits)
     }
 
@@ -154,6 +155,7 @@ impl Locker {
     /// backend without read-write locks ([`Backend::has`]).
     pub fn rwlock(&self, name: &str) -> Result<RwLock> {
         crate::core::token::validate_key(name)?;
+        self.backend.check_name(name)?;
         self.backend.rwlock(name)
     }
 
@@ -164,6 +166,7 @@ impl Locker {
     /// backend without elections ([`Backend::has`]).
     pub fn election(&self, name: &str) -> Result<Election> {
         crate::core::token::validate_key(name)?;
+        self.backend.check_name(name)?;
         self.backend.election(name)
     }
 

@@ -92,19 +92,16 @@ impl LockTable for PostgresLeaseClient {
         let rows = self
             .timed(Operation::Inspect, conn.query(LIST_LEASES, &[]))
             .await?;
-        let bad = unexpected(Operation::Inspect);
-        let mut entries = Vec::new();
-        for (key, row) in matching(rows, pattern)? {
-            let token: String = row.try_get(1).map_err(&bad)?;
-            let fence: i64 = row.try_get(2).map_err(&bad)?;
-            let ms: i64 = row.try_get(3).map_err(&bad)?;
+        listed(rows, pattern, |key, row, bad| {
+            let token: String = row.try_get(1).map_err(bad)?;
+            let fence: i64 = row.try_get(2).map_err(bad)?;
+            let ms: i64 = row.try_get(3).map_err(bad)?;
             let ttl = Some(Duration::from_millis(ms.max(0) as u64));
             let holders = LockHolder::from_value(&token, ttl).into_iter().collect();
             let mut entry = LockEntry::new(key, LockKind::Lock, holders);
             entry.fencing_counter = Some(fence as u64);
-            entries.push(entry);
-        }
-        Ok(entries)
+            Ok(Some(entry))
+        })
     }
 
     /// Empties `key`'s row whatever its token and bumps its fencing counter, in one `UPDATE`:
@@ -151,15 +148,13 @@ impl LockTable for PostgresClient {
             .timed(Operation::Inspect, session.client.query(LIST_SESSIONS, &[]))
             .await?;
         self.put_back(session);
-        let bad = unexpected(Operation::Inspect);
-        let mut entries = Vec::new();
-        for (key, row) in matching(rows, pattern)? {
-            let fence: i64 = row.try_get(1).map_err(&bad)?;
-            let stored: Option<String> = row.try_get(2).map_err(&bad)?;
-            let pid: i32 = row.try_get(3).map_err(&bad)?;
-            let addr: Option<String> = row.try_get(4).map_err(&bad)?;
-            let app: Option<String> = row.try_get(5).map_err(&bad)?;
-            let waiting: i64 = row.try_get(6).map_err(&bad)?;
+        listed(rows, pattern, |key, row, bad| {
+            let fence: i64 = row.try_get(1).map_err(bad)?;
+            let stored: Option<String> = row.try_get(2).map_err(bad)?;
+            let pid: i32 = row.try_get(3).map_err(bad)?;
+            let addr: Option<String> = row.try_get(4).map_err(bad)?;
+            let app: Option<String> = row.try_get(5).map_err(bad)?;
+            let waiting: i64 = row.try_get(6).map_err(bad)?;
             let server_view = || {
                 let label = format!("backend {pid}");
                 let owner = Owner::new(
@@ -174,7 +169,7 @@ impl LockTable for PostgresClient {
                 .as_deref()
                 .and_then(|s| LockHolder::from_value(s, None))
             else {
-                continue;
+                return Ok(None);
             };
             if holder.owner.is_none() {
                 holder.owner = server_view();
@@ -182,9 +177,8 @@ impl LockTable for PostgresClient {
             let mut entry = LockEntry::new(key, LockKind::Lock, vec![holder]);
             entry.fencing_counter = Some(fence as u64);
             entry.waiters = Some(waiting as u64);
-            entries.push(entry);
-        }
-        Ok(entries)
+            Ok(Some(entry))
+        })
     }
 
     /// Ends `key`'s session lock by terminating the holder's backend, and bumps the counter in
@@ -233,19 +227,28 @@ impl LockTable for PostgresClient {
     }
 }
 
-/// The rows whose first column, the key, matches `pattern`, with their keys.
-fn matching(
+/// The entries `entry` makes of the rows whose key (column 0) matches `pattern` (`None`: the
+/// row is left out); `entry` reads the other columns with the given error for an unreadable one.
+fn listed(
     rows: Vec<tokio_postgres::Row>,
     pattern: &str,
-) -> Result<Vec<(String, tokio_postgres::Row)>> {
-    let mut found = Vec::new();
+    entry: impl Fn(
+        String,
+        &tokio_postgres::Row,
+        &dyn Fn(tokio_postgres::Error) -> Error,
+    ) -> Result<Option<LockEntry>>,
+) -> Result<Vec<LockEntry>> {
+    let bad = unexpected(Operation::Inspect);
+    let mut entries = Vec::new();
     for row in rows {
-        let key: String = row.try_get(0).map_err(unexpected(Operation::Inspect))?;
-        if glob_match(pattern, &key) {
-            found.push((key, row));
+        let key: String = row.try_get(0).map_err(&bad)?;
+        if glob_match(pattern, &key)
+            && let Some(e) = entry(key, &row, &bad)?
+        {
+            entries.push(e);
         }
     }
-    Ok(found)
+    Ok(entries)
 }
 
 /// A forced release's arguments, checked before any round trip.

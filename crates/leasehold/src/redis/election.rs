@@ -31,7 +31,6 @@ use crate::core::token::LockToken;
 use crate::redis::client::{ChannelAttempts, OnReleaseChannel};
 use crate::redis::client::{RedisClient, script_grant};
 use crate::redis::scripts::{CAMPAIGN_SCRIPT as CAMPAIGN, LEADER_SCRIPT as LEADER};
-use crate::redis::slot::validate_name;
 use crate::redis::slot::{fence_key, release_channel, slot_name};
 use crate::redis::waiting::Subscription;
 
@@ -55,7 +54,6 @@ impl RedisClient {
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty or over-long name.
     pub(crate) fn new_election(&self, name: &str) -> Result<Election> {
-        validate_name(name)?;
         let redis = RedisElection {
             client: self.clone(),
             name: name.to_string(),

@@ -52,7 +52,6 @@ use crate::redis::scripts::{
     WRITE_LEAVE_SCRIPT as WRITE_LEAVE,
 };
 use crate::redis::semaphore::{extend_member, release_member};
-use crate::redis::slot::validate_name;
 use crate::redis::slot::{fence_key, slot_name};
 
 /// The sorted set of `name`'s readers: [`slot_name`]`(name) + ":readers"`.
@@ -86,7 +85,6 @@ impl RedisClient {
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty or over-long name.
     pub(crate) fn new_rwlock(&self, name: &str) -> Result<RwLock> {
-        validate_name(name)?;
         let redis = RedisRwLock {
             client: self.clone(),
             name: name.to_string(),

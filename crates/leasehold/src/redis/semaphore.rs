@@ -81,7 +81,6 @@ impl RedisClient {
     /// [`Error::InvalidArgument`] for an empty or over-long name, or `permits` outside
     /// 1 ..= [`MAX_PERMITS`](crate::MAX_PERMITS).
     pub(crate) fn new_semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
-        crate::redis::slot::validate_name(name)?;
         let redis = RedisSemaphore {
             client: self.clone(),
             name: name.to_string(),

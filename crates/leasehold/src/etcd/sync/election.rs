@@ -8,7 +8,7 @@ use etcd_client::{GetOptions, SortOrder, SortTarget, WatchOptions, WatchStream};
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 
-use crate::core::error::{Error, Operation, Result};
+use crate::core::error::{Error, Result};
 use crate::core::guard::LockGuard;
 use crate::core::options::LockOptions;
 use crate::core::sync::{Leader, LeaderChanges};
@@ -96,19 +96,7 @@ impl crate::core::sync::ElectionProvider for EtcdElection {
                 key: self.name.to_string(),
                 detail: "the election's first entry names no candidate".into(),
             })?;
-        let lease = first.lease();
-        let ttl = if lease != 0 {
-            let resp = self
-                .client
-                .request(Operation::Inspect, false, || {
-                    let mut leases = self.client.inner.etcd.lease_client();
-                    async move { leases.time_to_live(lease, None).await }
-                })
-                .await?;
-            (resp.ttl() >= 0).then(|| Duration::from_secs(resp.ttl() as u64))
-        } else {
-            None
-        };
+        let ttl = self.client.lease_ttl(first.lease()).await?;
         Ok(Some(Leader {
             id: String::from_utf8_lossy(id).into_owned(),
             term: first.create_revision() as u64,

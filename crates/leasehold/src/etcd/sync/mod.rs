@@ -59,11 +59,8 @@ mod election;
 mod rwlock;
 mod semaphore;
 
-use ec::GetOptions;
-use etcd_client as ec;
-
 use crate::core::driver::Primitives;
-use crate::core::error::{Operation, Result};
+use crate::core::error::Result;
 use crate::core::kind::Backend;
 use crate::core::sync::{Election, RwLock, Semaphore};
 
@@ -88,19 +85,11 @@ fn prefix(kind: &str, name: &str) -> Vec<u8> {
     p
 }
 
-impl EtcdClient {
-    /// A read of `key` with `options` (an `Inspect`, bounded by the response timeout).
-    async fn read(&self, key: &[u8], options: GetOptions) -> Result<ec::GetResponse> {
-        self.request(Operation::Inspect, false, || {
-            let mut kv = self.inner.etcd.kv_client();
-            let (key, options) = (key.to_vec(), options.clone());
-            async move { kv.get(key, Some(options)).await }
-        })
-        .await
-    }
-}
-
 impl Primitives for EtcdClient {
+    fn check_name(&self, name: &str) -> Result<()> {
+        check_key(name)
+    }
+
     /// A counting semaphore of `permits` on `name`: etcd entries
     /// `\0semaphore\0name\0token\0permits`, of which the `permits` with the lowest create
     /// revisions hold. While leases are valid at most `permits` hold; waiters are served in
@@ -114,7 +103,6 @@ impl Primitives for EtcdClient {
     /// [`Error::InvalidArgument`] for an empty, over-long or NUL-containing name, or
     /// `permits` outside 1 ..= [`MAX_PERMITS`](crate::MAX_PERMITS).
     fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
-        check_key(name)?;
         Ok(Semaphore::new(
             Backend::Etcd,
             name,
@@ -133,7 +121,6 @@ impl Primitives for EtcdClient {
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty, over-long or NUL-containing name.
     fn rwlock(&self, name: &str) -> Result<RwLock> {
-        check_key(name)?;
         let provider = EtcdRwLock::new(self, name);
         Ok(RwLock::new(Backend::Etcd, name, provider))
     }
@@ -148,7 +135,6 @@ impl Primitives for EtcdClient {
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty, over-long or NUL-containing name.
     fn election(&self, name: &str) -> Result<Election> {
-        check_key(name)?;
         let provider = EtcdElection::new(self, name);
         Ok(Election::new(Backend::Etcd, name, provider))
     }

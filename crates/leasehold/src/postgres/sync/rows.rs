@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::BoxFuture;
 use tokio_postgres::types::{ToSql, Type};
 
-use crate::core::acquire::{Ask, Attempts, Grant, Wakeup, granted, late};
+use crate::core::acquire::{Ask, Attempts, Grant, OnAbandon, Wakeup, granted, late};
 use crate::core::driver::Primitives;
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::{HeldLock, Lease, LockGuard, extended_by};
@@ -150,6 +150,10 @@ impl PostgresLeaseClient {
 }
 
 impl Primitives for PostgresLeaseClient {
+    fn check_name(&self, name: &str) -> Result<()> {
+        validate_pg_key(name)
+    }
+
     /// A semaphore of `permits` permits on `name` (no round trip): `permits` slot rows in
     /// `leasehold_permits`, each a lease with a token and an expiry.
     ///
@@ -157,7 +161,6 @@ impl Primitives for PostgresLeaseClient {
     /// [`Error::InvalidArgument`] for a bad name or `permits` outside
     /// 1 ..= [`MAX_PERMITS`](crate::MAX_PERMITS).
     fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
-        validate_pg_key(name)?;
         let provider = RowSemaphore(Arc::new(RowSemaphoreInner {
             client: self.clone(),
             name: name.to_string(),
@@ -177,7 +180,6 @@ impl Primitives for PostgresLeaseClient {
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad name.
     fn election(&self, name: &str) -> Result<Election> {
-        validate_pg_key(name)?;
         let provider = RowElection {
             client: self.clone(),
             name: name.to_string(),
@@ -206,6 +208,24 @@ impl RowSemaphore {
         options.validate()
     }
 
+    /// A token-checked statement on the name's permits (a release, an extend): `NotHeld` when
+    /// it touched no row (the token holds no live permit).
+    async fn token_checked(
+        &self,
+        op: Operation,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<()> {
+        let s = &self.0;
+        let conn = s.client.conn().await?;
+        match s.client.timed(op, conn.execute_typed(sql, params)).await? {
+            0 => Err(Error::NotHeld {
+                key: s.name.clone(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
     /// One attempt; a slot that looked free but was taken meanwhile by another attempt is
     /// followed by another look, so a free permit is not reported busy.
     async fn attempt(&self, options: &LockOptions) -> Result<TryAcquire> {
@@ -218,19 +238,24 @@ impl RowSemaphore {
             let token = options.new_token();
             let token_text = token.expose();
             let started = Instant::now();
-            let row = s
-                .client
-                .row(
-                    Operation::Acquire,
-                    PERMIT_ACQUIRE,
-                    &[
-                        (&s.name, TEXT),
-                        (&token_text, TEXT),
-                        (&ttl_ms, INT8),
-                        (&permits, INT4),
-                    ],
-                )
-                .await?;
+            // Until the reply says what happened, a slot may be ours: given back if we never
+            // learn (a dropped future, a lost reply), as for a lock's row.
+            let mut unknown = OnAbandon::new("lease-row permit", || {
+                let (semaphore, token) = (self.clone(), token.clone());
+                async move {
+                    let _ = SemaphoreProvider::release(&semaphore, &token).await;
+                }
+            });
+            let params: [(&(dyn ToSql + Sync), Type); 4] = [
+                (&s.name, TEXT),
+                (&token_text, TEXT),
+                (&ttl_ms, INT8),
+                (&permits, INT4),
+            ];
+            let row = s.client.row(Operation::Acquire, PERMIT_ACQUIRE, &params);
+            let row = row.await?;
+            unknown.disarm();
+            drop(unknown);
             let bad = unexpected(Operation::Acquire);
             let theirs: Option<i32> = row.try_get(0).map_err(&bad)?;
             let looked_free: bool = row.try_get(1).map_err(&bad)?;
@@ -318,45 +343,21 @@ impl crate::core::sync::SemaphoreProvider for RowSemaphore {
     }
 
     async fn release(&self, token: &LockToken) -> Result<()> {
-        let s = &self.0;
-        let token_text = token.expose();
-        let conn = s.client.conn().await?;
-        let params: [(&(dyn ToSql + Sync), Type); 2] = [(&s.name, TEXT), (&token_text, TEXT)];
-        let rows = s
-            .client
-            .timed(
-                Operation::Release,
-                conn.query_typed(PERMIT_RELEASE, &params),
-            )
-            .await?;
-        if rows.is_empty() {
-            return Err(Error::NotHeld {
-                key: s.name.clone(),
-            });
-        }
-        Ok(())
+        let params: [(&(dyn ToSql + Sync), Type); 2] =
+            [(&self.0.name, TEXT), (&token.expose(), TEXT)];
+        self.token_checked(Operation::Release, PERMIT_RELEASE, &params)
+            .await
     }
 
     async fn extend(&self, token: &LockToken, ttl: Duration) -> Result<()> {
-        let s = &self.0;
         let ttl_ms = ttl_millis(ttl)? as i64;
-        let token_text = token.expose();
-        let conn = s.client.conn().await?;
-        let params: [(&(dyn ToSql + Sync), Type); 3] =
-            [(&s.name, TEXT), (&token_text, TEXT), (&ttl_ms, INT8)];
-        let n = s
-            .client
-            .timed(
-                Operation::Extend,
-                conn.execute_typed(PERMIT_EXTEND, &params),
-            )
-            .await?;
-        if n == 0 {
-            return Err(Error::NotHeld {
-                key: s.name.clone(),
-            });
-        }
-        Ok(())
+        let params: [(&(dyn ToSql + Sync), Type); 3] = [
+            (&self.0.name, TEXT),
+            (&token.expose(), TEXT),
+            (&ttl_ms, INT8),
+        ];
+        self.token_checked(Operation::Extend, PERMIT_EXTEND, &params)
+            .await
     }
 
     async fn holders(&self) -> Result<u32> {

@@ -37,6 +37,10 @@ impl PostgresClient {
 }
 
 impl Primitives for PostgresClient {
+    fn check_name(&self, name: &str) -> Result<()> {
+        validate_pg_key(name)
+    }
+
     /// A semaphore of `permits` permits on `name` (no round trip): `permits` advisory locks,
     /// one per slot (see the module docs).
     ///
@@ -44,7 +48,6 @@ impl Primitives for PostgresClient {
     /// [`Error::InvalidArgument`] for a bad name or `permits` outside
     /// 1 ..= [`MAX_PERMITS`](crate::MAX_PERMITS).
     fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
-        validate_pg_key(name)?;
         let provider = PgSemaphore {
             client: self.clone(),
             name: name.to_string(),
@@ -59,7 +62,6 @@ impl Primitives for PostgresClient {
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad name.
     fn rwlock(&self, name: &str) -> Result<RwLock> {
-        validate_pg_key(name)?;
         let provider = PgRwLock {
             client: self.clone(),
             name: name.to_string(),
@@ -72,7 +74,6 @@ impl Primitives for PostgresClient {
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad name.
     fn election(&self, name: &str) -> Result<Election> {
-        validate_pg_key(name)?;
         let provider = PgElection {
             client: self.clone(),
             name: name.to_string(),

@@ -33,6 +33,10 @@ impl Kind for RedisClient {
 
 /// Each primitive's handle is built in its module (`semaphore`, `rwlock`, `election`).
 impl Primitives for RedisClient {
+    fn check_name(&self, name: &str) -> Result<()> {
+        crate::redis::slot::validate_name(name)
+    }
+
     fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
         self.new_semaphore(name, permits)
     }
