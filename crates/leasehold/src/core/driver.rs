@@ -46,7 +46,8 @@ use crate::core::token::LockToken;
 /// of the `Locker` method of the same name, which documents it; the `Locker` adds the spans,
 /// the metrics and the history around it, once for every backend.
 ///
-/// What a backend does not have keeps the default, which refuses with
+/// Its parts beyond the lock ([`Primitives`], [`LockTable`]) are implemented where their bodies
+/// live; what a backend does not have keeps the part's default, which refuses with
 /// [`Error::Unsupported`] naming the backend (and, for a primitive, the backends that have it:
 /// [`Backend::has`] is the one table of who has what).
 ///
