@@ -45,6 +45,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
 
+use crate::core::acquire::{Ask, Attempts};
 use crate::core::driver::{Driver, Kind, LockTable};
 use crate::core::error::{Error, Result};
 use crate::core::guard::{HeldLock, Lease, LockGuard};
@@ -99,7 +100,9 @@ impl MemoryClient {
         }
     }
 
-    /// Holds `key` as `want` asks, waiting in the key's queue as [`Locker::acquire`](crate::Locker::acquire).
+    /// Holds `key` as `want` asks, waiting in the key's queue as
+    /// [`Locker::acquire`](crate::Locker::acquire), through the acquisition engine: the queue is
+    /// this backend's own, so each attempt waits inside it ([`Queued`]).
     async fn acquire_as(
         &self,
         key: &str,
@@ -107,32 +110,15 @@ impl MemoryClient {
         want: Want<'_>,
     ) -> Result<LockGuard> {
         Self::check(key, options)?;
-        let begun = Instant::now();
-        let deadline = options.wait_bound().map(|w| begun + w);
-        // Our place in the queue, left (and the next waiter woken) however this future ends.
-        let ticket = deadline.map(|_| self.ns.ticket(key));
-        let mut attempts = 0;
-        loop {
-            attempts += 1;
-            let (woken, remaining) = match self.ns.attempt(key, options, ticket.as_ref(), want)? {
-                Attempt::Taken(lease) => return Ok(self.guard(lease, options)),
-                Attempt::Busy { woken, remaining } => (woken, remaining),
-            };
-            let now = Instant::now();
-            let Some(deadline) = deadline.filter(|d| now < *d) else {
-                return Err(Error::NotAcquired {
-                    key: key.to_string(),
-                    waited: now - begun,
-                    attempts,
-                });
-            };
-            // The holder's expiry frees the lock without a release: wake for it too.
-            let wake = remaining.map_or(deadline, |r| deadline.min(now + r));
-            tokio::select! {
-                _ = woken => {}
-                _ = tokio::time::sleep_until(wake.into()) => {}
-            }
-        }
+        let wait = options.wait_bound();
+        let queued = Queued {
+            client: self,
+            key,
+            want,
+            // Our place in the queue, left (and the next waiter woken) however the wait ends.
+            ticket: wait.map(|_| self.ns.ticket(key)),
+        };
+        crate::core::acquire::wait(&queued, options, wait).await
     }
 
     fn guard(&self, lease: Lease, options: &LockOptions) -> LockGuard {
@@ -141,6 +127,49 @@ impl MemoryClient {
             crate::core::renew::keep_alive(held.clone(), lease.clone(), options);
         }
         LockGuard::new(held, lease)
+    }
+}
+
+/// A wait in a key's FIFO queue, as the acquisition engine drives it. The ticket keeps our place
+/// for the whole wait, so nobody who came later barges in; an attempt waits inside the queue
+/// (woken when the waiter ahead leaves or the holder releases, or when the holder's lease ends)
+/// up to [`Ask::wait`]: nothing polls.
+struct Queued<'a> {
+    client: &'a MemoryClient,
+    key: &'a str,
+    want: Want<'a>,
+    ticket: Option<store::Ticket>,
+}
+
+impl Attempts for Queued<'_> {
+    fn name(&self) -> &str {
+        self.key
+    }
+
+    async fn attempt(&self, options: &LockOptions, ask: Ask) -> Result<TryAcquire> {
+        let deadline = ask.wait.map(|w| Instant::now() + w);
+        loop {
+            let attempt =
+                self.client
+                    .ns
+                    .attempt(self.key, options, self.ticket.as_ref(), self.want)?;
+            let (woken, remaining) = match attempt {
+                Attempt::Taken(lease) => {
+                    return Ok(TryAcquire::Acquired(self.client.guard(lease, options)));
+                }
+                Attempt::Busy { woken, remaining } => (woken, remaining),
+            };
+            let now = Instant::now();
+            let Some(deadline) = deadline.filter(|d| now < *d) else {
+                return Ok(TryAcquire::Busy { remaining });
+            };
+            // The holder's expiry frees the lock without a release: wake for it too.
+            let wake = remaining.map_or(deadline, |r| deadline.min(now + r));
+            tokio::select! {
+                _ = woken => {}
+                _ = tokio::time::sleep_until(wake.into()) => {}
+            }
+        }
     }
 }
 
