@@ -21,9 +21,10 @@ pub(crate) fn emit<T: Serialize>(json: bool, value: &T, text: &str) -> anyhow::R
 
 /// Writes one line to stderr, ignoring failure: `eprintln!` panics when stderr is a pipe
 /// whose reader is gone (EPIPE), and a panic in `run` would leave the command running and the
-/// lock held until its TTL.
+/// lock held until its TTL. The line goes out in one write: stderr is unbuffered, and a line
+/// written in pieces can be torn by another process writing to the same stream.
 pub fn say(line: std::fmt::Arguments<'_>) {
-    let _ = writeln!(std::io::stderr(), "{line}");
+    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
 }
 
 /// A duration in whole milliseconds, as JSON wants it.
