@@ -98,7 +98,8 @@ fn postgres_runs_a_command_under_a_session_lock() {
 
 #[test]
 fn unreachable_backends_are_69_and_unknown_schemes_64() {
-    let port = closed_port();
+    let closed = closed_port();
+    let port = closed.port();
     for url in [
         format!("etcd://127.0.0.1:{port}"),
         format!("postgres://leasehold@127.0.0.1:{port}/postgres"),

@@ -2,8 +2,6 @@
 
 use crate::support;
 
-use std::net::TcpListener;
-
 use leasehold_harness::{Server, ServerOptions, server_test};
 use support::leasehold;
 
@@ -101,12 +99,8 @@ server_test!(async fn refused_authentication_is_77(bin) {
 #[test]
 fn an_unreachable_server_is_69() {
     // A loopback port nobody listens on.
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let url = format!("redis://127.0.0.1:{port}/");
+    let closed = support::closed_port();
+    let url = closed.redis_url();
     let out = leasehold(&["--url", &url, "inspect", "k"]).expect(69);
     assert!(out.stderr.starts_with("leasehold: "), "{}", out.stderr);
     assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);

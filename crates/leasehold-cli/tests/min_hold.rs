@@ -218,7 +218,8 @@ fn file_locks_run_the_job_once_per_period_across_skewed_clocks() {
 
 #[test]
 fn a_min_hold_longer_than_the_ttl_is_refused_before_connecting() {
-    let port = support::closed_port();
+    let closed = support::closed_port();
+    let port = closed.port();
     let out = support::leasehold(&[
         "--url",
         &format!("redis://127.0.0.1:{port}"),

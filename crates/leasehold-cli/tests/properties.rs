@@ -412,7 +412,8 @@ fn permits() -> impl Strategy<Value = u32> {
 // (the server here is a closed port of 127.0.0.1: connecting would be 69).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_arguments_are_usage_errors_before_connecting() {
-    let url = format!("redis://127.0.0.1:{}/", support::closed_port());
+    let closed = support::closed_port();
+    let url = closed.redis_url();
     let mut runner = proptest::test_runner::TestRunner::new(cases(32));
     let inputs = (0..6usize, text(), proptest::option::of(permits()));
     let result = runner.run(&inputs, |(command, key, permits)| {

@@ -321,14 +321,13 @@ server_test!(async fn losing_the_majority_during_run_is_76(bin) {
 server_test!(async fn redlock_acquisitions_are_counted_in_the_metrics(bin) {
     let servers = three(&bin);
     let dir = tempfile::tempdir().unwrap();
-    let addr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
     let run = Running::start(
         &run_args(&servers),
         dir.path(),
-        &["job", "--metrics-addr", &addr, "--", "sh", "-c", "echo started > started; while [ ! -e go ]; do sleep 0.02; done"],
+        &["job", "--metrics-addr", "127.0.0.1:0", "--", "sh", "-c", "echo started > started; while [ ! -e go ]; do sleep 0.02; done"],
     );
     wait_for_file(&dir.path().join("started"));
-    let body = support::scrape(&addr).expect("metrics served");
+    let body = support::scrape(&run.metrics_addr()).expect("metrics served");
     let acquired = ["outcome=\"acquired\"", "mode=\"plain\"", "backend=\"redlock\""];
     assert_eq!(support::sample(&body, "leasehold_acquisitions_total", &acquired), Some(1.0), "{body}");
     assert_eq!(support::sample(&body, "leasehold_acquisitions_total", &["backend=\"redis\""]), None, "{body}");

@@ -173,12 +173,8 @@ server_test!(async fn command_not_found_exits_127_and_releases(bin) {
 
 #[test]
 fn unreachable_server_exits_69() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let url = format!("redis://127.0.0.1:{port}/");
+    let closed = support::closed_port();
+    let url = closed.redis_url();
     let r = leasehold(&["--url", &url, "run", "job", "--", "true"]).expect(69);
     assert!(!r.stderr.is_empty());
 }
@@ -328,14 +324,13 @@ server_test!(async fn elect_runs_the_command_only_while_leader(bin) {
 // trips and the renewals that keep its lease; no token appears in it.
 server_test!(async fn metrics_are_served_to_prometheus_while_the_command_runs(bin) {
     let (server, dir) = setup(&bin);
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let addr = format!("127.0.0.1:{port}");
     let run = Running::start(
         &["--url", server.url().as_str()],
         dir.path(),
-        &["jobs:metrics", "--ttl", "1s", "--metrics-addr", &addr, "--",
+        &["jobs:metrics", "--ttl", "1s", "--metrics-addr", "127.0.0.1:0", "--",
           "sh", "-c", "while [ ! -e go ]; do sleep 0.02; done"],
     );
+    let addr = run.metrics_addr();
     let start = Instant::now();
     // Renewed every third of the 1 s TTL: wait until the scrape has seen two renewals.
     let body = loop {

@@ -12,7 +12,8 @@ use support::{closed_port, leasehold_at};
 // (the servers here are closed ports, so any connection attempt would be 69).
 #[test]
 fn ttls_too_short_for_a_lease_are_refused_before_connecting_on_every_backend() {
-    let port = closed_port();
+    let closed = closed_port();
+    let port = closed.port();
     let urls = [
         format!("redis://127.0.0.1:{port}/"),
         format!("redlock://127.0.0.1:{port},127.0.0.1:{port},127.0.0.1:{port}/"),

@@ -23,6 +23,7 @@
 //!   its data dir in its own temporary directory; [`EtcdCluster`] bootstraps several (default
 //!   [`DEFAULT_ETCD_MEMBERS`]) into one cluster and tells which member leads. Both can kill,
 //!   pause, resume and restart members, and put/get keys through etcd's JSON gateway.
+//! * [`ClosedPort`] is a loopback port that refuses connections and that no one else can take.
 //! * [`SilentServer`] is a TCP listener that accepts connections and never answers.
 //! * [`HostileServer`] speaks RESP badly on purpose (malformed, truncated, oversized, wrongly
 //!   typed, slow replies, chosen by a seed) and logs what it answered to each command.
@@ -36,6 +37,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod closed_port;
 mod cluster;
 mod discover;
 mod error;
@@ -52,6 +54,7 @@ mod silent;
 mod slow_link;
 mod tls;
 
+pub use closed_port::ClosedPort;
 pub use cluster::{CLUSTER_SLOTS, Cluster, ClusterOptions};
 pub use discover::{
     Flavor, ParseError, ServerBinary, ServerKind, Version, binary_for_test, discover,

@@ -633,8 +633,6 @@ fn backend_options_are_usage_errors() {
 // labelled with its worker; the check's verdict is unchanged.
 server_test!(async fn check_serves_the_workers_metrics(bin) {
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let addr = format!("127.0.0.1:{port}");
     let flavor = bin.flavor().expect("a matrix flavor").name();
     let out = dir.path().join("out");
     let run = Running::start_subcommand::<&str>(
@@ -643,8 +641,9 @@ server_test!(async fn check_serves_the_workers_metrics(bin) {
         "check",
         &["--server", flavor, "--out", out.to_str().unwrap(), "--workers", "2", "--duration", "5s",
           "--ttl", "300ms", "--work", "20ms", "--faults", "pause", "--seed", "3",
-          "--metrics-addr", &addr],
+          "--metrics-addr", "127.0.0.1:0"],
     );
+    let addr = run.metrics_addr();
     let acquired = |body: &str, worker: &str| {
         sample(body, "leasehold_acquisitions_total", &["outcome=\"acquired\"", worker]).unwrap_or(0.0)
     };

@@ -138,13 +138,9 @@ async fn malformed_urls_are_invalid_arguments() {
 
 #[tokio::test]
 async fn unreachable_server_fails_fast_with_a_connection_error() {
-    // A port nobody listens on: bind, note it, close it.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let url = format!("redis://127.0.0.1:{port}/");
+    // A port nobody listens on (and nobody else can take meanwhile).
+    let closed = leasehold_harness::ClosedPort::new();
+    let url = closed.redis_url();
     let result = tokio::time::timeout(HANG_GUARD, RedisClient::connect(&url))
         .await
         .expect("hung");

@@ -320,9 +320,8 @@ async fn bad_input_is_refused_with_clear_errors() {
     assert!(matches!(err, Error::Unsupported { .. }), "{err}");
 
     // A closed port: a connection error (CLI exit 69).
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = closed.local_addr().unwrap().port();
-    drop(closed);
+    let closed = leasehold_harness::ClosedPort::new();
+    let port = closed.port();
     let err = PostgresClient::connect(&format!("postgres://leasehold@127.0.0.1:{port}/postgres"))
         .await
         .unwrap_err();

@@ -188,6 +188,20 @@ impl Running {
         }
     }
 
+    /// Where `--metrics-addr 127.0.0.1:0` ended up: the address leasehold printed once it
+    /// listened (bounded wait). A port picked by the test and bound later by the child could
+    /// be taken meanwhile by any other process's server (CI's stop run 37 lost a test so).
+    pub fn metrics_addr(&self) -> String {
+        const AT: &str = "metrics on http://";
+        self.wait_for_stderr(AT);
+        let stderr = self.stderr();
+        let rest = &stderr[stderr.find(AT).unwrap() + AT.len()..];
+        let end = rest
+            .find("/metrics")
+            .expect("the metrics line names its path");
+        rest[..end].to_string()
+    }
+
     /// The leasehold process's pid.
     pub fn pid(&self) -> u32 {
         self.child.id()
@@ -261,12 +275,8 @@ pub fn sample(body: &str, metric: &str, labels: &[&str]) -> Option<f64> {
         .find_map(|l| l.rsplit(' ').next()?.parse().ok())
 }
 
-/// A loopback port nobody listens on (bound, then let go): a command that tried to connect to
-/// it would fail to.
-pub fn closed_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// A loopback port nobody listens on, kept so while the value lives (see
+/// [`leasehold_harness::ClosedPort`]): a command that tried to connect to it would fail to.
+pub fn closed_port() -> leasehold_harness::ClosedPort {
+    leasehold_harness::ClosedPort::new()
 }
