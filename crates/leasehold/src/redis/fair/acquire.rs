@@ -1,9 +1,10 @@
 //! [`Locker::try_acquire`](crate::Locker::try_acquire) and [`Locker::acquire`](crate::Locker::acquire) of a fair lock: queue, and wait
-//! for the handoff.
+//! for the handoff, as a provider of the acquisition engine (`core::acquire`).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use crate::core::acquire::{Ask, Attempts, late};
 use crate::core::error::{Error, Result};
 use crate::core::guard::{Lease, LockGuard, valid_until};
 use crate::core::kind::{Backend, Taking};
@@ -13,7 +14,7 @@ use crate::redis::client::RedisClient;
 use crate::redis::handoff::{EarlyTerms, Tenure};
 use crate::redis::slot::release_channel;
 use crate::redis::slot::validate_name;
-use crate::redis::waiting::Wake;
+use crate::redis::waiting::{Notifier, Subscription, Wake};
 
 use super::held::FairHeld;
 use super::waiter::{FairAttempt, NO_OWNER, Waiter};
@@ -31,121 +32,182 @@ impl RedisClient {
         options: &LockOptions,
     ) -> Result<TryAcquire> {
         check_fair(key, options)?;
-        let waiter = Waiter::new(self, key, options);
-        let mut cleanup = waiter.leave_if_abandoned();
-        let started = Instant::now();
-        let attempt = waiter
-            .attempt(options.ttl(), false, options.fencing_enabled(), 1)
-            .await;
-        match attempt {
-            Ok(FairAttempt::Acquired { fencing }) => {
-                cleanup.disarm();
-                if expired(started, options.ttl()) {
-                    let _ = waiter.leave().await;
-                    return Err(Error::ExpiredOnArrival {
-                        key: key.to_string(),
-                        elapsed: started.elapsed(),
-                        ttl: options.ttl(),
-                    });
-                }
-                let fencing = options.fencing_enabled().then_some(fencing);
-                Ok(TryAcquire::Acquired(waiter.guard(
-                    fencing,
-                    started,
-                    options.ttl(),
-                    options,
-                )))
-            }
-            Ok(FairAttempt::Busy { remaining }) => {
-                cleanup.disarm();
-                Ok(TryAcquire::Busy { remaining })
-            }
-            Err(e) => {
-                // Refused outright: nothing was written. Ambiguous: the cleanup gives it back.
-                if !e.is_ambiguous() {
-                    cleanup.disarm();
-                }
-                Err(e)
-            }
+        let fair = FairWait::new(Waiter::new(self, key, options), options, None);
+        let mut cleanup = fair.waiter.leave_if_abandoned();
+        let result = fair.attempt(options, Ask::ONCE).await;
+        // Refused outright: nothing was written. Ambiguous: the cleanup gives it back.
+        if !matches!(&result, Err(e) if e.is_ambiguous()) {
+            cleanup.disarm();
         }
+        result
     }
 
     /// [`Locker::acquire`](crate::Locker::acquire) with [`LockOptions::fair`]: queues, and waits for the handoff
     /// (see the module docs) until the deadline.
     pub(crate) async fn fair_acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
         check_fair(key, options)?;
-        let Some(wait) = options.wait_bound() else {
-            return match self.fair_try_acquire(key, options).await? {
-                TryAcquire::Acquired(g) => Ok(g),
-                TryAcquire::Busy { .. } => Err(Error::NotAcquired {
-                    key: key.to_string(),
-                    waited: Duration::ZERO,
-                    attempts: 1,
-                }),
-            };
-        };
-        let ttl = options.ttl();
-        let fencing = options.fencing_enabled();
-        let window = handoff_window(ttl);
-        let refresh = (window / 3).max(Duration::from_millis(10));
-        let begun = Instant::now();
-        let deadline = begun + wait;
-        let mut waiter = Waiter::new(self, key, options);
+        let wait = options.wait_bound();
+        let waiter = Waiter::new(self, key, options);
         // Registered before the first attempt: no handoff to our ticket can be missed.
-        let mut subscription = match self.notifier() {
-            Some(n) => {
+        let subscription = match (wait, self.notifier()) {
+            (Some(_), Some(n)) => {
                 n.subscribe_ticket(release_channel(key), waiter.ticket.clone())
                     .await
             }
-            None => None,
+            _ => None,
         };
+        let fair = FairWait::new(waiter, options, subscription);
+        let mut cleanup = fair.waiter.leave_if_abandoned();
+        let result = crate::core::acquire::wait(&fair, options, wait).await;
+        match &result {
+            Ok(_) => cleanup.disarm(),
+            // Still queued at the deadline (busy, or the topology still in motion): leave now
+            // rather than in the background, so a lock handed to us meanwhile moves on.
+            Err(e)
+                if wait.is_some()
+                    && (matches!(e, Error::NotAcquired { .. }) || fair.retries(e)) =>
+            {
+                cleanup.disarm();
+                fair.withdraw_early();
+                let _ = fair.waiter.leave().await;
+            }
+            // One try refused outright: nothing was written.
+            Err(e) if wait.is_none() && !e.is_ambiguous() => cleanup.disarm(),
+            // Anything else: the cleanup leaves in the background.
+            Err(_) => {}
+        }
+        result
+    }
+}
+
+/// A fair waiter as the acquisition engine drives it. Its ticket and token last the whole
+/// wait; an attempt with a wait queues (or refreshes its entry) and waits inside the queue for
+/// the handoff, up to [`Ask::wait`]: woken by the handoff to its ticket alone, or by its next
+/// refresh (every third of the handoff window), or when the holder's lease runs out. The engine
+/// owns the deadline, [`Error::NotAcquired`], riding out a topology in motion, and the backoff
+/// before queueing again after a grant that came too late (which the attempt gave back by
+/// leaving the queue).
+struct FairWait<'a> {
+    waiter: Waiter<'a>,
+    /// Where early handoffs (module docs) are offered: with a subscription, without fencing,
+    /// and when the handoff window is the whole TTL (they carry no fencing number, and last
+    /// the window).
+    early: Option<&'a Notifier>,
+    queue: tokio::sync::Mutex<Queued>,
+}
+
+/// What a wait keeps from one attempt to the next.
+struct Queued {
+    /// Handoffs to our ticket (none without notifications: the next attempt finds them).
+    subscription: Option<Subscription>,
+    /// The send instants of the last attempts: a handoff names the attempt whose entry the
+    /// release read.
+    sent: VecDeque<(u64, Instant)>,
+    /// The last attempt's number (the script's `attempt` argument).
+    attempt: u64,
+    /// The attempt whose late grant we gave back by leaving: a handoff to it, or to an
+    /// earlier one, still on its way is void.
+    left_at: u64,
+}
+
+impl<'a> FairWait<'a> {
+    /// `waiter`'s wait; with `subscription` (to its ticket), it is handed the lock by messages
+    /// and by its client's releases' replies.
+    fn new(
+        mut waiter: Waiter<'a>,
+        options: &LockOptions,
+        subscription: Option<Subscription>,
+    ) -> Self {
+        let client = waiter.client;
         if subscription.is_some() {
             // A release by this client hands the lock to us by its reply, not a message.
-            waiter.owner = self.notifier().map_or(NO_OWNER, |n| n.id());
+            waiter.owner = client.notifier().map_or(NO_OWNER, |n| n.id());
         }
-        // Early handoffs (module docs) carry no fencing number, and last the window.
-        let early_offers = self
-            .notifier()
-            .filter(|_| subscription.is_some() && !fencing && window == ttl);
-        let entry_ttl = queue_entry_ttl(ttl);
-        let mut cleanup = waiter.leave_if_abandoned();
-        let mut sent: VecDeque<(u64, Instant)> = VecDeque::with_capacity(REMEMBERED_ATTEMPTS);
-        let mut attempt: u64 = 0;
-        let mut left_at: u64 = 0;
-        let mut failure = None;
-        // Grants that came too late to be a lease and were given back.
-        let mut given_back: u32 = 0;
-        loop {
-            attempt += 1;
-            let started = Instant::now();
-            if sent.len() == REMEMBERED_ATTEMPTS {
-                sent.pop_front();
+        let ttl = options.ttl();
+        let early = client.notifier().filter(|_| {
+            subscription.is_some() && !options.fencing_enabled() && handoff_window(ttl) == ttl
+        });
+        FairWait {
+            waiter,
+            early,
+            queue: tokio::sync::Mutex::new(Queued {
+                subscription,
+                sent: VecDeque::with_capacity(REMEMBERED_ATTEMPTS),
+                attempt: 0,
+                left_at: 0,
+            }),
+        }
+    }
+
+    fn withdraw_early(&self) {
+        if let Some(n) = self.early {
+            n.withdraw_early(&self.waiter.ticket);
+        }
+    }
+
+    /// One try: the lock if it is free and nobody is queued; nothing is queued.
+    async fn once(&self, options: &LockOptions) -> Result<TryAcquire> {
+        let (ttl, fencing) = (options.ttl(), options.fencing_enabled());
+        let started = Instant::now();
+        match self.waiter.attempt(ttl, false, fencing, 1).await? {
+            FairAttempt::Acquired { fencing: n } => {
+                if late(self.waiter.key, started, ttl) {
+                    let _ = self.waiter.leave().await;
+                    return Err(self.expired_on_arrival(started, ttl));
+                }
+                let guard = self
+                    .waiter
+                    .guard(fencing.then_some(n), started, ttl, options);
+                Ok(TryAcquire::Acquired(guard))
             }
-            sent.push_back((attempt, started));
-            if let Some(s) = subscription.as_mut() {
+            FairAttempt::Busy { remaining } => Ok(TryAcquire::Busy { remaining }),
+        }
+    }
+
+    fn expired_on_arrival(&self, started: Instant, ttl: Duration) -> Error {
+        Error::ExpiredOnArrival {
+            key: self.waiter.key.to_string(),
+            elapsed: started.elapsed(),
+            ttl,
+        }
+    }
+
+    /// Queues (or refreshes the entry) and waits in the queue for the handoff until
+    /// `deadline`: the lock, or busy at the deadline (still queued: the caller leaves).
+    async fn queued(&self, options: &LockOptions, deadline: Instant) -> Result<TryAcquire> {
+        let (key, waiter) = (self.waiter.key, &self.waiter);
+        let (ttl, fencing) = (options.ttl(), options.fencing_enabled());
+        let window = handoff_window(ttl);
+        let refresh = (window / 3).max(Duration::from_millis(10));
+        let mut queue = self.queue.lock().await;
+        let queue = &mut *queue;
+        loop {
+            queue.attempt += 1;
+            let attempt = queue.attempt;
+            let started = Instant::now();
+            if queue.sent.len() == REMEMBERED_ATTEMPTS {
+                queue.sent.pop_front();
+            }
+            queue.sent.push_back((attempt, started));
+            if let Some(s) = queue.subscription.as_mut() {
                 s.mark_seen();
             }
-            let remaining = match waiter.attempt(ttl, true, fencing, attempt).await {
-                Ok(FairAttempt::Acquired { fencing: n }) => {
-                    if expired(started, ttl) {
-                        // Granted too late to be a lease: pass it on, queue again.
-                        if let Some(n) = early_offers {
-                            n.withdraw_early(&waiter.ticket);
-                        }
+            let remaining = match waiter.attempt(ttl, true, fencing, attempt).await? {
+                FairAttempt::Acquired { fencing: n } => {
+                    if late(key, started, ttl) {
+                        // Granted too late to be a lease: pass it on; the engine queues us
+                        // again after its backoff (a TTL that keeps expiring on arrival must
+                        // not make the waiter spin on the server).
+                        self.withdraw_early();
                         let _ = waiter.leave().await;
-                        // Whatever was handed to an attempt up to this one was given back by
-                        // the leave: a delivery of it still on its way is void.
-                        left_at = attempt;
-                        given_back += 1;
-                        None
-                    } else {
-                        cleanup.disarm();
-                        return Ok(waiter.guard(fencing.then_some(n), started, ttl, options));
+                        queue.left_at = attempt;
+                        return Err(self.expired_on_arrival(started, ttl));
                     }
+                    let guard = waiter.guard(fencing.then_some(n), started, ttl, options);
+                    return Ok(TryAcquire::Acquired(guard));
                 }
-                Ok(FairAttempt::Busy { remaining }) => {
-                    failure = None;
-                    if let Some(n) = early_offers {
+                FairAttempt::Busy { remaining } => {
+                    if let Some(n) = self.early {
                         // The entry this attempt wrote lives at least this long.
                         n.offer_early(
                             &waiter.ticket,
@@ -153,38 +215,26 @@ impl RedisClient {
                                 key: key.to_string(),
                                 token: waiter.token.clone(),
                                 ttl,
-                                entry_alive_until: valid_until(started, entry_ttl),
+                                entry_alive_until: valid_until(started, queue_entry_ttl(ttl)),
                                 attempt,
                             },
                         );
                     }
                     remaining
                 }
-                Err(e) if self.retries_while_waiting(&e) => {
-                    tracing::debug!(key, error = %e, "topology in motion; retrying");
-                    failure = Some(e);
-                    None
-                }
-                Err(e) => return Err(e),
             };
             let now = Instant::now();
             if now >= deadline {
-                break;
+                return Ok(TryAcquire::Busy { remaining });
             }
             // No backoff: only this waiter is woken by its handoff, so retries cannot herd.
-            // Refresh the entry in time; retry when a crashed holder's lease runs out. After a
-            // grant given back (it came too late), the backoff: a TTL that keeps expiring on
-            // arrival must not make the waiter spin on the server.
-            let backoff = options.backoff_policy();
+            // Refresh the entry in time; retry when a crashed holder's lease runs out.
             let mut delay = refresh.min(deadline - now);
             if let Some(r) = remaining {
-                delay = delay.min(backoff.until_lease_ends(r));
-            }
-            if given_back > 0 && left_at == attempt {
-                delay = backoff.delay(given_back - 1).min(deadline - now);
+                delay = delay.min(options.backoff_policy().until_lease_ends(r));
             }
             let sleep = tokio::time::sleep(delay);
-            let woke = match subscription.as_mut() {
+            let woke = match queue.subscription.as_mut() {
                 Some(s) => tokio::select! {
                     w = s.next() => Some(w),
                     _ = sleep => None,
@@ -194,70 +244,80 @@ impl RedisClient {
                     None
                 }
             };
-            if let Some(Wake::HandedOffEarly(grant)) = woke {
-                // Taken only if given on terms of the current queueing (not before a leave)
-                // and with half the TTL left, like a handoff by message; otherwise the next
-                // attempt claims the lock if the release did hand it to us.
-                if grant.attempt > left_at && grant.lease.remaining() >= ttl / 2 {
-                    cleanup.disarm();
-                    return Ok(self.guard_for(
+            if let Some(guard) = self.handed_over(woke, queue, options) {
+                return Ok(TryAcquire::Acquired(guard));
+            }
+            if Instant::now() >= deadline {
+                return Ok(TryAcquire::Busy { remaining });
+            }
+        }
+    }
+
+    /// The lease a handoff gives, if it can be taken without a claim: given on terms of the
+    /// current queueing (not to an attempt before a leave), naming an attempt we remember, and
+    /// leaving at least half the TTL. Otherwise (`None`) the next attempt claims the lock if
+    /// the release did hand it to us: it finds the key holding our token and resets the TTL.
+    fn handed_over(
+        &self,
+        woke: Option<Wake>,
+        queue: &Queued,
+        options: &LockOptions,
+    ) -> Option<LockGuard> {
+        let ttl = options.ttl();
+        match woke? {
+            Wake::HandedOffEarly(grant) => {
+                if grant.attempt > queue.left_at && grant.lease.remaining() >= ttl / 2 {
+                    return Some(self.waiter.client.guard_for(
                         grant.lease,
                         Instant::now(),
                         options,
-                        FairHeld::new(self, grant.tenure),
+                        FairHeld::new(self.waiter.client, grant.tenure),
                     ));
                 }
                 grant.lease.end();
-                continue;
+                None
             }
-            if let Some(Wake::HandedOff(h)) = woke.filter(|w| match w {
-                Wake::HandedOff(h) => h.attempt > left_at,
-                _ => true,
-            }) {
-                let sent_at = sent.iter().find(|(a, _)| *a == h.attempt).map(|(_, t)| *t);
-                if let Some(sent_at) = sent_at.filter(|_| window == ttl) {
-                    // The release read the entry of attempt `h.attempt`, so it ran after
-                    // `sent_at`; the key expires `window` after the release.
-                    let lease = Lease::new(
-                        key,
-                        waiter.token.clone(),
-                        fencing.then_some(h.fencing),
+            Wake::HandedOff(h) if h.attempt > queue.left_at && handoff_window(ttl) == ttl => {
+                let (_, sent_at) = *queue.sent.iter().find(|(a, _)| *a == h.attempt)?;
+                // The release read the entry of attempt `h.attempt`, so it ran after
+                // `sent_at`; the key expires `window` after the release.
+                let lease = Lease::new(
+                    self.waiter.key,
+                    self.waiter.token.clone(),
+                    options.fencing_enabled().then_some(h.fencing),
+                    sent_at,
+                    ttl,
+                );
+                (lease.remaining() >= ttl / 2).then(|| {
+                    self.waiter.client.guard_for(
+                        lease,
                         sent_at,
-                        window,
-                    );
-                    if lease.remaining() >= ttl / 2 {
-                        cleanup.disarm();
-                        return Ok(self.guard_for(
-                            lease,
-                            sent_at,
-                            options,
-                            FairHeld::new(self, Tenure::after(h.next)),
-                        ));
-                    }
-                }
-                // Otherwise claim it: the next attempt resets the TTL (right away).
+                        options,
+                        FairHeld::new(self.waiter.client, Tenure::after(h.next)),
+                    )
+                })
             }
-            if Instant::now() >= deadline {
-                break;
-            }
+            _ => None,
         }
-        cleanup.disarm();
-        if let Some(n) = early_offers {
-            n.withdraw_early(&waiter.ticket);
-        }
-        // Leave now rather than in the background: a lock handed to us meanwhile moves on.
-        let _ = waiter.leave().await;
-        Err(failure.unwrap_or_else(|| Error::NotAcquired {
-            key: key.to_string(),
-            waited: begun.elapsed(),
-            attempts: attempt.min(u32::MAX as u64) as u32,
-        }))
     }
 }
 
-/// Whether a grant whose request was sent at `started` came after its lease's validity.
-fn expired(started: Instant, ttl: Duration) -> bool {
-    Instant::now() >= valid_until(started, ttl)
+impl Attempts for FairWait<'_> {
+    fn name(&self) -> &str {
+        self.waiter.key
+    }
+
+    /// Without a wait, one try that queues nothing; with one, [`FairWait::queued`].
+    async fn attempt(&self, options: &LockOptions, ask: Ask) -> Result<TryAcquire> {
+        match ask.wait {
+            None => self.once(options).await,
+            Some(wait) => self.queued(options, Instant::now() + wait).await,
+        }
+    }
+
+    fn retries(&self, e: &Error) -> bool {
+        self.waiter.client.retries_while_waiting(e)
+    }
 }
 
 fn check_fair(key: &str, options: &LockOptions) -> Result<()> {

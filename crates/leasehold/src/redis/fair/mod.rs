@@ -103,8 +103,9 @@
 //! [`fair_entry_key`]: crate::redis::fair_entry_key
 
 // By part: `waiter` (one waiter's attempts and its leaving the queue), `acquire` (the fair
-// try_acquire and the waiting loop), `pass_on` (running the release and leave scripts) and
-// `reply` (what they did), `early` (early handoff), `held` (a held fair lock's release).
+// try_acquire, and the wait as a provider of the acquisition engine), `pass_on` (running the
+// release and leave scripts) and `reply` (what they did), `early` (early handoff), `held` (a
+// held fair lock's release).
 mod acquire;
 mod early;
 mod held;

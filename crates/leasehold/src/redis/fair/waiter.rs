@@ -22,8 +22,8 @@ use super::{handoff_window, queue_entry_ttl};
 
 /// One fair waiter: its token and ticket for the whole wait.
 pub(super) struct Waiter<'a> {
-    client: &'a RedisClient,
-    key: &'a str,
+    pub(super) client: &'a RedisClient,
+    pub(super) key: &'a str,
     pub(super) token: LockToken,
     pub(super) ticket: String,
     /// Its client's owner name if a release by that client can deliver it a handoff (it is
