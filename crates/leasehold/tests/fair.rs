@@ -32,9 +32,9 @@ fn queued(server: &Server, key: &str) -> i64 {
         .unwrap()
 }
 
-/// The attempt numbers in the waiters' entries (ticket order is irrelevant; grant records for a
-/// claim are not entries).
-fn entry_attempts(server: &Server, key: &str) -> Vec<u64> {
+/// The waiters' entries by entry key, each as its fields (token, window, fencing flag, owner,
+/// attempt); grant records for a claim are not entries.
+fn entries(server: &Server, key: &str) -> std::collections::BTreeMap<String, Vec<String>> {
     let reply = server
         .command(&["KEYS", &fair_entry_key(key, "*")])
         .unwrap();
@@ -42,16 +42,47 @@ fn entry_attempts(server: &Server, key: &str) -> Vec<u64> {
     names
         .iter()
         .filter_map(|name| {
-            let value = server.command(&["GET", name.as_str().unwrap()]).unwrap();
+            let name = name.as_str().unwrap();
+            let value = server.command(&["GET", name]).unwrap();
             let entry = String::from_utf8_lossy(value.as_bytes()?).into_owned();
-            (!entry.starts_with("granted "))
-                .then(|| entry.rsplit(' ').next().unwrap().parse().unwrap())
+            (!entry.starts_with("granted ")).then(|| {
+                (
+                    name.to_string(),
+                    entry.split(' ').map(str::to_string).collect(),
+                )
+            })
         })
         .collect()
 }
 
+/// The attempt numbers in the waiters' entries.
+fn entry_attempts(server: &Server, key: &str) -> Vec<u64> {
+    let attempt = |fields: Vec<String>| fields.last().unwrap().parse().unwrap();
+    entries(server, key).into_values().map(attempt).collect()
+}
+
+/// The owners the waiters' entries name: their client's name once subscribed through it, "-"
+/// before (and always, for a client without notifications).
+fn entry_owners(server: &Server, key: &str) -> Vec<String> {
+    entries(server, key)
+        .into_values()
+        .map(|mut f| f.swap_remove(3))
+        .collect()
+}
+
+/// Waits until `n` waiters of clients with notifications are queued for `key` and subscribed:
+/// a waiter subscribes once its first attempt found the lock busy, and its entry names its
+/// client from the attempt right after (issue 32: a free lock costs one round trip).
+async fn until_waiting(server: &Server, key: &str, n: usize) {
+    until("waiters queued and subscribed", || {
+        let owners = entry_owners(server, key);
+        queued(server, key) == n as i64 && owners.len() == n && owners.iter().all(|o| o != "-")
+    })
+    .await;
+}
+
 /// `key` held by `client` (fair, LONG), and a second acquisition of the same client queued
-/// behind it (the server shows it queued).
+/// behind it (the server shows it queued and subscribed).
 async fn held_with_a_queued_waiter(
     server: &Server,
     client: &Locker,
@@ -67,7 +98,7 @@ async fn held_with_a_queued_waiter(
         let client = client.clone();
         tokio::spawn(async move { client.acquire(key, &fair(LONG)).await.unwrap() })
     };
-    until("waiter queued", || queued(server, key) == 1).await;
+    until_waiting(server, key, 1).await;
     (g, waiter)
 }
 
@@ -104,7 +135,7 @@ leasehold_harness::server_test!(async fn waiters_get_the_lock_in_arrival_order_b
             let _ = go_rx.await;
             g.release().await.unwrap();
         });
-        until("waiter queued", || queued(&server, key) == i + 1).await;
+        until_waiting(&server, key, i + 1).await;
     }
     // No barging: a newcomer is refused while others wait, even by the holder's own client.
     assert!(!holder.try_acquire(key, &fair(LONG)).await.unwrap().is_acquired());
@@ -141,23 +172,27 @@ leasehold_harness::server_test!(async fn a_release_wakes_only_the_next_waiter(bi
             got_tx.send(i).unwrap();
             g.detach();
         });
-        until("waiter queued", || queued(&server, key) == i + 1).await;
+        until_waiting(&server, key, i + 1).await;
     }
     let before = calls(&server, "evalsha");
-    let attempts_before = entry_attempts(&server, key);
+    let entries_before = entries(&server, key);
     let released = Instant::now();
     g.release().await.unwrap();
     assert_eq!(tokio::time::timeout(HANG_GUARD, got.recv()).await.unwrap(), Some(0));
-    // Nobody else ran an attempt: the two others still show their first one, and the server
+    // Nobody else ran an attempt: the two others still show their last one, and the server
     // ran one script (the release); the head took the lock from the handoff message itself.
     // (A waiter refreshes its entry every 3.3 s: only a machine stalled that long could blur it.)
     if released.elapsed() < Duration::from_secs(3) {
         assert_eq!(calls(&server, "evalsha"), before + 1, "one script: the release");
-        assert_eq!(entry_attempts(&server, key), vec![1, 1]);
+        // The two still waiting show the attempt they had made before the release.
+        let after = entries(&server, key);
+        assert_eq!(after.len(), 2, "{after:?}");
+        for (entry, fields) in &after {
+            assert_eq!(Some(fields), entries_before.get(entry), "{entry} attempted again");
+        }
     } else {
         eprintln!("machine stalled for over 3 s; the no-herd check is not conclusive this run");
     }
-    assert_eq!(attempts_before, vec![1, 1, 1]);
 });
 
 leasehold_harness::server_test!(async fn a_free_lock_goes_to_the_queue_head_not_to_a_newcomer(bin) {
@@ -190,7 +225,7 @@ leasehold_harness::server_test!(async fn dropped_and_timed_out_waiters_leave_the
         let client = client.clone();
         tokio::spawn(async move { client.acquire(key, &fair(LONG)).await })
     };
-    until("waiter queued", || queued(&server, key) == 1).await;
+    until_waiting(&server, key, 1).await;
     dropped.abort();
     until("the dropped waiter's entry removed", || queued(&server, key) == 0).await;
     assert!(entry_attempts(&server, key).is_empty());
@@ -263,6 +298,7 @@ leasehold_harness::server_test!(async fn a_crashed_waiter_is_skipped(bin) {
 async fn held_with_one_waiter(
     server: &Server,
     client: &Locker,
+    notify: bool,
     key: &'static str,
     opts: &LockOptions,
 ) -> (LockGuard, u64, tokio::task::JoinHandle<LockGuard>) {
@@ -277,7 +313,11 @@ async fn held_with_one_waiter(
         let (client, opts) = (client.clone(), opts.clone());
         tokio::spawn(async move { client.acquire(key, &opts).await.unwrap() })
     };
-    until("waiter queued", || queued(server, key) == 1).await;
+    if notify {
+        until_waiting(server, key, 1).await;
+    } else {
+        until("waiter queued", || queued(server, key) == 1).await;
+    }
     (g, first, waiter)
 }
 
@@ -292,7 +332,7 @@ leasehold_harness::server_test!(async fn fencing_numbers_increase_through_handof
             .map(Locker::from)
             .unwrap();
         let opts = fair(LONG).fencing(true);
-        let (g, first, waiter) = held_with_one_waiter(&server, &client, key, &opts).await;
+        let (g, first, waiter) = held_with_one_waiter(&server, &client, notify, key, &opts).await;
         g.release().await.unwrap();
         let w = tokio::time::timeout(HANG_GUARD, waiter).await.unwrap().unwrap();
         assert_eq!(w.fencing_token(), Some(first + 1), "notify={notify}");
@@ -314,7 +354,7 @@ leasehold_harness::server_test!(async fn a_waiter_handed_no_exact_fencing_number
         let (client, opts) = (client.clone(), opts.clone());
         tokio::spawn(async move { client.acquire(key, &opts).await.map(|g| g.fencing_token()) })
     };
-    until("waiter queued", || queued(&server, key) == 1).await;
+    until_waiting(&server, key, 1).await;
     // Set from outside past 2^53: the release has no exact number to hand over with the lock.
     server.command(&["SET", &fence_key(key), "9007199254740993"]).unwrap();
     g.release().await.unwrap();
@@ -348,7 +388,7 @@ leasehold_harness::server_test!(async fn a_waiter_of_the_releasing_client_is_han
     // 10 s: the handoff window is the whole TTL, so a handoff needs no claim round trip.
     let opts = fair(Duration::from_secs(10)).fencing(true);
     let client = Locker::connect(&server.url()).await.unwrap();
-    let (g, first, waiter) = held_with_one_waiter(&server, &client, key, &opts).await;
+    let (g, first, waiter) = held_with_one_waiter(&server, &client, true, key, &opts).await;
     // The client's subscriber connection is cut: no handoff message can reach the waiter.
     let ids = subscriber_ids(&server);
     assert_eq!(ids.len(), 1, "one subscriber connection: {ids:?}");
@@ -372,7 +412,7 @@ leasehold_harness::server_test!(async fn a_waiter_of_the_releasing_client_is_han
         let opts = opts.clone();
         tokio::spawn(async move { other.acquire(key, &opts).await.unwrap() })
     };
-    until("remote waiter queued", || queued(&server, key) == 1).await;
+    until_waiting(&server, key, 1).await;
     // (Connecting probed whether PUBLISH is allowed.)
     let published = calls(&server, "publish");
     w.release().await.unwrap();
@@ -532,7 +572,7 @@ leasehold_harness::server_test!(async fn a_handed_off_lease_never_outlasts_its_k
     let waiter_client = Locker::connect(&link.url()).await.unwrap();
     let g = holder.try_acquire(key, &fair(ttl)).await.unwrap().acquired().unwrap();
     let waiter = tokio::spawn(async move { waiter_client.acquire(key, &fair(ttl)).await.unwrap() });
-    until("waiter queued", || queued(&server, key) == 1).await;
+    until_waiting(&server, key, 1).await;
     link.set_reply_delay(Duration::from_millis(300));
     let before = calls(&server, "evalsha");
     g.release().await.unwrap();
@@ -591,7 +631,7 @@ leasehold_harness::server_test!(async fn a_handed_off_lease_is_auto_extended(bin
         let client = waiter_client.clone();
         tokio::spawn(async move { client.acquire(key, &opts).await.unwrap() })
     };
-    until("waiter queued", || queued(&server, key) == 1).await;
+    until_waiting(&server, key, 1).await;
     g.release().await.unwrap();
     let w = tokio::time::timeout(HANG_GUARD, waiter).await.unwrap().unwrap();
     // Renewed three times (observed in the renewer's counters): past three 1 s TTLs.

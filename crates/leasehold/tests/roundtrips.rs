@@ -136,3 +136,63 @@ async fn check_cycles(server: &Server, client: &Locker, notify: bool, fencing: b
         "notify={notify} fencing={fencing} on {label}"
     );
 }
+
+/// What one way of taking a primitive is, for [`every_primitive_takes_one_round_trip_uncontended`].
+type Take = fn(Locker, String) -> futures_util::future::BoxFuture<'static, leasehold::LockGuard>;
+
+// Issue 32, target 4: a free primitive is taken in one round trip, whatever the primitive, also
+// when the caller would wait (nothing is subscribed before an attempt finds it busy). Counted
+// by the server: one read event and one command sent per acquisition (a script, or `SET` for a
+// plain lock), and no `SUBSCRIBE`.
+leasehold_harness::server_test!(async fn every_primitive_takes_one_round_trip_uncontended(bin) {
+    use futures_util::FutureExt;
+    const TAKES: u64 = 50;
+    let server = Server::start(&bin, &leasehold_harness::ServerOptions::new()).unwrap();
+    let client = Locker::connect(&server.url()).await.unwrap();
+    let ways: Vec<(&str, &str, Take)> = vec![
+        ("a plain lock", "set", |c, k| async move { c.acquire(&k, &LockOptions::new(Duration::from_secs(60)).wait(Duration::from_secs(60))).await.unwrap() }.boxed()),
+        ("a fair lock, one try", "evalsha", |c, k| async move {
+            c.try_acquire(&k, &LockOptions::new(Duration::from_secs(60)).fair(true)).await.unwrap().acquired().unwrap()
+        }.boxed()),
+        ("a fair lock, waiting", "evalsha", |c, k| async move {
+            c.acquire(&k, &LockOptions::new(Duration::from_secs(60)).wait(Duration::from_secs(60)).fair(true)).await.unwrap()
+        }.boxed()),
+        ("a semaphore permit", "evalsha", |c, k| async move {
+            c.semaphore(&k, 2).unwrap().acquire(&LockOptions::new(Duration::from_secs(60)).wait(Duration::from_secs(60))).await.unwrap()
+        }.boxed()),
+        ("a read lock", "evalsha", |c, k| async move {
+            c.rwlock(&k).unwrap().read(&LockOptions::new(Duration::from_secs(60)).wait(Duration::from_secs(60))).await.unwrap()
+        }.boxed()),
+        ("a write lock", "evalsha", |c, k| async move {
+            c.rwlock(&k).unwrap().write(&LockOptions::new(Duration::from_secs(60)).wait(Duration::from_secs(60))).await.unwrap()
+        }.boxed()),
+        ("an election's term", "evalsha", |c, k| async move {
+            c.election(&k).unwrap().campaign("me", &LockOptions::new(Duration::from_secs(60)).wait(Duration::from_secs(60))).await.unwrap()
+        }.boxed()),
+    ];
+    for (what, command, take) in ways {
+        // Warm-up: loads the scripts once, so NOSCRIPT reloads are not counted below.
+        take(client.clone(), format!("warm:{what}")).await.release().await.unwrap();
+        server.command(&["CONFIG", "RESETSTAT"]).unwrap();
+        // What counting itself costs (the harness's own commands), with nothing in between.
+        let idle = {
+            let first = reads_processed(&server);
+            reads_processed(&server) - first
+        };
+        let reads_before = reads_processed(&server);
+        let mut held = Vec::new();
+        for i in 0..TAKES {
+            held.push(take(client.clone(), format!("{what}:{i}")).await);
+        }
+        let reads = reads_processed(&server) - reads_before - idle;
+        let calls = command_calls(&server);
+        assert_eq!(reads, TAKES, "{what}: {reads} reads for {TAKES} acquisitions: {calls:?}");
+        assert_eq!(calls.get(command), Some(&TAKES), "{what}: {calls:?}");
+        for sent in ["subscribe", "ssubscribe", "unsubscribe", "sunsubscribe", "script|load", "eval"] {
+            assert_eq!(calls.get(sent), None, "{what} sent {sent}: {calls:?}");
+        }
+        for g in held {
+            g.release().await.unwrap();
+        }
+    }
+});

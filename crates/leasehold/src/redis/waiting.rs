@@ -10,6 +10,9 @@
 //! A release wakes *one* of the client's waiters for a plain lock (the longest asleep), since
 //! only one can take it; see `Notifier::subscribe_one` for why none is lost. Waiters of the
 //! other primitives (read-write locks, semaphores, elections, multi-locks) see every release.
+//! A channel stays subscribed for `LINGER` (2 s) after its last waiter left: a waiter of the
+//! same key soon after registers without a round trip, and the server is spared an
+//! `UNSUBSCRIBE` and a `SUBSCRIBE` per contended acquisition.
 //!
 //! **No missed release.** A release the server runs after the subscription took effect (the
 //! waiter awaits the server's confirmation) is delivered to it; one that ran before is seen by
@@ -84,7 +87,17 @@ struct Channel {
     refs: usize,
     /// Fair waiters of this channel by ticket: a handoff message goes to its ticket alone.
     tickets: HashMap<String, mpsc::UnboundedSender<Delivery>>,
+    /// Whether the server confirmed the subscription.
+    confirmed: bool,
+    /// Counts the times the channel was left without waiters: a lingering unsubscribe goes
+    /// ahead only if nobody came (and left) since it was scheduled.
+    idle: u64,
 }
+
+/// How long a channel stays subscribed after its last waiter left: a waiter of the same key
+/// soon after (workers taking a lock in turns) then registers without a round trip, and the
+/// server is spared an UNSUBSCRIBE and a SUBSCRIBE per acquisition.
+const LINGER: Duration = Duration::from_secs(2);
 
 /// The prefix of a fair release's handoff message (a plain release publishes the key).
 pub(crate) const HANDOFF_PREFIX: &str = "handoff:";
@@ -151,6 +164,22 @@ struct Hub {
     channels: Channels,
     alive: Arc<AtomicBool>,
     local: LocalWaiters,
+}
+
+impl Hub {
+    /// Unsubscribes `channel` if no waiter came since it was left idle for the `idle`th time.
+    fn unsubscribe_if_idle(&self, channel: &str, idle: u64) {
+        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        if channels
+            .get(channel)
+            .is_some_and(|c| c.refs == 0 && c.idle == idle)
+        {
+            channels.remove(channel);
+            let _ = self
+                .commands
+                .send(Command::Unsubscribe(channel.to_string()));
+        }
+    }
 }
 
 /// A waiter's registration on one key's release channel.
@@ -272,6 +301,8 @@ impl Notifier {
                 one: Arc::new(Notify::new()),
                 refs: 0,
                 tickets: HashMap::new(),
+                confirmed: false,
+                idle: 0,
             });
             c.refs += 1;
             let ticket = ticket.map(|t| {
@@ -295,7 +326,12 @@ impl Notifier {
             let (done, confirmed) = oneshot::channel();
             let _ = hub.commands.send(Command::Subscribe(channel, done));
             match tokio::time::timeout(self.timeout, confirmed).await {
-                Ok(Ok(true)) => {}
+                Ok(Ok(true)) => {
+                    let mut channels = hub.channels.lock().unwrap_or_else(|p| p.into_inner());
+                    if let Some(c) = channels.get_mut(&subscription.channel) {
+                        c.confirmed = true;
+                    }
+                }
                 _ => {
                     tracing::debug!("release-channel subscription failed; polling instead");
                     return None; // dropping `subscription` undoes the registration
@@ -303,6 +339,21 @@ impl Notifier {
             }
         }
         Some(subscription)
+    }
+
+    /// Whether `channel` is subscribed on the server already (confirmed, and lingering or in
+    /// use): registering on it then costs no round trip, and a release published from now on
+    /// reaches the registered waiter.
+    pub(crate) fn is_subscribed(&self, channel: &str) -> bool {
+        let Ok(hub) = self.hub.try_lock() else {
+            return false;
+        };
+        hub.as_ref()
+            .filter(|h| h.alive.load(Ordering::Acquire))
+            .is_some_and(|h| {
+                let channels = h.channels.lock().unwrap_or_else(|p| p.into_inner());
+                channels.get(channel).is_some_and(|c| c.confirmed)
+            })
     }
 
     async fn hub(&self) -> Option<Arc<Hub>> {
@@ -598,11 +649,21 @@ impl Drop for Subscription {
             }
             c.refs -= 1;
             if c.refs == 0 {
-                channels.remove(&self.channel);
-                let _ = self
-                    .hub
-                    .commands
-                    .send(Command::Unsubscribe(self.channel.clone()));
+                c.idle += 1;
+                let idle = c.idle;
+                match tokio::runtime::Handle::try_current() {
+                    Ok(runtime) if c.confirmed => {
+                        let (hub, channel) = (self.hub.clone(), self.channel.clone());
+                        runtime.spawn(async move {
+                            tokio::time::sleep(LINGER).await;
+                            hub.unsubscribe_if_idle(&channel, idle);
+                        });
+                    }
+                    _ => {
+                        drop(channels);
+                        self.hub.unsubscribe_if_idle(&self.channel, idle);
+                    }
+                }
             }
         }
     }

@@ -32,7 +32,7 @@ impl RedisClient {
         options: &LockOptions,
     ) -> Result<TryAcquire> {
         check_fair(key, options)?;
-        let fair = FairWait::new(Waiter::new(self, key, options), options, None);
+        let fair = FairWait::new(Waiter::new(self, key, options), options);
         let mut cleanup = fair.waiter.leave_if_abandoned();
         let result = fair.attempt(options, Ask::ONCE).await;
         // Refused outright: nothing was written. Ambiguous: the cleanup gives it back.
@@ -47,16 +47,7 @@ impl RedisClient {
     pub(crate) async fn fair_acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
         check_fair(key, options)?;
         let wait = options.wait_bound();
-        let waiter = Waiter::new(self, key, options);
-        // Registered before the first attempt: no handoff to our ticket can be missed.
-        let subscription = match (wait, self.notifier()) {
-            (Some(_), Some(n)) => {
-                n.subscribe_ticket(release_channel(key), waiter.ticket.clone())
-                    .await
-            }
-            _ => None,
-        };
-        let fair = FairWait::new(waiter, options, subscription);
+        let fair = FairWait::new(Waiter::new(self, key, options), options);
         let mut cleanup = fair.waiter.leave_if_abandoned();
         let result = crate::core::acquire::wait(&fair, options, wait).await;
         match &result {
@@ -83,23 +74,38 @@ impl RedisClient {
 /// A fair waiter as the acquisition engine drives it. Its ticket and token last the whole
 /// wait; an attempt with a wait queues (or refreshes its entry) and waits inside the queue for
 /// the handoff, up to [`Ask::wait`]: woken by the handoff to its ticket alone, or by its next
-/// refresh (every third of the handoff window), or when the holder's lease runs out. The engine
-/// owns the deadline, [`Error::NotAcquired`], riding out a topology in motion, and the backoff
-/// before queueing again after a grant that came too late (which the attempt gave back by
-/// leaving the queue).
+/// refresh (every third of the handoff window), or when the holder's lease runs out; a topology
+/// in motion is ridden out at the same pace, so that the entry stays alive. The engine owns
+/// the deadline, [`Error::NotAcquired`], and the backoff before queueing again after a grant
+/// that came too late (which the attempt gave back by leaving the queue).
+///
+/// **Subscribed only once queued.** The first attempt goes out at once, so a free lock costs
+/// one round trip (issue 32); only when it finds the lock busy does the waiter subscribe to
+/// its ticket's handoffs, and then it attempts again at once. A release in between handed the
+/// lock to the entry the first attempt queued, and published to nobody: the key then holds our
+/// token, and that second attempt claims it (as any attempt claims a handoff whose message was
+/// lost). A handoff after the subscription took effect is delivered. When the key's channel is
+/// subscribed already (it lingers a while after its last waiter left), the waiter registers
+/// first, at no cost, and needs no second attempt.
 struct FairWait<'a> {
     waiter: Waiter<'a>,
-    /// Where early handoffs (module docs) are offered: with a subscription, without fencing,
-    /// and when the handoff window is the whole TTL (they carry no fencing number, and last
-    /// the window).
-    early: Option<&'a Notifier>,
-    queue: tokio::sync::Mutex<Queued>,
+    notifier: Option<&'a Notifier>,
+    /// Whether early handoffs (module docs) are offered once subscribed: without fencing, and
+    /// when the handoff window is the whole TTL (they carry no fencing number, and last the
+    /// window).
+    early: bool,
+    queue: tokio::sync::Mutex<Queued<'a>>,
 }
 
 /// What a wait keeps from one attempt to the next.
-struct Queued {
-    /// Handoffs to our ticket (none without notifications: the next attempt finds them).
+struct Queued<'a> {
+    /// Handoffs to our ticket, once queued (none without notifications: the next attempt
+    /// finds them).
     subscription: Option<Subscription>,
+    /// Whether to subscribe when an attempt finds the lock busy (once).
+    subscribe: bool,
+    /// The owner our entries name ([`NO_OWNER`] until subscribed through our client).
+    owner: &'a str,
     /// The send instants of the last attempts: a handoff names the attempt whose entry the
     /// release read.
     sent: VecDeque<(u64, Instant)>,
@@ -111,27 +117,18 @@ struct Queued {
 }
 
 impl<'a> FairWait<'a> {
-    /// `waiter`'s wait; with `subscription` (to its ticket), it is handed the lock by messages
-    /// and by its client's releases' replies.
-    fn new(
-        mut waiter: Waiter<'a>,
-        options: &LockOptions,
-        subscription: Option<Subscription>,
-    ) -> Self {
-        let client = waiter.client;
-        if subscription.is_some() {
-            // A release by this client hands the lock to us by its reply, not a message.
-            waiter.owner = client.notifier().map_or(NO_OWNER, |n| n.id());
-        }
+    /// `waiter`'s wait.
+    fn new(waiter: Waiter<'a>, options: &LockOptions) -> Self {
+        let notifier = waiter.client.notifier();
         let ttl = options.ttl();
-        let early = client.notifier().filter(|_| {
-            subscription.is_some() && !options.fencing_enabled() && handoff_window(ttl) == ttl
-        });
         FairWait {
             waiter,
-            early,
+            notifier,
+            early: !options.fencing_enabled() && handoff_window(ttl) == ttl,
             queue: tokio::sync::Mutex::new(Queued {
-                subscription,
+                subscription: None,
+                subscribe: true,
+                owner: NO_OWNER,
                 sent: VecDeque::with_capacity(REMEMBERED_ATTEMPTS),
                 attempt: 0,
                 left_at: 0,
@@ -140,7 +137,7 @@ impl<'a> FairWait<'a> {
     }
 
     fn withdraw_early(&self) {
-        if let Some(n) = self.early {
+        if let Some(n) = self.notifier.filter(|_| self.early) {
             n.withdraw_early(&self.waiter.ticket);
         }
     }
@@ -149,7 +146,11 @@ impl<'a> FairWait<'a> {
     async fn once(&self, options: &LockOptions) -> Result<TryAcquire> {
         let (ttl, fencing) = (options.ttl(), options.fencing_enabled());
         let started = Instant::now();
-        match self.waiter.attempt(ttl, false, fencing, 1).await? {
+        match self
+            .waiter
+            .attempt(ttl, false, fencing, 1, NO_OWNER)
+            .await?
+        {
             FairAttempt::Acquired { fencing: n } => {
                 if late(self.waiter.key, started, ttl) {
                     let _ = self.waiter.leave().await;
@@ -181,7 +182,25 @@ impl<'a> FairWait<'a> {
         let refresh = (window / 3).max(Duration::from_millis(10));
         let mut queue = self.queue.lock().await;
         let queue = &mut *queue;
+        if queue.subscribe
+            && let Some(n) = self
+                .notifier
+                .filter(|n| n.is_subscribed(&release_channel(key)))
+        {
+            // The key's channel is subscribed already (another waiter of this client, or one
+            // that just left): registering costs no round trip, so it comes first, and a
+            // handoff to our first attempt's entry is delivered.
+            queue.subscribe = false;
+            queue.subscription = n
+                .subscribe_ticket(release_channel(key), waiter.ticket.clone())
+                .await;
+            if queue.subscription.is_some() {
+                queue.owner = n.id();
+            }
+        }
         loop {
+            // The last attempt's failure, while the topology is in motion.
+            let failure;
             queue.attempt += 1;
             let attempt = queue.attempt;
             let started = Instant::now();
@@ -192,8 +211,11 @@ impl<'a> FairWait<'a> {
             if let Some(s) = queue.subscription.as_mut() {
                 s.mark_seen();
             }
-            let remaining = match waiter.attempt(ttl, true, fencing, attempt).await? {
-                FairAttempt::Acquired { fencing: n } => {
+            let remaining = match waiter
+                .attempt(ttl, true, fencing, attempt, queue.owner)
+                .await
+            {
+                Ok(FairAttempt::Acquired { fencing: n }) => {
                     if late(key, started, ttl) {
                         // Granted too late to be a lease: pass it on; the engine queues us
                         // again after its backoff (a TTL that keeps expiring on arrival must
@@ -206,8 +228,12 @@ impl<'a> FairWait<'a> {
                     let guard = waiter.guard(fencing.then_some(n), started, ttl, options);
                     return Ok(TryAcquire::Acquired(guard));
                 }
-                FairAttempt::Busy { remaining } => {
-                    if let Some(n) = self.early {
+                Ok(FairAttempt::Busy { remaining }) => {
+                    failure = None;
+                    let offers = self
+                        .notifier
+                        .filter(|_| self.early && queue.subscription.is_some());
+                    if let Some(n) = offers {
                         // The entry this attempt wrote lives at least this long.
                         n.offer_early(
                             &waiter.ticket,
@@ -222,10 +248,35 @@ impl<'a> FairWait<'a> {
                     }
                     remaining
                 }
+                // A topology in motion is ridden out here, at the refresh's pace rather than
+                // the engine's backoff: a waiter that paused longer would lose its place when
+                // its entry expired.
+                Err(e) if self.retries(&e) => {
+                    tracing::debug!(key, error = %e, "topology in motion; retrying");
+                    failure = Some(e);
+                    None
+                }
+                Err(e) => return Err(e),
             };
             let now = Instant::now();
             if now >= deadline {
-                return Ok(TryAcquire::Busy { remaining });
+                return failure.map_or(Ok(TryAcquire::Busy { remaining }), Err);
+            }
+            if std::mem::take(&mut queue.subscribe)
+                && let Some(n) = self.notifier
+            {
+                let channel = release_channel(key);
+                queue.subscription = n.subscribe_ticket(channel, waiter.ticket.clone()).await;
+                if queue.subscription.is_some() {
+                    // A release by this client hands the lock to us by its reply from now on.
+                    queue.owner = n.id();
+                    // Again at once, deadline permitting: it claims a handoff made before the
+                    // subscription took effect (the struct's docs).
+                    if Instant::now() >= deadline {
+                        return failure.map_or(Ok(TryAcquire::Busy { remaining }), Err);
+                    }
+                    continue;
+                }
             }
             // No backoff: only this waiter is woken by its handoff, so retries cannot herd.
             // Refresh the entry in time; retry when a crashed holder's lease runs out.
@@ -248,7 +299,7 @@ impl<'a> FairWait<'a> {
                 return Ok(TryAcquire::Acquired(guard));
             }
             if Instant::now() >= deadline {
-                return Ok(TryAcquire::Busy { remaining });
+                return failure.map_or(Ok(TryAcquire::Busy { remaining }), Err);
             }
         }
     }

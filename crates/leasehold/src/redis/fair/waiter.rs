@@ -26,9 +26,6 @@ pub(super) struct Waiter<'a> {
     pub(super) key: &'a str,
     pub(super) token: LockToken,
     pub(super) ticket: String,
-    /// Its client's owner name if a release by that client can deliver it a handoff (it is
-    /// subscribed through the client), else [`NO_OWNER`].
-    pub(super) owner: &'a str,
 }
 
 /// The owner of a waiter no client delivers handoffs to by a reply: it gets the message.
@@ -49,7 +46,6 @@ impl<'a> Waiter<'a> {
             key,
             token,
             ticket,
-            owner: NO_OWNER,
         }
     }
 
@@ -62,12 +58,17 @@ impl<'a> Waiter<'a> {
         ]
     }
 
+    /// One run of the acquisition script: the lock if it is free and nobody live is ahead of
+    /// us (or it was handed to us), else (with `queue`) our entry queued or refreshed as
+    /// `attempt`. `owner`: our client's name if a release by that client can deliver us a
+    /// handoff by its reply (we are subscribed through it), else [`NO_OWNER`].
     pub(super) async fn attempt(
         &self,
         ttl: Duration,
         queue: bool,
         fencing: bool,
         attempt: u64,
+        owner: &str,
     ) -> Result<FairAttempt> {
         let ttl_ms = ttl_millis(ttl)?;
         let mut inv = FAIR_ACQUIRE_SCRIPT.prepare_invoke();
@@ -82,7 +83,7 @@ impl<'a> Waiter<'a> {
             .arg(if queue { 1 } else { 0 })
             .arg(if fencing { 1 } else { 0 })
             .arg(attempt)
-            .arg(self.owner);
+            .arg(owner);
         let mut conn = self.client.connection();
         // Only the script's own reply, two integers, counts: anything else (a bulk "1", a
         // fencing number out of range) is an unexpected reply, never a grant.
@@ -182,7 +183,7 @@ mod tests {
 
     use leasehold_harness::{Server, ServerOptions};
 
-    use super::{FairAttempt, Waiter};
+    use super::{FairAttempt, NO_OWNER, Waiter};
     use crate::core::options::LockOptions;
     use crate::redis::client::RedisClient;
     use crate::redis::slot::{fair_entry_key, fence_key};
@@ -209,9 +210,9 @@ mod tests {
             .unwrap();
         server.command(&["SET", &fence_key(key), "7"]).unwrap();
 
-        let first = number(waiter.attempt(ttl, true, true, 1).await.unwrap());
+        let first = number(waiter.attempt(ttl, true, true, 1, NO_OWNER).await.unwrap());
         assert_eq!(first, 8, "a free lock is taken with the next number");
-        let repeat = number(waiter.attempt(ttl, true, true, 1).await.unwrap());
+        let repeat = number(waiter.attempt(ttl, true, true, 1, NO_OWNER).await.unwrap());
         assert!(
             repeat > 7,
             "the repeated attempt returned {repeat}, not above the 7 issued before this holder"
