@@ -191,12 +191,7 @@ impl<'a> FairWait<'a> {
             // that just left): registering costs no round trip, so it comes first, and a
             // handoff to our first attempt's entry is delivered.
             queue.subscribe = false;
-            queue.subscription = n
-                .subscribe_ticket(release_channel(key), waiter.ticket.clone())
-                .await;
-            if queue.subscription.is_some() {
-                queue.owner = n.id();
-            }
+            self.subscribe(n, queue).await;
         }
         loop {
             // The last attempt's failure, while the topology is in motion.
@@ -264,19 +259,14 @@ impl<'a> FairWait<'a> {
             }
             if std::mem::take(&mut queue.subscribe)
                 && let Some(n) = self.notifier
+                && self.subscribe(n, queue).await
             {
-                let channel = release_channel(key);
-                queue.subscription = n.subscribe_ticket(channel, waiter.ticket.clone()).await;
-                if queue.subscription.is_some() {
-                    // A release by this client hands the lock to us by its reply from now on.
-                    queue.owner = n.id();
-                    // Again at once, deadline permitting: it claims a handoff made before the
-                    // subscription took effect (the struct's docs).
-                    if Instant::now() >= deadline {
-                        return failure.map_or(Ok(TryAcquire::Busy { remaining }), Err);
-                    }
-                    continue;
+                // Again at once, deadline permitting: it claims a handoff made before the
+                // subscription took effect (the struct's docs).
+                if Instant::now() >= deadline {
+                    return failure.map_or(Ok(TryAcquire::Busy { remaining }), Err);
                 }
+                continue;
             }
             // No backoff: only this waiter is woken by its handoff, so retries cannot herd.
             // Refresh the entry in time; retry when a crashed holder's lease runs out.
@@ -302,6 +292,20 @@ impl<'a> FairWait<'a> {
                 return failure.map_or(Ok(TryAcquire::Busy { remaining }), Err);
             }
         }
+    }
+
+    /// Subscribes to our ticket's handoffs through `n`; once subscribed, a release by this
+    /// client hands the lock to us by its reply (our entries name it). False if that failed
+    /// (we then find handoffs at our next attempts).
+    async fn subscribe(&self, n: &'a Notifier, queue: &mut Queued<'a>) -> bool {
+        let channel = release_channel(self.waiter.key);
+        queue.subscription = n
+            .subscribe_ticket(channel, self.waiter.ticket.clone())
+            .await;
+        if queue.subscription.is_some() {
+            queue.owner = n.id();
+        }
+        queue.subscription.is_some()
     }
 
     /// The lease a handoff gives, if it can be taken without a claim: given on terms of the
