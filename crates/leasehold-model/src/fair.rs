@@ -91,7 +91,7 @@ pub struct Pending {
     pub replies: Vec<Outcome>,
 }
 
-/// A handoff message on the release channel (`handoff:<ticket>:<attempt>:<fencing>`).
+/// A handoff message on the waiter's client's channel (`handoff:<ticket>:<attempt>:<fencing>`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Msg {
     /// The waiter it is for.

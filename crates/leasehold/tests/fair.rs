@@ -678,7 +678,8 @@ leasehold_harness::server_test!(async fn fair_mode_refuses_what_it_cannot_do(bin
 // script's run time). With more than that ahead of a live waiter, the attempt used to take the
 // bound for an empty queue, so a newcomer took the lock ahead of the waiter. Now whoever is
 // first after the bound still counts as ahead, the attempt says "come back at once", and the
-// release that gave up wakes the waiters.
+// release that gave up wakes the queue's head if it is live (here it is dead: the waiter comes
+// at its next refresh).
 leasehold_harness::server_test!(async fn more_than_a_hundred_dead_entries_do_not_let_a_newcomer_jump_the_queue(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).unwrap();
     let key = "fair:dead-heads";
@@ -704,6 +705,67 @@ leasehold_harness::server_test!(async fn more_than_a_hundred_dead_entries_do_not
     assert_eq!(common::get(&server, key).as_deref(), Some(w.token().expose()));
     assert_eq!(queued(&server, key), 0, "every dead entry dropped on the way");
     w.release().await.unwrap();
+});
+
+// Issue 32, target 1: a fair release publishes its handoff on the channel of the waiter's
+// client for the key (`handoff_channel`), so one client reads it. It used to go on the key's
+// release channel, which every client waiting for the key subscribes to: each handoff woke
+// every such client's subscriber connection for nothing but the one it named.
+leasehold_harness::server_test!(async fn a_fair_handoff_is_published_to_its_waiters_client_alone(bin) {
+    use futures_util::StreamExt;
+    use leasehold::redis::{handoff_channel, release_channel};
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let key = "fair:one-reader";
+    let holder = Locker::connect(&server.url()).await.unwrap();
+    let g = holder.acquire(key, &fair(LONG)).await.unwrap();
+    // Two waiters, each of a client of its own, queued in this order.
+    let mut waiters = Vec::new();
+    let mut owners = Vec::new();
+    for n in 1..=2 {
+        let client = Locker::connect(&server.url()).await.unwrap();
+        waiters.push(tokio::spawn(async move {
+            client.acquire(key, &fair(LONG)).await.unwrap()
+        }));
+        until_waiting(&server, key, n).await;
+        let new: Vec<String> = entry_owners(&server, key)
+            .into_iter()
+            .filter(|o| !owners.contains(o))
+            .collect();
+        assert_eq!(new.len(), 1, "one new owner: {new:?}");
+        owners.extend(new);
+    }
+    let numsub = |channel: &str| {
+        let reply = server.command(&["PUBSUB", "NUMSUB", channel]).unwrap();
+        reply.as_array().and_then(|a| a.get(1)).and_then(|v| v.as_integer())
+    };
+    assert_eq!(numsub(&release_channel(key)), Some(0), "nobody on the key's channel");
+    for owner in &owners {
+        assert_eq!(numsub(&handoff_channel(key, owner)), Some(1), "client {owner}");
+    }
+    // A listener on every channel of the key sees each handoff once, on its client's channel.
+    let mut listener = redis::Client::open(server.url().as_str())
+        .unwrap()
+        .get_async_pubsub()
+        .await
+        .unwrap();
+    listener
+        .psubscribe(format!("{}*", release_channel(key)))
+        .await
+        .unwrap();
+    let mut messages = listener.into_on_message();
+    let mut releasing = g;
+    for (waiter, owner) in waiters.into_iter().zip(&owners) {
+        releasing.release().await.unwrap();
+        let message = tokio::time::timeout(HANG_GUARD, messages.next())
+            .await
+            .expect("no handoff message")
+            .unwrap();
+        assert_eq!(message.get_channel_name(), handoff_channel(key, owner));
+        let payload: String = message.get_payload().unwrap();
+        assert!(payload.starts_with("handoff:"), "{payload}");
+        releasing = tokio::time::timeout(HANG_GUARD, waiter).await.unwrap().unwrap();
+    }
+    releasing.release().await.unwrap();
 });
 
 // Issue 22, finding 7: an early handoff that reaches its waiter after the lease it carries is

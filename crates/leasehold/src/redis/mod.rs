@@ -41,6 +41,7 @@ pub use self::options::RedisOptions;
 pub use self::renewal::RenewalStats;
 pub use self::server::{ServerInfo, ServerKind};
 pub use self::slot::{
-    fair_entry_key, fair_queue_key, fence_key, key_slot, min_hold_key, release_channel,
+    fair_entry_key, fair_queue_key, fence_key, handoff_channel, key_slot, min_hold_key,
+    release_channel,
 };
 pub use self::strategy::{ExtendStrategy, ReleaseStrategy};

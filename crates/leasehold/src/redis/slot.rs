@@ -235,6 +235,18 @@ pub fn release_channel(key: &str) -> String {
     channel
 }
 
+/// The channel on which a fair release of `key` hands the lock to a waiter of the client
+/// named `owner` (the id of its subscriber, in the waiter's queue entry):
+/// [`release_channel`]`(key) + ":" + owner`. One per client and key, so a handoff message
+/// reaches the one client whose waiter it names, not every client waiting for the key; it
+/// hashes to the key's slot as the release channel does.
+pub fn handoff_channel(key: &str, owner: &str) -> String {
+    let mut channel = release_channel(key);
+    channel.push(':');
+    channel.push_str(owner);
+    channel
+}
+
 /// The limit key that goes with a permits key (`…:permits` -> `…:limit`; any other set, such
 /// as a read-write lock's readers, gets `…:limit` appended: a key that never exists).
 pub(crate) fn permits_limit_key(permits_key: &str) -> String {
@@ -283,6 +295,11 @@ mod tests {
             let slot = key_slot(key);
             assert_eq!(key_slot(&fence_key(key)), slot, "fence key of {key:?}");
             assert_eq!(key_slot(&release_channel(key)), slot, "channel of {key:?}");
+            assert_eq!(
+                key_slot(&handoff_channel(key, "0123abcd")),
+                slot,
+                "handoff channel of {key:?}"
+            );
             assert_eq!(key_slot(&fair_queue_key(key)), slot, "queue of {key:?}");
             assert_eq!(key_slot(&min_hold_key(key)), slot, "min_hold of {key:?}");
             assert_eq!(
@@ -300,6 +317,10 @@ mod tests {
         assert_eq!(fence_key("lock:a"), "{lock:a}:fence");
         assert_eq!(fence_key("a{user:1}b"), "a{user:1}b:fence");
         assert_eq!(release_channel("lock:a"), "leasehold:released:{lock:a}");
+        assert_eq!(
+            handoff_channel("lock:a", "c1"),
+            "leasehold:released:{lock:a}:c1"
+        );
         assert_eq!(hash_tag("a{}b"), None);
         assert!(fence_key("a{}b").ends_with(":a{}b:fence"));
     }
@@ -311,6 +332,7 @@ mod tests {
         assert_eq!(key_slot(""), 0);
         assert_eq!(key_slot(&fence_key("")), 0, "{}", fence_key(""));
         assert_eq!(key_slot(&release_channel("")), 0, "{}", release_channel(""));
+        assert_eq!(key_slot(&handoff_channel("", "c1")), 0);
         assert_eq!(key_slot(&fair_queue_key("")), 0);
         assert_eq!(key_slot(&format!("x{}y", slot_name(""))), 0);
     }

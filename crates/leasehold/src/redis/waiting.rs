@@ -35,8 +35,9 @@
 //! connection with, or the subscription failed) simply polls.
 //!
 //! A fair release hands the lock to one waiter and publishes a *handoff* message
-//! on the same channel (`handoff:<ticket>:<attempt>:<fencing>`): the subscriber routes it to the
-//! one waiter that registered the ticket, and wakes nobody else. A waiter of the releasing
+//! (`handoff:<ticket>:<attempt>:<fencing>`) on that waiter's client's own channel for the key
+//! ([`handoff_channel`](crate::redis::handoff_channel)): only that client reads it, and its
+//! subscriber routes it to the one waiter that registered the ticket. A waiter of the releasing
 //! client itself gets no message: the release's reply carries the same fields, and
 //! `Notifier::hand_off_locally` delivers them. A waiter that is next in line for a lock its own
 //! client holds may even be handed it before the release runs (an *early* handoff: see

@@ -12,7 +12,7 @@ use crate::core::options::LockOptions;
 use crate::core::outcome::TryAcquire;
 use crate::redis::client::RedisClient;
 use crate::redis::handoff::{EarlyTerms, Tenure};
-use crate::redis::slot::release_channel;
+use crate::redis::slot::handoff_channel;
 use crate::redis::slot::validate_name;
 use crate::redis::waiting::{Notifier, Subscription, Wake};
 
@@ -84,9 +84,10 @@ impl RedisClient {
 /// its ticket's handoffs, and then it attempts again at once. A release in between handed the
 /// lock to the entry the first attempt queued, and published to nobody: the key then holds our
 /// token, and that second attempt claims it (as any attempt claims a handoff whose message was
-/// lost). A handoff after the subscription took effect is delivered. When the key's channel is
-/// subscribed already (it lingers a while after its last waiter left), the waiter registers
-/// first, at no cost, and needs no second attempt.
+/// lost). A handoff after the subscription took effect is delivered. The channel is our
+/// client's own for the key ([`handoff_channel`]): a handoff reaches the one client whose
+/// waiter it names. When it is subscribed already (it lingers a while after its last waiter
+/// left), the waiter registers first, at no cost, and needs no second attempt.
 struct FairWait<'a> {
     waiter: Waiter<'a>,
     notifier: Option<&'a Notifier>,
@@ -185,11 +186,11 @@ impl<'a> FairWait<'a> {
         if queue.subscribe
             && let Some(n) = self
                 .notifier
-                .filter(|n| n.is_subscribed(&release_channel(key)))
+                .filter(|n| n.is_subscribed(&handoff_channel(key, n.id())))
         {
-            // The key's channel is subscribed already (another waiter of this client, or one
-            // that just left): registering costs no round trip, so it comes first, and a
-            // handoff to our first attempt's entry is delivered.
+            // Our client's handoff channel for the key is subscribed already (another waiter
+            // of this client, or one that just left): registering costs no round trip, so it
+            // comes first, and a handoff to our first attempt's entry is delivered.
             queue.subscribe = false;
             self.subscribe(n, queue).await;
         }
@@ -298,7 +299,7 @@ impl<'a> FairWait<'a> {
     /// client hands the lock to us by its reply (our entries name it). False if that failed
     /// (we then find handoffs at our next attempts).
     async fn subscribe(&self, n: &'a Notifier, queue: &mut Queued<'a>) -> bool {
-        let channel = release_channel(self.waiter.key);
+        let channel = handoff_channel(self.waiter.key, n.id());
         queue.subscription = n
             .subscribe_ticket(channel, self.waiter.ticket.clone())
             .await;

@@ -16,8 +16,10 @@
 //! - **Handoff.** The release script, if the lock still holds the releaser's token, pops the
 //!   queue's head until it finds a waiter whose entry is alive, sets the lock key to that
 //!   waiter's token (`SET key token PX window`), issues its fencing number if it asked for one,
-//!   and publishes `handoff:<ticket>:<attempt>:<fencing>` on the key's release channel: the
-//!   subscriber wakes that waiter alone (`src/redis/waiting`). With no live waiter it deletes
+//!   and publishes `handoff:<ticket>:<attempt>:<fencing>` on the channel of that waiter's client
+//!   for the key ([`handoff_channel`](crate::redis::handoff_channel), named by the entry's
+//!   owner): that client alone reads it, and its subscriber wakes that waiter alone
+//!   (`src/redis/waiting`). With no live waiter it deletes
 //!   the key. A waiter of the releasing client gets no message: the reply carries the same
 //!   three fields, and the client hands it to the waiter, then yields once so that the new
 //!   holder runs first.

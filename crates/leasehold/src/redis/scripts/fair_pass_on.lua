@@ -13,7 +13,9 @@ for _ = 1, 100 do
     -- it is woken, so that its next attempt reports the error.
     redis.call('zadd', KEYS[2], popped[2], ticket)
     redis.call('del', KEYS[1])
-    if ARGV[2] ~= '' then redis.pcall(ARGV[3], ARGV[2], KEYS[1]) end
+    if ARGV[2] ~= '' and owner ~= '-' then
+      redis.pcall(ARGV[3], ARGV[2] .. ':' .. owner, KEYS[1])
+    end
     return 1
   end
   if token then
@@ -26,13 +28,21 @@ for _ = 1, 100 do
     else
       redis.call('del', KEYS[3] .. ticket)
     end
-    if ARGV[2] ~= '' and owner ~= ARGV[4] then
-      redis.pcall(ARGV[3], ARGV[2], 'handoff:' .. ticket .. ':' .. attempt .. ':' .. n)
+    -- On its client's channel for this key: only that client reads it. A waiter without an
+    -- owner is not subscribed (its next attempt claims the lock).
+    if ARGV[2] ~= '' and owner ~= ARGV[4] and owner ~= '-' then
+      redis.pcall(ARGV[3], ARGV[2] .. ':' .. owner, 'handoff:' .. ticket .. ':' .. attempt .. ':' .. n)
     end
     return {2, ticket, tonumber(attempt), n, redis.call('zrange', KEYS[2], 0, 0)[1]}
   end
 end
 redis.call('del', KEYS[1])
--- Waiters may be left behind more than 100 dead entries: wake them to take the lock.
-if ARGV[2] ~= '' and redis.call('zcard', KEYS[2]) > 0 then redis.pcall(ARGV[3], ARGV[2], KEYS[1]) end
+-- Waiters may be left behind more than 100 dead entries: only the queue's head can take the
+-- lock, so its client is woken (if its entry is alive and names one).
+if ARGV[2] ~= '' then
+  local head = redis.call('zrange', KEYS[2], 0, 0)[1]
+  local entry = head and redis.call('get', KEYS[3] .. head)
+  local owner = entry and string.match(entry, '^%S+ %d+ %d (%S+) %d+$')
+  if owner and owner ~= '-' then redis.pcall(ARGV[3], ARGV[2] .. ':' .. owner, KEYS[1]) end
+end
 return 1

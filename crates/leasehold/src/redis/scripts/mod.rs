@@ -100,9 +100,11 @@ const FAIR_ACQUIRE_HELPERS_LUA: &str = include_str!("fair_acquire_helpers.lua");
 /// The end of the release and leave scripts: hands the lock (which the script has checked is
 /// ours) to the first live waiter, or deletes it. Dead entries popped on the way are dropped
 /// (at most 100 per call, to bound the script's run time; if live waiters are left behind
-/// more, the lock is deleted and they are woken as by a plain release, and only the queue's
-/// head can take it: see the acquisition script). `ARGV[2]`: the release channel (''
-/// publishes nothing), `ARGV[3]`: publish or spublish, `ARGV[4]`: the releasing client's
+/// more, the lock is deleted and the queue's head, which alone can take it, is woken if its
+/// entry is alive: see the acquisition script; the others find it at their next refresh).
+/// `ARGV[2]`: the release channel ('' publishes nothing; a message to the waiters of the
+/// client `owner` goes on `ARGV[2] .. ':' .. owner`, its
+/// [handoff channel](crate::redis::handoff_channel)), `ARGV[3]`: publish or spublish, `ARGV[4]`: the releasing client's
 /// [owner name](crate::redis::waiting) ('' if it has none): a waiter of that client is not sent the
 /// message, its client delivers the reply to it. Reply: `{2, ticket, attempt, fencing number
 /// or 0, next}` (the handoff message's fields, and the ticket now first in the queue, absent
