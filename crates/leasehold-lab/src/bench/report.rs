@@ -321,7 +321,7 @@ pub(super) fn plots(dir: &std::path::Path, r: &Results) -> anyhow::Result<()> {
         )?;
     }
     if let Some(systems) = r.workloads.get("W4") {
-        let series: Curves = systems
+        let mut series: Curves = systems
             .iter()
             .map(|(name, s)| {
                 let pts = [1.0, 3.0, 5.0, 7.0]
@@ -331,6 +331,14 @@ pub(super) fn plots(dir: &std::path::Path, r: &Results) -> anyhow::Result<()> {
                 (name.clone(), pts)
             })
             .collect();
+        // Issue 32's target: p50 at N = 5 at most 1.5 x leasehold's at N = 1.
+        let one = systems
+            .get("leasehold")
+            .and_then(|s| s.get("n1")?.get("p50_us")?.as_f64());
+        if let Some(one) = one {
+            let bound = [1.0, 3.0, 5.0, 7.0].map(|n| (n, 1.5 * one)).to_vec();
+            series.push(("target (1.5 x leasehold at N=1)".to_string(), bound));
+        }
         plot::lines(
             &dir.join("w4_redlock_latency.svg"),
             "W4: Redlock acquire + release p50 against N",

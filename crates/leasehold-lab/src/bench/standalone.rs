@@ -240,6 +240,11 @@ pub(super) async fn w4(
             workloads::w4_leasehold(u, c, format!("w4:{n}"))
         })?;
         runs.entry("leasehold".into()).or_default().push(s);
+        let (u, c) = (urls.clone(), st.w4_cycles);
+        let s = on_runtime(Flavour::MultiThread, move || {
+            workloads::w4_floor(u, c, format!("w4:floor:{n}"))
+        })?;
+        runs.entry("floor".into()).or_default().push(s);
         let run = PeerRun {
             urls: &urls,
             workload: "W4",

@@ -195,6 +195,22 @@ pub(super) fn targets(r: &Results) -> Value {
         true,
         "concurrent fan-out",
     );
+    let w4_floor = |n: &str| {
+        r.workloads
+            .get("W4")?
+            .get("floor")?
+            .get(n)?
+            .get("p50_us")?
+            .as_f64()
+    };
+    check(
+        "W4 floor p50 N=5 / N=1",
+        ratio(w4_floor("n5"), w4_floor("n1")),
+        1.5,
+        true,
+        "the same round trips with no lock logic (SET NX PX, then DEL, on every node at once, \
+         on at the quorum): what the machine itself allows",
+    );
     // The herd: commands per handoff at the most waiters measured against the fewest.
     let w6 = |mode: &str| {
         let systems = r.workloads.get("W6")?;

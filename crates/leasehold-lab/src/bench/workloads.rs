@@ -412,6 +412,72 @@ pub(crate) async fn w4_leasehold(
     Ok(Summary::from_latencies(cycles, start.elapsed(), &lat).with("nodes", urls.len() as u64))
 }
 
+/// W4 floor: Redlock's round trips with no lock logic, what this machine allows for `N`
+/// nodes: `SET NX PX` sent to every node at once, on once a majority replied, then `DEL` the
+/// same way (the other replies are read in the background, as Redlock's are).
+pub(crate) async fn w4_floor(
+    urls: Vec<String>,
+    cycles: u64,
+    prefix: String,
+) -> anyhow::Result<Summary> {
+    let mut conns = Vec::new();
+    for url in &urls {
+        let client = redis::Client::open(url.as_str())?;
+        conns.push(client.get_multiplexed_async_connection().await?);
+    }
+    let quorum = conns.len() / 2 + 1;
+    let cycle = |key: String| {
+        let conns = conns.clone();
+        async move {
+            let mut set = redis::cmd("SET");
+            set.arg(&key).arg("v").arg("NX").arg("PX").arg(10_000);
+            on_quorum(&conns, set, quorum).await?;
+            on_quorum(&conns, redis::cmd("DEL").arg(&key).clone(), quorum).await
+        }
+    };
+    for i in 0..100 {
+        cycle(format!("{prefix}:warm:{i}")).await?;
+    }
+    let mut lat = Latencies::new();
+    let start = Instant::now();
+    for i in 0..cycles {
+        let t = Instant::now();
+        cycle(format!("{prefix}:{i}")).await?;
+        lat.record(t.elapsed());
+    }
+    Ok(Summary::from_latencies(cycles, start.elapsed(), &lat)
+        .with("nodes", urls.len() as u64)
+        .with(
+            "commands",
+            "SET NX PX, then DEL, on every node at once; on at the quorum",
+        ))
+}
+
+/// Sends `cmd` on every connection at once and returns once `quorum` replies came; the rest
+/// are read in the background.
+async fn on_quorum(
+    conns: &[redis::aio::MultiplexedConnection],
+    cmd: redis::Cmd,
+    quorum: usize,
+) -> anyhow::Result<()> {
+    use futures_util::stream::{FuturesUnordered, StreamExt};
+    let mut replies: FuturesUnordered<_> = conns
+        .iter()
+        .map(|conn| {
+            let (mut conn, cmd) = (conn.clone(), cmd.clone());
+            async move { cmd.query_async::<redis::Value>(&mut conn).await }
+        })
+        .collect();
+    for _ in 0..quorum {
+        replies
+            .next()
+            .await
+            .context("fewer replies than a quorum")??;
+    }
+    tokio::spawn(async move { while replies.next().await.is_some() {} });
+    Ok(())
+}
+
 /// What holding leases for a while showed.
 struct Held {
     elapsed: Duration,
