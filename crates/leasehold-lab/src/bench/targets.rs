@@ -180,32 +180,24 @@ pub(super) fn targets(r: &Results) -> Value {
         true,
         "Python, fair: <= 60 ms",
     );
-    let w4 = |n: &str| {
+    let w4 = |system: &str, n: &str| {
         r.workloads
             .get("W4")?
-            .get("leasehold")?
+            .get(system)?
             .get(n)?
             .get("p50_us")?
             .as_f64()
     };
     check(
         "W4 p50 N=5 / N=1",
-        ratio(w4("n5"), w4("n1")),
+        ratio(w4("leasehold", "n5"), w4("leasehold", "n1")),
         1.5,
         true,
         "concurrent fan-out",
     );
-    let w4_floor = |n: &str| {
-        r.workloads
-            .get("W4")?
-            .get("floor")?
-            .get(n)?
-            .get("p50_us")?
-            .as_f64()
-    };
     check(
         "W4 floor p50 N=5 / N=1",
-        ratio(w4_floor("n5"), w4_floor("n1")),
+        ratio(w4("floor", "n5"), w4("floor", "n1")),
         1.5,
         true,
         "the same round trips with no lock logic (SET NX PX, then DEL, on every node at once, \
