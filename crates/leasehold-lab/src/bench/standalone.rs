@@ -64,28 +64,42 @@ pub(super) async fn w1(
     let mut cdf_src: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
     for rep in 0..st.reps {
         // In-process systems, in a rotating order.
-        // (system, runtime, floor?, release notifications?)
+        // (system, runtime, floor?, release notifications?, history recorded?)
         let mut order = vec![
-            ("leasehold", Flavour::MultiThread, false, true),
-            ("floor", Flavour::MultiThread, true, false),
+            ("leasehold", Flavour::MultiThread, false, true, false),
+            ("floor", Flavour::MultiThread, true, false, false),
             (
                 "leasehold_current_thread",
                 Flavour::CurrentThread,
                 false,
                 true,
+                false,
             ),
-            ("floor_current_thread", Flavour::CurrentThread, true, false),
-            ("leasehold_no_notify", Flavour::MultiThread, false, false),
+            (
+                "floor_current_thread",
+                Flavour::CurrentThread,
+                true,
+                false,
+                false,
+            ),
+            (
+                "leasehold_no_notify",
+                Flavour::MultiThread,
+                false,
+                false,
+                false,
+            ),
+            ("leasehold_history", Flavour::MultiThread, false, true, true),
         ];
         let turns = rep % order.len();
         order.rotate_left(turns);
-        for (name, flavour, floor, notify) in order {
+        for (name, flavour, floor, notify, history) in order {
             let (u, c, p) = (url.clone(), st.w1_cycles, format!("w1:{name}:{rep}"));
             let (summary, cdf) = on_runtime(flavour, move || async move {
                 if floor {
                     workloads::w1_floor(u, c, p).await
                 } else {
-                    workloads::w1_leasehold(u, c, p, notify).await
+                    workloads::w1_leasehold(u, c, p, notify, history).await
                 }
             })?;
             cdf_src.insert(name.to_string(), cdf);

@@ -52,6 +52,16 @@ pub(super) fn targets(r: &Results) -> Value {
         "cycles/s >= 0.97 x the best peer",
     );
     check(
+        "W1 cycles/s history on / off",
+        ratio(
+            r.get("W1", "leasehold_history", "ops_per_s"),
+            r.get("W1", "leasehold", "ops_per_s"),
+        ),
+        0.85,
+        false,
+        "recording the lock history costs W1 at most 15 % of its cycles/s",
+    );
+    check(
         "W1 p50 cluster / standalone",
         ratio(
             r.get("W1T", "leasehold_cluster", "p50_us"),

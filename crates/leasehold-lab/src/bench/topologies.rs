@@ -73,7 +73,7 @@ pub(super) async fn w1t(
         for (name, url) in order {
             let (u, c, p) = (url.clone(), st.w1_cycles, format!("w1t:{name}:{rep}"));
             let (summary, cdf) = on_runtime(Flavour::MultiThread, move || {
-                workloads::w1_leasehold(u, c, p, true)
+                workloads::w1_leasehold(u, c, p, true, false)
             })
             .with_context(|| format!("W1T {name} ({url})"))?;
             cdf_src.insert(name.to_string(), cdf);

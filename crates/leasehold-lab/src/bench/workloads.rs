@@ -53,17 +53,22 @@ where
     .map_err(|_| anyhow::anyhow!("benchmark thread panicked"))?
 }
 
-/// W1 for leasehold: one task, `cycles` try_acquire + release on distinct keys.
+/// W1 for leasehold: one task, `cycles` try_acquire + release on distinct keys; with `history`,
+/// the locker records the lock history (default cap and retention).
 pub(crate) async fn w1_leasehold(
     url: String,
     cycles: u64,
     prefix: String,
     notify: bool,
+    history: bool,
 ) -> anyhow::Result<(Summary, Vec<(f64, f64)>)> {
     let options = RedisOptions::new().notify_waiters(notify);
     let client = RedisClient::connect_with(&url, options).await?;
     let release = client.release_strategy();
-    let client = Locker::from(client);
+    let mut client = Locker::from(client);
+    if history {
+        client = client.with_history(leasehold::HistoryOptions::default())?;
+    }
     let opts = LockOptions::new(Duration::from_secs(10));
     let mut lat = Latencies::new();
     // Warm-up: connection, scripts, allocator.
