@@ -358,6 +358,70 @@ async fn handed_over_is_recorded(subject: &Redis, by_guard: bool) {
     );
 }
 
+/// On Redis a plain lock's acquisition and release append their events in the scripts that take
+/// and delete the lock (`redis::history`): an attempt that finds the lock busy and a release
+/// that finds it gone append nothing; and a refused append (here a string where the stream
+/// goes: `WRONGTYPE`) neither fails nor undoes the lock operation, whose write a script cannot
+/// roll back. With `redis.call` instead of `redis.pcall` for the append, the acquisition
+/// would fail with the lock left set behind it.
+async fn scripts_record_exactly_their_operations(subject: &Redis) {
+    let name = subject.name();
+    let locker = recording(subject).await;
+    let key = "h-scripted";
+    let guard = locker.acquire(key, &fenced()).await.expect("acquires");
+    let other = recording(subject).await;
+    assert!(
+        matches!(
+            other.try_acquire(key, &fenced()).await,
+            Ok(TryAcquire::Busy { .. })
+        ),
+        "{name}: held"
+    );
+    let token = guard.token().clone();
+    let fencing = guard.fencing_token();
+    guard.release().await.expect("releases");
+    assert!(
+        matches!(other.release(key, &token).await, Err(Error::NotHeld { .. })),
+        "{name}: released already"
+    );
+    assert_eq!(
+        kinds(&locker.history(key, 10).await.unwrap()),
+        vec![
+            (HistoryKind::Released, fencing),
+            (HistoryKind::Acquired, fencing)
+        ],
+        "{name}: the busy attempt and the second release appended nothing"
+    );
+
+    let key = "h-refused";
+    let stream = leasehold::redis::history_key(key);
+    let masters = subject.masters_of(key);
+    for m in &masters {
+        m.command(&["SET", &stream, "not a stream"]).expect("SET");
+    }
+    let guard = locker.acquire(key, &fenced()).await.expect("acquires");
+    let held = locker.inspect(key).await.expect("inspects");
+    assert_eq!(
+        held.holder.as_deref(),
+        Some(guard.token().expose()),
+        "{name}: the lock was taken"
+    );
+    guard.release().await.expect("releases");
+    assert!(
+        locker
+            .inspect(key)
+            .await
+            .expect("inspects")
+            .holder
+            .is_none(),
+        "{name}: the lock was released"
+    );
+    for m in &masters {
+        let kept = m.command(&["GET", &stream]).expect("GET");
+        assert_eq!(kept.as_str(), Some("not a stream"), "{name}");
+    }
+}
+
 /// A locker asked to record history on a backend without a history log is refused at once,
 /// naming the backend; so is reading one.
 async fn refuses(url: &str, backend: &str) {
@@ -379,6 +443,7 @@ async fn refuses(url: &str, backend: &str) {
 leasehold_harness::server_test!(async fn redis_standalone(bin) {
     let subject = Redis::one(&bin);
     history_conforms(&subject).await;
+    scripts_record_exactly_their_operations(&subject).await;
     handed_over_is_recorded(&subject, false).await;
     handed_over_is_recorded(&subject, true).await;
 });
@@ -386,6 +451,7 @@ leasehold_harness::server_test!(async fn redis_standalone(bin) {
 leasehold_harness::server_test!(async fn redis_cluster(bin) {
     let subject = Redis::cluster(&bin);
     history_conforms(&subject).await;
+    scripts_record_exactly_their_operations(&subject).await;
     handed_over_is_recorded(&subject, false).await;
     handed_over_is_recorded(&subject, true).await;
 });

@@ -134,6 +134,20 @@ pub(crate) trait LockTable: Kind + Send + Sync {
         let _ = options;
         None
     }
+
+    /// This driver, its lock operations appending their own history events (as `options` say)
+    /// in the same step on the server, where the backend can; `None` where the
+    /// [`Locker`](crate::Locker) appends them.
+    fn recording(&self, options: &HistoryOptions) -> Option<Arc<dyn Driver>> {
+        let _ = options;
+        None
+    }
+
+    /// Whether a release by token ([`Driver::release`]) appends its own history event (see
+    /// [`LockTable::recording`]).
+    fn records_releases(&self) -> bool {
+        false
+    }
 }
 
 /// The refusal of `what` by `backend`, which does not have it.

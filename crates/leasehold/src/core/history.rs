@@ -6,10 +6,15 @@
 //! whether recording is on or not.
 //!
 //! # What is guaranteed, and what is not
-//! * **Best effort, client-side.** The [`Locker`](crate::Locker) appends an event *after* the
-//!   lock operation succeeded, as a separate request: it is not atomic with it. A crash, a lost
-//!   connection or a refused write between the two loses the event; a failed append is logged
-//!   (throttled) and never turns a successful acquisition or release into an error. A
+//! * **In the operation, on Redis.** A Redis plain lock's acquisition and release append their
+//!   event in the script that takes or deletes the lock: in the same round trip, and atomic with
+//!   it (an event exactly when the operation happened; see `redis::history`).
+//! * **Elsewhere best effort, client-side.** Otherwise (fair and `min_hold` locks, etcd,
+//!   PostgreSQL, `memory://`, and every loss or forced release) the
+//!   [`Locker`](crate::Locker) appends an event *after* the lock operation succeeded, as a
+//!   separate request: it is not atomic with it. A crash, a lost connection or a refused write
+//!   between the two loses the event. Either way a failed append is logged (throttled) and
+//!   never turns a successful acquisition or release into an error. A
 //!   [`Lost`](HistoryKind::Lost) event is written by the loser, often while the server is
 //!   unreachable (which may be why the lock was lost), so it is the most likely to be missing.
 //! * **An audit aid, not a source of truth.** The lock key is the truth; the history says what
@@ -202,10 +207,11 @@ pub(crate) fn from_unix_millis(ms: u64) -> SystemTime {
 /// [`ClientOptions::history`](crate::ClientOptions::history) (off by default: nothing is
 /// written), read with [`Locker::history`](crate::Locker::history).
 ///
-/// **Guarantees and limits** (docs/guarantees.md §18). Recording is best effort and
-/// client-side: the [`Locker`](crate::Locker) appends each event as a separate request after
+/// **Guarantees and limits** (docs/guarantees.md §19). A Redis plain lock's acquisition and
+/// release append their event in the same script, atomically. Everything else is best effort
+/// and client-side: the [`Locker`](crate::Locker) appends the event as a separate request after
 /// the lock operation succeeded, so a crash or a lost connection between the two loses the
-/// event, and a failed append is logged (throttled), never returned as an error. The history is
+/// event. A failed append is logged (throttled), never returned as an error. The history is
 /// an audit aid, not a source of truth: the lock key is. Each key keeps at most
 /// [`cap`](HistoryOptions::cap) events after each append (plus one per append running
 /// concurrently, on etcd and PostgreSQL), each for at most the

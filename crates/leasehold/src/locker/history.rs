@@ -53,6 +53,10 @@ impl Locker {
     pub fn with_history(mut self, options: HistoryOptions) -> Result<Self> {
         options.validate()?;
         self.history = Some(self.history_log(&options)?);
+        // Where the backend can, its lock operations append their own events.
+        if let Some(recording) = self.backend.recording(&options) {
+            self.backend = recording;
+        }
         Ok(self)
     }
 

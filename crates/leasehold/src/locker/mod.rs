@@ -279,8 +279,10 @@ impl Locker {
     pub async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
         let span = trace::span("leasehold.release", Some(self.kind()), key);
         trace::traced(span, self.backend.release(key, token)).await?;
-        self.record_by_token(key, token, HistoryKind::Released)
-            .await;
+        if !self.backend.records_releases() {
+            self.record_by_token(key, token, HistoryKind::Released)
+                .await;
+        }
         Ok(())
     }
 

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use redis::Value;
 
-use crate::core::driver::LockTable;
+use crate::core::driver::{Driver, LockTable};
 use crate::core::error::{Error, Operation, Result};
 use crate::core::history::{HistoryLog, HistoryOptions};
 use crate::core::listing::{
@@ -371,6 +371,15 @@ impl LockTable for RedisClient {
 
     fn history_log(&self, options: &HistoryOptions) -> Option<Arc<dyn HistoryLog>> {
         Some(self.history_streams(options))
+    }
+
+    /// The plain lock's acquire and release scripts append the events (`redis::history`).
+    fn recording(&self, options: &HistoryOptions) -> Option<Arc<dyn Driver>> {
+        Some(Arc::new(RedisClient::recording(self, *options)))
+    }
+
+    fn records_releases(&self) -> bool {
+        self.records_lock(false).is_some()
     }
 }
 

@@ -62,6 +62,17 @@ struct LeaseState {
     /// Fired when the lease is lost (never on a normal release).
     lost: CancellationToken,
     reason: OnceLock<LossReason>,
+    /// Run once when the lease is lost (the history's loss event), without a task waiting for it.
+    on_loss: OnceLock<LossHook>,
+}
+
+/// What [`Lease::on_loss`] runs.
+struct LossHook(Box<dyn Fn(&Lease) + Send + Sync>);
+
+impl std::fmt::Debug for LossHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LossHook")
+    }
 }
 
 #[cfg(test)]
@@ -98,6 +109,7 @@ impl Lease {
                 ended: AtomicBool::new(false),
                 lost: CancellationToken::new(),
                 reason: OnceLock::new(),
+                on_loss: OnceLock::new(),
             }),
         }
     }
@@ -190,7 +202,17 @@ impl Lease {
         tracing::warn!(key = self.key(), %reason, "lock lost");
         crate::core::metrics::lost(reason);
         self.state.lost.cancel();
+        if let Some(hook) = self.state.on_loss.get() {
+            (hook.0)(self);
+        }
         true
+    }
+
+    /// Runs `hook` when the lease is lost (from [`Lease::mark_lost`], the first time only; never
+    /// after a release); the first hook set wins. It must not block: it runs where the loss was
+    /// found.
+    fn on_loss(&self, hook: impl Fn(&Lease) + Send + Sync + 'static) {
+        let _ = self.state.on_loss.set(LossHook(Box::new(hook)));
     }
 
     pub(crate) fn is_ended(&self) -> bool {
@@ -407,27 +429,30 @@ impl Drop for LockGuard {
     }
 }
 
-/// A guard's link to the history log: records its release, and (a watcher task, stopped when
-/// this is dropped) its loss. Best effort: see [`crate::core::history`].
+/// A guard's link to the history log: records its release (its loss is the lease's hook).
+/// Best effort: see [`crate::core::history`].
 #[derive(Debug)]
 struct Recording {
-    log: Arc<dyn HistoryLog>,
+    /// Where the release is appended; `None` when the lock's release appends it itself.
+    log: Option<Arc<dyn HistoryLog>>,
     /// Turns true once the acquisition's event is appended (or given up on).
     acquired: tokio::sync::watch::Receiver<bool>,
-    _stop_watching: tokio_util::sync::DropGuard,
 }
 
 impl Recording {
     /// Records the release (`handed_over`: to a waiter, in the same step), after the
     /// acquisition's event, so that the log keeps their order.
     async fn released(mut self, lease: &Lease, handed_over: bool) {
+        let Some(log) = self.log.take() else {
+            return;
+        };
         let _ = self.acquired.wait_for(|done| *done).await;
         let kind = match handed_over {
             true => HistoryKind::HandedOver,
             false => HistoryKind::Released,
         };
         let event = lease_event(lease, kind);
-        crate::core::history::record(&*self.log, lease.key(), event).await;
+        crate::core::history::record(&*log, lease.key(), event).await;
     }
 }
 
@@ -441,40 +466,48 @@ pub(crate) fn lease_event(lease: &Lease, kind: HistoryKind) -> HistoryEvent {
 
 impl LockGuard {
     /// Records this guard's acquisition, release and loss in `log`. The acquisition and the
-    /// loss are appended by a spawned task, in that order: the holder never waits longer for
+    /// loss are appended by spawned tasks, in that order: the holder never waits longer for
     /// a history write than [`LockGuard::acquisition_recorded`] allows, rather than for a
-    /// response timeout out of a short lease (finding M10 of the 2026-12-02 review). The loss is appended when the lease's lost
-    /// token fires, the first time only, and never after a release; it logs a failure at
-    /// debug (the server may be unreachable, which may be why the lease was lost). The release
-    /// is appended after the acquisition.
+    /// response timeout out of a short lease (finding M10 of the 2026-12-02 review). The loss
+    /// is appended when the lease is declared lost ([`Lease::mark_lost`]), the first time only,
+    /// and never after a release; it logs a failure at debug (the server may be unreachable,
+    /// which may be why the lease was lost). The release is appended after the acquisition.
+    ///
+    /// When the lock records its own acquisition and release ([`HeldLock::records_history`]),
+    /// only the loss is appended here.
     pub(crate) fn record_history(&mut self, log: Arc<dyn HistoryLog>) {
-        let stop = CancellationToken::new();
-        let lost = self.lease.lost_token();
-        let (lease, watcher_log, watch_stop) = (self.lease.clone(), log.clone(), stop.clone());
-        let (acquired_tx, acquired) = tokio::sync::watch::channel(false);
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+        let itself = self.held.records_history();
+        let (acquired_tx, acquired) = tokio::sync::watch::channel(itself);
+        let handle = tokio::runtime::Handle::try_current();
+        if let (false, Ok(handle)) = (itself, &handle) {
+            let (lease, log) = (self.lease.clone(), log.clone());
             handle.spawn(async move {
                 let event = lease_event(&lease, HistoryKind::Acquired);
-                crate::core::history::record(&*watcher_log, lease.key(), event).await;
+                crate::core::history::record(&*log, lease.key(), event).await;
                 let _ = acquired_tx.send(true);
-                tokio::select! {
-                    // A loss that fired before the release is still recorded.
-                    biased;
-                    _ = lost.cancelled() => {
-                        let mut event = lease_event(&lease, HistoryKind::Lost);
-                        event.detail = lease.loss_reason().map(|r| r.to_string());
-                        if let Err(e) = watcher_log.append(lease.key(), &event).await {
-                            tracing::debug!(key = lease.key(), error = %e, "could not record a lock's loss");
-                        }
-                    }
-                    _ = watch_stop.cancelled() => {}
-                }
             });
         }
+        // The loss: no task waits for it; the lease spawns one when it is lost.
+        let (loss_log, loss_acquired) = (log.clone(), acquired.clone());
+        self.lease.on_loss(move |lease| {
+            let Ok(handle) = tokio::runtime::Handle::try_current() else {
+                return;
+            };
+            let (lease, log) = (lease.clone(), loss_log.clone());
+            let mut acquired = loss_acquired.clone();
+            handle.spawn(async move {
+                // After the acquisition's event, so that the log keeps their order.
+                let _ = acquired.wait_for(|done| *done).await;
+                let mut event = lease_event(&lease, HistoryKind::Lost);
+                event.detail = lease.loss_reason().map(|r| r.to_string());
+                if let Err(e) = log.append(lease.key(), &event).await {
+                    tracing::debug!(key = lease.key(), error = %e, "could not record a lock's loss");
+                }
+            });
+        });
         self.history = Some(Recording {
-            log,
+            log: (!itself).then_some(log),
             acquired,
-            _stop_watching: stop.drop_guard(),
         });
     }
 
@@ -483,7 +516,8 @@ impl LockGuard {
     /// holder does next (a release by token, a forced release), and a slow history write
     /// costs the holder at most that tenth (M10); the append then finishes in the background.
     pub(crate) async fn acquisition_recorded(&self) {
-        let Some(recording) = &self.history else {
+        // Nothing to wait for where the lock's own acquisition appended it.
+        let Some(recording) = self.history.as_ref().filter(|r| r.log.is_some()) else {
             return;
         };
         let mut acquired = recording.acquired.clone();
@@ -542,6 +576,13 @@ pub(crate) trait HeldLock: Send + Sync + std::fmt::Debug + 'static {
     /// Extends the lock to `ttl` from now if it is still ours, and returns the new validity
     /// deadline (counted from before the request was sent, minus the drift allowance).
     fn extend<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Instant>>;
+
+    /// Whether this lock's acquisition and release append their own history events, in the
+    /// same step on the server (a Redis plain lock of a client that records history: see
+    /// `redis::history`); the guard then appends only a loss.
+    fn records_history(&self) -> bool {
+        false
+    }
 
     /// The drift allowance this backend subtracts from a lease of `ttl`
     /// ([`clock_drift`](crate::clock_drift) unless it allows more).

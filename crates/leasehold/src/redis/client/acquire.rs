@@ -61,7 +61,7 @@ impl Attempts for PlainLock<'_> {
                 Ok(attempt.into())
             },
             async |token| {
-                let _ = client.release_raw(key, token.expose()).await;
+                let _ = client.release_lock(key, token, None).await;
             },
             |token, fencing, started| client.guard(key, token, fencing, started, options),
         )

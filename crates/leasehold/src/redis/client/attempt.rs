@@ -4,16 +4,19 @@
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
-use redis::Value;
+use redis::{Script, Value};
 
 use crate::core::acquire::OnAbandon;
 use crate::core::error::{Error, Operation, Result};
+use crate::core::history::{HistoryEvent, HistoryKind, HistoryOptions};
 use crate::core::options::LockOptions;
 use crate::core::outcome::MAX_FENCING_NUMBER;
 use crate::core::token::LockToken;
 use crate::redis::error::unexpected_reply;
+use crate::redis::history::{history_key, record_args, without_refusal};
 use crate::redis::scripts::{
-    ACQUIRE_LUA, ACQUIRE_SCRIPT, MIN_HOLD_ACQUIRE_LUA, MIN_HOLD_ACQUIRE_SCRIPT,
+    ACQUIRE_LUA, ACQUIRE_RECORDED_SCRIPT, ACQUIRE_SCRIPT, MIN_HOLD_ACQUIRE_LUA,
+    MIN_HOLD_ACQUIRE_SCRIPT, RECORDED_SCRIPTS,
 };
 use crate::redis::slot::{fence_key, min_hold_key};
 
@@ -72,7 +75,10 @@ impl RedisClient {
         want_remaining: bool,
         (wanted, timeout): (u32, Duration),
     ) -> Result<Attempt> {
-        let scripted = fencing || want_remaining || min_hold_ms.is_some();
+        let history = self.records_lock(min_hold_ms.is_some());
+        let scripted = fencing || want_remaining || min_hold_ms.is_some() || history.is_some();
+        let call =
+            scripted.then(|| acquire_script(key, token, ttl_ms, (fencing, min_hold_ms), history));
         // Ours until confirmed: if this future is dropped, or the reply is lost, give it back.
         let mut cleanup = self.give_back_if_abandoned(key, token);
         let mut conn = self.inner.conn.clone();
@@ -80,14 +86,7 @@ impl RedisClient {
         let replies = loop {
             let mut pipe = redis::pipe();
             pipe.ignore_errors()
-                .add_command(acquire_cmd(
-                    key,
-                    token,
-                    ttl_ms,
-                    (fencing, min_hold_ms),
-                    scripted,
-                    by_body,
-                ))
+                .add_command(acquire_cmd(key, token, ttl_ms, call.as_ref(), by_body))
                 .cmd("WAIT")
                 .arg(wanted)
                 .arg(timeout.as_millis() as u64);
@@ -106,7 +105,8 @@ impl RedisClient {
         };
         let parsed = replies.and_then(|mut r| {
             let wait = r.pop().unwrap_or(Value::Nil);
-            let acquire = r.pop().unwrap_or(Value::Nil);
+            let acquire =
+                without_refusal(key, HistoryKind::Acquired, r.pop().unwrap_or(Value::Nil), 3);
             let attempt = parse_acquire(acquire, fencing, scripted)?;
             let acked = match wait {
                 Value::ServerError(e) => return Err(redis::RedisError::from(e)),
@@ -122,7 +122,7 @@ impl RedisClient {
                     cleanup.disarm();
                     // The acquisition may have succeeded before the error (a refused WAIT, a
                     // script refused half-way): token-checked, harmless if nothing was set.
-                    let _ = self.release_raw(key, token.expose()).await;
+                    let _ = self.release_lock(key, token, None).await;
                 }
                 return Err(err);
             }
@@ -137,7 +137,7 @@ impl RedisClient {
             wanted,
             "acquisition not acknowledged by enough replicas; releasing"
         );
-        let _ = self.release_raw(key, token.expose()).await;
+        let _ = self.release_lock(key, token, None).await;
         Err(Error::NotReplicated {
             key: key.to_string(),
             acked,
@@ -158,22 +158,18 @@ impl RedisClient {
     ) -> Result<Attempt> {
         let mut cleanup = self.give_back_if_abandoned(key, token);
         let mut conn = self.inner.conn.clone();
-        let scripted = fencing || want_remaining || min_hold_ms.is_some();
-        let reply = if let Some(min_hold_ms) = min_hold_ms {
-            let mut inv = MIN_HOLD_ACQUIRE_SCRIPT.key(key);
-            inv.key(min_hold_key(key));
-            if fencing {
-                inv.key(fence_key(key));
+        let history = self.records_lock(min_hold_ms.is_some());
+        let scripted = fencing || want_remaining || min_hold_ms.is_some() || history.is_some();
+        let reply = if scripted {
+            let call = acquire_script(key, token, ttl_ms, (fencing, min_hold_ms), history);
+            let mut inv = call.script.prepare_invoke();
+            for k in &call.keys {
+                inv.key(k);
             }
-            inv.arg(token.expose()).arg(ttl_ms).arg(min_hold_ms);
-            inv.invoke_async::<Value>(&mut conn).await
-        } else if scripted {
-            let mut inv = ACQUIRE_SCRIPT.key(key);
-            if fencing {
-                inv.key(fence_key(key));
-            }
-            inv.arg(token.expose()).arg(ttl_ms);
-            inv.invoke_async::<Value>(&mut conn).await
+            inv.arg(&call.args);
+            inv.invoke_async::<Value>(&mut conn)
+                .await
+                .map(|r| without_refusal(key, HistoryKind::Acquired, r, 3))
         } else {
             crate::redis::strategy::sized_cmd(
                 "SET",
@@ -206,7 +202,7 @@ impl RedisClient {
                 // failure leaves no orphaned lock (token-checked: harmless if nothing was set).
                 if scripted && matches!(err, Error::Server { .. } | Error::PermissionDenied { .. })
                 {
-                    let _ = self.release_raw(key, token.expose()).await;
+                    let _ = self.release_lock(key, token, None).await;
                 }
                 // An ambiguous failure keeps the cleanup armed: it fires on drop below.
                 Err(err)
@@ -215,18 +211,61 @@ impl RedisClient {
     }
 }
 
-/// The acquisition as one command: `SET key token NX PX ttl`, or (`scripted`: with fencing, or
-/// asking the holder's PTTL on busy) the acquire script, by its hash or (`by_body`) its body;
-/// with `min_hold_ms`, the min_hold acquire script.
-fn acquire_cmd(
+/// The acquisition as one script call: the acquire script (fencing, or asking the holder's PTTL
+/// on busy), the `min_hold` one, or with `history` the recorded one (`redis::history`), with
+/// its keys and arguments.
+struct ScriptCall {
+    script: &'static Script,
+    /// The script's text, for a server that has not cached it.
+    body: &'static str,
+    keys: Vec<String>,
+    args: Vec<String>,
+}
+
+fn acquire_script(
     key: &str,
     token: &LockToken,
     ttl_ms: u64,
     (fencing, min_hold_ms): (bool, Option<u64>),
-    scripted: bool,
+    history: Option<&HistoryOptions>,
+) -> ScriptCall {
+    let mut keys = vec![key.to_string()];
+    let mut args = vec![token.expose().to_string(), ttl_ms.to_string()];
+    let (script, body): (&'static Script, &'static str) = match (min_hold_ms, history) {
+        (Some(min_hold_ms), _) => {
+            keys.push(min_hold_key(key));
+            args.push(min_hold_ms.to_string());
+            (&MIN_HOLD_ACQUIRE_SCRIPT, MIN_HOLD_ACQUIRE_LUA)
+        }
+        (None, Some(history)) => {
+            keys.push(history_key(key));
+            let event = HistoryEvent::of_holder(HistoryKind::Acquired, token);
+            args.extend(record_args(history, &event, true));
+            (&ACQUIRE_RECORDED_SCRIPT, &RECORDED_SCRIPTS[0])
+        }
+        (None, None) => (&ACQUIRE_SCRIPT, ACQUIRE_LUA),
+    };
+    if fencing {
+        keys.push(fence_key(key));
+    }
+    ScriptCall {
+        script,
+        body,
+        keys,
+        args,
+    }
+}
+
+/// The acquisition as one command: `SET key token NX PX ttl`, or `call` by its hash or
+/// (`by_body`) its body.
+fn acquire_cmd(
+    key: &str,
+    token: &LockToken,
+    ttl_ms: u64,
+    call: Option<&ScriptCall>,
     by_body: bool,
 ) -> redis::Cmd {
-    if !scripted {
+    let Some(call) = call else {
         let mut c =
             crate::redis::strategy::sized_cmd("SET", 5, key.len() + token.expose().len() + 24);
         c.arg(key)
@@ -235,32 +274,17 @@ fn acquire_cmd(
             .arg("PX")
             .arg(ttl_ms);
         return c;
-    }
-    let (script, body) = match min_hold_ms {
-        Some(_) => (&*MIN_HOLD_ACQUIRE_SCRIPT, MIN_HOLD_ACQUIRE_LUA),
-        None => (&*ACQUIRE_SCRIPT, ACQUIRE_LUA),
     };
     let mut c = if by_body {
         let mut c = redis::cmd("EVAL");
-        c.arg(body);
+        c.arg(call.body);
         c
     } else {
         let mut c = redis::cmd("EVALSHA");
-        c.arg(script.get_hash());
+        c.arg(call.script.get_hash());
         c
     };
-    let mut keys = vec![key.to_string()];
-    if min_hold_ms.is_some() {
-        keys.push(min_hold_key(key));
-    }
-    if fencing {
-        keys.push(fence_key(key));
-    }
-    c.arg(keys.len()).arg(keys);
-    c.arg(token.expose()).arg(ttl_ms);
-    if let Some(min_hold_ms) = min_hold_ms {
-        c.arg(min_hold_ms);
-    }
+    c.arg(call.keys.len()).arg(&call.keys).arg(&call.args);
     c
 }
 
@@ -307,7 +331,7 @@ impl RedisClient {
             let (client, key, token) = (self.clone(), key.to_string(), token.clone());
             tracing::debug!(key, token_hash = %token.redacted(), "acquisition abandoned; releasing its token in the background");
             Box::pin(async move {
-                if let Ok(true) = client.release_raw(&key, token.expose()).await {
+                if let Ok(true) = client.release_lock(&key, &token, None).await {
                     tracing::debug!(key, "abandoned acquisition had taken the lock; released");
                 }
             })

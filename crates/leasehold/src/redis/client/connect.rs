@@ -165,6 +165,7 @@ impl RedisClient {
                 notify_waiters,
                 notifier,
             }),
+            history: None,
         })
     }
 }

@@ -132,10 +132,7 @@ impl Driver for RedisClient {
     /// [`Error::NotHeld`] if the key is gone or holds another token; [`Error::Server`] with
     /// `WRONGTYPE` if the key is not a string; [`Error::Connection`].
     async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
-        validate_name(key)?;
-        let span = tracing::debug_span!("leasehold.release", key = shown_key(key).as_deref(), token_hash = %token.redacted(), outcome = tracing::field::Empty);
-        let released = self.release_raw(key, token.expose());
-        token_checked(span, "released", key, released).await
+        self.release_token_checked(key, token, None).await
     }
 
     /// Resets the TTL of `key` to `ttl` if it still holds `token`, atomically.
@@ -211,6 +208,22 @@ impl Driver for RedisClient {
             op: Operation::RaiseFencingCounter,
             detail: format!("the fencing counter {counter:?} holds {value:?}, not a number"),
         })
+    }
+}
+
+impl RedisClient {
+    /// [`Driver::release`], with the acquisition's fencing number when the caller knows it (a
+    /// guard does), for the history event a recording client's release appends.
+    pub(super) async fn release_token_checked(
+        &self,
+        key: &str,
+        token: &LockToken,
+        fencing: Option<u64>,
+    ) -> Result<()> {
+        validate_name(key)?;
+        let span = tracing::debug_span!("leasehold.release", key = shown_key(key).as_deref(), token_hash = %token.redacted(), outcome = tracing::field::Empty);
+        let released = self.release_lock(key, token, fencing);
+        token_checked(span, "released", key, released).await
     }
 }
 

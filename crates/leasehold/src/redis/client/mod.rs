@@ -7,12 +7,14 @@
 //! - `attempt`: the acquisition as it goes out (the command, `WAIT` for replicas, and the
 //!   cleanup of an attempt whose outcome was never learned);
 //! - `release`: the token-checked release and extend;
+//! - `history_log`: the lock history as the locker appends and reads it;
 
 mod acquire;
 pub(crate) use acquire::{ChannelAttempts, OnReleaseChannel};
 mod attempt;
 mod connect;
 mod driver;
+mod history_log;
 mod release;
 
 use std::sync::{Arc, OnceLock};
@@ -24,6 +26,7 @@ use crate::core::driver::Driver;
 use crate::core::error::{Error, Result};
 use crate::core::guard::HeldLock;
 use crate::core::guard::{Lease, LockGuard, extended_by};
+use crate::core::history::HistoryOptions;
 use crate::core::options::LockOptions;
 use crate::core::token::LockToken;
 use crate::redis::connection::ClientConnection;
@@ -68,6 +71,9 @@ pub(crate) fn script_grant((ok, n): (i64, i64)) -> crate::core::acquire::Grant<u
 #[derive(Clone)]
 pub struct RedisClient {
     inner: Arc<ClientInner>,
+    /// Set in a [`Locker`](crate::Locker) that records history: the plain lock's acquire and
+    /// release scripts append their events themselves (see `redis::history`).
+    history: Option<HistoryOptions>,
 }
 
 struct ClientInner {
@@ -126,6 +132,22 @@ impl RedisClient {
         let lease = Lease::new(key, token, fencing, started, options.ttl());
         let held = RedisHeld(self.clone(), options.min_hold_bound().is_some());
         self.guard_for(lease, started, options, Arc::new(held))
+    }
+
+    /// This client, its plain locks' acquire and release scripts appending their history events
+    /// as `options` say (a clone sharing the connection: the [`Locker`](crate::Locker) that
+    /// records history drives it).
+    pub(crate) fn recording(&self, options: HistoryOptions) -> RedisClient {
+        RedisClient {
+            inner: self.inner.clone(),
+            history: Some(options),
+        }
+    }
+
+    /// How a plain lock's scripts record its history: `None` when this client does not, or for
+    /// a lock taken with `min_hold` (whose events its locker appends).
+    pub(crate) fn records_lock(&self, min_hold: bool) -> Option<&HistoryOptions> {
+        self.history.as_ref().filter(|_| !min_hold)
     }
 
     /// A guard for `lease` (acquired by a request sent at `started`) that releases through
@@ -227,8 +249,16 @@ impl HeldLock for RedisHeld {
     fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
         match self.1 {
             true => Box::pin(self.0.release_min_hold(lease.key(), lease.token())),
-            false => Box::pin(self.0.release(lease.key(), lease.token())),
+            false => Box::pin(self.0.release_token_checked(
+                lease.key(),
+                lease.token(),
+                lease.fencing_token(),
+            )),
         }
+    }
+
+    fn records_history(&self) -> bool {
+        self.0.records_lock(self.1).is_some()
     }
 
     fn extend<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Instant>> {

@@ -3,14 +3,16 @@
 use redis::Value;
 
 use crate::core::error::{Error, Operation, Result};
+use crate::core::history::{HistoryEvent, HistoryKind};
 use crate::core::token::LockToken;
 use crate::redis::connection::ClientConnection;
+use crate::redis::history::{history_key, record_args, without_refusal};
 use crate::redis::scripts::{
-    EXTEND_SCRIPT, MIN_HOLD_RELEASE_SCRIPT, RELEASE_NOTIFY_SCRIPT, RELEASE_SCRIPT,
-    RELEASE_SNOTIFY_SCRIPT,
+    EXTEND_SCRIPT, MIN_HOLD_RELEASE_SCRIPT, RELEASE_NOTIFY_SCRIPT, RELEASE_RECORDED_SCRIPT,
+    RELEASE_SCRIPT, RELEASE_SNOTIFY_SCRIPT,
 };
 use crate::redis::slot::{min_hold_key, release_channel};
-use crate::redis::strategy::{extend_cmd, release_cmd};
+use crate::redis::strategy::{ReleaseStrategy, extend_cmd, release_cmd};
 
 use super::RedisClient;
 
@@ -46,6 +48,49 @@ impl RedisClient {
                         .invoke_async(&mut conn)
                         .await?,
                 )
+            }
+        })
+        .await
+    }
+
+    /// The plain lock's release: [`release_raw`](Self::release_raw), or on a client that
+    /// records history the recorded release script, which appends the `released` event (with
+    /// `fencing`, when known) in the same atomic step, only if it deleted the lock. True if
+    /// released, false if the key does not hold `token`.
+    pub(crate) async fn release_lock(
+        &self,
+        key: &str,
+        token: &LockToken,
+        fencing: Option<u64>,
+    ) -> Result<bool> {
+        let Some(history) = self.records_lock(false) else {
+            return self.release_raw(key, token.expose()).await;
+        };
+        let event = HistoryEvent {
+            fencing,
+            ..HistoryEvent::of_holder(HistoryKind::Released, token)
+        };
+        let args = record_args(history, &event, false);
+        let (channel, publish) = self.release_notice(key);
+        let stream = history_key(key);
+        // The server's own compare-and-delete, where it has one: one command in the script
+        // instead of GET and DEL.
+        let delete = match self.inner.release {
+            ReleaseStrategy::DelEx => "delex",
+            ReleaseStrategy::DelIfEq => "delifeq",
+            _ => "get",
+        };
+        self.idempotent(Operation::Release, |mut conn| {
+            let mut inv = RELEASE_RECORDED_SCRIPT.key(key);
+            inv.key(&stream)
+                .arg(token.expose())
+                .arg(&channel)
+                .arg(publish)
+                .arg(delete)
+                .arg(&args);
+            async move {
+                let reply = inv.invoke_async(&mut conn).await?;
+                flag(without_refusal(key, HistoryKind::Released, reply, 2))
             }
         })
         .await

@@ -85,6 +85,45 @@ pub(crate) static EXTEND_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new
 /// token, TTL ms.
 pub(crate) static ACQUIRE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
 
+// ---- Plain locks that record the lock history (`client`, `history`) ---------------------------
+
+/// The history's append, shared by the recorded scripts: `record(at, extra)` adds an event to
+/// the stream `KEYS[2]` (`ARGV[at]`: cap, `ARGV[at + 1]`: oldest id kept or `''`,
+/// `ARGV[at + 2]`: retention ms, then the event's fields), trimmed as `redis::history` says. A refused append
+/// (an ACL, a key of another type) is returned, not raised: the lock operation has already
+/// written, and a script does not roll back.
+const HISTORY_RECORD_LUA: &str = include_str!("history_record.lua");
+
+/// [`ACQUIRE_LUA`] for a client that records the lock history: with the grant, in the same
+/// atomic step, the `acquired` event (with the fencing number it issued) is appended to the
+/// key's history stream. `KEYS`: lock, history stream, fence counter (optional); `ARGV`: token,
+/// TTL ms, cap, oldest id kept, retention ms, then the event's fields. Reply as
+/// [`ACQUIRE_LUA`], with the append's error as a third element when it was refused.
+const ACQUIRE_RECORDED_LUA: &str = include_str!("acquire_recorded.lua");
+
+/// [`RELEASE_NOTIFY_LUA`] for a client that records the lock history: when, and only when, it
+/// deleted the lock, the `released` event is appended in the same atomic step. The
+/// compare-and-delete is the server's own where it has one (`ARGV[4]`: `delex`, `delifeq`;
+/// anything else: `GET` and `DEL`), as atomic inside the script as the script itself. `KEYS`:
+/// lock, history stream; `ARGV`: token, channel (`''`: none), publish command, delete command,
+/// cap, oldest id kept (`''`: no retention trim), retention ms, then the event's fields. Reply
+/// 1 (`{1, error}` when the append was refused) or 0 (not ours: nothing written).
+const RELEASE_RECORDED_LUA: &str = include_str!("release_recorded.lua");
+
+/// The full text of the recorded acquire and release, as the server runs them.
+pub(crate) static RECORDED_SCRIPTS: LazyLock<[String; 2]> = LazyLock::new(|| {
+    [
+        format!("{HISTORY_RECORD_LUA}{ACQUIRE_RECORDED_LUA}"),
+        format!("{HISTORY_RECORD_LUA}{RELEASE_RECORDED_LUA}"),
+    ]
+});
+/// [`ACQUIRE_RECORDED_LUA`], after the append it calls.
+pub(crate) static ACQUIRE_RECORDED_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&RECORDED_SCRIPTS[0]));
+/// [`RELEASE_RECORDED_LUA`], after the append it calls.
+pub(crate) static RELEASE_RECORDED_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&RECORDED_SCRIPTS[1]));
+
 // ---- Fair locks (`fair`) ----------------------------------------------------------------------
 
 /// The acquisition script's helpers. `KEYS` of every fair script: lock, queue, the waiters'
