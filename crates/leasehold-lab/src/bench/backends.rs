@@ -6,9 +6,18 @@ use std::time::Duration;
 use anyhow::Context;
 use leasehold_harness::ServerBinary;
 
+use super::backend_floors;
 use super::stats::Summary;
 use super::workloads::{self, Flavour, on_runtime};
 use super::{Results, Settings, fresh, median_summary, say};
+
+/// One W1 run of WB: leasehold through the lock API (URL, auto-extended?), or a backend's floor.
+#[derive(Clone)]
+enum W1Run {
+    Locker(String, bool),
+    EtcdFloor(String),
+    PostgresFloor(String, bool),
+}
 
 /// WB: W1, W3 and W5 through [`leasehold::Locker`] on every backend, the systems taking turns
 /// within each repetition (the order rotates). All servers run throughout.
@@ -47,16 +56,44 @@ pub(super) async fn wb(
         ("postgres", pg.url()),
         ("postgres_lease_rows", format!("{}?lock=lease", pg.url())),
     ];
+    // W1 only: each backend's floor (the raw client, the same requests with no lock logic),
+    // and etcd's locks on the session lease (auto-extended) beside its lease per lock.
+    let w1_only = [
+        ("etcd_floor", W1Run::EtcdFloor(etcd.addr().to_string())),
+        ("etcd_session", W1Run::Locker(systems[1].1.clone(), true)),
+        ("postgres_floor", W1Run::PostgresFloor(pg.url(), false)),
+        (
+            "postgres_lease_rows_floor",
+            W1Run::PostgresFloor(pg.url(), true),
+        ),
+    ];
+    let w1_systems: Vec<(&str, W1Run)> = systems
+        .iter()
+        .map(|(name, url)| (*name, W1Run::Locker(url.clone(), false)))
+        .chain(w1_only)
+        .collect();
     let hold = Duration::from_secs_f64(st.w3_hold_ms / 1000.0);
     let mut runs: BTreeMap<(&str, String), Vec<Summary>> = BTreeMap::new();
     let mut cdfs: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
     for rep in 0..st.reps {
         let mut order = systems.to_vec();
         order.rotate_left(rep % systems.len());
-        for (name, url) in &order {
-            let (u, c, p) = (url.clone(), st.wb_cycles, format!("wb1:{name}:{rep}"));
-            let (s, cdf) = on_runtime(Flavour::MultiThread, move || workloads::w1_locker(u, c, p))
-                .with_context(|| format!("WB W1 {name}"))?;
+        let mut w1_order = w1_systems.clone();
+        w1_order.rotate_left(rep % w1_systems.len());
+        for (name, run) in w1_order {
+            let (c, p) = (st.wb_cycles, format!("wb1:{name}:{rep}"));
+            let (s, cdf) = on_runtime(Flavour::MultiThread, move || async move {
+                match run {
+                    W1Run::Locker(u, auto_extend) => {
+                        workloads::w1_locker(u, c, p, auto_extend).await
+                    }
+                    W1Run::EtcdFloor(e) => backend_floors::w1_etcd(e, c, p).await,
+                    W1Run::PostgresFloor(u, rows) => {
+                        backend_floors::w1_postgres(u, c, p, rows).await
+                    }
+                }
+            })
+            .with_context(|| format!("WB W1 {name}"))?;
             cdfs.insert(name.to_string(), cdf);
             runs.entry(("W1B", name.to_string())).or_default().push(s);
         }

@@ -12,6 +12,7 @@
 //! replica each) and a Sentinel-monitored primary (a replica, 3 sentinels), each reached through
 //! its URL form, taking turns with a standalone server in every repetition.
 
+mod backend_floors;
 mod backends;
 mod peers;
 mod plot;

@@ -139,7 +139,13 @@ pub(super) fn markdown(doc: &Value) -> String {
                 "\n(WB: W1, W3 and W5 through `leasehold::Locker` on each backend, the systems \
                  taking turns in every repetition: Redis standalone, etcd with one member and \
                  with three, PostgreSQL session advisory locks and lease rows (`?lock=lease`). W3B is W3's contention on one key \
-                 with its fairness columns; W5B holds auto-extended leases and counts the lost)\n",
+                 with its fairness columns; W5B holds auto-extended leases and counts the lost. \
+                 W1B only: `*_floor` is the raw client doing the same requests without lock \
+                 logic (etcd: a Txn put-if-absent on one lease and a Txn delete-if-value; \
+                 PostgreSQL: two statements, prepared for session locks, unnamed for lease rows as \
+                 leasehold sends them), `etcd_session` leasehold's \
+                 auto-extended locks, which ride on the session lease instead of a lease granted \
+                 for each)\n",
             );
         }
         if w == "W7" {

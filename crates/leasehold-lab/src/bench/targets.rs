@@ -262,6 +262,32 @@ pub(super) fn targets(r: &Results) -> Value {
             "errors 0 (acquisitions that timed out count separately)",
         );
     }
+    // Issue 32, target 7: each backend against its own floor (WB's W1).
+    for (system, floor, what) in [
+        ("etcd", "etcd_floor", "a lease granted per lock"),
+        (
+            "etcd_session",
+            "etcd_floor",
+            "auto-extended: on the session lease",
+        ),
+        ("postgres", "postgres_floor", "session advisory locks"),
+        (
+            "postgres_lease_rows",
+            "postgres_lease_rows_floor",
+            "lease rows",
+        ),
+    ] {
+        check(
+            &format!("W1B p50 {system} / its floor"),
+            ratio(
+                r.get("W1B", system, "p50_us"),
+                r.get("W1B", floor, "p50_us"),
+            ),
+            1.15,
+            true,
+            &format!("leasehold on {system} ({what}) p50 <= 1.15 x the raw client's same requests"),
+        );
+    }
     check(
         "W5 leases lost",
         r.get("W5", "leasehold", "leases_lost"),

@@ -53,6 +53,55 @@ where
     .map_err(|_| anyhow::anyhow!("benchmark thread panicked"))?
 }
 
+/// W1's warm-up for `cycles` measured: a tenth, at least 20.
+pub(crate) fn warm_ups(cycles: u64) -> u64 {
+    (cycles / 10).max(20)
+}
+
+/// Runs `cycle` on `warm` warm-up keys (`{prefix}:warm:{i}`: connections, scripts, allocator),
+/// then times it on `cycles` keys (`{prefix}:{i}`): the summary and the latency CDF.
+pub(crate) async fn measure_cycles<F, Fut>(
+    cycles: u64,
+    warm: u64,
+    prefix: &str,
+    mut cycle: F,
+) -> anyhow::Result<(Summary, Vec<(f64, f64)>)>
+where
+    F: FnMut(String) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    for i in 0..warm {
+        cycle(format!("{prefix}:warm:{i}")).await?;
+    }
+    let mut lat = Latencies::new();
+    let start = Instant::now();
+    for i in 0..cycles {
+        let t = Instant::now();
+        cycle(format!("{prefix}:{i}")).await?;
+        lat.record(t.elapsed());
+    }
+    Ok((
+        Summary::from_latencies(cycles, start.elapsed(), &lat),
+        lat.cdf(),
+    ))
+}
+
+/// [`measure_cycles`] of `try_acquire` + `release` through `locker`.
+async fn lock_cycles(
+    locker: &Locker,
+    opts: &LockOptions,
+    cycles: u64,
+    warm: u64,
+    prefix: &str,
+) -> anyhow::Result<(Summary, Vec<(f64, f64)>)> {
+    measure_cycles(cycles, warm, prefix, |key| async move {
+        let g = locker.try_acquire(&key, opts).await?;
+        g.acquired().context("distinct key busy")?.release().await?;
+        Ok(())
+    })
+    .await
+}
+
 /// W1 for leasehold: one task, `cycles` try_acquire + release on distinct keys; with `history`,
 /// the locker records the lock history (default cap and retention).
 pub(crate) async fn w1_leasehold(
@@ -70,52 +119,24 @@ pub(crate) async fn w1_leasehold(
         client = client.with_history(leasehold::HistoryOptions::default())?;
     }
     let opts = LockOptions::new(Duration::from_secs(10));
-    let mut lat = Latencies::new();
-    // Warm-up: connection, scripts, allocator.
-    for i in 0..200 {
-        let g = client
-            .try_acquire(&format!("{prefix}:warm:{i}"), &opts)
-            .await?;
-        g.acquired().context("warm-up key busy")?.release().await?;
-    }
-    let start = Instant::now();
-    for i in 0..cycles {
-        let t = Instant::now();
-        let g = client.try_acquire(&format!("{prefix}:{i}"), &opts).await?;
-        g.acquired().context("distinct key busy")?.release().await?;
-        lat.record(t.elapsed());
-    }
-    let summary =
-        Summary::from_latencies(cycles, start.elapsed(), &lat).with("release", release.to_string());
-    Ok((summary, lat.cdf()))
+    let (summary, cdf) = lock_cycles(&client, &opts, cycles, 200, &prefix).await?;
+    Ok((summary.with("release", release.to_string()), cdf))
 }
 
 /// W1 through the one lock API ([`Locker`], any backend): `cycles` try_acquire + release on
-/// distinct keys, after `cycles / 10` (at least 20) warm-up cycles.
+/// distinct keys, after `cycles / 10` (at least 20) warm-up cycles; with `auto_extend`, the
+/// locks are auto-extended (on etcd they then ride on the client's session lease instead of a
+/// lease granted for each).
 pub(crate) async fn w1_locker(
     url: String,
     cycles: u64,
     prefix: String,
+    auto_extend: bool,
 ) -> anyhow::Result<(Summary, Vec<(f64, f64)>)> {
     let locker = Locker::connect(&url).await?;
-    let opts = LockOptions::new(Duration::from_secs(10));
-    let mut lat = Latencies::new();
-    for i in 0..(cycles / 10).max(20) {
-        let g = locker
-            .try_acquire(&format!("{prefix}:warm:{i}"), &opts)
-            .await?;
-        g.acquired().context("warm-up key busy")?.release().await?;
-    }
-    let start = Instant::now();
-    for i in 0..cycles {
-        let t = Instant::now();
-        let g = locker.try_acquire(&format!("{prefix}:{i}"), &opts).await?;
-        g.acquired().context("distinct key busy")?.release().await?;
-        lat.record(t.elapsed());
-    }
-    let summary =
-        Summary::from_latencies(cycles, start.elapsed(), &lat).with("backend", locker.backend());
-    Ok((summary, lat.cdf()))
+    let opts = LockOptions::new(Duration::from_secs(10)).auto_extend(auto_extend);
+    let (summary, cdf) = lock_cycles(&locker, &opts, cycles, warm_ups(cycles), &prefix).await?;
+    Ok((summary.with("backend", locker.backend()), cdf))
 }
 
 /// W1 floor: the same two round trips with no lock logic (`SET NX PX`, `DEL`).
@@ -124,9 +145,8 @@ pub(crate) async fn w1_floor(
     cycles: u64,
     prefix: String,
 ) -> anyhow::Result<(Summary, Vec<(f64, f64)>)> {
-    let mut conn = redis::Client::open(url)?.get_connection_manager().await?;
-    let mut lat = Latencies::new();
-    let cycle = |conn: &mut redis::aio::ConnectionManager, key: String| {
+    let conn = redis::Client::open(url)?.get_connection_manager().await?;
+    let (summary, cdf) = measure_cycles(cycles, 200, &prefix, |key| {
         let mut conn = conn.clone();
         async move {
             let ok: Option<String> = redis::cmd("SET")
@@ -141,19 +161,9 @@ pub(crate) async fn w1_floor(
             let _: i64 = redis::cmd("DEL").arg(&key).query_async(&mut conn).await?;
             anyhow::Ok(())
         }
-    };
-    for i in 0..200 {
-        cycle(&mut conn, format!("{prefix}:warm:{i}")).await?;
-    }
-    let start = Instant::now();
-    for i in 0..cycles {
-        let t = Instant::now();
-        cycle(&mut conn, format!("{prefix}:{i}")).await?;
-        lat.record(t.elapsed());
-    }
-    let summary =
-        Summary::from_latencies(cycles, start.elapsed(), &lat).with("commands", "SET NX PX + DEL");
-    Ok((summary, lat.cdf()))
+    })
+    .await?;
+    Ok((summary.with("commands", "SET NX PX + DEL"), cdf))
 }
 
 /// W2 for leasehold or the floor: `tasks` concurrent tasks on distinct keys for `secs`.
@@ -400,21 +410,8 @@ pub(crate) async fn w4_leasehold(
     let refs: Vec<&str> = urls.iter().map(String::as_str).collect();
     let redlock = Locker::from(Redlock::connect(&refs, RedlockOptions::new()).await?);
     let opts = LockOptions::new(Duration::from_secs(10));
-    let mut lat = Latencies::new();
-    for i in 0..100 {
-        let g = redlock
-            .try_acquire(&format!("{prefix}:warm:{i}"), &opts)
-            .await?;
-        g.acquired().context("warm-up key busy")?.release().await?;
-    }
-    let start = Instant::now();
-    for i in 0..cycles {
-        let t = Instant::now();
-        let g = redlock.try_acquire(&format!("{prefix}:{i}"), &opts).await?;
-        g.acquired().context("distinct key busy")?.release().await?;
-        lat.record(t.elapsed());
-    }
-    Ok(Summary::from_latencies(cycles, start.elapsed(), &lat).with("nodes", urls.len() as u64))
+    let (summary, _) = lock_cycles(&redlock, &opts, cycles, 100, &prefix).await?;
+    Ok(summary.with("nodes", urls.len() as u64))
 }
 
 /// W4 floor: Redlock's round trips with no lock logic, what this machine allows for `N`
@@ -440,22 +437,11 @@ pub(crate) async fn w4_floor(
             on_quorum(&conns, redis::cmd("DEL").arg(&key).clone(), quorum).await
         }
     };
-    for i in 0..100 {
-        cycle(format!("{prefix}:warm:{i}")).await?;
-    }
-    let mut lat = Latencies::new();
-    let start = Instant::now();
-    for i in 0..cycles {
-        let t = Instant::now();
-        cycle(format!("{prefix}:{i}")).await?;
-        lat.record(t.elapsed());
-    }
-    Ok(Summary::from_latencies(cycles, start.elapsed(), &lat)
-        .with("nodes", urls.len() as u64)
-        .with(
-            "commands",
-            "SET NX PX, then DEL, on every node at once; on at the quorum",
-        ))
+    let (summary, _) = measure_cycles(cycles, 100, &prefix, cycle).await?;
+    Ok(summary.with("nodes", urls.len() as u64).with(
+        "commands",
+        "SET NX PX, then DEL, on every node at once; on at the quorum",
+    ))
 }
 
 /// Sends `cmd` on every connection at once and returns once `quorum` replies came; the rest

@@ -1,0 +1,133 @@
+//! W1's floor on etcd and PostgreSQL (issue 32, target 7): the raw client doing a lock's round
+//! trips with no lock logic, beside leasehold through the one lock API in WB.
+//!
+//! - **etcd**: one `Txn` to take the key (`If(CreateRevision(key) == 0) Then(Put(key, lease))`,
+//!   on one lease granted before the run, as a session's) and one to release it
+//!   (`If(Value(key) == v) Then(Delete(key))`).
+//! - **PostgreSQL session locks**: `pg_try_advisory_lock` and `pg_advisory_unlock` on
+//!   `hashtextextended(key, 0)`, prepared, on one connection.
+//! - **PostgreSQL lease rows**: one `INSERT … ON CONFLICT … DO UPDATE … WHERE expired
+//!   RETURNING fence` and one token-checked `UPDATE`, on a table of the floor's own, sent as
+//!   leasehold sends them: unnamed, typed (parse, bind and run in one round trip).
+
+use std::time::Duration;
+
+use anyhow::Context;
+
+use super::stats::Summary;
+use super::workloads::{measure_cycles, warm_ups};
+
+/// W1's floor on etcd at `endpoints` (`host:port,…`).
+pub(crate) async fn w1_etcd(
+    endpoints: String,
+    cycles: u64,
+    prefix: String,
+) -> anyhow::Result<(Summary, Vec<(f64, f64)>)> {
+    use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+    let endpoints: Vec<String> = endpoints.split(',').map(str::to_string).collect();
+    let client = etcd_client::Client::connect(&endpoints, None)
+        .await
+        .context("connecting to etcd")?;
+    // Longer than the run: the floor does not keep it alive.
+    let lease = client.lease_client().grant(600, None).await?.id();
+    let (summary, cdf) = measure_cycles(cycles, warm_ups(cycles), &prefix, |key| {
+        let mut kv = client.kv_client();
+        async move {
+            let take = Txn::new()
+                .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+                .and_then([TxnOp::put(
+                    key.clone(),
+                    "v",
+                    Some(PutOptions::new().with_lease(lease)),
+                )]);
+            anyhow::ensure!(kv.txn(take).await?.succeeded(), "distinct key busy");
+            let release = Txn::new()
+                .when([Compare::value(key.clone(), CompareOp::Equal, "v")])
+                .and_then([TxnOp::delete(key, None)]);
+            anyhow::ensure!(kv.txn(release).await?.succeeded(), "not held");
+            Ok(())
+        }
+    })
+    .await?;
+    client.lease_client().revoke(lease).await?;
+    Ok((
+        summary.with("requests", "Txn put-if-absent + Txn delete-if-value"),
+        cdf,
+    ))
+}
+
+/// W1's floor on PostgreSQL at `url`: advisory locks (`lease_rows` false) or lease rows.
+pub(crate) async fn w1_postgres(
+    url: String,
+    cycles: u64,
+    prefix: String,
+    lease_rows: bool,
+) -> anyhow::Result<(Summary, Vec<(f64, f64)>)> {
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .context("connecting to PostgreSQL")?;
+    let conn = tokio::spawn(connection);
+    let (take, release) = if lease_rows {
+        client
+            .batch_execute(
+                "CREATE TABLE IF NOT EXISTS leasehold_floor_leases (key text PRIMARY KEY, \
+                 token text, expires_at timestamptz NOT NULL, fence bigint NOT NULL)",
+            )
+            .await?;
+        (
+            "INSERT INTO leasehold_floor_leases AS t (key, token, expires_at, fence)
+             SELECT $1, 'v', n + interval '10 seconds', 1 FROM clock_timestamp() AS n
+             ON CONFLICT (key) DO UPDATE SET token = EXCLUDED.token,
+                 expires_at = EXCLUDED.expires_at, fence = t.fence + 1
+              WHERE t.token IS NULL OR t.expires_at <= clock_timestamp()
+             RETURNING fence",
+            "UPDATE leasehold_floor_leases SET token = NULL
+              WHERE key = $1 AND token = 'v' AND expires_at > clock_timestamp()
+             RETURNING key",
+        )
+    } else {
+        (
+            "SELECT 1 WHERE pg_try_advisory_lock(hashtextextended($1, 0))",
+            "SELECT 1 WHERE pg_advisory_unlock(hashtextextended($1, 0))",
+        )
+    };
+    // Lease rows are sent as leasehold sends them: unnamed, parsed with each run (it works
+    // through a transaction pooler); session locks on a session of their own, prepared.
+    let prepared = match lease_rows {
+        true => None,
+        false => Some((client.prepare(take).await?, client.prepare(release).await?)),
+    };
+    let text = tokio_postgres::types::Type::TEXT;
+    let (summary, cdf) = measure_cycles(cycles, warm_ups(cycles), &prefix, |key| {
+        let (client, prepared, text) = (&client, &prepared, text.clone());
+        async move {
+            let (took, released) = match prepared {
+                Some((take, release)) => (
+                    client.query_opt(take, &[&key]).await?.is_some(),
+                    client.query_opt(release, &[&key]).await?.is_some(),
+                ),
+                None => (
+                    !client
+                        .query_typed(take, &[(&key, text.clone())])
+                        .await?
+                        .is_empty(),
+                    !client
+                        .query_typed(release, &[(&key, text)])
+                        .await?
+                        .is_empty(),
+                ),
+            };
+            anyhow::ensure!(took, "distinct key busy");
+            anyhow::ensure!(released, "not held");
+            Ok(())
+        }
+    })
+    .await?;
+    drop(client);
+    let _ = tokio::time::timeout(Duration::from_secs(5), conn).await;
+    let what = match lease_rows {
+        true => "INSERT ON CONFLICT + UPDATE, unnamed",
+        false => "pg_try_advisory_lock + pg_advisory_unlock, prepared",
+    };
+    Ok((summary.with("statements", what), cdf))
+}
