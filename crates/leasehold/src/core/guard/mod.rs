@@ -478,8 +478,7 @@ impl LockGuard {
     pub(crate) fn record_history(&mut self, log: Arc<dyn HistoryLog>) {
         let itself = self.held.records_history();
         let (acquired_tx, acquired) = tokio::sync::watch::channel(itself);
-        let handle = tokio::runtime::Handle::try_current();
-        if let (false, Ok(handle)) = (itself, &handle) {
+        if !itself && let Ok(handle) = tokio::runtime::Handle::try_current() {
             let (lease, log) = (self.lease.clone(), log.clone());
             handle.spawn(async move {
                 let event = lease_event(&lease, HistoryKind::Acquired);

@@ -75,10 +75,7 @@ impl RedisClient {
         want_remaining: bool,
         (wanted, timeout): (u32, Duration),
     ) -> Result<Attempt> {
-        let history = self.records_lock(min_hold_ms.is_some());
-        let scripted = fencing || want_remaining || min_hold_ms.is_some() || history.is_some();
-        let call =
-            scripted.then(|| acquire_script(key, token, ttl_ms, (fencing, min_hold_ms), history));
+        let call = self.acquire_script(key, token, ttl_ms, (fencing, min_hold_ms), want_remaining);
         // Ours until confirmed: if this future is dropped, or the reply is lost, give it back.
         let mut cleanup = self.give_back_if_abandoned(key, token);
         let mut conn = self.inner.conn.clone();
@@ -105,9 +102,8 @@ impl RedisClient {
         };
         let parsed = replies.and_then(|mut r| {
             let wait = r.pop().unwrap_or(Value::Nil);
-            let acquire =
-                without_refusal(key, HistoryKind::Acquired, r.pop().unwrap_or(Value::Nil), 3);
-            let attempt = parse_acquire(acquire, fencing, scripted)?;
+            let acquire = r.pop().unwrap_or(Value::Nil);
+            let attempt = parse_acquire(key, acquire, fencing, call.as_ref())?;
             let acked = match wait {
                 Value::ServerError(e) => return Err(redis::RedisError::from(e)),
                 v => redis::from_redis_value::<i64>(v).map_err(redis::RedisError::from)?,
@@ -158,18 +154,15 @@ impl RedisClient {
     ) -> Result<Attempt> {
         let mut cleanup = self.give_back_if_abandoned(key, token);
         let mut conn = self.inner.conn.clone();
-        let history = self.records_lock(min_hold_ms.is_some());
-        let scripted = fencing || want_remaining || min_hold_ms.is_some() || history.is_some();
-        let reply = if scripted {
-            let call = acquire_script(key, token, ttl_ms, (fencing, min_hold_ms), history);
+        let call = self.acquire_script(key, token, ttl_ms, (fencing, min_hold_ms), want_remaining);
+        let scripted = call.is_some();
+        let reply = if let Some(call) = &call {
             let mut inv = call.script.prepare_invoke();
             for k in &call.keys {
                 inv.key(k);
             }
             inv.arg(&call.args);
-            inv.invoke_async::<Value>(&mut conn)
-                .await
-                .map(|r| without_refusal(key, HistoryKind::Acquired, r, 3))
+            inv.invoke_async::<Value>(&mut conn).await
         } else {
             crate::redis::strategy::sized_cmd(
                 "SET",
@@ -184,7 +177,7 @@ impl RedisClient {
             .query_async::<Value>(&mut conn)
             .await
         };
-        let result = reply.and_then(|r| parse_acquire(r, fencing, scripted));
+        let result = reply.and_then(|r| parse_acquire(key, r, fencing, call.as_ref()));
         match result {
             Ok(attempt) => {
                 cleanup.disarm();
@@ -220,9 +213,28 @@ struct ScriptCall {
     body: &'static str,
     keys: Vec<String>,
     args: Vec<String>,
+    /// The recorded script: its reply may carry a refused history append.
+    recorded: bool,
 }
 
-fn acquire_script(
+impl RedisClient {
+    /// The acquisition's script call, or `None` for a plain `SET NX PX` (no fencing, no
+    /// `min_hold`, no history recorded, and no holder's PTTL wanted on busy).
+    fn acquire_script(
+        &self,
+        key: &str,
+        token: &LockToken,
+        ttl_ms: u64,
+        (fencing, min_hold_ms): (bool, Option<u64>),
+        want_remaining: bool,
+    ) -> Option<ScriptCall> {
+        let history = self.records_lock(min_hold_ms.is_some());
+        let scripted = fencing || want_remaining || min_hold_ms.is_some() || history.is_some();
+        scripted.then(|| script_call(key, token, ttl_ms, (fencing, min_hold_ms), history))
+    }
+}
+
+fn script_call(
     key: &str,
     token: &LockToken,
     ttl_ms: u64,
@@ -253,6 +265,7 @@ fn acquire_script(
         body,
         keys,
         args,
+        recorded: min_hold_ms.is_none() && history.is_some(),
     }
 }
 
@@ -294,9 +307,20 @@ fn acquire_cmd(
 /// integer, an array of another shape, a fencing number no counter issues) is an
 /// `UnexpectedReturnType` error, never a grant: taking an unreadable reply for a lock would let
 /// two holders in.
-fn parse_acquire(reply: Value, fencing: bool, scripted: bool) -> redis::RedisResult<Attempt> {
+fn parse_acquire(
+    key: &str,
+    reply: Value,
+    fencing: bool,
+    call: Option<&ScriptCall>,
+) -> redis::RedisResult<Attempt> {
     let unexpected = |reply: &Value| unexpected_reply("not an acquisition's reply", reply);
-    match (scripted, reply) {
+    // A recorded acquisition's refused history append, logged and taken off (only there: any
+    // other script's three-element reply stays unreadable).
+    let reply = match call.is_some_and(|c| c.recorded) {
+        true => without_refusal(key, HistoryKind::Acquired, reply, 3),
+        false => reply,
+    };
+    match (call.is_some(), reply) {
         (_, Value::ServerError(e)) => Err(redis::RedisError::from(e)),
         (false, Value::Nil) => Ok(Attempt::Busy { remaining: None }),
         (false, Value::Okay) => Ok(Attempt::Acquired { fencing: None }),
