@@ -1,13 +1,17 @@
 //! The process's tokio runtime behind every call, the blocking bridge for the synchronous API,
 //! and what a fork leaves behind.
 //!
-//! **Blocking calls release the GIL and stay interruptible.** The future runs on the runtime;
-//! the calling thread waits for it with the GIL released, waking every [`SIGNAL_POLL`] to let
-//! Python run its signal handlers. If one raises (Ctrl-C's `KeyboardInterrupt`), the future is
-//! cancelled, and whatever it produced meanwhile is dropped inside the runtime: a lock granted
-//! at the last moment is released in the background, and a wait that was cancelled removes its
-//! queue entry (the library's cancellation contract). So an interrupted wait never leaves the
-//! lock held.
+//! **Blocking calls release the GIL and stay interruptible.** The calling thread runs the call's
+//! future itself (`Runtime::block_on`) with the GIL released, so the reply wakes it directly.
+//! (Spawning the future on a runtime thread and waiting for its result on a channel cost two
+//! more thread wake-ups a call: about 30-50 us a lock cycle on a 2-core machine, against the
+//! Rust library's 0-20 us here; see `bench/results/issue32-target6-python.md`.) The connections
+//! and background tasks (renewals, the Redis connection's reader) stay on the runtime's
+//! threads. The wait wakes every [`SIGNAL_POLL`] to let Python run its signal handlers. If one
+//! raises (Ctrl-C's `KeyboardInterrupt`), the future is dropped inside the runtime: a lock
+//! granted at the last moment is released in the background, and a wait that was cancelled
+//! removes its queue entry (the library's cancellation contract). So an interrupted wait never
+//! leaves the lock held.
 //!
 //! **One runtime per process.** `fork` copies none of the runtime's threads, so a child that
 //! used the parent's runtime would wait for ever. The runtime is made per process id: a forked
@@ -19,12 +23,10 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Mutex;
-use std::sync::mpsc::{RecvTimeoutError, channel};
 use std::time::Duration;
 
 use pyo3::prelude::*;
 use pyo3_async_runtimes::TaskLocals;
-use tokio_util::sync::CancellationToken;
 
 use crate::errors;
 
@@ -110,47 +112,35 @@ impl IntoPyErr for leasehold::Error {
     }
 }
 
-/// Runs `fut` on the runtime and waits for it with the GIL released (see the module docs).
+/// Runs `fut` on the calling thread with the GIL released (see the module docs).
 pub(crate) fn block_on<T, E, F>(py: Python<'_>, fut: F) -> PyResult<T>
 where
     F: Future<Output = Result<T, E>> + Send + 'static,
     T: Send + 'static,
     E: IntoPyErr,
 {
-    let cancel = CancellationToken::new();
-    let (tx, rx) = channel();
-    let stop = cancel.clone();
-    runtime().spawn(async move {
-        let out = tokio::select! {
-            biased;
-            r = fut => Some(r),
-            _ = stop.cancelled() => None,
-        };
-        let _ = tx.send(out);
-    });
-    let rx = std::sync::Mutex::new(rx);
-    let recv = |wait: Option<Duration>| {
-        let rx = rx.lock().unwrap_or_else(|p| p.into_inner());
-        match wait {
-            Some(w) => rx.recv_timeout(w),
-            None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
-        }
-    };
+    let runtime = runtime();
+    // On one of the runtime's own threads (a callback such as `on_lost` calling back in) the
+    // thread first hands its worker's queued tasks to another thread (`block_in_place`):
+    // blocking with them still queued here would leave them, and the call itself if it spawns
+    // one, waiting for ever.
+    let on_runtime_thread = tokio::runtime::Handle::try_current().is_ok();
+    let mut fut = Box::pin(fut);
     loop {
-        match py.detach(|| recv(Some(SIGNAL_POLL))) {
-            Ok(Some(result)) => return result.map_err(|e| e.into_py_err(py)),
-            Ok(None) | Err(RecvTimeoutError::Disconnected) => {
-                return Err(pyo3::exceptions::PyRuntimeError::new_err(
-                    "leasehold's runtime stopped the call",
-                ));
+        let polled = py.detach(|| {
+            let mut wait =
+                || runtime.block_on(async { tokio::time::timeout(SIGNAL_POLL, &mut fut).await });
+            if on_runtime_thread {
+                tokio::task::block_in_place(wait)
+            } else {
+                wait()
             }
-            Err(RecvTimeoutError::Timeout) => {
+        });
+        match polled {
+            Ok(result) => return result.map_err(|e| e.into_py_err(py)),
+            Err(_elapsed) => {
                 if let Err(interrupt) = py.check_signals() {
-                    cancel.cancel();
-                    // The task ends at once: the future finished meanwhile or is dropped.
-                    if let Ok(Some(Ok(value))) = py.detach(|| recv(None)) {
-                        drop_in_runtime(value);
-                    }
+                    drop_in_runtime(fut);
                     return Err(interrupt);
                 }
             }

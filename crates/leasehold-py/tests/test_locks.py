@@ -8,7 +8,7 @@ import signal
 import threading
 import time
 from datetime import timedelta
-from typing import Callable, List
+from typing import Any, Callable, List
 
 import pytest
 
@@ -97,6 +97,30 @@ def test_loss_raises_in_the_blocks_thread(locks: leasehold.Locker, key: str) -> 
                 time.sleep(0.01)
             raise AssertionError("the block was not interrupted")
     assert lease.lost and lost.value.key == key
+
+
+def test_a_loss_callback_may_call_the_library(locks: leasehold.Locker, key: str) -> None:
+    # on_lost callbacks run on one of the runtime's threads, where a blocking call cannot run
+    # the call's future itself (it runs as a task of its own there): inspect() from the
+    # callback must answer, not panic.
+    seen: List[Any] = []
+    answered = threading.Event()
+
+    def callback() -> None:
+        try:
+            seen.append(locks.inspect(key))
+        except BaseException as e:  # noqa: BLE001 - reported by the assertion below
+            seen.append(e)
+        answered.set()
+
+    lease = locks.lock(key, ttl=GENEROUS).acquire()
+    lease.on_lost(callback)
+    locks.force_release(key, "test: a loss callback calls the library")
+    with pytest.raises(leasehold.NotHeld):
+        lease.extend(GENEROUS)  # finds the lock gone: the lease is lost, the callback runs
+    assert answered.wait(GENEROUS), "the loss callback did not finish"
+    assert isinstance(seen[0], dict), seen[0]
+    assert seen[0]["holder"] is None
 
 
 def test_loss_with_on_loss_check_raises_at_the_end(locks: leasehold.Locker, key: str) -> None:

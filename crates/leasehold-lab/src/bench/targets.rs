@@ -166,15 +166,37 @@ pub(super) fn targets(r: &Results) -> Value {
     .iter()
     .filter_map(|p| r.get("W3", p, "ops_per_s"))
     .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
+    // A cycle's cost is the time it takes, 1 / (cycles/s): Python's over Rust's is what the
+    // binding adds to each acquire + release.
+    let cycle_us = |system: &str| r.get("W1", system, "ops_per_s").map(|v| 1e6 / v);
+    check(
+        "W1 leasehold-py cycle cost over the Rust library (us)",
+        cycle_us("leasehold-py")
+            .zip(cycle_us("leasehold"))
+            .map(|(py, rust)| py - rust),
+        25.0,
+        true,
+        "Python: <= 25 us per acquire + release over Rust",
+    );
     check(
         "W1 leasehold-py cycles/s / redis-py",
         ratio(
             r.get("W1", "leasehold-py", "ops_per_s"),
             r.get("W1", "redis-py", "ops_per_s"),
         ),
-        1.0,
+        1.5,
         false,
-        "Python: at least as fast as redis-py's Lock",
+        "Python: >= 1.5 x redis-py's Lock",
+    );
+    check(
+        "W3 leasehold-py (fair) acquisitions/s / the Rust library's",
+        ratio(
+            r.get("W3", "leasehold-py", "ops_per_s"),
+            r.get("W3", "leasehold_fair", "ops_per_s"),
+        ),
+        0.9,
+        false,
+        "Python, fair: >= 0.9 x the Rust library's (one client, fair)",
     );
     check(
         "W3 leasehold-py (fair) acquisitions/s / best Python peer",
