@@ -16,21 +16,66 @@ const PALETTE: [RGBColor; 8] = [
     RGBColor(127, 127, 127),
 ];
 
-/// Latency CDFs, one line per system, log-scaled latency axis.
+/// The colours of the target lines (dashed), apart from the systems'.
+const MARKS: [RGBColor; 4] = [
+    RGBColor(0, 0, 0),
+    RGBColor(200, 0, 0),
+    RGBColor(0, 120, 120),
+    RGBColor(120, 120, 0),
+];
+
+/// A target line on a plot: its label and where it lies on the measured axis (see
+/// `targets::marks`).
+pub(crate) type Mark = (String, f64);
+
+/// Draws `marks` as dashed lines from `from(value)` to `to(value)`, with legend entries.
+fn draw_marks<DB, X, Y>(
+    chart: &mut ChartContext<'_, DB, Cartesian2d<X, Y>>,
+    marks: &[Mark],
+    ends: impl Fn(f64) -> [(X::ValueType, Y::ValueType); 2],
+) -> anyhow::Result<()>
+where
+    DB: DrawingBackend,
+    DB::ErrorType: 'static,
+    X: Ranged,
+    Y: Ranged,
+    X::ValueType: Clone + 'static,
+    Y::ValueType: Clone + 'static,
+{
+    for (i, (label, value)) in marks.iter().enumerate() {
+        let color = MARKS[i % MARKS.len()];
+        chart
+            .draw_series(DashedLineSeries::new(
+                ends(*value),
+                8,
+                5,
+                color.stroke_width(2),
+            ))
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+            .label(label.clone())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+            });
+    }
+    Ok(())
+}
+
+/// Latency CDFs, one line per system, log-scaled latency axis; each mark a vertical line at
+/// its latency.
 pub(crate) fn cdf(
     path: &Path,
     title: &str,
     series: &[(String, Vec<(f64, f64)>)],
+    marks: &[Mark],
 ) -> anyhow::Result<()> {
-    let max_x = series
-        .iter()
-        .flat_map(|(_, pts)| pts.iter().map(|p| p.0))
-        .fold(10.0f64, f64::max);
-    let min_x = series
-        .iter()
-        .flat_map(|(_, pts)| pts.iter().map(|p| p.0))
-        .fold(max_x, f64::min)
-        .max(1.0);
+    let xs = || {
+        series
+            .iter()
+            .flat_map(|(_, pts)| pts.iter().map(|p| p.0))
+            .chain(marks.iter().map(|m| m.1))
+    };
+    let max_x = xs().fold(10.0f64, f64::max);
+    let min_x = xs().fold(max_x, f64::min).max(1.0);
     let root = SVGBackend::new(path, (900, 520)).into_drawing_area();
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(&root)
@@ -53,6 +98,7 @@ pub(crate) fn cdf(
                 PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
             });
     }
+    draw_marks(&mut chart, marks, |x| [(x, 0.0), (x, 1.0)])?;
     chart
         .configure_series_labels()
         .position(SeriesLabelPosition::LowerRight)
@@ -63,14 +109,19 @@ pub(crate) fn cdf(
         .with_context(|| format!("cannot write {}", path.display()))
 }
 
-/// Horizontal-free simple bar chart: one bar per system.
+/// A bar chart, one bar per system; each mark a horizontal line at its value.
 pub(crate) fn bars(
     path: &Path,
     title: &str,
     unit: &str,
     values: &[(String, f64)],
+    marks: &[Mark],
 ) -> anyhow::Result<()> {
-    let max = values.iter().map(|v| v.1).fold(1.0f64, f64::max);
+    let max = values
+        .iter()
+        .map(|v| v.1)
+        .chain(marks.iter().map(|m| m.1))
+        .fold(1.0f64, f64::max);
     let root = SVGBackend::new(path, (900, 520)).into_drawing_area();
     root.fill(&WHITE)?;
     let n = values.len().max(1);
@@ -103,17 +154,29 @@ pub(crate) fn bars(
         bar.set_margin(0, 0, 12, 12);
         bar
     }))?;
+    draw_marks(&mut chart, marks, |y| {
+        [(SegmentValue::Exact(0), y), (SegmentValue::Exact(n), y)]
+    })?;
+    if !marks.is_empty() {
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .border_style(BLACK)
+            .background_style(WHITE.mix(0.8))
+            .draw()?;
+    }
     root.present()
         .with_context(|| format!("cannot write {}", path.display()))
 }
 
-/// Lines of a metric against N (Redlock latency against the number of nodes).
+/// Lines of a metric against N (Redlock latency against the number of nodes); each mark a
+/// horizontal line at its value.
 pub(crate) fn lines(
     path: &Path,
     title: &str,
-    x_desc: &str,
-    y_desc: &str,
+    (x_desc, y_desc): (&str, &str),
     series: &[(String, Vec<(f64, f64)>)],
+    marks: &[Mark],
 ) -> anyhow::Result<()> {
     let max_x = series
         .iter()
@@ -122,6 +185,7 @@ pub(crate) fn lines(
     let max_y = series
         .iter()
         .flat_map(|(_, p)| p.iter().map(|q| q.1))
+        .chain(marks.iter().map(|m| m.1))
         .fold(1.0f64, f64::max);
     let root = SVGBackend::new(path, (900, 520)).into_drawing_area();
     root.fill(&WHITE)?;
@@ -146,6 +210,7 @@ pub(crate) fn lines(
             });
         chart.draw_series(pts.iter().map(|p| Circle::new(*p, 4, color.filled())))?;
     }
+    draw_marks(&mut chart, marks, |y| [(0.0, y), (max_x + 1.0, y)])?;
     chart
         .configure_series_labels()
         .position(SeriesLabelPosition::UpperLeft)

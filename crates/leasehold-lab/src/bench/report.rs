@@ -222,11 +222,14 @@ pub(super) fn markdown(doc: &Value) -> String {
 }
 
 pub(super) fn plots(dir: &std::path::Path, r: &Results) -> anyhow::Result<()> {
+    let marks = super::targets::marks(r);
+    let marks = |file: &str| marks.get(file).map_or(&[][..], Vec::as_slice);
     if let Some(series) = r.cdfs.get("W1") {
         plot::cdf(
             &dir.join("w1_latency_cdf.svg"),
             "W1: acquire + release latency (in-process systems)",
             series,
+            marks("w1_latency_cdf.svg"),
         )?;
     }
     if let Some(series) = r.cdfs.get("W1B") {
@@ -234,6 +237,7 @@ pub(super) fn plots(dir: &std::path::Path, r: &Results) -> anyhow::Result<()> {
             &dir.join("w1b_latency_cdf.svg"),
             "W1B: acquire + release latency, Redis / etcd / PostgreSQL",
             series,
+            marks("w1b_latency_cdf.svg"),
         )?;
     }
     if let Some(series) = r.cdfs.get("W1T") {
@@ -241,6 +245,7 @@ pub(super) fn plots(dir: &std::path::Path, r: &Results) -> anyhow::Result<()> {
             &dir.join("w1t_latency_cdf.svg"),
             "W1T: acquire + release latency, standalone / cluster / Sentinel",
             series,
+            marks("w1t_latency_cdf.svg"),
         )?;
     }
     if let Some(series) = r.cdfs.get("W3") {
@@ -248,6 +253,7 @@ pub(super) fn plots(dir: &std::path::Path, r: &Results) -> anyhow::Result<()> {
             &dir.join("w3_handoff_cdf.svg"),
             "W3: handoff latency, release -> acquisition by another worker",
             series,
+            marks("w3_handoff_cdf.svg"),
         )?;
     }
     for (w, file, title) in [
@@ -267,7 +273,7 @@ pub(super) fn plots(dir: &std::path::Path, r: &Results) -> anyhow::Result<()> {
                 .iter()
                 .filter_map(|(n, s)| Some((n.clone(), s.get("ops_per_s")?.as_f64()?)))
                 .collect();
-            plot::bars(&dir.join(file), title, "per second", &bars)?;
+            plot::bars(&dir.join(file), title, "per second", &bars, marks(file))?;
         }
     }
     if let Some(systems) = r.workloads.get("W6") {
@@ -295,9 +301,9 @@ pub(super) fn plots(dir: &std::path::Path, r: &Results) -> anyhow::Result<()> {
         plot::lines(
             &dir.join("w6_herd.svg"),
             "W6: server commands per handoff against waiters on one key",
-            "waiters",
-            "server commands per handoff",
+            ("waiters", "server commands per handoff"),
             &series,
+            marks("w6_herd.svg"),
         )?;
     }
     if let Some(series) = r.cdfs.get("W8") {
@@ -305,6 +311,7 @@ pub(super) fn plots(dir: &std::path::Path, r: &Results) -> anyhow::Result<()> {
             &dir.join("w8_wait_cdf.svg"),
             "W8: wait for the lock, many client processes on 1 000 keys",
             series,
+            marks("w8_wait_cdf.svg"),
         )?;
     }
     if let Some(systems) = r.workloads.get("W7") {
@@ -321,13 +328,13 @@ pub(super) fn plots(dir: &std::path::Path, r: &Results) -> anyhow::Result<()> {
         plot::lines(
             &dir.join("w7_leases.svg"),
             "W7: client CPU keeping auto-extended leases alive",
-            "leases",
-            "client CPU (% of one core)",
+            ("leases", "client CPU (% of one core)"),
             &[("leasehold".to_string(), cpu)],
+            &[],
         )?;
     }
     if let Some(systems) = r.workloads.get("W4") {
-        let mut series: Curves = systems
+        let series: Curves = systems
             .iter()
             .map(|(name, s)| {
                 let pts = [1.0, 3.0, 5.0, 7.0]
@@ -337,20 +344,12 @@ pub(super) fn plots(dir: &std::path::Path, r: &Results) -> anyhow::Result<()> {
                 (name.clone(), pts)
             })
             .collect();
-        // Issue 32's target: p50 at N = 5 at most 1.5 x leasehold's at N = 1.
-        let one = systems
-            .get("leasehold")
-            .and_then(|s| s.get("n1")?.get("p50_us")?.as_f64());
-        if let Some(one) = one {
-            let bound = [1.0, 3.0, 5.0, 7.0].map(|n| (n, 1.5 * one)).to_vec();
-            series.push(("target (1.5 x leasehold at N=1)".to_string(), bound));
-        }
         plot::lines(
             &dir.join("w4_redlock_latency.svg"),
             "W4: Redlock acquire + release p50 against N",
-            "nodes",
-            "p50 (us)",
+            ("nodes", "p50 (us)"),
             &series,
+            marks("w4_redlock_latency.svg"),
         )?;
     }
     Ok(())
