@@ -120,20 +120,29 @@ where
     E: IntoPyErr,
 {
     let runtime = runtime();
-    // On one of the runtime's own threads (a callback such as `on_lost` calling back in) the
-    // thread first hands its worker's queued tasks to another thread (`block_in_place`):
-    // blocking with them still queued here would leave them, and the call itself if it spawns
-    // one, waiting for ever.
-    let on_runtime_thread = tokio::runtime::Handle::try_current().is_ok();
+    // A thread inside a runtime cannot `block_on`. On a multi-thread runtime's thread (ours: a
+    // callback such as `on_lost` calling back in) it first hands its queued tasks to another
+    // thread (`block_in_place`): blocking with them still queued here would leave them, and the
+    // call itself if it spawns one, waiting for ever. Inside any other runtime (Python embedded
+    // in a program on a current-thread runtime), the wait runs on a thread of its own.
+    let inside = tokio::runtime::Handle::try_current()
+        .ok()
+        .map(|h| h.runtime_flavor());
     let mut fut = Box::pin(fut);
     loop {
         let polled = py.detach(|| {
             let mut wait =
                 || runtime.block_on(async { tokio::time::timeout(SIGNAL_POLL, &mut fut).await });
-            if on_runtime_thread {
-                tokio::task::block_in_place(wait)
-            } else {
-                wait()
+            match inside {
+                None => wait(),
+                Some(tokio::runtime::RuntimeFlavor::MultiThread) => {
+                    tokio::task::block_in_place(wait)
+                }
+                Some(_) => std::thread::scope(|s| {
+                    s.spawn(wait)
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                }),
             }
         });
         match polled {
