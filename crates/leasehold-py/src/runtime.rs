@@ -3,9 +3,9 @@
 //!
 //! **Blocking calls release the GIL and stay interruptible.** The calling thread runs the call's
 //! future itself (`Runtime::block_on`) with the GIL released, so the reply wakes it directly.
-//! (Spawning the future on a runtime thread and waiting for its result on a channel cost two
-//! more thread wake-ups a call: about 30-50 us a lock cycle on a 2-core machine, against the
-//! Rust library's 0-20 us here; see `bench/results/issue32-target6-python.md`.) The connections
+//! (Spawning the future on a runtime thread and waiting for its result on a channel added a
+//! thread wake-up each way to every call: about 30-40 us a lock cycle on a 2-core machine; see
+//! `bench/results/issue32-target6-python.md`.) The connections
 //! and background tasks (renewals, the Redis connection's reader) stay on the runtime's
 //! threads. The wait wakes every [`SIGNAL_POLL`] to let Python run its signal handlers. If one
 //! raises (Ctrl-C's `KeyboardInterrupt`), the future is dropped inside the runtime: a lock
