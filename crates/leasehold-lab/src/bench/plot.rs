@@ -28,7 +28,7 @@ const MARKS: [RGBColor; 4] = [
 /// `targets::marks`).
 pub(crate) type Mark = (String, f64);
 
-/// Draws `marks` as dashed lines from `from(value)` to `to(value)`, with legend entries.
+/// Draws `marks` as dashed lines between the two points `ends(value)`, with legend entries.
 fn draw_marks<DB, X, Y>(
     chart: &mut ChartContext<'_, DB, Cartesian2d<X, Y>>,
     marks: &[Mark],
@@ -58,6 +58,26 @@ where
             });
     }
     Ok(())
+}
+
+/// Draws the legend of the labelled series at `position`, boxed.
+fn legend<'a, DB, X, Y>(
+    chart: &mut ChartContext<'a, DB, Cartesian2d<X, Y>>,
+    position: SeriesLabelPosition,
+) -> anyhow::Result<()>
+where
+    DB: DrawingBackend + 'a,
+    DB::ErrorType: 'static,
+    X: Ranged,
+    Y: Ranged,
+{
+    chart
+        .configure_series_labels()
+        .position(position)
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.8))
+        .draw()
+        .map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 /// Latency CDFs, one line per system, log-scaled latency axis; each mark a vertical line at
@@ -99,12 +119,7 @@ pub(crate) fn cdf(
             });
     }
     draw_marks(&mut chart, marks, |x| [(x, 0.0), (x, 1.0)])?;
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .border_style(BLACK)
-        .background_style(WHITE.mix(0.8))
-        .draw()?;
+    legend(&mut chart, SeriesLabelPosition::LowerRight)?;
     root.present()
         .with_context(|| format!("cannot write {}", path.display()))
 }
@@ -158,12 +173,7 @@ pub(crate) fn bars(
         [(SegmentValue::Exact(0), y), (SegmentValue::Exact(n), y)]
     })?;
     if !marks.is_empty() {
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .border_style(BLACK)
-            .background_style(WHITE.mix(0.8))
-            .draw()?;
+        legend(&mut chart, SeriesLabelPosition::UpperRight)?;
     }
     root.present()
         .with_context(|| format!("cannot write {}", path.display()))
@@ -211,12 +221,7 @@ pub(crate) fn lines(
         chart.draw_series(pts.iter().map(|p| Circle::new(*p, 4, color.filled())))?;
     }
     draw_marks(&mut chart, marks, |y| [(0.0, y), (max_x + 1.0, y)])?;
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .border_style(BLACK)
-        .background_style(WHITE.mix(0.8))
-        .draw()?;
+    legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
     root.present()
         .with_context(|| format!("cannot write {}", path.display()))
 }
