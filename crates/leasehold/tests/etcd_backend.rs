@@ -553,6 +553,72 @@ impl GrpcCalls {
     }
 }
 
+/// A lock that is not auto-extended rides on a lease of its own; once its release is confirmed,
+/// that lease carries the next such lock while it is fresh (`etcd::spare`), and the next lock's
+/// validity still counts from that lease's grant: it is exactly the first lock's, never later
+/// than etcd's expiry of the lease. Without reuse each lock would cost a `LeaseGrant` (counted
+/// by etcd); without the count from the grant, the later validity would be later. A spare
+/// lease revoked from outside is not a failure: the next lock comes on a new lease.
+#[tokio::test]
+async fn a_released_lock_leaves_its_lease_to_the_next() {
+    let Some(etcd) = etcd_for_test() else { return };
+    let raw = raw(&[etcd.endpoint()]).await;
+    let locker = client(&etcd).await;
+    let opts = LockOptions::new(Duration::from_secs(30)).fencing(true);
+    let lease_of = |key: &'static str| {
+        let mut kv = raw.kv_client();
+        async move {
+            let options = etcd_client::GetOptions::new().with_prefix();
+            let resp = kv
+                .get(format!("{key}\0"), Some(options))
+                .await
+                .expect("get");
+            resp.kvs().first().expect("the holder's entry").lease()
+        }
+    };
+    let grants = grpc_calls(&etcd, "LeaseGrant").await.ended;
+    let began = Instant::now();
+    let first = locker.acquire("spare-1", &opts).await.expect("acquires");
+    let (lease, valid_until) = (lease_of("spare-1").await, first.valid_until());
+    first.release().await.expect("releases");
+    // The lease was granted after `began`: until half of `FRESH_FOR` (1 s) later, it is fresh.
+    let fresh = began.elapsed() < Duration::from_millis(500);
+    let second = locker.acquire("spare-2", &opts).await.expect("acquires");
+    if fresh {
+        assert_eq!(
+            lease_of("spare-2").await,
+            lease,
+            "the released lock's lease"
+        );
+        assert_eq!(
+            grpc_calls(&etcd, "LeaseGrant").await.ended,
+            grants + 1,
+            "one grant for the two locks"
+        );
+    }
+    if lease_of("spare-2").await == lease {
+        assert_eq!(second.valid_until(), valid_until, "counted from the grant");
+    }
+    let believed = second.valid_until();
+    assert_valid_within_server_lease(
+        believed,
+        locker.inspect("spare-2").await.unwrap().ttl.unwrap(),
+    );
+    let reused = lease_of("spare-2").await;
+    second.release().await.expect("releases");
+    let mut leases = raw.lease_client();
+    leases
+        .revoke(reused)
+        .await
+        .expect("revokes the spare lease");
+    let third = locker
+        .acquire("spare-3", &opts)
+        .await
+        .expect("acquires with its spare lease revoked");
+    assert_ne!(lease_of("spare-3").await, reused, "a new lease");
+    third.release().await.expect("releases");
+}
+
 /// The `LeaseKeepAlive` streams etcd counts.
 async fn keep_alive_streams(etcd: &Etcd) -> GrpcCalls {
     grpc_calls(etcd, "LeaseKeepAlive").await

@@ -32,6 +32,14 @@ const RENEWED: Duration = Duration::from_secs(3);
 trait Stored: Subject {
     /// The events stored for `key`.
     fn stored(&self, key: &str) -> impl std::future::Future<Output = u64>;
+
+    /// Whether `key`'s newest event was stored by the write that took its lock (the same etcd
+    /// transaction, the same PostgreSQL statement), as read from outside; `None` where that
+    /// cannot be seen (Redis, whose scripts are checked on their own, and memory).
+    fn stored_with_the_lock(&self, key: &str) -> impl std::future::Future<Output = Option<bool>> {
+        let _ = key;
+        std::future::ready(None)
+    }
 }
 
 impl Stored for Redis {
@@ -72,6 +80,31 @@ impl Stored for crate::conformance::etcd::EtcdSubject {
             .expect("count the history keys");
         resp.count() as u64
     }
+
+    /// The newest event's key was created by the lock entry's (`KEY\0token`) last write.
+    async fn stored_with_the_lock(&self, key: &str) -> Option<bool> {
+        use etcd_client::{GetOptions, SortOrder, SortTarget};
+        let newest = |prefix: Vec<u8>| {
+            let mut kv = self.raw.kv_client();
+            async move {
+                let options = GetOptions::new()
+                    .with_prefix()
+                    .with_sort(SortTarget::Create, SortOrder::Descend)
+                    .with_limit(1);
+                let resp = kv.get(prefix, Some(options)).await.expect("a range read");
+                resp.kvs()
+                    .first()
+                    .map(|kv| (kv.create_revision(), kv.mod_revision()))
+            }
+        };
+        let event = newest([b"\0history\0", key.as_bytes(), b"\0"].concat()).await;
+        let entry = newest([key.as_bytes(), b"\0"].concat()).await;
+        // The entry's last write (its creation, or its move onto a lease of its own after a
+        // wait in the queue) created the event.
+        Some(
+            matches!((event, entry), (Some((created, _)), Some((_, written))) if created == written),
+        )
+    }
 }
 
 #[cfg(feature = "postgres")]
@@ -96,6 +129,22 @@ impl Stored for crate::conformance::postgres::Pg {
             .await
             .expect("count the rows");
         row.get::<_, i64>(0) as u64
+    }
+
+    /// The newest history row and the row the acquisition wrote (the lease row; a session
+    /// lock's fencing counter) have the same `xmin`: one transaction wrote both.
+    async fn stored_with_the_lock(&self, key: &str) -> Option<bool> {
+        let table = match self.kind {
+            crate::conformance::postgres::Kind::LeaseRow => "leasehold_leases",
+            crate::conformance::postgres::Kind::Session => "leasehold_locks",
+        };
+        let sql = format!(
+            "SELECT (SELECT xmin::text FROM {table} WHERE key = $1)
+                  = (SELECT xmin::text FROM leasehold_history WHERE key = $1
+                      ORDER BY id DESC LIMIT 1)"
+        );
+        let row = self.admin.query_one(&sql, &[&key]).await.expect("xmin");
+        Some(row.get::<_, Option<bool>>(0).unwrap_or(false))
     }
 }
 
@@ -163,7 +212,30 @@ async fn history_conforms<S: Stored>(subject: &S) {
     let locker = recording(subject).await;
     let key = "h-events";
     let first = locker.acquire(key, &fenced()).await.expect("acquires");
+    if let Some(with_the_lock) = subject.stored_with_the_lock(key).await {
+        assert!(
+            with_the_lock,
+            "{name}: the acquisition's event is stored by the acquisition's own write"
+        );
+    }
     let (f1, holder1) = (first.fencing_token(), first.token().redacted());
+    {
+        // The same after a wait (on etcd, through the queue: the entry's move onto a lease of
+        // its own carries the event).
+        let key = "h-waited";
+        let waited = fenced().wait(Duration::from_secs(5));
+        let guard = locker.acquire(key, &waited).await.expect("acquires");
+        if let Some(with_the_lock) = subject.stored_with_the_lock(key).await {
+            assert!(with_the_lock, "{name}: after a wait too");
+        }
+        let events = locker.history(key, 10).await.expect("reads");
+        assert_eq!(
+            kinds(&events),
+            vec![(HistoryKind::Acquired, guard.fencing_token())],
+            "{name}: {events:?}"
+        );
+        guard.release().await.expect("releases");
+    }
     assert!(f1.is_some(), "{name}: fencing on");
     first.release().await.expect("releases");
     let TryAcquire::Acquired(second) = locker.try_acquire(key, &fenced()).await.unwrap() else {
@@ -276,7 +348,8 @@ async fn history_conforms<S: Stored>(subject: &S) {
         Err(e) => panic!("{name}: force_release: {e}"),
     }
 
-    // The cap: CAP + 10 acquisitions (2 events each) leave exactly CAP events, the newest.
+    // The cap: CAP + 10 acquisitions (2 events each) leave exactly CAP events, the newest
+    // (on etcd once the last trims, steps of their own in the background, are done).
     let key = "h-cap";
     let mut last = None;
     for _ in 0..CAP + 10 {
@@ -284,7 +357,15 @@ async fn history_conforms<S: Stored>(subject: &S) {
         last = guard.fencing_token();
         guard.release().await.expect("releases");
     }
-    assert_eq!(subject.stored(key).await, u64::from(CAP), "{name}: the cap");
+    let began = std::time::Instant::now();
+    loop {
+        let stored = subject.stored(key).await;
+        if stored == u64::from(CAP) {
+            break;
+        }
+        assert!(began.elapsed() < GENEROUS, "{name}: the cap: {stored} kept");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let events = locker.history(key, 100).await.unwrap();
     assert_eq!(events.len(), CAP as usize, "{name}");
     assert_eq!(
@@ -486,7 +567,50 @@ async fn etcd() {
     let Some(etcd) = leasehold_harness::etcd_for_test() else {
         return;
     };
-    history_conforms(&EtcdSubject::new(Members::One(etcd)).await).await;
+    let subject = EtcdSubject::new(Members::One(etcd)).await;
+    history_conforms(&subject).await;
+    revoked_history_lease(&subject).await;
+}
+
+/// On etcd a recording locker's events ride on a lease of the history's own, in the lock's own
+/// transactions. Revoked behind its back, that lease makes etcd refuse the whole transaction:
+/// the lock operation is sent again without the event (never failed for its history), the
+/// event is appended after it instead, and later events go on a new lease. Without the
+/// retry, the acquisition would fail with etcd's "lease not found".
+#[cfg(feature = "etcd")]
+async fn revoked_history_lease(subject: &crate::conformance::etcd::EtcdSubject) {
+    let name = subject.name();
+    let locker = recording(subject).await;
+    let key = "h-revoked";
+    let guard = locker.acquire(key, &fenced()).await.expect("acquires");
+    guard.release().await.expect("releases");
+    let prefix = [b"\0history\0", key.as_bytes(), b"\0"].concat();
+    let options = etcd_client::GetOptions::new().with_prefix();
+    let mut raw = subject.raw.clone();
+    let events = raw.get(prefix.clone(), Some(options)).await.expect("reads");
+    let lease = events.kvs().first().expect("an event").lease();
+    raw.lease_revoke(lease)
+        .await
+        .expect("revokes the history's lease");
+    let guard = locker
+        .acquire(key, &fenced())
+        .await
+        .unwrap_or_else(|e| panic!("{name}: acquires with the history's lease gone: {e}"));
+    let fencing = guard.fencing_token();
+    until_newest(&locker, key, "the acquisition appended after", |e| {
+        e.kind == HistoryKind::Acquired && e.fencing == fencing
+    })
+    .await;
+    guard.release().await.expect("releases");
+    let events = locker.history(key, 10).await.expect("reads");
+    assert_eq!(
+        kinds(&events),
+        vec![
+            (HistoryKind::Released, fencing),
+            (HistoryKind::Acquired, fencing)
+        ],
+        "{name}: on a new lease: {events:?}"
+    );
 }
 
 #[cfg(feature = "postgres")]
@@ -496,7 +620,9 @@ async fn postgres_session_locks() {
     let Some(pg) = leasehold_harness::postgres_for_test() else {
         return;
     };
-    history_conforms(&Pg::new(Kind::Session, pg).await).await;
+    let subject = Pg::new(Kind::Session, pg).await;
+    history_conforms(&subject).await;
+    refused_table(&subject).await;
 }
 
 #[cfg(feature = "postgres")]
@@ -506,5 +632,52 @@ async fn postgres_lease_rows() {
     let Some(pg) = leasehold_harness::postgres_for_test() else {
         return;
     };
-    history_conforms(&Pg::new(Kind::LeaseRow, pg).await).await;
+    let subject = Pg::new(Kind::LeaseRow, pg).await;
+    history_conforms(&subject).await;
+    refused_table(&subject).await;
+}
+
+/// A recording locker whose role may not write `leasehold_history` (which exists, made by
+/// another role) still locks: the lock statement that carried the event fails as a whole
+/// (nothing changed), is sent again without it, and the events are then appended after the
+/// operations (refused too, and only logged). Were the refusal not caught, the acquisition
+/// would fail with a permission error.
+#[cfg(feature = "postgres")]
+async fn refused_table(subject: &crate::conformance::postgres::Pg) {
+    let name = subject.name();
+    let locks = match subject.kind {
+        crate::conformance::postgres::Kind::LeaseRow => "leasehold_leases",
+        crate::conformance::postgres::Kind::Session => "leasehold_locks",
+    };
+    subject
+        .admin
+        .batch_execute(&format!(
+            "CREATE ROLE history_refused LOGIN;
+             GRANT CREATE ON SCHEMA public TO history_refused;
+             GRANT SELECT, INSERT, UPDATE, DELETE ON {locks} TO history_refused;"
+        ))
+        .await
+        .expect("a role without the history table");
+    let url = subject.url().replace("leasehold@", "history_refused@");
+    assert_ne!(url, subject.url());
+    let locker = Locker::connect_with(&url, ClientOptions::new().history(HistoryOptions::new()))
+        .await
+        .unwrap_or_else(|e| panic!("{name}: connects: {e}"));
+    for round in 0..2 {
+        let key = "h-refused";
+        let guard = locker
+            .acquire(key, &fenced())
+            .await
+            .unwrap_or_else(|e| panic!("{name}: round {round}: acquires: {e}"));
+        let held = locker.inspect(key).await.expect("inspects");
+        assert_eq!(
+            held.holder.as_deref(),
+            Some(guard.token().expose()),
+            "{name}"
+        );
+        guard.release().await.expect("releases");
+        let held = locker.inspect(key).await.expect("inspects");
+        assert!(held.holder.is_none(), "{name}: released");
+    }
+    assert_eq!(subject.stored("h-refused").await, 0, "{name}");
 }

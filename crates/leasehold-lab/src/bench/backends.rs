@@ -11,10 +11,11 @@ use super::stats::Summary;
 use super::workloads::{self, Flavour, on_runtime};
 use super::{Results, Settings, fresh, median_summary, say};
 
-/// One W1 run of WB: leasehold through the lock API (URL, auto-extended?), or a backend's floor.
+/// One W1 run of WB: leasehold through the lock API (URL, auto-extended?, recording history?),
+/// or a backend's floor.
 #[derive(Clone)]
 enum W1Run {
-    Locker(String, bool),
+    Locker(String, bool, bool),
     EtcdFloor(String),
     PostgresFloor(String, bool),
 }
@@ -57,10 +58,19 @@ pub(super) async fn wb(
         ("postgres_lease_rows", format!("{}?lock=lease", pg.url())),
     ];
     // W1 only: each backend's floor (the raw client, the same requests with no lock logic),
-    // and etcd's locks on the session lease (auto-extended) beside its lease per lock.
+    // etcd's locks on the session lease (auto-extended) beside its lease per lock, and each
+    // backend recording the lock history (its events ride in the lock's own transaction or
+    // statement).
+    let history = |i: usize| W1Run::Locker(systems[i].1.clone(), false, true);
     let w1_only = [
         ("etcd_floor", W1Run::EtcdFloor(etcd.addr().to_string())),
-        ("etcd_session", W1Run::Locker(systems[1].1.clone(), true)),
+        (
+            "etcd_session",
+            W1Run::Locker(systems[1].1.clone(), true, false),
+        ),
+        ("etcd_history", history(1)),
+        ("postgres_history", history(3)),
+        ("postgres_lease_rows_history", history(4)),
         ("postgres_floor", W1Run::PostgresFloor(pg.url(), false)),
         (
             "postgres_lease_rows_floor",
@@ -69,7 +79,7 @@ pub(super) async fn wb(
     ];
     let w1_systems: Vec<(&str, W1Run)> = systems
         .iter()
-        .map(|(name, url)| (*name, W1Run::Locker(url.clone(), false)))
+        .map(|(name, url)| (*name, W1Run::Locker(url.clone(), false, false)))
         .chain(w1_only)
         .collect();
     let hold = Duration::from_secs_f64(st.w3_hold_ms / 1000.0);
@@ -84,8 +94,8 @@ pub(super) async fn wb(
             let (c, p) = (st.wb_cycles, format!("wb1:{name}:{rep}"));
             let (s, cdf) = on_runtime(Flavour::MultiThread, move || async move {
                 match run {
-                    W1Run::Locker(u, auto_extend) => {
-                        workloads::w1_locker(u, c, p, auto_extend).await
+                    W1Run::Locker(u, auto_extend, history) => {
+                        workloads::w1_locker(u, c, p, auto_extend, history).await
                     }
                     W1Run::EtcdFloor(e) => backend_floors::w1_etcd(e, c, p).await,
                     W1Run::PostgresFloor(u, rows) => {

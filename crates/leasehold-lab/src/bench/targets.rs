@@ -24,6 +24,8 @@ const MAX_WAIT_MS: f64 = 60.0;
 const REDLOCK_N5_OVER_N1: f64 = 1.5;
 /// W6: commands per handoff at the most waiters at most this many times at the fewest.
 const HERD_GROWTH: f64 = 1.1;
+/// History on against off, W1 cycles/s (issue 32, target 3).
+const HISTORY_ON_OF_OFF: f64 = 0.85;
 
 /// The best of the peers' `field` in workload `w` (each peer, and its tuned run where asked).
 fn best_peer(r: &Results, w: &str, field: &str, tuned: bool) -> Option<f64> {
@@ -179,7 +181,7 @@ pub(super) fn targets(r: &Results) -> Value {
             r.get("W1", "leasehold_history", "ops_per_s"),
             r.get("W1", "leasehold", "ops_per_s"),
         ),
-        0.85,
+        HISTORY_ON_OF_OFF,
         false,
         "recording the lock history costs W1 at most 15 % of its cycles/s",
     );
@@ -405,6 +407,20 @@ pub(super) fn targets(r: &Results) -> Value {
             0.0,
             true,
             "errors 0 (acquisitions that timed out count separately)",
+        );
+    }
+    // Issue 32, target 3 on etcd and PostgreSQL: history on against off (WB's W1).
+    for system in ["etcd", "postgres", "postgres_lease_rows"] {
+        check(
+            &format!("W1B cycles/s {system} history on / off"),
+            ratio(
+                r.get("W1B", &format!("{system}_history"), "ops_per_s"),
+                r.get("W1B", system, "ops_per_s"),
+            ),
+            HISTORY_ON_OF_OFF,
+            false,
+            "recording the lock history costs W1 at most 15 % of its cycles/s (the events ride in \
+             the lock's own transaction or statement)",
         );
     }
     // Issue 32, target 7: each backend against its own floor (WB's W1).

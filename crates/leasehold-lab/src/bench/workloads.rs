@@ -126,14 +126,18 @@ pub(crate) async fn w1_leasehold(
 /// W1 through the one lock API ([`Locker`], any backend): `cycles` try_acquire + release on
 /// distinct keys, after `cycles / 10` (at least 20) warm-up cycles; with `auto_extend`, the
 /// locks are auto-extended (on etcd they then ride on the client's session lease instead of a
-/// lease granted for each).
+/// lease granted for each); with `history`, the locker records the lock history.
 pub(crate) async fn w1_locker(
     url: String,
     cycles: u64,
     prefix: String,
     auto_extend: bool,
+    history: bool,
 ) -> anyhow::Result<(Summary, Vec<(f64, f64)>)> {
-    let locker = Locker::connect(&url).await?;
+    let mut locker = Locker::connect(&url).await?;
+    if history {
+        locker = locker.with_history(leasehold::HistoryOptions::default())?;
+    }
     let opts = LockOptions::new(Duration::from_secs(10)).auto_extend(auto_extend);
     let (summary, cdf) = lock_cycles(&locker, &opts, cycles, warm_ups(cycles), &prefix).await?;
     Ok((summary.with("backend", locker.backend()), cdf))

@@ -6,11 +6,13 @@
 //! whether recording is on or not.
 //!
 //! # What is guaranteed, and what is not
-//! * **In the operation, on Redis.** A Redis plain lock's acquisition and release append their
-//!   event in the script that takes or deletes the lock: in the same round trip, and atomic with
-//!   it (an event exactly when the operation happened; see `redis::history`).
-//! * **Elsewhere best effort, client-side.** Otherwise (fair and `min_hold` locks, etcd,
-//!   PostgreSQL, `memory://`, and every loss or forced release) the
+//! * **In the operation, on Redis, etcd and PostgreSQL.** A plain lock's acquisition and release
+//!   append their event in the script, transaction or statement that takes or frees the lock: in
+//!   the same round trip, and atomic with it (an event exactly when the operation happened; see
+//!   `redis::history`, `etcd::history`, `postgres::history`). A refusal that is the history's
+//!   own sends the operation again without the event, which then goes client-side.
+//! * **Elsewhere best effort, client-side.** Otherwise (fair and `min_hold` locks, an
+//!   auto-extended etcd lock that waited, `memory://`, and every loss or forced release) the
 //!   [`Locker`](crate::Locker) appends an event *after* the lock operation succeeded, as a
 //!   separate request: it is not atomic with it. A crash, a lost connection or a refused write
 //!   between the two loses the event. Either way a failed append is logged (throttled) and

@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use crate::core::acquire::{Ask, Attempts};
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::{Lease, LockGuard, clock_drift};
+use crate::core::history::{HistoryEvent, HistoryKind};
 use crate::core::kind::{Backend, Taking};
 use crate::core::options::LockOptions;
 use crate::core::outcome::TryAcquire;
@@ -26,10 +27,12 @@ use crate::core::token::LockToken;
 use super::client::EtcdClient;
 use super::error::{lease_gone, session_lost, transient};
 use super::held::{EtcdHeld, MinHold};
+use super::history::{EtcdHistory, Rider};
 use super::keys::{check_key, queue_prefix, ttl_secs};
 use super::lock;
 use super::request::{header_revision, txn_get};
 use super::session::{Attach, Session, SessionRef, Tracked};
+use super::spare::OwnLease;
 
 /// A queue of entries, each storing its token on a lease: the entries under `blockers` with a
 /// lower create revision than ours hold us back while `allowed` or more of them remain (etcd's
@@ -50,6 +53,8 @@ pub(super) struct Queue<'a> {
     /// Checks the key of the first entry under `all` when ours is written (a semaphore
     /// refuses another number of permits): an error gives our entry back.
     pub(super) check_first: Option<&'a CheckFirst<'a>>,
+    /// The plain lock: a recording client's transactions put its history events.
+    pub(super) records: bool,
 }
 
 /// The entry key of a token.
@@ -68,6 +73,7 @@ impl Queue<'_> {
             blockers: queue_prefix(key),
             allowed: 1,
             check_first: None,
+            records: true,
         }
     }
 
@@ -170,12 +176,8 @@ impl Drop for Cleanup {
 pub(super) enum Basis {
     /// On a session's lease (auto-extended).
     Session(SessionRef),
-    /// On its own lease, granted with `granted` by a request sent at `started`.
-    Dedicated {
-        id: i64,
-        started: Instant,
-        granted: Duration,
-    },
+    /// On a lease of its own (asked for `secs`).
+    Dedicated { lease: OwnLease, secs: i64 },
 }
 
 /// A queue as the acquisition engine ([`wait`](crate::core::acquire::wait)) drives it. An
@@ -368,13 +370,14 @@ impl Waiter<'_, '_> {
         }
         // Ours. An auto-extended lock stays on the session; any other moves onto a lease of its
         // own.
-        let basis = if options.auto_extend_enabled() {
-            Basis::Session(SessionRef::pin(&place.session.0))
+        let (basis, recorded) = if options.auto_extend_enabled() {
+            (Basis::Session(SessionRef::pin(&place.session.0)), false)
         } else {
-            self.own_lease(place, rev).await?
+            self.own_lease(place, rev, options).await?
         };
         let min_hold = client.grant_min_hold(options).await?;
         let (token, entry) = (place.token.clone(), (place.entry.clone(), rev));
+        let basis = (basis, recorded);
         Ok(client.finish(queue.name, token, entry, basis, min_hold, options)?)
     }
 
@@ -400,25 +403,39 @@ impl Waiter<'_, '_> {
     }
 
     /// Moves our entry (at `rev`) onto a lease of its own, guarded by our create revision (a
-    /// put keeps it).
-    async fn own_lease(&self, place: &mut Place, rev: i64) -> Result<Basis, Step> {
-        let started = Instant::now();
-        let (id, granted) = self.client.grant(self.secs, Operation::Acquire).await?;
-        place.cleanup.lease = Some(id);
+    /// put keeps it); with a recording client, the move puts the acquisition's history event
+    /// (whose fencing number is `rev`).
+    async fn own_lease(
+        &self,
+        place: &mut Place,
+        rev: i64,
+        options: &LockOptions,
+    ) -> Result<(Basis, bool), Step> {
+        let lease = (self.client)
+            .own_lease(self.secs, Operation::Acquire, true)
+            .await?;
+        place.cleanup.lease = Some(lease.id);
         let (entry, token) = (place.entry.clone(), place.token.expose());
         let ours = Compare::create_revision(entry.clone(), CompareOp::Equal, rev);
-        let put = TxnOp::put(entry, token, Some(PutOptions::new().with_lease(id)));
-        let txn = Txn::new().when([ours]).and_then([put]);
-        let moved = self.client.txn(Operation::Acquire, true, txn).await?;
+        let put = TxnOp::put(entry, token, Some(PutOptions::new().with_lease(lease.id)));
+        let fencing = options.fencing_enabled().then_some(rev as u64);
+        let event = self
+            .client
+            .acquisition_event(self.queue, &place.token, fencing, options)
+            .await;
+        let (moved, recorded) = self
+            .client
+            .txn_with_event(Operation::Acquire, ours, vec![put], event)
+            .await?;
         if !moved.succeeded() {
             // Our entry is gone.
             return Err(Step::Requeue);
         }
-        Ok(Basis::Dedicated {
-            id,
-            started,
-            granted,
-        })
+        let basis = Basis::Dedicated {
+            lease,
+            secs: self.secs,
+        };
+        Ok((basis, recorded))
     }
 }
 
@@ -482,22 +499,35 @@ impl EtcdClient {
         options: &LockOptions,
         secs: i64,
     ) -> Result<TryAcquire> {
+        match self.try_queue_on(queue, options, secs, true).await {
+            // A spare lease etcd no longer knows (revoked from outside): etcd applied nothing,
+            // so the attempt is made again, on a new lease (`etcd::spare`).
+            Err(e) if lease_gone(&e) && !options.auto_extend_enabled() => {
+                self.try_queue_on(queue, options, secs, false).await
+            }
+            attempt => attempt,
+        }
+    }
+
+    /// [`EtcdClient::try_queue`] once; `reuse`: on a spare lease, if there is one.
+    async fn try_queue_on(
+        &self,
+        queue: &Queue<'_>,
+        options: &LockOptions,
+        secs: i64,
+        reuse: bool,
+    ) -> Result<TryAcquire> {
         let token = options.new_token();
         let entry = (queue.entry)(&token);
         let basis = if options.auto_extend_enabled() {
             Basis::Session(self.checkout(secs, options.renew_interval()).await?)
         } else {
-            let started = Instant::now();
-            let (id, granted) = self.grant(secs, Operation::Acquire).await?;
-            Basis::Dedicated {
-                id,
-                started,
-                granted,
-            }
+            let lease = self.own_lease(secs, Operation::Acquire, reuse).await?;
+            Basis::Dedicated { lease, secs }
         };
         let (lease_id, own_lease, session) = match &basis {
             Basis::Session(s) => (s.0.id, None, Some(&s.0)),
-            Basis::Dedicated { id, .. } => (*id, Some(*id), None),
+            Basis::Dedicated { lease, .. } => (lease.id, Some(lease.id), None),
         };
         let mut cleanup = Cleanup::new(self, &entry, &token, own_lease, session);
         let put = TxnOp::put(
@@ -507,25 +537,37 @@ impl EtcdClient {
         );
         // The first entry is read before our put: the check is against the others.
         let first: Vec<TxnOp> = queue.first_op().into_iter().collect();
-        let txn = if queue.allowed == 1 {
-            Txn::new()
-                .when([
-                    Compare::create_revision(queue.blockers.clone(), CompareOp::Equal, 0)
-                        .with_prefix(),
-                ])
-                .and_then([first.clone(), vec![put]].concat())
-                .or_else(first.clone())
-        } else {
-            let blockers = GetOptions::new().with_prefix().with_keys_only();
-            Txn::new().and_then(
-                [
-                    first.clone(),
-                    vec![TxnOp::get(queue.blockers.clone(), Some(blockers)), put],
-                ]
-                .concat(),
-            )
+        // Its fencing number is the transaction's revision, known from the reply only.
+        let event = self.acquisition_event(queue, &token, None, options).await;
+        let riding = event.is_some() && queue.allowed == 1;
+        let build = |extra: &[TxnOp]| {
+            if queue.allowed == 1 {
+                Txn::new()
+                    .when([
+                        Compare::create_revision(queue.blockers.clone(), CompareOp::Equal, 0)
+                            .with_prefix(),
+                    ])
+                    .and_then([first.clone(), vec![put.clone()], extra.to_vec()].concat())
+                    .or_else(first.clone())
+            } else {
+                let blockers = GetOptions::new().with_prefix().with_keys_only();
+                Txn::new().and_then(
+                    [
+                        first.clone(),
+                        vec![
+                            TxnOp::get(queue.blockers.clone(), Some(blockers)),
+                            put.clone(),
+                        ],
+                    ]
+                    .concat(),
+                )
+            }
         };
-        let resp = self.txn(Operation::Acquire, true, txn).await?;
+        let event = event.filter(|_| riding);
+        let count_at = first.len() + 2;
+        let (resp, recorded) = self
+            .txn_riding(Operation::Acquire, build, count_at, event)
+            .await?;
         let refused = queue.check(&resp, 0);
         let busy = !resp.succeeded()
             || (queue.allowed > 1 && txn_get(&resp, first.len()).len() >= queue.allowed);
@@ -534,10 +576,10 @@ impl EtcdClient {
                 // Our entry was written: it goes (token-checked), with a lease of its own.
                 cleanup.run().await;
             } else {
-                // Nothing was written: only a lease of our own needs giving back.
+                // Nothing was written: a lease of our own is left for the next lock.
                 cleanup.disarm();
-                if let Basis::Dedicated { id, .. } = basis {
-                    self.revoke_in_background(id);
+                if let Basis::Dedicated { lease, secs } = basis {
+                    self.spare_lease(secs, lease);
                 }
             }
             refused?;
@@ -545,6 +587,7 @@ impl EtcdClient {
         }
         let rev = header_revision(&resp)?;
         let min_hold = self.grant_min_hold(options).await?;
+        let basis = (basis, recorded);
         let guard = self.finish(queue.name, token, (entry, rev), basis, min_hold, options)?;
         cleanup.disarm();
         Ok(TryAcquire::Acquired(guard))
@@ -623,15 +666,19 @@ impl EtcdClient {
         key: &str,
         token: LockToken,
         (entry, rev): (Vec<u8>, i64),
-        basis: Basis,
+        (basis, recorded): (Basis, bool),
         min_hold: Option<MinHold>,
         options: &LockOptions,
     ) -> Result<LockGuard> {
         let fencing = options.fencing_enabled().then_some(rev as u64);
+        let own = match &basis {
+            Basis::Dedicated { lease, secs } => Some((*secs, *lease)),
+            Basis::Session(_) => None,
+        };
         // What the validity is counted from: the grant, or the session's last renewal.
         let since = match &basis {
             Basis::Session(session) => session.0.state().renewed_at,
-            Basis::Dedicated { started, .. } => *started,
+            Basis::Dedicated { lease, .. } => lease.started,
         };
         let (lease, attach) = match basis {
             Basis::Session(session) => {
@@ -650,13 +697,9 @@ impl EtcdClient {
                 }
                 (lease, attach)
             }
-            Basis::Dedicated {
-                id,
-                started,
-                granted,
-            } => (
-                Lease::new(key, token, fencing, started, granted),
-                Arc::new(Mutex::new(Attach::Dedicated(id))),
+            Basis::Dedicated { lease: own, .. } => (
+                Lease::new(key, token, fencing, own.started, own.granted),
+                Arc::new(Mutex::new(Attach::Dedicated(own.id))),
             ),
         };
         if Instant::now() >= lease.valid_until() {
@@ -681,8 +724,36 @@ impl EtcdClient {
             rev,
             attach,
             min_hold,
+            recorded,
+            own,
         };
         Ok(LockGuard::new(Arc::new(held), lease))
+    }
+
+    /// The history event of `queue`'s acquisition by `token`, to put in the acquiring
+    /// transaction, if this client records it: `fencing` when known, otherwise (fencing on)
+    /// the event's create revision, which is the transaction's. `None` also when the event
+    /// could not be prepared (its lease not granted): the locker appends it then.
+    async fn acquisition_event(
+        &self,
+        queue: &Queue<'_>,
+        token: &LockToken,
+        fencing: Option<u64>,
+        options: &LockOptions,
+    ) -> Option<(&EtcdHistory, Rider)> {
+        let log = self.records_lock(options).filter(|_| queue.records)?;
+        let event = HistoryEvent {
+            fencing,
+            ..HistoryEvent::of_holder(HistoryKind::Acquired, token)
+        };
+        let at_create = fencing.is_none() && options.fencing_enabled();
+        match log.rider(queue.name, &event, at_create).await {
+            Ok(rider) => Some((&**log, rider)),
+            Err(e) => {
+                tracing::debug!(key = queue.name, error = %e, "no history lease; the event is appended after");
+                None
+            }
+        }
     }
 
     /// With [`min_hold`](LockOptions::min_hold), the lease a release will move the entry onto,

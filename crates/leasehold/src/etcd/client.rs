@@ -9,6 +9,7 @@ use etcd_client as ec;
 use crate::core::driver::{Driver, Kind};
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::LockGuard;
+use crate::core::history::{HistoryEvent, HistoryKind, HistoryOptions};
 use crate::core::kind::Backend;
 use crate::core::options::{ClientOptions, LockOptions};
 use crate::core::outcome::{LockState, TryAcquire};
@@ -16,10 +17,12 @@ use crate::core::token::LockToken;
 
 use super::acquire::Queue;
 use super::error::{connect_error, never_sent, timeout_error};
+use super::history::EtcdHistory;
 use super::keep_alive::KeepAlives;
 use super::keys::{check_key, entry_key};
 use super::request::retries_for;
 use super::session::Sessions;
+use super::spare::SpareLeases;
 use super::url::parse_url;
 
 /// HTTP/2 keep-alive pings on busy connections (etcd refuses pings more often than every 5 s).
@@ -49,6 +52,9 @@ fn tls_options(options: &ClientOptions) -> Result<ec::TlsOptions> {
 #[derive(Clone)]
 pub struct EtcdClient {
     pub(super) inner: Arc<Inner>,
+    /// Set in a [`Locker`](crate::Locker) that records history: a plain lock's acquiring and
+    /// releasing transactions put their events (`etcd::history`).
+    pub(super) history: Option<Arc<EtcdHistory>>,
 }
 
 pub(super) struct Inner {
@@ -59,6 +65,8 @@ pub(super) struct Inner {
     pub(super) sessions: Arc<Sessions>,
     /// The one keep-alive stream of the client (all clones, all sessions).
     pub(super) keep_alives: Arc<KeepAlives>,
+    /// Leases of their own released locks left, for the next ones (`etcd::spare`).
+    pub(super) spares: SpareLeases,
 }
 
 impl std::fmt::Debug for EtcdClient {
@@ -155,6 +163,7 @@ impl EtcdClient {
                 user: parsed.user.map(|(name, _)| name),
                 response_timeout,
                 sessions: Arc::new(tokio::sync::Mutex::new(HashMap::new())),
+                spares: SpareLeases::default(),
                 keep_alives: Arc::new(KeepAlives::new(
                     etcd.clone(),
                     parsed.endpoints.clone(),
@@ -162,7 +171,27 @@ impl EtcdClient {
                 )),
                 etcd,
             }),
+            history: None,
         })
+    }
+
+    /// This client, its plain locks' acquiring and releasing transactions putting their
+    /// history events as `options` say (a clone sharing the connections and sessions: the
+    /// [`Locker`](crate::Locker) that records history drives it).
+    pub(crate) fn recording(&self, options: &HistoryOptions) -> EtcdClient {
+        EtcdClient {
+            inner: self.inner.clone(),
+            history: Some(super::history::recorder(self, options)),
+        }
+    }
+
+    /// The history events of a plain lock's transactions, with `options`: `None` when this
+    /// client does not record, or for a lock taken with `min_hold` (whose events its locker
+    /// appends).
+    pub(super) fn records_lock(&self, options: &LockOptions) -> Option<&Arc<EtcdHistory>> {
+        self.history
+            .as_ref()
+            .filter(|_| options.min_hold_bound().is_none())
     }
 
     /// The member URLs (`http://host:port`, `https://host:port` for `etcds://`) this client
@@ -231,7 +260,14 @@ impl Driver for EtcdClient {
     /// [`Error::NotHeld`] if there is no such entry; connection and server errors.
     async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
         check_key(key)?;
-        self.release_entry(key, entry_key(key, token), token).await
+        let entry = entry_key(key, token);
+        let Some(log) = &self.history else {
+            return self.release_entry(key, entry, token, None).await;
+        };
+        let event = HistoryEvent::of_holder(HistoryKind::Released, token);
+        let rider = log.rider(key, &event, false).await.ok();
+        self.release_entry(key, entry, token, rider.map(|r| (&**log, r)))
+            .await
     }
 
     /// Gives `key`'s entry for `token` a fresh lease of `ttl` (rounded up to whole seconds):

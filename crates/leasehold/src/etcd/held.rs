@@ -12,13 +12,16 @@ use crate::core::error::LossReason;
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::HeldLock;
 use crate::core::guard::{Lease, valid_until};
+use crate::core::history::HistoryKind;
 use crate::core::token::LockToken;
 
 use super::client::EtcdClient;
-use super::error::{session_lost, transient};
+use super::error::{lease_gone, session_lost, transient};
+use super::history::{EtcdHistory, Rider};
 use super::keys::ttl_secs;
 use super::lock;
 use super::session::{Attach, Session, SessionRef, Tracked};
+use super::spare::OwnLease;
 
 /// One lock held through an [`EtcdClient`], as its guard sees it.
 pub(super) struct EtcdHeld {
@@ -31,6 +34,11 @@ pub(super) struct EtcdHeld {
     /// was (so it ends no sooner than `min_hold` after the grant, by etcd's clock): a release
     /// moves the entry onto it instead of deleting it, while it lives.
     pub(super) min_hold: Option<MinHold>,
+    /// Its acquisition put its history event in the same transaction: its release puts one too.
+    pub(super) recorded: bool,
+    /// The lease of its own it was put on (and the TTL asked for, in seconds), if any: left
+    /// for the next lock once the release's delete is confirmed (`etcd::spare`).
+    pub(super) own: Option<(i64, OwnLease)>,
 }
 
 /// The lease a [`min_hold`](crate::LockOptions::min_hold) release moves the entry onto.
@@ -88,12 +96,19 @@ impl HeldLock for EtcdHeld {
             let released = if kept {
                 Ok(ReleaseOutcome::Kept)
             } else {
-                self.delete().await
+                self.delete(lease).await
             };
             match released {
                 Ok(resp) => {
-                    if let Some(id) = dedicated {
-                        self.client.revoke_in_background(id);
+                    match (dedicated, self.own) {
+                        // Confirmed deleted, still on the lease it was put on: kept for reuse.
+                        (Some(id), Some((secs, own)))
+                            if own.id == id && matches!(resp, ReleaseOutcome::Deleted(true)) =>
+                        {
+                            self.client.spare_lease(secs, own)
+                        }
+                        (Some(id), _) => self.client.revoke_in_background(id),
+                        (None, _) => {}
                     }
                     if !matches!(resp, ReleaseOutcome::Deleted(false)) {
                         Ok(())
@@ -148,6 +163,10 @@ impl HeldLock for EtcdHeld {
     /// `an_ambiguous_move_never_leaves_a_deleted_lock_believed_held`,
     /// `an_unanswered_shortening_move_is_believed_no_longer_than_its_ttl`,
     /// `a_dropped_move_leaves_no_lock_believed_held`.
+    fn records_history(&self) -> bool {
+        self.recorded
+    }
+
     fn extend<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Instant>> {
         Box::pin(async move {
             let secs = ttl_secs(ttl)?;
@@ -337,19 +356,26 @@ impl EtcdHeld {
             )])
     }
 
-    /// The release's delete, guarded by the entry's create revision.
-    async fn delete(&self) -> Result<ReleaseOutcome> {
-        let txn = Txn::new()
-            .when([Compare::create_revision(
-                self.entry.clone(),
-                CompareOp::Equal,
-                self.rev,
-            )])
-            .and_then([TxnOp::delete(self.entry.clone(), None)]);
+    /// The release's delete, guarded by the entry's create revision, with its history event
+    /// if the acquisition put one.
+    async fn delete(&self, lease: &Lease) -> Result<ReleaseOutcome> {
+        let ours = Compare::create_revision(self.entry.clone(), CompareOp::Equal, self.rev);
+        let delete = TxnOp::delete(self.entry.clone(), None);
+        let log = self.client.history.as_deref().filter(|_| self.recorded);
+        let event = match log {
+            Some(log) => {
+                let event = crate::core::guard::lease_event(lease, HistoryKind::Released);
+                log.rider(lease.key(), &event, false)
+                    .await
+                    .ok()
+                    .map(|rider| (log, rider))
+            }
+            None => None,
+        };
         self.client
-            .txn(Operation::Release, true, txn)
+            .txn_with_event(Operation::Release, ours, vec![delete], event)
             .await
-            .map(|r| ReleaseOutcome::Deleted(r.succeeded()))
+            .map(|(r, _)| ReleaseOutcome::Deleted(r.succeeded()))
     }
 
     /// A `min_hold` release whose move onto the hold's lease got no answer (or an error):
@@ -477,21 +503,66 @@ impl EtcdClient {
         name: &str,
         entry: Vec<u8>,
         token: &LockToken,
+        event: Option<(&EtcdHistory, Rider)>,
     ) -> Result<()> {
-        let txn = Txn::new()
-            .when([Compare::value(
-                entry.clone(),
-                CompareOp::Equal,
-                token.expose(),
-            )])
-            .and_then([TxnOp::delete(entry, None)]);
-        let resp = self.txn(Operation::Release, true, txn).await?;
+        let ours = Compare::value(entry.clone(), CompareOp::Equal, token.expose());
+        let delete = TxnOp::delete(entry, None);
+        let (resp, _) = self
+            .txn_with_event(Operation::Release, ours, vec![delete], event)
+            .await?;
         if resp.succeeded() {
             Ok(())
         } else {
             Err(Error::NotHeld {
                 key: name.to_string(),
             })
+        }
+    }
+
+    /// `If(when) Then(ops)`, with `event`'s operations after `ops`: see
+    /// [`EtcdClient::txn_riding`].
+    pub(super) async fn txn_with_event(
+        &self,
+        op: Operation,
+        when: Compare,
+        ops: Vec<TxnOp>,
+        event: Option<(&EtcdHistory, Rider)>,
+    ) -> Result<(ec::TxnResponse, bool)> {
+        let count_at = ops.len() + 1;
+        let build = |extra: &[TxnOp]| {
+            let all = [ops.clone(), extra.to_vec()].concat();
+            Txn::new().when([when.clone()]).and_then(all)
+        };
+        self.txn_riding(op, build, count_at, event).await
+    }
+
+    /// The transaction `build` makes, given `event`'s operations to put last in its success
+    /// branch (where the count's reply is at `count_at`); trimmed after, if over the cap. A
+    /// refusal that may be the event's (its lease gone) sends the transaction again without
+    /// it: etcd applied nothing of a refused transaction, and a lock operation never fails
+    /// for its history. Answers the reply, and whether the event went with it.
+    pub(super) async fn txn_riding(
+        &self,
+        op: Operation,
+        build: impl Fn(&[TxnOp]) -> Txn,
+        count_at: usize,
+        event: Option<(&EtcdHistory, Rider)>,
+    ) -> Result<(ec::TxnResponse, bool)> {
+        let Some((log, rider)) = event else {
+            return Ok((self.txn(op, true, build(&[])).await?, false));
+        };
+        match self.txn(op, true, build(&rider.ops)).await {
+            Ok(resp) => {
+                if resp.succeeded() {
+                    rider.after(log, &resp, count_at);
+                }
+                Ok((resp, true))
+            }
+            Err(e) if lease_gone(&e) => {
+                log.forget_lease();
+                Ok((self.txn(op, true, build(&[])).await?, false))
+            }
+            Err(e) => Err(e),
         }
     }
 

@@ -93,7 +93,10 @@
 //! A lock acquired without [`auto_extend`](LockOptions::auto_extend) gets a lease of its own
 //! (no keep-alive), so it expires one TTL after it was granted unless extended; a waiting
 //! acquisition enqueues on the session and moves its entry onto its own lease once it holds
-//! the lock. At [`max_hold`](LockOptions::max_hold) an auto-extended lock is moved onto a
+//! the lock. Once its release is confirmed, that lease carries the next such lock of the same
+//! TTL while it is fresh (under a second, and under a twentieth of its TTL, since its grant),
+//! the next lock's validity counted from the same grant (the `spare` submodule: a lock costs
+//! no grant of its own). At [`max_hold`](LockOptions::max_hold) an auto-extended lock is moved onto a
 //! lease of its own too, which then expires (the guard reports the loss). A guard's
 //! [`extend(ttl)`](LockGuard::extend) moves an auto-extended lock onto the session of `ttl` (it
 //! stays auto-extended, with that TTL), and gives any other lock a fresh lease of `ttl`,
@@ -205,6 +208,7 @@ mod keys;
 mod renewal;
 mod request;
 mod session;
+mod spare;
 mod sync;
 mod table;
 #[cfg(test)]

@@ -264,4 +264,16 @@ impl LockTable for EtcdClient {
     ) -> Option<std::sync::Arc<dyn crate::core::history::HistoryLog>> {
         Some(super::history::log(self, options))
     }
+
+    /// A plain lock's acquiring and releasing transactions put the events (`etcd::history`).
+    fn recording(
+        &self,
+        options: &crate::core::history::HistoryOptions,
+    ) -> Option<std::sync::Arc<dyn crate::core::driver::Driver>> {
+        Some(std::sync::Arc::new(EtcdClient::recording(self, options)))
+    }
+
+    fn records_releases(&self) -> bool {
+        self.history.is_some()
+    }
 }

@@ -12,12 +12,13 @@ use tokio_postgres::error::SqlState;
 use tokio_util::sync::CancellationToken;
 
 use super::error::{is_create_race, pg_error, timeout_error};
+use super::history::Rider;
 use super::lifetime::{lease_lifetime, silence_in, validity_from};
 use super::params::millis_text;
 use super::pooler::{announced_pid, pooler_error, pooler_sign};
 use super::sql::{
-    CREATE_TABLE, INSPECT, PROBE, RAISE, RELEASE, SET_LOCK_TIMEOUT, extend_sql, try_acquire_sql,
-    wait_acquire_sql,
+    CREATE_TABLE, INSPECT, PROBE, RAISE, RELEASE, SET_LOCK_TIMEOUT, extend_sql,
+    release_recording_sql, try_acquire_sql, wait_acquire_sql,
 };
 use super::sync::AdvisoryLock;
 use super::tls::PgTls;
@@ -26,6 +27,7 @@ use crate::core::error::LossReason;
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::HeldLock;
 use crate::core::guard::{Lease, LockGuard};
+use crate::core::history::HistoryOptions;
 use crate::core::options::{ClientOptions, LockOptions, ttl_millis};
 use crate::core::token::LockToken;
 use crate::postgres::Timed;
@@ -43,6 +45,9 @@ const CHECK_ROUNDS: usize = 3;
 #[derive(Clone)]
 pub struct PostgresClient {
     pub(super) inner: Arc<Inner>,
+    /// Set in a [`Locker`](crate::Locker) that records history: a plain lock's acquiring and
+    /// releasing statements append their events.
+    pub(super) history: Option<Rider>,
 }
 
 pub(super) struct Inner {
@@ -78,6 +83,16 @@ pub(super) struct Session {
     pub(super) set_lock_timeout: Statement,
     pub(super) release: Statement,
     pub(super) extend: Statement,
+    /// The statements that append their history events, prepared when a recording client
+    /// first uses the session.
+    pub(super) recording: Option<Recording>,
+}
+
+/// A session's statements that append their history events (`postgres::history`).
+pub(super) struct Recording {
+    pub(super) try_acquire: Statement,
+    pub(super) wait_acquire: Statement,
+    pub(super) release: Statement,
 }
 
 impl Session {
@@ -136,6 +151,7 @@ impl PostgresClient {
                 held: Mutex::new(HashMap::new()),
                 pooler: OnceLock::new(),
             }),
+            history: None,
         };
         let first = client.open_raw().await?;
         let second = client.open_raw().await?;
@@ -318,7 +334,7 @@ impl PostgresClient {
                 }
             })
             .map_err(|e| pg_error(Operation::Connect, true, e))?;
-        let (try_sql, wait_sql) = (try_acquire_sql(), wait_acquire_sql());
+        let (try_sql, wait_sql) = (try_acquire_sql(false), wait_acquire_sql(false));
         let (t, w) = tokio::join!(client.prepare(&try_sql), client.prepare(&wait_sql));
         let try_acquire = t.map_err(|e| self.statement_error(Operation::Connect, e))?;
         let wait_acquire = w.map_err(|e| self.statement_error(Operation::Connect, e))?;
@@ -332,7 +348,56 @@ impl PostgresClient {
             set_lock_timeout,
             release,
             extend,
+            recording: None,
         })
+    }
+
+    /// This client, its plain locks' acquiring and releasing statements appending their
+    /// history events as `options` say (a clone sharing the pool: the
+    /// [`Locker`](crate::Locker) that records history drives it).
+    pub(super) fn recording(&self, options: &HistoryOptions) -> PostgresClient {
+        PostgresClient {
+            inner: self.inner.clone(),
+            history: Some(super::history::rider(self, options)),
+        }
+    }
+
+    /// The rider of this client's lock statements if they append their events now, with
+    /// `session`'s statements that do prepared (once per session). `None` also when they
+    /// cannot be prepared: the locker appends the events then.
+    pub(super) async fn rider_on(&self, session: &mut Session) -> Option<&Rider> {
+        let rider = self.history.as_ref()?;
+        if !rider.rides().await {
+            return None;
+        }
+        if session.recording.is_none() {
+            let (t, w, r) = (
+                try_acquire_sql(true),
+                wait_acquire_sql(true),
+                release_recording_sql(),
+            );
+            let c = &session.client;
+            let prepared = self
+                .timed(Operation::Acquire, async {
+                    let (t, w, r) = tokio::join!(c.prepare(&t), c.prepare(&w), c.prepare(&r));
+                    Ok::<_, tokio_postgres::Error>((t?, w?, r?))
+                })
+                .await;
+            match prepared {
+                Ok((try_acquire, wait_acquire, release)) => {
+                    session.recording = Some(Recording {
+                        try_acquire,
+                        wait_acquire,
+                        release,
+                    })
+                }
+                Err(e) => {
+                    rider.refused(&e);
+                    return None;
+                }
+            }
+        }
+        Some(rider)
     }
 
     async fn open_session(&self) -> Result<Session> {
@@ -392,6 +457,8 @@ pub(super) struct PgHeld {
     /// The advisory lock held, when it is not the plain lock on `key` (a reader, a permit's
     /// slot, a writer or leader: see `sync`); released and checked by unnamed statements.
     pub(super) lock: Option<AdvisoryLock>,
+    /// Its acquiring statement appended its history event: its release appends one too.
+    pub(super) recorded: bool,
 }
 
 impl PostgresClient {
@@ -457,6 +524,7 @@ impl PgHeld {
             session: tokio::sync::Mutex::new(Some(session)),
             stop: CancellationToken::new(),
             lock: None,
+            recorded: false,
         }
     }
 
@@ -566,7 +634,18 @@ impl PgHeld {
         });
     }
 
+    /// Releases the lock (its history event, if any, with its fencing number).
     pub(super) async fn release_session(&self) -> Result<()> {
+        self.release_with(true).await
+    }
+
+    /// Releases the lock for a release by token, whose history event has no fencing number on
+    /// any backend (the token alone does not name the acquisition).
+    pub(super) async fn release_by_token(&self) -> Result<()> {
+        self.release_with(false).await
+    }
+
+    async fn release_with(&self, fencing: bool) -> Result<()> {
         self.stop.cancel();
         self.forget();
         let Some(session) = self.session.lock().await.take() else {
@@ -579,13 +658,7 @@ impl PgHeld {
                 key: self.key.clone(),
             });
         }
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&self.key];
-        let release: BoxFuture<'_, std::result::Result<_, tokio_postgres::Error>> = match &self.lock
-        {
-            None => Box::pin(session.client.query_one(&session.release, &params)),
-            Some(lock) => Box::pin(lock.release(&session.client, &self.key)),
-        };
-        let row = match self.client.timed(Operation::Release, release).await {
+        let row = match self.release_statement(&session, fencing).await {
             Ok(row) => row,
             // Dropping the session ends it, which releases the lock anyway.
             Err(e) => return Err(e),
@@ -598,6 +671,44 @@ impl PgHeld {
             Err(Error::NotHeld {
                 key: self.key.clone(),
             })
+        }
+    }
+
+    /// The release's statement on `session`: with its history event (with the fencing number if
+    /// `fencing`) if the acquisition appended one (sent again without it if the server refused
+    /// the history table).
+    async fn release_statement(
+        &self,
+        session: &Session,
+        fencing: bool,
+    ) -> Result<tokio_postgres::Row> {
+        type Param<'a> = &'a (dyn tokio_postgres::types::ToSql + Sync);
+        let plain = async || {
+            let params: [Param<'_>; 1] = [&self.key];
+            let release: BoxFuture<'_, std::result::Result<_, tokio_postgres::Error>> =
+                match &self.lock {
+                    None => Box::pin(session.client.query_one(&session.release, &params)),
+                    Some(lock) => Box::pin(lock.release(&session.client, &self.key)),
+                };
+            self.client.timed(Operation::Release, release).await
+        };
+        let (Some(rider), Some(statements), true) = (
+            self.client.history.as_ref(),
+            session.recording.as_ref(),
+            self.recorded,
+        ) else {
+            return plain().await;
+        };
+        let event = rider.params(&self.token);
+        let known = self.lease.get().and_then(Lease::fencing_token);
+        let fencing = known.filter(|_| fencing).map(|n| n as i64);
+        let mut params: Vec<Param<'_>> = vec![&self.key];
+        params.extend(event.values());
+        params.push(&fencing);
+        let release = session.client.query_one(&statements.release, &params);
+        match self.client.timed(Operation::Release, release).await {
+            Err(e) if rider.refused(&e) => plain().await,
+            done => done,
         }
     }
 
@@ -670,6 +781,10 @@ fn millis(d: Duration) -> u64 {
 impl HeldLock for PgHeld {
     fn release<'a>(&'a self, _lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
         Box::pin(self.release_session())
+    }
+
+    fn records_history(&self) -> bool {
+        self.recorded
     }
 
     fn extend<'a>(&'a self, _lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Instant>> {

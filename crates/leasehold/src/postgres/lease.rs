@@ -42,7 +42,7 @@
 //! others, so release notifications may not arrive; waiters then retry after their backoff
 //! (never later than the holder's remaining lease), which is slower, never unsafe.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
@@ -58,6 +58,7 @@ use tokio_postgres::types::Type;
 const TEXT: Type = Type::TEXT;
 const INT8: Type = Type::INT8;
 
+use super::history::{EventParams, Rider, riding};
 use super::tls::{PgTls, PgTlsStream};
 use super::{is_create_race, pg_error, timeout_error, unexpected, validate_pg_key};
 use crate::core::acquire::{Ask, Attempts, Grant, OnAbandon, Wakeup, granted};
@@ -65,6 +66,7 @@ use crate::core::driver::{Driver, Kind};
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::HeldLock;
 use crate::core::guard::{Lease, LockGuard, extended_by};
+use crate::core::history::{HistoryKind, HistoryOptions};
 use crate::core::kind::{Backend, Taking};
 use crate::core::options::{ClientOptions, LockOptions, ttl_millis};
 use crate::core::outcome::{LockState, TryAcquire};
@@ -102,6 +104,18 @@ ON CONFLICT (key) DO UPDATE
  WHERE t.token IS NULL OR t.expires_at <= clock_timestamp()
 RETURNING fence";
 
+/// [`ACQUIRE`] appending its `acquired` event ([`riding`]; `$5` to `$8` its parameters, `$9`
+/// whether the event carries the fencing number).
+static ACQUIRE_RECORDING: LazyLock<String> = LazyLock::new(|| {
+    let event = riding(
+        "a",
+        HistoryKind::Acquired,
+        "CASE WHEN $9 THEN a.fence END",
+        5,
+    );
+    format!("WITH a AS (\n{ACQUIRE}),\n{event}\nSELECT fence FROM a")
+});
+
 /// The remaining lease of a busy key, in ms (no row: free or expired by now).
 const REMAINING: &str = "\
 SELECT (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint
@@ -112,7 +126,7 @@ SELECT (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint
 /// server's clock, read once) is kept, with our token (so `inspect` shows who holds it), until
 /// then and expires by itself, marked released: `hold_until = '-infinity'` (a value no hold
 /// has), which [`EXTEND`] and this statement refuse. Only a lock really freed is announced.
-const RELEASE: &str = "\
+const RELEASE_CTES: &str = "\
 WITH n AS (SELECT clock_timestamp() AS t),
 r AS (
   UPDATE leasehold_leases l
@@ -122,8 +136,21 @@ r AS (
     FROM n
    WHERE l.key = $1 AND l.token = $2 AND l.expires_at > n.t
      AND l.hold_until IS DISTINCT FROM '-infinity'
-  RETURNING l.key, l.token IS NULL AS freed)
-SELECT CASE WHEN freed THEN pg_notify('leasehold_release', key) END FROM r";
+  RETURNING l.key, l.token IS NULL AS freed)";
+
+/// What a release answers: one row iff released, notifying waiters iff freed.
+const RELEASE_ANSWER: &str =
+    "SELECT CASE WHEN freed THEN pg_notify('leasehold_release', key) END FROM r";
+
+/// See [`RELEASE_CTES`].
+static RELEASE: LazyLock<String> = LazyLock::new(|| format!("{RELEASE_CTES}\n{RELEASE_ANSWER}"));
+
+/// [`RELEASE`] appending its `released` event ([`riding`]; `$3` to `$6` its parameters, `$7`
+/// the lease's fencing number).
+static RELEASE_RECORDING: LazyLock<String> = LazyLock::new(|| {
+    let event = riding("r", HistoryKind::Released, "$7::bigint", 3);
+    format!("{RELEASE_CTES},\n{event}\n{RELEASE_ANSWER}")
+});
 
 /// Extend, token-checked, never on an expired row nor on one a [`RELEASE`] keeps for its hold
 /// (`hold_until = '-infinity'`).
@@ -158,6 +185,9 @@ RETURNING fence";
 #[derive(Clone)]
 pub struct PostgresLeaseClient {
     inner: Arc<Inner>,
+    /// Set in a [`Locker`](crate::Locker) that records history: a lock's acquiring and
+    /// releasing statements append their events.
+    history: Option<Rider>,
 }
 
 struct Inner {
@@ -201,6 +231,7 @@ impl PostgresLeaseClient {
                 conn: tokio::sync::Mutex::new(None),
                 releases: Mutex::new(None),
             }),
+            history: None,
         };
         let conn = client.conn().await?;
         let created = client
@@ -317,6 +348,30 @@ impl PostgresLeaseClient {
             .map(drop)
     }
 
+    /// This client, its locks' acquiring and releasing statements appending their history
+    /// events as `options` say (a clone sharing the connection: the [`Locker`](crate::Locker)
+    /// that records history drives it).
+    pub(super) fn recording(&self, options: &HistoryOptions) -> PostgresLeaseClient {
+        PostgresLeaseClient {
+            inner: self.inner.clone(),
+            history: Some(super::history::rider(self, options)),
+        }
+    }
+
+    /// Whether a release by token appends its own event (unless the server refused the table
+    /// since).
+    pub(super) fn records_releases(&self) -> bool {
+        self.history.as_ref().is_some_and(Rider::riding)
+    }
+
+    /// The rider of this client's lock statements, if they append their events now.
+    async fn rider(&self) -> Option<&Rider> {
+        match &self.history {
+            Some(rider) if rider.rides().await => Some(rider),
+            _ => None,
+        }
+    }
+
     /// One acquiring statement; `remaining`: whether a busy answer looks up the holder's
     /// remaining lease (a second statement).
     async fn attempt(
@@ -328,28 +383,44 @@ impl PostgresLeaseClient {
         let conn = self.conn().await?;
         let ttl_ms = options.ttl().as_millis() as i64;
         let min_hold_ms = options.min_hold_bound().map(|m| m.as_millis() as i64);
+        let fencing = options.fencing_enabled();
+        let rider = self.rider().await;
         granted(
             key,
             options,
             options.new_token(),
             async |token| {
+                let take = async |event: Option<&EventParams>| {
+                    let (token, mut params) = (token.expose(), Vec::with_capacity(9));
+                    params.extend([
+                        (&key as &(dyn tokio_postgres::types::ToSql + Sync), TEXT),
+                        (&token, TEXT),
+                        (&ttl_ms, INT8),
+                        (&min_hold_ms, INT8),
+                    ]);
+                    let sql = match event {
+                        Some(event) => {
+                            event.push(&mut params);
+                            params.push((&fencing, Type::BOOL));
+                            ACQUIRE_RECORDING.as_str()
+                        }
+                        None => ACQUIRE,
+                    };
+                    let sent = conn.query_typed_opt(sql, &params);
+                    self.timed(Operation::Acquire, sent).await
+                };
                 // Until the reply says what happened, the row may be ours: given back if we
                 // never learn.
                 let mut unknown = self.unknown_attempt(key, token);
-                let row = self
-                    .timed(
-                        Operation::Acquire,
-                        conn.query_typed_opt(
-                            ACQUIRE,
-                            &[
-                                (&key, TEXT),
-                                (&token.expose(), TEXT),
-                                (&ttl_ms, INT8),
-                                (&min_hold_ms, INT8),
-                            ],
-                        ),
-                    )
-                    .await?;
+                let event = rider.map(|r| r.params(token));
+                let mut row = take(event.as_ref()).await;
+                let mut recorded = rider.is_some();
+                if let (Err(e), Some(rider)) = (&row, rider)
+                    && rider.refused(e)
+                {
+                    (row, recorded) = (take(None).await, false);
+                }
+                let row = row?;
                 unknown.disarm();
                 let Some(row) = row else {
                     if !remaining {
@@ -366,27 +437,74 @@ impl PostgresLeaseClient {
                     return Ok(Grant::Busy { remaining });
                 };
                 let fence: i64 = row.try_get(0).map_err(unexpected(Operation::Acquire))?;
-                Ok(Grant::Taken(fence))
+                Ok(Grant::Taken((fence, recorded)))
             },
             async |token| {
                 let _ = self.give_back(key, token).await;
             },
-            |token, fence, started| {
-                let fencing = options.fencing_enabled().then_some(fence as u64);
+            |token, (fence, recorded), started| {
+                let fencing = fencing.then_some(fence as u64);
                 let lease = Lease::new(key, token, fencing, started, options.ttl());
-                self.guard(lease, options)
+                self.guard(lease, options, recorded)
             },
         )
         .await
     }
 
-    /// The guard of a lease row, renewed if `options` say so.
-    pub(super) fn guard(&self, lease: Lease, options: &LockOptions) -> LockGuard {
-        let held: Arc<dyn HeldLock> = Arc::new(LeaseRowHeld(self.clone()));
+    /// The guard of a lease row, renewed if `options` say so; `recorded`: its acquisition
+    /// appended its history event, and its release will too.
+    pub(super) fn guard(&self, lease: Lease, options: &LockOptions, recorded: bool) -> LockGuard {
+        let held: Arc<dyn HeldLock> = Arc::new(LeaseRowHeld {
+            client: self.clone(),
+            recorded,
+        });
         if options.auto_extend_enabled() {
             crate::core::renew::keep_alive(held.clone(), lease.clone(), options);
         }
         LockGuard::new(held, lease)
+    }
+
+    /// Releases `key` if `token` holds it ([`RELEASE`]), appending the event (with `fencing`)
+    /// when `rider` is given.
+    async fn release_row(
+        &self,
+        key: &str,
+        token: &LockToken,
+        fencing: Option<u64>,
+        rider: Option<&Rider>,
+    ) -> Result<()> {
+        let conn = self.conn().await?;
+        let fencing = fencing.map(|n| n as i64);
+        let free = async |event: Option<&EventParams>| {
+            let (token, mut params) = (token.expose(), Vec::with_capacity(7));
+            params.extend([
+                (&key as &(dyn tokio_postgres::types::ToSql + Sync), TEXT),
+                (&token, TEXT),
+            ]);
+            let sql = match event {
+                Some(event) => {
+                    event.push(&mut params);
+                    params.push((&fencing, INT8));
+                    RELEASE_RECORDING.as_str()
+                }
+                None => RELEASE.as_str(),
+            };
+            self.timed(Operation::Release, conn.query_typed(sql, &params))
+                .await
+        };
+        let event = rider.map(|r| r.params(token));
+        let mut rows = free(event.as_ref()).await;
+        if let (Err(e), Some(rider)) = (&rows, rider)
+            && rider.refused(e)
+        {
+            rows = free(None).await;
+        }
+        if rows?.is_empty() {
+            return Err(Error::NotHeld {
+                key: key.to_string(),
+            });
+        }
+        Ok(())
     }
 
     /// Frees `key`'s row if `token` holds it, whatever its hold says ([`GIVE_BACK`]): for a grant
@@ -497,17 +615,30 @@ impl Wakeup for NameReleases {
 
 /// A lock held as a lease row.
 #[derive(Debug)]
-struct LeaseRowHeld(PostgresLeaseClient);
+struct LeaseRowHeld {
+    client: PostgresLeaseClient,
+    /// Its acquisition appended its history event: its release appends one too.
+    recorded: bool,
+}
 
 impl HeldLock for LeaseRowHeld {
     fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
-        Box::pin(self.0.release(lease.key(), lease.token()))
+        let rider = self.client.history.as_ref().filter(|_| self.recorded);
+        let (key, token) = (lease.key(), lease.token());
+        Box::pin(
+            self.client
+                .release_row(key, token, lease.fencing_token(), rider),
+        )
+    }
+
+    fn records_history(&self) -> bool {
+        self.recorded
     }
 
     fn extend<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Instant>> {
         Box::pin(extended_by(
             ttl,
-            self.0.extend(lease.key(), lease.token(), ttl),
+            self.client.extend(lease.key(), lease.token(), ttl),
         ))
     }
 }
@@ -545,19 +676,8 @@ impl Driver for PostgresLeaseClient {
     /// [`Error::NotHeld`] if it does not (expired, released, or another token's).
     async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
         validate_pg_key(key)?;
-        let conn = self.conn().await?;
-        let rows = self
-            .timed(
-                Operation::Release,
-                conn.query_typed(RELEASE, &[(&key, TEXT), (&token.expose(), TEXT)]),
-            )
-            .await?;
-        if rows.is_empty() {
-            return Err(Error::NotHeld {
-                key: key.to_string(),
-            });
-        }
-        Ok(())
+        let rider = self.rider().await;
+        self.release_row(key, token, None, rider).await
     }
 
     /// Extends `key` to `ttl` from now if `token` holds it (from any process).

@@ -43,17 +43,47 @@ impl PostgresClient {
     ) -> Result<Option<LockGuard>> {
         let (mut cleanup, token, ttl_text, started) =
             AbandonedSession::start(self, options).await?;
+        let rider = self.rider_on(cleanup.session_mut()).await;
         let s = cleanup.session();
         let pid = s.pid;
+        let (token_text, fencing) = (token.expose(), options.fencing_enabled());
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
-            [&key, &token.expose(), &ttl_text, &pid];
-        let statement = if wait.is_some() {
-            &s.wait_acquire
-        } else {
-            &s.try_acquire
+            [&key, &token_text, &ttl_text, &pid];
+        let plain = async || {
+            let statement = match wait {
+                Some(_) => &s.wait_acquire,
+                None => &s.try_acquire,
+            };
+            let acquire = s.client.query_one(statement, &params);
+            acquiring_reply(self, s, wait, acquire).await
         };
-        let acquire = s.client.query_one(statement, &params);
-        let Some(row) = acquiring_reply(self, s, wait, acquire).await? else {
+        let (reply, recorded) = match (rider, &s.recording) {
+            (Some(rider), Some(statements)) => {
+                let event = rider.params(&token);
+                let mut with_event = params.to_vec();
+                with_event.extend(event.values());
+                with_event.push(&fencing);
+                let statement = match wait {
+                    Some(_) => &statements.wait_acquire,
+                    None => &statements.try_acquire,
+                };
+                let acquire = s.client.query_one(statement, &with_event);
+                match acquiring_reply(self, s, wait, acquire).await {
+                    // Refused before it ran (privileges are checked first): nothing is held,
+                    // but the unlock makes sure before the statement is sent again without.
+                    Err(e) if rider.refused(&e) => {
+                        let unlock: [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 1] =
+                            [(&key, Type::TEXT)];
+                        let unlock = s.client.query_typed_one(UNLOCK, &unlock);
+                        let _ = self.timed(Operation::Acquire, unlock).await;
+                        (plain().await, false)
+                    }
+                    reply => (reply, true),
+                }
+            }
+            _ => (plain().await, false),
+        };
+        let Some(row) = reply? else {
             // Timed out in a lock queue: the advisory lock's, or, after the advisory lock was
             // granted, the fence row's (held by someone's open transaction). The lock survives
             // the statement's rollback: release it before the session goes back to the pool
@@ -79,7 +109,8 @@ impl PostgresClient {
             return Ok(None);
         };
         let silence = silence_in(&row, 3, Operation::Acquire)?;
-        let held = PgHeld::new(self.clone(), key, &token, cleanup.disarm(), silence);
+        let mut held = PgHeld::new(self.clone(), key, &token, cleanup.disarm(), silence);
+        held.recorded = recorded;
         let guard = self
             .guard_of_grant(held, started, Some(fence), options)
             .await?;
@@ -180,6 +211,11 @@ impl AbandonedSession {
         self.0.as_ref().expect("armed")
     }
 
+    /// The same, to prepare statements on.
+    pub(super) fn session_mut(&mut self) -> &mut Session {
+        self.0.as_mut().expect("armed")
+    }
+
     pub(super) fn disarm(&mut self) -> Session {
         self.0.take().expect("disarmed once")
     }
@@ -247,7 +283,7 @@ impl Driver for PostgresClient {
     async fn release(&self, key: &str, token: &LockToken) -> Result<()> {
         validate_pg_key(key)?;
         match self.find_held(key, token) {
-            Some(held) => held.release_session().await,
+            Some(held) => held.release_by_token().await,
             None => Err(self.not_ours(key, token, "releasing").await),
         }
     }

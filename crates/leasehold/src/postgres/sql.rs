@@ -1,6 +1,9 @@
 //! The SQL of session locks: the acquiring statements, release, extend, inspect and the
 //! fencing counters' table.
 
+use super::history::riding;
+use crate::core::history::HistoryKind;
+
 #[cfg(doc)]
 use super::lifetime::silence_bound;
 
@@ -38,37 +41,52 @@ current_setting('tcp_keepalives_idle')::int,
        current_setting('tcp_keepalives_count')::int,
        coalesce(current_setting('tcp_user_timeout', true), '0')::int";
 
-/// After `c` and `l` (`got`): only if granted, the idle limit and the fence increment. One row:
-/// `moved`, `mine`, the new fencing number (NULL: busy, or not asked for), then [`SILENCE`].
-fn granted() -> String {
+/// After `c` and `l` (`got`): only if granted, the idle limit and the fence increment, and with
+/// `event`, the history event ([`riding`]: `$5` to `$8` its parameters, `$9` whether it carries
+/// the fencing number). One row: `moved`, `mine`, the new fencing number (NULL: busy, or not
+/// asked for), then [`SILENCE`].
+fn granted(event: bool) -> String {
+    let event = match event {
+        true => format!(
+            ",\n{}",
+            riding(
+                "i",
+                HistoryKind::Acquired,
+                "CASE WHEN $9 THEN i.fence END",
+                5
+            )
+        ),
+        false => String::new(),
+    };
     format!(
         "\
 s AS (SELECT CASE WHEN l.got THEN set_config('idle_session_timeout', $3, false) END AS t FROM l),
 i AS (INSERT INTO leasehold_locks AS t (key, fence, holder)
       SELECT $1, 1, $2 FROM l, s WHERE l.got
       ON CONFLICT (key) DO UPDATE SET fence = t.fence + 1, holder = EXCLUDED.holder
-      RETURNING fence)
+      RETURNING fence){event}
 SELECT c.moved, c.mine, (SELECT fence FROM i), {SILENCE} FROM c"
     )
 }
 
-/// One attempt: [`CHECK`], then the advisory lock, and only if granted, [`granted`].
-pub(super) fn try_acquire_sql() -> String {
+/// One attempt: [`CHECK`], then the advisory lock, and only if granted, [`granted`] (with the
+/// history `event`, or without).
+pub(super) fn try_acquire_sql(event: bool) -> String {
     format!(
         "WITH {CHECK},\nl AS (SELECT CASE WHEN c.moved OR c.mine THEN false \
          ELSE pg_try_advisory_lock(hashtextextended($1, 0)) END AS got FROM c),\n{}",
-        granted()
+        granted(event)
     )
 }
 
 /// A waiting attempt: as [`try_acquire_sql`], but blocks in the server until granted or
 /// `lock_timeout` (55P03). The lock is taken inside the `CASE` (evaluated only when reached).
-pub(super) fn wait_acquire_sql() -> String {
+pub(super) fn wait_acquire_sql(event: bool) -> String {
     format!(
         "WITH {CHECK},\nl AS (SELECT CASE WHEN c.moved OR c.mine THEN false \
          ELSE (SELECT true FROM (SELECT pg_advisory_lock(hashtextextended($1, 0))) AS w) END AS got \
          FROM c),\n{}",
-        granted()
+        granted(event)
     )
 }
 
@@ -87,6 +105,20 @@ pub(super) const SET_LOCK_TIMEOUT: &str = "SELECT set_config('lock_timeout', $1,
 /// Release: true if this session held the lock; the idle limit is lifted for the pool.
 pub(super) const RELEASE: &str = "\
 SELECT pg_advisory_unlock(hashtextextended($1, 0)), set_config('idle_session_timeout', '0', false)";
+
+/// [`RELEASE`] appending its `released` event when it unlocked ([`riding`]: `$2` to `$5` its
+/// parameters, `$6` the lease's fencing number). Same columns.
+pub(super) fn release_recording_sql() -> String {
+    let event = riding("r", HistoryKind::Released, "$6::bigint", 2);
+    format!(
+        "\
+WITH u AS (SELECT pg_advisory_unlock(hashtextextended($1, 0)) AS unlocked,
+                  set_config('idle_session_timeout', '0', false) AS t),
+r AS (SELECT 1 FROM u WHERE u.unlocked),
+{event}
+SELECT unlocked, t FROM u"
+    )
+}
 
 /// Extend: resets the idle timer (any statement does) to the new TTL, and says whether this
 /// session still holds the lock; then the server process serving it and [`SILENCE`] (the

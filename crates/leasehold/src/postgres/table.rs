@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use tokio_postgres::types::Type;
 
-use crate::core::driver::LockTable;
+use crate::core::driver::{Driver, LockTable};
 use crate::core::error::{Error, Operation, Result};
 use crate::core::history::{HistoryLog, HistoryOptions};
 use crate::core::listing::{
@@ -130,6 +130,15 @@ impl LockTable for PostgresLeaseClient {
     fn history_log(&self, options: &HistoryOptions) -> Option<Arc<dyn HistoryLog>> {
         Some(super::history::log(self, options))
     }
+
+    /// A lock's acquiring and releasing statements append the events (`postgres::history`).
+    fn recording(&self, options: &HistoryOptions) -> Option<Arc<dyn Driver>> {
+        Some(Arc::new(PostgresLeaseClient::recording(self, options)))
+    }
+
+    fn records_releases(&self) -> bool {
+        self.records_releases()
+    }
 }
 
 #[async_trait::async_trait]
@@ -224,6 +233,17 @@ impl LockTable for PostgresClient {
 
     fn history_log(&self, options: &HistoryOptions) -> Option<Arc<dyn HistoryLog>> {
         Some(super::history::log(self, options))
+    }
+
+    /// A lock's acquiring and releasing statements append the events (`postgres::history`).
+    fn recording(&self, options: &HistoryOptions) -> Option<Arc<dyn Driver>> {
+        Some(Arc::new(PostgresClient::recording(self, options)))
+    }
+
+    fn records_releases(&self) -> bool {
+        self.history
+            .as_ref()
+            .is_some_and(super::history::Rider::riding)
     }
 }
 

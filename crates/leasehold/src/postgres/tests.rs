@@ -25,11 +25,13 @@ fn the_silence_bound_is_the_earlier_of_keepalive_and_user_timeout() {
 
 #[test]
 fn the_acquiring_statements_check_before_they_lock() {
-    for sql in [try_acquire_sql(), wait_acquire_sql()] {
-        let check = sql.find("AS mine").unwrap();
-        let lock = sql.find("advisory_lock(").unwrap();
-        assert!(check < lock, "{sql}");
-        assert!(sql.contains("WHEN c.moved OR c.mine THEN false"));
+    for event in [false, true] {
+        for sql in [try_acquire_sql(event), wait_acquire_sql(event)] {
+            let check = sql.find("AS mine").unwrap();
+            let lock = sql.find("advisory_lock(").unwrap();
+            assert!(check < lock, "{sql}");
+            assert!(sql.contains("WHEN c.moved OR c.mine THEN false"));
+        }
     }
 }
 

@@ -15,7 +15,7 @@ pub(crate) enum Kind {
 }
 
 pub(crate) struct Pg {
-    kind: Kind,
+    pub(crate) kind: Kind,
     pg: Postgres,
     /// Looks at (and tampers with) the server from outside.
     pub(crate) admin: tokio_postgres::Client,

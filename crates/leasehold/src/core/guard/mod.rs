@@ -577,8 +577,8 @@ pub(crate) trait HeldLock: Send + Sync + std::fmt::Debug + 'static {
     fn extend<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Instant>>;
 
     /// Whether this lock's acquisition and release append their own history events, in the
-    /// same step on the server (a Redis plain lock of a client that records history: see
-    /// `redis::history`); the guard then appends only a loss.
+    /// same step on the server (a plain lock of a Redis, etcd or PostgreSQL client that records
+    /// history: see `core::history`); the guard then appends only a loss.
     fn records_history(&self) -> bool {
         false
     }

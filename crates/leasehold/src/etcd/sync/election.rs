@@ -66,6 +66,7 @@ impl crate::core::sync::ElectionProvider for EtcdElection {
             blockers: self.prefix.clone(),
             allowed: 1,
             check_first: None,
+            records: false,
         };
         // The handle set the wait (for ever without one: `Election::campaign`).
         self.client

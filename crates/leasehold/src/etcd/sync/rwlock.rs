@@ -63,6 +63,7 @@ impl EtcdRwLock {
             },
             allowed: 1,
             check_first: None,
+            records: false,
         }
     }
 
@@ -104,7 +105,9 @@ impl crate::core::sync::RwLockProvider for EtcdRwLock {
 
     async fn release(&self, side: Side, token: &LockToken) -> Result<()> {
         let entry = self.entry(side, token);
-        self.client.release_entry(&self.name, entry, token).await
+        self.client
+            .release_entry(&self.name, entry, token, None)
+            .await
     }
 
     async fn extend(&self, side: Side, token: &LockToken, ttl: Duration) -> Result<()> {

@@ -77,6 +77,7 @@ impl EtcdSemaphore {
             blockers: self.prefix.clone(),
             allowed: self.permits as usize,
             check_first: Some(check),
+            records: false,
         }
     }
 
@@ -128,7 +129,7 @@ impl crate::core::sync::SemaphoreProvider for EtcdSemaphore {
     /// Releases the permit of `token` (of this number of permits), token-checked.
     async fn release(&self, token: &LockToken) -> Result<()> {
         self.client
-            .release_entry(&self.name, self.entry(token), token)
+            .release_entry(&self.name, self.entry(token), token, None)
             .await
     }
 

@@ -420,7 +420,7 @@ impl RowElection {
             },
             |token, term, started| {
                 let lease = Lease::new(&self.name, token, Some(term), started, options.ttl());
-                self.client.guard(lease, options)
+                self.client.guard(lease, options, false)
             },
         )
         .await
