@@ -144,8 +144,9 @@ pub(super) fn markdown(doc: &Value) -> String {
                  logic (etcd: a Txn put-if-absent on one lease and a Txn delete-if-value; \
                  PostgreSQL: two statements, prepared for session locks, unnamed for lease rows as \
                  leasehold sends them), `etcd_session` leasehold's \
-                 auto-extended locks, which ride on the session lease instead of a lease granted \
-                 for each)\n",
+                 auto-extended locks, which ride on the session lease instead of a lease of \
+                 their own, and `*_history` the same locker recording the lock history (its \
+                 events ride in the lock's own transaction or statement))\n",
             );
         }
         if w == "W7" {

@@ -425,7 +425,7 @@ pub(super) fn targets(r: &Results) -> Value {
     }
     // Issue 32, target 7: each backend against its own floor (WB's W1).
     for (system, floor, what) in [
-        ("etcd", "etcd_floor", "a lease granted per lock"),
+        ("etcd", "etcd_floor", "a lease of its own per lock, reused"),
         (
             "etcd_session",
             "etcd_floor",

@@ -126,7 +126,8 @@ pub(crate) async fn w1_leasehold(
 /// W1 through the one lock API ([`Locker`], any backend): `cycles` try_acquire + release on
 /// distinct keys, after `cycles / 10` (at least 20) warm-up cycles; with `auto_extend`, the
 /// locks are auto-extended (on etcd they then ride on the client's session lease instead of a
-/// lease granted for each); with `history`, the locker records the lock history.
+/// lease of its own for each, reused from one lock to the next); with `history`, the locker
+/// records the lock history.
 pub(crate) async fn w1_locker(
     url: String,
     cycles: u64,
