@@ -17,8 +17,8 @@ use super::lifetime::{lease_lifetime, silence_in, validity_from};
 use super::params::millis_text;
 use super::pooler::{announced_pid, pooler_error, pooler_sign};
 use super::sql::{
-    CREATE_TABLE, INSPECT, PROBE, RAISE, RELEASE, SET_LOCK_TIMEOUT, extend_sql,
-    release_recording_sql, try_acquire_sql, wait_acquire_sql,
+    CREATE_TABLE, INSPECT, PROBE, RAISE, RELEASE, SET_LOCK_TIMEOUT, extend_sql, try_acquire_sql,
+    wait_acquire_sql,
 };
 use super::sync::AdvisoryLock;
 use super::tls::PgTls;
@@ -360,44 +360,6 @@ impl PostgresClient {
             inner: self.inner.clone(),
             history: Some(super::history::rider(self, options)),
         }
-    }
-
-    /// The rider of this client's lock statements if they append their events now, with
-    /// `session`'s statements that do prepared (once per session). `None` also when they
-    /// cannot be prepared: the locker appends the events then.
-    pub(super) async fn rider_on(&self, session: &mut Session) -> Option<&Rider> {
-        let rider = self.history.as_ref()?;
-        if !rider.rides().await {
-            return None;
-        }
-        if session.recording.is_none() {
-            let (t, w, r) = (
-                try_acquire_sql(true),
-                wait_acquire_sql(true),
-                release_recording_sql(),
-            );
-            let c = &session.client;
-            let prepared = self
-                .timed(Operation::Acquire, async {
-                    let (t, w, r) = tokio::join!(c.prepare(&t), c.prepare(&w), c.prepare(&r));
-                    Ok::<_, tokio_postgres::Error>((t?, w?, r?))
-                })
-                .await;
-            match prepared {
-                Ok((try_acquire, wait_acquire, release)) => {
-                    session.recording = Some(Recording {
-                        try_acquire,
-                        wait_acquire,
-                        release,
-                    })
-                }
-                Err(e) => {
-                    rider.refused(&e);
-                    return None;
-                }
-            }
-        }
-        Some(rider)
     }
 
     async fn open_session(&self) -> Result<Session> {

@@ -5,10 +5,13 @@ use std::time::{Duration, Instant};
 
 use tokio_postgres::types::Type;
 
-use super::client::{PgHeld, PostgresClient, Session};
+use super::client::{PgHeld, PostgresClient, Recording, Session};
+use super::history::Rider;
 use super::lifetime::silence_in;
 use super::params::{millis_text, validate_pg_key};
-use super::sql::{INSPECT, RAISE, UNLOCK};
+use super::sql::{
+    INSPECT, RAISE, UNLOCK, release_recording_sql, try_acquire_sql, wait_acquire_sql,
+};
 use super::sync::{AdvisoryAsk, acquiring_reply};
 use crate::core::acquire::{Ask, Attempts};
 use crate::core::driver::{Driver, Kind, not_held_here};
@@ -22,6 +25,44 @@ use crate::postgres::Timed;
 use crate::postgres::unexpected;
 
 impl PostgresClient {
+    /// The rider of this client's lock statements if they append their events now, with
+    /// `session`'s statements that do prepared (once per session). `None` also when they
+    /// cannot be prepared: the locker appends the events then.
+    pub(super) async fn rider_on(&self, session: &mut Session) -> Option<&Rider> {
+        let rider = self.history.as_ref()?;
+        if !rider.rides().await {
+            return None;
+        }
+        if session.recording.is_none() {
+            let (t, w, r) = (
+                try_acquire_sql(true),
+                wait_acquire_sql(true),
+                release_recording_sql(),
+            );
+            let c = &session.client;
+            let prepared = self
+                .timed(Operation::Acquire, async {
+                    let (t, w, r) = tokio::join!(c.prepare(&t), c.prepare(&w), c.prepare(&r));
+                    Ok::<_, tokio_postgres::Error>((t?, w?, r?))
+                })
+                .await;
+            match prepared {
+                Ok((try_acquire, wait_acquire, release)) => {
+                    session.recording = Some(Recording {
+                        try_acquire,
+                        wait_acquire,
+                        release,
+                    })
+                }
+                Err(e) => {
+                    rider.refused(&e);
+                    return None;
+                }
+            }
+        }
+        Some(rider)
+    }
+
     fn check(&self, key: &str, options: &LockOptions) -> Result<()> {
         validate_pg_key(key)?;
         options.check_for(Backend::Postgres, Taking::Lock)?;
