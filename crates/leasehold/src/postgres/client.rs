@@ -12,7 +12,7 @@ use tokio_postgres::error::SqlState;
 use tokio_util::sync::CancellationToken;
 
 use super::error::{is_create_race, pg_error, timeout_error};
-use super::history::Rider;
+use super::history::{EventParams, Rider};
 use super::lifetime::{lease_lifetime, silence_in, validity_from};
 use super::params::millis_text;
 use super::pooler::{announced_pid, pooler_error, pooler_sign};
@@ -654,24 +654,22 @@ impl PgHeld {
                 };
             self.client.timed(Operation::Release, release).await
         };
-        let (Some(rider), Some(statements), true) = (
-            self.client.history.as_ref(),
-            session.recording.as_ref(),
-            self.recorded,
-        ) else {
-            return plain().await;
-        };
-        let event = rider.params(&self.token);
         let known = self.lease.get().and_then(Lease::fencing_token);
         let fencing = known.filter(|_| fencing).map(|n| n as i64);
-        let mut params: Vec<Param<'_>> = vec![&self.key];
-        params.extend(event.values());
-        params.push(&fencing);
-        let release = session.client.query_one(&statements.release, &params);
-        match self.client.timed(Operation::Release, release).await {
-            Err(e) if rider.refused(&e) => plain().await,
-            done => done,
-        }
+        let send = async |event: Option<&EventParams>| match (event, &session.recording) {
+            (Some(event), Some(statements)) => {
+                let mut params: Vec<Param<'_>> = vec![&self.key];
+                params.extend(event.values());
+                params.push(&fencing);
+                let release = session.client.query_one(&statements.release, &params);
+                self.client.timed(Operation::Release, release).await
+            }
+            _ => plain().await,
+        };
+        let rider =
+            (self.client.history.as_ref()).filter(|_| self.recorded && session.recording.is_some());
+        let event = Rider::event(rider, &self.token);
+        Rider::ride(rider, &event, send, async {}).await.0
     }
 
     /// Resets the session's idle limit to `ttl` and checks it still holds the lock, on the

@@ -185,6 +185,38 @@ impl Rider {
         refused
     }
 
+    /// The event a lock statement of `rider` carries for the holder of `token`.
+    pub(super) fn event(rider: Option<&Rider>, token: &LockToken) -> Option<EventParams> {
+        rider.map(|r| r.params(token))
+    }
+
+    /// Sends a lock statement, `event` (from [`Rider::event`]) riding in it if `rider` is
+    /// given: `send(Some(event))`; if the server refused the history table
+    /// ([`Rider::refused`]: it then applied nothing of the statement), `before_resend` and
+    /// `send(None)`, so that recording never fails a lock operation. Without a rider,
+    /// `send(None)`. Answers the reply and whether the event went with it (the one place for
+    /// this fallback: both clients' acquisitions and releases).
+    pub(super) async fn ride<'e, T, Sent>(
+        rider: Option<&Rider>,
+        event: &'e Option<EventParams>,
+        send: impl Fn(Option<&'e EventParams>) -> Sent,
+        before_resend: impl Future<Output = ()>,
+    ) -> (Result<T>, bool)
+    where
+        Sent: Future<Output = Result<T>>,
+    {
+        let (Some(rider), Some(event)) = (rider, event) else {
+            return (send(None).await, false);
+        };
+        match send(Some(event)).await {
+            Err(e) if rider.refused(&e) => {
+                before_resend.await;
+                (send(None).await, false)
+            }
+            reply => (reply, true),
+        }
+    }
+
     /// The parameters [`riding`] takes, for the holder of `token`.
     pub(super) fn params(&self, token: &LockToken) -> EventParams {
         EventParams {

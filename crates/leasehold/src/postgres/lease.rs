@@ -412,14 +412,8 @@ impl PostgresLeaseClient {
                 // Until the reply says what happened, the row may be ours: given back if we
                 // never learn.
                 let mut unknown = self.unknown_attempt(key, token);
-                let event = rider.map(|r| r.params(token));
-                let mut row = take(event.as_ref()).await;
-                let mut recorded = rider.is_some();
-                if let (Err(e), Some(rider)) = (&row, rider)
-                    && rider.refused(e)
-                {
-                    (row, recorded) = (take(None).await, false);
-                }
+                let event = Rider::event(rider, token);
+                let (row, recorded) = Rider::ride(rider, &event, take, async {}).await;
                 let row = row?;
                 unknown.disarm();
                 let Some(row) = row else {
@@ -492,13 +486,8 @@ impl PostgresLeaseClient {
             self.timed(Operation::Release, conn.query_typed(sql, &params))
                 .await
         };
-        let event = rider.map(|r| r.params(token));
-        let mut rows = free(event.as_ref()).await;
-        if let (Err(e), Some(rider)) = (&rows, rider)
-            && rider.refused(e)
-        {
-            rows = free(None).await;
-        }
+        let event = Rider::event(rider, token);
+        let (rows, _) = Rider::ride(rider, &event, free, async {}).await;
         if rows?.is_empty() {
             return Err(Error::NotHeld {
                 key: key.to_string(),

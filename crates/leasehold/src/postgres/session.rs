@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use tokio_postgres::types::Type;
 
 use super::client::{PgHeld, PostgresClient, Recording, Session};
-use super::history::Rider;
+use super::history::{EventParams, Rider};
 use super::lifetime::silence_in;
 use super::params::{millis_text, validate_pg_key};
 use super::sql::{
@@ -90,40 +90,44 @@ impl PostgresClient {
         let (token_text, fencing) = (token.expose(), options.fencing_enabled());
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
             [&key, &token_text, &ttl_text, &pid];
-        let plain = async || {
-            let statement = match wait {
-                Some(_) => &s.wait_acquire,
-                None => &s.try_acquire,
+        let send = async |event: Option<&EventParams>| {
+            type Params<'a> = &'a [&'a (dyn tokio_postgres::types::ToSql + Sync)];
+            let with_event;
+            let (statement, params): (_, Params<'_>) = match (event, &s.recording) {
+                (Some(event), Some(statements)) => {
+                    let mut all = params.to_vec();
+                    all.extend(event.values());
+                    all.push(&fencing);
+                    with_event = all;
+                    let statement = match wait {
+                        Some(_) => &statements.wait_acquire,
+                        None => &statements.try_acquire,
+                    };
+                    (statement, &with_event)
+                }
+                _ => {
+                    let statement = match wait {
+                        Some(_) => &s.wait_acquire,
+                        None => &s.try_acquire,
+                    };
+                    (statement, &params)
+                }
             };
-            let acquire = s.client.query_one(statement, &params);
+            // Not awaited here: `acquiring_reply` sends the wait's lock_timeout before it.
+            let acquire = s.client.query_one(statement, params);
             acquiring_reply(self, s, wait, acquire).await
         };
-        let (reply, recorded) = match (rider, &s.recording) {
-            (Some(rider), Some(statements)) => {
-                let event = rider.params(&token);
-                let mut with_event = params.to_vec();
-                with_event.extend(event.values());
-                with_event.push(&fencing);
-                let statement = match wait {
-                    Some(_) => &statements.wait_acquire,
-                    None => &statements.try_acquire,
-                };
-                let acquire = s.client.query_one(statement, &with_event);
-                match acquiring_reply(self, s, wait, acquire).await {
-                    // Refused before it ran (privileges are checked first): nothing is held,
-                    // but the unlock makes sure before the statement is sent again without.
-                    Err(e) if rider.refused(&e) => {
-                        let unlock: [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 1] =
-                            [(&key, Type::TEXT)];
-                        let unlock = s.client.query_typed_one(UNLOCK, &unlock);
-                        let _ = self.timed(Operation::Acquire, unlock).await;
-                        (plain().await, false)
-                    }
-                    reply => (reply, true),
-                }
-            }
-            _ => (plain().await, false),
+        // Refused before it ran (privileges are checked first): nothing is held, but the
+        // unlock makes sure before the statement is sent again without the event.
+        let unlock = async {
+            let unlock: [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 1] =
+                [(&key, Type::TEXT)];
+            let unlock = s.client.query_typed_one(UNLOCK, &unlock);
+            let _ = self.timed(Operation::Acquire, unlock).await;
         };
+        let rider = rider.filter(|_| s.recording.is_some());
+        let event = Rider::event(rider, &token);
+        let (reply, recorded) = Rider::ride(rider, &event, send, unlock).await;
         let Some(row) = reply? else {
             // Timed out in a lock queue: the advisory lock's, or, after the advisory lock was
             // granted, the fence row's (held by someone's open transaction). The lock survives
