@@ -134,6 +134,16 @@ pub(super) fn markdown(doc: &Value) -> String {
                  `sentinel_primary_direct` the Sentinel primary through a plain `redis://` URL)\n",
             );
         }
+        if w == "W2" {
+            md.push_str(
+                "\n(`floor`: `SET NX PX` and `DEL` through `redis` with no lock logic. \
+                 `floor_token_checked`: the least a safe lock that wakes other clients' waiters \
+                 sends, through `redis` with no lock logic: a random token in `SET NX PX`, then \
+                 the server's token-checked delete with a `PUBLISH` pipelined; \
+                 `..._no_notify` without the `PUBLISH`. `leasehold_no_notify`: leasehold with \
+                 `notify_waiters(false)`, whose waiters poll)\n",
+            );
+        }
         if w == "W1B" {
             md.push_str(
                 "\n(WB: W1, W3 and W5 through `leasehold::Locker` on each backend, the systems \

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use super::peers::{Peer, PeerRun};
 use super::stats::Summary;
-use super::workloads::{self, Flavour, on_runtime};
+use super::workloads::{self, Flavour, W2System, on_runtime};
 use super::{Results, Settings, fresh, median_summary, redis_benchmark, say, scale};
 
 /// `[[us, fraction], ...]` from an adapter's JSON.
@@ -146,16 +146,24 @@ pub(super) async fn w2(
     // disturbed run (another process waking up on a 2-core machine) decide a ratio.
     for rep in 0..st.reps {
         let mut order = vec![
-            ("leasehold", false, true),
-            ("floor", true, false),
-            ("leasehold_no_notify", false, false),
+            ("leasehold", W2System::Leasehold { notify: true }),
+            ("floor", W2System::Floor),
+            ("leasehold_no_notify", W2System::Leasehold { notify: false }),
+            (
+                "floor_token_checked",
+                W2System::TokenChecked { notify: true },
+            ),
+            (
+                "floor_token_checked_no_notify",
+                W2System::TokenChecked { notify: false },
+            ),
         ];
         let turns = rep % order.len();
         order.rotate_left(turns);
-        for (name, floor, notify) in order {
+        for (name, system) in order {
             let (u, t, p) = (url.clone(), st.w2_tasks, format!("w2:{name}:{rep}"));
             let s = on_runtime(Flavour::MultiThread, move || {
-                workloads::w2(u, t, d, p, floor, notify)
+                workloads::w2(u, t, d, p, system)
             })?;
             runs.entry(name.to_string()).or_default().push(s);
         }

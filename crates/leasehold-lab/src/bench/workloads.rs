@@ -144,6 +144,25 @@ pub(crate) async fn w1_locker(
     Ok((summary.with("backend", locker.backend()), cdf))
 }
 
+/// The floors' acquisition: `SET key value NX PX 10000`, which must find `key` free (the
+/// workloads use distinct keys).
+async fn floor_set(
+    conn: &mut redis::aio::ConnectionManager,
+    key: &str,
+    value: &str,
+) -> anyhow::Result<()> {
+    let ok: Option<String> = redis::cmd("SET")
+        .arg(key)
+        .arg(value)
+        .arg("NX")
+        .arg("PX")
+        .arg(10_000)
+        .query_async(conn)
+        .await?;
+    anyhow::ensure!(ok.is_some(), "distinct key busy");
+    Ok(())
+}
+
 /// W1 floor: the same two round trips with no lock logic (`SET NX PX`, `DEL`).
 pub(crate) async fn w1_floor(
     url: String,
@@ -154,15 +173,7 @@ pub(crate) async fn w1_floor(
     let (summary, cdf) = measure_cycles(cycles, 200, &prefix, |key| {
         let mut conn = conn.clone();
         async move {
-            let ok: Option<String> = redis::cmd("SET")
-                .arg(&key)
-                .arg("v")
-                .arg("NX")
-                .arg("PX")
-                .arg(10_000)
-                .query_async(&mut conn)
-                .await?;
-            anyhow::ensure!(ok.is_some(), "distinct key busy");
+            floor_set(&mut conn, &key, "v").await?;
             let _: i64 = redis::cmd("DEL").arg(&key).query_async(&mut conn).await?;
             anyhow::Ok(())
         }
@@ -171,20 +182,84 @@ pub(crate) async fn w1_floor(
     Ok((summary.with("commands", "SET NX PX + DEL"), cdf))
 }
 
-/// W2 for leasehold or the floor: `tasks` concurrent tasks on distinct keys for `secs`.
+/// What a W2 task runs for each cycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum W2System {
+    /// leasehold's `try_acquire` and `release`; `notify`: releases publish for waiters.
+    Leasehold { notify: bool },
+    /// The floor: `SET NX PX` and `DEL`, through `redis` with no lock logic.
+    Floor,
+    /// The least a safe lock sends, through `redis` with no lock logic: a fresh random token
+    /// ([`leasehold::LockToken::random`]) in `SET NX PX`, and the server's own token-checked
+    /// delete (`DELEX IFEQ`, `DELIFEQ`, or a script where the server has neither);
+    /// `notify`: with a `PUBLISH` pipelined, as leasehold's release sends to wake waiters.
+    /// It shows how much of the gap to the floor is the commands' own cost (on the server and
+    /// in the client's I/O) rather than leasehold's logic.
+    TokenChecked { notify: bool },
+}
+
+/// The server's token-checked delete, as the token-checked floor sends it.
+#[derive(Debug, Clone, Copy)]
+enum CheckedDelete {
+    DelEx,
+    DelIfEq,
+    Script,
+}
+
+impl CheckedDelete {
+    /// The fastest one the server has (what leasehold picks too).
+    async fn of(conn: &mut redis::aio::ConnectionManager) -> anyhow::Result<Self> {
+        for (name, which) in [("DELEX", Self::DelEx), ("DELIFEQ", Self::DelIfEq)] {
+            let info: Vec<redis::Value> = redis::cmd("COMMAND")
+                .arg("INFO")
+                .arg(name)
+                .query_async(conn)
+                .await?;
+            if info.iter().any(|v| !matches!(v, redis::Value::Nil)) {
+                return Ok(which);
+            }
+        }
+        Ok(Self::Script)
+    }
+
+    fn cmd(self, key: &str, token: &str) -> redis::Cmd {
+        let mut cmd = match self {
+            Self::DelEx => redis::cmd("DELEX"),
+            Self::DelIfEq => redis::cmd("DELIFEQ"),
+            Self::Script => {
+                let mut c = redis::cmd("EVAL");
+                c.arg(
+                    "if redis.call('get', KEYS[1]) == ARGV[1] then \
+                     return redis.call('del', KEYS[1]) else return 0 end",
+                )
+                .arg(1);
+                c
+            }
+        };
+        cmd.arg(key);
+        if let Self::DelEx = self {
+            cmd.arg("IFEQ");
+        }
+        cmd.arg(token);
+        cmd
+    }
+}
+
+/// W2 for `system`: `tasks` concurrent tasks on distinct keys for `secs`.
 pub(crate) async fn w2(
     url: String,
     tasks: usize,
     duration: Duration,
     prefix: String,
-    floor: bool,
-    notify: bool,
+    system: W2System,
 ) -> anyhow::Result<Summary> {
+    let notify = matches!(system, W2System::Leasehold { notify: true });
     let options = RedisOptions::new().notify_waiters(notify);
     let client = Locker::from(RedisClient::connect_with(&url, options).await?);
-    let conn = redis::Client::open(url.as_str())?
+    let mut conn = redis::Client::open(url.as_str())?
         .get_connection_manager()
         .await?;
+    let delete = CheckedDelete::of(&mut conn).await?;
     let done = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let mut handles = Vec::new();
@@ -201,19 +276,39 @@ pub(crate) async fn w2(
             let mut i = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 let key = format!("{prefix}:{t}:{i}");
-                if floor {
-                    let _: Option<String> = redis::cmd("SET")
-                        .arg(&key)
-                        .arg("v")
-                        .arg("NX")
-                        .arg("PX")
-                        .arg(10_000)
-                        .query_async(&mut conn)
-                        .await?;
-                    let _: i64 = redis::cmd("DEL").arg(&key).query_async(&mut conn).await?;
-                } else {
-                    let g = client.try_acquire(&key, &opts).await?;
-                    g.acquired().context("distinct key busy")?.release().await?;
+                match system {
+                    W2System::Floor => {
+                        floor_set(&mut conn, &key, "v").await?;
+                        let _: i64 = redis::cmd("DEL").arg(&key).query_async(&mut conn).await?;
+                    }
+                    W2System::TokenChecked { notify } => {
+                        let token = leasehold::LockToken::random();
+                        floor_set(&mut conn, &key, token.expose()).await?;
+                        let delete = delete.cmd(&key, token.expose());
+                        let deleted: i64 = if notify {
+                            let mut pipe = redis::Pipeline::with_capacity(2);
+                            pipe.add_command(delete)
+                                .cmd("PUBLISH")
+                                .arg(leasehold::redis::release_channel(&key))
+                                .arg(&key);
+                            // Read as leasehold reads its release's replies: raw, the
+                            // publish's ignored (`query_async` on a pipeline copies them).
+                            let replies = redis::aio::ConnectionLike::req_packed_commands(
+                                &mut conn, &pipe, 0, 2,
+                            )
+                            .await?;
+                            redis::from_redis_value(
+                                replies.into_iter().next().unwrap_or(redis::Value::Nil),
+                            )?
+                        } else {
+                            delete.query_async(&mut conn).await?
+                        };
+                        anyhow::ensure!(deleted == 1, "token-checked delete found another");
+                    }
+                    W2System::Leasehold { .. } => {
+                        let g = client.try_acquire(&key, &opts).await?;
+                        g.acquired().context("distinct key busy")?.release().await?;
+                    }
                 }
                 i += 1;
                 done.fetch_add(1, Ordering::Relaxed);
