@@ -42,15 +42,17 @@ impl RedisClient {
                 self.attempt(key, token, ttl_ms, fencing, want_remaining, min_hold_ms)
                     .await
             }
+            // Boxed: inline, the replicated path's larger state would be part of every
+            // acquisition's future (see the fair path in `driver`).
             Some(ack) => {
-                self.attempt_replicated(
+                Box::pin(self.attempt_replicated(
                     key,
                     token,
                     ttl_ms,
                     (fencing, min_hold_ms),
                     want_remaining,
                     ack,
-                )
+                ))
                 .await
             }
         }

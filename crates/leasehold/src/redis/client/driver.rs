@@ -70,7 +70,9 @@ impl Driver for RedisClient {
     /// [`Error::Connection`] (ambiguous once the command was sent), [`Error::Server`].
     async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
         if options.fair_enabled() {
-            return self.fair_try_acquire(key, options).await;
+            // Boxed: inline, the fair path's larger state would be part of every plain
+            // acquisition's future, copied into its box on each call.
+            return Box::pin(self.fair_try_acquire(key, options)).await;
         }
         let lock = PlainLock::new(self, key, options)?;
         // The client's own span (DEBUG, inside the Locker's; also what a guard's release and
@@ -117,7 +119,8 @@ impl Driver for RedisClient {
     /// [`Locker::try_acquire`](crate::Locker::try_acquire).
     async fn acquire(&self, key: &str, options: &LockOptions) -> Result<LockGuard> {
         if options.fair_enabled() {
-            return self.fair_acquire(key, options).await;
+            // Boxed, as in `try_acquire`.
+            return Box::pin(self.fair_acquire(key, options)).await;
         }
         let lock = PlainLock::new(self, key, options)?;
         let span = tracing::debug_span!("leasehold.acquire", key = shown_key(key).as_deref());
@@ -143,8 +146,11 @@ impl Driver for RedisClient {
         validate_name(key)?;
         let ttl_ms = ttl_millis(ttl)?;
         let span = tracing::debug_span!("leasehold.extend", key = shown_key(key).as_deref(), token_hash = %token.redacted(), outcome = tracing::field::Empty);
-        let extended = self.extend_raw(key, token.expose(), ttl_ms);
-        token_checked(span, "extended", key, extended).await
+        let extended = self
+            .extend_raw(key, token.expose(), ttl_ms)
+            .instrument(span.clone())
+            .await;
+        token_checked(&span, "extended", key, extended)
     }
 
     /// Reads what `key` holds, its remaining TTL and its fencing counter, in one round trip.
@@ -222,30 +228,33 @@ impl RedisClient {
     ) -> Result<()> {
         validate_name(key)?;
         let span = tracing::debug_span!("leasehold.release", key = shown_key(key).as_deref(), token_hash = %token.redacted(), outcome = tracing::field::Empty);
-        let released = self.release_lock(key, token, fencing);
-        token_checked(span, "released", key, released).await
+        let released = self
+            .release_lock(key, token, fencing)
+            .instrument(span.clone())
+            .await;
+        token_checked(&span, "released", key, released)
     }
 }
 
 /// A token-checked command's answer (`done`: whether it applied) as `Ok` or
 /// [`Error::NotHeld`], recorded as the outcome of `span` (the client's own DEBUG span, which a
-/// guard's release and extend log under).
-async fn token_checked(
-    span: tracing::Span,
+/// guard's release and extend log under, and the command ran in).
+///
+/// A plain function of the answer, not a wrapper future: an async wrapper around the command's
+/// future held it twice over (as its argument and as what it awaited), tripling the size of
+/// every release's future, which is copied into its box on each call.
+fn token_checked(
+    span: &tracing::Span,
     applied: &'static str,
     key: &str,
-    done: impl Future<Output = Result<bool>>,
+    done: Result<bool>,
 ) -> Result<()> {
-    async {
-        let done = done.await?;
-        tracing::Span::current().record("outcome", if done { applied } else { "not held" });
-        match done {
-            true => Ok(()),
-            false => Err(Error::NotHeld {
-                key: key.to_string(),
-            }),
-        }
+    let done = done?;
+    span.record("outcome", if done { applied } else { "not held" });
+    match done {
+        true => Ok(()),
+        false => Err(Error::NotHeld {
+            key: key.to_string(),
+        }),
     }
-    .instrument(span)
-    .await
 }
