@@ -471,12 +471,15 @@ impl<'a> Connection<'a> {
         }
         match self.src.below(7) {
             0 => {
-                let after = if self.src.one_in(2) {
+                let close = self.src.one_in(2);
+                let (bytes, ends) = self.src.malformed(&honest);
+                // One that runs into the next reply ends the connection (see `malformed`).
+                let after = if close || !ends {
                     After::Close
                 } else {
                     After::Continue
                 };
-                (ReplyKind::Malformed, self.src.malformed(&honest), after)
+                (ReplyKind::Malformed, bytes, after)
             }
             1 | 2 => {
                 let cut = if honest.len() > 1 {

@@ -42,32 +42,49 @@ pub(super) enum After {
     Hang,
 }
 
+/// Malformed replies beside those made from the honest one.
+// Not here: `~-5`, `>-1` and `(12ab`, which the redis crate reads as nil, an empty push
+// and a big number: a client on it cannot tell them from those replies.
+const GARBAGE: &[&[u8]] = &[
+    b"?what\r\n",
+    b"$abc\r\n",
+    b"*x\r\n",
+    b":12a\r\n",
+    b":\r\n",
+    b"\r\n",
+    b"$99999999999999999999999\r\n",
+    b"*-99999999999999999999\r\n",
+    b"$3\r\nabcdef\r\n",
+    b"*2\r\n:1\r\n?\r\n",
+    b",not-a-double\r\n",
+    b"#x\r\n",
+    b"%-1\r\n",
+    b"|-2\r\n",
+    b"=-3\r\n",
+    b"!-7\r\n",
+    b"%1\r\n:1\r\n",
+    b"=5\r\nabc\r\n",
+    b"$\xff\r\n",
+    b"+\xff\xfe\r\n",
+];
+
+/// Malformed replies that do not end where they stop: a RESP reader takes the next reply's
+/// bytes as their rest (a map short of its value, a verbatim string short of its CRLF).
+const UNENDED: &[&[u8]] = &[b"%1\r\n:1\r\n", b"=5\r\nabc\r\n"];
+
 impl Source<'_> {
-    pub(super) fn malformed(&mut self, honest: &[u8]) -> Vec<u8> {
-        // Not here: `~-5`, `>-1` and `(12ab`, which the redis crate reads as nil, an empty push
-        // and a big number: a client on it cannot tell them from those replies.
-        const GARBAGE: &[&[u8]] = &[
-            b"?what\r\n",
-            b"$abc\r\n",
-            b"*x\r\n",
-            b":12a\r\n",
-            b":\r\n",
-            b"\r\n",
-            b"$99999999999999999999999\r\n",
-            b"*-99999999999999999999\r\n",
-            b"$3\r\nabcdef\r\n",
-            b"*2\r\n:1\r\n?\r\n",
-            b",not-a-double\r\n",
-            b"#x\r\n",
-            b"%-1\r\n",
-            b"|-2\r\n",
-            b"=-3\r\n",
-            b"!-7\r\n",
-            b"%1\r\n:1\r\n",
-            b"=5\r\nabc\r\n",
-            b"$\xff\r\n",
-            b"+\xff\xfe\r\n",
-        ];
+    /// A malformed reply, and whether it ends where it stops. One that does not (the honest
+    /// reply without its CRLFs, an [`UNENDED`] one) runs into the next reply on the connection:
+    /// no RESP client can tell where it ends, so every later reply would be read shifted (a
+    /// release could take the reply to the command before it for its own). The server ends
+    /// the connection after such a reply instead of going on.
+    pub(super) fn malformed(&mut self, honest: &[u8]) -> (Vec<u8>, bool) {
+        let bytes = self.malformed_bytes(honest);
+        let ends = bytes.ends_with(b"\r\n") && !UNENDED.contains(&bytes.as_slice());
+        (bytes, ends)
+    }
+
+    fn malformed_bytes(&mut self, honest: &[u8]) -> Vec<u8> {
         match self.below(5) {
             // Nesting deeper than a parser should recurse.
             4 => {
@@ -371,5 +388,29 @@ mod tests {
         ] {
             assert_eq!(grant_in(&eval, not), None, "{not:?}");
         }
+    }
+
+    /// The malformed reply of CI's seed 505290436068369086 (an error line without its CRLF)
+    /// ran into the next reply, and the client read that reply's `:1` as a release's: such
+    /// replies must say so, for the server to end the connection after them.
+    #[test]
+    fn malformed_replies_that_run_into_the_next_say_so() {
+        let pick = |choices: &[u8]| {
+            let pos = AtomicUsize::new(0);
+            let mut src = Source::Script {
+                bytes: choices,
+                pos: &pos,
+            };
+            src.malformed(b"-NOSCRIPT No matching script. Please use EVAL.\r\n")
+        };
+        let (stripped, ends) = pick(&[0]);
+        assert!(!ends, "{stripped:?}");
+        for (i, garbage) in GARBAGE.iter().enumerate() {
+            let (bytes, ends) = pick(&[2, i as u8]);
+            assert_eq!(&bytes, garbage);
+            assert_eq!(ends, !UNENDED.contains(garbage), "{garbage:?}");
+        }
+        let (nested, ends) = pick(&[4, 0]);
+        assert!(ends, "{} bytes", nested.len());
     }
 }
