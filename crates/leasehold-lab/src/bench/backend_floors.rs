@@ -7,8 +7,9 @@
 //! - **PostgreSQL session locks**: `pg_try_advisory_lock` and `pg_advisory_unlock` on
 //!   `hashtextextended(key, 0)`, prepared, on one connection.
 //! - **PostgreSQL lease rows**: one `INSERT … ON CONFLICT … DO UPDATE … WHERE expired
-//!   RETURNING fence` and one token-checked `UPDATE`, on a table of the floor's own, sent as
-//!   leasehold sends them: unnamed, typed (parse, bind and run in one round trip).
+//!   RETURNING fence` and one token-checked `UPDATE`, on a table of the floor's own, prepared,
+//!   as leasehold sends them on a connection of its own (through a pooler it sends them
+//!   unnamed).
 
 use std::time::Duration;
 
@@ -91,32 +92,13 @@ pub(crate) async fn w1_postgres(
             "SELECT 1 WHERE pg_advisory_unlock(hashtextextended($1, 0))",
         )
     };
-    // Lease rows are sent as leasehold sends them: unnamed, parsed with each run (it works
-    // through a transaction pooler); session locks on a session of their own, prepared.
-    let prepared = match lease_rows {
-        true => None,
-        false => Some((client.prepare(take).await?, client.prepare(release).await?)),
-    };
-    let text = tokio_postgres::types::Type::TEXT;
+    // Prepared, as leasehold prepares both kinds on a connection of its own.
+    let (take, release) = (client.prepare(take).await?, client.prepare(release).await?);
     let (summary, cdf) = measure_cycles(cycles, warm_ups(cycles), &prefix, |key| {
-        let (client, prepared, text) = (&client, &prepared, text.clone());
+        let (client, take, release) = (&client, &take, &release);
         async move {
-            let (took, released) = match prepared {
-                Some((take, release)) => (
-                    client.query_opt(take, &[&key]).await?.is_some(),
-                    client.query_opt(release, &[&key]).await?.is_some(),
-                ),
-                None => (
-                    !client
-                        .query_typed(take, &[(&key, text.clone())])
-                        .await?
-                        .is_empty(),
-                    !client
-                        .query_typed(release, &[(&key, text)])
-                        .await?
-                        .is_empty(),
-                ),
-            };
+            let took = client.query_opt(take, &[&key]).await?.is_some();
+            let released = client.query_opt(release, &[&key]).await?.is_some();
             anyhow::ensure!(took, "distinct key busy");
             anyhow::ensure!(released, "not held");
             Ok(())
@@ -126,7 +108,7 @@ pub(crate) async fn w1_postgres(
     drop(client);
     let _ = tokio::time::timeout(Duration::from_secs(5), conn).await;
     let what = match lease_rows {
-        true => "INSERT ON CONFLICT + UPDATE, unnamed",
+        true => "INSERT ON CONFLICT + UPDATE, prepared",
         false => "pg_try_advisory_lock + pg_advisory_unlock, prepared",
     };
     Ok((summary.with("statements", what), cdf))

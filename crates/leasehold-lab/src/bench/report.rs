@@ -152,8 +152,8 @@ pub(super) fn markdown(doc: &Value) -> String {
                  with its fairness columns; W5B holds auto-extended leases and counts the lost. \
                  W1B only: `*_floor` is the raw client doing the same requests without lock \
                  logic (etcd: a Txn put-if-absent on one lease and a Txn delete-if-value; \
-                 PostgreSQL: two statements, prepared for session locks, unnamed for lease rows as \
-                 leasehold sends them), `etcd_session` leasehold's \
+                 PostgreSQL: two statements, prepared, as leasehold sends them on a connection of \
+                 its own), `etcd_session` leasehold's \
                  auto-extended locks, which ride on the session lease instead of a lease of \
                  their own, and `*_history` the same locker recording the lock history (its \
                  events ride in the lock's own transaction or statement))\n",

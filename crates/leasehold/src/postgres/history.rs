@@ -2,8 +2,10 @@
 //! the first append (a locker that does not record history creates nothing), one row per event.
 //!
 //! **Append** is one statement: the insert, and in the same statement the deletion of the key's
-//! events beyond the cap and past the retention. Statements are sent unnamed (nothing prepared
-//! outlives them), so the log works through a transaction pooler as the lease rows do.
+//! events beyond the cap and past the retention. These statements are sent unnamed (nothing
+//! prepared outlives them), so the log works through a transaction pooler as the lease rows
+//! do; the lock statements that carry their events are prepared where the lease rows prepare
+//! theirs (`postgres::lease_conn`).
 //!
 //! **In the lock's own statement.** For a [`Locker`](crate::Locker) that records history, a
 //! lease row's acquisition and release carry their event ([`riding`]): the insert and the trim

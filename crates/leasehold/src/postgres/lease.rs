@@ -35,9 +35,12 @@
 //!   free after its TTL, not at once.
 //!
 //! # Through a connection pooler
-//! Lease rows keep no state in the server session: every statement is one transaction, sent
-//! unnamed (no prepared statement outlives it), so they work through a transaction pooler
-//! (PgBouncer's `pool_mode=transaction`) as well as directly. One thing does not: `LISTEN` is
+//! Lease rows keep no lock state in the server session: every statement is one transaction,
+//! so they work through a transaction pooler (PgBouncer's `pool_mode=transaction`) as well as
+//! directly. Their statements are prepared once on a connection whose server session is its
+//! own (the startup announced the process that serves it), and sent unnamed through a pooler
+//! (which announces a key of its own), where a named statement could land on another
+//! client's server session ([`LeaseConn`]). One thing does not work through it: `LISTEN` is
 //! session state, and a transaction pooler gives the listening connection's server session to
 //! others, so release notifications may not arrive; waiters then retry after their backoff
 //! (never later than the holder's remaining lease), which is slower, never unsafe.
@@ -50,15 +53,15 @@ use tokio::sync::broadcast;
 use tokio_postgres::AsyncMessage;
 use tokio_postgres::types::Type;
 
-/// Parameter types, given with every statement: statements are sent unnamed (parsed, bound and
-/// run in one message sequence), so nothing is prepared on a server session across
-/// transactions and lease rows work through a transaction pooler (PgBouncer's
-/// `pool_mode=transaction`), where a connection's next transaction may run on another
-/// client's server session.
+/// Parameter types, given with every statement: they name a prepared statement's parameters,
+/// or go with an unnamed one (parsed, bound and run in one message sequence) through a
+/// transaction pooler, where a connection's next transaction may run on another client's
+/// server session ([`LeaseConn`]).
 const TEXT: Type = Type::TEXT;
 const INT8: Type = Type::INT8;
 
 use super::history::{EventParams, Rider, riding};
+use super::lease_conn::LeaseConn;
 use super::tls::{PgTls, PgTlsStream};
 use super::{is_create_race, pg_error, timeout_error, unexpected, validate_pg_key};
 use crate::core::acquire::{Ask, Attempts, Grant, OnAbandon, Wakeup, granted};
@@ -196,7 +199,7 @@ struct Inner {
     tls: PgTls,
     options: ClientOptions,
     /// The shared connection (requests are pipelined on it); replaced when it closes.
-    conn: tokio::sync::Mutex<Option<Arc<tokio_postgres::Client>>>,
+    conn: tokio::sync::Mutex<Option<Arc<LeaseConn>>>,
     /// Released keys, from the LISTEN connection (opened by the first waiter).
     releases: Mutex<Option<broadcast::Sender<String>>>,
 }
@@ -261,8 +264,9 @@ impl PostgresLeaseClient {
         }
     }
 
-    /// The shared connection, (re)opened if needed.
-    pub(super) async fn conn(&self) -> Result<Arc<tokio_postgres::Client>> {
+    /// The shared connection, (re)opened if needed: its statements prepared if its server
+    /// session is its own ([`LeaseConn`]).
+    pub(super) async fn conn(&self) -> Result<Arc<LeaseConn>> {
         let mut slot = self.inner.conn.lock().await;
         if let Some(c) = slot.as_ref().filter(|c| !c.is_closed()) {
             return Ok(c.clone());
@@ -273,7 +277,11 @@ impl PostgresLeaseClient {
                 tracing::debug!(error = %e, "PostgreSQL connection ended");
             }
         });
-        let client = Arc::new(client);
+        let bound = self.inner.options.connect_timeout;
+        let client = match tokio::time::timeout(bound, LeaseConn::new(client)).await {
+            Ok(r) => Arc::new(r.map_err(|e| pg_error(Operation::Connect, true, e))?),
+            Err(_) => return Err(timeout_error(Operation::Connect, true)),
+        };
         *slot = Some(client.clone());
         Ok(client)
     }
@@ -406,7 +414,7 @@ impl PostgresLeaseClient {
                         }
                         None => ACQUIRE,
                     };
-                    let sent = conn.query_typed_opt(sql, &params);
+                    let sent = conn.query_opt(sql, &params);
                     self.timed(Operation::Acquire, sent).await
                 };
                 // Until the reply says what happened, the row may be ours: given back if we
@@ -423,7 +431,7 @@ impl PostgresLeaseClient {
                     let remaining = self
                         .timed(
                             Operation::Acquire,
-                            conn.query_typed_opt(REMAINING, &[(&key, TEXT)]),
+                            conn.query_opt(REMAINING, &[(&key, TEXT)]),
                         )
                         .await?
                         .and_then(|r| r.get::<_, Option<i64>>(0))
@@ -483,7 +491,7 @@ impl PostgresLeaseClient {
                 }
                 None => RELEASE.as_str(),
             };
-            self.timed(Operation::Release, conn.query_typed(sql, &params))
+            self.timed(Operation::Release, conn.query(sql, &params))
                 .await
         };
         let event = Rider::event(rider, token);
@@ -502,7 +510,7 @@ impl PostgresLeaseClient {
         let conn = self.conn().await?;
         self.timed(
             Operation::Release,
-            conn.query_typed(GIVE_BACK, &[(&key, TEXT), (&token.expose(), TEXT)]),
+            conn.query(GIVE_BACK, &[(&key, TEXT), (&token.expose(), TEXT)]),
         )
         .await
         .map(drop)
@@ -680,7 +688,7 @@ impl Driver for PostgresLeaseClient {
         let n = self
             .timed(
                 Operation::Extend,
-                conn.execute_typed(
+                conn.execute(
                     EXTEND,
                     &[(&key, TEXT), (&token.expose(), TEXT), (&ttl_ms, INT8)],
                 ),

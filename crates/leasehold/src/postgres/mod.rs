@@ -129,6 +129,7 @@ mod error;
 mod fenced;
 mod history;
 mod lease;
+mod lease_conn;
 mod lifetime;
 mod params;
 mod pooler;

@@ -4,9 +4,9 @@ use crate::core::driver::Driver;
 use crate::core::error::Error;
 use crate::core::options::LockOptions;
 
-use super::PostgresClient;
 use super::lifetime::{lease_lifetime, silence_bound, validity_from};
 use super::sql::{try_acquire_sql, wait_acquire_sql};
+use super::{PostgresClient, PostgresLeaseClient};
 
 #[test]
 fn the_silence_bound_is_the_earlier_of_keepalive_and_user_timeout() {
@@ -73,4 +73,60 @@ async fn a_server_session_that_already_holds_the_key_is_never_granted_it_again()
         .await
         .unwrap();
     assert!(fence.is_none(), "no fencing number was drawn");
+}
+
+/// Lease rows prepare their statements on a connection whose server session is its own (the
+/// server lists them in the session's `pg_prepared_statements`), and prepare nothing through a
+/// pooler, whose startup announces a key of its own (through PgBouncer 1.18 in transaction
+/// mode a named statement would land on other server sessions: `postgres_backend`'s
+/// `lease_rows_work_through_a_transaction_pooler` fails if they prepare there).
+#[tokio::test]
+async fn lease_rows_prepare_their_statements_only_on_a_session_of_their_own() {
+    let Some(pg) = leasehold_harness::postgres_for_test() else {
+        return;
+    };
+    let direct = PostgresLeaseClient::connect(&pg.url()).await.unwrap();
+    let opts = LockOptions::new(Duration::from_secs(30));
+    let held = direct
+        .try_acquire("prepared", &opts)
+        .await
+        .unwrap()
+        .acquired()
+        .unwrap();
+    held.extend(Duration::from_secs(30)).await.unwrap();
+    held.release().await.unwrap();
+    let conn = direct.conn().await.unwrap();
+    assert!(conn.prepares());
+    let listed: Vec<String> = conn
+        .query("SELECT statement FROM pg_prepared_statements", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    for part in [
+        "INSERT INTO leasehold_leases",
+        "UPDATE leasehold_leases l",
+        "UPDATE leasehold_leases SET expires_at",
+    ] {
+        assert!(
+            listed.iter().any(|s| s.contains(part)),
+            "{part:?} prepared: {listed:?}"
+        );
+    }
+
+    let Some(bouncer) =
+        leasehold_harness::pgbouncer_for_test(&pg, &leasehold_harness::PgBouncerOptions::new())
+    else {
+        return;
+    };
+    let pooled = PostgresLeaseClient::connect(&bouncer.url()).await.unwrap();
+    let held = pooled
+        .try_acquire("pooled-unnamed", &opts)
+        .await
+        .unwrap()
+        .acquired()
+        .unwrap();
+    held.release().await.unwrap();
+    assert!(!pooled.conn().await.unwrap().prepares());
 }

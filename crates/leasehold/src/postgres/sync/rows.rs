@@ -141,11 +141,11 @@ impl PostgresLeaseClient {
     async fn row(
         &self,
         op: Operation,
-        sql: &str,
+        sql: &'static str,
         params: &[(&(dyn ToSql + Sync), Type)],
     ) -> Result<tokio_postgres::Row> {
         let conn = self.conn().await?;
-        self.timed(op, conn.query_typed_one(sql, params)).await
+        self.timed(op, conn.query_one(sql, params)).await
     }
 }
 
@@ -213,12 +213,12 @@ impl RowSemaphore {
     async fn token_checked(
         &self,
         op: Operation,
-        sql: &str,
+        sql: &'static str,
         params: &[(&(dyn ToSql + Sync), Type)],
     ) -> Result<()> {
         let s = &self.0;
         let conn = s.client.conn().await?;
-        match s.client.timed(op, conn.execute_typed(sql, params)).await? {
+        match s.client.timed(op, conn.execute(sql, params)).await? {
             0 => Err(Error::NotHeld {
                 key: s.name.clone(),
             }),
@@ -470,7 +470,7 @@ impl crate::core::sync::ElectionProvider for RowElection {
         let params: [(&(dyn ToSql + Sync), Type); 1] = [(&self.name, TEXT)];
         let Some(row) = self
             .client
-            .timed(Operation::Inspect, conn.query_typed_opt(LEADER, &params))
+            .timed(Operation::Inspect, conn.query_opt(LEADER, &params))
             .await?
         else {
             return Ok(None);
