@@ -93,6 +93,7 @@ leasehold_harness::server_test!(async fn every_operation_as_a_least_privilege_us
     let info = holder.as_redis().unwrap().server();
     assert_ne!(info.kind, leasehold::redis::ServerKind::Unknown, "INFO refused");
     assert!(info.can_publish, "PUBLISH refused");
+    assert!(!info.can_track, "tracking without +hello +client|tracking");
     if info.has_delex {
         assert_eq!(holder.as_redis().unwrap().release_strategy(), ReleaseStrategy::DelEx);
     } else if info.has_delifeq {
@@ -146,6 +147,38 @@ leasehold_harness::server_test!(async fn every_operation_as_a_least_privilege_us
     assert!(matches!(err, Error::NotReplicated { .. }), "{err:?}");
     let done = holder.with_lock("lock:acl", &LockOptions::new(LONG).wait(Duration::from_secs(5)), |_| async { 7 }).await.unwrap();
     assert_eq!(done, 7);
+});
+
+// The rule with the optional `+hello +client|tracking` (docs/acl.md): the waiter tracks the key,
+// and the holder's release wakes it with no PUBLISH (its backoff, 40 s, outlasts its wait).
+leasehold_harness::server_test!(async fn tracking_rights_spare_the_release_its_publish(bin) {
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let mut rule = least_privilege(&server);
+    rule.extend(["+hello".to_string(), "+client|tracking".to_string()]);
+    set_user(&server, USER, &rule);
+    let url = url_for(&server, USER);
+    let holder = Locker::connect(&url).await.unwrap();
+    let waiter = Locker::connect(&url).await.unwrap();
+    assert!(holder.as_redis().unwrap().server().can_track, "tracking refused to the documented rule");
+    let g = holder.try_acquire("lock:tracked", &LockOptions::new(LONG)).await.unwrap().acquired().unwrap();
+    let scripts = common::calls(&server, "evalsha") + common::calls(&server, "eval");
+    let task = tokio::spawn(async move {
+        let opts = LockOptions::new(LONG).wait(Duration::from_secs(30)).backoff(Backoff::constant(Duration::from_secs(40)));
+        waiter.acquire("lock:tracked", &opts).await.map(|g| g.detach())
+    });
+    // The waiter's attempt after subscribing and tracking (the acquire script).
+    tokio::time::timeout(HANG_GUARD, async {
+        while common::calls(&server, "evalsha") + common::calls(&server, "eval") == scripts {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the waiter never attempted after subscribing");
+    let published = common::calls(&server, "publish");
+    g.release().await.unwrap();
+    let lease = tokio::time::timeout(HANG_GUARD, task).await.expect("hung").unwrap().expect("woken");
+    assert_eq!(common::get(&server, "lock:tracked").as_deref(), Some(lease.token().expose()));
+    assert_eq!(common::calls(&server, "publish"), published, "the release published");
 });
 
 // A user missing a right gets PermissionDenied naming the refusal, at once: no hang, no retry

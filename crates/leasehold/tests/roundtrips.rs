@@ -69,21 +69,26 @@ impl Counters {
     }
 }
 
-// With release notifications off, every operation is exactly one command. With them on (the
-// default), a release is the conditional delete plus a PUBLISH in the same round trip: the
-// PUBLISH is pipelined with DELEX/DELIFEQ or runs inside the release script. With the lock
-// history recorded (issue 32, target 3), acquire and release are still one command each: the
-// recorded scripts append the events inside the server, with no round trip of their own.
+// With release notifications off, every operation is exactly one command; so it is with them
+// on where waiters track their keys (the default on one server): the key's invalidation wakes
+// them. With notifications on and tracking off, a release is the conditional delete plus a
+// PUBLISH in the same round trip: the PUBLISH is pipelined with DELEX/DELIFEQ or runs inside
+// the release script. With the lock history recorded (issue 32, target 3), acquire and release
+// are still one command each: the recorded scripts append the events inside the server, with
+// no round trip of their own.
 leasehold_harness::server_test!(async fn one_command_per_operation(bin) {
     let server = leasehold_harness::Server::start(&bin, &leasehold_harness::ServerOptions::new()).unwrap();
-    for notify in [false, true] {
+    for (notify, track) in [(false, false), (true, false), (true, true)] {
         let client = leasehold::redis::RedisClient::connect_with(
             &server.url(),
-            leasehold::redis::RedisOptions::new().notify_waiters(notify),
+            leasehold::redis::RedisOptions::new().notify_waiters(notify).track_waiters(track),
         )
         .await
         .map(Locker::from)
         .unwrap();
+        assert_eq!(client.as_redis().unwrap().server().can_track, notify && track);
+        // What a release sends besides its delete: a PUBLISH, unless waiters track the key.
+        let notify = notify && !track;
         let recording = client
             .clone()
             .with_history(leasehold::HistoryOptions::new())
@@ -97,7 +102,7 @@ leasehold_harness::server_test!(async fn one_command_per_operation(bin) {
     }
 });
 
-/// What [`check_cycles`] runs with: release notifications, fencing, the history recorded.
+/// What [`check_cycles`] runs with: releases that publish, fencing, the history recorded.
 #[derive(Debug, Clone, Copy)]
 struct Mode {
     notify: bool,

@@ -156,12 +156,114 @@ leasehold_harness::server_test!(async fn one_waiter_is_woken_per_release(bin) {
     .await
     .expect("the waiters never attempted");
     let asleep = sets();
+    let published = calls(&server, "publish");
     g.release().await.unwrap();
     for t in tasks {
         tokio::time::timeout(HANG_GUARD, t).await.expect("hung").unwrap().expect("a waiter missed its wake-up");
     }
     let chain = sets() - asleep;
     assert!(chain <= 2 * WAITERS, "{chain} attempts for {WAITERS} handoffs: waiters woken in a herd");
+    // The chain ran on the key's invalidations alone: tracking is one-shot, so every release
+    // after the first reached the waiters only because the key was read again after each one.
+    assert_eq!(calls(&server, "publish"), published, "a plain release published");
+});
+
+/// Holds `key` from `holder` and starts `waiter` waiting on it (a 60 s backoff, `wait`); returns
+/// once the waiter made its attempt after subscribing and tracking the key (the acquire script,
+/// counted on the server; the tracking read is answered before that attempt is sent), so from
+/// then on only a wake-up can make it attempt again.
+async fn tracking_waiter(
+    server: &Server,
+    holder: &Locker,
+    waiter: Locker,
+    key: &'static str,
+    wait: Duration,
+) -> (
+    leasehold::LockGuard,
+    tokio::task::JoinHandle<Result<leasehold::Lease, Error>>,
+) {
+    common::preload_scripts(server);
+    let g = holder
+        .try_acquire(key, &LockOptions::new(LONG))
+        .await
+        .unwrap()
+        .acquired()
+        .unwrap();
+    let scripts = calls(server, "evalsha") + calls(server, "eval");
+    let task = tokio::spawn(async move {
+        let opts = LockOptions::new(LONG)
+            .wait(wait)
+            .backoff(Backoff::constant(Duration::from_secs(60)));
+        waiter.acquire(key, &opts).await.map(|g| g.detach())
+    });
+    tokio::time::timeout(HANG_GUARD, async {
+        while calls(server, "evalsha") + calls(server, "eval") == scripts {
+            assert!(
+                !task.is_finished(),
+                "the waiter gave up without attempting after subscribing"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("no attempt after subscribing");
+    (g, task)
+}
+
+// Where waiters track the key (one server, RESP3), a plain release is its one token-checked
+// delete: no PUBLISH, and the server's invalidation of the key wakes the waiter (whose 60 s
+// backoff and 30 s wait leave nothing else to wake it).
+leasehold_harness::server_test!(async fn a_plain_release_publishes_nothing_and_still_wakes_waiters(bin) {
+    let server = Server::start(&bin, &leasehold_harness::ServerOptions::new()).unwrap();
+    let holder = Locker::connect(&server.url()).await.unwrap();
+    let waiter = Locker::connect(&server.url()).await.unwrap();
+    assert!(holder.as_redis().unwrap().server().can_track, "tracking refused on {}", holder.as_redis().unwrap().server());
+    let (g, task) = tracking_waiter(&server, &holder, waiter, "tracked", Duration::from_secs(30)).await;
+    let published = calls(&server, "publish");
+    g.release().await.unwrap();
+    let lease = tokio::time::timeout(HANG_GUARD, task).await.expect("hung").unwrap().expect("woken by the invalidation");
+    assert_eq!(common::get(&server, "tracked").as_deref(), Some(lease.token().expose()));
+    assert_eq!(calls(&server, "publish"), published, "the release published");
+});
+
+// An invalidation wakes nobody by itself: the key is read again, and only a key found gone wakes
+// a waiter. Three extends of the held lock each invalidate it (and are each followed by a
+// read), yet the waiter makes no attempt: it gives up at its deadline with the two attempts it
+// made before sleeping. Waking on every invalidation would make it five.
+leasehold_harness::server_test!(async fn an_extend_of_the_held_lock_wakes_no_waiter(bin) {
+    let server = Server::start(&bin, &leasehold_harness::ServerOptions::new()).unwrap();
+    let holder = Locker::connect(&server.url()).await.unwrap();
+    let waiter = Locker::connect(&server.url()).await.unwrap();
+    let (g, task) = tracking_waiter(&server, &holder, waiter, "extended", Duration::from_secs(10)).await;
+    let reads = calls(&server, "pttl");
+    for n in 1..=3 {
+        g.extend(LONG).await.unwrap();
+        // The waiter's client read the key again after the invalidation.
+        tokio::time::timeout(HANG_GUARD, async {
+            while calls(&server, "pttl") < reads + n {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("no read after the invalidation");
+    }
+    assert!(!task.is_finished(), "the waiter's deadline came before the extends were seen");
+    let err = tokio::time::timeout(HANG_GUARD, task).await.expect("hung").unwrap().unwrap_err();
+    assert!(matches!(err, Error::NotAcquired { attempts: 2, .. }), "{err:?}");
+    g.release().await.unwrap();
+});
+
+// A holder that does not track (`track_waiters(false)`, as a build before tracking) publishes its
+// releases, and a tracking waiter is woken by the message as before.
+leasehold_harness::server_test!(async fn a_publishing_holder_still_wakes_a_tracking_waiter(bin) {
+    let server = Server::start(&bin, &leasehold_harness::ServerOptions::new()).unwrap();
+    let holder = RedisClient::connect_with(&server.url(), RedisOptions::new().track_waiters(false)).await.map(Locker::from).unwrap();
+    let waiter = Locker::connect(&server.url()).await.unwrap();
+    let (g, task) = tracking_waiter(&server, &holder, waiter, "mixed", Duration::from_secs(30)).await;
+    let published = calls(&server, "publish");
+    g.release().await.unwrap();
+    tokio::time::timeout(HANG_GUARD, task).await.expect("hung").unwrap().expect("woken");
+    assert_eq!(calls(&server, "publish"), published + 1, "the release published");
 });
 
 // Many waiters share one subscriber connection, and release notifications reach all of them.

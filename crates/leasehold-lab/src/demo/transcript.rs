@@ -311,6 +311,7 @@ mod tests {
             has_delifeq,
             has_set_ifeq,
             can_publish: true,
+            can_track: true,
             cluster_enabled: false,
         }
     }

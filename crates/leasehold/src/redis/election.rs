@@ -31,7 +31,7 @@ use crate::core::token::LockToken;
 use crate::redis::client::{ChannelAttempts, OnReleaseChannel};
 use crate::redis::client::{RedisClient, script_grant};
 use crate::redis::scripts::{CAMPAIGN_SCRIPT as CAMPAIGN, LEADER_SCRIPT as LEADER};
-use crate::redis::slot::{fence_key, release_channel, slot_name};
+use crate::redis::slot::{fence_key, slot_name};
 use crate::redis::waiting::Subscription;
 
 /// Where the current term's leader id is recorded: [`slot_name`]`(name) + ":leader"` (`term
@@ -163,7 +163,7 @@ impl crate::core::sync::ElectionProvider for RedisElection {
     /// A leader elected or resigning is announced on the name's release channel.
     async fn changes(&self) -> Option<Box<dyn LeaderChanges>> {
         let notifier = self.client.notifier()?;
-        let subscription = notifier.subscribe(release_channel(&self.name)).await?;
+        let subscription = notifier.subscribe(&self.name).await?;
         Some(Box::new(subscription) as Box<dyn LeaderChanges>)
     }
 }

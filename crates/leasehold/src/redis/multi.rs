@@ -367,7 +367,7 @@ impl Attempts for KeysAttempts<'_> {
         let notifier = self.multi.client.notifier()?;
         let mut subscriptions = Vec::new();
         for k in &self.multi.keys {
-            if let Some(s) = notifier.subscribe(release_channel(k)).await {
+            if let Some(s) = notifier.subscribe(k).await {
                 subscriptions.push(s);
             }
         }

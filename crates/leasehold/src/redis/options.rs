@@ -15,6 +15,7 @@ pub struct RedisOptions {
     pub(crate) release: ReleaseStrategy,
     pub(crate) extend: ExtendStrategy,
     pub(crate) notify_waiters: bool,
+    pub(crate) track_waiters: bool,
 }
 
 impl Default for RedisOptions {
@@ -32,6 +33,7 @@ impl From<ClientOptions> for RedisOptions {
             release: ReleaseStrategy::Auto,
             extend: ExtendStrategy::Auto,
             notify_waiters: true,
+            track_waiters: true,
         }
     }
 }
@@ -45,10 +47,29 @@ impl RedisOptions {
     /// Release notifications (default on): every release publishes the key on
     /// [`release_channel`](crate::redis::release_channel) in the same round trip, and waiting
     /// acquisitions subscribe to it (one shared subscriber connection per client) so they retry
-    /// as soon as the lock is released instead of at their next poll (see `src/redis/waiting.rs`).
+    /// as soon as the lock is released instead of at their next poll (see `src/redis/waiting`).
+    /// Where waiters track their keys ([`track_waiters`](Self::track_waiters), on by default on
+    /// one server), the plain lock's releases publish nothing: the key's deletion wakes them.
     /// Off: releases are one bare command, waiters poll.
     pub fn notify_waiters(mut self, on: bool) -> Self {
         self.notify_waiters = on;
+        self
+    }
+
+    /// Waiters woken by the server's key tracking (default on, where notifications are on):
+    /// on one server (standalone or Sentinel), a waiting client's subscriber connection turns
+    /// on `CLIENT TRACKING` and reads the key it waits for, and the server tells it when the
+    /// key is deleted, expires or changes. A release of a plain lock is then its one
+    /// token-checked delete, with no `PUBLISH`. Other primitives' releases, and every release
+    /// on a Cluster (where tracking is per node), still publish. It needs `+hello` and
+    /// `+client|tracking` in an ACL rule; without them the client publishes as before.
+    ///
+    /// Off: the plain lock's releases publish, as they did before tracking, for waiters that
+    /// do not track (earlier leasehold builds, a client whose ACL refuses tracking); with it
+    /// on, such waiters still wake, but at their next poll (the backoff, or the holder's
+    /// remaining lease).
+    pub fn track_waiters(mut self, on: bool) -> Self {
+        self.track_waiters = on;
         self
     }
 

@@ -48,6 +48,10 @@ pub struct ServerInfo {
     /// `PUBLISH` (`SPUBLISH` on a cluster) on leasehold's release channels is allowed (an ACL
     /// user may lack channel permissions; release notifications are then off).
     pub can_publish: bool,
+    /// A subscriber connection may speak RESP3 and turn on `CLIENT TRACKING` (probed on one
+    /// server, on a connection the client opened itself; `false` on a cluster): waiters of a
+    /// plain lock are then woken by the key's invalidation and its releases publish nothing.
+    pub can_track: bool,
     /// The server runs in cluster mode (`cluster_enabled:1`).
     pub cluster_enabled: bool,
 }
@@ -60,10 +64,17 @@ impl std::fmt::Display for ServerInfo {
 
 impl ServerInfo {
     /// Probes the server in one round trip: `INFO server`, the three conditional commands,
-    /// whether we may publish release notifications, and `INFO cluster`. On a cluster every
-    /// probe is in one slot, so the pipeline goes to one master (capabilities are assumed to be
-    /// the same on every node of a cluster).
-    pub(crate) async fn detect(conn: &mut ClientConnection) -> Result<ServerInfo> {
+    /// whether we may publish release notifications, `INFO cluster`, and with `probe_tracking`
+    /// on one server whether we may speak RESP3 and track keys (`HELLO` without arguments
+    /// changes nothing; `CLIENT TRACKING OFF` is what a connection opened by leasehold already
+    /// is, which is why a caller's own connection is not probed). On a cluster every probe is
+    /// in one slot, so the pipeline goes to one master (capabilities are assumed to be the same
+    /// on every node of a cluster).
+    pub(crate) async fn detect(
+        conn: &mut ClientConnection,
+        probe_tracking: bool,
+    ) -> Result<ServerInfo> {
+        let probe_tracking = probe_tracking && !conn.is_cluster();
         let probe = format!("leasehold:probe:{}", uuid::Uuid::new_v4().simple());
         let publish = if conn.is_cluster() {
             "SPUBLISH"
@@ -93,14 +104,18 @@ impl ServerInfo {
             .arg("")
             .cmd("INFO")
             .arg("cluster");
+        if probe_tracking {
+            pipe.cmd("HELLO").cmd("CLIENT").arg("TRACKING").arg("OFF");
+        }
+        let probes = if probe_tracking { 8 } else { 6 };
         let replies: Vec<Value> = pipe
             .query_async(conn)
             .await
             .map_err(|e| Error::from_redis(Operation::Connect, e))?;
-        if replies.len() != 6 {
+        if replies.len() != probes {
             return Err(Error::UnexpectedReply {
                 op: Operation::Connect,
-                detail: format!("{} replies to 6 probes", replies.len()),
+                detail: format!("{} replies to {probes} probes", replies.len()),
             });
         }
         // Authentication failures surface on the first command; report them as such.
@@ -166,6 +181,7 @@ impl ServerInfo {
             has_delifeq: accepted(&replies[2]),
             has_set_ifeq: accepted(&replies[3]),
             can_publish: accepted(&replies[4]),
+            can_track: probe_tracking && replies[6..].iter().all(accepted),
             cluster_enabled,
         })
     }

@@ -5,7 +5,6 @@ use crate::core::error::{Error, Result};
 use crate::core::kind::{Backend, Taking};
 use crate::core::options::LockOptions;
 use crate::core::outcome::TryAcquire;
-use crate::redis::slot::release_channel;
 use crate::redis::slot::validate_name;
 
 use super::RedisClient;
@@ -75,7 +74,7 @@ impl Attempts for PlainLock<'_> {
     /// The key's release channel, as one of the plain-lock waiters: each release wakes one.
     async fn wakeups(&self) -> Option<Box<dyn Wakeup>> {
         let notifier = self.client.inner.notifier.as_ref()?;
-        let subscription = notifier.subscribe_one(release_channel(self.key)).await?;
+        let subscription = notifier.subscribe_one(self.key).await?;
         Some(Box::new(subscription) as Box<dyn Wakeup>)
     }
 
@@ -116,9 +115,7 @@ impl<P: ChannelAttempts> Attempts for OnReleaseChannel<P> {
 
     async fn wakeups(&self) -> Option<Box<dyn Wakeup>> {
         let notifier = self.0.client().notifier()?;
-        let subscription = notifier
-            .subscribe(release_channel(Attempts::name(&self.0)))
-            .await?;
+        let subscription = notifier.subscribe(Attempts::name(&self.0)).await?;
         Some(Box::new(subscription) as Box<dyn Wakeup>)
     }
 

@@ -136,7 +136,8 @@ impl RedisClient {
         options: RedisOptions,
         notifier: Option<Notifier>,
     ) -> Result<Self> {
-        let server = ServerInfo::detect(&mut conn).await?;
+        let probe_tracking = notifier.is_some() && options.notify_waiters && options.track_waiters;
+        let server = ServerInfo::detect(&mut conn, probe_tracking).await?;
         if server.cluster_enabled && !conn.is_cluster() {
             return Err(Error::Topology {
                 reason: format!(
@@ -152,7 +153,16 @@ impl RedisClient {
         if options.notify_waiters && !server.can_publish {
             tracing::info!("PUBLISH not allowed on leasehold's channels (ACL): waiters will poll");
         }
-        let notifier = notifier.filter(|_| notify_waiters);
+        let waiters_track = probe_tracking && notify_waiters && server.can_track;
+        if probe_tracking && !server.can_track && !conn.is_cluster() {
+            tracing::info!(
+                "HELLO or CLIENT TRACKING not allowed (ACL): plain releases publish, and this \
+                 client's waiters are woken by those messages"
+            );
+        }
+        let notifier = notifier
+            .filter(|_| notify_waiters)
+            .map(|n| n.tracking(waiters_track));
         tracing::debug!(%server, %release, %extend, "leasehold connected");
         Ok(RedisClient {
             inner: Arc::new(ClientInner {
@@ -163,6 +173,7 @@ impl RedisClient {
                 renewer: OnceLock::new(),
                 renewal_stats: Arc::default(),
                 notify_waiters,
+                waiters_track,
                 notifier,
             }),
             history: None,

@@ -86,6 +86,9 @@ struct ClientInner {
     /// The renewer's counters, from the start (a handle taken early must see its counts).
     renewal_stats: Arc<RenewalStats>,
     notify_waiters: bool,
+    /// Waiters track the keys they wait for (`CLIENT TRACKING`), so the plain lock's releases
+    /// publish nothing: the server's invalidation of the key wakes them (`redis::waiting`).
+    waiters_track: bool,
     /// The subscriber for release notifications; needs a URL to open its own connection.
     notifier: Option<Notifier>,
 }
@@ -202,6 +205,21 @@ impl RedisClient {
             false => String::new(),
         };
         (channel, self.publish_command())
+    }
+
+    /// [`release_notice`](Self::release_notice) for a release that deletes the plain lock key
+    /// `key`: no channel (nothing published) where waiters track their keys, as the deletion
+    /// itself wakes them.
+    pub(crate) fn plain_release_notice(&self, key: &str) -> (String, &'static str) {
+        match self.inner.waiters_track {
+            true => (String::new(), self.publish_command()),
+            false => self.release_notice(key),
+        }
+    }
+
+    /// Whether the plain lock's releases publish (see [`plain_release_notice`](Self::plain_release_notice)).
+    pub(crate) fn publishes_plain_releases(&self) -> bool {
+        self.inner.notify_waiters && !self.inner.waiters_track
     }
 
     /// `SPUBLISH` in a cluster, `PUBLISH` elsewhere.

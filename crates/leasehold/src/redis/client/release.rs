@@ -33,7 +33,7 @@ impl RedisClient {
     /// [`release_min_hold`](Self::release_min_hold): true if released or kept, false if the
     /// key does not hold `token`.
     pub(crate) async fn release_min_hold_raw(&self, key: &str, token: &str) -> Result<bool> {
-        let (channel, publish) = self.release_notice(key);
+        let (channel, publish) = self.plain_release_notice(key);
         let companion = min_hold_key(key);
         self.idempotent(Operation::Release, |mut conn| {
             let (channel, companion) = (&channel, &companion);
@@ -71,7 +71,7 @@ impl RedisClient {
             ..HistoryEvent::of_holder(HistoryKind::Released, token)
         };
         let args = record_args(history, &event, false);
-        let (channel, publish) = self.release_notice(key);
+        let (channel, publish) = self.plain_release_notice(key);
         let stream = history_key(key);
         // The server's own compare-and-delete, where it has one: one command in the script
         // instead of GET and DEL.
@@ -97,8 +97,9 @@ impl RedisClient {
     }
 
     pub(crate) async fn release_raw(&self, key: &str, token: &str) -> Result<bool> {
-        let notify = self.inner.notify_waiters;
-        let channel = notify.then(|| release_channel(key));
+        let channel = self
+            .publishes_plain_releases()
+            .then(|| release_channel(key));
         let sharded = self.inner.conn.is_cluster();
         self.idempotent(Operation::Release, |mut conn| {
             let channel = channel.as_deref();

@@ -1,7 +1,8 @@
 //! Waiters woken on release instead of polling alone.
 //!
 //! A release publishes the lock key on [`release_channel`](crate::redis::release_channel) in the same
-//! round trip (inside the release script, or pipelined with `DELEX`/`DELIFEQ`). A waiting
+//! round trip (inside the release script, or pipelined with `DELEX`/`DELIFEQ`), except a plain
+//! lock's release where waiters track the key (below). A waiting
 //! acquirer makes its first attempt at once (a free lock costs one `SET NX PX`, as with
 //! `try_acquire`); only when that finds the lock busy does it subscribe to the channel, through
 //! one subscriber connection shared by every waiter of the client, and then attempt again at
@@ -18,6 +19,34 @@
 //! waiter awaits the server's confirmation) is delivered to it; one that ran before is seen by
 //! the attempt that follows the confirmation, which finds the key free. The test
 //! `a_busy_waiter_attempts_again_once_subscribed` fails if that attempt is left out.
+//!
+//! **Tracking: no message for a plain release.** On one server (standalone, Sentinel) the
+//! subscriber connection also turns on `CLIENT TRACKING` (RESP3, default mode: it reads
+//! nothing but the keys its waiters wait for). A waiter registering on a key's release channel
+//! has the key read once on that connection (`PTTL`, sent beside the `SUBSCRIBE`), and the
+//! server then reports any change of the key (deletion, expiry, overwrite, new TTL) with an
+//! `invalidate` push. A client whose waiters track (`RedisClient::plain_release_notice`)
+//! releases a plain lock with its token-checked delete alone, no `PUBLISH`: an uncontended
+//! cycle costs the server one command less. Tracking is one-shot, and an invalidation does not
+//! say why the key changed (an acquisition or an extension changes it too), so on each one,
+//! while the key has waiters, [`Router`] has the key read again at once: the read arms the
+//! tracking again, and only a key found gone wakes the waiters (one plain-lock waiter, every
+//! broadcast waiter), as a release message would. An extension wakes nobody (the test
+//! `an_extend_of_the_held_lock_wakes_no_waiter`).
+//!
+//! **No missed release, with tracking.** Say the key is read at `t` (a waiter's registration
+//! or a read after an invalidation). A change after `t` is reported, and leads to another read.
+//! A release before `t` shows as a missing key at `t`: a read after an invalidation then
+//! wakes a waiter, and a registration's read is followed by the waiter's own attempt, which
+//! sees the key as the read did or later. A key found held at `t` is tracked from `t`, so its
+//! release is reported. Between an invalidation and the read after it the key is not tracked,
+//! but that read covers the gap the same way. So after every release some waiter attempts,
+//! unless the subscriber connection broke (then, as with messages, waiters wake at their next
+//! poll). `one_waiter_is_woken_per_release` runs a chain of ten handoffs on invalidations
+//! alone and fails if the read after one is left out. Waiters that cannot track (a RESP2
+//! subscriber, an ACL without `+hello` or `+client|tracking`, a Cluster) make their clients'
+//! releases publish as before; a waiter of an earlier build, or one that cannot track, facing a
+//! tracking releaser wakes at its next poll.
 //!
 //! On a Redis Cluster the release publishes with `SPUBLISH` on the same channel, which hashes to
 //! the lock key's slot (see `src/redis/slot`), and waiters `SSUBSCRIBE`: the message travels only
@@ -44,24 +73,31 @@
 //! `src/redis/fair`); it offers its terms for that with `Notifier::offer_early`.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 
 use crate::core::acquire::Wakeup;
 use crate::redis::handoff::{EarlyGrant, EarlyTerms};
+use crate::redis::slot::release_channel;
 use crate::redis::topology::SubscriberSource;
+
+mod connection;
+
+use connection::{Router, run};
 
 /// The shared subscriber connection of one client, opened on first use and reopened after it
 /// breaks.
 pub(crate) struct Notifier {
     source: SubscriberSource,
     timeout: Duration,
+    /// Whether the subscriber connection turns on `CLIENT TRACKING`, so that a change of a
+    /// waited-for key wakes its waiters with no message from the releaser (see the module docs).
+    track: bool,
     hub: tokio::sync::Mutex<Option<Arc<Hub>>>,
     /// This client's name in its fair waiters' queue entries: a fair release by this client
     /// hands the lock to one of them by its reply instead of a message.
@@ -93,6 +129,23 @@ struct Channel {
     /// Counts the times the channel was left without waiters: a lingering unsubscribe goes
     /// ahead only if nobody came (and left) since it was scheduled.
     idle: u64,
+    /// The key whose changes wake this channel's waiters through tracking (a release channel's
+    /// name; `None` for a fair waiter's handoff channel, or when the hub does not track).
+    key: Option<String>,
+    /// Whether the server tracks `key` for this connection: a read of it came back, and no
+    /// invalidation of it arrived since that read was sent.
+    armed: bool,
+    /// Drawn from [`GENERATIONS`] when the channel is made and at each invalidation of `key`: a
+    /// read asked for before the latest one does not arm.
+    generation: u64,
+}
+
+/// The source of [`Channel::generation`]: unique across channels, so a read answered for a
+/// channel that was dropped (lingered out) and made again cannot arm the new one.
+static GENERATIONS: AtomicU64 = AtomicU64::new(0);
+
+fn next_generation() -> u64 {
+    GENERATIONS.fetch_add(1, Ordering::Relaxed)
 }
 
 /// How long a channel stays subscribed after its last waiter left: a waiter of the same key
@@ -156,6 +209,22 @@ fn parse_handoff(rest: &[u8]) -> Option<(&str, Handoff)> {
 enum Command {
     Subscribe(String, oneshot::Sender<bool>),
     Unsubscribe(String),
+    /// Reads a key so the server tracks it for this connection (see [`Track`]).
+    Track(Track),
+}
+
+/// A tracking read of `key` for `channel`'s waiters: arms the one-shot tracking, and (after an
+/// invalidation) wakes them if the read finds the key gone.
+struct Track {
+    channel: String,
+    key: String,
+    /// `Channel::generation` when the read was asked for.
+    generation: u64,
+    /// After an invalidation: wake the waiters if the key is gone. (A waiter's own first read
+    /// needs no wake-up: its next attempt sees the key as the read did, or later.)
+    wake_if_gone: bool,
+    /// Told when the read was answered (or failed).
+    done: Option<oneshot::Sender<()>>,
 }
 
 /// One subscriber connection. Commands go through one task in order, so an UNSUBSCRIBE sent when
@@ -165,6 +234,8 @@ struct Hub {
     channels: Channels,
     alive: Arc<AtomicBool>,
     local: LocalWaiters,
+    /// The server accepted `CLIENT TRACKING ON` on this connection.
+    tracking: bool,
 }
 
 impl Hub {
@@ -200,30 +271,41 @@ impl Notifier {
         Notifier {
             source,
             timeout,
+            track: false,
             hub: tokio::sync::Mutex::new(None),
             id: crate::core::token::LockToken::random().expose()[..16].to_string(),
             local: LocalWaiters::default(),
         }
     }
 
-    /// Subscribes to `channel`, waiting for the server's confirmation. `None` if that fails
-    /// (the waiter then polls).
-    pub(crate) async fn subscribe(&self, channel: String) -> Option<Subscription> {
-        self.subscribe_as(channel, None, false).await
+    /// With `on`, the subscriber connection turns on `CLIENT TRACKING` and waiters of a key are
+    /// also woken when the server reports the key changed (the client's plain releases then
+    /// publish nothing: see the module docs).
+    pub(crate) fn tracking(mut self, on: bool) -> Self {
+        self.track = on;
+        self
     }
 
-    /// Subscribes to `channel` as one of the waiters for a plain lock: each release wakes *one*
-    /// such waiter of this client (the longest waiting), not all of them, since only one can
-    /// take the lock. Waiters of other kinds (read-write locks, elections, semaphores, fair
-    /// waiters) still see every release.
+    /// Subscribes to the release channel of `name` (and tracks `name` where the hub tracks),
+    /// waiting for the server's confirmation. `None` if that fails (the waiter then polls).
+    pub(crate) async fn subscribe(&self, name: &str) -> Option<Subscription> {
+        self.subscribe_as(release_channel(name), Some(name), None, false)
+            .await
+    }
+
+    /// Subscribes to the release channel of `name` as one of the waiters for a plain lock: each
+    /// release wakes *one* such waiter of this client (the longest waiting), not all of them,
+    /// since only one can take the lock. Waiters of other kinds (read-write locks, elections,
+    /// semaphores, fair waiters) still see every release.
     ///
     /// **No release is left without a local attempt after it**: a release that finds no such
     /// waiter asleep leaves a permit that the next one to sleep (or to attempt) consumes; a
     /// waiter woken by it attempts next, or, if it leaves first (deadline, cancellation), hands
     /// the wake-up to the next waiter. Whoever then holds the lock wakes the next waiter with
     /// its own release. The test `one_waiter_is_woken_per_release` fails if a release is lost.
-    pub(crate) async fn subscribe_one(&self, channel: String) -> Option<Subscription> {
-        self.subscribe_as(channel, None, true).await
+    pub(crate) async fn subscribe_one(&self, name: &str) -> Option<Subscription> {
+        self.subscribe_as(release_channel(name), Some(name), None, true)
+            .await
     }
 
     /// Subscribes to `channel` as the fair waiter `ticket`: handoff messages for the ticket go
@@ -234,7 +316,7 @@ impl Notifier {
         channel: String,
         ticket: String,
     ) -> Option<Subscription> {
-        self.subscribe_as(channel, Some(ticket), false).await
+        self.subscribe_as(channel, None, Some(ticket), false).await
     }
 
     /// This client's name in its fair waiters' queue entries.
@@ -290,11 +372,13 @@ impl Notifier {
     async fn subscribe_as(
         &self,
         channel: String,
+        key: Option<&str>,
         ticket: Option<String>,
         one: bool,
     ) -> Option<Subscription> {
         let hub = self.hub().await?;
-        let (rx, first, ticket, one) = {
+        let key = key.filter(|_| hub.tracking);
+        let (rx, first, ticket, one, track) = {
             let mut channels = hub.channels.lock().unwrap_or_else(|p| p.into_inner());
             let first = !channels.contains_key(&channel);
             let c = channels.entry(channel.clone()).or_insert_with(|| Channel {
@@ -304,6 +388,9 @@ impl Notifier {
                 tickets: HashMap::new(),
                 confirmed: false,
                 idle: 0,
+                key: key.map(str::to_string),
+                armed: false,
+                generation: next_generation(),
             });
             c.refs += 1;
             let ticket = ticket.map(|t| {
@@ -314,7 +401,23 @@ impl Notifier {
                 (t, rx)
             });
             let one = one.then(|| (c.one.clone(), false));
-            (c.tx.subscribe(), first, ticket, one)
+            // The key is read once per arming, not once per waiter: a waiter that comes while
+            // it is armed (or being armed by an earlier waiter's read) registers for free.
+            let track = match (&c.key, c.armed) {
+                (Some(key), false) => {
+                    let (done, answered) = oneshot::channel();
+                    let _ = hub.commands.send(Command::Track(Track {
+                        channel: channel.clone(),
+                        key: key.clone(),
+                        generation: c.generation,
+                        wake_if_gone: false,
+                        done: Some(done),
+                    }));
+                    Some(answered)
+                }
+                _ => None,
+            };
+            (c.tx.subscribe(), first, ticket, one, track)
         };
         let subscription = Subscription {
             hub: hub.clone(),
@@ -338,6 +441,11 @@ impl Notifier {
                     return None; // dropping `subscription` undoes the registration
                 }
             }
+        }
+        // The tracking read went out beside the SUBSCRIBE (one round trip for both). A failed
+        // read leaves the key unarmed: the messages and the pause still wake this waiter.
+        if let Some(answered) = track {
+            let _ = tokio::time::timeout(self.timeout, answered).await;
         }
         Some(subscription)
     }
@@ -364,11 +472,13 @@ impl Notifier {
         }
         let channels: Channels = Arc::default();
         let alive = Arc::new(AtomicBool::new(true));
-        let router = Router {
-            channels: channels.clone(),
-            alive: alive.clone(),
-        };
-        let subscriber = match tokio::time::timeout(self.timeout, self.open(router)).await {
+        let (commands, rx) = mpsc::unbounded_channel();
+        // Weak: the connection (which owns the router) must not keep its own command loop,
+        // and so itself, alive once the hub is gone.
+        let router = Router::new(channels.clone(), alive.clone(), commands.downgrade());
+        let (subscriber, tracking) = match tokio::time::timeout(self.timeout, self.open(router))
+            .await
+        {
             Ok(Ok(p)) => p,
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, "cannot open the subscriber connection; waiters poll");
@@ -376,200 +486,16 @@ impl Notifier {
             }
             Err(_) => return None,
         };
-        let (commands, rx) = mpsc::unbounded_channel();
         tokio::spawn(run(subscriber, rx, channels.clone(), alive.clone()));
         let hub = Arc::new(Hub {
             commands,
             channels,
             alive,
             local: self.local.clone(),
+            tracking,
         });
         *current = Some(hub.clone());
         Some(hub)
-    }
-}
-
-/// Routes the subscriber connection's RESP3 pushes where they arrive, inside the connection's
-/// own task: a handoff wakes its waiter directly, without a hop through another task (on two
-/// cores, each hop is a wake-up that can wait behind a busy thread).
-struct Router {
-    channels: Channels,
-    alive: Arc<AtomicBool>,
-}
-
-impl redis::aio::AsyncPushSender for Router {
-    fn send(&self, info: redis::PushInfo) -> Result<(), redis::aio::SendError> {
-        match info.kind {
-            redis::PushKind::Message | redis::PushKind::SMessage => {
-                if let [
-                    redis::Value::BulkString(channel),
-                    redis::Value::BulkString(payload),
-                    ..,
-                ] = info.data.as_slice()
-                {
-                    wake(&self.channels, channel, payload);
-                }
-            }
-            // Only a one-server connection reports this: a cluster connection reconnects and
-            // re-subscribes by itself.
-            redis::PushKind::Disconnection => self.alive.store(false, Ordering::Release),
-            _ => {}
-        }
-        Ok(())
-    }
-}
-
-/// `client` speaking RESP3 (which carries pub/sub messages as pushes on a multiplexed
-/// connection).
-fn resp3(client: &redis::Client) -> redis::RedisResult<redis::Client> {
-    let info = client.get_connection_info().clone();
-    let settings = info
-        .redis_settings()
-        .clone()
-        .set_protocol(redis::ProtocolVersion::RESP3);
-    redis::Client::open(info.set_redis_settings(settings))
-}
-
-impl Notifier {
-    async fn open(&self, router: Router) -> redis::RedisResult<Subscriber> {
-        match &self.source {
-            SubscriberSource::Client(client) => open_single(client, router, self.timeout).await,
-            SubscriberSource::Sentinel(conn) => {
-                open_single(&conn.current_client(), router, self.timeout).await
-            }
-            SubscriberSource::Cluster {
-                seeds,
-                root_cert,
-                connect_timeout,
-            } => {
-                // Cluster pushes carry no disconnection the router must act on.
-                let client = crate::redis::topology::cluster_client(
-                    seeds,
-                    root_cert,
-                    *connect_timeout,
-                    *connect_timeout,
-                    Some(router),
-                )
-                .map_err(|e| redis::RedisError::from(std::io::Error::other(e.to_string())))?;
-                Ok(Subscriber::Cluster(client.get_async_connection().await?))
-            }
-        }
-    }
-}
-
-/// A RESP3 connection whose pushes `router` handles; a RESP2 subscriber connection if the
-/// server refuses RESP3 (an ACL rule without `+hello`, say).
-async fn open_single(
-    client: &redis::Client,
-    router: Router,
-    timeout: Duration,
-) -> redis::RedisResult<Subscriber> {
-    let config = redis::AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(timeout))
-        .set_response_timeout(Some(timeout))
-        .set_push_sender(router);
-    match resp3(client)?
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
-    {
-        Ok(conn) => Ok(Subscriber::Single(conn)),
-        Err(e) => {
-            tracing::debug!(error = %e, "RESP3 subscriber refused; subscribing over RESP2");
-            Ok(Subscriber::Resp2(client.get_async_pubsub().await?))
-        }
-    }
-}
-
-/// An open subscriber connection.
-enum Subscriber {
-    /// `SUBSCRIBE` on one server over RESP3: messages reach the [`Router`] as pushes.
-    Single(redis::aio::MultiplexedConnection),
-    /// `SUBSCRIBE` on one server over RESP2: messages come through the subscriber's stream.
-    Resp2(redis::aio::PubSub),
-    /// `SSUBSCRIBE` through a RESP3 cluster connection: messages reach the [`Router`] as pushes.
-    Cluster(redis::cluster_async::ClusterConnection),
-}
-
-/// Wakes the waiters of `channel` (`payload` was published on it): a handoff message wakes
-/// the one waiter with its ticket (nobody, if that waiter is another client's), anything else
-/// every broadcast waiter of the channel and one plain-lock waiter.
-fn wake(channels: &Channels, channel: &[u8], payload: &[u8]) {
-    let channels = channels.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(c) = std::str::from_utf8(channel)
-        .ok()
-        .and_then(|n| channels.get(n))
-    else {
-        return;
-    };
-    if let Some(rest) = payload.strip_prefix(HANDOFF_PREFIX.as_bytes()) {
-        if let Some((ticket, handoff)) = parse_handoff(rest)
-            && let Some(tx) = c.tickets.get(ticket)
-        {
-            let _ = tx.send(Delivery::Handoff(handoff));
-        }
-        return;
-    }
-    c.tx.send_modify(|generation| *generation = generation.wrapping_add(1));
-    c.one.notify_one();
-}
-
-/// Runs the hub's commands in order (messages are routed by the [`Router`], or, over RESP2,
-/// read here too).
-async fn run(
-    subscriber: Subscriber,
-    mut commands: mpsc::UnboundedReceiver<Command>,
-    channels: Channels,
-    alive: Arc<AtomicBool>,
-) {
-    match subscriber {
-        Subscriber::Single(mut conn) => {
-            // Every handle on the hub gone: the connection closes with this task.
-            while let Some(command) = commands.recv().await {
-                match command {
-                    Command::Subscribe(channel, done) => {
-                        let _ = done.send(conn.subscribe(&channel).await.is_ok());
-                    }
-                    Command::Unsubscribe(channel) => {
-                        let _ = conn.unsubscribe(&channel).await;
-                    }
-                }
-            }
-        }
-        Subscriber::Cluster(mut conn) => {
-            while let Some(command) = commands.recv().await {
-                match command {
-                    Command::Subscribe(channel, done) => {
-                        let _ = done.send(conn.ssubscribe(&channel).await.is_ok());
-                    }
-                    Command::Unsubscribe(channel) => {
-                        let _ = conn.sunsubscribe(&channel).await;
-                    }
-                }
-            }
-        }
-        Subscriber::Resp2(pubsub) => {
-            let (mut sink, mut stream) = pubsub.split();
-            loop {
-                tokio::select! {
-                    command = commands.recv() => match command {
-                        None => return,
-                        Some(Command::Subscribe(channel, done)) => {
-                            let _ = done.send(sink.subscribe(&channel).await.is_ok());
-                        }
-                        Some(Command::Unsubscribe(channel)) => {
-                            let _ = sink.unsubscribe(&channel).await;
-                        }
-                    },
-                    message = stream.next() => match message {
-                        Some(m) => wake(&channels, m.get_channel_name().as_bytes(), m.get_payload_bytes()),
-                        None => {
-                            alive.store(false, Ordering::Release);
-                            return;
-                        }
-                    },
-                }
-            }
-        }
     }
 }
 
