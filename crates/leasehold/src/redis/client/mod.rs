@@ -217,6 +217,18 @@ impl RedisClient {
         }
     }
 
+    /// After this client's release deleted the plain lock key `key`: where waiters track their
+    /// keys (so the release published nothing), wakes this client's own waiters of `key` at
+    /// once instead of after the key's invalidation and the read that confirms it
+    /// ([`Notifier::released_here`]).
+    pub(crate) fn released_here(&self, key: &str) {
+        if self.inner.waiters_track
+            && let Some(notifier) = &self.inner.notifier
+        {
+            notifier.released_here(key);
+        }
+    }
+
     /// Whether the plain lock's releases publish (see [`plain_release_notice`](Self::plain_release_notice)).
     pub(crate) fn publishes_plain_releases(&self) -> bool {
         self.inner.notify_waiters && !self.inner.waiters_track

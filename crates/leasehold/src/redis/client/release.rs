@@ -94,6 +94,11 @@ impl RedisClient {
             }
         })
         .await
+        .inspect(|&released| {
+            if released {
+                self.released_here(key);
+            }
+        })
     }
 
     pub(crate) async fn release_raw(&self, key: &str, token: &str) -> Result<bool> {
@@ -152,6 +157,11 @@ impl RedisClient {
             }
         })
         .await
+        .inspect(|&released| {
+            if released {
+                self.released_here(key);
+            }
+        })
     }
 
     pub(crate) async fn extend_raw(&self, key: &str, token: &str, ttl_ms: u64) -> Result<bool> {

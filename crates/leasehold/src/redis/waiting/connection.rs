@@ -256,7 +256,7 @@ fn wake(channels: &Channels, channel: &[u8], payload: &[u8]) {
 }
 
 /// A release of `c`'s name was seen: every broadcast waiter, and one plain-lock waiter.
-fn released(c: &Channel) {
+pub(super) fn released(c: &Channel) {
     c.tx.send_modify(|seen| *seen = seen.wrapping_add(1));
     c.one.notify_one();
 }

@@ -48,6 +48,12 @@
 //! releases publish as before; a waiter of an earlier build, or one that cannot track, facing a
 //! tracking releaser wakes at its next poll.
 //!
+//! A release by the waiters' own client does not wait for its invalidation to come back: once
+//! the delete's reply says it deleted the key, the client wakes its waiters of that key itself
+//! (`Notifier::released_here`), a server hop sooner than a message would. The invalidation
+//! still comes and is handled as above; if its read finds the key still free, it wakes a
+//! second waiter, which finds the lock taken.
+//!
 //! On a Redis Cluster the release publishes with `SPUBLISH` on the same channel, which hashes to
 //! the lock key's slot (see `src/redis/slot`), and waiters `SSUBSCRIBE`: the message travels only
 //! within the key's shard instead of being broadcast over the whole cluster bus, and the
@@ -88,7 +94,7 @@ use crate::redis::topology::SubscriberSource;
 
 mod connection;
 
-use connection::{Router, run};
+use connection::{Router, released, run};
 
 /// The shared subscriber connection of one client, opened on first use and reopened after it
 /// breaks.
@@ -448,6 +454,28 @@ impl Notifier {
             let _ = tokio::time::timeout(self.timeout, answered).await;
         }
         Some(subscription)
+    }
+
+    /// This client deleted the plain lock key `name`, and its waiters track their keys: wakes
+    /// its waiters of `name` at once, as a release message would (one plain-lock waiter, every
+    /// broadcast waiter), without waiting for the key's invalidation to come back through the
+    /// server. The invalidation still comes, and is handled as any other (a waiter that it wakes
+    /// too finds the lock taken, or takes it), so a wake-up skipped here (the hub being opened)
+    /// only costs time.
+    pub(crate) fn released_here(&self, name: &str) {
+        let Ok(hub) = self.hub.try_lock() else {
+            return;
+        };
+        let Some(hub) = hub.as_ref() else {
+            return;
+        };
+        let channels = hub.channels.lock().unwrap_or_else(|p| p.into_inner());
+        if channels.is_empty() {
+            return; // nobody waits for anything: no channel name to build
+        }
+        if let Some(c) = channels.get(&release_channel(name)).filter(|c| c.refs > 0) {
+            released(c);
+        }
     }
 
     /// Whether `channel` is subscribed on the server already (confirmed, and lingering or in
