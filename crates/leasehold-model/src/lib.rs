@@ -13,6 +13,9 @@
 //! - [`acquire`]: the acquisition every primitive shares (plain lock, semaphore, read-write
 //!   lock, election), with renewals racing a release and `min_hold`; `kept_token` restores
 //!   finding L2.
+//! - [`wake`]: the tracking wake-up (waiters woken by the key's invalidation, no release
+//!   message), with replies and invalidations seen in either order; `no_reread` and
+//!   `no_attempt_after_register` each leave a release that wakes nobody.
 //!
 //! Every action names the Lua script or Rust function it mirrors. The properties: never two
 //! holders with valid leases (model time, drift folded into the lifetimes; for the extend
@@ -28,6 +31,7 @@ pub mod acquire;
 pub mod extend;
 pub mod fair;
 pub mod redlock;
+pub mod wake;
 
 use stateright::{Checker, HasDiscoveries, Model};
 
