@@ -138,10 +138,12 @@ pub(super) fn markdown(doc: &Value) -> String {
             md.push_str(
                 "\n(`floor`: `SET NX PX` and `DEL` through `redis` with no lock logic. \
                  `floor_token_checked`: the least a safe lock that wakes other clients' waiters \
-                 sends, through `redis` with no lock logic: a random token in `SET NX PX`, then \
-                 the server's token-checked delete with a `PUBLISH` pipelined; \
-                 `..._no_notify` without the `PUBLISH`. `leasehold_no_notify`: leasehold with \
-                 `notify_waiters(false)`, whose waiters poll)\n",
+                 by a message sends, through `redis` with no lock logic: a random token in \
+                 `SET NX PX`, then the server's token-checked delete with a `PUBLISH` \
+                 pipelined; `..._no_notify` without the `PUBLISH`, which is what leasehold \
+                 sends on one server, where its waiters track the key instead. \
+                 `leasehold_no_notify`: leasehold with `notify_waiters(false)`, whose waiters \
+                 poll)\n",
             );
         }
         if w == "W1B" {
