@@ -4,7 +4,7 @@
 //! is that those timers are never *needed*: the property "no missed release".
 //!
 //! Mirrors `src/redis/waiting` (`Notifier::subscribe_as`, `Router::invalidated`, `track`,
-//! `Notifier::released_here`, the `one` [`tokio::sync::Notify`]-style wake-up) and the engine's
+//! `Notifier::released_here`, the `one` wake-up, a `tokio::sync::Notify`) and the engine's
 //! loop (`core/acquire.rs`: the first attempt, the registration, the attempt right after it,
 //! `mark_seen` before each attempt, the pause).
 //!
