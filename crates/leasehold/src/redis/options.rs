@@ -64,6 +64,10 @@ impl RedisOptions {
     /// on a Cluster (where tracking is per node), still publish. It needs `+hello` and
     /// `+client|tracking` in an ACL rule; without them the client publishes as before.
     ///
+    /// A waiter in another client then wakes one round trip later than a message would wake it
+    /// (its client reads the key to confirm it is gone); waiters in the releasing client are
+    /// woken at once.
+    ///
     /// Off: the plain lock's releases publish, as they did before tracking, for waiters that
     /// do not track (earlier leasehold builds, a client whose ACL refuses tracking); with it
     /// on, such waiters still wake, but at their next poll (the backoff, or the holder's
