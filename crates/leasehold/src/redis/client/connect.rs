@@ -173,7 +173,6 @@ impl RedisClient {
                 renewer: OnceLock::new(),
                 renewal_stats: Arc::default(),
                 notify_waiters,
-                waiters_track,
                 notifier,
             }),
             history: None,

@@ -86,9 +86,6 @@ struct ClientInner {
     /// The renewer's counters, from the start (a handle taken early must see its counts).
     renewal_stats: Arc<RenewalStats>,
     notify_waiters: bool,
-    /// Waiters track the keys they wait for (`CLIENT TRACKING`), so the plain lock's releases
-    /// publish nothing: the server's invalidation of the key wakes them (`redis::waiting`).
-    waiters_track: bool,
     /// The subscriber for release notifications; needs a URL to open its own connection.
     notifier: Option<Notifier>,
 }
@@ -211,7 +208,7 @@ impl RedisClient {
     /// `key`: no channel (nothing published) where waiters track their keys, as the deletion
     /// itself wakes them.
     pub(crate) fn plain_release_notice(&self, key: &str) -> (String, &'static str) {
-        match self.inner.waiters_track {
+        match self.waiters_track() {
             true => (String::new(), self.publish_command()),
             false => self.release_notice(key),
         }
@@ -222,16 +219,21 @@ impl RedisClient {
     /// once instead of after the key's invalidation and the read that confirms it
     /// ([`Notifier::released_here`]).
     pub(crate) fn released_here(&self, key: &str) {
-        if self.inner.waiters_track
-            && let Some(notifier) = &self.inner.notifier
-        {
+        if let Some(notifier) = self.inner.notifier.as_ref().filter(|n| n.tracks()) {
             notifier.released_here(key);
         }
     }
 
+    /// Whether this client's waiters track the keys they wait for (`CLIENT TRACKING`), so the
+    /// plain lock's releases publish nothing: the server's invalidation of the key wakes them
+    /// (`redis::waiting`). Decided at connect, where the notifier is made.
+    fn waiters_track(&self) -> bool {
+        self.inner.notifier.as_ref().is_some_and(Notifier::tracks)
+    }
+
     /// Whether the plain lock's releases publish (see [`plain_release_notice`](Self::plain_release_notice)).
     pub(crate) fn publishes_plain_releases(&self) -> bool {
-        self.inner.notify_waiters && !self.inner.waiters_track
+        self.inner.notify_waiters && !self.waiters_track()
     }
 
     /// `SPUBLISH` in a cluster, `PUBLISH` elsewhere.

@@ -292,6 +292,11 @@ impl Notifier {
         self
     }
 
+    /// Whether this client's waiters track their keys (see [`Notifier::tracking`]).
+    pub(crate) fn tracks(&self) -> bool {
+        self.track
+    }
+
     /// Subscribes to the release channel of `name` (and tracks `name` where the hub tracks),
     /// waiting for the server's confirmation. `None` if that fails (the waiter then polls).
     pub(crate) async fn subscribe(&self, name: &str) -> Option<Subscription> {
