@@ -131,10 +131,12 @@ where
     let mut fut = Box::pin(fut);
     loop {
         let polled = py.detach(|| {
-            let mut wait =
+            let wait =
                 || runtime.block_on(async { tokio::time::timeout(SIGNAL_POLL, &mut fut).await });
             match inside {
-                None => wait(),
+                // The calling thread blocks on the call anyway: its round trips may go on a
+                // socket it reads itself (no runtime thread woken either way).
+                None => leasehold::blocking_call(wait),
                 Some(tokio::runtime::RuntimeFlavor::MultiThread) => {
                     tokio::task::block_in_place(wait)
                 }

@@ -4,6 +4,7 @@
 
 mod acl;
 mod bad_input;
+mod calling_thread;
 mod cluster;
 mod common;
 mod conformance;

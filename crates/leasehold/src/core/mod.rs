@@ -2,6 +2,7 @@
 //! contract every backend meets, and metrics. It imports nothing else of the crate.
 
 pub(crate) mod acquire;
+pub(crate) mod calling_thread;
 pub(crate) mod driver;
 pub(crate) mod error;
 pub(crate) mod fence;

@@ -108,14 +108,7 @@ impl ConnectionLike for ClientConnection {
             ClientConnection::Cluster(c) => c.req_packed_command(cmd),
             ClientConnection::Sentinel(c) => c.req_packed_command(cmd),
         };
-        let script = script_load_body(cmd);
-        Box::pin(async move {
-            let reply = reply.await.map_err(unreadable)?;
-            match script {
-                Some(body) => check_script_hash(body, reply),
-                None => Ok(reply),
-            }
-        })
+        Box::pin(async move { checked_reply(cmd, reply.await) })
     }
 
     fn req_packed_commands<'a>(
@@ -144,6 +137,16 @@ impl ConnectionLike for ClientConnection {
     }
 }
 
+/// `cmd`'s reply as it came out of a connection, checked: unreadable bytes are an I/O error
+/// ([`unreadable`]), and `SCRIPT LOAD` must answer the script's hash ([`check_script_hash`]).
+pub(crate) fn checked_reply(cmd: &Cmd, reply: RedisResult<Value>) -> RedisResult<Value> {
+    let reply = reply.map_err(unreadable)?;
+    match script_load_body(cmd) {
+        Some(body) => check_script_hash(body, reply),
+        None => Ok(reply),
+    }
+}
+
 /// A reply the connection could not read as RESP, as the I/O error it is.
 ///
 /// The redis crate reports bytes that are not RESP (a bad type byte, a bad length, a reply cut
@@ -152,7 +155,7 @@ impl ConnectionLike for ClientConnection {
 /// ambiguous. But coming out of the connection, before any conversion, it means the command was
 /// sent and no readable answer came back (the connection is dropped): the server may have
 /// applied it, so it must be an ambiguous [`Error::Connection`](crate::Error).
-fn unreadable(e: redis::RedisError) -> redis::RedisError {
+pub(crate) fn unreadable(e: redis::RedisError) -> redis::RedisError {
     if e.kind() != redis::ErrorKind::Parse {
         return e;
     }

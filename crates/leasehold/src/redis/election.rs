@@ -74,7 +74,7 @@ impl RedisElection {
             .arg(id)
             .arg(channel)
             .arg(publish);
-        let mut conn = self.client.connection();
+        let mut conn = self.client.conn();
         let reply = inv.invoke_async(&mut conn).await;
         match reply.and_then(crate::redis::error::int_pair) {
             Ok(r) => Ok(r),

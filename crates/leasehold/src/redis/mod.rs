@@ -8,6 +8,7 @@
 //! and the fair lock, waiting, renewal, and the Redis providers of the primitives every backend
 //! offers through [`Locker`](crate::Locker) (semaphores, read-write locks, elections).
 
+pub(crate) mod calling_thread;
 pub(crate) mod client;
 pub(crate) mod connection;
 pub(crate) mod election;

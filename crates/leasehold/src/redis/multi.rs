@@ -188,7 +188,7 @@ impl MultiLock {
                 inv.key(k);
             }
             inv.arg(token.expose()).arg(ttl_ms);
-            let mut conn = self.client.connection();
+            let mut conn = self.client.conn();
             let reply = inv
                 .invoke_async(&mut conn)
                 .await

@@ -109,7 +109,7 @@ impl RedisRwLock {
             let (lock, token) = (self.clone(), token.clone());
             async move { lock.give_back(side, &token).await }
         });
-        let mut conn = self.client.connection();
+        let mut conn = self.client.conn();
         let reply = match side {
             Side::Read => {
                 let mut inv = READ_ACQUIRE.key(&self.readers);

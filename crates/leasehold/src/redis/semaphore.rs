@@ -107,7 +107,7 @@ impl RedisSemaphore {
             .arg(token.expose())
             .arg(ttl_ms)
             .arg(self.permits);
-        let mut conn = self.client.connection();
+        let mut conn = self.client.conn();
         let result = inv
             .invoke_async(&mut conn)
             .await

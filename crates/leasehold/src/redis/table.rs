@@ -149,7 +149,7 @@ impl RedisClient {
             let (next, page): (u64, Vec<String>) = self
                 .idempotent(Operation::Inspect, move |conn| {
                     let master = master.clone();
-                    async move { scan_page(conn, cursor, master).await }
+                    async move { scan_page(conn.into_shared(), cursor, master).await }
                 })
                 .await?;
             keys.extend(page);

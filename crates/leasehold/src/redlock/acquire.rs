@@ -59,7 +59,7 @@ impl Redlock {
             self.fan_out(Vec::new(), Wait::Quorum, move |client| {
                 let (key, token) = (key.clone(), token.clone());
                 async move {
-                    let mut conn = client.connection();
+                    let mut conn = client.conn();
                     let counter = fence_key(&key);
                     let mut inv = match min_hold_ms {
                         Some(_) => REDLOCK_MIN_HOLD_ACQUIRE.key(&key),
@@ -121,7 +121,7 @@ impl Redlock {
                 .fan_out(Vec::new(), Wait::Quorum, move |client| {
                     let (key, token) = (key.clone(), token.clone());
                     async move {
-                        let mut conn = client.connection();
+                        let mut conn = client.conn();
                         let held: i64 = RAISE_FENCE
                             .key(&key)
                             .key(fence_key(&key))

@@ -80,7 +80,7 @@ impl RedisClient {
         let call = self.acquire_script(key, token, ttl_ms, (fencing, min_hold_ms), want_remaining);
         // Ours until confirmed: if this future is dropped, or the reply is lost, give it back.
         let mut cleanup = self.give_back_if_abandoned(key, token);
-        let mut conn = self.inner.conn.clone();
+        let mut conn = self.conn();
         let mut by_body = false;
         let replies = loop {
             let mut pipe = redis::pipe();
@@ -155,7 +155,7 @@ impl RedisClient {
         min_hold_ms: Option<u64>,
     ) -> Result<Attempt> {
         let mut cleanup = self.give_back_if_abandoned(key, token);
-        let mut conn = self.inner.conn.clone();
+        let mut conn = self.conn();
         let call = self.acquire_script(key, token, ttl_ms, (fencing, min_hold_ms), want_remaining);
         let scripted = call.is_some();
         let reply = if let Some(call) = &call {

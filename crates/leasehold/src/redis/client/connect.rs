@@ -3,6 +3,7 @@
 use std::sync::{Arc, OnceLock};
 
 use crate::core::error::{Error, Operation, Result};
+use crate::redis::calling_thread::CallerSockets;
 use crate::redis::connection::ClientConnection;
 use crate::redis::endpoint::Endpoint;
 use crate::redis::options::RedisOptions;
@@ -82,13 +83,23 @@ impl RedisClient {
         let root_cert = crate::redis::topology::read_tls_files(&options.client)?;
         // Boxed: the connection futures of every topology nest deep enough to overflow the
         // compiler's layout depth limit in callers that embed this one.
+        // A standalone server's calling threads may open sockets of their own
+        // (`redis::calling_thread`).
+        let caller = match endpoint {
+            Endpoint::Standalone(url) => Some(CallerSockets::new(
+                crate::redis::topology::client_for(url, &root_cert)?,
+                options.client.connect_timeout,
+                options.client.response_timeout,
+            )),
+            _ => None,
+        };
         let connect = Box::pin(async {
             let (conn, source) =
                 crate::redis::topology::open(endpoint, &options.client, root_cert).await?;
             let notifier = options
                 .notify_waiters
                 .then(|| Notifier::new(source, options.client.connect_timeout));
-            Self::build(conn, options, notifier).await
+            Self::build(conn, options, notifier, caller).await
         });
         // The client's own timeouts bound each step; this bounds them all together.
         tokio::time::timeout(bound, connect)
@@ -128,13 +139,14 @@ impl RedisClient {
         conn: impl Into<ClientConnection>,
         options: impl Into<RedisOptions>,
     ) -> Result<Self> {
-        Self::build(conn.into(), options.into(), None).await
+        Self::build(conn.into(), options.into(), None, None).await
     }
 
     async fn build(
         mut conn: ClientConnection,
         options: RedisOptions,
         notifier: Option<Notifier>,
+        caller: Option<Arc<CallerSockets>>,
     ) -> Result<Self> {
         let probe_tracking = notifier.is_some() && options.notify_waiters && options.track_waiters;
         let server = ServerInfo::detect(&mut conn, probe_tracking).await?;
@@ -167,6 +179,7 @@ impl RedisClient {
         Ok(RedisClient {
             inner: Arc::new(ClientInner {
                 conn,
+                caller,
                 server,
                 release,
                 extend,

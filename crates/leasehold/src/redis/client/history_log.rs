@@ -59,7 +59,7 @@ impl RedisHistory {
             .ignore();
         // Sent once: a repeated XADD would store the event twice.
         self.client
-            .connection()
+            .conn()
             .pipeline_on_key_master(&stream, pipe)
             .await
             .map_err(|e| Error::from_redis(Operation::History, e))?;

@@ -29,6 +29,7 @@ use crate::core::guard::{Lease, LockGuard, extended_by};
 use crate::core::history::HistoryOptions;
 use crate::core::options::LockOptions;
 use crate::core::token::LockToken;
+use crate::redis::calling_thread::{CallerSockets, RoutedConnection};
 use crate::redis::connection::ClientConnection;
 use crate::redis::renewal::{Registration, RenewTarget, RenewalStats, Renewer};
 use crate::redis::server::ServerInfo;
@@ -78,6 +79,9 @@ pub struct RedisClient {
 
 struct ClientInner {
     conn: ClientConnection,
+    /// Where this client's calling threads open sockets of their own (a standalone server
+    /// opened by URL; `redis::calling_thread`).
+    caller: Option<Arc<CallerSockets>>,
     server: ServerInfo,
     release: ReleaseStrategy,
     extend: ExtendStrategy,
@@ -119,6 +123,13 @@ impl RedisClient {
     /// A handle on the underlying connection, for the caller's own commands.
     pub fn connection(&self) -> ClientConnection {
         self.inner.conn.clone()
+    }
+
+    /// The connection this client's lock operations take: the calling thread's own socket
+    /// inside a [`blocking_call`](crate::blocking_call), the shared connection otherwise
+    /// (`redis::calling_thread`).
+    pub(crate) fn conn(&self) -> RoutedConnection {
+        RoutedConnection::new(self.inner.conn.clone(), self.inner.caller.clone())
     }
 
     pub(crate) fn guard(

@@ -5,7 +5,7 @@ use redis::Value;
 use crate::core::error::{Error, Operation, Result};
 use crate::core::history::{HistoryEvent, HistoryKind};
 use crate::core::token::LockToken;
-use crate::redis::connection::ClientConnection;
+use crate::redis::calling_thread::RoutedConnection;
 use crate::redis::history::{history_key, record_args, without_refusal};
 use crate::redis::scripts::{
     EXTEND_SCRIPT, MIN_HOLD_RELEASE_SCRIPT, RELEASE_NOTIFY_SCRIPT, RELEASE_RECORDED_SCRIPT,
@@ -196,10 +196,10 @@ impl RedisClient {
     /// ambiguous, whatever its own error: the first attempt may have been applied.
     pub(crate) async fn idempotent<T, F, Fut>(&self, op: Operation, mut run: F) -> Result<T>
     where
-        F: FnMut(ClientConnection) -> Fut,
+        F: FnMut(RoutedConnection) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
     {
-        match run(self.inner.conn.clone()).await {
+        match run(self.conn()).await {
             // READONLY: a failover demoted the server we spoke to; a Sentinel connection has
             // switched to the new primary meanwhile.
             Err(e)
@@ -210,7 +210,7 @@ impl RedisClient {
                 tracing::debug!(%op, error = %e, "connection dropped; retrying once");
                 // A refused connection or READONLY: the first attempt was not applied.
                 let first_unknown = e.is_connection_dropped() && !e.is_connection_refusal();
-                run(self.inner.conn.clone()).await.map_err(|retry| {
+                run(self.conn()).await.map_err(|retry| {
                     match Error::from_redis(op, retry) {
                         err if first_unknown && !err.is_ambiguous() => {
                             tracing::debug!(%op, error = %err, "the repeat failed too");

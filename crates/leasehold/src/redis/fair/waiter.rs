@@ -84,7 +84,7 @@ impl<'a> Waiter<'a> {
             .arg(if fencing { 1 } else { 0 })
             .arg(attempt)
             .arg(owner);
-        let mut conn = self.client.connection();
+        let mut conn = self.client.conn();
         // Only the script's own reply, two integers, counts: anything else (a bulk "1", a
         // fencing number out of range) is an unexpected reply, never a grant.
         let reply = inv

@@ -1,0 +1,259 @@
+//! Round trips on the calling thread's own socket, inside [`blocking_call`].
+//!
+//! A standalone client opened by URL keeps, per thread that makes [`blocking_call`]s, one
+//! synchronous connection of the `redis` crate (opened on the thread's first such call, with the
+//! client's URL, credentials and timeouts). A command that thread sends while it polls the
+//! call's future goes out and is read back there, blocking, as redis-py does: no runtime thread
+//! is woken, and the reply wakes nobody. Everything else keeps the client's shared multiplexed
+//! connection: tasks on the runtime's threads (renewals, the cleanup of an abandoned attempt,
+//! background releases), the subscriber, a Cluster, Sentinel and a caller's own connection.
+//!
+//! **Why safety does not depend on the route.** Every lock command is token-checked, and a call
+//! sends its next command only after the reply to the one before, so commands of one call reach
+//! the server in order whichever socket they take. Two things are about the socket itself:
+//! - *A reply is never taken for another command's.* A socket whose round trip failed (an I/O
+//!   error, a timeout, a reply it could not read) is closed, not kept: its late reply could
+//!   otherwise answer the next command. Only a whole reply (a server error among them) keeps it.
+//! - *An abandoned attempt is given back.* A round trip on this socket finishes within one poll,
+//!   so a call is never dropped between sending and reading. A reply that is lost (timeout,
+//!   broken connection) makes the attempt ambiguous, and its give-back travels on the shared
+//!   connection, which may pass the first command only if the server had not read it within the
+//!   response timeout; then the lock stays until its TTL, as with a broken shared connection.
+//!
+//! [`blocking_call`]: crate::blocking_call
+
+use std::cell::RefCell;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use redis::{Cmd, ConnectionLike as _, Pipeline, RedisFuture, RedisResult, Value};
+
+use crate::redis::connection::{ClientConnection, checked_reply, unreadable};
+
+/// After a thread failed to open its socket, how long its calls take the shared connection
+/// before it tries again (a server that is down must not cost every call a connect attempt).
+const RETRY_OPEN_AFTER: Duration = Duration::from_secs(1);
+
+/// Where a client's calling threads open their sockets.
+#[derive(Debug)]
+pub(crate) struct CallerSockets {
+    client: redis::Client,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+}
+
+/// One thread's socket for one client.
+struct Socket {
+    owner: Weak<CallerSockets>,
+    /// `None` after a failed open, until `retry_at`.
+    conn: Option<redis::Connection>,
+    retry_at: Instant,
+}
+
+/// This thread's sockets, and the process they were opened in.
+struct Sockets {
+    pid: u32,
+    open: Vec<Socket>,
+}
+
+thread_local! {
+    static SOCKETS: RefCell<Sockets> = RefCell::new(Sockets {
+        pid: std::process::id(),
+        open: Vec::new(),
+    });
+}
+
+impl CallerSockets {
+    pub(crate) fn new(
+        client: redis::Client,
+        connect_timeout: Duration,
+        response_timeout: Duration,
+    ) -> Arc<Self> {
+        Arc::new(CallerSockets {
+            client,
+            connect_timeout,
+            response_timeout,
+        })
+    }
+
+    /// `cmd` on this thread's socket, if the thread is inside a blocking call (`None`: take the
+    /// shared connection).
+    pub(crate) fn command(self: &Arc<Self>, cmd: &Cmd) -> Option<RedisResult<Value>> {
+        self.round_trip(|conn| conn.req_packed_command(&cmd.get_packed_command()))
+    }
+
+    /// `pipeline`'s replies `offset..offset + count` on this thread's socket, as
+    /// [`command`](Self::command).
+    pub(crate) fn pipeline(
+        self: &Arc<Self>,
+        pipeline: &Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> Option<RedisResult<Vec<Value>>> {
+        self.round_trip(|conn| {
+            conn.req_packed_commands(&pipeline.get_packed_pipeline(), offset, count)
+        })
+    }
+
+    fn round_trip<T>(
+        self: &Arc<Self>,
+        send: impl FnOnce(&mut redis::Connection) -> RedisResult<T>,
+    ) -> Option<RedisResult<T>> {
+        if !crate::core::calling_thread::in_blocking_call() {
+            return None;
+        }
+        // Taken out for the round trip: nothing stays borrowed while the thread blocks.
+        let mut conn = self.take()?;
+        let result = send(&mut conn);
+        // Kept only in step: after a whole reply (a server's refusal among them). Any other
+        // error may leave a reply unread on it.
+        let in_step = match &result {
+            Ok(_) => true,
+            Err(e) => matches!(e.kind(), redis::ErrorKind::Server(_)) && conn.is_open(),
+        };
+        if in_step {
+            self.put_back(conn);
+        }
+        Some(result)
+    }
+
+    /// This thread's socket for this client, opened if it has none (`None` if it cannot be
+    /// opened now).
+    fn take(self: &Arc<Self>) -> Option<redis::Connection> {
+        let found = SOCKETS.with(|s| {
+            let mut sockets = s.borrow_mut();
+            // A forked child's copies of its parent's sockets: the clients they belong to
+            // refuse use in a child (the Python package checks), so none is read here; they are
+            // forgotten, not closed, so nothing of the child's touches the parent's sessions.
+            if sockets.pid != std::process::id() {
+                sockets.pid = std::process::id();
+                std::mem::forget(std::mem::take(&mut sockets.open));
+            }
+            sockets.open.retain(|s| s.owner.strong_count() > 0);
+            let mine = sockets
+                .open
+                .iter()
+                .position(|s| std::ptr::eq(s.owner.as_ptr(), Arc::as_ptr(self)));
+            mine.map(|i| sockets.open.swap_remove(i))
+        });
+        match found {
+            Some(Socket {
+                conn: Some(conn), ..
+            }) => Some(conn),
+            Some(failed) if failed.retry_at > Instant::now() => {
+                self.remember(failed);
+                None
+            }
+            _ => match self.open() {
+                Ok(conn) => Some(conn),
+                Err(e) => {
+                    tracing::debug!(error = %e, "no socket of its own for this thread: the shared connection carries its calls");
+                    self.remember(Socket {
+                        owner: Arc::downgrade(self),
+                        conn: None,
+                        retry_at: Instant::now() + RETRY_OPEN_AFTER,
+                    });
+                    None
+                }
+            },
+        }
+    }
+
+    fn open(&self) -> RedisResult<redis::Connection> {
+        let conn = self
+            .client
+            .get_connection_with_timeout(self.connect_timeout)?;
+        conn.set_read_timeout(Some(self.response_timeout))?;
+        conn.set_write_timeout(Some(self.response_timeout))?;
+        Ok(conn)
+    }
+
+    fn put_back(self: &Arc<Self>, conn: redis::Connection) {
+        self.remember(Socket {
+            owner: Arc::downgrade(self),
+            conn: Some(conn),
+            retry_at: Instant::now(),
+        });
+    }
+
+    fn remember(&self, socket: Socket) {
+        SOCKETS.with(|s| s.borrow_mut().open.push(socket));
+    }
+}
+
+/// The connection a client's lock operations take: this thread's own socket inside a
+/// [`blocking_call`](crate::blocking_call) (a standalone client opened by URL), the shared
+/// connection otherwise. The route is chosen when the command is polled, by the thread that
+/// polls it.
+#[derive(Clone)]
+pub(crate) struct RoutedConnection {
+    shared: ClientConnection,
+    caller: Option<Arc<CallerSockets>>,
+}
+
+impl RoutedConnection {
+    pub(crate) fn new(shared: ClientConnection, caller: Option<Arc<CallerSockets>>) -> Self {
+        RoutedConnection { shared, caller }
+    }
+
+    /// The shared connection alone (for commands routed by node, such as a cluster's `SCAN`).
+    pub(crate) fn into_shared(self) -> ClientConnection {
+        self.shared
+    }
+
+    /// [`ClientConnection::pipeline_on_key_master`], routed (one server, so one socket, either
+    /// way).
+    pub(crate) async fn pipeline_on_key_master(
+        &mut self,
+        key: &str,
+        pipe: Pipeline,
+    ) -> RedisResult<Vec<Value>> {
+        match self.shared.is_cluster() {
+            true => self.shared.pipeline_on_key_master(key, pipe).await,
+            false => pipe.query_async(self).await,
+        }
+    }
+}
+
+impl redis::aio::ConnectionLike for RoutedConnection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            match self.caller.as_ref().and_then(|c| c.command(cmd)) {
+                Some(reply) => {
+                    crate::core::metrics::round_trip();
+                    checked_reply(cmd, reply)
+                }
+                None => self.shared.req_packed_command(cmd).await,
+            }
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            match self
+                .caller
+                .as_ref()
+                .and_then(|c| c.pipeline(pipeline, offset, count))
+            {
+                Some(replies) => {
+                    crate::core::metrics::round_trip();
+                    replies.map_err(unreadable)
+                }
+                None => {
+                    self.shared
+                        .req_packed_commands(pipeline, offset, count)
+                        .await
+                }
+            }
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.shared.get_db()
+    }
+}

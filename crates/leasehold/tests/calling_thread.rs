@@ -1,0 +1,130 @@
+//! `leasehold::blocking_call`: a thread that blocks on its calls does their round trips on a
+//! socket of its own (`src/redis/calling_thread.rs`).
+
+use std::time::Duration;
+
+use crate::common;
+
+use leasehold::redis::RedisClient;
+use leasehold::{ClientOptions, Error, LockOptions, Locker, TryAcquire};
+use leasehold_harness::{Server, ServerOptions};
+
+const LONG: Duration = Duration::from_secs(60);
+
+/// The server's client connections (`CLIENT LIST` on a connection of its own, counted).
+fn connections(url: &str) -> usize {
+    let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut conn).unwrap();
+    list.lines().filter(|l| !l.trim().is_empty()).count()
+}
+
+/// The ids of the server's client connections, but for the one that asks.
+fn client_ids(url: &str) -> std::collections::BTreeSet<i64> {
+    let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+    let me: i64 = redis::cmd("CLIENT").arg("ID").query(&mut conn).unwrap();
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut conn).unwrap();
+    list.lines()
+        .filter_map(|l| l.strip_prefix("id=")?.split(' ').next()?.parse().ok())
+        .filter(|id| *id != me)
+        .collect()
+}
+
+/// Runs `call` as a synchronous binding does: on a thread outside the runtime, polling the
+/// call's future itself (`Handle::block_on`) inside `blocking_call`.
+async fn on_a_blocking_thread<T: Send + 'static>(
+    call: impl FnOnce(&tokio::runtime::Handle) -> T + Send + 'static,
+) -> T {
+    let handle = tokio::runtime::Handle::current();
+    let thread = std::thread::spawn(move || leasehold::blocking_call(|| call(&handle)));
+    tokio::task::spawn_blocking(move || thread.join().expect("the thread ends"))
+        .await
+        .unwrap()
+}
+
+// The claim: inside `blocking_call`, a standalone client's commands go on one socket of the
+// calling thread's (one new connection, kept for the thread's next calls, closed when the
+// thread ends), and the lock they take is the same lock every other connection sees.
+leasehold_harness::server_test!(async fn a_blocking_calls_round_trips_go_on_its_threads_own_socket(bin) {
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let locks = Locker::connect(&server.url()).await.unwrap();
+    let url = server.url();
+    let before = connections(&url);
+
+    let l = locks.clone();
+    let (held, during) = on_a_blocking_thread(move |rt| {
+        let first = rt.block_on(l.try_acquire("k", &LockOptions::new(LONG))).unwrap();
+        let g = first.acquired().expect("k is free");
+        let busy = rt.block_on(l.try_acquire("k", &LockOptions::new(LONG))).unwrap();
+        assert!(!busy.is_acquired(), "the same lock, whichever socket asks");
+        rt.block_on(g.release()).unwrap();
+        let again = rt.block_on(l.try_acquire("k", &LockOptions::new(LONG))).unwrap();
+        (again.acquired().expect("k was released"), connections(&url))
+    })
+    .await;
+    assert_eq!(during, before + 1, "one socket for the thread, reused by its calls");
+    // The lease taken on that socket is the lock the shared connection sees, and releases.
+    assert!(!locks.try_acquire("k", &LockOptions::new(LONG)).await.unwrap().is_acquired());
+    held.release().await.unwrap();
+    assert_eq!(common::get(&server, "k"), None);
+    let url = server.url();
+    common::until("the ended thread's socket is closed", || connections(&url) == before).await;
+});
+
+// The claim: a round trip on the thread's socket that lost its reply (here: the response
+// timeout, while the server holds writes back) is an ambiguous error, and that reply, when it
+// comes, answers nothing else: the thread's next attempt on a lock someone else holds is busy,
+// not granted by the late "OK" of the attempt before.
+leasehold_harness::server_test!(async fn a_reply_lost_on_the_threads_socket_answers_no_later_command(bin) {
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let options = ClientOptions::new().response_timeout(Duration::from_millis(500));
+    let locks = Locker::from(RedisClient::connect_with(&server.url(), options).await.unwrap());
+    server.command(&["SET", "held", "someone-else", "PX", "60000"]).unwrap();
+    let url = server.url();
+    let ids_before = client_ids(&url);
+    // The thread tells the test where it is; the test tells the thread to go on.
+    let (at, mut reached) = tokio::sync::mpsc::unbounded_channel::<&str>();
+    let (go, mut go_on) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let l = locks.clone();
+    let thread = tokio::spawn(on_a_blocking_thread(move |rt| {
+        let g = rt.block_on(l.try_acquire("first", &LockOptions::new(LONG))).unwrap();
+        rt.block_on(g.acquired().unwrap().release()).unwrap();
+        at.send("socket open").unwrap();
+        go_on.blocking_recv().unwrap();
+        let lost = rt.block_on(l.try_acquire("lost", &LockOptions::new(LONG)));
+        at.send("reply given up").unwrap();
+        go_on.blocking_recv().unwrap();
+        let after = rt.block_on(l.try_acquire("held", &LockOptions::new(LONG)));
+        at.send("done").unwrap();
+        go_on.blocking_recv().unwrap(); // alive (its sockets open) until the test has looked
+        (lost, after)
+    }));
+    assert_eq!(reached.recv().await, Some("socket open"));
+    let opened: Vec<i64> = client_ids(&url).difference(&ids_before).copied().collect();
+    assert_eq!(opened.len(), 1, "the thread's socket: {opened:?}");
+    server.command(&["CLIENT", "PAUSE", "600000", "WRITE"]).unwrap();
+    go.send(()).unwrap();
+    assert_eq!(reached.recv().await, Some("reply given up"));
+    server.command(&["CLIENT", "UNPAUSE"]).unwrap();
+    go.send(()).unwrap();
+    assert_eq!(reached.recv().await, Some("done"));
+    // Our own rule, beside the redis crate's skipping of late replies: the socket that lost a
+    // reply is closed, and the thread's next call opened another.
+    let lost_socket = opened[0];
+    common::until("the socket that lost a reply is closed", || {
+        !client_ids(&url).contains(&lost_socket)
+    })
+    .await;
+    let now = client_ids(&url);
+    assert_eq!(now.difference(&ids_before).count(), 1, "one new socket for the thread");
+    go.send(()).unwrap();
+    let (lost, after) = thread.await.unwrap();
+    match lost {
+        Err(e @ Error::Connection { .. }) => assert!(e.is_ambiguous(), "{e}"),
+        other => panic!("expected an ambiguous connection error, got {other:?}"),
+    }
+    match after {
+        Ok(TryAcquire::Busy { .. }) => {}
+        other => panic!("`held` is someone else's: expected busy, got {other:?}"),
+    }
+    assert_eq!(common::get(&server, "held").as_deref(), Some("someone-else"));
+});
