@@ -128,3 +128,21 @@ leasehold_harness::server_test!(async fn a_reply_lost_on_the_threads_socket_answ
     }
     assert_eq!(common::get(&server, "held").as_deref(), Some("someone-else"));
 });
+
+// The claim, over TLS (`rediss://`): the thread's socket is a TLS connection of its own (not a
+// silent fall back to the shared connection), trusting the CA the client was given.
+leasehold_harness::server_test!(async fn a_blocking_call_over_tls_takes_a_socket_of_its_own(bin) {
+    let files = leasehold_harness::TlsFiles::temporary().expect("certificates are generated");
+    let server = Server::start(&bin, &ServerOptions::new().tls(&files)).expect("TLS server starts");
+    let options = ClientOptions::new().tls_ca_file(files.ca_cert());
+    let locks = Locker::connect_with(&server.tls_url().unwrap(), options).await.unwrap();
+    let plain = server.url(); // counting goes through the plain port
+    let before = connections(&plain);
+    let during = on_a_blocking_thread(move |rt| {
+        let g = rt.block_on(locks.try_acquire("tls", &LockOptions::new(LONG))).unwrap();
+        rt.block_on(g.acquired().expect("free").release()).unwrap();
+        connections(&plain)
+    })
+    .await;
+    assert_eq!(during, before + 1, "the thread's own TLS socket");
+});
