@@ -203,11 +203,14 @@ pub(super) async fn w3(
     let hold = Duration::from_secs_f64(st.w3_hold_ms / 1000.0);
     let mut runs: BTreeMap<String, Vec<Summary>> = BTreeMap::new();
     let mut cdfs = Vec::new();
-    // The last: fair, with a client per worker (every handoff by a message; not a target).
-    for (fair, client_each) in [(false, false), (true, false), (true, true)] {
+    // With a client per worker, every handoff goes from one client to another (as between
+    // processes): the plain lock's waiters are then woken by the server (tracking), the fair
+    // lock's by its handoff message.
+    for (fair, client_each) in [(false, false), (false, true), (true, false), (true, true)] {
         let (u, w) = (url.clone(), st.w3_workers);
         let (key, name) = match (fair, client_each) {
-            (false, _) => ("w3:leasehold", "leasehold"),
+            (false, false) => ("w3:leasehold", "leasehold"),
+            (false, true) => ("w3:clients", "leasehold_client_each"),
             (true, false) => ("w3:fair", "leasehold_fair"),
             (true, true) => ("w3:fair:clients", "leasehold_fair_client_each"),
         };

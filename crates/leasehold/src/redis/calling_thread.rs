@@ -183,8 +183,7 @@ impl CallerSockets {
 
 /// The connection a client's lock operations take: this thread's own socket inside a
 /// [`blocking_call`](crate::blocking_call) (a standalone client opened by URL), the shared
-/// connection otherwise. The route is chosen when the command is polled, by the thread that
-/// polls it.
+/// connection otherwise.
 #[derive(Clone)]
 pub(crate) struct RoutedConnection {
     shared: ClientConnection,
@@ -215,17 +214,19 @@ impl RoutedConnection {
     }
 }
 
+// The route is chosen when the command is handed to the connection, which happens while the
+// thread polls the call (`query_async`, `invoke_async` and `Pipeline::query_async` are async
+// functions): the thread that chooses is the thread that polls. The shared route adds nothing
+// to the command's future (no box around the connection's own).
 impl redis::aio::ConnectionLike for RoutedConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        Box::pin(async move {
-            match self.caller.as_ref().and_then(|c| c.command(cmd)) {
-                Some(reply) => {
-                    crate::core::metrics::round_trip();
-                    checked_reply(cmd, reply)
-                }
-                None => self.shared.req_packed_command(cmd).await,
+        match self.caller.as_ref().and_then(|c| c.command(cmd)) {
+            Some(reply) => {
+                crate::core::metrics::round_trip();
+                Box::pin(std::future::ready(checked_reply(cmd, reply)))
             }
-        })
+            None => self.shared.req_packed_command(cmd),
+        }
     }
 
     fn req_packed_commands<'a>(
@@ -234,23 +235,14 @@ impl redis::aio::ConnectionLike for RoutedConnection {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        Box::pin(async move {
-            match self
-                .caller
-                .as_ref()
-                .and_then(|c| c.pipeline(pipeline, offset, count))
-            {
-                Some(replies) => {
-                    crate::core::metrics::round_trip();
-                    replies.map_err(unreadable)
-                }
-                None => {
-                    self.shared
-                        .req_packed_commands(pipeline, offset, count)
-                        .await
-                }
+        let caller = self.caller.as_ref();
+        match caller.and_then(|c| c.pipeline(pipeline, offset, count)) {
+            Some(replies) => {
+                crate::core::metrics::round_trip();
+                Box::pin(std::future::ready(replies.map_err(unreadable)))
             }
-        })
+            None => self.shared.req_packed_commands(pipeline, offset, count),
+        }
     }
 
     fn get_db(&self) -> i64 {
