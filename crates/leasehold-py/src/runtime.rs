@@ -5,9 +5,12 @@
 //! future itself (`Runtime::block_on`) with the GIL released, so the reply wakes it directly.
 //! (Spawning the future on a runtime thread and waiting for its result on a channel added a
 //! thread wake-up each way to every call: about 30-40 us a lock cycle on a 2-core machine; see
-//! `bench/results/issue32-target6-python.md`.) The connections
-//! and background tasks (renewals, the Redis connection's reader) stay on the runtime's
-//! threads. The wait wakes every [`SIGNAL_POLL`] to let Python run its signal handlers. If one
+//! `bench/results/issue32-target6-python.md`.) Inside `leasehold::blocking_call`, so on one
+//! Redis or Valkey server the call's round trips go on a socket the thread owns and reads
+//! itself, blocking: no runtime thread is woken at all. The shared connections and background
+//! tasks (renewals, the subscriber, the Redis connection's reader) stay on the runtime's
+//! threads. A round trip on the thread's socket finishes (or reaches the response timeout)
+//! before a signal is seen. The wait wakes every [`SIGNAL_POLL`] to let Python run its signal handlers. If one
 //! raises (Ctrl-C's `KeyboardInterrupt`), the future is dropped inside the runtime: a lock
 //! granted at the last moment is released in the background, and a wait that was cancelled
 //! removes its queue entry (the library's cancellation contract). So an interrupted wait never

@@ -146,3 +146,38 @@ leasehold_harness::server_test!(async fn a_blocking_call_over_tls_takes_a_socket
     .await;
     assert_eq!(during, before + 1, "the thread's own TLS socket");
 });
+
+// The claim: a command is written when the call hands it over and read at the call's next
+// poll; a call dropped in between (here: polled once, then dropped) closes the thread's socket,
+// whose unread reply would otherwise answer the thread's next command. The next call opens
+// another socket and gets its own answer (busy, on a lock someone else holds).
+leasehold_harness::server_test!(async fn a_call_dropped_between_write_and_read_closes_the_socket(bin) {
+    use futures_util::FutureExt;
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let locks = Locker::connect(&server.url()).await.unwrap();
+    server.command(&["SET", "held", "someone-else", "PX", "60000"]).unwrap();
+    let url = server.url();
+    let after = on_a_blocking_thread(move |rt| {
+        let before = client_ids(&url);
+        let g = rt.block_on(locks.try_acquire("first", &LockOptions::new(LONG))).unwrap();
+        rt.block_on(g.acquired().unwrap().release()).unwrap();
+        let opened: Vec<i64> = client_ids(&url).difference(&before).copied().collect();
+        assert_eq!(opened.len(), 1, "the thread's socket: {opened:?}");
+        {
+            let _runtime = rt.enter(); // the abandoned attempt's give-back is spawned there
+            let once = locks.try_acquire("abandoned", &LockOptions::new(LONG)).now_or_never();
+            assert!(once.is_none(), "written, its reply not read yet");
+        }
+        let start = std::time::Instant::now();
+        while client_ids(&url).contains(&opened[0]) {
+            assert!(start.elapsed() < Duration::from_secs(60), "the socket was kept");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        rt.block_on(locks.try_acquire("held", &LockOptions::new(LONG)))
+    })
+    .await;
+    match after {
+        Ok(TryAcquire::Busy { .. }) => {}
+        other => panic!("`held` is someone else's: expected busy, got {other:?}"),
+    }
+});

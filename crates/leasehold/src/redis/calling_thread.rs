@@ -14,11 +14,17 @@
 //! - *A reply is never taken for another command's.* A socket whose round trip failed (an I/O
 //!   error, a timeout, a reply it could not read) is closed, not kept: its late reply could
 //!   otherwise answer the next command. Only a whole reply (a server error among them) keeps it.
-//! - *An abandoned attempt is given back.* A round trip on this socket finishes within one poll,
-//!   so a call is never dropped between sending and reading. A reply that is lost (timeout,
-//!   broken connection) makes the attempt ambiguous, and its give-back travels on the shared
-//!   connection, which may pass the first command only if the server had not read it within the
-//!   response timeout; then the lock stays until its TTL, as with a broken shared connection.
+//! - *An abandoned attempt is given back.* A command is written when the call hands it over and
+//!   its reply read at the call's next poll. A call dropped in between closes the socket (the
+//!   reply is never read); a reply that is lost (timeout, broken connection) makes the attempt
+//!   ambiguous. Either way the give-back travels on the shared connection, which may reach the
+//!   server before the attempt only if the server had not yet read the attempt from the closed
+//!   socket; then the lock stays until its TTL, as with a broken shared connection.
+//! - *Order across sockets.* Commands one call sends reach the server in order (each waits for
+//!   the reply before it). Commands of different threads, or of a thread and the runtime, travel
+//!   on different sockets, ordered only in time: a fair release's early handoff (`redis::fair`)
+//!   writes the release before it hands the lease over, and an extend of the new holder that
+//!   overtook it would report the lease lost, never grant it twice.
 //!
 //! [`blocking_call`]: crate::blocking_call
 
@@ -76,10 +82,23 @@ impl CallerSockets {
         })
     }
 
-    /// `cmd` on this thread's socket, if the thread is inside a blocking call (`None`: take the
-    /// shared connection).
-    pub(crate) fn command(self: &Arc<Self>, cmd: &Cmd) -> Option<RedisResult<Value>> {
-        self.round_trip(|conn| conn.req_packed_command(&cmd.get_packed_command()))
+    /// `cmd` written on this thread's socket, if the thread is inside a blocking call (`None`:
+    /// take the shared connection); its reply is read when the returned future is polled again.
+    ///
+    /// The write happens now and the read on the next poll (the future wakes itself at once),
+    /// not in one go: a caller that polls once to put its command on the wire before doing
+    /// something else (a fair release's early handoff, `redis::fair`) still gets that gap.
+    pub(crate) fn command(self: &Arc<Self>, cmd: &Cmd) -> Option<CallerReply> {
+        let mut conn = self.ready()?;
+        Some(match conn.send_packed_command(&cmd.get_packed_command()) {
+            // A write that failed may have sent part of the command: the socket is closed.
+            Err(e) => CallerReply::Failed(Some(e)),
+            Ok(()) => CallerReply::Sent {
+                owner: self.clone(),
+                conn: Some(conn),
+                polled: false,
+            },
+        })
     }
 
     /// `pipeline`'s replies `offset..offset + count` on this thread's socket, as
@@ -99,22 +118,32 @@ impl CallerSockets {
         self: &Arc<Self>,
         send: impl FnOnce(&mut redis::Connection) -> RedisResult<T>,
     ) -> Option<RedisResult<T>> {
+        let mut conn = self.ready()?;
+        let result = send(&mut conn);
+        self.after(conn, &result);
+        Some(result)
+    }
+
+    /// This thread's socket, taken out for a round trip (nothing stays borrowed while the thread
+    /// blocks), if the thread is inside a blocking call and has or can open one.
+    fn ready(self: &Arc<Self>) -> Option<redis::Connection> {
         if !crate::core::calling_thread::in_blocking_call() {
             return None;
         }
-        // Taken out for the round trip: nothing stays borrowed while the thread blocks.
-        let mut conn = self.take()?;
-        let result = send(&mut conn);
-        // Kept only in step: after a whole reply (a server's refusal among them). Any other
-        // error may leave a reply unread on it.
-        let in_step = match &result {
+        self.take()
+    }
+
+    /// Puts `conn` back after a round trip that ended with `result`, if it is in step: after a
+    /// whole reply (a server's refusal among them). Any other error may leave a reply unread on
+    /// it, so it is closed.
+    fn after<T>(self: &Arc<Self>, conn: redis::Connection, result: &RedisResult<T>) {
+        let in_step = match result {
             Ok(_) => true,
             Err(e) => matches!(e.kind(), redis::ErrorKind::Server(_)) && conn.is_open(),
         };
         if in_step {
             self.put_back(conn);
         }
-        Some(result)
     }
 
     /// This thread's socket for this client, opened if it has none (`None` if it cannot be
@@ -181,6 +210,58 @@ impl CallerSockets {
     }
 }
 
+/// A command's reply on the calling thread's socket: read (blocking) on the second poll, the
+/// first having only woken the task (see [`CallerSockets::command`]). Dropped before its read,
+/// it closes the socket, whose reply would otherwise answer the thread's next command.
+pub(crate) enum CallerReply {
+    /// The write failed (the socket is closed).
+    Failed(Option<redis::RedisError>),
+    /// Written; the reply is still on the socket.
+    Sent {
+        owner: Arc<CallerSockets>,
+        conn: Option<redis::Connection>,
+        polled: bool,
+    },
+}
+
+impl std::future::Future for CallerReply {
+    type Output = RedisResult<Value>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<RedisResult<Value>> {
+        use std::task::Poll;
+        match self.get_mut() {
+            CallerReply::Failed(e) => Poll::Ready(Err(e.take().unwrap_or_else(|| {
+                redis::RedisError::from((redis::ErrorKind::Client, "polled after it ended"))
+            }))),
+            CallerReply::Sent { polled, .. } if !*polled => {
+                *polled = true;
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+            CallerReply::Sent { owner, conn, .. } => {
+                let Some(mut c) = conn.take() else {
+                    return Poll::Ready(Err(redis::RedisError::from((
+                        redis::ErrorKind::Client,
+                        "polled after it ended",
+                    ))));
+                };
+                // As the redis crate's own round trip: pushes (RESP3) are not replies.
+                let reply = loop {
+                    match c.recv_response() {
+                        Ok(Value::Push { .. }) => continue,
+                        other => break other,
+                    }
+                };
+                owner.after(c, &reply);
+                Poll::Ready(reply)
+            }
+        }
+    }
+}
+
 /// The connection a client's lock operations take: this thread's own socket inside a
 /// [`blocking_call`](crate::blocking_call) (a standalone client opened by URL), the shared
 /// connection otherwise.
@@ -223,7 +304,7 @@ impl redis::aio::ConnectionLike for RoutedConnection {
         match self.caller.as_ref().and_then(|c| c.command(cmd)) {
             Some(reply) => {
                 crate::core::metrics::round_trip();
-                Box::pin(std::future::ready(checked_reply(cmd, reply)))
+                Box::pin(async move { checked_reply(cmd, reply.await) })
             }
             None => self.shared.req_packed_command(cmd),
         }

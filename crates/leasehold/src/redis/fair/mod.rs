@@ -86,10 +86,12 @@
 //!   TTL after that), like a handoff by message. If it says anything else (an assumption above
 //!   broken, say an outsider edited the queue), the lease is reported lost at once. If no reply
 //!   comes (connection lost), the lease keeps its early bound; a renewal then finds out which.
-//! - **Order.** The script is queued on the connection before the new holder can send anything,
-//!   so its extends and release follow the script on the server. Safety does not depend on
-//!   it: an extend that overtook the script (after a reconnect) would find the releaser's
-//!   token and report the lease lost.
+//! - **Order.** The script is queued on the connection (or written on the releasing thread's own
+//!   socket, `redis::calling_thread`) before the new holder can send anything, so on one
+//!   connection its extends and release follow the script on the server, and from a socket of
+//!   the new holder's thread they follow it in time. Safety does not depend on it: an extend
+//!   that overtook the script (after a reconnect, or from another socket the server read
+//!   first) would find the releaser's token and report the lease lost.
 //!
 //! The test `the_next_waiter_of_the_same_client_is_handed_the_lock_before_the_release_runs`
 //! pauses the server's writes: the waiter holds the lock while the key still holds the
