@@ -10,7 +10,7 @@
 //!
 //! **Why safety does not depend on the route.** Every lock command is token-checked, and a call
 //! sends its next command only after the reply to the one before, so commands of one call reach
-//! the server in order whichever socket they take. Two things are about the socket itself:
+//! the server in order whichever socket they take. The rest is about the sockets themselves:
 //! - *A reply is never taken for another command's.* A socket whose round trip failed (an I/O
 //!   error, a timeout, a reply it could not read) is closed, not kept: its late reply could
 //!   otherwise answer the next command. Only a whole reply (a server error among them) keeps it.
@@ -149,7 +149,7 @@ impl CallerSockets {
     /// This thread's socket for this client, opened if it has none (`None` if it cannot be
     /// opened now).
     fn take(self: &Arc<Self>) -> Option<redis::Connection> {
-        let found = SOCKETS.with(|s| {
+        let found = SOCKETS.try_with(|s| {
             let mut sockets = s.borrow_mut();
             // A forked child's copies of its parent's sockets: the clients they belong to
             // refuse use in a child (the Python package checks), so none is read here; they are
@@ -165,6 +165,8 @@ impl CallerSockets {
                 .position(|s| std::ptr::eq(s.owner.as_ptr(), Arc::as_ptr(self)));
             mine.map(|i| sockets.open.swap_remove(i))
         });
+        // At the thread's end (its sockets dropped): the shared connection.
+        let found = found.ok()?;
         match found {
             Some(Socket {
                 conn: Some(conn), ..
@@ -205,8 +207,17 @@ impl CallerSockets {
         });
     }
 
+    /// Keeps `socket` as this thread's for its client, unless the thread has one already (a
+    /// second command of one call opened it while the first was in flight): one is enough. At
+    /// the thread's end (its sockets already dropped), `socket` is dropped too.
     fn remember(&self, socket: Socket) {
-        SOCKETS.with(|s| s.borrow_mut().open.push(socket));
+        let _ = SOCKETS.try_with(|s| {
+            let mut sockets = s.borrow_mut();
+            let mine = |s: &Socket| std::ptr::eq(s.owner.as_ptr(), socket.owner.as_ptr());
+            if !sockets.open.iter().any(mine) {
+                sockets.open.push(socket);
+            }
+        });
     }
 }
 
