@@ -11,22 +11,50 @@ use leasehold_harness::{Server, ServerOptions};
 
 const LONG: Duration = Duration::from_secs(60);
 
-/// The server's client connections (`CLIENT LIST` on a connection of its own, counted).
-fn connections(url: &str) -> usize {
-    let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
-    let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut conn).unwrap();
-    list.lines().filter(|l| !l.trim().is_empty()).count()
+/// The server's client connections, seen through one connection of the test's own, kept open
+/// for the whole test and left out of what it reports. A connection opened and dropped for
+/// each look would linger in `CLIENT LIST` until the server has read its close, and be counted
+/// as new by the next look.
+struct Probe {
+    conn: std::sync::Mutex<redis::Connection>,
+    me: i64,
 }
 
-/// The ids of the server's client connections, but for the one that asks.
-fn client_ids(url: &str) -> std::collections::BTreeSet<i64> {
-    let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
-    let me: i64 = redis::cmd("CLIENT").arg("ID").query(&mut conn).unwrap();
-    let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut conn).unwrap();
-    list.lines()
-        .filter_map(|l| l.strip_prefix("id=")?.split(' ').next()?.parse().ok())
-        .filter(|id| *id != me)
-        .collect()
+impl Probe {
+    fn new(url: &str) -> Self {
+        let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+        let me: i64 = redis::cmd("CLIENT").arg("ID").query(&mut conn).unwrap();
+        Probe {
+            conn: std::sync::Mutex::new(conn),
+            me,
+        }
+    }
+
+    /// The ids of the server's client connections, but for the probe's.
+    fn ids(&self) -> std::collections::BTreeSet<i64> {
+        let list: String = redis::cmd("CLIENT")
+            .arg("LIST")
+            .query(&mut *self.conn.lock().unwrap())
+            .unwrap();
+        list.lines()
+            .filter_map(|l| l.strip_prefix("id=")?.split(' ').next()?.parse().ok())
+            .filter(|id| *id != self.me)
+            .collect()
+    }
+
+    /// The connections listed now that `before` did not list.
+    fn new_since(&self, before: &std::collections::BTreeSet<i64>) -> Vec<i64> {
+        self.ids().difference(before).copied().collect()
+    }
+
+    /// Sends `args` on the probe's connection (so that no connection of its own lingers).
+    fn command(&self, args: &[&str]) {
+        let mut cmd = redis::cmd(args[0]);
+        for a in &args[1..] {
+            cmd.arg(*a);
+        }
+        let _: redis::Value = cmd.query(&mut *self.conn.lock().unwrap()).unwrap();
+    }
 }
 
 /// Runs `call` as a synchronous binding does: on a thread outside the runtime, polling the
@@ -47,10 +75,10 @@ async fn on_a_blocking_thread<T: Send + 'static>(
 leasehold_harness::server_test!(async fn a_blocking_calls_round_trips_go_on_its_threads_own_socket(bin) {
     let server = Server::start(&bin, &ServerOptions::new()).unwrap();
     let locks = Locker::connect(&server.url()).await.unwrap();
-    let url = server.url();
-    let before = connections(&url);
+    let probe = std::sync::Arc::new(Probe::new(&server.url()));
+    let before = probe.ids();
 
-    let l = locks.clone();
+    let (l, p) = (locks.clone(), probe.clone());
     let (held, during) = on_a_blocking_thread(move |rt| {
         let first = rt.block_on(l.try_acquire("k", &LockOptions::new(LONG))).unwrap();
         let g = first.acquired().expect("k is free");
@@ -58,16 +86,19 @@ leasehold_harness::server_test!(async fn a_blocking_calls_round_trips_go_on_its_
         assert!(!busy.is_acquired(), "the same lock, whichever socket asks");
         rt.block_on(g.release()).unwrap();
         let again = rt.block_on(l.try_acquire("k", &LockOptions::new(LONG))).unwrap();
-        (again.acquired().expect("k was released"), connections(&url))
+        (again.acquired().expect("k was released"), p.ids())
     })
     .await;
-    assert_eq!(during, before + 1, "one socket for the thread, reused by its calls");
+    let opened: Vec<i64> = during.difference(&before).copied().collect();
+    assert_eq!(opened.len(), 1, "one socket for the thread, reused by its calls: {opened:?}");
     // The lease taken on that socket is the lock the shared connection sees, and releases.
     assert!(!locks.try_acquire("k", &LockOptions::new(LONG)).await.unwrap().is_acquired());
     held.release().await.unwrap();
     assert_eq!(common::get(&server, "k"), None);
-    let url = server.url();
-    common::until("the ended thread's socket is closed", || connections(&url) == before).await;
+    common::until("the ended thread's socket is closed", || {
+        !probe.ids().contains(&opened[0])
+    })
+    .await;
 });
 
 // The claim: a round trip on the thread's socket that lost its reply (here: the response
@@ -78,9 +109,9 @@ leasehold_harness::server_test!(async fn a_reply_lost_on_the_threads_socket_answ
     let server = Server::start(&bin, &ServerOptions::new()).unwrap();
     let options = ClientOptions::new().response_timeout(Duration::from_millis(500));
     let locks = Locker::from(RedisClient::connect_with(&server.url(), options).await.unwrap());
-    server.command(&["SET", "held", "someone-else", "PX", "60000"]).unwrap();
-    let url = server.url();
-    let ids_before = client_ids(&url);
+    let probe = Probe::new(&server.url());
+    probe.command(&["SET", "held", "someone-else", "PX", "60000"]);
+    let ids_before = probe.ids();
     // The thread tells the test where it is; the test tells the thread to go on.
     let (at, mut reached) = tokio::sync::mpsc::unbounded_channel::<&str>();
     let (go, mut go_on) = tokio::sync::mpsc::unbounded_channel::<()>();
@@ -99,23 +130,22 @@ leasehold_harness::server_test!(async fn a_reply_lost_on_the_threads_socket_answ
         (lost, after)
     }));
     assert_eq!(reached.recv().await, Some("socket open"));
-    let opened: Vec<i64> = client_ids(&url).difference(&ids_before).copied().collect();
+    let opened = probe.new_since(&ids_before);
     assert_eq!(opened.len(), 1, "the thread's socket: {opened:?}");
-    server.command(&["CLIENT", "PAUSE", "600000", "WRITE"]).unwrap();
+    probe.command(&["CLIENT", "PAUSE", "600000", "WRITE"]);
     go.send(()).unwrap();
     assert_eq!(reached.recv().await, Some("reply given up"));
-    server.command(&["CLIENT", "UNPAUSE"]).unwrap();
+    probe.command(&["CLIENT", "UNPAUSE"]);
     go.send(()).unwrap();
     assert_eq!(reached.recv().await, Some("done"));
     // Our own rule, beside the redis crate's skipping of late replies: the socket that lost a
     // reply is closed, and the thread's next call opened another.
     let lost_socket = opened[0];
     common::until("the socket that lost a reply is closed", || {
-        !client_ids(&url).contains(&lost_socket)
+        !probe.ids().contains(&lost_socket)
     })
     .await;
-    let now = client_ids(&url);
-    assert_eq!(now.difference(&ids_before).count(), 1, "one new socket for the thread");
+    assert_eq!(probe.new_since(&ids_before).len(), 1, "one new socket for the thread");
     go.send(()).unwrap();
     let (lost, after) = thread.await.unwrap();
     match lost {
@@ -136,15 +166,15 @@ leasehold_harness::server_test!(async fn a_blocking_call_over_tls_takes_a_socket
     let server = Server::start(&bin, &ServerOptions::new().tls(&files)).expect("TLS server starts");
     let options = ClientOptions::new().tls_ca_file(files.ca_cert());
     let locks = Locker::connect_with(&server.tls_url().unwrap(), options).await.unwrap();
-    let plain = server.url(); // counting goes through the plain port
-    let before = connections(&plain);
-    let during = on_a_blocking_thread(move |rt| {
+    let probe = Probe::new(&server.url()); // it looks through the plain port
+    let before = probe.ids();
+    let opened = on_a_blocking_thread(move |rt| {
         let g = rt.block_on(locks.try_acquire("tls", &LockOptions::new(LONG))).unwrap();
         rt.block_on(g.acquired().expect("free").release()).unwrap();
-        connections(&plain)
+        probe.new_since(&before)
     })
     .await;
-    assert_eq!(during, before + 1, "the thread's own TLS socket");
+    assert_eq!(opened.len(), 1, "the thread's own TLS socket: {opened:?}");
 });
 
 // The claim: a command is written when the call hands it over and read at the call's next
@@ -155,13 +185,13 @@ leasehold_harness::server_test!(async fn a_call_dropped_between_write_and_read_c
     use futures_util::FutureExt;
     let server = Server::start(&bin, &ServerOptions::new()).unwrap();
     let locks = Locker::connect(&server.url()).await.unwrap();
-    server.command(&["SET", "held", "someone-else", "PX", "60000"]).unwrap();
-    let url = server.url();
+    let probe = Probe::new(&server.url());
+    probe.command(&["SET", "held", "someone-else", "PX", "60000"]);
     let after = on_a_blocking_thread(move |rt| {
-        let before = client_ids(&url);
+        let before = probe.ids();
         let g = rt.block_on(locks.try_acquire("first", &LockOptions::new(LONG))).unwrap();
         rt.block_on(g.acquired().unwrap().release()).unwrap();
-        let opened: Vec<i64> = client_ids(&url).difference(&before).copied().collect();
+        let opened = probe.new_since(&before);
         assert_eq!(opened.len(), 1, "the thread's socket: {opened:?}");
         {
             let _runtime = rt.enter(); // the abandoned attempt's give-back is spawned there
@@ -169,7 +199,7 @@ leasehold_harness::server_test!(async fn a_call_dropped_between_write_and_read_c
             assert!(once.is_none(), "written, its reply not read yet");
         }
         let start = std::time::Instant::now();
-        while client_ids(&url).contains(&opened[0]) {
+        while probe.ids().contains(&opened[0]) {
             assert!(start.elapsed() < Duration::from_secs(60), "the socket was kept");
             std::thread::sleep(Duration::from_millis(10));
         }
