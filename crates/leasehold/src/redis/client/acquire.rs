@@ -59,8 +59,9 @@ impl Attempts for PlainLock<'_> {
                     .await?;
                 Ok(attempt.into())
             },
+            // Boxed: only a grant that came back expired gives its token back.
             async |token| {
-                let _ = client.release_lock(key, token, None).await;
+                let _ = Box::pin(client.release_lock(key, token, None)).await;
             },
             |token, fencing, started| client.guard(key, token, fencing, started, options),
         )

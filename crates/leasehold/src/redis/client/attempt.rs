@@ -195,9 +195,10 @@ impl RedisClient {
                 // A script that failed part-way (an ACL refusing its INCR, say) has already
                 // done its SET: scripts do not roll back. Give the token back at once, so the
                 // failure leaves no orphaned lock (token-checked: harmless if nothing was set).
+                // Boxed: a rare path, which inline would add its state to every attempt's future.
                 if scripted && matches!(err, Error::Server { .. } | Error::PermissionDenied { .. })
                 {
-                    let _ = self.release_lock(key, token, None).await;
+                    let _ = Box::pin(self.release_lock(key, token, None)).await;
                 }
                 // An ambiguous failure keeps the cleanup armed: it fires on drop below.
                 Err(err)

@@ -127,9 +127,15 @@ impl RedisClient {
 
     /// The connection this client's lock operations take: the calling thread's own socket
     /// inside a [`blocking_call`](crate::blocking_call), the shared connection otherwise
-    /// (`redis::calling_thread`).
+    /// (`redis::calling_thread`). The thread's sockets ride along only when it is inside one
+    /// now: cloning their `Arc` for every command of every other thread cost a contended
+    /// count up and down (the route is still checked when the command is handed over).
     pub(crate) fn conn(&self) -> RoutedConnection {
-        RoutedConnection::new(self.inner.conn.clone(), self.inner.caller.clone())
+        let caller = match crate::core::calling_thread::in_blocking_call() {
+            true => self.inner.caller.clone(),
+            false => None,
+        };
+        RoutedConnection::new(self.inner.conn.clone(), caller)
     }
 
     pub(crate) fn guard(
