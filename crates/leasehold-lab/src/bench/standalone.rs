@@ -90,13 +90,16 @@ pub(super) async fn w1(
                 false,
             ),
             ("leasehold_history", Flavour::MultiThread, false, true, true),
+            ("floor_history", Flavour::MultiThread, true, false, true),
         ];
         let turns = rep % order.len();
         order.rotate_left(turns);
         for (name, flavour, floor, notify, history) in order {
             let (u, c, p) = (url.clone(), st.w1_cycles, format!("w1:{name}:{rep}"));
             let (summary, cdf) = on_runtime(flavour, move || async move {
-                if floor {
+                if floor && history {
+                    workloads::w1_floor_history(u, c, p).await
+                } else if floor {
                     workloads::w1_floor(u, c, p).await
                 } else {
                     workloads::w1_leasehold(u, c, p, notify, history).await

@@ -186,6 +186,17 @@ pub(super) fn targets(r: &Results) -> Value {
         "recording the lock history costs W1 at most 15 % of its cycles/s",
     );
     check(
+        "W1 floor cycles/s history on / off",
+        ratio(
+            r.get("W1", "floor_history", "ops_per_s"),
+            r.get("W1", "floor", "ops_per_s"),
+        ),
+        HISTORY_ON_OF_OFF,
+        false,
+        "the events' commands with no lock logic and no script (SET NX PX + XADD + PEXPIRE, \
+         DEL + XADD, pipelined) against the floor: what the machine itself allows",
+    );
+    check(
         "W1 p50 cluster / standalone",
         ratio(
             r.get("W1T", "leasehold_cluster", "p50_us"),

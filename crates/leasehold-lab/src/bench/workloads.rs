@@ -182,6 +182,63 @@ pub(crate) async fn w1_floor(
     Ok((summary.with("commands", "SET NX PX + DEL"), cdf))
 }
 
+/// W1 history floor: what a recorded cycle makes the server do at the least, with no lock
+/// logic and no script: `SET NX PX` with the `acquired` event's `XADD` (capped as leasehold caps
+/// it) and the stream's `PEXPIRE` pipelined, then `DEL` with the `released` event's `XADD`
+/// pipelined, on the stream leasehold would append to ([`leasehold::redis::history_key`]).
+/// Not atomic, so not a lock that records its history safely: the server's own cost of an
+/// event on a stream per key, beside [`w1_floor`] (what the machine itself allows for target 3).
+pub(crate) async fn w1_floor_history(
+    url: String,
+    cycles: u64,
+    prefix: String,
+) -> anyhow::Result<(Summary, Vec<(f64, f64)>)> {
+    let options = leasehold::HistoryOptions::default();
+    let cap = options.events_per_key();
+    let retention = options.retention_period().as_millis() as u64;
+    let conn = redis::Client::open(url)?.get_connection_manager().await?;
+    let (summary, cdf) = measure_cycles(cycles, 200, &prefix, |key| {
+        let mut conn = conn.clone();
+        async move {
+            let stream = leasehold::redis::history_key(&key);
+            let event = |kind: &str| {
+                let mut xadd = redis::cmd("XADD");
+                xadd.arg(&stream).arg("MAXLEN").arg("=").arg(cap).arg("*");
+                xadd.arg("kind")
+                    .arg(kind)
+                    .arg("holder")
+                    .arg("0123456789ab…");
+                xadd
+            };
+            let mut acquire = redis::pipe();
+            acquire
+                .cmd("SET")
+                .arg(&key)
+                .arg("v")
+                .arg("NX")
+                .arg("PX")
+                .arg(10_000);
+            acquire.add_command(event("acquired")).ignore();
+            acquire.cmd("PEXPIRE").arg(&stream).arg(retention).ignore();
+            let (ok,): (Option<String>,) = acquire.query_async(&mut conn).await?;
+            anyhow::ensure!(ok.is_some(), "distinct key busy");
+            let mut release = redis::pipe();
+            release.cmd("DEL").arg(&key);
+            release.add_command(event("released")).ignore();
+            let (_deleted,): (i64,) = release.query_async(&mut conn).await?;
+            anyhow::Ok(())
+        }
+    })
+    .await?;
+    Ok((
+        summary.with(
+            "commands",
+            "SET NX PX + XADD + PEXPIRE, DEL + XADD (pipelined)",
+        ),
+        cdf,
+    ))
+}
+
 /// What a W2 task runs for each cycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum W2System {
