@@ -92,10 +92,10 @@ impl CallerSockets {
         let mut conn = self.ready()?;
         Some(match conn.send_packed_command(&cmd.get_packed_command()) {
             // A write that failed may have sent part of the command: the socket is closed.
-            Err(e) => CallerReply::Failed(Some(e)),
+            Err(e) => CallerReply::Failed(e),
             Ok(()) => CallerReply::Sent {
                 owner: self.clone(),
-                conn: Some(conn),
+                conn,
                 polled: false,
             },
         })
@@ -226,13 +226,15 @@ impl CallerSockets {
 /// it closes the socket, whose reply would otherwise answer the thread's next command.
 pub(crate) enum CallerReply {
     /// The write failed (the socket is closed).
-    Failed(Option<redis::RedisError>),
+    Failed(redis::RedisError),
     /// Written; the reply is still on the socket.
     Sent {
         owner: Arc<CallerSockets>,
-        conn: Option<redis::Connection>,
+        conn: redis::Connection,
         polled: bool,
     },
+    /// Its reply or its error was handed out.
+    Ended,
 }
 
 impl std::future::Future for CallerReply {
@@ -243,32 +245,39 @@ impl std::future::Future for CallerReply {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<RedisResult<Value>> {
         use std::task::Poll;
-        match self.get_mut() {
-            CallerReply::Failed(e) => Poll::Ready(Err(e.take().unwrap_or_else(|| {
-                redis::RedisError::from((redis::ErrorKind::Client, "polled after it ended"))
-            }))),
-            CallerReply::Sent { polled, .. } if !*polled => {
-                *polled = true;
+        let this = self.get_mut();
+        match std::mem::replace(this, CallerReply::Ended) {
+            CallerReply::Failed(e) => Poll::Ready(Err(e)),
+            CallerReply::Sent {
+                owner,
+                conn,
+                polled: false,
+            } => {
+                *this = CallerReply::Sent {
+                    owner,
+                    conn,
+                    polled: true,
+                };
                 cx.waker().wake_by_ref();
                 Poll::Pending
             }
-            CallerReply::Sent { owner, conn, .. } => {
-                let Some(mut c) = conn.take() else {
-                    return Poll::Ready(Err(redis::RedisError::from((
-                        redis::ErrorKind::Client,
-                        "polled after it ended",
-                    ))));
-                };
+            CallerReply::Sent {
+                owner, mut conn, ..
+            } => {
                 // As the redis crate's own round trip: pushes (RESP3) are not replies.
                 let reply = loop {
-                    match c.recv_response() {
+                    match conn.recv_response() {
                         Ok(Value::Push { .. }) => continue,
                         other => break other,
                     }
                 };
-                owner.after(c, &reply);
+                owner.after(conn, &reply);
                 Poll::Ready(reply)
             }
+            CallerReply::Ended => Poll::Ready(Err(redis::RedisError::from((
+                redis::ErrorKind::Client,
+                "polled after it ended",
+            )))),
         }
     }
 }
