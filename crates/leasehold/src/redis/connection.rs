@@ -102,9 +102,19 @@ impl ClientConnection {
 impl ConnectionLike for ClientConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         crate::core::metrics::round_trip();
+        // One box per command: the standalone connections' own sends run inside this future
+        // (their `req_packed_command` only boxes the same send once more).
         let reply = match self {
-            ClientConnection::Manager(c) => c.req_packed_command(cmd),
-            ClientConnection::Multiplexed(c) => c.req_packed_command(cmd),
+            ClientConnection::Manager(c) => {
+                return Box::pin(
+                    async move { checked_reply(cmd, c.send_packed_command(cmd).await) },
+                );
+            }
+            ClientConnection::Multiplexed(c) => {
+                return Box::pin(
+                    async move { checked_reply(cmd, c.send_packed_command(cmd).await) },
+                );
+            }
             ClientConnection::Cluster(c) => c.req_packed_command(cmd),
             ClientConnection::Sentinel(c) => c.req_packed_command(cmd),
         };
@@ -119,8 +129,18 @@ impl ConnectionLike for ClientConnection {
     ) -> RedisFuture<'a, Vec<Value>> {
         crate::core::metrics::round_trip();
         let replies = match self {
-            ClientConnection::Manager(c) => c.req_packed_commands(pipeline, offset, count),
-            ClientConnection::Multiplexed(c) => c.req_packed_commands(pipeline, offset, count),
+            ClientConnection::Manager(c) => {
+                return Box::pin(async move {
+                    let replies = c.send_packed_commands(pipeline, offset, count).await;
+                    replies.map_err(unreadable)
+                });
+            }
+            ClientConnection::Multiplexed(c) => {
+                return Box::pin(async move {
+                    let replies = c.send_packed_commands(pipeline, offset, count).await;
+                    replies.map_err(unreadable)
+                });
+            }
             ClientConnection::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
             ClientConnection::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
         };
