@@ -66,6 +66,18 @@ impl RedisClient {
         let Some(history) = self.records_lock(false) else {
             return self.release_raw(key, token.expose()).await;
         };
+        // Boxed: the recorded release's state would otherwise size every release's future.
+        Box::pin(self.release_recorded(key, token, fencing, history)).await
+    }
+
+    /// [`release_lock`](Self::release_lock) on a client that records the history.
+    async fn release_recorded(
+        &self,
+        key: &str,
+        token: &LockToken,
+        fencing: Option<u64>,
+        history: &crate::core::history::HistoryOptions,
+    ) -> Result<bool> {
         let event = HistoryEvent {
             fencing,
             ..HistoryEvent::of_holder(HistoryKind::Released, token)
@@ -131,28 +143,23 @@ impl RedisClient {
                         flag(replies.drain(..).next().unwrap_or(Value::Nil))
                     }
                     (Some(cmd), None) => flag(cmd.query_async(&mut conn).await?),
+                    // The script, on a server without a token-checked delete of its own:
+                    // boxed, so that its state does not size every release's future.
                     (None, Some(channel)) => {
                         let script = if sharded {
                             &*RELEASE_SNOTIFY_SCRIPT
                         } else {
                             &*RELEASE_NOTIFY_SCRIPT
                         };
-                        flag(
-                            script
-                                .key(key)
-                                .arg(token)
-                                .arg(channel)
-                                .invoke_async(&mut conn)
-                                .await?,
-                        )
+                        let mut inv = script.key(key);
+                        inv.arg(token).arg(channel);
+                        flag(Box::pin(inv.invoke_async(&mut conn)).await?)
                     }
-                    (None, None) => flag(
-                        RELEASE_SCRIPT
-                            .key(key)
-                            .arg(token)
-                            .invoke_async(&mut conn)
-                            .await?,
-                    ),
+                    (None, None) => {
+                        let mut inv = RELEASE_SCRIPT.key(key);
+                        inv.arg(token);
+                        flag(Box::pin(inv.invoke_async(&mut conn)).await?)
+                    }
                 }
             }
         })
@@ -199,7 +206,9 @@ impl RedisClient {
         F: FnMut(RoutedConnection) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
     {
-        match run(self.conn()).await {
+        // The first attempt's error is dropped before the repeat: held across it, it would
+        // size the future of every operation that goes through here.
+        let first_unknown = match run(self.conn()).await {
             // READONLY: a failover demoted the server we spoke to; a Sentinel connection has
             // switched to the new primary meanwhile.
             Err(e)
@@ -209,30 +218,30 @@ impl RedisClient {
             {
                 tracing::debug!(%op, error = %e, "connection dropped; retrying once");
                 // A refused connection or READONLY: the first attempt was not applied.
-                let first_unknown = e.is_connection_dropped() && !e.is_connection_refusal();
-                run(self.conn()).await.map_err(|retry| {
-                    match Error::from_redis(op, retry) {
-                        err if first_unknown && !err.is_ambiguous() => {
-                            tracing::debug!(%op, error = %err, "the repeat failed too");
-                            Error::Connection {
-                                op,
-                                ambiguous: true,
-                                source: match err {
-                                    // The client's own error, as `Error::redis_error` promises.
-                                    Error::Connection { source, .. }
-                                    | Error::Server { source, .. }
-                                    | Error::PermissionDenied { source, .. }
-                                    | Error::Authentication { source } => source,
-                                    other => other.into(),
-                                },
-                            }
-                        }
-                        err => err,
-                    }
-                })
+                e.is_connection_dropped() && !e.is_connection_refusal()
             }
-            other => other.map_err(|e| Error::from_redis(op, e)),
-        }
+            other => return other.map_err(|e| Error::from_redis(op, e)),
+        };
+        run(self.conn()).await.map_err(|retry| {
+            match Error::from_redis(op, retry) {
+                err if first_unknown && !err.is_ambiguous() => {
+                    tracing::debug!(%op, error = %err, "the repeat failed too");
+                    Error::Connection {
+                        op,
+                        ambiguous: true,
+                        source: match err {
+                            // The client's own error, as `Error::redis_error` promises.
+                            Error::Connection { source, .. }
+                            | Error::Server { source, .. }
+                            | Error::PermissionDenied { source, .. }
+                            | Error::Authentication { source } => source,
+                            other => other.into(),
+                        },
+                    }
+                }
+                err => err,
+            }
+        })
     }
 }
 
