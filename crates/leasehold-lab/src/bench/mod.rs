@@ -17,6 +17,7 @@ mod backends;
 mod peers;
 mod plot;
 mod redis_benchmark;
+mod redis_floors;
 mod report;
 mod scale;
 mod standalone;

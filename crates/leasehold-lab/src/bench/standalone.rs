@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use super::peers::{Peer, PeerRun};
 use super::stats::Summary;
 use super::workloads::{self, Flavour, W2System, on_runtime};
-use super::{Results, Settings, fresh, median_summary, redis_benchmark, say, scale};
+use super::{Results, Settings, fresh, median_summary, redis_benchmark, redis_floors, say, scale};
 
 /// `[[us, fraction], ...]` from an adapter's JSON.
 fn cdf_points(value: &Value) -> Option<Vec<(f64, f64)>> {
@@ -98,9 +98,9 @@ pub(super) async fn w1(
             let (u, c, p) = (url.clone(), st.w1_cycles, format!("w1:{name}:{rep}"));
             let (summary, cdf) = on_runtime(flavour, move || async move {
                 if floor && history {
-                    workloads::w1_floor_history(u, c, p).await
+                    redis_floors::w1_floor_history(u, c, p).await
                 } else if floor {
-                    workloads::w1_floor(u, c, p).await
+                    redis_floors::w1_floor(u, c, p).await
                 } else {
                     workloads::w1_leasehold(u, c, p, notify, history).await
                 }
