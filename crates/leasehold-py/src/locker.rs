@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use leasehold::{
-    ClientOptions, HistoryOptions, LockGuard, LockOptions, Lockable, Locker as Core, Owner,
+    ClientOptions, HistoryOptions, LockGuard, LockOptions, LockTarget, Locker as Core, Owner,
 };
 
 use crate::errors;
@@ -27,43 +27,18 @@ pub struct Locker {
     record: Owner,
 }
 
-/// What a request takes.
+/// What a request takes: a lock-like primitive, or an election's campaign.
 #[derive(Clone)]
 enum Target {
-    Lock(String),
-    Semaphore(String, u32),
-    Read(String),
-    Write(String),
-    Multi(Vec<String>),
+    Take(LockTarget),
     Campaign(String, String),
 }
 
 impl Target {
-    /// What the request takes, through the library's one dispatch ([`Lockable`]); a campaign
-    /// is an election's, not a lock's.
-    fn lockable(self, core: &Core) -> leasehold::Result<Box<dyn Lockable>> {
-        Ok(match self {
-            Target::Lock(key) => Box::new(core.lock(&key)),
-            Target::Semaphore(name, permits) => Box::new(core.semaphore(&name, permits)?),
-            Target::Read(name) => Box::new(core.rwlock(&name)?.read_side()),
-            Target::Write(name) => Box::new(core.rwlock(&name)?.write_side()),
-            Target::Multi(keys) => match core.as_redis() {
-                Some(client) => Box::new(client.multi_lock(&keys)?),
-                None => {
-                    return Err(leasehold::Error::Unsupported {
-                        backend: core.backend(),
-                        what: "multi-locks (one lock over several keys; redis:// only)".into(),
-                    });
-                }
-            },
-            Target::Campaign(..) => unreachable!("a campaign is not a lock"),
-        })
-    }
-
     async fn acquire(self, core: Core, options: LockOptions) -> leasehold::Result<LockGuard> {
         match self {
             Target::Campaign(name, id) => core.election(&name)?.campaign(&id, &options).await,
-            take => take.lockable(&core)?.acquire(&options).await,
+            Target::Take(what) => core.lockable(&what)?.acquire(&options).await,
         }
     }
 }
@@ -108,12 +83,13 @@ impl Request {
     #[getter]
     fn key(&self) -> String {
         match &self.target {
-            Target::Lock(k)
-            | Target::Semaphore(k, _)
-            | Target::Read(k)
-            | Target::Write(k)
+            Target::Take(LockTarget::Lock(k))
+            | Target::Take(LockTarget::Semaphore { name: k, .. })
+            | Target::Take(LockTarget::Read(k))
+            | Target::Take(LockTarget::Write(k))
             | Target::Campaign(k, _) => k.clone(),
-            Target::Multi(keys) => keys.join(","),
+            Target::Take(LockTarget::Multi(keys)) => keys.join(","),
+            Target::Take(_) => String::new(),
         }
     }
 }
@@ -212,11 +188,14 @@ impl Locker {
         }
         options.validate().map_err(|e| errors::to_py(py, e))?;
         let target = match (kind, permits, keys, id) {
-            ("lock", None, None, None) => Target::Lock(key.into()),
-            ("semaphore", Some(n), None, None) => Target::Semaphore(key.into(), n),
-            ("read", None, None, None) => Target::Read(key.into()),
-            ("write", None, None, None) => Target::Write(key.into()),
-            ("multi", None, Some(keys), None) => Target::Multi(keys),
+            ("lock", None, None, None) => Target::Take(LockTarget::Lock(key.into())),
+            ("semaphore", Some(permits), None, None) => Target::Take(LockTarget::Semaphore {
+                name: key.into(),
+                permits,
+            }),
+            ("read", None, None, None) => Target::Take(LockTarget::Read(key.into())),
+            ("write", None, None, None) => Target::Take(LockTarget::Write(key.into())),
+            ("multi", None, Some(keys), None) => Target::Take(LockTarget::Multi(keys)),
             ("campaign", None, None, Some(id)) => Target::Campaign(key.into(), id),
             _ => {
                 return Err(errors::invalid(

@@ -41,7 +41,7 @@ pub use self::core::sync::{
 };
 pub use self::core::token::{LockToken, MAX_KEY_LEN};
 pub use self::core::trace::{KeyInSpans, set_key_in_spans};
-pub use locker::{Lock, Locker};
+pub use locker::{Lock, LockTarget, Locker};
 
 /// What the CLI, the lab and the tests need of the internals (script texts, key names, URL
 /// parsing): not part of the API, and not covered by semver.

@@ -3,10 +3,12 @@
 mod drivers;
 mod history;
 mod lock;
+mod target;
 #[cfg(test)]
 mod tests;
 
 pub use lock::Lock;
+pub use target::LockTarget;
 
 use std::any::Any;
 use std::sync::Arc;
