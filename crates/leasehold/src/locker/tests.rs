@@ -143,33 +143,39 @@ async fn a_slow_history_write_costs_the_holder_at_most_a_tenth_of_its_lease() {
 async fn a_lock_target_makes_the_handle_of_its_kind() {
     let locker = Locker::connect("memory://").await.unwrap();
     let opts = LockOptions::new(Duration::from_secs(10));
-    let semaphore = LockTarget::Semaphore {
-        name: "lt:sem".into(),
-        permits: 2,
-    };
-    let (a, b) = (
-        locker.lockable(&semaphore).unwrap().acquire(&opts).await.unwrap(),
-        locker.lockable(&semaphore).unwrap().acquire(&opts).await.unwrap(),
-    );
+    let semaphore = locker
+        .lockable(&LockTarget::Semaphore {
+            name: "lt:sem".into(),
+            permits: 2,
+        })
+        .unwrap();
+    let a = semaphore.acquire(&opts).await.unwrap();
+    let b = semaphore.acquire(&opts).await.unwrap();
     // A third permit of two: busy (a lock, not a semaphore, would already have been).
-    let third = locker.lockable(&semaphore).unwrap().try_acquire(&opts).await;
+    let third = semaphore.try_acquire(&opts).await;
     assert!(matches!(third, Ok(TryAcquire::Busy { .. })), "{third:?}");
     a.release().await.unwrap();
     b.release().await.unwrap();
-    let read = LockTarget::Read("lt:rw".into());
-    let r = locker.lockable(&read).unwrap().acquire(&opts).await.unwrap();
+    let read = locker.lockable(&LockTarget::Read("lt:rw".into())).unwrap();
     let write = locker.lockable(&LockTarget::Write("lt:rw".into())).unwrap();
-    assert!(matches!(
-        write.try_acquire(&opts).await,
-        Ok(TryAcquire::Busy { .. })
-    ));
+    let r = read.acquire(&opts).await.unwrap();
+    let busy = write.try_acquire(&opts).await;
+    assert!(matches!(busy, Ok(TryAcquire::Busy { .. })), "{busy:?}");
     r.release().await.unwrap();
-    let lock = locker.lockable(&LockTarget::Lock("lt:lock".into())).unwrap();
+    let lock = locker
+        .lockable(&LockTarget::Lock("lt:lock".into()))
+        .unwrap();
     assert_eq!(lock.name(), "lt:lock");
     // Multi-locks are Redis's alone.
     let multi = locker.lockable(&LockTarget::Multi(vec!["{m}:a".into(), "{m}:b".into()]));
     assert!(
-        matches!(multi, Err(Error::Unsupported { backend: "memory", .. })),
+        matches!(
+            multi,
+            Err(Error::Unsupported {
+                backend: "memory",
+                ..
+            })
+        ),
         "{multi:?}"
     );
 }
