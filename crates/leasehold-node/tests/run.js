@@ -65,7 +65,12 @@ async function main() {
       '--test-reporter=junit', `--test-reporter-destination=${junit}`, ...files,
     ], {
       stdio: ['ignore', out, out],
-      env: { ...process.env, NODE_PATH: modules, LEASEHOLD_NODE_URLS: JSON.stringify(urls) },
+      env: {
+        ...process.env,
+        // `leasehold` itself, then the test tools (NODE_TOOLS: node-redlock, ioredis).
+        NODE_PATH: [modules, process.env.NODE_TOOLS].filter(Boolean).join(path.delimiter),
+        LEASEHOLD_NODE_URLS: JSON.stringify(urls),
+      },
     });
     fs.closeSync(out);
     const xml = fs.existsSync(junit) ? fs.readFileSync(junit, 'utf8') : '';

@@ -15,7 +15,7 @@ from typing import Any, Dict, List
 import pytest
 
 import leasehold
-from conftest import CLI, SERVERS, locker_for, server_url
+from conftest import CI, CLI, ROOT, SERVERS, locker_for, server_url
 
 GENEROUS = 30.0
 
@@ -185,3 +185,65 @@ def test_redis_py_lock_and_leasehold_exclude_each_other(name: str, key: str) -> 
             stranger.release()
         assert ours.held
     client.close()
+
+
+# ---- Node.js (crates/leasehold-node): its addon is built by scripts/test-node, which
+# scripts/test runs before this suite. Under CI a missing addon fails these tests.
+
+NODE_PACKAGE = ROOT / "crates" / "leasehold-node"
+NODE_HOLDER = NODE_PACKAGE / "tests" / "holder.js"
+
+
+def node_holder(url: str, key: str, mode: str) -> "subprocess.Popen[str]":
+    """A Node process taking `key` with fencing (tests/holder.js); `mode` release or hold."""
+    if not (NODE_PACKAGE / "leasehold.node").exists():
+        message = "the Node.js addon is not built (scripts/test-node builds it)"
+        if CI:
+            pytest.fail(message)
+        pytest.skip(message)
+    return subprocess.Popen(
+        ["node", str(NODE_HOLDER), url, key, mode], stdout=subprocess.PIPE, text=True
+    )
+
+
+def node_took(holder: "subprocess.Popen[str]") -> Dict[str, Any]:
+    assert holder.stdout is not None
+    line = holder.stdout.readline()
+    assert line, f"the Node holder exited with {holder.wait()} before taking the lock"
+    answer = json.loads(line)
+    assert isinstance(answer, dict)
+    return answer
+
+
+def test_fencing_numbers_increase_across_rust_python_and_node(server: str, key: str) -> None:
+    url = lease_url(server)
+    locks = leasehold.Locker(url)
+    seen: List[int] = []
+    for _ in range(2):
+        held = cli(url, "acquire", key, "--ttl", "30s", "--fencing")
+        seen.append(int(held["fencing_token"]))
+        cli(url, "release", key, "--token", held["token"])
+        with locks.lock(key, ttl=30, fencing=True) as lease:
+            assert lease.fence is not None
+            seen.append(lease.fence)
+        node = node_holder(url, key, "release")
+        seen.append(int(node_took(node)["fence"]))
+        assert node.wait() == 0
+    assert all(a < b for a, b in zip(seen, seen[1:])), seen
+
+
+def test_a_node_holder_killed_is_taken_over_by_python_after_the_ttl(
+    server: str, key: str
+) -> None:
+    url = lease_url(server)
+    holder = node_holder(url, key, "hold")
+    try:
+        fence = int(node_took(holder)["fence"])
+        # Held while the process lives.
+        with pytest.raises(leasehold.NotAcquired):
+            leasehold.Locker(url).lock(key, ttl=10).acquire()
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    with leasehold.Locker(url).lock(key, ttl=10, fencing=True, wait=GENEROUS) as taken:
+        assert taken.fence is not None and taken.fence > fence
