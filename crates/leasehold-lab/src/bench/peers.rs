@@ -73,6 +73,13 @@ pub(crate) fn discover(repo: &Path) -> (Vec<Peer>, Vec<&'static str>) {
             vec![("NODE_PATH".to_string(), node_modules.display().to_string())],
             node_modules.join("redlock").exists(),
         ),
+        (
+            "leasehold-node",
+            PathBuf::from("node"),
+            vec![repo.join("bench/node/leasehold.mjs").display().to_string()],
+            vec![],
+            cache.join("leasehold-node/leasehold.node").exists(),
+        ),
     ];
     let mut found = Vec::new();
     let mut missing = Vec::new();

@@ -29,11 +29,19 @@ const HISTORY_ON_OF_OFF: f64 = 0.85;
 
 /// The best of the peers' `field` in workload `w` (each peer, and its tuned run where asked).
 fn best_peer(r: &Results, w: &str, field: &str, tuned: bool) -> Option<f64> {
-    ["rslock", "redis-py", "python-redis-lock", "node-redlock"]
+    let systems: Vec<String> = ["rslock", "redis-py", "python-redis-lock", "node-redlock"]
         .iter()
         .flat_map(|p| [p.to_string(), format!("{p}_tuned")])
         .filter(|p| tuned || !p.ends_with("_tuned"))
-        .filter_map(|p| r.get(w, &p, field))
+        .collect();
+    best_of(r, w, &systems, field)
+}
+
+/// The highest `field` in workload `w` among `systems` (those measured).
+fn best_of<S: AsRef<str>>(r: &Results, w: &str, systems: &[S], field: &str) -> Option<f64> {
+    systems
+        .iter()
+        .filter_map(|p| r.get(w, p.as_ref(), field))
         .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))))
 }
 
@@ -305,15 +313,13 @@ pub(super) fn targets(r: &Results) -> Value {
         "fair mode across clients: <= 60 ms",
     );
     // leasehold-py (the Python package on this library) beside the Python peers.
-    let best_python_w3 = [
+    let python_peers = [
         "redis-py",
         "python-redis-lock",
         "redis-py_tuned",
         "python-redis-lock_tuned",
-    ]
-    .iter()
-    .filter_map(|p| r.get("W3", p, "ops_per_s"))
-    .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
+    ];
+    let best_python_w3 = best_of(r, "W3", &python_peers, "ops_per_s");
     // A cycle's cost is the time it takes, 1 / (cycles/s): Python's over Rust's is what the
     // binding adds to each acquire + release.
     let cycle_us = |system: &str| r.get("W1", system, "ops_per_s").map(|v| 1e6 / v);
@@ -359,6 +365,38 @@ pub(super) fn targets(r: &Results) -> Value {
         MAX_WAIT_MS,
         true,
         "Python, fair: <= 60 ms",
+    );
+    // leasehold-node (the Node.js package on this library) beside node-redlock (issue 33).
+    let redlock_w3 = best_of(
+        r,
+        "W3",
+        &["node-redlock", "node-redlock_tuned"],
+        "ops_per_s",
+    );
+    check(
+        "W1 leasehold-node cycles/s / node-redlock",
+        ratio(
+            r.get("W1", "leasehold-node", "ops_per_s"),
+            r.get("W1", "node-redlock", "ops_per_s"),
+        ),
+        1.3,
+        false,
+        "Node.js: >= 1.3 x node-redlock",
+    );
+    check(
+        "W3 leasehold-node (fair) acquisitions/s / node-redlock",
+        ratio(r.get("W3", "leasehold-node", "ops_per_s"), redlock_w3),
+        2.0,
+        false,
+        "Node.js, fair: >= 2 x node-redlock's throughput (its better run, default or tuned; the \
+         1 ms hold caps any library at 1 / hold)",
+    );
+    check(
+        "W3 leasehold-node (fair) max wait (ms)",
+        r.get("W3", "leasehold-node", "max_wait_ms"),
+        MAX_WAIT_MS,
+        true,
+        "Node.js, fair: <= 60 ms",
     );
     let w4 = |system: &str, n: &str| {
         r.workloads
