@@ -78,22 +78,37 @@ for (const backend of BACKENDS) {
       await lease.release();
     });
 
-    it('an aborted wait leaves nothing held', async (locks, key) => {
-      const holder = await locks.lock(key, { ttl: 30_000 });
-      const controller = new AbortController();
-      const waiter = locks.lock(key, { ttl: 10_000, wait: GENEROUS, signal: controller.signal });
-      await tick();
-      controller.abort(new Error('changed my mind'));
-      await assert.rejects(waiter, (e: unknown) => {
-        assert.ok(e instanceof AbortError);
-        assert.equal(e.code, 'ABORT_ERR');
-        assert.equal((e.cause as Error).message, 'changed my mind');
-        return true;
+    for (const fair of [false, true]) {
+      it(`an aborted ${fair ? 'fair ' : ''}wait leaves nothing held`, async (locks, key) => {
+        // TTLs far beyond the test's bound: the lock can come free by the waiter's cleanup,
+        // never by expiry.
+        const ttl = 4 * GENEROUS;
+        let holder: Lease;
+        try {
+          holder = await locks.lock(key, { ttl, fair });
+        } catch (e) {
+          // A backend without a fair mode refuses it, never runs it unfair.
+          assert.ok(fair && e instanceof UnsupportedError, String(e));
+          return;
+        }
+        const controller = new AbortController();
+        const waiter = locks.lock(key, { ttl, fair, wait: 4 * GENEROUS, signal: controller.signal });
+        await tick();
+        controller.abort(new Error('changed my mind'));
+        await assert.rejects(waiter, (e: unknown) => {
+          assert.ok(e instanceof AbortError);
+          assert.equal(e.code, 'ABORT_ERR');
+          assert.equal((e.cause as Error).message, 'changed my mind');
+          return true;
+        });
+        await holder.release();
+        // The abandoned waiter's cleanup runs in the background (a lock granted to it
+        // meanwhile, as PostgreSQL grants a statement still blocked in the server, is released
+        // with it): the lock comes free long before any TTL.
+        const again = await locks.lock(key, { ttl, fair, wait: GENEROUS });
+        await again.release();
       });
-      await holder.release();
-      // The abandoned waiter took nothing: one attempt finds the lock free.
-      await assertFree(locks, key);
-    });
+    }
 
     it('a signal aborted before the call rejects before any round trip', async (locks, key) => {
       const signal = AbortSignal.abort();
