@@ -1,7 +1,6 @@
 //! `Lease`: a held lock (or permit, read or write hold, leadership) as JavaScript sees it.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use napi::bindgen_prelude::Function;
 use napi::threadsafe_function::ThreadsafeFunctionCallMode;
@@ -40,14 +39,9 @@ impl Lease {
         }
     }
 
-    /// Why the lease counts as lost, if it does: the library's reason (a renewal or an extend
-    /// found the lock gone, or a watcher saw its validity run out), or `Expired` once its
-    /// validity is over while it is not released.
+    /// Why the lease counts as lost, if it does ([`leasehold::Lease::loss_now`]).
     fn loss(&self) -> Option<LossReason> {
-        self.lease.loss_reason().or_else(|| {
-            (!self.done.is_cancelled() && Instant::now() >= self.lease.valid_until())
-                .then_some(LossReason::Expired)
-        })
+        self.lease.loss_now()
     }
 }
 

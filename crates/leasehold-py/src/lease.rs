@@ -1,7 +1,6 @@
 //! `Lease`: a held lock (or permit, read or write hold, leadership) as Python sees it.
 
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
 
 use tokio::sync::RwLock;
 
@@ -252,13 +251,10 @@ impl Lease {
 }
 
 /// The loss of `lease` as its holder reports it, the first reason seen kept (`seen`): the
-/// library's reason (a renewal or an extend found the lock gone, or a renewer or watch saw its
-/// validity run out), or else `Expired` once this reading finds the validity over while the
-/// lease is not `released`. The library marks an expiry only where a task waits for it (the
-/// renewer of an auto-extended lease, a watch of `on_loss="raise"`); without this, a lease with
-/// neither would read as not lost after its validity ran out. Kept once seen: an extend that
-/// lands later does not make a lease reported lost held again (as in the library, where a
-/// lease marked lost stays lost).
+/// library's reading ([`leasehold::Lease::loss_now`]: its recorded reason, or `Expired` once
+/// the validity is over while the lease is not released), unless `released` here. Kept once
+/// seen: an extend that lands later does not make a lease reported lost held again (as in the
+/// library, where a lease marked lost stays lost).
 fn observe_loss(
     lease: &leasehold::Lease,
     released: bool,
@@ -267,9 +263,11 @@ fn observe_loss(
     if let Some(reason) = seen.get() {
         return Some(*reason);
     }
-    let reason = lease.loss_reason().or_else(|| {
-        (!released && Instant::now() >= lease.valid_until()).then_some(LossReason::Expired)
-    })?;
+    let reason = match lease.loss_reason() {
+        Some(reason) => reason,
+        None if released => return None,
+        None => lease.loss_now()?,
+    };
     Some(*seen.get_or_init(|| reason))
 }
 

@@ -193,6 +193,18 @@ impl Lease {
         self.state.reason.get().copied()
     }
 
+    /// Why the lease counts as lost now: the recorded reason ([`Lease::loss_reason`]), or
+    /// [`LossReason::Expired`] once its validity is over while it is neither released nor
+    /// marked. The library marks an expiry only where a task waits for one ([`Lease::lost`]:
+    /// the renewer of an auto-extended lease, a watch); this reading tells it without one, for
+    /// code that polls (the bindings' `lost` and `held`).
+    pub fn loss_now(&self) -> Option<LossReason> {
+        self.loss_reason().or_else(|| {
+            (!self.is_ended() && Instant::now() >= self.valid_until())
+                .then_some(LossReason::Expired)
+        })
+    }
+
     /// Declares the lease lost (first reason wins). Returns true the first time. Ignored after a
     /// normal release.
     pub(crate) fn mark_lost(&self, reason: LossReason) -> bool {

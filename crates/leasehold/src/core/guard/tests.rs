@@ -157,3 +157,23 @@ fn an_unanswered_extend_never_raises_validity() {
     shorter.confirm(t0 + s / 2);
     assert_eq!(l.valid_until(), t0 + s / 2);
 }
+
+#[test]
+fn loss_now_tells_a_validity_that_ran_out_unless_released() {
+    let past = Instant::now() - Duration::from_millis(1);
+    // Over and not released: counts as expired, though nothing marked it.
+    let over = lease(past);
+    assert_eq!(over.loss_reason(), None);
+    assert_eq!(over.loss_now(), Some(LossReason::Expired));
+    // Still valid: not lost.
+    let valid = lease(Instant::now() + Duration::from_secs(60));
+    assert_eq!(valid.loss_now(), None);
+    // Released before its validity ran out: a normal end, never a loss.
+    let released = lease(past);
+    released.end();
+    assert_eq!(released.loss_now(), None);
+    // A recorded reason wins.
+    let marked = lease(Instant::now() + Duration::from_secs(60));
+    assert!(marked.mark_lost(LossReason::NotHeld));
+    assert_eq!(marked.loss_now(), Some(LossReason::NotHeld));
+}
