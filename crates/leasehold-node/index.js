@@ -76,23 +76,32 @@ function request(kind, key, options, extra) {
 
 // ---- Lease --------------------------------------------------------------------------------
 
+/** The LockLostError of `key`, lost for `reason`. */
+function lockLost(key, reason) {
+  return new LockLostError(`lock ${JSON.stringify(key)} was lost (${reason})`, { key, reason });
+}
+
+/** A lease's loss as an error (Locker.withLock's): its signal's reason once the signal exists. */
+const LOSS = Symbol('leasehold.loss');
+
 /**
  * A held lock (or permit, read or write hold, leadership). Its `signal` aborts when the lock is
  * lost while held, with a LockLostError as the reason; `release()` (or the end of an `await
  * using` block) gives it back.
+ *
+ * The signal is made when first read: from then until the lease is released or lost, the
+ * native side's wait for a loss keeps the event loop alive (work waiting on the signal is not
+ * cut short by the process ending). A lease whose signal nobody reads keeps nothing alive: if
+ * it is dropped unreleased, garbage collection releases it in the background, and a process
+ * that exits leaves it to its TTL.
  */
 class Lease {
   #native;
-  #controller = new AbortController();
+  #controller = null;
   #released = false;
 
   constructor(nativeLease) {
     this.#native = nativeLease;
-    const controller = this.#controller;
-    nativeLease.onLost((reason) => {
-      const key = nativeLease.key;
-      controller.abort(new LockLostError(`lock ${JSON.stringify(key)} was lost (${reason})`, { key, reason }));
-    });
   }
 
   /** The lock's key (or the primitive's name). */
@@ -110,7 +119,26 @@ class Lease {
   /** Milliseconds of validity left (0 once over or lost). */
   get remaining() { return this.#native.remaining; }
   /** Aborts when the lock is lost while held; pass it to the work the lock protects. */
-  get signal() { return this.#controller.signal; }
+  get signal() {
+    if (this.#controller === null) {
+      const controller = new AbortController();
+      const nativeLease = this.#native;
+      const reason = nativeLease.lossReason;
+      if (reason !== null) {
+        controller.abort(lockLost(nativeLease.key, reason));
+      } else if (!this.#released) {
+        nativeLease.onLost((r) => controller.abort(lockLost(nativeLease.key, r)));
+      }
+      this.#controller = controller;
+    }
+    return this.#controller.signal;
+  }
+
+  /** The loss as an error: the signal's reason if it was made and aborted, else a new one. */
+  [LOSS]() {
+    if (this.#controller !== null && this.#controller.signal.aborted) return this.#controller.signal.reason;
+    return lockLost(this.key, this.lossReason);
+  }
 
   /** Gives the lock back. Rejects with NotHeldError if it was no longer ours, or released already. */
   async release() {
@@ -260,13 +288,13 @@ class Locker {
     }
     if (lease.lost) {
       await lease.release().catch(() => {});
-      throw lease.signal.reason;
+      throw lease[LOSS]();
     }
     try {
       await lease.release();
     } catch (e) {
       // Lost between the work's end and the release: the work ran unprotected at its end.
-      throw lease.lost ? lease.signal.reason : e;
+      throw lease.lost ? lease[LOSS]() : e;
     }
     return result;
   }

@@ -13,9 +13,9 @@ use leasehold::{LockGuard, LossReason};
 use crate::errors::{IntoJs, reason_name, released};
 use crate::options::millis;
 
-/// A held lease. `index.js` wraps it: the wrapper's `signal` aborts when [`Lease::on_lost`]
-/// reports a loss, and its `[Symbol.asyncDispose]` releases it. A lease collected unreleased
-/// is released in the background.
+/// A held lease. `index.js` wraps it: the wrapper's `signal` (made when first read) aborts
+/// when [`Lease::on_lost`] reports a loss, and its `[Symbol.asyncDispose]` releases it. A lease
+/// collected unreleased is released in the background.
 #[napi]
 pub struct Lease {
     /// The guard, shared with extends in flight (`extend` takes `&LockGuard`; an extend in
@@ -88,10 +88,11 @@ impl Lease {
     }
 
     /// Calls `callback(reason)` once if the lease is lost while held (never after a release
-    /// or once the lease is collected). `index.js` aborts the lease's `signal` from it. Until
-    /// the lease is released or lost, this keeps Node's event loop alive, as an open socket
-    /// does: work waiting for the signal is not cut short by the process ending. A process
-    /// that exits (or is killed) while it holds a lease leaves the lock to its TTL.
+    /// or once the lease is collected). `index.js` aborts the lease's `signal` from it, asking
+    /// only when the signal is first read. Until the lease is released or lost, this keeps
+    /// Node's event loop alive, as an open socket does: work waiting for the signal is not cut
+    /// short by the process ending. A process that exits (or is killed) while it holds a lease
+    /// leaves the lock to its TTL.
     #[napi(ts_args_type = "callback: (reason: string) => void")]
     pub fn on_lost(&self, callback: Function<String, ()>) -> napi::Result<()> {
         let callback = callback

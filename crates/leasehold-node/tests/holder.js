@@ -15,8 +15,8 @@ async function main() {
     await lease.release();
     return;
   }
-  // Held until killed: the lease keeps the event loop alive while it is held.
-  await new Promise(() => {});
+  // Held until killed: reading the signal keeps the event loop alive while the lease is held.
+  await new Promise((resolve) => lease.signal.addEventListener('abort', resolve));
 }
 
 main().catch((e) => {

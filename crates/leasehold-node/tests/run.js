@@ -70,6 +70,8 @@ async function main() {
         // `leasehold` itself, then the test tools (NODE_TOOLS: node-redlock, ioredis).
         NODE_PATH: [modules, process.env.NODE_TOOLS].filter(Boolean).join(path.delimiter),
         LEASEHOLD_NODE_URLS: JSON.stringify(urls),
+        // tests/gc.test.ts collects garbage on purpose.
+        NODE_OPTIONS: [process.env.NODE_OPTIONS, '--expose-gc'].filter(Boolean).join(' '),
       },
     });
     fs.closeSync(out);
