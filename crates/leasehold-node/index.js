@@ -389,6 +389,6 @@ class Locker {
   get [Symbol.toStringTag]() { return 'Locker'; }
 }
 
-module.exports = { Locker, Lease, ...errors, convert: undefined, classes: undefined };
-delete module.exports.convert;
-delete module.exports.classes;
+// The error classes, without errors.js's internals (`convert`, `classes`).
+const { convert: _convert, classes: _classes, ...errorClasses } = errors;
+module.exports = { Locker, Lease, ...errorClasses };
