@@ -253,14 +253,9 @@ impl Signals {
             out = &mut work => return Ok(out),
             sig = self.recv() => sig,
         };
-        let metrics = tokio::runtime::Handle::current().metrics();
-        let before = metrics.num_alive_tasks();
-        // Dropping it spawns the clean-ups; they are done when the count is back.
+        // Dropping it spawns the clean-ups, which the library counts until they end.
         drop(work);
-        let deadline = Instant::now() + CLEANUP_BOUND;
-        while metrics.num_alive_tasks() > before && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        let _ = tokio::time::timeout(CLEANUP_BOUND, leasehold::cleanups_settled()).await;
         Err(sig)
     }
 }

@@ -16,6 +16,7 @@ pub mod redlock;
 
 pub use self::core::metrics;
 
+pub use self::core::acquire::cleanups_settled;
 pub use self::core::calling_thread::blocking_call;
 pub use self::core::error::{BoxError, Error, LossReason, Operation, Result};
 pub use self::core::fence::{Fence, FencedRead, FencedValue, FencedWrite};

@@ -22,9 +22,11 @@
 //! * the pause: until a release is seen, the holder's remaining lease as the server reported
 //!   it, or the jittered backoff, whichever comes first, never past the deadline.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
+use tokio::sync::Notify;
 
 use crate::core::error::{Error, Result};
 use crate::core::guard::{LockGuard, valid_until};
@@ -270,13 +272,64 @@ where
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
                 tracing::debug!(what = self.what, "abandoned; cleaning up in the background");
-                handle.spawn(cleanup());
+                // Counted from here, not from inside the task: `cleanups_settled` must not
+                // answer "none running" between this spawn and the task's first poll.
+                let running = CleanupRunning::start();
+                let cleanup = cleanup();
+                handle.spawn(async move {
+                    let _running = running;
+                    cleanup.await
+                });
             }
             Err(_) => tracing::warn!(
                 what = self.what,
                 "abandoned outside a runtime; what it took expires with its TTL"
             ),
         }
+    }
+}
+
+/// How many clean-ups of abandoned operations ([`OnAbandon`]) are running, in this process.
+static CLEANUPS_RUNNING: AtomicUsize = AtomicUsize::new(0);
+
+/// Woken when [`CLEANUPS_RUNNING`] falls to zero.
+static CLEANUPS_SETTLED: Notify = Notify::const_new();
+
+/// One running clean-up, counted until it ends (or its task is dropped with its runtime).
+struct CleanupRunning;
+
+impl CleanupRunning {
+    fn start() -> Self {
+        CLEANUPS_RUNNING.fetch_add(1, Ordering::SeqCst);
+        CleanupRunning
+    }
+}
+
+impl Drop for CleanupRunning {
+    fn drop(&mut self) {
+        if CLEANUPS_RUNNING.fetch_sub(1, Ordering::SeqCst) == 1 {
+            CLEANUPS_SETTLED.notify_waiters();
+        }
+    }
+}
+
+/// Resolves once no background clean-up of an abandoned operation is running in this process.
+///
+/// Dropping an acquisition before it finishes (a cancelled wait, a timeout around it) leaves
+/// the library to give back in the background whatever the attempt may have taken: a lock
+/// granted as it was dropped, a place in a fair queue. A process that is about to exit (after a
+/// signal, say) awaits this first, with a bound of its own, so that its runtime's shutdown does
+/// not cut those clean-ups short. The CLI does.
+pub async fn cleanups_settled() {
+    loop {
+        let notified = CLEANUPS_SETTLED.notified();
+        tokio::pin!(notified);
+        // Registered before the count is read: a fall to zero after the read wakes it.
+        notified.as_mut().enable();
+        if CLEANUPS_RUNNING.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        notified.await;
     }
 }
 
