@@ -83,6 +83,13 @@ pub fn aborted(key: &str) -> napi::Error {
     keyed("Aborted", key, message)
 }
 
+/// A leader watch of the election `name` given up through its `AbortSignal` (the async
+/// iterator ends on it; nobody sees it unless they call `changed` themselves).
+pub fn watch_aborted(name: &str) -> napi::Error {
+    let message = format!("election {name:?}: the leader watch was aborted");
+    keyed("Aborted", name, message)
+}
+
 /// A release or extend of a lease released already.
 pub fn released(key: &str) -> napi::Error {
     let message = format!("lock {key:?}: this lease was already released");

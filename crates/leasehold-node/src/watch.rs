@@ -10,13 +10,15 @@ use serde_json::{Value, json};
 use napi::Env;
 use napi::bindgen_prelude::{AsyncBlock, AsyncBlockBuilder};
 
-use crate::errors::{IntoJs, aborted};
+use crate::errors::{IntoJs, watch_aborted};
 use crate::locker::Cancel;
 
 /// Follows an election's leadership (made by `Locker.watchLeader`): each change of term, or
 /// the election left without a leader.
 #[napi]
 pub struct LeaderWatch {
+    /// The election's name (for the error of a watch aborted).
+    name: Arc<str>,
     watch: Arc<tokio::sync::Mutex<leasehold::LeaderWatch>>,
 }
 
@@ -29,6 +31,7 @@ impl LeaderWatch {
     pub(crate) fn start(election: &leasehold::Election, every: Duration) -> Self {
         let watch = napi::bindgen_prelude::within_runtime_if_available(|| election.watch(every));
         LeaderWatch {
+            name: election.name().into(),
             watch: Arc::new(tokio::sync::Mutex::new(watch)),
         }
     }
@@ -46,10 +49,10 @@ impl LeaderWatch {
     /// it with `Aborted` (a pending wait would otherwise keep Node's event loop alive).
     #[napi(ts_return_type = "Promise<{ id: string; term: number } | null>")]
     pub fn changed(&self, env: Env, cancel: &Cancel) -> napi::Result<AsyncBlock<Value>> {
-        let (watch, cancel) = (self.watch.clone(), cancel.token());
+        let (watch, cancel, name) = (self.watch.clone(), cancel.token(), self.name.clone());
         let fut = async move {
             tokio::select! {
-                _ = cancel.cancelled() => Err(aborted("the leader watch")),
+                _ = cancel.cancelled() => Err(watch_aborted(&name)),
                 next = async { watch.lock().await.changed().await } => Ok(leader(next.js()?)),
             }
         };

@@ -83,13 +83,8 @@ impl Request {
     #[getter]
     fn key(&self) -> String {
         match &self.target {
-            Target::Take(LockTarget::Lock(k))
-            | Target::Take(LockTarget::Semaphore { name: k, .. })
-            | Target::Take(LockTarget::Read(k))
-            | Target::Take(LockTarget::Write(k))
-            | Target::Campaign(k, _) => k.clone(),
-            Target::Take(LockTarget::Multi(keys)) => keys.join(","),
-            Target::Take(_) => String::new(),
+            Target::Take(what) => what.name(),
+            Target::Campaign(name, _) => name.clone(),
         }
     }
 }

@@ -27,6 +27,20 @@ pub enum LockTarget {
     Multi(Vec<String>),
 }
 
+impl LockTarget {
+    /// Its name as the bindings show it: the key, or the primitive's name (the keys of a
+    /// multi-lock, joined by commas).
+    pub fn name(&self) -> String {
+        match self {
+            LockTarget::Lock(k)
+            | LockTarget::Semaphore { name: k, .. }
+            | LockTarget::Read(k)
+            | LockTarget::Write(k) => k.clone(),
+            LockTarget::Multi(keys) => keys.join(","),
+        }
+    }
+}
+
 impl Locker {
     /// The handle that takes `what` (no round trip).
     ///

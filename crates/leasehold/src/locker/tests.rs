@@ -166,6 +166,12 @@ async fn a_lock_target_makes_the_handle_of_its_kind() {
         .lockable(&LockTarget::Lock("lt:lock".into()))
         .unwrap();
     assert_eq!(lock.name(), "lt:lock");
+    // A target's name is its handle's: the key, or the keys of a multi-lock.
+    assert_eq!(LockTarget::Lock("lt:lock".into()).name(), lock.name());
+    assert_eq!(
+        LockTarget::Multi(vec!["{m}:a".into(), "{m}:b".into()]).name(),
+        "{m}:a,{m}:b"
+    );
     // Multi-locks are Redis's alone.
     let multi = locker.lockable(&LockTarget::Multi(vec!["{m}:a".into(), "{m}:b".into()]));
     assert!(
