@@ -74,6 +74,15 @@ pub(crate) fn discover(repo: &Path) -> (Vec<Peer>, Vec<&'static str>) {
             node_modules.join("redlock").exists(),
         ),
         (
+            // Not a peer: the W1 floor of any Node library here (a bare socket on the event
+            // loop). It needs only node, there whenever node-redlock is.
+            "node_floor",
+            PathBuf::from("node"),
+            vec![repo.join("bench/node/floor.mjs").display().to_string()],
+            vec![],
+            node_modules.join("redlock").exists(),
+        ),
+        (
             "leasehold-node",
             PathBuf::from("node"),
             vec![repo.join("bench/node/leasehold.mjs").display().to_string()],

@@ -384,6 +384,17 @@ pub(super) fn targets(r: &Results) -> Value {
         "Node.js: >= 1.3 x node-redlock",
     );
     check(
+        "W1 node_floor cycles/s / node-redlock",
+        ratio(
+            r.get("W1", "node_floor", "ops_per_s"),
+            r.get("W1", "node-redlock", "ops_per_s"),
+        ),
+        1.3,
+        false,
+        "the same commands on one bare socket on Node's event loop (no library, no lock logic, \
+         no thread handoff) against node-redlock: what this machine allows any Node library",
+    );
+    check(
         "W3 leasehold-node (fair) acquisitions/s / node-redlock",
         ratio(r.get("W3", "leasehold-node", "ops_per_s"), redlock_w3),
         2.0,
