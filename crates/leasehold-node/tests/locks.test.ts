@@ -148,6 +148,28 @@ for (const backend of BACKENDS) {
       await lease.release();
     });
 
+    it('auto-extend renews while the event loop is blocked', async (locks, key) => {
+      const ttl = 1_000;
+      const lease = await locks.lock(key, { ttl, autoExtend: true });
+      // The event loop is held (no await) for 1.5 TTLs and until three renewals are seen:
+      // renewals run on the runtime's thread, not on timers of this loop. Were they on the
+      // loop, `remaining` would never rise and the key would expire.
+      const start = process.hrtime.bigint();
+      const blockedMs = () => Number(process.hrtime.bigint() - start) / 1e6;
+      let renewals = 0;
+      let last = lease.remaining;
+      while (renewals < 3 || blockedMs() < 1.5 * ttl) {
+        const now = lease.remaining;
+        if (now > last) renewals++;
+        last = now;
+        assert.ok(blockedMs() < GENEROUS, `only ${renewals} renewals while the loop was blocked`);
+      }
+      assert.equal(lease.lost, false);
+      assert.equal(lease.held, true);
+      await assert.rejects(locks.lock(key, { ttl: 1_000 }), NotAcquiredError);
+      await lease.release();
+    });
+
     it('extend sets a new validity', async (locks, key) => {
       const lease = await locks.lock(key, { ttl: 2_000 });
       await lease.extend(60_000);
