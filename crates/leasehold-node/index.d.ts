@@ -72,7 +72,9 @@ export declare class Lease implements AsyncDisposable {
 /** What the server says about a key. */
 export interface KeyState {
   key: string;
+  /** The holder's token in full (as `leasehold inspect` shows it): whoever has it can release the lock. */
   holder: string | null;
+  /** Milliseconds left (null: free, or a PostgreSQL session lock, which lives with its session). */
   ttl: number | null;
   fencingCounter: number | null;
   owner: string | null;
@@ -149,8 +151,10 @@ export declare class Locker {
   history(key: string, limit?: number): Promise<HistoryEvent[]>;
   /** Removes `key`'s holder whatever its token and bumps its fencing counter; returns the counter. */
   forceRelease(key: string, reason: string): Promise<number | null>;
-  /** Releases `key` held with `token` (taken elsewhere). */
-  release(key: string, token: string): Promise<void>;
+  /** Releases `key` held with `token` (taken elsewhere); `fair: true` hands a fair lock to its longest waiter. */
+  release(key: string, token: string, options?: { fair?: boolean }): Promise<void>;
+  /** Sets the validity of `key`, held with `token` (taken elsewhere), to `ttl` ms from now. */
+  extend(key: string, token: string, ttl: number): Promise<void>;
   /** Raises `key`'s fencing counter to at least `atLeast`; returns the counter. */
   raiseFencingCounter(key: string, atLeast: number): Promise<number>;
   /** The current leader of election `name`, or null. */

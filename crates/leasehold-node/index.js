@@ -326,11 +326,23 @@ class Locker {
     try { return await this.#native.forceRelease(key, reason); } catch (e) { throw convert(e); }
   }
 
-  /** Releases `key` held with `token` (a token taken elsewhere: another process, the CLI). */
-  async release(key, token) {
+  /**
+   * Releases `key` held with `token` (a token taken elsewhere: another process, the CLI);
+   * `fair: true` for a fair lock, handed to its longest waiter.
+   */
+  async release(key, token, { fair = false } = {}) {
     checkString('key', key);
     checkString('token', token);
-    try { return await this.#native.releaseToken(key, token); } catch (e) { throw convert(e); }
+    checkBool('fair', fair);
+    try { return await this.#native.releaseToken(key, token, fair); } catch (e) { throw convert(e); }
+  }
+
+  /** Sets the validity of `key`, held with `token` (a token taken elsewhere), to `ttl` ms from now. */
+  async extend(key, token, ttl) {
+    checkString('key', key);
+    checkString('token', token);
+    checkMillis('ttl', ttl, true);
+    try { return await this.#native.extendToken(key, token, ttl); } catch (e) { throw convert(e); }
   }
 
   /** Raises `key`'s fencing counter to at least `atLeast` (after a restore); returns the counter. */

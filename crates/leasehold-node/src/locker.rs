@@ -242,11 +242,24 @@ impl Locker {
         Ok(n as f64)
     }
 
-    /// Releases `key` held with `token` (taken elsewhere: another process, the CLI).
+    /// Releases `key` held with `token` (taken elsewhere: another process, the CLI); `fair`: a
+    /// fair lock, handed to its longest waiter.
     #[napi]
-    pub async fn release_token(&self, key: String, token: String) -> napi::Result<()> {
+    pub async fn release_token(&self, key: String, token: String, fair: bool) -> napi::Result<()> {
         let token = leasehold::LockToken::new(token).js()?;
-        self.core.release(&key, &token).await.js()
+        match fair {
+            true => self.core.release_fair(&key, &token).await,
+            false => self.core.release(&key, &token).await,
+        }
+        .js()
+    }
+
+    /// Sets the validity of `key`, held with `token` (taken elsewhere), to `ttl` ms from now.
+    #[napi]
+    pub async fn extend_token(&self, key: String, token: String, ttl: f64) -> napi::Result<()> {
+        let ttl = millis("ttl", ttl, true)?;
+        let token = leasehold::LockToken::new(token).js()?;
+        self.core.extend(&key, &token, ttl).await.js()
     }
 
     /// Removes `key`'s holder whatever its token, bumps its fencing counter and records

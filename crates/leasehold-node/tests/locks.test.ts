@@ -306,6 +306,35 @@ for (const backend of BACKENDS) {
       await assertFree(locks, key);
     });
 
+    it('a lock taken with a token elsewhere is extended by its token', async (locks, key) => {
+      const lease = await locks.lock(key, { ttl: 5_000 });
+      // inspect() shows the holder's token in full, as `leasehold inspect` does.
+      assert.equal((await locks.inspect(key)).holder, lease.token);
+      await assert.rejects(locks.extend(key, 'not-the-token', 60_000), NotHeldError);
+      await locks.extend(key, lease.token, 60_000);
+      const state = await locks.inspect(key);
+      // Session locks on PostgreSQL show no TTL (the lock lives as long as its session).
+      if (state.ttl === null) assert.equal(locks.backend, 'postgres');
+      else assert.ok(state.ttl > 5_000, `ttl ${state.ttl} after the extend`);
+      await lease.release();
+    });
+
+    it('a fair lock taken with a token elsewhere is released by its token to its waiter', async (locks, key) => {
+      const lease = await locks.lock(key, { ttl: 30_000, fair: true });
+      const waiter = locks.lock(key, { ttl: 30_000, fair: true, wait: GENEROUS });
+      // Released once the waiter is queued, so that the release hands the lock over.
+      const waiters = async () => (await locks.list(`${key}*`)).find((e) => e.key === key)?.waiters;
+      const deadline = Date.now() + GENEROUS;
+      while ((await waiters()) !== 1) {
+        assert.ok(Date.now() < deadline, 'the waiter never showed in the queue');
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      await locks.release(key, lease.token, { fair: true });
+      const next = await waiter;
+      assert.equal(next.held, true);
+      await next.release();
+    });
+
     it('raiseFencingCounter raises the next number', async (locks, key) => {
       if (locks.backend === 'etcd') {
         await assert.rejects(locks.raiseFencingCounter(key, 1000), UnsupportedError);
@@ -347,6 +376,9 @@ describe('arguments', () => {
     await assert.rejects(Locker.connect('memory://', { connectTimeout: -5 }), RangeError);
     await assert.rejects(locks.history('k', 0), RangeError);
     await assert.rejects(locks.forceRelease('k', 7 as unknown as string), TypeError);
+    await assert.rejects(locks.extend('k', 'token', -1), RangeError);
+    await assert.rejects(locks.extend('k', '', 5_000), RangeError);
+    await assert.rejects(locks.release('k', 'token', { fair: 'yes' as unknown as boolean }), TypeError);
     const lease = await locks.lock(freshKey(), { ttl: 10_000 });
     await assert.rejects(lease.extend(NaN), RangeError);
     await lease.release();

@@ -207,7 +207,7 @@ impl Locker {
         })
     }
 
-    /// What the server says about `key` (no lock taken): a dict with `holder` (redacted),
+    /// What the server says about `key` (no lock taken): a dict with `holder` (the token),
     /// `ttl` (seconds or None), `fencing_counter`, `owner`.
     fn inspect<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Bound<'py, PyDict>> {
         self.owner.check(py, "Locker")?;
@@ -318,12 +318,33 @@ impl Locker {
         })
     }
 
-    /// Releases `key` held with `token` (a token taken elsewhere: another process, the CLI).
-    fn release(&self, py: Python<'_>, key: &str, token: &str) -> PyResult<()> {
+    /// Releases `key` held with `token` (a token taken elsewhere: another process, the CLI);
+    /// `fair`: a fair lock, handed to its longest waiter.
+    fn release(&self, py: Python<'_>, key: &str, token: &str, fair: bool) -> PyResult<()> {
         self.owner.check(py, "Locker")?;
         let token = leasehold::LockToken::new(token).map_err(|e| errors::to_py(py, e))?;
         let (core, key) = (self.core.clone(), key.to_string());
-        block_on(py, async move { core.release(&key, &token).await })
+        block_on(py, async move {
+            match fair {
+                true => core.release_fair(&key, &token).await,
+                false => core.release(&key, &token).await,
+            }
+        })
+    }
+
+    /// Sets the validity of `key`, held with `token` (taken elsewhere), to `ttl` from now.
+    fn extend(
+        &self,
+        py: Python<'_>,
+        key: &str,
+        token: &str,
+        ttl: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        self.owner.check(py, "Locker")?;
+        let ttl = duration(py, "ttl", ttl)?;
+        let token = leasehold::LockToken::new(token).map_err(|e| errors::to_py(py, e))?;
+        let (core, key) = (self.core.clone(), key.to_string());
+        block_on(py, async move { core.extend(&key, &token, ttl).await })
     }
 
     /// Removes `key`'s holder whatever its token, bumps its fencing counter (so the old

@@ -319,6 +319,43 @@ def test_list_shows_the_holder_and_its_owner(locks: leasehold.Locker, key: str) 
     assert [e for e in locks.list(key + "*") if e["key"] == key] == []
 
 
+def test_a_lock_is_released_and_extended_by_its_token(locks: leasehold.Locker, key: str) -> None:
+    lease = locks.lock(key, ttl=5).acquire()
+    # inspect() shows the holder's token in full, as `leasehold inspect` does.
+    assert locks.inspect(key)["holder"] == lease.token
+    with pytest.raises(leasehold.NotHeld):
+        locks.extend(key, "not-the-token", 60)
+    locks.extend(key, lease.token, timedelta(seconds=60))
+    ttl = locks.inspect(key)["ttl"]
+    # Session locks on PostgreSQL show no TTL (the lock lives as long as its session).
+    assert (ttl is None and locks.backend == "postgres") or ttl > 5, ttl
+    with pytest.raises(leasehold.NotHeld):
+        locks.release(key, "not-the-token")
+    locks.release(key, lease.token)
+    locks.lock(key, ttl=5).acquire().release()  # free again
+
+
+def test_a_fair_lock_is_released_by_its_token_to_its_waiter(
+    locks: leasehold.Locker, key: str
+) -> None:
+    lease = locks.lock(key, ttl=30, fair=True).acquire()
+    taken: List[leasehold.Lease] = []
+    waiter = threading.Thread(
+        target=lambda: taken.append(locks.lock(key, ttl=30, fair=True, wait=GENEROUS).acquire())
+    )
+    waiter.start()
+    # Released once the waiter is queued, so that the release hands the lock over.
+    deadline = time.monotonic() + GENEROUS
+    while [e["waiters"] for e in locks.list(key + "*") if e["key"] == key] != [1]:
+        assert time.monotonic() < deadline, "the waiter never showed in the queue"
+        time.sleep(0.02)
+    locks.release(key, lease.token, fair=True)
+    waiter.join()
+    (next_holder,) = taken
+    assert next_holder.held
+    next_holder.release()
+
+
 def test_history_records_acquire_and_release(backend: str, key: str) -> None:
     from conftest import server_url
 

@@ -535,8 +535,9 @@ class Locker:
         return self._native.raise_fencing_counter(key, at_least)
 
     def inspect(self, key: str) -> Dict[str, Any]:
-        """What the server says about ``key``: ``holder`` (redacted), ``ttl`` (seconds),
-        ``fencing_counter``, ``owner``."""
+        """What the server says about ``key``: ``holder`` (the holder's token, in full, as
+        ``leasehold inspect`` shows it: whoever has it can release the lock), ``ttl``
+        (seconds), ``fencing_counter``, ``owner``."""
         return self._native.inspect(key)
 
     def list(self, pattern: str = "*") -> List[Dict[str, Any]]:
@@ -551,9 +552,15 @@ class Locker:
         ``owner``, ``detail``."""
         return self._native.history(key, limit)
 
-    def release(self, key: str, token: str) -> None:
-        """Releases ``key`` held with ``token`` (a lease's ``token``, handed over)."""
-        self._native.release(key, token)
+    def release(self, key: str, token: str, *, fair: bool = False) -> None:
+        """Releases ``key`` held with ``token`` (a lease's ``token``, handed over); ``fair``:
+        a fair lock, handed to its longest waiter (``leasehold release --fair``)."""
+        self._native.release(key, token, fair)
+
+    def extend(self, key: str, token: str, ttl: Duration) -> None:
+        """Sets the validity of ``key``, held with ``token`` (handed over), to ``ttl`` from
+        now (``leasehold extend``). Raises ``NotHeld`` if the token no longer holds it."""
+        self._native.extend(key, token, ttl)
 
     def force_release(self, key: str, reason: str) -> Optional[int]:
         """Removes ``key``'s holder whatever its token, bumps its fencing counter (the old
