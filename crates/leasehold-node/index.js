@@ -403,4 +403,13 @@ class Locker {
 
 // The error classes, without errors.js's internals (`convert`, `classes`).
 const { convert: _convert, classes: _classes, ...errorClasses } = errors;
-module.exports = { Locker, Lease, ...errorClasses };
+/**
+ * Resolves once no background clean-up of an aborted wait is running in this process: what the
+ * wait took (a place in a fair queue, a lock granted as it was given up) has been given back.
+ * Await it (with a bound of your own) before exiting right after aborting waits.
+ */
+function cleanupsSettled() {
+  return native.cleanupsSettled();
+}
+
+module.exports = { Locker, Lease, cleanupsSettled, ...errorClasses };

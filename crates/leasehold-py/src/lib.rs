@@ -24,6 +24,18 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<lease::Lease>()?;
     module.add_class::<watch::LeaderWatch>()?;
     module.add_function(wrap_pyfunction!(locker::connect_async, module)?)?;
+    module.add_function(wrap_pyfunction!(cleanups_settled, module)?)?;
     module.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
+}
+
+/// Waits, with the GIL released, until no background clean-up of an abandoned wait is running
+/// in this process ([`leasehold::cleanups_settled`]), at most `timeout`; whether they settled.
+#[pyfunction]
+fn cleanups_settled(py: Python<'_>, timeout: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let timeout = runtime::duration(py, "timeout", timeout)?;
+    runtime::block_on(py, async move {
+        let settled = tokio::time::timeout(timeout, leasehold::cleanups_settled()).await;
+        Ok::<_, leasehold::Error>(settled.is_ok())
+    })
 }

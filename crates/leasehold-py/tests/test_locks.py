@@ -66,10 +66,20 @@ def test_durations_take_timedelta(locks: leasehold.Locker, key: str) -> None:
         assert 0 < lease.remaining <= 5
 
 
-def test_auto_extend_keeps_the_lock_past_its_ttl(locks: leasehold.Locker, key: str) -> None:
-    with locks.lock(key, ttl=1, auto_extend=True) as lease:
-        # Three TTLs: held only if renewed (the margin is the TTL's two thirds per renewal).
-        time.sleep(3)
+def test_auto_extend_keeps_the_lock_past_its_ttl_while_its_thread_is_busy(
+    locks: leasehold.Locker, key: str
+) -> None:
+    ttl = 1.0
+    with locks.lock(key, ttl=ttl, auto_extend=True) as lease:
+        # This thread computes, holding the GIL and calling nothing but `remaining`, for 1.5
+        # TTLs and until three renewals show: renewals run on the library's threads and need
+        # neither this thread nor its socket. Without them the key would have expired.
+        start = time.monotonic()
+        renewals, last = 0, lease.remaining
+        while renewals < 3 or time.monotonic() - start < 1.5 * ttl:
+            now = lease.remaining
+            renewals, last = renewals + (now > last), now
+            assert time.monotonic() - start < GENEROUS, f"{renewals} renewals while busy"
         assert lease.held and not lease.lost
         with pytest.raises(leasehold.NotAcquired):
             locks.lock(key, ttl=1).acquire()
@@ -160,8 +170,9 @@ def test_asyncio_lock_and_cancelled_wait(locks: leasehold.Locker, key: str) -> N
             with pytest.raises(asyncio.CancelledError):
                 await waiter
         # The cancelled waiter's cleanup runs in the background (a lock granted to it meanwhile
-        # is released with it): the lock comes free long before any TTL.
-        again = await locks.lock(key, ttl=ttl, wait=GENEROUS).acquire_async()
+        # is released with it). Once it has settled, one attempt takes the lock.
+        assert await asyncio.to_thread(leasehold.cleanups_settled, GENEROUS)
+        again = await locks.lock(key, ttl=ttl).acquire_async()
         await again.release_async()
 
     asyncio.run(main())
@@ -198,8 +209,11 @@ def test_keyboard_interrupt_during_a_wait_leaves_nothing_held(
         signal.signal(signal.SIGINT, previous)
     holder.release()
     # The interrupted waiter's queue entry is removed in the background (a lock handed over
-    # to it meanwhile is released with it): the lock comes free long before any TTL.
-    locks.lock(key, ttl=ttl, fair=fair, wait=GENEROUS).acquire().release()
+    # to it meanwhile is released with it). Once that has settled, nobody is queued and one
+    # attempt takes the lock.
+    assert leasehold.cleanups_settled(GENEROUS)
+    assert [e["waiters"] or 0 for e in locks.list(key + "*") if e["key"] == key] in ([], [0])
+    locks.lock(key, ttl=ttl, fair=fair).acquire().release()
 
 
 def test_semaphore_counts_permits(locks: leasehold.Locker, key: str) -> None:

@@ -22,7 +22,15 @@ runs on and ``LockLost`` is raised at its end. See the README's Python section.
 
 from __future__ import annotations
 
-from ._locks import FenceGate, Leader, LeaderWatch, LockRequest, Locker, StaleFence
+from ._locks import (
+    FenceGate,
+    Leader,
+    LeaderWatch,
+    LockRequest,
+    Locker,
+    StaleFence,
+    cleanups_settled,
+)
 from ._native import (
     AuthenticationFailed,
     BackendNotCompiled,
@@ -77,4 +85,5 @@ __all__ = [
     "UnexpectedReply",
     "Unsupported",
     "__version__",
+    "cleanups_settled",
 ]

@@ -569,3 +569,12 @@ class Locker:
 
     def __repr__(self) -> str:
         return f"<leasehold.Locker {self.backend}>"
+
+
+def cleanups_settled(timeout: Duration = 5.0) -> bool:
+    """Waits (GIL released) until no background clean-up of an abandoned wait is running in
+    this process, at most ``timeout``; returns whether they settled. What an interrupted or
+    cancelled wait took (a place in a fair queue, a lock granted as it was given up) is given
+    back by then: a process about to exit right after giving up a wait calls it first, or what
+    the clean-up did not finish waits out its TTL."""
+    return _native.cleanups_settled(timeout)
