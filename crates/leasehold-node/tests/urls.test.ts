@@ -6,7 +6,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
 
-import { Locker, NotAcquiredError } from 'leasehold';
+import { Locker, NotAcquiredError, UnsupportedError } from 'leasehold';
 
 import { BACKENDS, freshKey, url } from './servers';
 
@@ -21,6 +21,13 @@ async function exercise(locks: Locker): Promise<void> {
   const second = await locks.lock(key, { ttl: 10_000, fencing: true });
   assert.ok((second.fence as number) > (first.fence as number));
   await second.release();
+  // By token, as another process would: extend, and release. Neither Redlock nor file:// has a
+  // fair mode, so a fair release is refused, never run unfair.
+  const third = await locks.lock(key, { ttl: 10_000 });
+  await locks.extend(key, third.token, 30_000);
+  await assert.rejects(locks.release(key, third.token, { fair: true }), UnsupportedError);
+  await locks.release(key, third.token);
+  await (await locks.lock(key, { ttl: 10_000 })).release();
 }
 
 test('redlock:// over three independent servers [redis8]', { skip: REDIS.length < 3 && 'needs the three Redis servers' }, async () => {
