@@ -1,11 +1,12 @@
 // Types of the `leasehold` package (index.js). Durations are milliseconds.
 
 /**
- * Resolves once no background clean-up of an aborted wait is running in this process: what the
- * wait took (a place in a fair queue, a lock granted as it was given up) has been given back.
- * Await it (with a bound of your own) before exiting right after aborting waits.
+ * Waits until no background clean-up of an aborted wait is running in this process, at most
+ * `timeout` ms (default 5 000); resolves with whether they settled. What the wait took (a place
+ * in a fair queue, a lock granted as it was given up) has been given back by then. Await it
+ * before exiting right after aborting waits.
  */
-export declare function cleanupsSettled(): Promise<void>;
+export declare function cleanupsSettled(timeout?: number): Promise<boolean>;
 
 /** How to connect. */
 export interface ConnectOptions {

@@ -404,12 +404,14 @@ class Locker {
 // The error classes, without errors.js's internals (`convert`, `classes`).
 const { convert: _convert, classes: _classes, ...errorClasses } = errors;
 /**
- * Resolves once no background clean-up of an aborted wait is running in this process: what the
- * wait took (a place in a fair queue, a lock granted as it was given up) has been given back.
- * Await it (with a bound of your own) before exiting right after aborting waits.
+ * Waits until no background clean-up of an aborted wait is running in this process, at most
+ * `timeout` ms; resolves with whether they settled. What the wait took (a place in a fair
+ * queue, a lock granted as it was given up) has been given back by then. Await it before
+ * exiting right after aborting waits.
  */
-function cleanupsSettled() {
-  return native.cleanupsSettled();
+async function cleanupsSettled(timeout = 5_000) {
+  checkMillis('timeout', timeout, false);
+  try { return await native.cleanupsSettled(timeout); } catch (e) { throw convert(e); }
 }
 
 module.exports = { Locker, Lease, cleanupsSettled, ...errorClasses };

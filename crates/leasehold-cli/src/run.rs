@@ -255,7 +255,7 @@ impl Signals {
         };
         // Dropping it spawns the clean-ups, which the library counts until they end.
         drop(work);
-        let _ = tokio::time::timeout(CLEANUP_BOUND, leasehold::cleanups_settled()).await;
+        leasehold::cleanups_settled(CLEANUP_BOUND).await;
         Err(sig)
     }
 }

@@ -18,13 +18,15 @@ mod locker;
 mod options;
 mod watch;
 
-/// Resolves once no background clean-up of an abandoned wait is running in this process
-/// ([`leasehold::cleanups_settled`]): what an aborted wait took (a place in a fair queue, a lock
-/// granted as it was given up) is given back by then. A process about to exit awaits it first,
-/// with a bound of its own; otherwise whatever a clean-up did not finish waits out its TTL.
+/// Waits until no background clean-up of an abandoned wait is running in this process, at most
+/// `timeout` ms ([`leasehold::cleanups_settled`]); whether they settled. What an aborted wait
+/// took (a place in a fair queue, a lock granted as it was given up) is given back by then. A
+/// process about to exit awaits it first; otherwise what a clean-up did not finish waits out
+/// its TTL.
 #[napi_derive::napi]
-pub async fn cleanups_settled() {
-    leasehold::cleanups_settled().await
+pub async fn cleanups_settled(timeout: f64) -> napi::Result<bool> {
+    let timeout = options::millis("timeout", timeout, false)?;
+    Ok(leasehold::cleanups_settled(timeout).await)
 }
 
 /// The environment variable that sets the runtime's worker threads (default 1).

@@ -107,7 +107,7 @@ for (const backend of BACKENDS) {
         // meanwhile, as PostgreSQL grants a statement still blocked in the server, is released
         // with it). Once cleanupsSettled() resolves it is done: nobody is queued, and one
         // attempt takes the lock (the TTLs are far beyond the test).
-        await cleanupsSettled();
+        assert.equal(await cleanupsSettled(GENEROUS), true);
         const entry = (await locks.list(`${key}*`)).find((e) => e.key === key);
         assert.equal(entry?.waiters ?? 0, 0, JSON.stringify(entry));
         await assertFree(locks, key);
@@ -383,6 +383,7 @@ describe('arguments', () => {
     await assert.rejects(locks.extend('k', 'token', -1), RangeError);
     await assert.rejects(locks.extend('k', '', 5_000), RangeError);
     await assert.rejects(locks.release('k', 'token', { fair: 'yes' as unknown as boolean }), TypeError);
+    await assert.rejects(cleanupsSettled(-1), RangeError);
     const lease = await locks.lock(freshKey(), { ttl: 10_000 });
     await assert.rejects(lease.extend(NaN), RangeError);
     await lease.release();

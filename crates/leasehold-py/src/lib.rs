@@ -35,7 +35,6 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
 fn cleanups_settled(py: Python<'_>, timeout: &Bound<'_, PyAny>) -> PyResult<bool> {
     let timeout = runtime::duration(py, "timeout", timeout)?;
     runtime::block_on(py, async move {
-        let settled = tokio::time::timeout(timeout, leasehold::cleanups_settled()).await;
-        Ok::<_, leasehold::Error>(settled.is_ok())
+        Ok::<_, leasehold::Error>(leasehold::cleanups_settled(timeout).await)
     })
 }

@@ -313,14 +313,23 @@ impl Drop for CleanupRunning {
     }
 }
 
-/// Resolves once no background clean-up of an abandoned operation is running in this process.
+/// Waits until no background clean-up of an abandoned operation is running in this process,
+/// at most `within`; whether they settled.
 ///
 /// Dropping an acquisition before it finishes (a cancelled wait, a timeout around it) leaves
 /// the library to give back in the background whatever the attempt may have taken: a lock
 /// granted as it was dropped, a place in a fair queue. A process that is about to exit (after a
-/// signal, say) awaits this first, with a bound of its own, so that its runtime's shutdown does
-/// not cut those clean-ups short. The CLI does.
-pub async fn cleanups_settled() {
+/// signal, say) awaits this first, so that its runtime's shutdown does not cut those clean-ups
+/// short. The CLI does, and the bindings offer it. The bound is part of the call: a clean-up
+/// stuck on an unreachable server must not keep a process from exiting.
+pub async fn cleanups_settled(within: Duration) -> bool {
+    tokio::time::timeout(within, no_cleanup_running())
+        .await
+        .is_ok()
+}
+
+/// Resolves once [`CLEANUPS_RUNNING`] is zero.
+async fn no_cleanup_running() {
     loop {
         let notified = CLEANUPS_SETTLED.notified();
         tokio::pin!(notified);

@@ -265,3 +265,17 @@ async fn waiting_for_ever_is_a_century_and_does_not_overflow() {
     let first = script.asks()[0].wait.unwrap();
     assert!(first <= FOREVER && first > FOREVER - HOUR, "{first:?}");
 }
+
+#[tokio::test]
+async fn cleanups_settled_waits_for_a_running_cleanup_and_no_longer_than_its_bound() {
+    let (done, finished) = tokio::sync::oneshot::channel::<()>();
+    let abandoned = super::OnAbandon::new("test", move || async move {
+        let _ = finished.await;
+    });
+    drop(abandoned); // the clean-up now runs in the background, until `done` fires
+    // Still running: not settled within a bound (the bound is what ends this call).
+    assert!(!super::cleanups_settled(Duration::from_millis(20)).await);
+    done.send(()).unwrap();
+    // Other tests' clean-ups may run meanwhile; they end too.
+    assert!(super::cleanups_settled(Duration::from_secs(60)).await);
+}
