@@ -8,7 +8,7 @@ import { describe, test } from 'node:test';
 
 import { Locker, NotAcquiredError, NotHeldError } from 'leasehold';
 
-import { BACKENDS, GENEROUS, freshKey, locker, url } from './servers';
+import { BACKENDS, GENEROUS, freshKey, locker, until, url } from './servers';
 
 const CLI = process.env.LEASEHOLD_CLI as string;
 const SERVERS = BACKENDS.filter((b) => b !== 'memory');
@@ -26,15 +26,6 @@ function cli(serverUrl: string, ...args: string[]): Record<string, unknown> {
  */
 function leaseUrl(backend: string): string {
   return backend === 'postgres' ? `${url(backend)}?lock=lease` : url(backend);
-}
-
-/** Waits (observing, not sleeping a fixed time) until `cond()` holds. */
-async function until(cond: () => Promise<boolean>, what: string): Promise<void> {
-  const deadline = Date.now() + GENEROUS;
-  while (!(await cond())) {
-    if (Date.now() > deadline) throw new Error(`never happened: ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
 }
 
 describe('interop', () => {

@@ -16,7 +16,7 @@ import {
   cleanupsSettled,
 } from 'leasehold';
 
-import { BACKENDS, GENEROUS, aborted, freshKey, locker, url } from './servers';
+import { BACKENDS, GENEROUS, aborted, freshKey, locker, until, url } from './servers';
 
 /** The lock is free: one attempt takes it (and gives it back). */
 async function assertFree(locks: Locker, key: string): Promise<void> {
@@ -328,11 +328,7 @@ for (const backend of BACKENDS) {
       const waiter = locks.lock(key, { ttl: 30_000, fair: true, wait: GENEROUS });
       // Released once the waiter is queued, so that the release hands the lock over.
       const waiters = async () => (await locks.list(`${key}*`)).find((e) => e.key === key)?.waiters;
-      const deadline = Date.now() + GENEROUS;
-      while ((await waiters()) !== 1) {
-        assert.ok(Date.now() < deadline, 'the waiter never showed in the queue');
-        await new Promise((r) => setTimeout(r, 20));
-      }
+      await until(async () => (await waiters()) === 1, 'the waiter in the queue');
       await locks.release(key, lease.token, { fair: true });
       const next = await waiter;
       assert.equal(next.held, true);

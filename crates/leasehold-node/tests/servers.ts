@@ -34,6 +34,15 @@ export function freshKey(): string {
 /** Long enough for any wait that must succeed on a loaded 2-core machine. */
 export const GENEROUS = 60_000;
 
+/** Waits (observing, not sleeping a fixed time) until `cond()` holds, at most GENEROUS. */
+export async function until(cond: () => Promise<boolean>, what: string): Promise<void> {
+  const deadline = Date.now() + GENEROUS;
+  while (!(await cond())) {
+    if (Date.now() > deadline) throw new Error(`never happened: ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
 /** Resolves when `signal` aborts. */
 export function aborted(signal: AbortSignal): Promise<unknown> {
   return new Promise((resolve) => {

@@ -359,10 +359,10 @@ def test_a_fair_lock_is_released_by_its_token_to_its_waiter(
     )
     waiter.start()
     # Released once the waiter is queued, so that the release hands the lock over.
-    deadline = time.monotonic() + GENEROUS
-    while [e["waiters"] for e in locks.list(key + "*") if e["key"] == key] != [1]:
-        assert time.monotonic() < deadline, "the waiter never showed in the queue"
-        time.sleep(0.02)
+    until(
+        lambda: [e["waiters"] for e in locks.list(key + "*") if e["key"] == key] == [1],
+        "the waiter in the queue",
+    )
     locks.release(key, lease.token, fair=True)
     waiter.join()
     (next_holder,) = taken
