@@ -187,10 +187,12 @@ pub(super) fn markdown(doc: &Value) -> String {
         if partial && t["measured"].is_null() {
             continue;
         }
-        let met = match t["met"].as_bool() {
-            Some(true) => "yes",
-            Some(false) => "**no**",
-            None => "not measured",
+        let met = match (t["met"].as_bool(), t["reference"].as_bool() == Some(true)) {
+            (Some(true), false) => "yes",
+            (Some(false), false) => "**no**",
+            (Some(true), true) => "reference: within",
+            (Some(false), true) => "reference: beyond",
+            (None, _) => "not measured",
         };
         md.push_str(&format!(
             "| {} ({}) | {} | {} {} | {met} |\n",
