@@ -165,28 +165,12 @@ leasehold_harness::server_test!(async fn validity_spent_means_not_acquired(bin) 
     assert!(common::get(&nodes[1], "k").is_none() && common::get(&nodes[2], "k").is_none());
 });
 
-/// Waits until `server` has run at least `n` lock commands (acquire script, release), so that
-/// what a frozen node had queued is done before we look at its keys.
+/// Waits until `server` has run at least `n` lock commands (acquisition: `SET` or the script;
+/// release), so that what a frozen node had queued is done before we look at its keys.
 async fn until_lock_commands(server: &Server, n: u64) {
     let start = Instant::now();
     loop {
-        let stats = server.info("commandstats").unwrap();
-        let calls: u64 = stats
-            .lines()
-            .filter(|l| {
-                ["cmdstat_evalsha:", "cmdstat_delex:", "cmdstat_delifeq:"]
-                    .iter()
-                    .any(|p| l.starts_with(p))
-            })
-            .filter_map(|l| {
-                l.split(',')
-                    .next()?
-                    .split("calls=")
-                    .nth(1)?
-                    .parse::<u64>()
-                    .ok()
-            })
-            .sum();
+        let calls = calls(server, &["set", "evalsha", "delex", "delifeq"]);
         if calls >= n {
             return;
         }
@@ -197,6 +181,55 @@ async fn until_lock_commands(server: &Server, n: u64) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
+
+/// How many times `server` ran `commands` (`INFO commandstats`; those a script runs count too).
+fn calls(server: &Server, commands: &[&str]) -> u64 {
+    let stats = server.info("commandstats").unwrap();
+    stats
+        .lines()
+        .filter(|l| {
+            commands
+                .iter()
+                .any(|c| l.starts_with(&format!("cmdstat_{c}:")))
+        })
+        .filter_map(|l| {
+            l.split(',')
+                .next()?
+                .split("calls=")
+                .nth(1)?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+// Each node's acquisition is one command: a plain `SET NX PX` where nothing needs a script (no
+// fencing, no min_hold, no holder's remaining TTL asked for), as on a single server; the
+// acquire script otherwise.
+leasehold_harness::server_test!(async fn a_plain_attempt_runs_no_script_on_any_node(bin) {
+    let nodes = servers(&bin, 3, &ServerOptions::new());
+    let r = redlock(&nodes, Duration::from_secs(2)).await;
+    for fencing in [false, true] {
+        for node in &nodes {
+            common::preload_scripts(node);
+            node.command(&["CONFIG", "RESETSTAT"]).unwrap();
+        }
+        let key = format!("plain-{fencing}");
+        let opts = LockOptions::new(LONG).fencing(fencing);
+        let g = r.try_acquire(&key, &opts).await.unwrap().acquired().unwrap();
+        for node in &nodes {
+            // The node past the quorum may still be answering.
+            until_lock_commands(node, 1).await;
+            let scripts = calls(node, &["evalsha", "eval"]);
+            match fencing {
+                false => assert_eq!((calls(node, &["set"]), scripts), (1, 0), "{key}"),
+                true => assert!(scripts >= 1, "{key}: {scripts} scripts"),
+            }
+        }
+        g.release().await.unwrap();
+        assert_eq!(holders(&nodes, &key), vec![None, None, None]);
+    }
+});
 
 // Another holder owns the key on two of three nodes: our one grant is given back, theirs stay.
 leasehold_harness::server_test!(async fn a_partial_acquisition_leaves_no_key_behind(bin) {

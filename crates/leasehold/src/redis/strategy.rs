@@ -79,6 +79,14 @@ pub(crate) fn sized_cmd(name: &str, args: usize, bytes: usize) -> Cmd {
     c
 }
 
+/// The plain acquisition: `SET key token NX PX ttl_ms` (a single server's, and each Redlock
+/// node's when no script is needed). Its reply: `OK` taken, nil busy.
+pub(crate) fn set_nx_px(key: &str, token: &str, ttl_ms: u64) -> Cmd {
+    let mut c = sized_cmd("SET", 5, key.len() + token.len() + 2 + 2 + 20);
+    c.arg(key).arg(token).arg("NX").arg("PX").arg(ttl_ms);
+    c
+}
+
 /// The native release command, for the strategies that have one.
 pub(crate) fn release_cmd(strategy: ReleaseStrategy, key: &str, token: &str) -> Option<Cmd> {
     match strategy {

@@ -16,6 +16,7 @@ use crate::redis::scripts::{
 };
 use crate::redis::slot::validate_name;
 use crate::redis::slot::{fence_key, min_hold_key};
+use crate::redis::strategy::set_nx_px;
 
 use super::Redlock;
 use super::fan_out::{Reply, Wait};
@@ -36,8 +37,15 @@ impl Redlock {
         crate::core::acquire::wait(&attempts, options, options.wait_bound()).await
     }
 
-    /// One Redlock attempt (both fencing phases when asked).
-    pub(super) async fn attempt(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
+    /// One Redlock attempt (both fencing phases when asked). `ask.remaining`: a busy node
+    /// should answer the holder's remaining lease (the script); without it, fencing or
+    /// `min_hold`, each node gets a plain `SET NX PX`, as a single server does.
+    pub(super) async fn attempt(
+        &self,
+        key: &str,
+        options: &LockOptions,
+        ask: Ask,
+    ) -> Result<TryAcquire> {
         let ttl = options.ttl();
         let ttl_ms = ttl_millis(ttl)?;
         let fencing = options.fencing_enabled();
@@ -54,12 +62,24 @@ impl Redlock {
         // Phase 1 on every node: SET NX PX (and read the counter when fencing). Decided as soon
         // as a majority granted or can no longer grant; a straggler's late grant is released
         // with the rest below or at release time.
+        let scripted = fencing || min_hold_ms.is_some() || ask.remaining;
         let (phase1, phase1_tasks) = {
             let (key, token) = (key_owned.clone(), token_owned.clone());
             self.fan_out(Vec::new(), Wait::Quorum, move |client| {
                 let (key, token) = (key.clone(), token.clone());
                 async move {
                     let mut conn = client.conn();
+                    if !scripted {
+                        // No script to run: a command's cost, not a script's, on every node.
+                        let set: Option<String> = set_nx_px(&key, token.expose(), ttl_ms)
+                            .query_async(&mut conn)
+                            .await
+                            .map_err(|e| Error::from_redis(crate::Operation::Acquire, e))?;
+                        return Ok(match set {
+                            Some(_) => Reply::Yes(0),
+                            None => Reply::No(None),
+                        });
+                    }
                     let counter = fence_key(&key);
                     let mut inv = match min_hold_ms {
                         Some(_) => REDLOCK_MIN_HOLD_ACQUIRE.key(&key),
@@ -221,8 +241,8 @@ impl Attempts for RedlockAttempts<'_> {
         self.key
     }
 
-    async fn attempt(&self, options: &LockOptions, _: Ask) -> Result<TryAcquire> {
-        self.redlock.attempt(self.key, options).await
+    async fn attempt(&self, options: &LockOptions, ask: Ask) -> Result<TryAcquire> {
+        self.redlock.attempt(self.key, options, ask).await
     }
 
     fn retries(&self, e: &Error) -> bool {

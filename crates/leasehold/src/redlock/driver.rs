@@ -35,7 +35,8 @@ impl Driver for Redlock {
     async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
         validate_name(key)?;
         options.check_for(Backend::Redlock, Taking::Lock)?;
-        self.attempt(key, options).await
+        self.attempt(key, options, crate::core::acquire::Ask::ONCE)
+            .await
     }
 
     /// Takes the lock, retrying with jittered backoff until `options.wait_bound()` elapses.

@@ -28,7 +28,9 @@
 //! Each node keeps a counter (`fence_key(key)`); no single counter sees every acquisition, since
 //! different majorities grant different acquisitions. The design:
 //! 1. **Phase 1**, on each node, one script: `SET key token NX PX ttl` and, only if it was set,
-//!    read that node's counter.
+//!    read that node's counter. (Without fencing, `min_hold` or a waiter's need of the
+//!    holder's remaining TTL, phase 1 is the plain `SET NX PX` alone, a command instead of a
+//!    script, and there is no phase 2.)
 //! 2. The token is `max(counters of the granting nodes) + 1`.
 //! 3. **Phase 2**, one script sent to every node: *if the key still holds our token*, raise
 //!    the counter to the token ("set if greater"). It acts on the granting nodes (and on a node

@@ -166,18 +166,9 @@ impl RedisClient {
             inv.arg(&call.args);
             inv.invoke_async::<Value>(&mut conn).await
         } else {
-            crate::redis::strategy::sized_cmd(
-                "SET",
-                5,
-                key.len() + token.expose().len() + 2 + 2 + 20,
-            )
-            .arg(key)
-            .arg(token.expose())
-            .arg("NX")
-            .arg("PX")
-            .arg(ttl_ms)
-            .query_async::<Value>(&mut conn)
-            .await
+            crate::redis::strategy::set_nx_px(key, token.expose(), ttl_ms)
+                .query_async::<Value>(&mut conn)
+                .await
         };
         let result = reply.and_then(|r| parse_acquire(key, r, fencing, call.as_ref()));
         match result {
