@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::Context;
 use leasehold_harness::ServerBinary;
 
-use super::backend_floors;
+use super::backend_floors::{self, PgFloor};
 use super::stats::Summary;
 use super::workloads::{self, Flavour, on_runtime};
 use super::{Results, Settings, fresh, median_summary, say};
@@ -17,7 +17,7 @@ use super::{Results, Settings, fresh, median_summary, say};
 enum W1Run {
     Locker(String, bool, bool),
     EtcdFloor(String),
-    PostgresFloor(String, bool),
+    PostgresFloor(String, PgFloor),
 }
 
 /// WB: W1, W3 and W5 through [`leasehold::Locker`] on every backend, the systems taking turns
@@ -71,10 +71,17 @@ pub(super) async fn wb(
         ("etcd_history", history(1)),
         ("postgres_history", history(3)),
         ("postgres_lease_rows_history", history(4)),
-        ("postgres_floor", W1Run::PostgresFloor(pg.url(), false)),
+        (
+            "postgres_floor",
+            W1Run::PostgresFloor(pg.url(), PgFloor::Advisory),
+        ),
+        (
+            "postgres_fenced_floor",
+            W1Run::PostgresFloor(pg.url(), PgFloor::FencedAdvisory),
+        ),
         (
             "postgres_lease_rows_floor",
-            W1Run::PostgresFloor(pg.url(), true),
+            W1Run::PostgresFloor(pg.url(), PgFloor::LeaseRows),
         ),
     ];
     let w1_systems: Vec<(&str, W1Run)> = systems
@@ -98,8 +105,8 @@ pub(super) async fn wb(
                         workloads::w1_locker(u, c, p, auto_extend, history).await
                     }
                     W1Run::EtcdFloor(e) => backend_floors::w1_etcd(e, c, p).await,
-                    W1Run::PostgresFloor(u, rows) => {
-                        backend_floors::w1_postgres(u, c, p, rows).await
+                    W1Run::PostgresFloor(u, floor) => {
+                        backend_floors::w1_postgres(u, c, p, floor).await
                     }
                 }
             })

@@ -155,7 +155,8 @@ pub(super) fn markdown(doc: &Value) -> String {
                  W1B only: `*_floor` is the raw client doing the same requests without lock \
                  logic (etcd: a Txn put-if-absent on one lease and a Txn delete-if-value; \
                  PostgreSQL: two statements, prepared, as leasehold sends them on a connection of \
-                 its own), `etcd_session` leasehold's \
+                 its own; `postgres_fenced_floor` draws a fencing number as it takes the advisory \
+                 lock), `etcd_session` leasehold's \
                  auto-extended locks, which ride on the session lease instead of a lease of \
                  their own, and `*_history` the same locker recording the lock history (its \
                  events ride in the lock's own transaction or statement))\n",

@@ -517,6 +517,29 @@ pub(super) fn targets(r: &Results) -> Value {
             &format!("leasehold on {system} ({what}) p50 <= 1.15 x the raw client's same requests"),
         );
     }
+    reference(
+        "W1B p50 postgres fenced floor / postgres floor",
+        ratio(
+            r.get("W1B", "postgres_fenced_floor", "p50_us"),
+            r.get("W1B", "postgres_floor", "p50_us"),
+        ),
+        P50_OVER_FLOOR,
+        true,
+        "the raw client's advisory lock drawing a fencing number in the granting statement (the \
+         counter row's upsert, a durable write) against the bare advisory lock: what fencing alone \
+         costs a session lock, with no lock logic",
+    );
+    reference(
+        "W1B p50 postgres / the fenced floor",
+        ratio(
+            r.get("W1B", "postgres", "p50_us"),
+            r.get("W1B", "postgres_fenced_floor", "p50_us"),
+        ),
+        P50_OVER_FLOOR,
+        true,
+        "leasehold's session locks against the fenced floor: the rest of their statement (the \
+         pooler checks, the idle limit, the keepalive reads) and the library",
+    );
     check(
         "W5 leases lost",
         r.get("W5", "leasehold", "leases_lost"),
