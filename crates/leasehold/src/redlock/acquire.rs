@@ -10,6 +10,7 @@ use crate::core::guard::{Lease, LockGuard};
 use crate::core::kind::{Backend, Taking};
 use crate::core::options::{LockOptions, ttl_millis};
 use crate::core::outcome::TryAcquire;
+use crate::redis::client::plain_grant;
 use crate::redis::scripts::{
     RAISE_FENCE_SCRIPT as RAISE_FENCE, REDLOCK_ACQUIRE_SCRIPT as REDLOCK_ACQUIRE,
     REDLOCK_MIN_HOLD_ACQUIRE_SCRIPT as REDLOCK_MIN_HOLD_ACQUIRE,
@@ -71,13 +72,14 @@ impl Redlock {
                     let mut conn = client.conn();
                     if !scripted {
                         // No script to run: a command's cost, not a script's, on every node.
-                        let set: Option<String> = set_nx_px(&key, token.expose(), ttl_ms)
+                        let taken = set_nx_px(&key, token.expose(), ttl_ms)
                             .query_async(&mut conn)
                             .await
+                            .and_then(|reply| plain_grant(&key, reply))
                             .map_err(|e| Error::from_redis(crate::Operation::Acquire, e))?;
-                        return Ok(match set {
-                            Some(_) => Reply::Yes(0),
-                            None => Reply::No(None),
+                        return Ok(match taken {
+                            true => Reply::Yes(0),
+                            false => Reply::No(None),
                         });
                     }
                     let counter = fence_key(&key);

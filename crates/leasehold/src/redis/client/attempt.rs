@@ -198,6 +198,16 @@ impl RedisClient {
     }
 }
 
+/// A plain `SET NX PX`'s reply ([`strategy::set_nx_px`](crate::redis::strategy::set_nx_px)),
+/// read as a single server's attempt reads it: taken (`true`), busy (`false`), or anything else
+/// an error, never a grant.
+pub(crate) fn plain_grant(key: &str, reply: Value) -> redis::RedisResult<bool> {
+    Ok(matches!(
+        parse_acquire(key, reply, false, None)?,
+        Attempt::Acquired { .. }
+    ))
+}
+
 /// The acquisition as one script call: the acquire script (fencing, or asking the holder's PTTL
 /// on busy), the `min_hold` one, or with `history` the recorded one (`redis::history`), with
 /// its keys and arguments.

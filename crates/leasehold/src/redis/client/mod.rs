@@ -11,6 +11,7 @@
 
 mod acquire;
 pub(crate) use acquire::{ChannelAttempts, OnReleaseChannel};
+pub(crate) use attempt::plain_grant;
 mod attempt;
 mod connect;
 mod driver;
