@@ -232,10 +232,10 @@ impl RedisClient {
         }
     }
 
-    /// After this client's release deleted the plain lock key `key`: where waiters track their
-    /// keys (so the release published nothing), wakes this client's own waiters of `key` at
-    /// once instead of after the key's invalidation and the read that confirms it
-    /// ([`Notifier::released_here`]).
+    /// Once this client's release of the plain lock key `key` is on the wire: where waiters
+    /// track their keys (so the release publishes nothing), wakes this client's own waiters of
+    /// `key` at once, instead of after the key's invalidation and the read that confirms it
+    /// ([`Notifier::released_here`]). Their attempts follow the release on the connection.
     pub(crate) fn released_here(&self, key: &str) {
         if let Some(notifier) = self.inner.notifier.as_ref().filter(|n| n.tracks()) {
             notifier.released_here(key);

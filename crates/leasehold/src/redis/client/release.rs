@@ -6,6 +6,7 @@ use crate::core::error::{Error, Operation, Result};
 use crate::core::history::{HistoryEvent, HistoryKind};
 use crate::core::token::LockToken;
 use crate::redis::calling_thread::RoutedConnection;
+use crate::redis::connection::queued_then;
 use crate::redis::history::{history_key, record_args, without_refusal};
 use crate::redis::scripts::{
     EXTEND_SCRIPT, MIN_HOLD_RELEASE_SCRIPT, RELEASE_NOTIFY_SCRIPT, RELEASE_RECORDED_SCRIPT,
@@ -92,7 +93,7 @@ impl RedisClient {
             ReleaseStrategy::DelIfEq => "delifeq",
             _ => "get",
         };
-        self.idempotent(Operation::Release, |mut conn| {
+        let call = self.idempotent(Operation::Release, |mut conn| {
             let mut inv = RELEASE_RECORDED_SCRIPT.key(key);
             inv.key(&stream)
                 .arg(token.expose())
@@ -104,13 +105,8 @@ impl RedisClient {
                 let reply = inv.invoke_async(&mut conn).await?;
                 flag(without_refusal(key, HistoryKind::Released, reply, 2))
             }
-        })
-        .await
-        .inspect(|&released| {
-            if released {
-                self.released_here(key);
-            }
-        })
+        });
+        queued_then(call, || self.released_here(key)).await.0
     }
 
     pub(crate) async fn release_raw(&self, key: &str, token: &str) -> Result<bool> {
@@ -118,7 +114,7 @@ impl RedisClient {
             .publishes_plain_releases()
             .then(|| release_channel(key));
         let sharded = self.inner.conn.is_cluster();
-        self.idempotent(Operation::Release, |mut conn| {
+        let call = self.idempotent(Operation::Release, |mut conn| {
             let channel = channel.as_deref();
             async move {
                 match (release_cmd(self.inner.release, key, token), channel) {
@@ -162,13 +158,11 @@ impl RedisClient {
                     }
                 }
             }
-        })
-        .await
-        .inspect(|&released| {
-            if released {
-                self.released_here(key);
-            }
-        })
+        });
+        // This client's waiters of the key are woken once the release is on the wire, not
+        // after its reply: their attempts follow it on the connection (see `queued_then`), a
+        // round trip sooner. A release that deletes nothing costs a woken waiter one attempt.
+        queued_then(call, || self.released_here(key)).await.0
     }
 
     pub(crate) async fn extend_raw(&self, key: &str, token: &str, ttl_ms: u64) -> Result<bool> {
@@ -314,5 +308,60 @@ mod resent_extends {
         );
         drop(lost_reply);
         guard.release().await.unwrap();
+    });
+}
+
+#[cfg(test)]
+mod early_wake {
+    use std::task::Poll;
+    use std::time::Duration;
+
+    use futures_util::FutureExt;
+    use leasehold_harness::{Server, ServerOptions};
+
+    use super::RedisClient;
+    use crate::core::driver::Driver;
+    use crate::core::options::LockOptions;
+
+    // A waiter of the releasing client is woken once the release is on the wire, before its
+    // reply can have come back: the release is polled once, and the waiter's wake-up is
+    // already there. Woken after the reply (as before), it would not be, since nothing has
+    // read that reply yet; the release then completes and deletes the key as ever. (On the
+    // test's multi-thread runtime the reply may, rarely, be read within that first poll,
+    // when the thread is preempted in it: such a round says nothing, and another is made.)
+    leasehold_harness::server_test!(async fn a_waiter_of_the_releasing_client_is_woken_before_the_reply(bin) {
+        let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+        let client = RedisClient::connect(&server.url()).await.unwrap();
+        let notifier = client.notifier().expect("a notifier");
+        for round in 0..20 {
+            // A key of its own: the invalidation of an earlier round's key wakes nobody here.
+            let key = &format!("early-wake-{round}");
+            let lease = client
+                .try_acquire(key, &LockOptions::new(Duration::from_secs(30)))
+                .await
+                .unwrap()
+                .acquired()
+                .unwrap()
+                .detach();
+            assert!(notifier.tracks(), "tracking refused on {}", client.server());
+            let mut waiter = notifier.subscribe_one(key).await.expect("subscribed");
+            waiter.mark_seen();
+            let release = client.release_raw(key, lease.token().expose());
+            let mut release = std::pin::pin!(release);
+            let first = std::future::poll_fn(|cx| Poll::Ready(release.as_mut().poll(cx))).await;
+            let woken = waiter.released().now_or_never().is_some();
+            let in_flight = first.is_pending();
+            let released = match first {
+                Poll::Ready(released) => released,
+                Poll::Pending => release.await,
+            };
+            assert!(released.unwrap(), "the release did not delete the key");
+            assert_eq!(server.command(&["EXISTS", key.as_str()]).unwrap().as_integer(), Some(0));
+            if in_flight {
+                assert!(woken, "the waiter was not woken when the release went out");
+                return;
+            }
+        }
+        panic!("every release's reply came within its first poll");
     });
 }

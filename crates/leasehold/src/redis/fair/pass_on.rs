@@ -1,12 +1,12 @@
 //! Running the release and leave scripts, which hand the lock on.
 
-use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use redis::Script;
 
 use crate::core::error::{Operation, Result};
 use crate::redis::client::RedisClient;
+use crate::redis::connection::queued_then;
 use crate::redis::slot::{fair_entry_key, fair_queue_key, fence_key};
 
 use super::early::EarlyHandoff;
@@ -80,20 +80,12 @@ pub(super) async fn run_pass_on(
             }
         }
     };
-    let mut call = std::pin::pin!(call);
-    let mut given = None;
-    let reply = match early {
-        Some(early) => {
-            // Queued on the connection first: the new holder's commands then follow it.
-            let first = std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await;
-            given = early.give();
-            match first {
-                Poll::Ready(reply) => reply,
-                Poll::Pending => call.await,
-            }
-        }
-        None => call.await,
-    }?;
+    let (reply, given) = match early {
+        // Queued on the connection first: the new holder's commands then follow it.
+        Some(early) => queued_then(call, || early.give()).await,
+        None => (call.await, None),
+    };
+    let reply = reply?;
     let outcome = PassOn::parse(reply, op)?;
     if let Some(given) = given {
         match &outcome {

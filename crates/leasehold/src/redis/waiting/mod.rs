@@ -48,11 +48,14 @@
 //! releases publish as before; a waiter of an earlier build, or one that cannot track, facing a
 //! tracking releaser wakes at its next poll.
 //!
-//! A release by the waiters' own client does not wait for its invalidation to come back: once
-//! the delete's reply says it deleted the key, the client wakes its waiters of that key itself
-//! (`Notifier::released_here`), a server hop sooner than a message would. The invalidation
-//! still comes and is handled as above; if its read finds the key still free, it wakes a
-//! second waiter, which finds the lock taken.
+//! A release by the waiters' own client does not wait for its invalidation to come back, nor
+//! for its own reply: once the delete is on the wire, the client wakes its waiters of that key
+//! itself (`Notifier::released_here`), and their attempts follow the delete on the connection
+//! (`redis::connection::queued_then`): the handoff takes one round trip, not two and a server
+//! hop. The invalidation still comes and is handled as above; if its read finds the key still
+//! free (a woken attempt that ran first, over another connection, or a delete that found
+//! another token), it wakes another waiter, so an early wake that came to nothing costs time,
+//! never a waiter left asleep.
 //!
 //! On a Redis Cluster the release publishes with `SPUBLISH` on the same channel, which hashes to
 //! the lock key's slot (see `src/redis/slot`), and waiters `SSUBSCRIBE`: the message travels only
@@ -461,12 +464,12 @@ impl Notifier {
         Some(subscription)
     }
 
-    /// This client deleted the plain lock key `name`, and its waiters track their keys: wakes
-    /// its waiters of `name` at once, as a release message would (one plain-lock waiter, every
-    /// broadcast waiter), without waiting for the key's invalidation to come back through the
-    /// server. The invalidation still comes, and is handled as any other (a waiter that it wakes
-    /// too finds the lock taken, or takes it), so a wake-up skipped here (the hub being opened)
-    /// only costs time.
+    /// This client's delete of the plain lock key `name` is on the wire, and its waiters track
+    /// their keys: wakes its waiters of `name` at once, as a release message would (one
+    /// plain-lock waiter, every broadcast waiter), without waiting for the delete's reply or
+    /// the key's invalidation. The invalidation still comes, and is handled as any other (a
+    /// waiter that it wakes too finds the lock taken, or takes it), so a wake-up skipped here
+    /// (the hub being opened) or come to nothing only costs time.
     pub(crate) fn released_here(&self, name: &str) {
         let Ok(hub) = self.hub.try_lock() else {
             return;
