@@ -320,7 +320,7 @@ pub struct BenchArgs {
     /// Small counts and short durations (a smoke run of a minute or two).
     #[arg(long)]
     pub quick: bool,
-    /// Interleaved repetitions of W1 and W2 whose medians are reported (default 3, 1 with
+    /// Interleaved repetitions of W1, W2 and W4 whose medians are reported (default 3, 1 with
     /// --quick).
     #[arg(long, value_name = "N")]
     pub reps: Option<usize>,

@@ -10,8 +10,10 @@
 //!
 //! **Actors.** Two waiters of the tracking client W, and another client X that acquires,
 //! extends and releases the key, or lets it expire (a budget of [`WakeModel::x_steps`] steps).
-//! A waiter that wins holds and then releases (a local wake-up, as `released_here`), or its key
-//! expires under it. The server: the key, and whether it tracks the key for W's subscriber
+//! A waiter that wins holds and then releases, or its key expires under it. Its release wakes
+//! the client's waiters as soon as its delete is on the wire (`released_here`, through
+//! `queued_then`), before the server runs it: their attempts are meant to follow the delete on
+//! the connection, but the model lets them run before it too (the order is only a hint). The server: the key, and whether it tracks the key for W's subscriber
 //! connection (one-shot: a change of the key sends one invalidation and stops tracking).
 //!
 //! **Connections.** W's tracking reads go to the server in order; their replies and the
@@ -59,6 +61,8 @@ pub enum Waiter {
     Asleep,
     /// Holds the lock.
     Holding,
+    /// Its token-checked delete is on the wire (its client's waiters already woken).
+    Releasing,
     /// Released, or gave its lease up.
     Done,
 }
@@ -110,6 +114,9 @@ pub struct WakeState {
     pub x_steps: u8,
     /// Some waiter was woken by a read after an invalidation (an example property).
     pub woken_by_read: bool,
+    /// A waiter found the key held by a waiter whose delete was on the wire (woken early, it
+    /// attempted before the delete ran: an example property).
+    pub early_attempt_busy: bool,
 }
 
 /// A step.
@@ -133,8 +140,11 @@ pub enum WakeAction {
     HandleReply(usize),
     /// W handles an invalidation (`Router::invalidated`).
     HandleInvalidation,
-    /// Waiter `i` releases (token-checked delete, then `released_here`).
+    /// Waiter `i` puts its token-checked delete on the wire, and `released_here` wakes its
+    /// client's waiters.
     Release(u8),
+    /// The server runs waiter `i`'s delete.
+    Delete(u8),
 }
 
 /// The model.
@@ -209,6 +219,7 @@ impl Model for WakeModel {
             permit: false,
             x_steps: self.x_steps,
             woken_by_read: false,
+            early_attempt_busy: false,
         }]
     }
 
@@ -231,6 +242,7 @@ impl Model for WakeModel {
                 Waiter::Start | Waiter::Ready => actions.push(WakeAction::Send(i)),
                 Waiter::First | Waiter::Attempting => actions.push(WakeAction::Apply(i)),
                 Waiter::Holding => actions.push(WakeAction::Release(i)),
+                Waiter::Releasing => actions.push(WakeAction::Delete(i)),
                 _ => {}
             }
         }
@@ -275,6 +287,11 @@ impl Model for WakeModel {
             }
             WakeAction::Apply(i) => {
                 let first = s.waiters[i as usize] == Waiter::First;
+                if let Holder::W(h) = s.key
+                    && s.waiters[h as usize] == Waiter::Releasing
+                {
+                    s.early_attempt_busy = true;
+                }
                 if s.key == Holder::Free {
                     s.key = Holder::W(i);
                     s.changed();
@@ -348,14 +365,18 @@ impl Model for WakeModel {
                 }
             }
             WakeAction::Release(i) => {
+                s.waiters[i as usize] = Waiter::Releasing;
+                // `released_here`, before the delete runs (and whether or not it will delete):
+                // only for a channel with waiters.
+                if s.refs > 0 {
+                    s.wake_one();
+                }
+            }
+            WakeAction::Delete(i) => {
                 s.waiters[i as usize] = Waiter::Done;
                 if s.key == Holder::W(i) {
                     s.key = Holder::Free;
                     s.changed();
-                    // `released_here`: only for a channel with waiters.
-                    if s.refs > 0 {
-                        s.wake_one();
-                    }
                 }
             }
         }
@@ -379,6 +400,10 @@ impl Model for WakeModel {
             Property::sometimes("a waiter registers on an armed key", |_, s: &WakeState| {
                 s.armed && s.refs == 2 && s.waiters.contains(&Waiter::Ready)
             }),
+            Property::sometimes(
+                "a waiter woken early attempts before the delete",
+                |_, s: &WakeState| s.early_attempt_busy,
+            ),
         ]
     }
 }

@@ -23,6 +23,7 @@ fn no_release_is_missed_by_tracking_waiters() {
         "a sleeper is woken by a read",
         "both waiters win",
         "a waiter registers on an armed key",
+        "a waiter woken early attempts before the delete",
     ] {
         assert!(
             report.discovery(example).is_some(),

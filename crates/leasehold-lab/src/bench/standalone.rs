@@ -248,6 +248,10 @@ pub(super) async fn w3(
     Ok(())
 }
 
+/// W4: Redlock over each N of `w4_nodes`, on the first N of one set of fresh servers, in
+/// `reps` interleaved repetitions (the order of N rotating each time) whose medians are
+/// reported: N = 1 and N = 5 are then measured side by side, not minutes apart, so the ratio
+/// of their p50s does not carry the machine's drift between them.
 pub(super) async fn w4(
     bin: &ServerBinary,
     st: &Settings,
@@ -255,33 +259,45 @@ pub(super) async fn w4(
     results: &mut Results,
 ) -> anyhow::Result<()> {
     say(format!(
-        "W4 Redlock: N = {:?}, {} cycles",
-        st.w4_nodes, st.w4_cycles
+        "W4 Redlock: N = {:?}, {} cycles x {} repetitions",
+        st.w4_nodes, st.w4_cycles, st.reps
     ));
+    let most = st.w4_nodes.iter().copied().max().unwrap_or(0);
+    let servers: Vec<Server> = (0..most)
+        .map(|_| fresh(bin))
+        .collect::<anyhow::Result<_>>()?;
+    let all: Vec<String> = servers.iter().map(Server::url).collect();
+    let mut runs: BTreeMap<usize, BTreeMap<String, Vec<Summary>>> = BTreeMap::new();
+    for rep in 0..st.reps {
+        let mut order = st.w4_nodes.clone();
+        let turns = rep % order.len().max(1);
+        order.rotate_left(turns);
+        for n in order {
+            let urls = all[..n].to_vec();
+            let runs = runs.entry(n).or_default();
+            let (u, c) = (urls.clone(), st.w4_cycles);
+            let s = on_runtime(Flavour::MultiThread, move || {
+                workloads::w4_leasehold(u, c, format!("w4:{n}:{rep}"))
+            })?;
+            runs.entry("leasehold".into()).or_default().push(s);
+            let (u, c) = (urls.clone(), st.w4_cycles);
+            let s = on_runtime(Flavour::MultiThread, move || {
+                workloads::w4_floor(u, c, format!("w4:floor:{n}:{rep}"))
+            })?;
+            runs.entry("floor".into()).or_default().push(s);
+            let run = PeerRun {
+                urls: &urls,
+                workload: "W4",
+                tuned: false,
+                prefix: &format!("w4:peer:{n}:{rep}"),
+                cycles: Some(st.w4_cycles),
+                duration: None,
+            };
+            peer_runs(peers, &run, results, runs, "").await;
+        }
+    }
     let mut per_system: BTreeMap<String, Value> = BTreeMap::new();
-    for &n in &st.w4_nodes {
-        let servers: Vec<Server> = (0..n).map(|_| fresh(bin)).collect::<anyhow::Result<_>>()?;
-        let urls: Vec<String> = servers.iter().map(Server::url).collect();
-        let mut runs: BTreeMap<String, Vec<Summary>> = BTreeMap::new();
-        let (u, c) = (urls.clone(), st.w4_cycles);
-        let s = on_runtime(Flavour::MultiThread, move || {
-            workloads::w4_leasehold(u, c, format!("w4:{n}"))
-        })?;
-        runs.entry("leasehold".into()).or_default().push(s);
-        let (u, c) = (urls.clone(), st.w4_cycles);
-        let s = on_runtime(Flavour::MultiThread, move || {
-            workloads::w4_floor(u, c, format!("w4:floor:{n}"))
-        })?;
-        runs.entry("floor".into()).or_default().push(s);
-        let run = PeerRun {
-            urls: &urls,
-            workload: "W4",
-            tuned: false,
-            prefix: &format!("w4:peer:{n}"),
-            cycles: Some(st.w4_cycles),
-            duration: None,
-        };
-        peer_runs(peers, &run, results, &mut runs, "").await;
+    for (n, runs) in runs {
         for (name, r) in runs {
             let s = median_summary(&r);
             let entry = per_system.entry(name).or_insert_with(|| json!({}));
