@@ -53,9 +53,10 @@
 //! itself (`Notifier::released_here`), and their attempts follow the delete on the connection
 //! (`redis::connection::queued_then`): the handoff takes one round trip, not two and a server
 //! hop. The invalidation still comes and is handled as above; if its read finds the key still
-//! free (a woken attempt that ran first, over another connection, or a delete that found
-//! another token), it wakes another waiter, so an early wake that came to nothing costs time,
-//! never a waiter left asleep.
+//! free (the woken waiter's attempt ran before the delete, over another connection), it wakes
+//! another waiter, so an early wake that came to nothing costs time, never a waiter left
+//! asleep. A delete that found another holder's token changes nothing: the woken waiter finds
+//! the key held, and that holder's release is reported as any other.
 //!
 //! On a Redis Cluster the release publishes with `SPUBLISH` on the same channel, which hashes to
 //! the lock key's slot (see `src/redis/slot`), and waiters `SSUBSCRIBE`: the message travels only
