@@ -269,23 +269,33 @@ where
         let Some(cleanup) = self.cleanup.take() else {
             return;
         };
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) => {
-                tracing::debug!(what = self.what, "abandoned; cleaning up in the background");
-                // Counted from here, not from inside the task: `cleanups_settled` must not
-                // answer "none running" between this spawn and the task's first poll.
-                let running = CleanupRunning::start();
-                let cleanup = cleanup();
-                handle.spawn(async move {
-                    let _running = running;
-                    cleanup.await
-                });
-            }
-            Err(_) => tracing::warn!(
-                what = self.what,
-                "abandoned outside a runtime; what it took expires with its TTL"
-            ),
+        spawn_cleanup(self.what, cleanup());
+    }
+}
+
+/// Runs the clean-up of an abandoned operation (`what`) in the background, counted by
+/// [`cleanups_settled`] until it ends: the one way such a clean-up is run ([`OnAbandon`], and
+/// guards that own what they give back, as an abandoned PostgreSQL session). Outside a runtime
+/// nothing can run it; what was taken then expires with its TTL, which is logged.
+pub(crate) fn spawn_cleanup(
+    what: &'static str,
+    cleanup: impl Future<Output = ()> + Send + 'static,
+) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) => {
+            tracing::debug!(what, "abandoned; cleaning up in the background");
+            // Counted from here, not from inside the task: `cleanups_settled` must not answer
+            // "none running" between this spawn and the task's first poll.
+            let running = CleanupRunning::start();
+            handle.spawn(async move {
+                let _running = running;
+                cleanup.await
+            });
         }
+        Err(_) => tracing::warn!(
+            what,
+            "abandoned outside a runtime; what it took expires with its TTL"
+        ),
     }
 }
 

@@ -269,18 +269,37 @@ impl AbandonedSession {
 impl Drop for AbandonedSession {
     fn drop(&mut self) {
         if let Some(session) = self.0.take() {
-            // A cancel request stops a statement blocked in the lock queue at once; closing the
-            // connection then ends the session (and any lock it got meanwhile).
-            let cancel = session.client.cancel_token();
-            let tls = session.tls.clone();
-            drop(session);
-            if let Ok(handle) = tokio::runtime::Handle::try_current() {
-                handle.spawn(async move {
-                    let _ = cancel.cancel_query(tls).await;
-                });
-            }
+            crate::core::acquire::spawn_cleanup("an acquisition's session", end_abandoned(session));
         }
     }
+}
+
+/// How long an abandoned session's unlock may take before the session is simply closed.
+const ABANDONED_UNLOCK_BOUND: Duration = Duration::from_secs(5);
+
+/// Ends a session whose acquisition was abandoned mid-statement, so that nothing it was granted
+/// stays held once this returns (a counted clean-up: `cleanups_settled` waits for it).
+///
+/// A cancel request stops a statement blocked in the lock queue at once. The server runs a
+/// session's statements in order, so once an unlock of every advisory lock sent after it
+/// answers, the abandoned statement is over and whatever it was granted is released. (Closing
+/// the connection alone releases it too, but only when the server process notices the close,
+/// after this returned: a caller that waited for the clean-ups could still find the lock taken.)
+/// If the cancel lands on the unlock instead, the unlock is sent once more. An unlock that
+/// fails or does not answer in time leaves the close to end the session.
+async fn end_abandoned(session: Session) {
+    let cancel = session.client.cancel_token();
+    let _ = cancel.cancel_query(session.tls.clone()).await;
+    for _ in 0..2 {
+        let unlock = session
+            .client
+            .simple_query("SELECT pg_advisory_unlock_all()");
+        match tokio::time::timeout(ABANDONED_UNLOCK_BOUND, unlock).await {
+            Ok(Ok(_)) | Err(_) => break,
+            Ok(Err(e)) => tracing::debug!(error = %e, "abandoned session: unlock refused"),
+        }
+    }
+    drop(session);
 }
 
 #[async_trait::async_trait]
