@@ -158,6 +158,46 @@ async fn a_cancelled_waiter_leaves_the_queue_and_a_deadline_is_kept() {
     );
 }
 
+// A waiter abandoned just as the lock comes free: the server may grant its statement before
+// the cancel or the close reaches it, to a session nobody owns. Once the background clean-ups
+// have settled, that session holds nothing, so one attempt takes the lock. (The clean-up used
+// to close the session uncounted: `cleanups_settled` answered at once, while the server kept
+// the orphaned grant until it noticed the close, and the attempt below usually found the lock
+// taken.) Repeated, since the grant races the abort.
+#[tokio::test]
+async fn a_waiter_abandoned_as_the_lock_comes_free_holds_nothing_once_cleanups_settle() {
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    let admin = admin(&pg).await;
+    let client = Locker::from(PostgresClient::connect(&pg.url()).await.unwrap());
+    let opts = LockOptions::new(Duration::from_secs(30));
+    for _ in 0..5 {
+        let holder = client.acquire("abandoned", &opts).await.unwrap();
+        let waiter = {
+            let (client, wait) = (client.clone(), opts.clone().wait(BOUND));
+            tokio::spawn(async move { client.acquire("abandoned", &wait).await })
+        };
+        until("waiter queued", || async { waiting(&admin).await == 1 }).await;
+        waiter.abort();
+        holder.release().await.unwrap();
+        // The waiter may have been granted the lock before the abort reached it: then it is
+        // its lease, released here.
+        if let Ok(got) = waiter.await {
+            got.unwrap().release().await.unwrap();
+        }
+        assert!(
+            leasehold::cleanups_settled(BOUND).await,
+            "clean-ups still running"
+        );
+        let next = client.try_acquire("abandoned", &opts).await.unwrap();
+        let next = next
+            .acquired()
+            .expect("the lock still held after the clean-ups settled");
+        next.release().await.unwrap();
+    }
+}
+
 #[tokio::test]
 async fn the_ttl_is_the_sessions_idle_limit_and_auto_extension_keeps_it() {
     let Some(pg) = postgres_for_test() else {
