@@ -51,4 +51,18 @@ pub(crate) struct EarlyGrant {
     pub(crate) tenure: Arc<Tenure>,
     /// The attempt of the terms it was given on.
     pub(crate) attempt: u64,
+    /// Resolves (a value, or the sender dropped) once the release that gave it has put its
+    /// script on the wire (`EarlyGrant::after_release_sent`).
+    pub(crate) release_sent: Option<tokio::sync::oneshot::Receiver<()>>,
+}
+
+impl EarlyGrant {
+    /// Waits until the release that gave this grant has put its script on the wire: every
+    /// command the new holder sends afterwards follows it (see the `src/redis/fair` module
+    /// docs, "Order").
+    pub(crate) async fn after_release_sent(&mut self) {
+        if let Some(sent) = self.release_sent.take() {
+            let _ = sent.await;
+        }
+    }
 }

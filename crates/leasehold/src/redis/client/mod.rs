@@ -139,6 +139,14 @@ impl RedisClient {
         RoutedConnection::new(self.inner.conn.clone(), caller)
     }
 
+    /// Whether this thread's lock commands go out on its own socket now (inside a
+    /// [`blocking_call`](crate::blocking_call), on a client with per-thread sockets): there a
+    /// command is written, a system call, in its future's first poll, where the shared
+    /// connection only queues it.
+    pub(crate) fn on_calling_thread_socket(&self) -> bool {
+        self.inner.caller.is_some() && crate::core::calling_thread::in_blocking_call()
+    }
+
     pub(crate) fn guard(
         &self,
         key: &str,

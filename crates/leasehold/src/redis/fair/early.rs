@@ -24,6 +24,8 @@ pub(super) struct EarlyHandoff {
 /// An early handoff made: what the release's reply settles.
 pub(super) struct GivenEarly {
     pub(super) ticket: String,
+    /// Tells the new holder the release's script is on the wire (dropped: told too).
+    release_sent: Option<tokio::sync::oneshot::Sender<()>>,
     ttl: Duration,
     lease: Lease,
     tenure: Arc<Tenure>,
@@ -54,18 +56,22 @@ impl EarlyHandoff {
         })
     }
 
-    /// Hands the waiter its lease; `None` if it stopped waiting meanwhile.
+    /// Hands the waiter its lease; `None` if it stopped waiting meanwhile. Its acquire returns
+    /// once [`GivenEarly::release_sent`] is called (or the `GivenEarly` dropped).
     pub(super) fn give(self) -> Option<GivenEarly> {
         let lease = Lease::until(&self.terms.key, self.terms.token, None, self.valid_until);
         let tenure = Arc::new(Tenure::default());
+        let (release_sent, after) = tokio::sync::oneshot::channel();
         let grant = EarlyGrant {
             lease: lease.clone(),
             tenure: tenure.clone(),
             attempt: self.terms.attempt,
+            release_sent: Some(after),
         };
         self.to.send(Delivery::Early(grant)).ok()?;
         Some(GivenEarly {
             ticket: self.ticket,
+            release_sent: Some(release_sent),
             ttl: self.terms.ttl,
             lease,
             tenure,
@@ -74,6 +80,13 @@ impl EarlyHandoff {
 }
 
 impl GivenEarly {
+    /// The release's script is on the wire: the new holder may go on.
+    pub(super) fn release_sent(&mut self) {
+        if let Some(sent) = self.release_sent.take() {
+            let _ = sent.send(());
+        }
+    }
+
     /// The release handed the lock to this waiter: the key holds its token for the handoff
     /// window from the script's run, which came after `sent`.
     pub(super) fn confirm(self, sent: Instant, next: Option<String>) {

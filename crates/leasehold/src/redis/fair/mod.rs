@@ -55,7 +55,9 @@
 //! releases, and its next in line is a waiter of the same client (without fencing) that is
 //! still waiting, the client hands it the lock *before the release script runs*: it queues the
 //! script on the connection, hands the waiter a lease, and only then awaits the reply. No round
-//! trip is on the handoff's path.
+//! trip is on the handoff's path. On the releasing thread's own socket (`redis::calling_thread`)
+//! putting the script out is a write, a system call: there the waiter is handed its lease just
+//! before it, so its thread wakes meanwhile, and its acquire returns once the write is done.
 //!
 //! - **Why the script's outcome is known.** The queue only grows at its tail (a waiter joins
 //!   behind the last one, or keeps its place), and a member is only removed by a release of the
@@ -87,11 +89,16 @@
 //!   broken, say an outsider edited the queue), the lease is reported lost at once. If no reply
 //!   comes (connection lost), the lease keeps its early bound; a renewal then finds out which.
 //! - **Order.** The script is queued on the connection (or written on the releasing thread's own
-//!   socket, `redis::calling_thread`) before the new holder can send anything, so on one
+//!   socket, `redis::calling_thread`) before the new holder can send anything: its acquire
+//!   returns only after the release's first poll (`EarlyGrant::after_release_sent`). So on one
 //!   connection its extends and release follow the script on the server, and from a socket of
 //!   the new holder's thread they follow it in time. Safety does not depend on it: an extend
 //!   that overtook the script (after a reconnect, or from another socket the server read
-//!   first) would find the releaser's token and report the lease lost.
+//!   first) would find the releaser's token and report the lease lost. Without the wait, on 2
+//!   busy cores, a waiter handed its lease before the write could run its whole 1 ms hold and
+//!   its release before the releasing thread was scheduled again (measured: its release found
+//!   the lock not held); `an_early_handoff_from_a_calling_thread_returns_once_the_release_is_out`
+//!   holds the release between the two and sees the acquire wait.
 //!
 //! The test `the_next_waiter_of_the_same_client_is_handed_the_lock_before_the_release_runs`
 //! pauses the server's writes: the waiter holds the lock while the key still holds the

@@ -9,7 +9,7 @@ use crate::redis::client::RedisClient;
 use crate::redis::connection::queued_then;
 use crate::redis::slot::{fair_entry_key, fair_queue_key, fence_key};
 
-use super::early::EarlyHandoff;
+use super::early::{EarlyHandoff, GivenEarly};
 use super::reply::PassOn;
 
 /// The fair script's release or leave, with the client's notification settings.
@@ -81,8 +81,31 @@ pub(super) async fn run_pass_on(
         }
     };
     let (reply, given) = match early {
-        // Queued on the connection first: the new holder's commands then follow it.
-        Some(early) => queued_then(call, || early.give()).await,
+        // On the calling thread's own socket the first poll writes the script (a system call,
+        // tens of microseconds on 2 busy cores): the waiter is handed its lease first, so its
+        // thread wakes meanwhile, and its acquire returns only once the script is out
+        // (`GivenEarly::release_sent`), so its commands still follow it. On the shared
+        // connection that poll only queues the script, and comes first: a waiter woken before
+        // it would find the script not yet out and sleep again.
+        Some(early) if client.on_calling_thread_socket() => {
+            let mut given = early.give();
+            #[cfg(test)]
+            tests::before_release_sent(key);
+            let (reply, ()) = queued_then(call, || {
+                given.iter_mut().for_each(GivenEarly::release_sent);
+            })
+            .await;
+            (reply, given)
+        }
+        Some(early) => {
+            let given = || {
+                early.give().map(|mut given| {
+                    given.release_sent();
+                    given
+                })
+            };
+            queued_then(call, given).await
+        }
         None => (call.await, None),
     };
     let reply = reply?;
@@ -110,3 +133,116 @@ pub(super) async fn run_pass_on(
 /// How long a release or leave of a fair lock keeps retrying a script refused while its slot
 /// moves: the longest [entry lifetime](super::queue_entry_ttl).
 const PASS_ON_RETRY: Duration = Duration::from_secs(10);
+
+/// An early handoff made by a release on its calling thread's own socket: the waiter is handed
+/// its lease before the release's first poll writes the script, and its acquire returns only
+/// once that poll is done. The release is held between the two (a hook), and the waiter's
+/// acquire must not return meanwhile: without the wait for `GivenEarly::release_sent` it
+/// returns at once, and the new holder's commands (its release, say) could reach the server
+/// before the script that hands it the lock.
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
+    use leasehold_harness::{Server, ServerOptions};
+
+    use crate::core::driver::Driver;
+    use crate::core::options::LockOptions;
+    use crate::redis::client::RedisClient;
+    use crate::redis::slot::fair_queue_key;
+
+    type Hook = Arc<dyn Fn(&str) + Send + Sync>;
+
+    /// Run by a release on its calling thread's socket between its early handoff and its first
+    /// poll, with the lock's key.
+    static BEFORE_RELEASE_SENT: Mutex<Option<Hook>> = Mutex::new(None);
+
+    pub(super) fn before_release_sent(key: &str) {
+        let hook = BEFORE_RELEASE_SENT
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if let Some(hook) = hook {
+            hook(key);
+        }
+    }
+
+    /// Waits until `cond` holds (observed state), or fails after a minute.
+    async fn until(what: &str, mut cond: impl FnMut() -> bool) {
+        let start = Instant::now();
+        while !cond() {
+            assert!(start.elapsed() < Duration::from_secs(60), "never: {what}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    leasehold_harness::server_test!(async fn an_early_handoff_from_a_calling_thread_returns_once_the_release_is_out(bin) {
+        let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+        let client = RedisClient::connect(&server.url()).await.unwrap();
+        let key = "fair:early:calling-thread";
+        // 10 s: the handoff window is the whole TTL (early handoffs need that).
+        let opts = LockOptions::new(Duration::from_secs(10))
+            .fair(true)
+            .wait(Duration::from_secs(120));
+        let queued = || {
+            let n = server.command(&["ZCARD", &fair_queue_key(key)]).unwrap();
+            n.as_integer().unwrap()
+        };
+        // A holder handed the lock by a release, so that it knows its next in line.
+        let first = client.try_acquire(key, &opts).await.unwrap().acquired().unwrap();
+        let holder = tokio::spawn({
+            let (client, opts) = (client.clone(), opts.clone());
+            async move { client.acquire(key, &opts).await.unwrap() }
+        });
+        until("the holder queued", || queued() == 1).await;
+        let (returned, told) = std::sync::mpsc::channel();
+        let next = tokio::spawn({
+            let (client, opts) = (client.clone(), opts.clone());
+            async move {
+                let guard = client.acquire(key, &opts).await.unwrap();
+                let _ = returned.send(());
+                guard
+            }
+        });
+        until("both queued, offering early handoffs", || {
+            queued() == 2 && client.early_handoff_offers(key) == 2
+        })
+        .await;
+        first.release().await.unwrap();
+        let holder = holder.await.unwrap();
+
+        let (held, returned_early) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+        let told = Mutex::new(told);
+        *BEFORE_RELEASE_SENT.lock().unwrap() = Some(Arc::new({
+            let (held, returned_early) = (held.clone(), returned_early.clone());
+            move |k: &str| {
+                if k == key {
+                    held.store(true, Ordering::SeqCst);
+                    // The waiter's acquire has returned if it says so within this.
+                    let told = told.lock().unwrap().recv_timeout(Duration::from_millis(300));
+                    returned_early.store(told.is_ok(), Ordering::SeqCst);
+                }
+            }
+        }));
+        let runtime = tokio::runtime::Handle::current();
+        let released = std::thread::spawn(move || {
+            crate::blocking_call(|| runtime.block_on(holder.release()))
+        })
+        .join()
+        .unwrap();
+        *BEFORE_RELEASE_SENT.lock().unwrap() = None;
+        released.unwrap();
+        assert!(held.load(Ordering::SeqCst), "the release made no early handoff on its thread's socket");
+        assert!(
+            !returned_early.load(Ordering::SeqCst),
+            "the waiter's acquire returned before the release's script was out"
+        );
+        let next = next.await.unwrap();
+        assert!(next.is_held());
+        let holds = server.command(&["GET", key]).unwrap();
+        assert_eq!(holds.as_str(), Some(next.token().expose()), "the release handed the lock on");
+        next.release().await.unwrap();
+    });
+}
