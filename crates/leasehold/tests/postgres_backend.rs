@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use leasehold::postgres::{FencedRows, PostgresClient};
-use leasehold::{Error, Fence, LockOptions, LockToken, Locker, LossReason, TryAcquire};
+use leasehold::{Error, Fence, LockGuard, LockOptions, LockToken, Locker, LossReason, TryAcquire};
 use leasehold_harness::{
     PgBouncer, PgBouncerOptions, PoolMode, Postgres, pgbouncer_for_test, postgres_for_test,
 };
@@ -123,6 +123,25 @@ async fn waiters_are_granted_in_queue_order_without_polling() {
     assert_eq!(waiting(&admin).await, 0);
 }
 
+/// `key` held, and one waiter (for up to `BOUND`) queued in the server behind the holder.
+async fn held_with_one_waiter(
+    admin: &tokio_postgres::Client,
+    client: &Locker,
+    key: &'static str,
+    opts: &LockOptions,
+) -> (
+    LockGuard,
+    tokio::task::JoinHandle<leasehold::Result<LockGuard>>,
+) {
+    let holder = client.acquire(key, opts).await.unwrap();
+    let waiter = {
+        let (client, wait) = (client.clone(), opts.clone().wait(BOUND));
+        tokio::spawn(async move { client.acquire(key, &wait).await })
+    };
+    until("waiter queued", || async { waiting(admin).await == 1 }).await;
+    (holder, waiter)
+}
+
 #[tokio::test]
 async fn a_cancelled_waiter_leaves_the_queue_and_a_deadline_is_kept() {
     let Some(pg) = postgres_for_test() else {
@@ -131,13 +150,7 @@ async fn a_cancelled_waiter_leaves_the_queue_and_a_deadline_is_kept() {
     let admin = admin(&pg).await;
     let client = Locker::from(PostgresClient::connect(&pg.url()).await.unwrap());
     let opts = LockOptions::new(Duration::from_secs(30));
-    let holder = client.acquire("cancel", &opts).await.unwrap();
-
-    let waiter = {
-        let (client, wait) = (client.clone(), opts.clone().wait(BOUND));
-        tokio::spawn(async move { client.acquire("cancel", &wait).await })
-    };
-    until("waiter queued", || async { waiting(&admin).await == 1 }).await;
+    let (holder, waiter) = held_with_one_waiter(&admin, &client, "cancel", &opts).await;
     waiter.abort();
     until("cancelled waiter gone", || async {
         waiting(&admin).await == 0
@@ -173,12 +186,7 @@ async fn a_waiter_abandoned_as_the_lock_comes_free_holds_nothing_once_cleanups_s
     let client = Locker::from(PostgresClient::connect(&pg.url()).await.unwrap());
     let opts = LockOptions::new(Duration::from_secs(30));
     for _ in 0..5 {
-        let holder = client.acquire("abandoned", &opts).await.unwrap();
-        let waiter = {
-            let (client, wait) = (client.clone(), opts.clone().wait(BOUND));
-            tokio::spawn(async move { client.acquire("abandoned", &wait).await })
-        };
-        until("waiter queued", || async { waiting(&admin).await == 1 }).await;
+        let (holder, waiter) = held_with_one_waiter(&admin, &client, "abandoned", &opts).await;
         waiter.abort();
         holder.release().await.unwrap();
         // The waiter may have been granted the lock before the abort reached it: then it is
