@@ -156,8 +156,9 @@ pub enum FairAction {
     /// A holder releases: mirrors `RedisClient::release_held` (`EarlyHandoff::for_release`,
     /// then `run_pass_on`, which queues `FAIR_RELEASE_LUA` and calls `EarlyHandoff::give`
     /// before the script runs; on a calling thread's socket `give` comes just before the
-    /// write, the new holder going on after it). The new holder's renewal and release may
-    /// still be applied before the script (`Renew`, `Release` are enabled before `Apply`).
+    /// write). The model lets the new holder's renewal and release be applied before the script
+    /// (`Renew`, `Release` are enabled before `Apply`), which the client now prevents for its
+    /// release and own extends (`Tenure::settled`): an over-approximation.
     Release(Proc),
     /// The server runs a pending release / leave: mirrors `FAIR_RELEASE_LUA` /
     /// `FAIR_LEAVE_LUA` followed by `FAIR_PASS_ON_LUA` (pop dead heads, hand to the first live

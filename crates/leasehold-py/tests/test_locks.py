@@ -370,6 +370,39 @@ def test_a_fair_lock_is_released_by_its_token_to_its_waiter(
     next_holder.release()
 
 
+def test_fair_threads_take_turns_and_every_release_finds_its_lock(
+    locks: leasehold.Locker, key: str
+) -> None:
+    # Threads of one client contend for a fair lock with no hold at all, so that a new holder
+    # releases at once: on Redis a release hands the lock to the next thread early (before its
+    # script has run, from the releasing thread's own socket), and the new holder's release
+    # must still follow that script. Never two holders; every release finds its lock.
+    threads, rounds = 4, 20
+    guard = threading.Lock()
+    inside = [0]
+    errors: List[BaseException] = []
+
+    def worker() -> None:
+        try:
+            for _ in range(rounds):
+                with locks.lock(key, ttl=10, fair=True, wait=GENEROUS):
+                    with guard:
+                        inside[0] += 1
+                        assert inside[0] == 1, "two holders at once"
+                    with guard:
+                        inside[0] -= 1
+        except BaseException as e:  # reported below, with the thread's own traceback
+            errors.append(e)
+
+    workers = [threading.Thread(target=worker) for _ in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert not errors, errors
+    locks.lock(key, ttl=5).acquire().release()  # free at the end
+
+
 def test_history_records_acquire_and_release(backend: str, key: str) -> None:
     from conftest import server_url
 

@@ -23,8 +23,8 @@
 //! - *Order across sockets.* Commands one call sends reach the server in order (each waits for
 //!   the reply before it). Commands of different threads, or of a thread and the runtime, travel
 //!   on different sockets, ordered only in time: a fair release's early handoff (`redis::fair`)
-//!   returns the lease to its waiter only once the release is written, and an extend of the
-//!   new holder that overtook it would report the lease lost, never grant it twice.
+//!   lets the new holder send its release or extend only after the release's reply, and an
+//!   extend that overtook it anyway would report the lease lost, never grant it twice.
 //!
 //! [`blocking_call`]: crate::blocking_call
 
@@ -87,8 +87,8 @@ impl CallerSockets {
     ///
     /// The write happens now and the read on the next poll (the future wakes itself at once),
     /// not in one go: a caller that polls once to put its command on the wire before doing
-    /// something else (a fair release, which then lets the new holder of its early handoff go
-    /// on, `redis::fair`) still gets that gap.
+    /// something else (a plain release, which then wakes its client's waiters,
+    /// `RedisClient::release_raw`) still gets that gap.
     pub(crate) fn command(self: &Arc<Self>, cmd: &Cmd) -> Option<CallerReply> {
         let mut conn = self.ready()?;
         Some(match conn.send_packed_command(&cmd.get_packed_command()) {

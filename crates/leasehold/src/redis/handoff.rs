@@ -6,6 +6,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use tokio_util::sync::CancellationToken;
+
 use crate::core::guard::Lease;
 use crate::core::token::LockToken;
 
@@ -16,13 +18,26 @@ pub(crate) struct Tenure {
     /// release that did it was this client's (its reply names it): see the `src/redis/fair`
     /// module docs, early handoff.
     pub(crate) next: Mutex<Option<String>>,
+    /// For a holding handed over early: cancelled once the release that handed it over has
+    /// its reply (or gave up on it). `None`: settled from the start.
+    pub(crate) settled: Option<CancellationToken>,
 }
 
 impl Tenure {
     pub(crate) fn after(next: Option<String>) -> Arc<Tenure> {
         Arc::new(Tenure {
             next: Mutex::new(next),
+            settled: None,
         })
+    }
+
+    /// Waits until the release that handed this holding over early has its reply, so that its
+    /// script has run on the server: a command of the new holder sent after this follows it,
+    /// on any connection (see the `src/redis/fair` module docs, "Order").
+    pub(crate) async fn settled(&self) {
+        if let Some(settled) = &self.settled {
+            settled.cancelled().await;
+        }
     }
 
     pub(crate) fn take_next(&self) -> Option<String> {
@@ -51,18 +66,4 @@ pub(crate) struct EarlyGrant {
     pub(crate) tenure: Arc<Tenure>,
     /// The attempt of the terms it was given on.
     pub(crate) attempt: u64,
-    /// Resolves (a value, or the sender dropped) once the release that gave it has put its
-    /// script on the wire (`EarlyGrant::after_release_sent`).
-    pub(crate) release_sent: Option<tokio::sync::oneshot::Receiver<()>>,
-}
-
-impl EarlyGrant {
-    /// Waits until the release that gave this grant has put its script on the wire: every
-    /// command the new holder sends afterwards follows it (see the `src/redis/fair` module
-    /// docs, "Order").
-    pub(crate) async fn after_release_sent(&mut self) {
-        if let Some(sent) = self.release_sent.take() {
-            let _ = sent.await;
-        }
-    }
 }

@@ -276,7 +276,7 @@ impl<'a> FairWait<'a> {
                 delay = delay.min(options.backoff_policy().until_lease_ends(r));
             }
             let sleep = tokio::time::sleep(delay);
-            let mut woke = match queue.subscription.as_mut() {
+            let woke = match queue.subscription.as_mut() {
                 Some(s) => tokio::select! {
                     w = s.next() => Some(w),
                     _ = sleep => None,
@@ -286,9 +286,6 @@ impl<'a> FairWait<'a> {
                     None
                 }
             };
-            if let Some(Wake::HandedOffEarly(grant)) = woke.as_mut() {
-                grant.after_release_sent().await;
-            }
             if let Some(guard) = self.handed_over(woke, queue, options) {
                 return Ok(TryAcquire::Acquired(guard));
             }

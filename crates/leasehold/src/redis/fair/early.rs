@@ -1,8 +1,10 @@
 //! Early handoff within one client (see the module docs): the lock handed to the next in line
 //! before the release script runs, and what the release's reply settles.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
 
 use crate::core::error::LossReason;
 use crate::core::guard::{Lease, valid_until};
@@ -24,8 +26,9 @@ pub(super) struct EarlyHandoff {
 /// An early handoff made: what the release's reply settles.
 pub(super) struct GivenEarly {
     pub(super) ticket: String,
-    /// Tells the new holder the release's script is on the wire (dropped: told too).
-    release_sent: Option<tokio::sync::oneshot::Sender<()>>,
+    /// The new holder's [`Tenure::settled`]: cancelled when this is dropped, once the reply
+    /// settled it (or none came).
+    settled: CancellationToken,
     ttl: Duration,
     lease: Lease,
     tenure: Arc<Tenure>,
@@ -56,22 +59,24 @@ impl EarlyHandoff {
         })
     }
 
-    /// Hands the waiter its lease; `None` if it stopped waiting meanwhile. Its acquire returns
-    /// once [`GivenEarly::release_sent`] is called (or the `GivenEarly` dropped).
+    /// Hands the waiter its lease; `None` if it stopped waiting meanwhile. The new holder's
+    /// release and extends wait until the returned `GivenEarly` is dropped (`Tenure::settled`).
     pub(super) fn give(self) -> Option<GivenEarly> {
         let lease = Lease::until(&self.terms.key, self.terms.token, None, self.valid_until);
-        let tenure = Arc::new(Tenure::default());
-        let (release_sent, after) = tokio::sync::oneshot::channel();
+        let settled = CancellationToken::new();
+        let tenure = Arc::new(Tenure {
+            next: Mutex::new(None),
+            settled: Some(settled.clone()),
+        });
         let grant = EarlyGrant {
             lease: lease.clone(),
             tenure: tenure.clone(),
             attempt: self.terms.attempt,
-            release_sent: Some(after),
         };
         self.to.send(Delivery::Early(grant)).ok()?;
         Some(GivenEarly {
             ticket: self.ticket,
-            release_sent: Some(release_sent),
+            settled,
             ttl: self.terms.ttl,
             lease,
             tenure,
@@ -80,13 +85,6 @@ impl EarlyHandoff {
 }
 
 impl GivenEarly {
-    /// The release's script is on the wire: the new holder may go on.
-    pub(super) fn release_sent(&mut self) {
-        if let Some(sent) = self.release_sent.take() {
-            let _ = sent.send(());
-        }
-    }
-
     /// The release handed the lock to this waiter: the key holds its token for the handoff
     /// window from the script's run, which came after `sent`.
     pub(super) fn confirm(self, sent: Instant, next: Option<String>) {
@@ -102,5 +100,13 @@ impl GivenEarly {
             "the release did not hand the lock to the waiter it was handed to early"
         );
         self.lease.mark_lost(LossReason::NotHeld);
+    }
+}
+
+impl Drop for GivenEarly {
+    /// Settled: the reply confirmed or contradicted the handoff (the lease and the tenure are
+    /// updated first), or none will come. The new holder's commands may go now.
+    fn drop(&mut self) {
+        self.settled.cancel();
     }
 }

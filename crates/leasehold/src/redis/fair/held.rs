@@ -92,9 +92,14 @@ impl FairHeld {
     }
 }
 
+/// A holding handed over early sends nothing before the release that handed it over has its
+/// reply ([`Tenure::settled`]): until that release's script has run, the key still holds the
+/// releaser's token, and a release or extend that reached the server first would find it,
+/// fail as not held, and leave the lock to expire with the new holder's token.
 impl HeldLock for FairHeld {
     fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
+            self.tenure.settled().await;
             self.client
                 .release_held(lease, &self.tenure)
                 .await
@@ -103,13 +108,16 @@ impl HeldLock for FairHeld {
     }
 
     fn release_handing_over<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(self.client.release_held(lease, &self.tenure))
+        Box::pin(async move {
+            self.tenure.settled().await;
+            self.client.release_held(lease, &self.tenure).await
+        })
     }
 
     fn extend<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Instant>> {
-        Box::pin(extended_by(
-            ttl,
-            self.client.extend(lease.key(), lease.token(), ttl),
-        ))
+        Box::pin(async move {
+            self.tenure.settled().await;
+            extended_by(ttl, self.client.extend(lease.key(), lease.token(), ttl)).await
+        })
     }
 }

@@ -57,7 +57,7 @@
 //! script on the connection, hands the waiter a lease, and only then awaits the reply. No round
 //! trip is on the handoff's path. On the releasing thread's own socket (`redis::calling_thread`)
 //! putting the script out is a write, a system call: there the waiter is handed its lease just
-//! before it, so its thread wakes meanwhile, and its acquire returns once the write is done.
+//! before it, so its thread wakes meanwhile.
 //!
 //! - **Why the script's outcome is known.** The queue only grows at its tail (a waiter joins
 //!   behind the last one, or keeps its place), and a member is only removed by a release of the
@@ -88,17 +88,19 @@
 //!   TTL after that), like a handoff by message. If it says anything else (an assumption above
 //!   broken, say an outsider edited the queue), the lease is reported lost at once. If no reply
 //!   comes (connection lost), the lease keeps its early bound; a renewal then finds out which.
-//! - **Order.** The script is queued on the connection (or written on the releasing thread's own
-//!   socket, `redis::calling_thread`) before the new holder can send anything: its acquire
-//!   returns only after the release's first poll (`EarlyGrant::after_release_sent`). So on one
-//!   connection its extends and release follow the script on the server, and from a socket of
-//!   the new holder's thread they follow it in time. Safety does not depend on it: an extend
-//!   that overtook the script (after a reconnect, or from another socket the server read
-//!   first) would find the releaser's token and report the lease lost. Without the wait, on 2
-//!   busy cores, a waiter handed its lease before the write could run its whole 1 ms hold and
-//!   its release before the releasing thread was scheduled again (measured: its release found
-//!   the lock not held); `an_early_handoff_from_a_calling_thread_returns_once_the_release_is_out`
-//!   holds the release between the two and sees the acquire wait.
+//! - **Order.** The new holder sends nothing for its lock (release, extend) before the release
+//!   that handed it over has its reply (`Tenure::settled`, set when `GivenEarly` is dropped):
+//!   by then the script has run on the server, so the new holder's commands follow it on any
+//!   connection. Sent earlier, a release could reach the server first (from the new holder's
+//!   own socket, which the server may read before the releaser's; or before the releaser's
+//!   write at all), find the releaser's token, fail as not held, and leave the lock to expire
+//!   with the new holder's token: seen with threads that hold for no time, where a write
+//!   merely in time before it was not enough. Safety does not depend on it: an extend that
+//!   overtook the script anyway (the renewer's, on the shared connection) would find the
+//!   releaser's token and report the lease lost. The test
+//!   `a_lock_handed_over_early_is_released_only_after_the_release_that_handed_it` holds the
+//!   releasing thread between its handoff and its write and sees the new holder's release
+//!   wait.
 //!
 //! The test `the_next_waiter_of_the_same_client_is_handed_the_lock_before_the_release_runs`
 //! pauses the server's writes: the waiter holds the lock while the key still holds the

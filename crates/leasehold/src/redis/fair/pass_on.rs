@@ -9,7 +9,7 @@ use crate::redis::client::RedisClient;
 use crate::redis::connection::queued_then;
 use crate::redis::slot::{fair_entry_key, fair_queue_key, fence_key};
 
-use super::early::{EarlyHandoff, GivenEarly};
+use super::early::EarlyHandoff;
 use super::reply::PassOn;
 
 /// The fair script's release or leave, with the client's notification settings.
@@ -83,29 +83,16 @@ pub(super) async fn run_pass_on(
     let (reply, given) = match early {
         // On the calling thread's own socket the first poll writes the script (a system call,
         // tens of microseconds on 2 busy cores): the waiter is handed its lease first, so its
-        // thread wakes meanwhile, and its acquire returns only once the script is out
-        // (`GivenEarly::release_sent`), so its commands still follow it. On the shared
-        // connection that poll only queues the script, and comes first: a waiter woken before
-        // it would find the script not yet out and sleep again.
+        // thread wakes meanwhile. On the shared connection that poll only queues the script,
+        // and comes first. Either way the new holder sends nothing before this release's reply
+        // (`Tenure::settled`): another socket's command may reach the server first.
         Some(early) if client.on_calling_thread_socket() => {
-            let mut given = early.give();
+            let given = early.give();
             #[cfg(test)]
-            tests::before_release_sent(key);
-            let (reply, ()) = queued_then(call, || {
-                given.iter_mut().for_each(GivenEarly::release_sent);
-            })
-            .await;
-            (reply, given)
+            tests::before_release_written(key);
+            (call.await, given)
         }
-        Some(early) => {
-            let given = || {
-                early.give().map(|mut given| {
-                    given.release_sent();
-                    given
-                })
-            };
-            queued_then(call, given).await
-        }
+        Some(early) => queued_then(call, || early.give()).await,
         None => (call.await, None),
     };
     let reply = reply?;
@@ -135,14 +122,15 @@ pub(super) async fn run_pass_on(
 const PASS_ON_RETRY: Duration = Duration::from_secs(10);
 
 /// An early handoff made by a release on its calling thread's own socket: the waiter is handed
-/// its lease before the release's first poll writes the script, and its acquire returns only
-/// once that poll is done. The release is held between the two (a hook), and the waiter's
-/// acquire must not return meanwhile: without the wait for `GivenEarly::release_sent` it
-/// returns at once, and the new holder's commands (its release, say) could reach the server
-/// before the script that hands it the lock.
+/// its lease before the release writes its script, and the new holder's own release waits for
+/// that release's reply. The releasing thread is held between the handoff and its write (a
+/// hook), and the new holder, which releases at once, must not be done meanwhile: without the
+/// wait for `Tenure::settled` its release reaches the server before the script that hands it
+/// the lock, fails as not held, and the lock stays with the new holder's token until it
+/// expires (seen with threads that hold for no time, where the write was merely late).
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::{Arc, Mutex};
     use std::time::{Duration, Instant};
 
@@ -155,15 +143,19 @@ mod tests {
 
     type Hook = Arc<dyn Fn(&str) + Send + Sync>;
 
-    /// Run by a release on its calling thread's socket between its early handoff and its first
-    /// poll, with the lock's key.
-    static BEFORE_RELEASE_SENT: Mutex<Option<Hook>> = Mutex::new(None);
+    /// Run by a release on its calling thread's socket between its early handoff and the write
+    /// of its script, by the lock's key (the tests of each server run side by side).
+    static BEFORE_RELEASE_WRITTEN: Mutex<Vec<(String, Hook)>> = Mutex::new(Vec::new());
 
-    pub(super) fn before_release_sent(key: &str) {
-        let hook = BEFORE_RELEASE_SENT
+    /// Makes each key of these tests unique in the process.
+    static KEYS: AtomicU64 = AtomicU64::new(0);
+
+    pub(super) fn before_release_written(key: &str) {
+        let hooks = BEFORE_RELEASE_WRITTEN
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+            .unwrap_or_else(|p| p.into_inner());
+        let hook = hooks.iter().find(|(k, _)| k == key).map(|(_, h)| h.clone());
+        drop(hooks);
         if let Some(hook) = hook {
             hook(key);
         }
@@ -178,71 +170,84 @@ mod tests {
         }
     }
 
-    leasehold_harness::server_test!(async fn an_early_handoff_from_a_calling_thread_returns_once_the_release_is_out(bin) {
+    // A round whose holder came to the lock by its own attempt rather than by the first
+    // release's reply knows no next in line and hands over by its script alone: it proves
+    // nothing, so another round is made, with a fresh key.
+    leasehold_harness::server_test!(async fn a_lock_handed_over_early_is_released_only_after_the_release_that_handed_it(bin) {
         let server = Server::start(&bin, &ServerOptions::new()).unwrap();
         let client = RedisClient::connect(&server.url()).await.unwrap();
-        let key = "fair:early:calling-thread";
         // 10 s: the handoff window is the whole TTL (early handoffs need that).
         let opts = LockOptions::new(Duration::from_secs(10))
             .fair(true)
             .wait(Duration::from_secs(120));
-        let queued = || {
-            let n = server.command(&["ZCARD", &fair_queue_key(key)]).unwrap();
-            n.as_integer().unwrap()
-        };
-        // A holder handed the lock by a release, so that it knows its next in line.
-        let first = client.try_acquire(key, &opts).await.unwrap().acquired().unwrap();
-        let holder = tokio::spawn({
-            let (client, opts) = (client.clone(), opts.clone());
-            async move { client.acquire(key, &opts).await.unwrap() }
-        });
-        until("the holder queued", || queued() == 1).await;
-        let (returned, told) = std::sync::mpsc::channel();
-        let next = tokio::spawn({
-            let (client, opts) = (client.clone(), opts.clone());
-            async move {
-                let guard = client.acquire(key, &opts).await.unwrap();
-                let _ = returned.send(());
-                guard
-            }
-        });
-        until("both queued, offering early handoffs", || {
-            queued() == 2 && client.early_handoff_offers(key) == 2
-        })
-        .await;
-        first.release().await.unwrap();
-        let holder = holder.await.unwrap();
-
-        let (held, returned_early) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
-        let told = Mutex::new(told);
-        *BEFORE_RELEASE_SENT.lock().unwrap() = Some(Arc::new({
-            let (held, returned_early) = (held.clone(), returned_early.clone());
-            move |k: &str| {
-                if k == key {
-                    held.store(true, Ordering::SeqCst);
-                    // The waiter's acquire has returned if it says so within this.
-                    let told = told.lock().unwrap().recv_timeout(Duration::from_millis(300));
-                    returned_early.store(told.is_ok(), Ordering::SeqCst);
+        for _ in 0..10 {
+            let n = KEYS.fetch_add(1, Ordering::Relaxed);
+            let key: &'static str = Box::leak(format!("fair:early:calling-thread:{n}").into_boxed_str());
+            let queued = || {
+                let n = server.command(&["ZCARD", &fair_queue_key(key)]).unwrap();
+                n.as_integer().unwrap()
+            };
+            // A holder handed the lock by a release, so that it knows its next in line.
+            let first = client.try_acquire(key, &opts).await.unwrap().acquired().unwrap();
+            let holder = tokio::spawn({
+                let (client, opts) = (client.clone(), opts.clone());
+                async move { client.acquire(key, &opts).await.unwrap() }
+            });
+            until("the holder queued", || queued() == 1).await;
+            // The next in line releases as soon as it holds, and says when that release is done.
+            let (done, told) = std::sync::mpsc::channel();
+            let next = tokio::spawn({
+                let (client, opts) = (client.clone(), opts.clone());
+                async move {
+                    let guard = client.acquire(key, &opts).await.unwrap();
+                    let released = guard.release().await;
+                    let _ = done.send(());
+                    released
                 }
+            });
+            until("both queued, offering early handoffs", || {
+                queued() == 2 && client.early_handoff_offers(key) == 2
+            })
+            .await;
+            first.release().await.unwrap();
+            let holder = holder.await.unwrap();
+
+            let (held, done_early) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+            let told = Mutex::new(told);
+            let hook: Hook = Arc::new({
+                let (held, done_early) = (held.clone(), done_early.clone());
+                move |k: &str| {
+                    if k == key {
+                        held.store(true, Ordering::SeqCst);
+                        // The next holder's release is done if it says so within this.
+                        let told = told.lock().unwrap().recv_timeout(Duration::from_millis(300));
+                        done_early.store(told.is_ok(), Ordering::SeqCst);
+                    }
+                }
+            });
+            BEFORE_RELEASE_WRITTEN.lock().unwrap().push((key.to_string(), hook));
+            let runtime = tokio::runtime::Handle::current();
+            let released = std::thread::spawn(move || {
+                crate::blocking_call(|| runtime.block_on(holder.release()))
+            })
+            .join()
+            .unwrap();
+            BEFORE_RELEASE_WRITTEN.lock().unwrap().retain(|(k, _)| k != key);
+            released.unwrap();
+            let next_released = next.await.unwrap();
+            if held.load(Ordering::SeqCst) {
+                assert!(
+                    !done_early.load(Ordering::SeqCst),
+                    "the new holder's release was done before the release that handed it the lock was written: {next_released:?}"
+                );
             }
-        }));
-        let runtime = tokio::runtime::Handle::current();
-        let released = std::thread::spawn(move || {
-            crate::blocking_call(|| runtime.block_on(holder.release()))
-        })
-        .join()
-        .unwrap();
-        *BEFORE_RELEASE_SENT.lock().unwrap() = None;
-        released.unwrap();
-        assert!(held.load(Ordering::SeqCst), "the release made no early handoff on its thread's socket");
-        assert!(
-            !returned_early.load(Ordering::SeqCst),
-            "the waiter's acquire returned before the release's script was out"
-        );
-        let next = next.await.unwrap();
-        assert!(next.is_held());
-        let holds = server.command(&["GET", key]).unwrap();
-        assert_eq!(holds.as_str(), Some(next.token().expose()), "the release handed the lock on");
-        next.release().await.unwrap();
+            next_released.expect("the new holder's release found its lock");
+            let exists = server.command(&["EXISTS", key]).unwrap();
+            assert_eq!(exists.as_integer(), Some(0), "the last release freed the lock");
+            if held.load(Ordering::SeqCst) {
+                return;
+            }
+        }
+        panic!("no round's release made an early handoff on its thread's socket");
     });
 }
