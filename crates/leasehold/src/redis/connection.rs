@@ -12,6 +12,8 @@ use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
 use redis::sentinel::SentinelClient;
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
+use crate::redis::batching::BatchingConnection;
+
 /// A cheap-to-clone handle on one multiplexed connection (per node, on a cluster).
 ///
 /// Every clone shares the same socket(s), so commands sent through clones reach a server in the
@@ -28,6 +30,12 @@ pub enum ClientConnection {
     Manager(ConnectionManager),
     /// A plain [`MultiplexedConnection`] owned by the caller.
     Multiplexed(MultiplexedConnection),
+    /// The library's own connection to a standalone server over plain TCP, which batches the
+    /// commands of concurrent tasks into one write (what [`RedisClient::connect`] builds for a
+    /// `redis://` URL); it too reconnects after a failure.
+    ///
+    /// [`RedisClient::connect`]: crate::redis::RedisClient::connect
+    Batching(BatchingConnection),
     /// A Redis Cluster connection: each command goes to the master of its key's slot, following
     /// `MOVED`/`ASK` redirections and topology changes.
     Cluster(ClusterConnection),
@@ -41,6 +49,7 @@ impl std::fmt::Debug for ClientConnection {
         f.write_str(match self {
             ClientConnection::Manager(_) => "ClientConnection::Manager",
             ClientConnection::Multiplexed(_) => "ClientConnection::Multiplexed",
+            ClientConnection::Batching(_) => "ClientConnection::Batching",
             ClientConnection::Cluster(_) => "ClientConnection::Cluster",
             ClientConnection::Sentinel(_) => "ClientConnection::Sentinel",
         })
@@ -56,6 +65,12 @@ impl From<ConnectionManager> for ClientConnection {
 impl From<MultiplexedConnection> for ClientConnection {
     fn from(c: MultiplexedConnection) -> Self {
         ClientConnection::Multiplexed(c)
+    }
+}
+
+impl From<BatchingConnection> for ClientConnection {
+    fn from(c: BatchingConnection) -> Self {
+        ClientConnection::Batching(c)
     }
 }
 
@@ -115,6 +130,11 @@ impl ConnectionLike for ClientConnection {
                     async move { checked_reply(cmd, c.send_packed_command(cmd).await) },
                 );
             }
+            ClientConnection::Batching(c) => {
+                return Box::pin(
+                    async move { checked_reply(cmd, c.send_packed_command(cmd).await) },
+                );
+            }
             ClientConnection::Cluster(c) => c.req_packed_command(cmd),
             ClientConnection::Sentinel(c) => c.req_packed_command(cmd),
         };
@@ -141,6 +161,12 @@ impl ConnectionLike for ClientConnection {
                     replies.map_err(unreadable)
                 });
             }
+            ClientConnection::Batching(c) => {
+                return Box::pin(async move {
+                    let replies = c.send_packed_commands(pipeline, offset, count).await;
+                    replies.map_err(unreadable)
+                });
+            }
             ClientConnection::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
             ClientConnection::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
         };
@@ -151,6 +177,7 @@ impl ConnectionLike for ClientConnection {
         match self {
             ClientConnection::Manager(c) => c.get_db(),
             ClientConnection::Multiplexed(c) => c.get_db(),
+            ClientConnection::Batching(c) => c.get_db(),
             ClientConnection::Cluster(c) => c.get_db(),
             ClientConnection::Sentinel(c) => c.get_db(),
         }

@@ -8,6 +8,7 @@
 //! and the fair lock, waiting, renewal, and the Redis providers of the primitives every backend
 //! offers through [`Locker`](crate::Locker) (semaphores, read-write locks, elections).
 
+pub(crate) mod batching;
 pub(crate) mod calling_thread;
 pub(crate) mod client;
 pub(crate) mod connection;
@@ -31,6 +32,7 @@ pub(crate) mod table;
 pub(crate) mod topology;
 pub(crate) mod waiting;
 
+pub use self::batching::BatchingConnection;
 pub use self::client::RedisClient;
 pub use self::connection::{ClientConnection, SentinelConnection};
 pub use self::endpoint::Endpoint;

@@ -10,6 +10,7 @@ use redis::sentinel::{SentinelClientBuilder, SentinelServerType};
 
 use crate::core::error::{Error, Operation, Result};
 use crate::core::options::ClientOptions;
+use crate::redis::batching::BatchingConnection;
 use crate::redis::connection::{ClientConnection, SentinelConnection};
 use crate::redis::endpoint::Endpoint;
 
@@ -141,6 +142,21 @@ pub(crate) async fn open(
     match endpoint {
         Endpoint::Standalone(url) => {
             let client = client_for(url, &root_cert)?;
+            let info = client.get_connection_info();
+            // Plain TCP with RESP2: the library's batching connection. TLS, a Unix socket or
+            // RESP3 stay on the crate's connection manager.
+            if matches!(info.addr(), redis::ConnectionAddr::Tcp(..))
+                && info.redis_settings().protocol() == redis::ProtocolVersion::RESP2
+            {
+                let conn = BatchingConnection::connect(
+                    info,
+                    options.connect_timeout,
+                    options.response_timeout,
+                )
+                .await
+                .map_err(|e| Error::from_redis(Operation::Connect, e))?;
+                return Ok((conn.into(), SubscriberSource::Client(client)));
+            }
             let manager = client
                 .get_connection_manager_with_config(manager_config(options))
                 .await

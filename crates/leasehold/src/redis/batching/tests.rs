@@ -1,0 +1,166 @@
+//! The batching connection against real servers: replies reach their own commands, a lost or
+//! silent socket fails what waited on it and the next command connects again, and the URL's
+//! user, password and database hold on every socket.
+
+use std::time::Duration;
+
+use leasehold_harness::{RespValue, Server, ServerOptions};
+use redis::Value;
+
+use super::BatchingConnection;
+
+const LONG: Duration = Duration::from_secs(30);
+
+async fn connect(url: &str, response_timeout: Duration) -> redis::RedisResult<BatchingConnection> {
+    let info = redis::Client::open(url)?.get_connection_info().clone();
+    BatchingConnection::connect(&info, LONG, response_timeout).await
+}
+
+async fn send(conn: &BatchingConnection, args: &[&str]) -> redis::RedisResult<Value> {
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    conn.send_packed_command(&cmd).await
+}
+
+fn client_id(value: Value) -> i64 {
+    match value {
+        Value::Int(id) => id,
+        other => panic!("CLIENT ID answered {other:?}"),
+    }
+}
+
+// Many tasks on clones of one connection, their commands batched into shared writes: each
+// gets its own command's reply (a reply handed to the wrong command would show here as a
+// value of another task's key, or a counter value seen twice).
+leasehold_harness::server_test!(async fn concurrent_commands_each_get_their_own_reply(bin) {
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let conn = connect(&server.url(), LONG).await.unwrap();
+    let (tasks, rounds) = (32, 40);
+    let mut handles = Vec::new();
+    for t in 0..tasks {
+        let conn = conn.clone();
+        handles.push(tokio::spawn(async move {
+            let mut counted = Vec::new();
+            for r in 0..rounds {
+                let (key, value) = (format!("k{t}"), format!("v{t}-{r}"));
+                assert_eq!(send(&conn, &["SET", &key, &value]).await.unwrap(), Value::Okay);
+                let got = send(&conn, &["GET", &key]).await.unwrap();
+                assert_eq!(got, Value::BulkString(value.into_bytes()));
+                match send(&conn, &["INCR", "counter"]).await.unwrap() {
+                    Value::Int(n) => counted.push(n),
+                    other => panic!("INCR answered {other:?}"),
+                }
+            }
+            counted
+        }));
+    }
+    let mut seen = Vec::new();
+    for h in handles {
+        seen.extend(h.await.unwrap());
+    }
+    seen.sort_unstable();
+    assert_eq!(seen, (1..=(tasks * rounds) as i64).collect::<Vec<_>>());
+});
+
+// A pipeline's replies as the crate's connections give them: the first `offset` skipped, a
+// server error in its place among the rest.
+leasehold_harness::server_test!(async fn a_pipeline_returns_its_replies_past_the_offset(bin) {
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let conn = connect(&server.url(), LONG).await.unwrap();
+    let mut pipe = redis::pipe();
+    pipe.cmd("SET").arg("p").arg("1");
+    pipe.cmd("INCR").arg("p");
+    pipe.cmd("HGET").arg("p").arg("field");
+    pipe.cmd("GET").arg("p");
+    let replies = conn.send_packed_commands(&pipe, 1, 3).await.unwrap();
+    assert_eq!(replies.len(), 3, "{replies:?}");
+    assert_eq!(replies[0], Value::Int(2));
+    assert!(matches!(&replies[1], Value::ServerError(e) if e.code() == "WRONGTYPE"), "{replies:?}");
+    assert_eq!(replies[2], Value::BulkString(b"2".to_vec()));
+    // The connection is still in step: the next command gets its own reply.
+    assert_eq!(send(&conn, &["GET", "p"]).await.unwrap(), Value::BulkString(b"2".to_vec()));
+});
+
+// The server closes the socket (`CLIENT KILL`): at most the command that found it closed
+// fails, with an I/O error, and the next one goes out on a new socket.
+leasehold_harness::server_test!(async fn after_the_server_closes_the_socket_the_next_command_connects_again(bin) {
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let conn = connect(&server.url(), LONG).await.unwrap();
+    let first = client_id(send(&conn, &["CLIENT", "ID"]).await.unwrap());
+    let killed = server.command(&["CLIENT", "KILL", "ID", &first.to_string()]).unwrap();
+    assert_eq!(killed, RespValue::Integer(1));
+    match send(&conn, &["CLIENT", "ID"]).await {
+        Ok(v) => assert_ne!(client_id(v), first, "answered on the killed socket"),
+        Err(e) => assert!(e.is_io_error(), "{e:?}"),
+    }
+    let again = client_id(send(&conn, &["CLIENT", "ID"]).await.unwrap());
+    assert_ne!(again, first);
+});
+
+// A server that stops answering (SIGSTOP) fails the waiting command with a timeout at the
+// response timeout, not never; once it answers again, the next command is served.
+leasehold_harness::server_test!(async fn a_silent_server_fails_the_command_at_the_response_timeout(bin) {
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let conn = connect(&server.url(), Duration::from_millis(300)).await.unwrap();
+    assert_eq!(send(&conn, &["PING"]).await.unwrap(), Value::SimpleString("PONG".into()));
+    server.pause().unwrap();
+    let silent = send(&conn, &["PING"]).await;
+    server.resume().unwrap();
+    let e = silent.expect_err("a paused server answered");
+    assert!(e.is_timeout(), "{e:?}");
+    assert_eq!(send(&conn, &["PING"]).await.unwrap(), Value::SimpleString("PONG".into()));
+});
+
+// The URL's user, password and database are sent on the first socket and on every new one; a
+// wrong password is the server's refusal, not a connection.
+leasehold_harness::server_test!(async fn the_urls_user_password_and_database_hold_on_every_socket(bin) {
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let created = server
+        .command(&["ACL", "SETUSER", "locker", "on", ">secret", "~*", "+@all"])
+        .unwrap();
+    assert_eq!(created, RespValue::Simple("OK".into()));
+    let url = format!("redis://locker:secret@127.0.0.1:{}/3", server.port());
+    let conn = connect(&url, LONG).await.unwrap();
+    assert_eq!(conn.get_db(), 3);
+    let whoami = send(&conn, &["ACL", "WHOAMI"]).await.unwrap();
+    assert_eq!(whoami, Value::BulkString(b"locker".to_vec()));
+    assert_eq!(send(&conn, &["SET", "in-three", "x"]).await.unwrap(), Value::Okay);
+    let in_three = server.commands(&[&["SELECT", "3"], &["GET", "in-three"]]).unwrap();
+    assert_eq!(in_three[1], RespValue::Bulk(Some(b"x".to_vec())));
+    // On a new socket: the same user and database.
+    let id = client_id(send(&conn, &["CLIENT", "ID"]).await.unwrap());
+    let killed = server.command(&["CLIENT", "KILL", "ID", &id.to_string()]).unwrap();
+    assert_eq!(killed, RespValue::Integer(1));
+    let _ = send(&conn, &["PING"]).await;
+    let whoami = send(&conn, &["ACL", "WHOAMI"]).await.unwrap();
+    assert_eq!(whoami, Value::BulkString(b"locker".to_vec()));
+    assert_eq!(send(&conn, &["GET", "in-three"]).await.unwrap(), Value::BulkString(b"x".to_vec()));
+
+    let wrong = format!("redis://locker:wrong@127.0.0.1:{}/", server.port());
+    let refused = connect(&wrong, LONG).await.expect_err("a wrong password connected");
+    assert_eq!(refused.code(), Some("WRONGPASS"), "{refused:?}");
+});
+
+// The last handle's drop closes the socket: the server sees the client go.
+leasehold_harness::server_test!(async fn dropping_the_last_handle_closes_the_socket(bin) {
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let conn = connect(&server.url(), LONG).await.unwrap();
+    let id = client_id(send(&conn, &["CLIENT", "ID"]).await.unwrap());
+    let listed = |server: &Server| match server.command(&["CLIENT", "LIST", "ID", &id.to_string()]) {
+        Ok(RespValue::Bulk(Some(text))) => !text.is_empty(),
+        other => panic!("CLIENT LIST answered {other:?}"),
+    };
+    assert!(listed(&server));
+    let other = conn.clone();
+    drop(conn);
+    assert!(listed(&server), "a clone still holds the connection");
+    drop(other);
+    // Observed, not timed: the bound only ends a test that would otherwise hang.
+    let bound = tokio::time::Instant::now() + LONG;
+    while listed(&server) {
+        assert!(tokio::time::Instant::now() < bound, "the socket outlived its last handle");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+});
