@@ -1,4 +1,5 @@
-//! The connection a [`RedisClient`](crate::redis::RedisClient) talks through: one of the `redis` crate's
+//! The connection a [`RedisClient`](crate::redis::RedisClient) talks through: the library's
+//! batching connection (a standalone server over plain TCP), one of the `redis` crate's
 //! multiplexed async connections, a Redis Cluster connection, or a connection that follows a
 //! Sentinel-monitored primary.
 
@@ -187,8 +188,9 @@ impl ConnectionLike for ClientConnection {
 /// `call` run until its first poll, which puts its request on the connection, then `then`, then
 /// the rest of `call`: both answers.
 ///
-/// **What `then` may rely on.** The `redis` crate's multiplexed connection queues a request
-/// in order at its first poll, and a calling thread's socket writes it then
+/// **What `then` may rely on.** The library's batching connection and the `redis` crate's
+/// multiplexed connection queue a request in order at its first poll (while the socket is up),
+/// and a calling thread's socket writes it then
 /// (`redis::calling_thread`), so a command another task sends over the same connection after
 /// `then` ran reaches the server after it, and the server runs them in that order. The order
 /// is a hint, not a guarantee: the first poll may not get as far (the task's budget used up

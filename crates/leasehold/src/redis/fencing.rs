@@ -66,7 +66,8 @@ impl FencedStore {
     pub async fn connect(url: &str) -> Result<Self> {
         let endpoint = crate::redis::Endpoint::parse(url)?;
         let (conn, _) =
-            crate::redis::topology::open(&endpoint, &crate::ClientOptions::default(), None).await?;
+            crate::redis::topology::open(&endpoint, &crate::ClientOptions::default(), None, true)
+                .await?;
         Ok(FencedStore::new(conn))
     }
 

@@ -16,6 +16,7 @@ pub struct RedisOptions {
     pub(crate) extend: ExtendStrategy,
     pub(crate) notify_waiters: bool,
     pub(crate) track_waiters: bool,
+    pub(crate) batch_commands: bool,
 }
 
 impl Default for RedisOptions {
@@ -34,6 +35,7 @@ impl From<ClientOptions> for RedisOptions {
             extend: ExtendStrategy::Auto,
             notify_waiters: true,
             track_waiters: true,
+            batch_commands: true,
         }
     }
 }
@@ -74,6 +76,16 @@ impl RedisOptions {
     /// remaining lease).
     pub fn track_waiters(mut self, on: bool) -> Self {
         self.track_waiters = on;
+        self
+    }
+
+    /// The library's batching connection for a standalone `redis://` URL (default on): the
+    /// commands of concurrent tasks share one socket and go out together in one write
+    /// ([`BatchingConnection`](crate::redis::BatchingConnection)). Off: the `redis` crate's
+    /// `ConnectionManager`, as TLS, Unix sockets, Cluster and Sentinel always use. A Redlock's
+    /// nodes turn it off (see `redlock::nodes`).
+    pub fn batch_commands(mut self, on: bool) -> Self {
+        self.batch_commands = on;
         self
     }
 

@@ -135,6 +135,7 @@ pub(crate) async fn open(
     endpoint: &Endpoint,
     options: &ClientOptions,
     root_cert: Option<TlsCertificates>,
+    batching: bool,
 ) -> Result<(ClientConnection, SubscriberSource)> {
     if endpoint.uses_tls() {
         ensure_crypto_provider();
@@ -145,7 +146,8 @@ pub(crate) async fn open(
             let info = client.get_connection_info();
             // Plain TCP with RESP2: the library's batching connection. TLS, a Unix socket or
             // RESP3 stay on the crate's connection manager.
-            if matches!(info.addr(), redis::ConnectionAddr::Tcp(..))
+            if batching
+                && matches!(info.addr(), redis::ConnectionAddr::Tcp(..))
                 && info.redis_settings().protocol() == redis::ProtocolVersion::RESP2
             {
                 let conn = BatchingConnection::connect(

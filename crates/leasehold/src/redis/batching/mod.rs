@@ -71,6 +71,9 @@ struct Shared {
     link: Mutex<Option<Arc<Wire>>>,
     /// Held while a new socket is opened, so that concurrent commands open one.
     connecting: tokio::sync::Mutex<()>,
+    /// How many attempts to open a socket ended, and the last one's I/O failure, if it failed
+    /// so.
+    last_open: Mutex<(u64, Option<(io::ErrorKind, String)>)>,
 }
 
 impl Drop for Shared {
@@ -149,6 +152,7 @@ impl BatchingConnection {
                     .map_err(|e| RedisError::from(io::Error::other(e)))?,
                 link: Mutex::new(None),
                 connecting: tokio::sync::Mutex::new(()),
+                last_open: Mutex::new((0, None)),
             }),
         };
         connection.wire().await?;
@@ -198,33 +202,52 @@ impl BatchingConnection {
     }
 
     /// The current socket, or a new one if there is none or it failed.
+    ///
+    /// Commands that find no socket share one attempt to open it: those that waited while it
+    /// failed get its error, as the crate's `ConnectionManager` fails every command waiting on
+    /// its reconnection, instead of each trying (and waiting) in turn.
     async fn wire(&self) -> RedisResult<Arc<Wire>> {
         if let Some(wire) = self.current() {
             return Ok(wire);
         }
+        let seen = lock(&self.shared.last_open).0;
         let _connecting = self.shared.connecting.lock().await;
         if let Some(wire) = self.current() {
             return Ok(wire);
         }
+        if let (done, Some((kind, why))) = &*lock(&self.shared.last_open)
+            && *done != seen
+        {
+            return Err(io::Error::new(*kind, why.clone()).into());
+        }
+        // On the runtime, and to the end even if this command is dropped meanwhile: the socket
+        // is stored for the next command.
         let shared = self.shared.clone();
-        let opened = self
-            .shared
+        self.shared
             .runtime
             .spawn(async move {
                 let bound = shared.connect_timeout;
-                match tokio::time::timeout(bound, open(&shared)).await {
+                let opened = match tokio::time::timeout(bound, open_retrying(&shared)).await {
                     Ok(opened) => opened,
                     Err(_) => Err(io::Error::new(
                         io::ErrorKind::TimedOut,
                         "no connection within the connect timeout",
                     )
                     .into()),
-                }
+                };
+                let mut last = lock(&shared.last_open);
+                last.0 += 1;
+                last.1 = match &opened {
+                    Ok(wire) => {
+                        *lock(&shared.link) = Some(wire.clone());
+                        None
+                    }
+                    Err(e) => io_failure(e).map(|kind| (kind, e.to_string())),
+                };
+                opened
             })
             .await
-            .map_err(|e| RedisError::from(io::Error::other(e)))??;
-        *lock(&self.shared.link) = Some(opened.clone());
-        Ok(opened)
+            .map_err(|e| RedisError::from(io::Error::other(e)))?
     }
 
     fn current(&self) -> Option<Arc<Wire>> {
@@ -235,10 +258,42 @@ impl BatchingConnection {
     }
 }
 
+/// The kind of I/O failure `e` is, as the library classifies it (refused: never sent; timed
+/// out; else a dropped connection), or `None` for a server's refusal (a wrong password).
+fn io_failure(e: &RedisError) -> Option<io::ErrorKind> {
+    if e.is_connection_refusal() {
+        Some(io::ErrorKind::ConnectionRefused)
+    } else if e.is_timeout() {
+        Some(io::ErrorKind::TimedOut)
+    } else if e.is_io_error() {
+        Some(io::ErrorKind::ConnectionReset)
+    } else {
+        None
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // A panic while holding these locks leaves nothing half-done that matters more than
     // failing every later command would.
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// After a failed attempt to open a socket, the pause before the one more it makes.
+const REOPEN_PAUSE: Duration = Duration::from_millis(100);
+
+/// [`open`], and once more after [`REOPEN_PAUSE`] if it failed to connect: a server that is
+/// restarting (after a crash, or a failover) is back within a moment. The crate's
+/// `ConnectionManager` did the same with this library's settings (one retry, 100 ms at least):
+/// without it, a command that found a restarting node refused gave up at once, and the lock it
+/// was giving back stayed on that node for its TTL.
+async fn open_retrying(shared: &Shared) -> RedisResult<Arc<Wire>> {
+    match open(shared).await {
+        Err(e) if e.is_io_error() => {
+            tokio::time::sleep(REOPEN_PAUSE).await;
+            open(shared).await
+        }
+        other => other,
+    }
 }
 
 /// Opens a socket, starts its reader and writer, and authenticates and selects through it.

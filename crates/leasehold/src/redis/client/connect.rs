@@ -94,8 +94,13 @@ impl RedisClient {
             _ => None,
         };
         let connect = Box::pin(async {
-            let (conn, source) =
-                crate::redis::topology::open(endpoint, &options.client, root_cert).await?;
+            let (conn, source) = crate::redis::topology::open(
+                endpoint,
+                &options.client,
+                root_cert,
+                options.batch_commands,
+            )
+            .await?;
             let notifier = options
                 .notify_waiters
                 .then(|| Notifier::new(source, options.client.connect_timeout));
