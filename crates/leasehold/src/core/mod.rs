@@ -17,6 +17,8 @@ pub(crate) mod owner;
 pub(crate) mod renew;
 pub(crate) mod report;
 pub(crate) mod sync;
+#[cfg(test)]
+pub(crate) mod testing;
 pub(crate) mod throttle;
 pub(crate) mod tls;
 pub(crate) mod token;

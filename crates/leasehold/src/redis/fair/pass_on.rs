@@ -132,12 +132,13 @@ const PASS_ON_RETRY: Duration = Duration::from_secs(10);
 mod tests {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::{Arc, Mutex};
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     use leasehold_harness::{Server, ServerOptions};
 
     use crate::core::driver::Driver;
     use crate::core::options::LockOptions;
+    use crate::core::testing::until;
     use crate::redis::client::RedisClient;
     use crate::redis::slot::fair_queue_key;
 
@@ -158,15 +159,6 @@ mod tests {
         drop(hooks);
         if let Some(hook) = hook {
             hook(key);
-        }
-    }
-
-    /// Waits until `cond` holds (observed state), or fails after a minute.
-    async fn until(what: &str, mut cond: impl FnMut() -> bool) {
-        let start = Instant::now();
-        while !cond() {
-            assert!(start.elapsed() < Duration::from_secs(60), "never: {what}");
-            tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
 
