@@ -182,26 +182,36 @@ pub(crate) enum Grant<T> {
 /// is the lease's start); a grant that came too late ([`late`]) is given back with
 /// `give_back` (token-checked) and answered with [`Error::ExpiredOnArrival`]; otherwise the
 /// guard `guard` makes of it.
-pub(crate) async fn granted<T>(
-    name: &str,
-    options: &LockOptions,
+///
+/// Not an `async fn`: one holds its arguments twice (as passed, and moved into the body's
+/// locals), which made the boxed future of every plain acquisition outgrow the allocator's
+/// per-thread cache. The block below uses them where they were captured.
+#[expect(
+    clippy::manual_async_fn,
+    reason = "an async fn would hold its arguments twice"
+)]
+pub(crate) fn granted<'a, T>(
+    name: &'a str,
+    options: &'a LockOptions,
     token: LockToken,
-    send: impl AsyncFnOnce(&LockToken) -> Result<Grant<T>>,
-    give_back: impl AsyncFnOnce(&LockToken),
-    guard: impl FnOnce(LockToken, T, Instant) -> LockGuard,
-) -> Result<TryAcquire> {
-    let started = Instant::now();
-    match send(&token).await? {
-        Grant::Taken(_) if late(name, started, options.ttl()) => {
-            give_back(&token).await;
-            Err(Error::ExpiredOnArrival {
-                key: name.to_string(),
-                elapsed: started.elapsed(),
-                ttl: options.ttl(),
-            })
+    send: impl AsyncFnOnce(&LockToken) -> Result<Grant<T>> + 'a,
+    give_back: impl AsyncFnOnce(&LockToken) + 'a,
+    guard: impl FnOnce(LockToken, T, Instant) -> LockGuard + 'a,
+) -> impl Future<Output = Result<TryAcquire>> + 'a {
+    async move {
+        let started = Instant::now();
+        match send(&token).await? {
+            Grant::Taken(_) if late(name, started, options.ttl()) => {
+                give_back(&token).await;
+                Err(Error::ExpiredOnArrival {
+                    key: name.to_string(),
+                    elapsed: started.elapsed(),
+                    ttl: options.ttl(),
+                })
+            }
+            Grant::Taken(taken) => Ok(TryAcquire::Acquired(guard(token, taken, started))),
+            Grant::Busy { remaining } => Ok(TryAcquire::Busy { remaining }),
         }
-        Grant::Taken(taken) => Ok(TryAcquire::Acquired(guard(token, taken, started))),
-        Grant::Busy { remaining } => Ok(TryAcquire::Busy { remaining }),
     }
 }
 

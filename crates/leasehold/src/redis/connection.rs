@@ -198,8 +198,14 @@ impl ConnectionLike for ClientConnection {
 /// thread's own socket) has no order with it. So `then` may only start what costs nothing
 /// but time when the order is lost: an early handoff its release's reply confirms
 /// (`redis::fair`), a waiter woken to attempt again (`RedisClient::release_raw`).
-pub(crate) async fn queued_then<F: Future, T>(call: F, then: impl FnOnce() -> T) -> (F::Output, T) {
-    let mut call = std::pin::pin!(call);
+///
+/// `call` comes pinned by the caller: taken by value, it would be held twice in this future
+/// (as the argument and as the pinned local it is polled from), doubling the size of every
+/// release's future, which a guard's release boxes on each call.
+pub(crate) async fn queued_then<F: Future, T>(
+    mut call: std::pin::Pin<&mut F>,
+    then: impl FnOnce() -> T,
+) -> (F::Output, T) {
     let first = std::future::poll_fn(|cx| std::task::Poll::Ready(call.as_mut().poll(cx))).await;
     let then = then();
     let output = match first {

@@ -159,12 +159,19 @@ impl RedisClient {
         let call = self.acquire_script(key, token, ttl_ms, (fencing, min_hold_ms), want_remaining);
         let scripted = call.is_some();
         let reply = if let Some(call) = &call {
-            let mut inv = call.script.prepare_invoke();
-            for k in &call.keys {
-                inv.key(k);
-            }
-            inv.arg(&call.args);
-            inv.invoke_async::<Value>(&mut conn).await
+            // Boxed: the script call's state (its invocation, the crate's `NOSCRIPT` fallback)
+            // is twice a plain `SET`'s, and inline it would size every attempt's future; with
+            // it, the boxed future of every plain acquisition outgrew the allocator's per-thread
+            // cache (W2: one slow allocation a cycle).
+            Box::pin(async {
+                let mut inv = call.script.prepare_invoke();
+                for k in &call.keys {
+                    inv.key(k);
+                }
+                inv.arg(&call.args);
+                inv.invoke_async::<Value>(&mut conn).await
+            })
+            .await
         } else {
             crate::redis::strategy::set_nx_px(key, token.expose(), ttl_ms)
                 .query_async::<Value>(&mut conn)

@@ -82,11 +82,12 @@ impl Driver for RedisClient {
             key = shown_key(key).as_deref(),
             outcome = tracing::field::Empty
         );
-        let result = lock
-            .attempt(options, Ask::ONCE)
-            .instrument(span.clone())
-            .await;
-        span.record(
+        // One handle on the span, read back from the instrumented future: a clone held across
+        // the attempt grew every plain acquisition's boxed future past the allocator's
+        // per-thread cache.
+        let mut attempt = std::pin::pin!(lock.attempt(options, Ask::ONCE).instrument(span));
+        let result = attempt.as_mut().await;
+        attempt.span().record(
             "outcome",
             match &result {
                 Ok(TryAcquire::Acquired(_)) => "acquired",

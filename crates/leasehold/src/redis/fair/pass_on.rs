@@ -92,7 +92,7 @@ pub(super) async fn run_pass_on(
             tests::before_release_written(key);
             (call.await, given)
         }
-        Some(early) => queued_then(call, || early.give()).await,
+        Some(early) => queued_then(std::pin::pin!(call), || early.give()).await,
         None => (call.await, None),
     };
     let reply = reply?;
