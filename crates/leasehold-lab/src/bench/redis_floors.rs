@@ -1,9 +1,14 @@
 //! W1's floors on Redis: the same round trips as leasehold's, through the `redis` crate with no
 //! lock logic (`floor`), and with the lock history's commands beside them (`floor_history`).
-//! W2's floors share their acquisition ([`floor_set`]).
+//! W2's floors share their acquisition ([`floor_set`]). W3's cross-client handoff has its own
+//! ([`w3_floor_handoff`]).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use super::stats::Summary;
-use super::workloads::measure_cycles;
+use super::workloads::{Event, busy_hold, contention_summary, measure_cycles};
 
 /// The floors' acquisition: `SET key value NX PX 10000`, which must find `key` free (the
 /// workloads use distinct keys).
@@ -95,6 +100,105 @@ pub(crate) async fn w1_floor_history(
         summary.with(
             "commands",
             "SET NX PX + XADD + PEXPIRE, DEL + XADD (pipelined)",
+        ),
+        cdf,
+    ))
+}
+
+/// W3's cross-client handoff floor (issue 32, target 1): the least a handoff from one client
+/// to another costs here, with no lock at all. `workers` each have a connection and a
+/// subscriber connection of their own (as leasehold's clients do), and pass a turn round in a
+/// fixed order: the holder spins for `hold`, then `PUBLISH`es to the next worker's channel and
+/// waits for that command's reply (as a fair release does), and the next worker holds once the
+/// message reaches it. One message from one client to another per handoff, and nothing else:
+/// no queue, no token, no script. Reported as W3's figures ([`contention_summary`]), so its
+/// handoff p50 stands beside `leasehold_fair_client_each`'s.
+pub(crate) async fn w3_floor_handoff(
+    url: String,
+    workers: usize,
+    hold: Duration,
+    duration: Duration,
+    prefix: String,
+) -> anyhow::Result<(Summary, Vec<(f64, f64)>)> {
+    use futures_util::StreamExt;
+    let channel = |w: usize| format!("{prefix}:turn:{}", w % workers);
+    let mut ends = Vec::new();
+    for w in 0..workers {
+        let client = redis::Client::open(url.as_str())?;
+        let conn = client.get_multiplexed_async_connection().await?;
+        let mut subscriber = client.get_async_pubsub().await?;
+        subscriber.subscribe(channel(w)).await?;
+        ends.push((conn, subscriber));
+    }
+    let events = Arc::new(Mutex::new(Vec::<Event>::new()));
+    let max_wait = Arc::new(AtomicU64::new(0));
+    let held = Arc::new(AtomicU64::new(0));
+    let deadline = Instant::now() + duration;
+    let mut handles = Vec::new();
+    for (w, (mut conn, subscriber)) in ends.into_iter().enumerate() {
+        let (events, max_wait, held, next) = (
+            events.clone(),
+            max_wait.clone(),
+            held.clone(),
+            channel(w + 1),
+        );
+        handles.push(tokio::spawn(async move {
+            let mut turns = subscriber.into_on_message();
+            let mut asked = Instant::now();
+            while turns.next().await.is_some() {
+                let acquired = Instant::now();
+                // Past the deadline a turn is passed on unheld, so every worker sees one and ends.
+                let over = acquired >= deadline;
+                let released = if over {
+                    acquired
+                } else {
+                    max_wait.fetch_max((acquired - asked).as_micros() as u64, Ordering::Relaxed);
+                    held.fetch_add(busy_hold(hold).as_nanos() as u64, Ordering::Relaxed);
+                    Instant::now()
+                };
+                let _: i64 = redis::cmd("PUBLISH")
+                    .arg(&next)
+                    .arg("turn")
+                    .query_async(&mut conn)
+                    .await?;
+                if over {
+                    break;
+                }
+                events.lock().unwrap().push(Event {
+                    worker: w,
+                    acquired,
+                    released,
+                });
+                asked = Instant::now();
+            }
+            anyhow::Ok(())
+        }));
+    }
+    let start = Instant::now();
+    let mut first = redis::Client::open(url.as_str())?
+        .get_multiplexed_async_connection()
+        .await?;
+    let _: i64 = redis::cmd("PUBLISH")
+        .arg(channel(0))
+        .arg("turn")
+        .query_async(&mut first)
+        .await?;
+    for h in handles {
+        h.await??;
+    }
+    let elapsed = start.elapsed();
+    let events = std::mem::take(&mut *events.lock().unwrap());
+    let (summary, cdf) = contention_summary(
+        events,
+        workers,
+        elapsed,
+        held.load(Ordering::Relaxed),
+        max_wait.load(Ordering::Relaxed),
+    );
+    Ok((
+        summary.with(
+            "commands",
+            "PUBLISH to the next worker's channel, read by its own subscriber connection",
         ),
         cdf,
     ))

@@ -197,32 +197,47 @@ pub(super) async fn w3(
     results: &mut Results,
 ) -> anyhow::Result<()> {
     say(format!(
-        "W3 contention: {} workers on one key, {} ms holds, {} s",
-        st.w3_workers, st.w3_hold_ms, st.w3_secs
+        "W3 contention: {} workers on one key, {} ms holds, {} s; leasehold and the floor x {} repetitions",
+        st.w3_workers, st.w3_hold_ms, st.w3_secs, st.reps
     ));
     let server = fresh(bin)?;
     let url = server.url();
     let d = Duration::from_secs_f64(st.w3_secs);
     let hold = Duration::from_secs_f64(st.w3_hold_ms / 1000.0);
     let mut runs: BTreeMap<String, Vec<Summary>> = BTreeMap::new();
-    let mut cdfs = Vec::new();
-    // With a client per worker, every handoff goes from one client to another (as between
-    // processes): the plain lock's waiters are then woken by the server (tracking), the fair
-    // lock's by its handoff message.
-    for (fair, client_each) in [(false, false), (false, true), (true, false), (true, true)] {
-        let (u, w) = (url.clone(), st.w3_workers);
-        let (key, name) = match (fair, client_each) {
-            (false, false) => ("w3:leasehold", "leasehold"),
-            (false, true) => ("w3:clients", "leasehold_client_each"),
-            (true, false) => ("w3:fair", "leasehold_fair"),
-            (true, true) => ("w3:fair:clients", "leasehold_fair_client_each"),
-        };
-        let (s, cdf) = on_runtime(Flavour::MultiThread, move || {
-            workloads::w3_leasehold(u, w, hold, d, key.into(), fair, client_each)
-        })?;
-        runs.entry(name.into()).or_default().push(s);
-        cdfs.push((format!("{name} (handoff)"), cdf));
+    let mut cdf_src: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+    // In-process systems in `reps` interleaved repetitions, in a rotating order (a run's
+    // handoff p50 moves by tens of microseconds from one run to the next on 2 cores; the
+    // medians are reported). With a client per worker, every handoff goes from one client to
+    // another (as between processes): the plain lock's waiters are then woken by the server
+    // (tracking), the fair lock's by its handoff message. `floor_client_each`: the same
+    // cross-client handoff with no lock at all.
+    for rep in 0..st.reps {
+        // (system, fair?, a client each?; None: the floor)
+        let mut order = vec![
+            ("leasehold", Some((false, false))),
+            ("leasehold_client_each", Some((false, true))),
+            ("leasehold_fair", Some((true, false))),
+            ("leasehold_fair_client_each", Some((true, true))),
+            ("floor_client_each", None),
+        ];
+        let turns = rep % order.len();
+        order.rotate_left(turns);
+        for (name, mode) in order {
+            let (u, w, key) = (url.clone(), st.w3_workers, format!("w3:{name}:{rep}"));
+            let (s, cdf) = on_runtime(Flavour::MultiThread, move || async move {
+                match mode {
+                    Some((fair, client_each)) => {
+                        workloads::w3_leasehold(u, w, hold, d, key, fair, client_each).await
+                    }
+                    None => redis_floors::w3_floor_handoff(u, w, hold, d, key).await,
+                }
+            })?;
+            runs.entry(name.into()).or_default().push(s);
+            cdf_src.insert(format!("{name} (handoff)"), cdf);
+        }
     }
+    let cdfs: Vec<_> = cdf_src.into_iter().collect();
     results.cdfs.insert("W3".into(), cdfs);
     for tuned in [false, true] {
         let run = PeerRun {

@@ -305,6 +305,15 @@ pub(super) fn targets(r: &Results) -> Value {
         true,
         "fair mode across clients: <= 150 us",
     );
+    reference(
+        "W3 floor, a client each: handoff p50 (us)",
+        r.get("W3", "floor_client_each", "handoff_p50_us"),
+        HANDOFF_P50_US,
+        true,
+        "a turn passed round the same workers by one PUBLISH from one client's connection to \
+         the next one's subscriber connection, with no lock (no queue, no token, no script): \
+         what the machine itself allows a cross-client handoff",
+    );
     check(
         "W3 fair, a client each: acquisitions/s / best peer",
         ratio(r.get("W3", each, "ops_per_s"), best_w3),

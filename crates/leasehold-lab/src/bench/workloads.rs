@@ -296,7 +296,7 @@ pub(crate) async fn w2(
 
 /// Holds for `hold` by spinning on the monotonic clock (a timer sleep of 1 ms really holds
 /// about 2 ms); returns how long it held.
-fn busy_hold(hold: Duration) -> Duration {
+pub(crate) fn busy_hold(hold: Duration) -> Duration {
     let start = Instant::now();
     while start.elapsed() < hold {
         std::hint::spin_loop();
@@ -304,10 +304,11 @@ fn busy_hold(hold: Duration) -> Duration {
     start.elapsed()
 }
 
-struct Event {
-    worker: usize,
-    acquired: Instant,
-    released: Instant,
+/// One W3 turn: who held, from when to when.
+pub(crate) struct Event {
+    pub(crate) worker: usize,
+    pub(crate) acquired: Instant,
+    pub(crate) released: Instant,
 }
 
 /// W3 for leasehold: `workers` on ONE key, each holding `hold`, for `duration`; `fair` takes
@@ -405,7 +406,7 @@ async fn w3_lockers(
 
 /// Handoff figures from the acquisitions in time order: a handoff is an acquisition by a worker
 /// other than the one whose release came just before it.
-fn contention_summary(
+pub(crate) fn contention_summary(
     mut events: Vec<Event>,
     workers: usize,
     elapsed: Duration,
