@@ -6,7 +6,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use leasehold::redis::RedisClient;
+use leasehold::redis::{RedisClient, RedisOptions};
 use leasehold::{LockOptions, LockToken, Locker};
 use leasehold_harness::{Server, ServerOptions};
 
@@ -26,6 +26,58 @@ leasehold_harness::server_test!(async fn wraps_a_users_connection_manager_and_mu
         assert!(!client.try_acquire("own", &LockOptions::new(LONG)).await.unwrap().is_acquired());
         g.release().await.unwrap();
     }
+});
+
+// `RedisOptions::batch_commands(false)` (public, and what a Redlock's nodes use): a
+// standalone URL then gets the crate's `ConnectionManager` instead of the library's batching
+// connection, and a client on it does what any client does: a plain lock taken, refused,
+// extended, waited for and released; a fair lock handed from one such client to another's
+// queued waiter.
+leasehold_harness::server_test!(async fn without_batching_a_client_is_on_the_crates_connection_and_locks_as_usual(bin) {
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let url = server.url();
+    let default = RedisClient::connect(&url).await.unwrap();
+    assert_eq!(format!("{:?}", default.connection()), "ClientConnection::Batching");
+    let options = RedisOptions::new().batch_commands(false);
+    let a = RedisClient::connect_with(&url, options.clone()).await.unwrap();
+    assert_eq!(format!("{:?}", a.connection()), "ClientConnection::Manager");
+    let (a, b) = (
+        Locker::from(a),
+        Locker::from(RedisClient::connect_with(&url, options).await.unwrap()),
+    );
+
+    let plain = LockOptions::new(LONG);
+    let g = a.try_acquire("unbatched", &plain).await.unwrap().acquired().unwrap();
+    assert!(!b.try_acquire("unbatched", &plain).await.unwrap().is_acquired());
+    g.extend(LONG).await.unwrap();
+    let waiter = {
+        let b = b.clone();
+        tokio::spawn(async move { b.acquire("unbatched", &LockOptions::new(LONG).wait(LONG)).await })
+    };
+    g.release().await.unwrap();
+    waiter.await.unwrap().unwrap().release().await.unwrap();
+
+    let fair = LockOptions::new(LONG).fair(true).wait(LONG);
+    let key = "unbatched:fair";
+    let g = a.try_acquire(key, &fair).await.unwrap().acquired().unwrap();
+    let waiter = {
+        let (b, fair) = (b.clone(), fair.clone());
+        tokio::spawn(async move { b.acquire(key, &fair).await })
+    };
+    let queue = leasehold::redis::fair_queue_key(key);
+    common::until("the other client's waiter queued", || {
+        server.command(&["ZCARD", &queue]).unwrap().as_integer() == Some(1)
+    })
+    .await;
+    g.release().await.unwrap();
+    let handed = waiter.await.unwrap().unwrap();
+    assert_eq!(
+        server.command(&["GET", key]).unwrap().as_str(),
+        Some(handed.token().expose()),
+        "the lock is the waiter's"
+    );
+    handed.release().await.unwrap();
+    assert_eq!(server.command(&["EXISTS", key]).unwrap().as_integer(), Some(0));
 });
 
 #[derive(Clone, Default)]
