@@ -152,12 +152,24 @@ impl<T: Traced> Traced for Option<T> {
 }
 
 /// Runs `work` in `span` and records how it ended.
-pub(crate) async fn traced<T: Traced>(
+///
+/// A combinator rather than an `async fn`: an `async fn` keeps its `work` argument and the
+/// instrumented future it moves it into side by side in its state, so every traced operation's
+/// future was twice the size of its work (a fair release's 4 KB instead of 2).
+pub(crate) fn traced<T: Traced>(
     span: tracing::Span,
     work: impl Future<Output = Result<T>>,
-) -> Result<T> {
-    let result = work.instrument(span.clone()).await;
-    match &result {
+) -> impl Future<Output = Result<T>> {
+    use futures_util::FutureExt;
+    work.instrument(span.clone()).map(move |result| {
+        record_outcome(&span, &result);
+        result
+    })
+}
+
+/// Records in `span` how its operation ended.
+fn record_outcome<T: Traced>(span: &tracing::Span, result: &Result<T>) {
+    match result {
         Ok(value) => {
             let (outcome, fencing) = value.outcome();
             span.record("leasehold.outcome", outcome);
@@ -188,5 +200,32 @@ pub(crate) async fn traced<T: Traced>(
             }
         }
     }
-    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::traced;
+    use crate::core::error::Result;
+
+    /// Traced, a future holds its work once (plus the span and the recording): as an `async fn`,
+    /// `traced` held it twice (the argument, and the instrumented future it was moved into).
+    #[test]
+    fn a_traced_future_holds_its_work_once() {
+        let work = async {
+            let state = [7u8; 4096];
+            std::future::ready(()).await;
+            Result::Ok(state.iter().map(|&b| u64::from(b)).sum::<u64>())
+        };
+        let work_size = std::mem::size_of_val(&work);
+        assert!(
+            work_size >= 4096,
+            "the work holds its state across the await"
+        );
+        let traced = traced(tracing::Span::none(), work);
+        let traced_size = std::mem::size_of_val(&traced);
+        assert!(
+            traced_size < work_size + 256,
+            "traced: {traced_size} bytes for work of {work_size}"
+        );
+    }
 }

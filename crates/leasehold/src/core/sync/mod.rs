@@ -39,26 +39,30 @@ impl Label {
         crate::core::trace::span(operation, Some(self.backend), &self.name)
     }
 
-    /// Runs `work` in the span of `operation` on this handle's name (`trace::traced`).
-    async fn traced<T: crate::core::trace::Traced>(
+    /// Runs `work` in the span of `operation` on this handle's name (`trace::traced`). Not an
+    /// `async fn`, which would hold `work` twice (see `trace::traced`).
+    fn traced<T: crate::core::trace::Traced>(
         &self,
         operation: &'static str,
         work: impl Future<Output = crate::core::error::Result<T>>,
-    ) -> crate::core::error::Result<T> {
-        crate::core::trace::traced(self.span(operation), work).await
+    ) -> impl Future<Output = crate::core::error::Result<T>> {
+        crate::core::trace::traced(self.span(operation), work)
     }
 
     /// `work`, a taking (`taking`, with `options`), in the span of `operation`, once the option
-    /// table allowed it.
-    async fn take<T: crate::core::trace::Traced>(
+    /// table allowed it (checked before the span is made).
+    fn take<T: crate::core::trace::Traced>(
         &self,
         options: &crate::core::options::LockOptions,
         taking: crate::core::kind::Taking,
         operation: &'static str,
         work: impl Future<Output = crate::core::error::Result<T>>,
-    ) -> crate::core::error::Result<T> {
-        self.check(options, taking)?;
-        self.traced(operation, work).await
+    ) -> impl Future<Output = crate::core::error::Result<T>> {
+        use futures_util::future::Either;
+        match self.check(options, taking) {
+            Ok(()) => Either::Left(self.traced(operation, work)),
+            Err(e) => Either::Right(std::future::ready(Err(e))),
+        }
     }
 
     /// The options, checked for `taking` on this handle's backend before any round trip
