@@ -397,4 +397,23 @@ mod boxed_sizes {
         drop(boxed);
         guard.release().await.unwrap();
     });
+
+    /// What every wait's future would carry if they were inlined: the opening of the
+    /// subscriber connection (once per client, about 3 KB) and a fair waiter's leave (only when
+    /// a wait ends without the lock, about 2 KB). Both are boxed apart: a waiting acquisition
+    /// was 3 872 bytes and a fair one 4 648 before.
+    const WAIT: usize = 2 * CACHED;
+
+    leasehold_harness::server_test!(async fn a_waits_future_leaves_its_rare_steps_boxed_apart(bin) {
+        let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+        let client = RedisClient::connect(&server.url()).await.unwrap();
+        let waiting = LockOptions::new(Duration::from_secs(30)).wait(Duration::from_secs(30));
+        let acquire = Driver::acquire(&client, "sizes:wait", &waiting);
+        assert!(size_of_val(&*acquire) <= WAIT, "waiting acquisition: {} bytes", size_of_val(&*acquire));
+        acquire.await.unwrap().release().await.unwrap();
+        let fair = waiting.fair(true);
+        let acquire = client.fair_acquire("sizes:fair", &fair);
+        assert!(size_of_val(&acquire) <= WAIT, "fair acquisition: {} bytes", size_of_val(&acquire));
+        acquire.await.unwrap().release().await.unwrap();
+    });
 }

@@ -111,9 +111,11 @@ impl<'a> Waiter<'a> {
         })
     }
 
-    /// Leaves the queue, passing the lock on if it had been handed to us.
+    /// Leaves the queue, passing the lock on if it had been handed to us. Boxed: a wait leaves
+    /// only when it ends without the lock or is granted it too late, and the script's state
+    /// (about 2 KB) would otherwise size every fair acquisition's future.
     pub(super) async fn leave(&self) -> Result<PassOn> {
-        leave(self.client, self.key, &self.token, &self.ticket).await
+        Box::pin(leave(self.client, self.key, &self.token, &self.ticket)).await
     }
 
     pub(super) fn guard(

@@ -513,9 +513,10 @@ impl Notifier {
         // Weak: the connection (which owns the router) must not keep its own command loop,
         // and so itself, alive once the hub is gone.
         let router = Router::new(channels.clone(), alive.clone(), commands.downgrade());
-        let (subscriber, tracking) = match tokio::time::timeout(self.timeout, self.open(router))
-            .await
-        {
+        // Boxed: opening is rare (once per client, and after a failure), and its state (about
+        // 3 KB) would otherwise size every wait's future, which subscribes through this.
+        let opening = Box::pin(self.open(router));
+        let (subscriber, tracking) = match tokio::time::timeout(self.timeout, opening).await {
             Ok(Ok(p)) => p,
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, "cannot open the subscriber connection; waiters poll");
