@@ -3,12 +3,10 @@
 //! W2's floors share their acquisition ([`floor_set`]). W3's cross-client handoff has its own
 //! ([`w3_floor_handoff`]).
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::stats::Summary;
-use super::workloads::{Event, busy_hold, contention_summary, measure_cycles};
+use super::workloads::{Turns, measure_cycles};
 
 /// The floors' acquisition: `SET key value NX PX 10000`, which must find `key` free (the
 /// workloads use distinct keys).
@@ -111,7 +109,7 @@ pub(crate) async fn w1_floor_history(
 /// fixed order: the holder spins for `hold`, then `PUBLISH`es to the next worker's channel and
 /// waits for that command's reply (as a fair release does), and the next worker holds once the
 /// message reaches it. One message from one client to another per handoff, and nothing else:
-/// no queue, no token, no script. Reported as W3's figures ([`contention_summary`]), so its
+/// no queue, no token, no script. Reported as W3's figures ([`Turns`]), so its
 /// handoff p50 stands beside `leasehold_fair_client_each`'s.
 pub(crate) async fn w3_floor_handoff(
     url: String,
@@ -130,31 +128,22 @@ pub(crate) async fn w3_floor_handoff(
         subscriber.subscribe(channel(w)).await?;
         ends.push((conn, subscriber));
     }
-    let events = Arc::new(Mutex::new(Vec::<Event>::new()));
-    let max_wait = Arc::new(AtomicU64::new(0));
-    let held = Arc::new(AtomicU64::new(0));
+    let turns = Turns::default();
     let deadline = Instant::now() + duration;
     let mut handles = Vec::new();
     for (w, (mut conn, subscriber)) in ends.into_iter().enumerate() {
-        let (events, max_wait, held, next) = (
-            events.clone(),
-            max_wait.clone(),
-            held.clone(),
-            channel(w + 1),
-        );
+        let (turns, next) = (turns.clone(), channel(w + 1));
         handles.push(tokio::spawn(async move {
-            let mut turns = subscriber.into_on_message();
+            let mut messages = subscriber.into_on_message();
             let mut asked = Instant::now();
-            while turns.next().await.is_some() {
+            while messages.next().await.is_some() {
                 let acquired = Instant::now();
                 // Past the deadline a turn is passed on unheld, so every worker sees one and ends.
                 let over = acquired >= deadline;
                 let released = if over {
                     acquired
                 } else {
-                    max_wait.fetch_max((acquired - asked).as_micros() as u64, Ordering::Relaxed);
-                    held.fetch_add(busy_hold(hold).as_nanos() as u64, Ordering::Relaxed);
-                    Instant::now()
+                    turns.hold(asked, acquired, hold)
                 };
                 let _: i64 = redis::cmd("PUBLISH")
                     .arg(&next)
@@ -164,11 +153,7 @@ pub(crate) async fn w3_floor_handoff(
                 if over {
                     break;
                 }
-                events.lock().unwrap().push(Event {
-                    worker: w,
-                    acquired,
-                    released,
-                });
+                turns.done(w, acquired, released);
                 asked = Instant::now();
             }
             anyhow::Ok(())
@@ -186,15 +171,7 @@ pub(crate) async fn w3_floor_handoff(
     for h in handles {
         h.await??;
     }
-    let elapsed = start.elapsed();
-    let events = std::mem::take(&mut *events.lock().unwrap());
-    let (summary, cdf) = contention_summary(
-        events,
-        workers,
-        elapsed,
-        held.load(Ordering::Relaxed),
-        max_wait.load(Ordering::Relaxed),
-    );
+    let (summary, cdf) = turns.summary(workers, start.elapsed());
     Ok((
         summary.with(
             "commands",

@@ -296,7 +296,7 @@ pub(crate) async fn w2(
 
 /// Holds for `hold` by spinning on the monotonic clock (a timer sleep of 1 ms really holds
 /// about 2 ms); returns how long it held.
-pub(crate) fn busy_hold(hold: Duration) -> Duration {
+fn busy_hold(hold: Duration) -> Duration {
     let start = Instant::now();
     while start.elapsed() < hold {
         std::hint::spin_loop();
@@ -304,11 +304,52 @@ pub(crate) fn busy_hold(hold: Duration) -> Duration {
     start.elapsed()
 }
 
-/// One W3 turn: who held, from when to when.
-pub(crate) struct Event {
-    pub(crate) worker: usize,
-    pub(crate) acquired: Instant,
-    pub(crate) released: Instant,
+struct Event {
+    worker: usize,
+    acquired: Instant,
+    released: Instant,
+}
+
+/// What W3's workers record of their turns (leasehold's and the cross-client floor's), for
+/// [`contention_summary`].
+#[derive(Clone, Default)]
+pub(crate) struct Turns {
+    events: Arc<Mutex<Vec<Event>>>,
+    max_wait_us: Arc<AtomicU64>,
+    held_ns: Arc<AtomicU64>,
+}
+
+impl Turns {
+    /// A turn that came at `acquired` to a worker that asked at `asked`: held (busy) for
+    /// `hold`; returns when the hold ended.
+    pub(crate) fn hold(&self, asked: Instant, acquired: Instant, hold: Duration) -> Instant {
+        let waited = (acquired - asked).as_micros() as u64;
+        self.max_wait_us.fetch_max(waited, Ordering::Relaxed);
+        let held = busy_hold(hold).as_nanos() as u64;
+        self.held_ns.fetch_add(held, Ordering::Relaxed);
+        Instant::now()
+    }
+
+    /// `worker`'s turn, from `acquired` to `released`, once given back.
+    pub(crate) fn done(&self, worker: usize, acquired: Instant, released: Instant) {
+        self.events.lock().unwrap().push(Event {
+            worker,
+            acquired,
+            released,
+        });
+    }
+
+    /// The W3 figures of the turns recorded by `workers` over `elapsed`.
+    pub(crate) fn summary(&self, workers: usize, elapsed: Duration) -> (Summary, Vec<(f64, f64)>) {
+        let events = std::mem::take(&mut *self.events.lock().unwrap());
+        contention_summary(
+            events,
+            workers,
+            elapsed,
+            self.held_ns.load(Ordering::Relaxed),
+            self.max_wait_us.load(Ordering::Relaxed),
+        )
+    }
 }
 
 /// W3 for leasehold: `workers` on ONE key, each holding `hold`, for `duration`; `fair` takes
@@ -354,17 +395,13 @@ async fn w3_lockers(
     key: String,
     fair: bool,
 ) -> anyhow::Result<(Summary, Vec<(f64, f64)>)> {
-    let events = Arc::new(Mutex::new(Vec::<Event>::new()));
-    let max_wait = Arc::new(AtomicU64::new(0));
-    let held = Arc::new(AtomicU64::new(0));
+    let turns = Turns::default();
     let deadline = Instant::now() + duration;
     let mut handles = Vec::new();
     for w in 0..workers {
-        let (client, events, max_wait, held, key) = (
+        let (client, turns, key) = (
             clients[w % clients.len()].clone(),
-            events.clone(),
-            max_wait.clone(),
-            held.clone(),
+            turns.clone(),
             key.clone(),
         );
         handles.push(tokio::spawn(async move {
@@ -375,16 +412,9 @@ async fn w3_lockers(
                 let asked = Instant::now();
                 let g = client.acquire(&key, &opts).await?;
                 let acquired = Instant::now();
-                let waited = acquired - asked;
-                max_wait.fetch_max(waited.as_micros() as u64, Ordering::Relaxed);
-                held.fetch_add(busy_hold(hold).as_nanos() as u64, Ordering::Relaxed);
-                let released = Instant::now();
+                let released = turns.hold(asked, acquired, hold);
                 g.release().await?;
-                events.lock().unwrap().push(Event {
-                    worker: w,
-                    acquired,
-                    released,
-                });
+                turns.done(w, acquired, released);
             }
             anyhow::Ok(())
         }));
@@ -393,20 +423,12 @@ async fn w3_lockers(
     for h in handles {
         h.await??;
     }
-    let elapsed = start.elapsed();
-    let events = std::mem::take(&mut *events.lock().unwrap());
-    Ok(contention_summary(
-        events,
-        workers,
-        elapsed,
-        held.load(Ordering::Relaxed),
-        max_wait.load(Ordering::Relaxed),
-    ))
+    Ok(turns.summary(workers, start.elapsed()))
 }
 
 /// Handoff figures from the acquisitions in time order: a handoff is an acquisition by a worker
 /// other than the one whose release came just before it.
-pub(crate) fn contention_summary(
+fn contention_summary(
     mut events: Vec<Event>,
     workers: usize,
     elapsed: Duration,
