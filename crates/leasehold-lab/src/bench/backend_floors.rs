@@ -8,7 +8,11 @@
 //!   `hashtextextended(key, 0)`, prepared, on one connection. Beside it, a reference: the same
 //!   with the key's fencing number drawn in the granting statement (the counter row upserted
 //!   only if granted, on a table of the floor's own), the least a fenced session lock's server
-//!   does: what a fencing number costs, with no lock logic.
+//!   does: what a fencing number costs, with no lock logic. And that fenced floor with each
+//!   statement appending its event as leasehold's recording statements do (an insert into a
+//!   history table of the floor's own, shaped as `leasehold_history`, and the key's trim to
+//!   the default cap and retention), the least an event riding in the statement costs: what
+//!   the machine allows recording the history (issue 32, target 3).
 //! - **PostgreSQL lease rows**: one `INSERT … ON CONFLICT … DO UPDATE … WHERE expired
 //!   RETURNING fence` and one token-checked `UPDATE`, on a table of the floor's own, prepared,
 //!   as leasehold sends them on a connection of its own (through a pooler it sends them
@@ -67,8 +71,50 @@ pub(crate) enum PgFloor {
     Advisory,
     /// Session advisory locks drawing a fencing number when granted.
     FencedAdvisory,
+    /// [`PgFloor::FencedAdvisory`], each statement appending its event and trimming the key's.
+    FencedAdvisoryHistory,
     /// Lease rows.
     LeaseRows,
+}
+
+/// The fenced floor's granting statement: the advisory lock, the fence row's upsert if granted
+/// (`i`), then `{event}` (CTEs, each starting with a comma, or nothing).
+const FENCED_TAKE: &str = "\
+WITH l AS (SELECT pg_try_advisory_lock(hashtextextended($1, 0)) AS got),
+i AS (INSERT INTO leasehold_floor_fences AS t (key, fence, holder)
+      SELECT $1, 1, 'v' FROM l WHERE l.got
+      ON CONFLICT (key) DO UPDATE SET fence = t.fence + 1, holder = EXCLUDED.holder
+      RETURNING fence){event}
+SELECT fence FROM i";
+
+/// The history floor's table: `leasehold_history`'s columns and index.
+const HISTORY_TABLE: &str = "\
+CREATE TABLE IF NOT EXISTS leasehold_floor_history (
+    id bigserial PRIMARY KEY,
+    key text NOT NULL,
+    at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    kind text NOT NULL,
+    fencing bigint,
+    holder text,
+    owner text,
+    detail text
+);
+CREATE INDEX IF NOT EXISTS leasehold_floor_history_key_id ON leasehold_floor_history (key, id)";
+
+/// CTEs appending a `kind` event for key `$1` (fencing number `fence`) for each row of
+/// `source`, then trimming the key's events past the default retention (7 days) or beyond the
+/// default cap (100), as a recording leasehold statement does.
+fn event(source: &str, kind: &str, fence: &str) -> String {
+    format!(
+        ",
+h AS (INSERT INTO leasehold_floor_history (key, kind, fencing, holder, owner)
+      SELECT $1, '{kind}', {fence}, 'v', 'o' FROM {source} RETURNING id),
+ht AS (DELETE FROM leasehold_floor_history
+        WHERE EXISTS (SELECT 1 FROM h) AND key = $1
+          AND (at < clock_timestamp() - 604800000::bigint * interval '1 millisecond'
+               OR id <= (SELECT id FROM leasehold_floor_history WHERE key = $1
+                          ORDER BY id DESC OFFSET 100 - 1 LIMIT 1)))"
+    )
 }
 
 /// W1's floor on PostgreSQL at `url`.
@@ -83,6 +129,17 @@ pub(crate) async fn w1_postgres(
         .context("connecting to PostgreSQL")?;
     let conn = tokio::spawn(connection);
     let unlock = "SELECT 1 WHERE pg_advisory_unlock(hashtextextended($1, 0))";
+    if matches!(
+        floor,
+        PgFloor::FencedAdvisory | PgFloor::FencedAdvisoryHistory
+    ) {
+        client
+            .batch_execute(
+                "CREATE TABLE IF NOT EXISTS leasehold_floor_fences (key text PRIMARY KEY, \
+                 fence bigint NOT NULL, holder text)",
+            )
+            .await?;
+    }
     let (take, release) = match floor {
         PgFloor::LeaseRows => {
             client
@@ -97,42 +154,51 @@ pub(crate) async fn w1_postgres(
                  ON CONFLICT (key) DO UPDATE SET token = EXCLUDED.token,
                      expires_at = EXCLUDED.expires_at, fence = t.fence + 1
                   WHERE t.token IS NULL OR t.expires_at <= clock_timestamp()
-                 RETURNING fence",
+                 RETURNING fence"
+                    .to_string(),
                 "UPDATE leasehold_floor_leases SET token = NULL
                   WHERE key = $1 AND token = 'v' AND expires_at > clock_timestamp()
-                 RETURNING key",
+                 RETURNING key"
+                    .to_string(),
             )
         }
-        PgFloor::FencedAdvisory => {
-            client
-                .batch_execute(
-                    "CREATE TABLE IF NOT EXISTS leasehold_floor_fences (key text PRIMARY KEY, \
-                     fence bigint NOT NULL, holder text)",
-                )
-                .await?;
+        PgFloor::FencedAdvisory => (FENCED_TAKE.replace("{event}", ""), unlock.to_string()),
+        PgFloor::FencedAdvisoryHistory => {
+            client.batch_execute(HISTORY_TABLE).await?;
             (
-                "WITH l AS (SELECT pg_try_advisory_lock(hashtextextended($1, 0)) AS got)
-                 INSERT INTO leasehold_floor_fences AS t (key, fence, holder)
-                 SELECT $1, 1, 'v' FROM l WHERE l.got
-                 ON CONFLICT (key) DO UPDATE SET fence = t.fence + 1, holder = EXCLUDED.holder
-                 RETURNING fence",
-                unlock,
+                FENCED_TAKE.replace("{event}", &event("i", "acquired", "i.fence")),
+                format!(
+                    "WITH u AS (SELECT pg_advisory_unlock(hashtextextended($1, 0)) AS unlocked),
+                     r AS (SELECT 1 FROM u WHERE u.unlocked){}
+                     SELECT 1 FROM r",
+                    event("r", "released", "$2")
+                ),
             )
         }
         PgFloor::Advisory => (
-            "SELECT 1 WHERE pg_try_advisory_lock(hashtextextended($1, 0))",
-            unlock,
+            "SELECT 1 WHERE pg_try_advisory_lock(hashtextextended($1, 0))".to_string(),
+            unlock.to_string(),
         ),
     };
     // Prepared, as leasehold prepares both kinds on a connection of its own.
-    let (take, release) = (client.prepare(take).await?, client.prepare(release).await?);
+    let (take, release) = (
+        client.prepare(&take).await?,
+        client.prepare(&release).await?,
+    );
+    let history = matches!(floor, PgFloor::FencedAdvisoryHistory);
     let (summary, cdf) = measure_cycles(cycles, warm_ups(cycles), &prefix, |key| {
         let (client, take, release) = (&client, &take, &release);
         async move {
-            let took = client.query_opt(take, &[&key]).await?.is_some();
-            let released = client.query_opt(release, &[&key]).await?.is_some();
-            anyhow::ensure!(took, "distinct key busy");
-            anyhow::ensure!(released, "not held");
+            let took = client.query_opt(take, &[&key]).await?;
+            let released = match (history, &took) {
+                (true, Some(row)) => {
+                    let fence: i64 = row.get(0);
+                    client.query_opt(release, &[&key, &fence]).await?
+                }
+                _ => client.query_opt(release, &[&key]).await?,
+            };
+            anyhow::ensure!(took.is_some(), "distinct key busy");
+            anyhow::ensure!(released.is_some(), "not held");
             Ok(())
         }
     })
@@ -143,6 +209,10 @@ pub(crate) async fn w1_postgres(
         PgFloor::LeaseRows => "INSERT ON CONFLICT + UPDATE, prepared",
         PgFloor::FencedAdvisory => {
             "pg_try_advisory_lock with the fence row's upsert + pg_advisory_unlock, prepared"
+        }
+        PgFloor::FencedAdvisoryHistory => {
+            "the fenced floor's statements, each inserting its event and trimming the key's \
+             (cap 100, retention 7 days), prepared"
         }
         PgFloor::Advisory => "pg_try_advisory_lock + pg_advisory_unlock, prepared",
     };

@@ -80,6 +80,10 @@ pub(super) async fn wb(
             W1Run::PostgresFloor(pg.url(), PgFloor::FencedAdvisory),
         ),
         (
+            "postgres_fenced_floor_history",
+            W1Run::PostgresFloor(pg.url(), PgFloor::FencedAdvisoryHistory),
+        ),
+        (
             "postgres_lease_rows_floor",
             W1Run::PostgresFloor(pg.url(), PgFloor::LeaseRows),
         ),

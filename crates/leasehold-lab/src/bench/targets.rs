@@ -500,6 +500,18 @@ pub(super) fn targets(r: &Results) -> Value {
              the lock's own transaction or statement)",
         );
     }
+    reference(
+        "W1B floor cycles/s postgres history on / off",
+        ratio(
+            r.get("W1B", "postgres_fenced_floor_history", "ops_per_s"),
+            r.get("W1B", "postgres_fenced_floor", "ops_per_s"),
+        ),
+        HISTORY_ON_OF_OFF,
+        false,
+        "the fenced floor's statements each inserting their event and trimming the key's, as a \
+         recording session lock's do, with no lock logic, against the fenced floor: what the \
+         machine itself allows a session lock's history",
+    );
     // Issue 32, target 7: each backend against its own floor (WB's W1).
     for (system, floor, what) in [
         ("etcd", "etcd_floor", "a lease of its own per lock, reused"),
