@@ -320,8 +320,8 @@ pub struct BenchArgs {
     /// Small counts and short durations (a smoke run of a minute or two).
     #[arg(long)]
     pub quick: bool,
-    /// Interleaved repetitions of W1, W2 and W4 whose medians are reported (default 3, 1 with
-    /// --quick).
+    /// Interleaved repetitions of W1, W1T, W2, W3, W4 and WB whose medians are reported (default 3,
+    /// 1 with --quick).
     #[arg(long, value_name = "N")]
     pub reps: Option<usize>,
     /// The server of the matrix to measure against (default redis8: it has DELEX).

@@ -236,27 +236,30 @@ pub(super) async fn w3(
             runs.entry(name.into()).or_default().push(s);
             cdf_src.insert(format!("{name} (handoff)"), cdf);
         }
+        // The peers in every repetition too, as in W1 and W2: their ratios to leasehold's
+        // (the Python and Node packages' to the Rust library's, the best peer's) are then
+        // medians measured beside it, not one run minutes after it.
+        for tuned in [false, true] {
+            let prefix = format!("w3:{}:{rep}", if tuned { "tuned" } else { "default" });
+            let run = PeerRun {
+                urls: std::slice::from_ref(&url),
+                workload: "W3",
+                tuned,
+                prefix: &prefix,
+                cycles: None,
+                duration: Some(d),
+            };
+            peer_runs(
+                peers,
+                &run,
+                results,
+                &mut runs,
+                if tuned { "_tuned" } else { "" },
+            )
+            .await;
+        }
     }
-    let cdfs: Vec<_> = cdf_src.into_iter().collect();
-    results.cdfs.insert("W3".into(), cdfs);
-    for tuned in [false, true] {
-        let run = PeerRun {
-            urls: std::slice::from_ref(&url),
-            workload: "W3",
-            tuned,
-            prefix: if tuned { "w3:tuned" } else { "w3:default" },
-            cycles: None,
-            duration: Some(d),
-        };
-        peer_runs(
-            peers,
-            &run,
-            results,
-            &mut runs,
-            if tuned { "_tuned" } else { "" },
-        )
-        .await;
-    }
+    results.cdfs.entry("W3".into()).or_default().extend(cdf_src);
     for (name, r) in &runs {
         results.put("W3", name, &median_summary(r));
     }
