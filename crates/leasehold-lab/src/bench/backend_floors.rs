@@ -102,18 +102,24 @@ CREATE TABLE IF NOT EXISTS leasehold_floor_history (
 CREATE INDEX IF NOT EXISTS leasehold_floor_history_key_id ON leasehold_floor_history (key, id)";
 
 /// CTEs appending a `kind` event for key `$1` (fencing number `fence`) for each row of
-/// `source`, then trimming the key's events past the default retention (7 days) or beyond the
-/// default cap (100), as a recording leasehold statement does.
+/// `source`, then trimming the key's events past the retention or beyond the cap of the
+/// library's default [`leasehold::HistoryOptions`] (the W1 lockers' own), as a recording
+/// leasehold statement does.
 fn event(source: &str, kind: &str, fence: &str) -> String {
+    let history = leasehold::HistoryOptions::default();
+    let (retention_ms, cap) = (
+        history.retention_period().as_millis(),
+        history.events_per_key(),
+    );
     format!(
         ",
 h AS (INSERT INTO leasehold_floor_history (key, kind, fencing, holder, owner)
       SELECT $1, '{kind}', {fence}, 'v', 'o' FROM {source} RETURNING id),
 ht AS (DELETE FROM leasehold_floor_history
         WHERE EXISTS (SELECT 1 FROM h) AND key = $1
-          AND (at < clock_timestamp() - 604800000::bigint * interval '1 millisecond'
+          AND (at < clock_timestamp() - {retention_ms}::bigint * interval '1 millisecond'
                OR id <= (SELECT id FROM leasehold_floor_history WHERE key = $1
-                          ORDER BY id DESC OFFSET 100 - 1 LIMIT 1)))"
+                          ORDER BY id DESC OFFSET {cap} - 1 LIMIT 1)))"
     )
 }
 
@@ -212,7 +218,7 @@ pub(crate) async fn w1_postgres(
         }
         PgFloor::FencedAdvisoryHistory => {
             "the fenced floor's statements, each inserting its event and trimming the key's \
-             (cap 100, retention 7 days), prepared"
+             (the default cap and retention), prepared"
         }
         PgFloor::Advisory => "pg_try_advisory_lock + pg_advisory_unlock, prepared",
     };
