@@ -250,11 +250,13 @@ fn check_error(op: &str, key: &str, e: &Error, window: &[Exchange]) -> Result<()
         return Ok(()); // a read: nothing to be ambiguous about
     }
     let own: Vec<&Exchange> = about(window, key).collect();
-    let Some(first) = own.first() else {
-        return Ok(()); // never reached the server: either verdict is true
+    // No readable answer to the first command that can change the key decides an acquisition
+    // (nothing is retried after it; a later command about the key is the cleanup): the server
+    // may have applied it. Reads before it (a waiter's subscriber reading the key's PTTL
+    // before its attempt was sent) cannot grant anything.
+    let Some(first) = own.iter().find(|x| !reads_only(x)) else {
+        return Ok(()); // no write reached the server: either verdict is true
     };
-    // No readable answer to the first command decides an acquisition (nothing is retried
-    // after it; a later command about the key is the cleanup): the server may have applied it.
     let acquisition = op.contains("acquire") || op == "try" || op == "fenced";
     if acquisition && !first.answered && !e.is_ambiguous() {
         return Err(format!(
@@ -275,6 +277,21 @@ fn check_error(op: &str, key: &str, e: &Error, window: &[Exchange]) -> Result<()
         ));
     }
     Ok(())
+}
+
+/// Whether `x` only reads (or subscribes): it cannot take, release or extend a lock.
+fn reads_only(x: &Exchange) -> bool {
+    matches!(
+        x.name().as_str(),
+        "GET"
+            | "PTTL"
+            | "PEXPIRETIME"
+            | "EXISTS"
+            | "ZRANGE"
+            | "ZSCORE"
+            | "SUBSCRIBE"
+            | "SSUBSCRIBE"
+    )
 }
 
 fn expect_typed(op: &str, e: &Error) -> Result<(), String> {
