@@ -83,6 +83,27 @@ leasehold_harness::server_test!(async fn a_pipeline_returns_its_replies_past_the
     assert_eq!(send(&conn, &["GET", "p"]).await.unwrap(), Value::BulkString(b"2".to_vec()));
 });
 
+// A lone command is written by its own task, as much as the socket takes at once: one larger
+// than that (32 MB, past the kernel's largest send buffer, `tcp_wmem`) leaves the rest to the
+// writer task, and a command queued behind it must follow it whole. Were the rest written
+// after the next command, or lost, the server would read a broken command or an `APPEND`
+// before its `SET`.
+leasehold_harness::server_test!(async fn a_lone_command_too_big_for_one_write_goes_out_whole_and_first(bin) {
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let conn = connect(&server.url(), LONG).await.unwrap();
+    let value = "x".repeat(32 << 20);
+    let mut set = redis::cmd("SET");
+    set.arg("big").arg(&value);
+    let (set, append) = tokio::join!(
+        conn.send_packed_command(&set),
+        send(&conn, &["APPEND", "big", "!"])
+    );
+    assert_eq!(set.unwrap(), Value::Okay);
+    assert_eq!(append.unwrap(), Value::Int(value.len() as i64 + 1));
+    let got = send(&conn, &["GETRANGE", "big", "-2", "-1"]).await.unwrap();
+    assert_eq!(got, Value::BulkString(b"x!".to_vec()));
+});
+
 // The server closes the socket (`CLIENT KILL`): at most the command that found it closed
 // fails, with an I/O error, and the next one goes out on a new socket.
 leasehold_harness::server_test!(async fn after_the_server_closes_the_socket_the_next_command_connects_again(bin) {

@@ -83,8 +83,9 @@ pub(super) async fn run_pass_on(
     let (reply, given) = match early {
         // On the calling thread's own socket the first poll writes the script (a system call,
         // tens of microseconds on 2 busy cores): the waiter is handed its lease first, so its
-        // thread wakes meanwhile. On the shared connection that poll only queues the script,
-        // and comes first. Either way the new holder sends nothing before this release's reply
+        // thread wakes meanwhile. On the shared connection that poll queues the script (and,
+        // with nothing else in flight, writes it: `Queue::write_through`), and comes first.
+        // Either way the new holder sends nothing before this release's reply
         // (`Tenure::settled`): another socket's command may reach the server first.
         Some(early) if client.on_calling_thread_socket() => {
             let given = early.give();
