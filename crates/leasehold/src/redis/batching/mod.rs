@@ -438,13 +438,11 @@ impl Queue {
     /// the socket).
     fn write_through(&mut self) -> Option<io::Error> {
         let socket = self.socket.as_ref()?;
-        match socket.try_write(&self.out) {
-            Ok(0) => Some(io::ErrorKind::WriteZero.into()),
+        match write_now(socket, &self.out) {
             Ok(n) => {
                 self.out.drain(..n);
                 None
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => None,
             Err(e) => Some(e),
         }
     }
@@ -489,14 +487,23 @@ async fn write_loop(wire: Arc<Wire>, socket: Arc<OwnedWriteHalf>) {
 /// `buf`, all of it, through the socket shared with [`Queue::write_through`].
 async fn write_all(socket: &OwnedWriteHalf, mut buf: &[u8]) -> io::Result<()> {
     while !buf.is_empty() {
-        match socket.try_write(buf) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => buf = &buf[n..],
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => socket.writable().await?,
-            Err(e) => return Err(e),
+        match write_now(socket, buf)? {
+            0 => socket.writable().await?,
+            n => buf = &buf[n..],
         }
     }
     Ok(())
+}
+
+/// As much of `buf` (not empty) as the socket takes without waiting: 0 bytes if it is full,
+/// an error if it took none while ready (closed) or failed.
+fn write_now(socket: &OwnedWriteHalf, buf: &[u8]) -> io::Result<usize> {
+    match socket.try_write(buf) {
+        Ok(0) => Err(io::ErrorKind::WriteZero.into()),
+        Ok(n) => Ok(n),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
+        Err(e) => Err(e),
+    }
 }
 
 fn io_kind(e: &io::Error) -> io::ErrorKind {
