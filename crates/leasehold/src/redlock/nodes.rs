@@ -20,11 +20,11 @@ impl Node {
             .get_or_try_init(|| {
                 // Each node has its own reconnecting connection. Release notifications are off:
                 // Redlock waiters retry by backoff, and a release stays one command per node.
-                // The crate's ConnectionManager, not the batching connection: with it, nodes
-                // crashing and restarting (tests/redlock.rs, fencing through crashes) left
-                // stale grants that stalled every waiter for a TTL several times a run, where
-                // the ConnectionManager's did not; why is not yet understood (a give-back
-                // refused while its node restarts is the likeliest path).
+                // The crate's ConnectionManager, not the batching connection: nothing measured
+                // favours a change (bench/results/issue32-target5-w4-floor.md, session 19).
+                // Through node crashes (tests/redlock.rs, fencing through crashes) both leave
+                // grants on restarted nodes alike, and a Redlock fan-out is no faster on the
+                // batching connection (each node's operation is a task of its own either way).
                 let options = RedisOptions::new()
                     .connect_timeout(timeout.max(Duration::from_millis(1)))
                     .notify_waiters(false)
