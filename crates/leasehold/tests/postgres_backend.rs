@@ -258,6 +258,45 @@ async fn the_ttl_is_the_sessions_idle_limit_and_auto_extension_keeps_it() {
     renewed.release().await.unwrap();
 }
 
+// An extend that meets the end of its session on the way is `NotHeld`, as for a session the
+// client already saw closed: the Node suite's lost-lease test met the race (the server ended
+// the idle session, the next holder's grant came back, and only then did the holder's extend
+// find the connection closed) and got an ambiguous connection error. Here a relay holds the
+// server's close back from the holder until its extend is out.
+#[tokio::test]
+async fn an_extend_that_meets_the_end_of_its_session_is_not_held() {
+    use leasehold::ClientOptions;
+    use leasehold_harness::SlowLink;
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    let link = SlowLink::start(pg.addr()).unwrap();
+    let url = pg.url().replace(
+        &format!(":{}/", pg.port()),
+        &format!(":{}/", link.addr().port()),
+    );
+    assert_ne!(url, pg.url(), "the holder goes through the relay");
+    let options = ClientOptions::new().response_timeout(BOUND);
+    let a = Locker::from(PostgresClient::connect_with(&url, options).await.unwrap());
+    let b = Locker::from(PostgresClient::connect(&pg.url()).await.unwrap());
+    let quiet = a
+        .acquire("ended", &LockOptions::new(Duration::from_millis(300)))
+        .await
+        .unwrap();
+    // From now on the server's words to the holder (its idle-session close) arrive 2 s late.
+    link.set_reply_delay(Duration::from_secs(2));
+    // The server ends the idle session after the TTL, so the next holder gets the lock.
+    let next = b
+        .acquire("ended", &LockOptions::new(BOUND).wait(BOUND))
+        .await
+        .unwrap();
+    let err = quiet.extend(BOUND).await.unwrap_err();
+    assert!(matches!(err, Error::NotHeld { .. }), "{err:?}");
+    link.set_reply_delay(Duration::ZERO);
+    assert!(matches!(quiet.release().await, Err(Error::NotHeld { .. })));
+    next.release().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_lost_session_is_reported_and_restarts_keep_the_counter() {
     let Some(mut pg) = postgres_for_test() else {

@@ -99,6 +99,18 @@ impl Session {
     pub(super) fn is_closed(&self) -> bool {
         self.closed.is_cancelled() || self.client.is_closed()
     }
+
+    /// Whether `e`, a statement's failure, says the session is over: the connection closed,
+    /// or the server ended the session (its idle limit, a terminate, a shutdown).
+    fn ended_by(&self, e: &tokio_postgres::Error) -> bool {
+        use tokio_postgres::error::SqlState;
+        let ended_by_server = e.code().is_some_and(|code| {
+            *code == SqlState::IDLE_SESSION_TIMEOUT
+                || *code == SqlState::ADMIN_SHUTDOWN
+                || *code == SqlState::CRASH_SHUTDOWN
+        });
+        e.is_closed() || ended_by_server || self.is_closed()
+    }
 }
 
 /// A connection whose first statement ([`PROBE`]) ran; nothing is prepared on it yet.
@@ -702,6 +714,12 @@ impl PgHeld {
         let row =
             match tokio::time::timeout(self.client.inner.options.response_timeout, extend).await {
                 Err(_) => return Err(timeout_error(Operation::Extend, true)),
+                // The session ended while the statement was on its way (the server's idle
+                // limit ran out, its process was terminated, the connection dropped): a session
+                // lock does not outlive its session, and this one can never be extended again,
+                // so not held, as for a session already found closed above. Seen in the Node
+                // suite: the next holder's grant came back before this client read the close.
+                Ok(Err(e)) if session.ended_by(&e) => return Err(not_held()),
                 Ok(Err(e)) => {
                     return Err(match self.client.statement_error(Operation::Extend, e) {
                         Error::Topology { .. } => not_held(),
