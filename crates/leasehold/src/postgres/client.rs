@@ -103,12 +103,7 @@ impl Session {
     /// Whether `e`, a statement's failure, says the session is over: the connection closed,
     /// or the server ended the session (its idle limit, a terminate, a shutdown).
     fn ended_by(&self, e: &tokio_postgres::Error) -> bool {
-        use tokio_postgres::error::SqlState;
-        let ended_by_server = e.code().is_some_and(|code| {
-            *code == SqlState::IDLE_SESSION_TIMEOUT
-                || *code == SqlState::ADMIN_SHUTDOWN
-                || *code == SqlState::CRASH_SHUTDOWN
-        });
+        let ended_by_server = e.code().is_some_and(super::error::ends_the_session);
         e.is_closed() || ended_by_server || self.is_closed()
     }
 }

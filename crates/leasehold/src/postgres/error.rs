@@ -4,6 +4,14 @@ use tokio_postgres::error::SqlState;
 
 use crate::core::error::{Error, Operation, Result};
 
+/// Whether the server ended the session with `code`: its idle limit
+/// (`idle_session_timeout`), a terminate, a shutdown.
+pub(crate) fn ends_the_session(code: &SqlState) -> bool {
+    *code == SqlState::IDLE_SESSION_TIMEOUT
+        || *code == SqlState::ADMIN_SHUTDOWN
+        || *code == SqlState::CRASH_SHUTDOWN
+}
+
 /// Classifies a PostgreSQL client error. `sent`: the statement may have reached the server.
 pub(crate) fn pg_error(op: Operation, sent: bool, e: tokio_postgres::Error) -> Error {
     if let Some(db) = e.as_db_error() {
@@ -19,12 +27,7 @@ pub(crate) fn pg_error(op: Operation, sent: bool, e: tokio_postgres::Error) -> E
                 source: e.into(),
             };
         }
-        if *code == SqlState::ADMIN_SHUTDOWN
-            || *code == SqlState::CRASH_SHUTDOWN
-            || *code == SqlState::CANNOT_CONNECT_NOW
-            || code.code() == "57P05"
-        // idle_session_timeout
-        {
+        if ends_the_session(code) || *code == SqlState::CANNOT_CONNECT_NOW {
             return Error::Connection {
                 op,
                 ambiguous: sent && op != Operation::Connect,
