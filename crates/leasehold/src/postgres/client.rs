@@ -714,7 +714,12 @@ impl PgHeld {
                 // lock does not outlive its session, and this one can never be extended again,
                 // so not held, as for a session already found closed above. Seen in the Node
                 // suite: the next holder's grant came back before this client read the close.
-                Ok(Err(e)) if session.ended_by(&e) => return Err(not_held()),
+                // Recorded as the connection's own close is, so that a release after it does
+                // not send on the ended session either.
+                Ok(Err(e)) if session.ended_by(&e) => {
+                    session.closed.cancel();
+                    return Err(not_held());
+                }
                 Ok(Err(e)) => {
                     return Err(match self.client.statement_error(Operation::Extend, e) {
                         Error::Topology { .. } => not_held(),
