@@ -21,6 +21,10 @@ pub(crate) struct Tenure {
     /// For a holding handed over early: cancelled once the release that handed it over has
     /// its reply (or gave up on it). `None`: settled from the start.
     pub(crate) settled: Option<CancellationToken>,
+    /// For a holding handed over early by a release on its calling thread's socket: cancelled
+    /// once that release has put its script on the wire (or gave up). `None`: written before
+    /// the handoff.
+    pub(crate) written: Option<CancellationToken>,
 }
 
 impl Tenure {
@@ -28,6 +32,7 @@ impl Tenure {
         Arc::new(Tenure {
             next: Mutex::new(next),
             settled: None,
+            written: None,
         })
     }
 
@@ -37,6 +42,19 @@ impl Tenure {
     pub(crate) async fn settled(&self) {
         if let Some(settled) = &self.settled {
             settled.cancelled().await;
+        }
+    }
+
+    /// Waits until the release that handed this holding over early has written its script.
+    /// Not for order ([`Tenure::settled`] is), but for the processor: a release on its calling
+    /// thread's socket hands the lock over *before* its write (see `run_pass_on`), and the new
+    /// holder's thread, just woken, may take the releaser's core and keep it for its whole hold;
+    /// the releaser's script, and so the new holder's own release (which waits for its reply),
+    /// then wait that long too. Waiting here instead gives the releaser the core back for its
+    /// write, a few microseconds.
+    pub(crate) async fn written(&self) {
+        if let Some(written) = &self.written {
+            written.cancelled().await;
         }
     }
 

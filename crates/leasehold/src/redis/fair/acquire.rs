@@ -286,7 +286,14 @@ impl<'a> FairWait<'a> {
                     None
                 }
             };
+            let written = match &woke {
+                Some(Wake::HandedOffEarly(grant)) => Some(grant.tenure.clone()),
+                _ => None,
+            };
             if let Some(guard) = self.handed_over(woke, queue, options) {
+                if let Some(tenure) = written {
+                    tenure.written().await;
+                }
                 return Ok(TryAcquire::Acquired(guard));
             }
             if Instant::now() >= deadline {

@@ -29,6 +29,9 @@ pub(super) struct GivenEarly {
     /// The new holder's [`Tenure::settled`]: cancelled when this is dropped, once the reply
     /// settled it (or none came).
     settled: CancellationToken,
+    /// The new holder's [`Tenure::written`]: cancelled once the script is on the wire
+    /// ([`GivenEarly::written`]), or when this is dropped.
+    written: Option<CancellationToken>,
     ttl: Duration,
     lease: Lease,
     tenure: Arc<Tenure>,
@@ -61,12 +64,17 @@ impl EarlyHandoff {
 
     /// Hands the waiter its lease; `None` if it stopped waiting meanwhile. The new holder's
     /// release and extends wait until the returned `GivenEarly` is dropped (`Tenure::settled`).
-    pub(super) fn give(self) -> Option<GivenEarly> {
+    /// Given before the release's script is written (`written` false), its acquisition also
+    /// returns only once [`GivenEarly::written`] says it is, or the `GivenEarly` is dropped
+    /// (`Tenure::written`).
+    pub(super) fn give(self, written: bool) -> Option<GivenEarly> {
         let lease = Lease::until(&self.terms.key, self.terms.token, None, self.valid_until);
         let settled = CancellationToken::new();
+        let written = (!written).then(CancellationToken::new);
         let tenure = Arc::new(Tenure {
             next: Mutex::new(None),
             settled: Some(settled.clone()),
+            written: written.clone(),
         });
         let grant = EarlyGrant {
             lease: lease.clone(),
@@ -77,6 +85,7 @@ impl EarlyHandoff {
         Some(GivenEarly {
             ticket: self.ticket,
             settled,
+            written,
             ttl: self.terms.ttl,
             lease,
             tenure,
@@ -85,6 +94,13 @@ impl EarlyHandoff {
 }
 
 impl GivenEarly {
+    /// The release's script is on the wire: the new holder's acquisition may return.
+    pub(super) fn written(&self) {
+        if let Some(written) = &self.written {
+            written.cancel();
+        }
+    }
+
     /// The release handed the lock to this waiter: the key holds its token for the handoff
     /// window from the script's run, which came after `sent`.
     pub(super) fn confirm(self, sent: Instant, next: Option<String>) {
@@ -107,6 +123,7 @@ impl Drop for GivenEarly {
     /// Settled: the reply confirmed or contradicted the handoff (the lease and the tenure are
     /// updated first), or none will come. The new holder's commands may go now.
     fn drop(&mut self) {
+        self.written();
         self.settled.cancel();
     }
 }

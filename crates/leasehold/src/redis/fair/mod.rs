@@ -57,7 +57,10 @@
 //! script on the connection, hands the waiter a lease, and only then awaits the reply. No round
 //! trip is on the handoff's path. On the releasing thread's own socket (`redis::calling_thread`)
 //! putting the script out is a write, a system call: there the waiter is handed its lease just
-//! before it, so its thread wakes meanwhile.
+//! before it, so its thread wakes meanwhile, and its acquisition returns once the write is done
+//! (`Tenure::written`). That wait is for the processor, not for order: on 2 cores the woken
+//! thread often took the releaser's core and kept it for its whole hold, so the script went out
+//! only when the new holder came to release, and that release waited for the script's reply.
 //!
 //! - **Why the script's outcome is known.** The queue only grows at its tail (a waiter joins
 //!   behind the last one, or keeps its place), and a member is only removed by a release of the

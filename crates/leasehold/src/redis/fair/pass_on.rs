@@ -83,17 +83,24 @@ pub(super) async fn run_pass_on(
     let (reply, given) = match early {
         // On the calling thread's own socket the first poll writes the script (a system call,
         // tens of microseconds on 2 busy cores): the waiter is handed its lease first, so its
-        // thread wakes meanwhile. On the shared connection that poll queues the script (and,
+        // thread wakes meanwhile, and its acquisition returns once that poll is done
+        // (`Tenure::written`). On the shared connection that poll queues the script (and,
         // with nothing else in flight, writes it: `Queue::write_through`), and comes first.
         // Either way the new holder sends nothing before this release's reply
         // (`Tenure::settled`): another socket's command may reach the server first.
         Some(early) if client.on_calling_thread_socket() => {
-            let given = early.give();
+            let given = early.give(false);
             #[cfg(test)]
             tests::before_release_written(key);
-            (call.await, given)
+            let (reply, ()) = queued_then(std::pin::pin!(call), || {
+                if let Some(given) = &given {
+                    given.written();
+                }
+            })
+            .await;
+            (reply, given)
         }
-        Some(early) => queued_then(std::pin::pin!(call), || early.give()).await,
+        Some(early) => queued_then(std::pin::pin!(call), || early.give(true)).await,
         None => (call.await, None),
     };
     let reply = reply?;
@@ -187,12 +194,15 @@ mod tests {
                 async move { client.acquire(key, &opts).await.unwrap() }
             });
             until("the holder queued", || queued() == 1).await;
-            // The next in line releases as soon as it holds, and says when that release is done.
+            // The next in line releases as soon as it holds, and says when it holds and when
+            // that release is done.
             let (done, told) = std::sync::mpsc::channel();
+            let acquired = Arc::new(AtomicBool::new(false));
             let next = tokio::spawn({
-                let (client, opts) = (client.clone(), opts.clone());
+                let (client, opts, acquired) = (client.clone(), opts.clone(), acquired.clone());
                 async move {
                     let guard = client.acquire(key, &opts).await.unwrap();
+                    acquired.store(true, Ordering::SeqCst);
                     let released = guard.release().await;
                     let _ = done.send(());
                     released
@@ -206,15 +216,18 @@ mod tests {
             let holder = holder.await.unwrap();
 
             let (held, done_early) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+            let acquired_early = Arc::new(AtomicBool::new(false));
             let told = Mutex::new(told);
             let hook: Hook = Arc::new({
-                let (held, done_early) = (held.clone(), done_early.clone());
+                let (held, done_early, acquired_early) =
+                    (held.clone(), done_early.clone(), acquired_early.clone());
                 move |k: &str| {
                     if k == key {
                         held.store(true, Ordering::SeqCst);
                         // The next holder's release is done if it says so within this.
                         let told = told.lock().unwrap().recv_timeout(Duration::from_millis(300));
                         done_early.store(told.is_ok(), Ordering::SeqCst);
+                        acquired_early.store(acquired.load(Ordering::SeqCst), Ordering::SeqCst);
                     }
                 }
             });
@@ -232,6 +245,12 @@ mod tests {
                 assert!(
                     !done_early.load(Ordering::SeqCst),
                     "the new holder's release was done before the release that handed it the lock was written: {next_released:?}"
+                );
+                // Handed the lock before the write, it returns only once the write is done
+                // (`Tenure::written`), so that its thread does not hold the releaser's core.
+                assert!(
+                    !acquired_early.load(Ordering::SeqCst),
+                    "the new holder's acquisition returned before the release that handed it the lock was written"
                 );
             }
             next_released.expect("the new holder's release found its lock");
