@@ -40,9 +40,7 @@ impl Tenure {
     /// script has run on the server: a command of the new holder sent after this follows it,
     /// on any connection (see the `src/redis/fair` module docs, "Order").
     pub(crate) async fn settled(&self) {
-        if let Some(settled) = &self.settled {
-            settled.cancelled().await;
-        }
+        until_cancelled(&self.settled).await;
     }
 
     /// Waits until the release that handed this holding over early has written its script.
@@ -53,13 +51,18 @@ impl Tenure {
     /// then wait that long too. Waiting here instead gives the releaser the core back for its
     /// write, a few microseconds.
     pub(crate) async fn written(&self) {
-        if let Some(written) = &self.written {
-            written.cancelled().await;
-        }
+        until_cancelled(&self.written).await;
     }
 
     pub(crate) fn take_next(&self) -> Option<String> {
         self.next.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+/// Resolves once `token` is cancelled; at once without one.
+async fn until_cancelled(token: &Option<CancellationToken>) {
+    if let Some(token) = token {
+        token.cancelled().await;
     }
 }
 

@@ -26,14 +26,11 @@ pub(super) struct EarlyHandoff {
 /// An early handoff made: what the release's reply settles.
 pub(super) struct GivenEarly {
     pub(super) ticket: String,
-    /// The new holder's [`Tenure::settled`]: cancelled when this is dropped, once the reply
-    /// settled it (or none came).
-    settled: CancellationToken,
-    /// The new holder's [`Tenure::written`]: cancelled once the script is on the wire
-    /// ([`GivenEarly::written`]), or when this is dropped.
-    written: Option<CancellationToken>,
     ttl: Duration,
     lease: Lease,
+    /// The new holder's tenure: its [`Tenure::written`] is cancelled once the script is on the
+    /// wire ([`GivenEarly::written`]), and both it and [`Tenure::settled`] when this is
+    /// dropped (once the reply settled the handoff, or none came).
     tenure: Arc<Tenure>,
 }
 
@@ -69,12 +66,10 @@ impl EarlyHandoff {
     /// (`Tenure::written`).
     pub(super) fn give(self, written: bool) -> Option<GivenEarly> {
         let lease = Lease::until(&self.terms.key, self.terms.token, None, self.valid_until);
-        let settled = CancellationToken::new();
-        let written = (!written).then(CancellationToken::new);
         let tenure = Arc::new(Tenure {
             next: Mutex::new(None),
-            settled: Some(settled.clone()),
-            written: written.clone(),
+            settled: Some(CancellationToken::new()),
+            written: (!written).then(CancellationToken::new),
         });
         let grant = EarlyGrant {
             lease: lease.clone(),
@@ -84,8 +79,6 @@ impl EarlyHandoff {
         self.to.send(Delivery::Early(grant)).ok()?;
         Some(GivenEarly {
             ticket: self.ticket,
-            settled,
-            written,
             ttl: self.terms.ttl,
             lease,
             tenure,
@@ -96,7 +89,7 @@ impl EarlyHandoff {
 impl GivenEarly {
     /// The release's script is on the wire: the new holder's acquisition may return.
     pub(super) fn written(&self) {
-        if let Some(written) = &self.written {
+        if let Some(written) = &self.tenure.written {
             written.cancel();
         }
     }
@@ -124,6 +117,8 @@ impl Drop for GivenEarly {
     /// updated first), or none will come. The new holder's commands may go now.
     fn drop(&mut self) {
         self.written();
-        self.settled.cancel();
+        if let Some(settled) = &self.tenure.settled {
+            settled.cancel();
+        }
     }
 }
