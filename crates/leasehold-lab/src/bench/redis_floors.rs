@@ -1,8 +1,9 @@
 //! W1's floors on Redis: the same round trips as leasehold's, through the `redis` crate with no
 //! lock logic (`floor`), and with the lock history's commands beside them (`floor_history`).
 //! W2's floors share their acquisition ([`floor_set`]). W3's cross-client handoff has its own
-//! ([`w3_floor_handoff`]).
+//! ([`w3_floor_handoff`]: a bare `PUBLISH`, or the script a fair release runs).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::stats::Summary;
@@ -103,58 +104,120 @@ pub(crate) async fn w1_floor_history(
     ))
 }
 
-/// W3's cross-client handoff floor (issue 32, target 1): the least a handoff from one client
-/// to another costs here, with no lock at all. `workers` each have a connection and a
+/// How a W3 floor's holder passes its turn to the next worker ([`w3_floor_handoff`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum FloorPass {
+    /// One `PUBLISH` to the next worker's channel: no queue, no token, no script.
+    Publish,
+    /// The issue's mechanism with no library: a script that checks the holder's value, pops
+    /// the queue's head, reads its entry, sets the key to it, deletes the entry, `PUBLISH`es to
+    /// the channel the entry names and peeks at the new head ([`PASS_LUA`]: the seven calls of
+    /// a fair release's handoff, without fencing as W3 runs it). The holder then queues again
+    /// by a second script ([`QUEUE_LUA`]: a fair waiter's queueing calls), as leasehold's
+    /// worker does by its next acquisition.
+    Script,
+}
+
+/// [`FloorPass::Script`]'s handoff: `KEYS` the key, the queue, the entries' prefix; `ARGV` the
+/// holder's ticket. 1 if handed over, 0 if the queue was empty (the key stays the holder's),
+/// -1 if the key is not the holder's.
+const PASS_LUA: &str = r"
+if redis.call('get', KEYS[1]) ~= ARGV[1] then return -1 end
+local ticket = redis.call('zpopmin', KEYS[2])[1]
+if not ticket then return 0 end
+local channel = redis.call('get', KEYS[3] .. ticket)
+redis.call('set', KEYS[1], ticket, 'PX', 10000)
+redis.call('del', KEYS[3] .. ticket)
+redis.call('publish', channel, 'turn')
+redis.call('zrange', KEYS[2], 0, 0)
+return 1
+";
+
+/// [`FloorPass::Script`]'s queueing: `KEYS` as [`PASS_LUA`]'s; `ARGV` the worker's ticket and
+/// channel. Appends the ticket behind the queue's last (once) with its entry naming the channel.
+const QUEUE_LUA: &str = r"
+redis.call('get', KEYS[1])
+if not redis.call('zscore', KEYS[2], ARGV[1]) then
+  local last = redis.call('zrange', KEYS[2], -1, -1, 'WITHSCORES')[2]
+  redis.call('zadd', KEYS[2], (tonumber(last) or 0) + 1, ARGV[1])
+end
+redis.call('set', KEYS[3] .. ARGV[1], ARGV[2], 'PX', 60000)
+redis.call('persist', KEYS[2])
+return redis.call('pttl', KEYS[1])
+";
+
+/// W3's cross-client handoff floors (issue 32, target 1): the least a handoff from one client
+/// to another costs here, with no lock logic. `workers` each have a connection and a
 /// subscriber connection of their own (as leasehold's clients do), and pass a turn round in a
-/// fixed order: the holder spins for `hold`, then `PUBLISH`es to the next worker's channel and
-/// waits for that command's reply (as a fair release does), and the next worker holds once the
-/// message reaches it. One message from one client to another per handoff, and nothing else:
-/// no queue, no token, no script. Reported as W3's figures ([`Turns`]), so its
-/// handoff p50 stands beside `leasehold_fair_client_each`'s.
+/// fixed order: the holder spins for `hold`, then passes the turn ([`FloorPass`]) and waits for
+/// that command's reply (as a fair release does), and the next worker holds once the message
+/// reaches it. [`FloorPass::Publish`]: one message from one client to another per handoff, and
+/// nothing else (what the machine allows any cross-client handoff). [`FloorPass::Script`]: the
+/// same message sent by the server's script that hands the key over, with the holder queueing
+/// again after it (what the machine allows the handoff the issue prescribes, before any client
+/// code). Reported as W3's figures ([`Turns`]), so their handoff p50s stand beside
+/// `leasehold_fair_client_each`'s.
 pub(crate) async fn w3_floor_handoff(
     url: String,
     workers: usize,
     hold: Duration,
     duration: Duration,
     prefix: String,
+    pass: FloorPass,
 ) -> anyhow::Result<(Summary, Vec<(f64, f64)>)> {
     use futures_util::StreamExt;
     let channel = |w: usize| format!("{prefix}:turn:{}", w % workers);
+    let queue = Arc::new(ScriptedQueue::new(&prefix));
     let mut ends = Vec::new();
     for w in 0..workers {
         let client = redis::Client::open(url.as_str())?;
-        let conn = client.get_multiplexed_async_connection().await?;
+        let mut conn = client.get_multiplexed_async_connection().await?;
         let mut subscriber = client.get_async_pubsub().await?;
         subscriber.subscribe(channel(w)).await?;
+        if let FloorPass::Script = pass {
+            // Queued in worker order, so the turn goes round as the plain floor's does.
+            queue.join(&mut conn, w, &channel(w)).await?;
+        }
         ends.push((conn, subscriber));
     }
     let turns = Turns::default();
     let deadline = Instant::now() + duration;
     let mut handles = Vec::new();
     for (w, (mut conn, subscriber)) in ends.into_iter().enumerate() {
-        let (turns, next) = (turns.clone(), channel(w + 1));
+        let (turns, next, mine, queue) = (turns.clone(), channel(w + 1), channel(w), queue.clone());
         handles.push(tokio::spawn(async move {
             let mut messages = subscriber.into_on_message();
             let mut asked = Instant::now();
             while messages.next().await.is_some() {
                 let acquired = Instant::now();
-                // Past the deadline a turn is passed on unheld, so every worker sees one and ends.
+                // Past the deadline a turn is passed on unheld by a bare PUBLISH round the
+                // workers' fixed order, so every worker sees one and ends.
                 let over = acquired >= deadline;
                 let released = if over {
                     acquired
                 } else {
                     turns.hold(asked, acquired, hold)
                 };
-                let _: i64 = redis::cmd("PUBLISH")
-                    .arg(&next)
-                    .arg("turn")
-                    .query_async(&mut conn)
-                    .await?;
+                match pass {
+                    FloorPass::Script if !over => {
+                        queue.hand_over(&mut conn, w, &mine).await?;
+                    }
+                    _ => {
+                        let _: i64 = redis::cmd("PUBLISH")
+                            .arg(&next)
+                            .arg("turn")
+                            .query_async(&mut conn)
+                            .await?;
+                    }
+                }
                 if over {
                     break;
                 }
                 turns.done(w, acquired, released);
                 asked = Instant::now();
+                if let FloorPass::Script = pass {
+                    queue.join(&mut conn, w, &mine).await?;
+                }
             }
             anyhow::Ok(())
         }));
@@ -163,20 +226,121 @@ pub(crate) async fn w3_floor_handoff(
     let mut first = redis::Client::open(url.as_str())?
         .get_multiplexed_async_connection()
         .await?;
-    let _: i64 = redis::cmd("PUBLISH")
-        .arg(channel(0))
-        .arg("turn")
-        .query_async(&mut first)
-        .await?;
+    match pass {
+        FloorPass::Publish => {
+            let _: i64 = redis::cmd("PUBLISH")
+                .arg(channel(0))
+                .arg("turn")
+                .query_async(&mut first)
+                .await?;
+        }
+        // The key starts as a starter's, whose handoff goes to the queue's head (worker 0).
+        FloorPass::Script => queue.start(&mut first).await?,
+    }
     for h in handles {
         h.await??;
     }
     let (summary, cdf) = turns.summary(workers, start.elapsed());
-    Ok((
-        summary.with(
-            "commands",
-            "PUBLISH to the next worker's channel, read by its own subscriber connection",
-        ),
-        cdf,
-    ))
+    let commands = match pass {
+        FloorPass::Publish => {
+            "PUBLISH to the next worker's channel, read by its own subscriber connection"
+        }
+        FloorPass::Script => {
+            "EVALSHA of the handoff (GET, ZPOPMIN, GET, SET PX, DEL, PUBLISH, ZRANGE), \
+             then EVALSHA of the queueing (GET, ZSCORE, ZRANGE, ZADD, SET PX, PERSIST, PTTL)"
+        }
+    };
+    Ok((summary.with("commands", commands), cdf))
+}
+
+/// [`FloorPass::Script`]'s key, queue and entries (a worker's ticket is its index), and its
+/// two scripts.
+struct ScriptedQueue {
+    keys: [String; 3],
+    pass: redis::Script,
+    queue: redis::Script,
+}
+
+/// The starter's ticket (no worker's).
+const STARTER: &str = "start";
+
+impl ScriptedQueue {
+    fn new(prefix: &str) -> Self {
+        ScriptedQueue {
+            keys: [
+                format!("{prefix}:key"),
+                format!("{prefix}:queue"),
+                format!("{prefix}:entry:"),
+            ],
+            pass: redis::Script::new(PASS_LUA),
+            queue: redis::Script::new(QUEUE_LUA),
+        }
+    }
+
+    /// Runs `script` on the key, the queue and the entries' prefix, with `args`.
+    async fn run(
+        &self,
+        script: &redis::Script,
+        conn: &mut redis::aio::MultiplexedConnection,
+        args: &[&str],
+    ) -> anyhow::Result<i64> {
+        let mut call = script.key(&self.keys[0]);
+        call.key(&self.keys[1]).key(&self.keys[2]);
+        for arg in args {
+            call.arg(*arg);
+        }
+        Ok(call.invoke_async(conn).await?)
+    }
+
+    /// Queues worker `w`, woken on `channel`.
+    async fn join(
+        &self,
+        conn: &mut redis::aio::MultiplexedConnection,
+        w: usize,
+        channel: &str,
+    ) -> anyhow::Result<()> {
+        self.run(&self.queue, conn, &[&w.to_string(), channel])
+            .await?;
+        Ok(())
+    }
+
+    /// One handoff from `ticket`: 1 if handed over, 0 if the queue was empty.
+    async fn pass(
+        &self,
+        conn: &mut redis::aio::MultiplexedConnection,
+        ticket: &str,
+    ) -> anyhow::Result<i64> {
+        let handed = self.run(&self.pass, conn, &[ticket]).await?;
+        anyhow::ensure!(handed >= 0, "scripted floor: the key is not {ticket}'s");
+        Ok(handed)
+    }
+
+    /// Worker `w`'s handoff; when the queue is empty (one worker, or the others not queued
+    /// again yet), `w` queues itself and hands over again, to whoever is first by then.
+    async fn hand_over(
+        &self,
+        conn: &mut redis::aio::MultiplexedConnection,
+        w: usize,
+        channel: &str,
+    ) -> anyhow::Result<()> {
+        let ticket = w.to_string();
+        while self.pass(conn, &ticket).await? == 0 {
+            self.join(conn, w, channel).await?;
+        }
+        Ok(())
+    }
+
+    /// Gives the key to the starter and hands it to the queue's head.
+    async fn start(&self, conn: &mut redis::aio::MultiplexedConnection) -> anyhow::Result<()> {
+        let _: () = redis::cmd("SET")
+            .arg(&self.keys[0])
+            .arg(STARTER)
+            .query_async(&mut *conn)
+            .await?;
+        anyhow::ensure!(
+            self.pass(conn, STARTER).await? == 1,
+            "scripted floor: nobody queued"
+        );
+        Ok(())
+    }
 }

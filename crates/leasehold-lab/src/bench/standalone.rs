@@ -8,6 +8,7 @@ use leasehold_harness::{Server, ServerBinary};
 use serde_json::{Value, json};
 
 use super::peers::{Peer, PeerRun};
+use super::redis_floors::FloorPass;
 use super::stats::Summary;
 use super::workloads::{self, Flavour, W2System, on_runtime};
 use super::{Results, Settings, fresh, median_summary, redis_benchmark, redis_floors, say, scale};
@@ -211,15 +212,17 @@ pub(super) async fn w3(
     // medians are reported). With a client per worker, every handoff goes from one client to
     // another (as between processes): the plain lock's waiters are then woken by the server
     // (tracking), the fair lock's by its handoff message. `floor_client_each`: the same
-    // cross-client handoff with no lock at all.
+    // cross-client handoff with no lock at all; `floor_scripted_client_each`: made by the
+    // server's script that hands the key over, as a fair release does, with no library.
     for rep in 0..st.reps {
-        // (system, fair?, a client each?; None: the floor)
+        // (system, Ok((fair?, a client each?)) or Err(a floor's pass))
         let mut order = vec![
-            ("leasehold", Some((false, false))),
-            ("leasehold_client_each", Some((false, true))),
-            ("leasehold_fair", Some((true, false))),
-            ("leasehold_fair_client_each", Some((true, true))),
-            ("floor_client_each", None),
+            ("leasehold", Ok((false, false))),
+            ("leasehold_client_each", Ok((false, true))),
+            ("leasehold_fair", Ok((true, false))),
+            ("leasehold_fair_client_each", Ok((true, true))),
+            ("floor_client_each", Err(FloorPass::Publish)),
+            ("floor_scripted_client_each", Err(FloorPass::Script)),
         ];
         let turns = rep % order.len();
         order.rotate_left(turns);
@@ -227,10 +230,10 @@ pub(super) async fn w3(
             let (u, w, key) = (url.clone(), st.w3_workers, format!("w3:{name}:{rep}"));
             let (s, cdf) = on_runtime(Flavour::MultiThread, move || async move {
                 match mode {
-                    Some((fair, client_each)) => {
+                    Ok((fair, client_each)) => {
                         workloads::w3_leasehold(u, w, hold, d, key, fair, client_each).await
                     }
-                    None => redis_floors::w3_floor_handoff(u, w, hold, d, key).await,
+                    Err(pass) => redis_floors::w3_floor_handoff(u, w, hold, d, key, pass).await,
                 }
             })?;
             runs.entry(name.into()).or_default().push(s);

@@ -314,6 +314,16 @@ pub(super) fn targets(r: &Results) -> Value {
          the next one's subscriber connection, with no lock (no queue, no token, no script): \
          what the machine itself allows a cross-client handoff",
     );
+    reference(
+        "W3 scripted floor, a client each: handoff p50 (us)",
+        r.get("W3", "floor_scripted_client_each", "handoff_p50_us"),
+        HANDOFF_P50_US,
+        true,
+        "the same turn passed by the script a fair release runs (the key checked and handed to \
+         the queue's head, its entry read and deleted, the PUBLISH to that waiter's channel, the \
+         next head read), each worker queueing again by a second script after its turn, with \
+         no library: what the machine itself allows the handoff the target prescribes",
+    );
     check(
         "W3 fair, a client each: acquisitions/s / best peer",
         ratio(r.get("W3", each, "ops_per_s"), best_w3),
@@ -321,6 +331,17 @@ pub(super) fn targets(r: &Results) -> Value {
         false,
         "fair mode across clients: >= 1.2 x the best peer (the 1 ms hold caps any library at \
          1 / hold: see the W3 throughput plot's ceiling)",
+    );
+    reference(
+        "W3 the hold's ceiling / best peer",
+        ratio(
+            r.get("W3", each, "hold_us_mean").map(|us| 1e6 / us),
+            best_w3,
+        ),
+        CROSS_CLIENT_OF_BEST_PEER,
+        false,
+        "1 / the mean hold (the most acquisitions a second any lock allows W3) against the best \
+         peer: what the machine itself allows the ratio above",
     );
     check(
         "W3 fair, a client each: max wait (ms)",
