@@ -283,6 +283,15 @@ pub struct LockGuard {
     history: Option<Recording>,
 }
 
+#[cfg(test)]
+impl LockGuard {
+    /// The size of the future its release boxes (for the tests that keep it within the
+    /// allocator's per-thread cache: `redis::client::release`'s `boxed_sizes`).
+    pub(crate) fn boxed_release_size(&self) -> usize {
+        std::mem::size_of_val(&*self.held.release(&self.lease))
+    }
+}
+
 impl LockGuard {
     pub(crate) fn new(held: Arc<dyn HeldLock>, lease: Lease) -> Self {
         LockGuard {

@@ -16,7 +16,7 @@ mod attempt;
 mod connect;
 mod driver;
 mod history_log;
-mod release;
+pub(crate) mod release;
 
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};

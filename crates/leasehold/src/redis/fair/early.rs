@@ -36,12 +36,15 @@ pub(super) struct GivenEarly {
 
 impl EarlyHandoff {
     /// The early handoff for a release of `lease`, if its tenure's next in line waits in this
-    /// client on the same key, offers terms, and would get at least half its TTL.
+    /// client on the same key, offers terms, and would get at least half its TTL. Boxed: the
+    /// release's future holds it in several frames, and a future over 1 KiB is served by the
+    /// allocator's arenas, not its per-thread cache (see `redis::client::release`'s
+    /// `boxed_sizes`).
     pub(super) fn for_release(
         client: &RedisClient,
         lease: &Lease,
         tenure: &Tenure,
-    ) -> Option<EarlyHandoff> {
+    ) -> Option<Box<EarlyHandoff>> {
         let ticket = tenure.take_next()?;
         if lease.loss_reason().is_some() {
             return None;
@@ -51,12 +54,12 @@ impl EarlyHandoff {
         if terms.key != lease.key() || valid_until < Instant::now() + terms.ttl / 2 {
             return None;
         }
-        Some(EarlyHandoff {
+        Some(Box::new(EarlyHandoff {
             ticket,
             terms,
             valid_until,
             to,
-        })
+        }))
     }
 
     /// Hands the waiter its lease; `None` if it stopped waiting meanwhile. The new holder's

@@ -51,7 +51,7 @@ impl RedisClient {
         &self,
         key: &str,
         token: &LockToken,
-        early: Option<EarlyHandoff>,
+        early: Option<Box<EarlyHandoff>>,
     ) -> Result<bool> {
         match run_pass_on(
             self,

@@ -39,7 +39,7 @@ pub(super) async fn run_pass_on(
     token: &str,
     ticket: Option<&str>,
     op: Operation,
-    early: Option<EarlyHandoff>,
+    early: Option<Box<EarlyHandoff>>,
 ) -> Result<PassOn> {
     let (channel, publish) = client.release_notice(key);
     let keys = [
@@ -51,7 +51,10 @@ pub(super) async fn run_pass_on(
     let owner = client.notifier().map_or("", |n| n.id());
     let sent = Instant::now();
     let retry_until = sent + PASS_ON_RETRY;
-    let call = async {
+    // Boxed apart, and polled through the box in every arm below: moved into the arm's pin
+    // instead, it was held twice in this future (the variable and the pinned copy), and the
+    // release's boxed future passed 1 KiB (see `redis::client::release`'s `boxed_sizes`).
+    let mut call = Box::pin(async {
         let mut pause = Duration::from_millis(5);
         loop {
             let reply = client
@@ -79,7 +82,7 @@ pub(super) async fn run_pass_on(
                 other => break other,
             }
         }
-    };
+    });
     let (reply, given) = match early {
         // On the calling thread's own socket the first poll writes the script (a system call,
         // tens of microseconds on 2 busy cores): the waiter is handed its lease first, so its
@@ -89,10 +92,10 @@ pub(super) async fn run_pass_on(
         // Either way the new holder sends nothing before this release's reply
         // (`Tenure::settled`): another socket's command may reach the server first.
         Some(early) if client.on_calling_thread_socket() => {
-            let given = early.give(false);
+            let given = (*early).give(false);
             #[cfg(test)]
             tests::before_release_written(key);
-            let (reply, ()) = queued_then(std::pin::pin!(call), || {
+            let (reply, ()) = queued_then(call.as_mut(), || {
                 if let Some(given) = &given {
                     given.written();
                 }
@@ -100,7 +103,7 @@ pub(super) async fn run_pass_on(
             .await;
             (reply, given)
         }
-        Some(early) => queued_then(std::pin::pin!(call), || early.give(true)).await,
+        Some(early) => queued_then(call.as_mut(), || (*early).give(true)).await,
         None => (call.await, None),
     };
     let reply = reply?;
