@@ -16,7 +16,12 @@ mod attempt;
 mod connect;
 mod driver;
 mod history_log;
-pub(crate) mod release;
+mod release;
+
+/// The bound of every future boxed on a lock's every cycle (tests: see `release`'s
+/// `boxed_sizes`).
+#[cfg(test)]
+pub(crate) use release::boxed_sizes::CACHED as BOXED_FUTURE_BOUND;
 
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};

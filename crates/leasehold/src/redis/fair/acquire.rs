@@ -402,8 +402,7 @@ mod boxed_sizes {
     use super::{FairWait, Waiter};
     use crate::core::driver::Driver;
     use crate::core::options::LockOptions;
-    use crate::redis::client::RedisClient;
-    use crate::redis::client::release::boxed_sizes::CACHED;
+    use crate::redis::client::{BOXED_FUTURE_BOUND as CACHED, RedisClient};
 
     /// The sizes of a fair attempt's two boxed futures: one try, and a wait.
     fn boxed_attempt_sizes(client: &RedisClient, key: &str, options: &LockOptions) -> [usize; 2] {
