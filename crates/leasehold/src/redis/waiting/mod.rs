@@ -136,9 +136,12 @@ struct Channel {
     tickets: HashMap<String, mpsc::UnboundedSender<Delivery>>,
     /// Whether the server confirmed the subscription.
     confirmed: bool,
-    /// Counts the times the channel was left without waiters: a lingering unsubscribe goes
-    /// ahead only if nobody came (and left) since it was scheduled.
-    idle: u64,
+    /// When the channel was last left without waiters: it is unsubscribed once that is
+    /// [`LINGER`] ago and nobody came since.
+    idle_since: Option<tokio::time::Instant>,
+    /// Whether a task waits to unsubscribe the channel once it has been idle for [`LINGER`]
+    /// ([`Hub::linger`]): one per channel, not one per waiter leaving.
+    lingering: bool,
     /// The key whose changes wake this channel's waiters through tracking (a release channel's
     /// name; `None` for a fair waiter's handoff channel, or when the hub does not track).
     key: Option<String>,
@@ -249,17 +252,34 @@ struct Hub {
 }
 
 impl Hub {
-    /// Unsubscribes `channel` if no waiter came since it was left idle for the `idle`th time.
-    fn unsubscribe_if_idle(&self, channel: &str, idle: u64) {
-        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
-        if channels
-            .get(channel)
-            .is_some_and(|c| c.refs == 0 && c.idle == idle)
-        {
-            channels.remove(channel);
-            let _ = self
-                .commands
-                .send(Command::Unsubscribe(channel.to_string()));
+    /// Unsubscribes `channel` once it has been left without waiters for [`LINGER`], or returns
+    /// (clearing [`Channel::lingering`]) as soon as a waiter holds it again: the next one to
+    /// leave it idle starts this anew. One such task per idle channel, rather than one per
+    /// waiter leaving (a task and a timer per contended acquisition).
+    async fn linger(self: Arc<Hub>, channel: String) {
+        loop {
+            let due = {
+                let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+                let Some(c) = channels.get_mut(&channel) else {
+                    return;
+                };
+                match c.idle_since {
+                    Some(since) if c.refs == 0 => {
+                        let due = since + LINGER;
+                        if tokio::time::Instant::now() >= due {
+                            channels.remove(&channel);
+                            let _ = self.commands.send(Command::Unsubscribe(channel));
+                            return;
+                        }
+                        due
+                    }
+                    _ => {
+                        c.lingering = false;
+                        return;
+                    }
+                }
+            };
+            tokio::time::sleep_until(due).await;
         }
     }
 }
@@ -402,7 +422,8 @@ impl Notifier {
                 refs: 0,
                 tickets: HashMap::new(),
                 confirmed: false,
-                idle: 0,
+                idle_since: None,
+                lingering: false,
                 key: key.map(str::to_string),
                 armed: false,
                 generation: next_generation(),
@@ -614,19 +635,19 @@ impl Drop for Subscription {
             }
             c.refs -= 1;
             if c.refs == 0 {
-                c.idle += 1;
-                let idle = c.idle;
+                c.idle_since = Some(tokio::time::Instant::now());
                 match tokio::runtime::Handle::try_current() {
+                    Ok(_) if c.lingering => {}
                     Ok(runtime) if c.confirmed => {
-                        let (hub, channel) = (self.hub.clone(), self.channel.clone());
-                        runtime.spawn(async move {
-                            tokio::time::sleep(LINGER).await;
-                            hub.unsubscribe_if_idle(&channel, idle);
-                        });
+                        c.lingering = true;
+                        runtime.spawn(self.hub.clone().linger(self.channel.clone()));
                     }
                     _ => {
-                        drop(channels);
-                        self.hub.unsubscribe_if_idle(&self.channel, idle);
+                        channels.remove(&self.channel);
+                        let _ = self
+                            .hub
+                            .commands
+                            .send(Command::Unsubscribe(self.channel.clone()));
                     }
                 }
             }
