@@ -257,10 +257,13 @@ impl Hub {
     /// leave it idle starts this anew. One such task per idle channel, rather than one per
     /// waiter leaving (a task and a timer per contended acquisition).
     async fn linger(self: Arc<Hub>, channel: String) {
+        // Clears the flag however this task ends, dropped with its runtime included: a flag
+        // left set would keep every later leaving from starting another.
+        let _lingering = Lingering(&self, &channel);
         loop {
             let due = {
                 let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
-                let Some(c) = channels.get_mut(&channel) else {
+                let Some(c) = channels.get(&channel) else {
                     return;
                 };
                 match c.idle_since {
@@ -268,18 +271,27 @@ impl Hub {
                         let due = since + LINGER;
                         if tokio::time::Instant::now() >= due {
                             channels.remove(&channel);
-                            let _ = self.commands.send(Command::Unsubscribe(channel));
+                            let _ = self.commands.send(Command::Unsubscribe(channel.clone()));
                             return;
                         }
                         due
                     }
-                    _ => {
-                        c.lingering = false;
-                        return;
-                    }
+                    _ => return,
                 }
             };
             tokio::time::sleep_until(due).await;
+        }
+    }
+}
+
+/// [`Hub::linger`]'s task for a channel, while it runs.
+struct Lingering<'a>(&'a Hub, &'a str);
+
+impl Drop for Lingering<'_> {
+    fn drop(&mut self) {
+        let mut channels = self.0.channels.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = channels.get_mut(self.1) {
+            c.lingering = false;
         }
     }
 }
