@@ -270,8 +270,7 @@ impl Hub {
                     Some(since) if c.refs == 0 => {
                         let due = since + LINGER;
                         if tokio::time::Instant::now() >= due {
-                            channels.remove(&channel);
-                            let _ = self.commands.send(Command::Unsubscribe(channel.clone()));
+                            self.unsubscribe(&mut channels, &channel);
                             return;
                         }
                         due
@@ -281,6 +280,15 @@ impl Hub {
             };
             tokio::time::sleep_until(due).await;
         }
+    }
+
+    /// Forgets `channel` and unsubscribes it (its last waiter left it), under the channels'
+    /// lock: a later waiter's SUBSCRIBE goes out after this UNSUBSCRIBE.
+    fn unsubscribe(&self, channels: &mut HashMap<String, Channel>, channel: &str) {
+        channels.remove(channel);
+        let _ = self
+            .commands
+            .send(Command::Unsubscribe(channel.to_string()));
     }
 }
 
@@ -654,13 +662,7 @@ impl Drop for Subscription {
                         c.lingering = true;
                         runtime.spawn(self.hub.clone().linger(self.channel.clone()));
                     }
-                    _ => {
-                        channels.remove(&self.channel);
-                        let _ = self
-                            .hub
-                            .commands
-                            .send(Command::Unsubscribe(self.channel.clone()));
-                    }
+                    _ => self.hub.unsubscribe(&mut channels, &self.channel),
                 }
             }
         }
