@@ -9,8 +9,9 @@
 //! tasks, `try_acquire` and `release` on distinct keys, Redis 8.6): the client's CPU per lock
 //! cycle fell from about 9.5 us to 7.7 us and the server's from 4.5 us to 3.1 us (fewer, fuller
 //! reads and writes on both sides); W2 from 0.73 to 0.81-0.89 x the crate's bare `SET`/`DEL`.
-//! A lone command (nothing else in flight) skips the writer task: its own task writes it at
-//! once (`Queue::write_through`).
+//! A lone command, or one behind a single command in flight (the handoff inside one client: a
+//! release's delete, then the woken waiter's attempt), skips the writer task: its own task
+//! writes it at once (`Queue::write_through`).
 //!
 //! **What it keeps of the crate's.** Commands are encoded by the crate (`Cmd`, `Pipeline`) and
 //! replies are the crate's [`Value`], so scripts, their `NOSCRIPT` fallback and every reader of
@@ -107,6 +108,14 @@ struct Queue {
     /// writer's copy, the last, then closes it).
     socket: Option<Arc<OwnedWriteHalf>>,
 }
+
+/// The most commands in flight, the new one included, for the new one to be written by its own
+/// task ([`Queue::write_through`]) rather than by the writer task: a lone command, or one
+/// behind a single command in flight. The second is the handoff inside one client: a release's
+/// delete is on the wire and the waiter it woke sends its attempt (`queued_then`); through the
+/// writer task, that attempt waited for the writer's wake-up and a scheduling round. With more
+/// in flight, more commands are likely ready to join a batch, which the writer task gathers.
+const WRITTEN_THROUGH: usize = 2;
 
 /// One request (a command or a pipeline) awaiting its replies.
 struct Waiting {
@@ -384,7 +393,7 @@ impl Wire {
                 sent: Instant::now(),
                 reply: tx,
             });
-            let failed = if !queue.writing && queue.waiting.len() == 1 {
+            let failed = if !queue.writing && queue.waiting.len() <= WRITTEN_THROUGH {
                 queue.write_through()
             } else {
                 None
@@ -426,16 +435,16 @@ impl Wire {
 }
 
 impl Queue {
-    /// Writes a lone command (nothing else in flight, the writer task idle) from the task that
-    /// sends it, as much of it as the socket takes now: no writer task to wake and wait for
-    /// (waking it could also wake a parked worker thread, which a trace showed taking 13 us of
-    /// a release's send on this project's 2-core machine). W1 (one task) went from 126 to
-    /// 116 us p50 with it, W2 (64 tasks) stayed at its floor. What the socket did not take
-    /// stays first in `out` for the writer task. Order holds: the writer is idle (`writing`
-    /// is false only once it found `out` empty) and the queue stays locked, so nothing else
-    /// writes to the socket meanwhile. Commands with others in flight go through the writer
-    /// task, which batches them. Returns the write's failure, if it failed (the caller ends
-    /// the socket).
+    /// Writes a command from the task that sends it (the writer task idle, at most
+    /// [`WRITTEN_THROUGH`] in flight), as much of it as the socket takes now: no writer task to
+    /// wake and wait for (waking it could also wake a parked worker thread, which a trace showed
+    /// taking 13 us of a release's send on this project's 2-core machine). W1 (one task) went
+    /// from 126 to 116 us p50 with it, W2 (64 tasks) stayed at its floor. What the socket did
+    /// not take stays first in `out` for the writer task. Order holds: the writer is idle
+    /// (`writing` is false only once it found `out` empty, so `out` holds this command alone)
+    /// and the queue stays locked, so nothing else writes to the socket meanwhile. Commands
+    /// with more in flight go through the writer task, which batches them. Returns the write's
+    /// failure, if it failed (the caller ends the socket).
     fn write_through(&mut self) -> Option<io::Error> {
         let socket = self.socket.as_ref()?;
         match write_now(socket, &self.out) {
