@@ -20,7 +20,11 @@
 //!   trip), only a busy one subscribes, and the attempt right after subscribing closes the gap
 //!   (a release before the subscription took effect is seen by it, one after is delivered);
 //! * the pause: until a release is seen, the holder's remaining lease as the server reported
-//!   it, or the jittered backoff, whichever comes first, never past the deadline.
+//!   it, or the jittered backoff, whichever comes first, never past the deadline;
+//! * the attempt right after a release was seen does not ask for the holder's remaining lease:
+//!   the name is likely free, so the cheaper request goes first (on the handoff's critical
+//!   path: a plain Redis lock's `SET NX PX`, not its script). Should it lose the race, the next
+//!   pause is the backoff's, and the attempt after that asks again.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -41,7 +45,8 @@ pub(crate) struct Ask {
     /// (`None`: not at all, one try). Never past the caller's deadline.
     pub(crate) wait: Option<Duration>,
     /// Whether a busy answer should carry the holder's remaining lease (it bounds the pause). A
-    /// waiter's first attempt, before it subscribes, does not need it (a cheaper command).
+    /// waiter's first attempt, before it subscribes, does not need it (a cheaper command), nor
+    /// does its attempt right after a release was seen (the name is likely free).
     pub(crate) remaining: bool,
 }
 
@@ -114,6 +119,8 @@ pub(crate) async fn wait<A: Attempts>(
     let mut count: u32 = 0;
     // Pauses so far: the backoff's exponent (the attempt right after subscribing has none).
     let mut pauses: u32 = 0;
+    // Whether the last pause ended on a release.
+    let mut woken = false;
     loop {
         count += 1;
         if let Some(w) = wakeup.as_mut() {
@@ -121,7 +128,7 @@ pub(crate) async fn wait<A: Attempts>(
         }
         let ask = Ask {
             wait: deadline.map(|d| d.saturating_duration_since(Instant::now())),
-            remaining: deadline.is_some() && !may_subscribe,
+            remaining: deadline.is_some() && !may_subscribe && !woken,
         };
         let (remaining, gave_back, failure) = match attempts.attempt(options, ask).await {
             Ok(TryAcquire::Acquired(guard)) => return Ok(guard),
@@ -155,7 +162,7 @@ pub(crate) async fn wait<A: Attempts>(
                 continue;
             }
         }
-        pause(
+        woken = pause(
             wakeup.as_deref_mut().filter(|_| !gave_back),
             options.backoff_policy(),
             pauses,
@@ -364,20 +371,24 @@ async fn no_cleanup_running() {
 
 /// Sleeps until `wakeup` sees a release, or for the backoff's pause (`attempt`: the pause's
 /// number; `remaining`: the holder's lease as the server reported it), at most `left`.
+/// Whether it ended on a release.
 async fn pause(
     wakeup: Option<&mut (dyn Wakeup + '_)>,
     backoff: Backoff,
     attempt: u32,
     remaining: Option<Duration>,
     left: Duration,
-) {
+) -> bool {
     let sleep = tokio::time::sleep(backoff.pause(attempt, remaining).min(left));
     match wakeup {
         Some(w) => tokio::select! {
-            _ = w.released() => {}
-            _ = sleep => {}
+            _ = w.released() => true,
+            _ = sleep => false,
         },
-        None => sleep.await,
+        None => {
+            sleep.await;
+            false
+        }
     }
 }
 

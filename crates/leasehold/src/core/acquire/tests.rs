@@ -216,7 +216,44 @@ async fn a_waiter_subscribes_only_once_busy_and_attempts_again_at_once() {
     releases.notify_one();
     let guard = task.await.unwrap().unwrap();
     assert!(guard.is_held());
-    assert_eq!(script.asks().len(), 3, "woken by the release");
+    let asks = script.asks();
+    assert_eq!(asks.len(), 3, "woken by the release");
+    // Woken by a release: the cheaper request, not asking for the holder's remaining lease.
+    assert!(!asks[2].remaining, "{asks:?}");
+}
+
+// Time paused: it moves only when every task waits, so the release below ends the second
+// pause (the test task is busy yielding meanwhile), and the timers end the others.
+#[tokio::test(start_paused = true)]
+async fn an_attempt_after_a_release_asks_no_lease_and_one_after_a_timed_pause_does() {
+    let releases = Arc::new(Notify::new());
+    // Busy at first and after subscribing; then busy again once woken (another waiter took
+    // it), and after the pause that follows (its backoff ends it, no release); then granted.
+    let script = Arc::new(Script::new(
+        &[
+            Answer::Busy(None),
+            Answer::Busy(None),
+            Answer::Busy(None),
+            Answer::Busy(None),
+            Answer::Granted,
+        ],
+        Some(releases.clone()),
+    ));
+    let task = {
+        let script = script.clone();
+        let opts = options(Duration::from_millis(20));
+        tokio::spawn(async move { wait(&*script, &opts, Some(HOUR)).await })
+    };
+    while script.asks().len() < 2 {
+        tokio::task::yield_now().await;
+    }
+    releases.notify_one();
+    let guard = task.await.unwrap().unwrap();
+    assert!(guard.is_held());
+    let asks: Vec<bool> = script.asks().iter().map(|a| a.remaining).collect();
+    // The first attempt, the one after subscribing, the one after the release, then the ones
+    // after timed pauses (the notification was spent on the third).
+    assert_eq!(asks, vec![false, true, false, true, true], "{asks:?}");
 }
 
 #[tokio::test]
