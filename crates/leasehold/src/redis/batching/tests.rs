@@ -106,50 +106,47 @@ leasehold_harness::server_test!(async fn a_lone_command_too_big_for_one_write_go
 
 // A command behind one other in flight is written by its own task, not left to the writer
 // task: the handoff inside one client (a release's delete on the wire, then the attempt of the
-// waiter it woke) waits for no wake-up of the writer. On a current-thread runtime the writer
-// task cannot run before the test yields, so what the queue holds right after the command's
-// first poll shows who wrote it: the writer would leave it in `out`, marked `writing`.
-#[tokio::test]
-async fn a_command_behind_one_in_flight_is_written_by_its_own_task() {
-    use leasehold_harness::Flavor;
+// waiter it woke) waits for no wake-up of the writer. On a current-thread runtime (of its own,
+// on a thread of its own) the writer task cannot run before the test yields, so what the queue
+// holds right after the command's first poll shows who wrote it: the writer would leave it in
+// `out`, marked `writing`.
+leasehold_harness::server_test!(async fn a_command_behind_one_in_flight_is_written_by_its_own_task(bin) {
     use std::future::Future;
     use std::task::Poll;
 
-    for flavor in [Flavor::Redis7, Flavor::Redis8, Flavor::Valkey9] {
-        let Some(bin) = leasehold_harness::binary_for_test(flavor) else {
-            continue;
-        };
-        let server = Server::start(&bin, &ServerOptions::new()).unwrap();
-        let conn = connect(&server.url(), LONG).await.unwrap();
-        // In flight until another connection pushes to the list.
-        let mut blocked = std::pin::pin!(send(&conn, &["BLPOP", "behind", "0"]));
-        let mut behind = std::pin::pin!(send(&conn, &["PING"]));
-        for mut call in [blocked.as_mut(), behind.as_mut()] {
-            let first = std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await;
-            assert!(first.is_pending(), "{flavor}: answered at once: {first:?}");
-        }
-        {
-            let wire = conn.current().expect("the socket is up");
-            let queue = super::lock(&wire.queue);
-            assert_eq!(queue.waiting.len(), 2, "{flavor}");
-            assert!(
-                !queue.writing && queue.out.is_empty(),
-                "{flavor}: the command was left to the writer task"
-            );
-        }
-        server.command(&["RPUSH", "behind", "x"]).unwrap();
-        let popped = Value::Array(vec![
-            Value::BulkString(b"behind".to_vec()),
-            Value::BulkString(b"x".to_vec()),
-        ]);
-        assert_eq!(blocked.await.unwrap(), popped, "{flavor}");
-        assert_eq!(
-            behind.await.unwrap(),
-            Value::SimpleString("PONG".into()),
-            "{flavor}"
-        );
-    }
-}
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let url = server.url();
+    let (blocked, behind) = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            let conn = connect(&url, LONG).await.unwrap();
+            // In flight until another connection pushes to the list.
+            let mut blocked = std::pin::pin!(send(&conn, &["BLPOP", "behind", "0"]));
+            let mut behind = std::pin::pin!(send(&conn, &["PING"]));
+            for mut call in [blocked.as_mut(), behind.as_mut()] {
+                let first = std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await;
+                assert!(first.is_pending(), "answered at once: {first:?}");
+            }
+            {
+                let wire = conn.current().expect("the socket is up");
+                let queue = crate::redis::batching::lock(&wire.queue);
+                assert_eq!(queue.waiting.len(), 2);
+                assert!(!queue.writing && queue.out.is_empty(), "the command was left to the writer task");
+            }
+            let mut push = redis::Client::open(url.as_str()).unwrap().get_multiplexed_async_connection().await.unwrap();
+            let _: i64 = redis::cmd("RPUSH").arg("behind").arg("x").query_async(&mut push).await.unwrap();
+            (blocked.await.unwrap(), behind.await.unwrap())
+        })
+    })
+    .join()
+    .expect("the current-thread runtime's thread");
+    let popped = Value::Array(vec![
+        Value::BulkString(b"behind".to_vec()),
+        Value::BulkString(b"x".to_vec()),
+    ]);
+    assert_eq!(blocked, popped);
+    assert_eq!(behind, Value::SimpleString("PONG".into()));
+});
 
 // The server closes the socket (`CLIENT KILL`): at most the command that found it closed
 // fails, with an I/O error, and the next one goes out on a new socket.
