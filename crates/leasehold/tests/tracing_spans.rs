@@ -2,21 +2,24 @@
 //! `Locker`, a primitive's handle or a guard makes one span with OpenTelemetry's attributes
 //! and its outcome; keys are shown as the policy says; tokens never appear.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use leasehold::{Error, KeyInSpans, LockOptions, LockToken, Locker, set_key_in_spans};
 use leasehold_harness::{Server, ServerOptions, server_test};
+use tracing::Metadata;
 use tracing::span::{Attributes, Id, Record};
+use tracing::subscriber::Interest;
 use tracing_subscriber::layer::{Context, SubscriberExt};
 
 /// A closed span: its name (`otel.name`) and every field recorded on it.
 type Fields = HashMap<String, String>;
 
+/// The spans of one thread that asked for them ([`Spans::capture`]).
 #[derive(Clone, Default)]
 struct Spans {
-    open: Arc<Mutex<HashMap<u64, Fields>>>,
     closed: Arc<Mutex<Vec<Fields>>>,
 }
 
@@ -35,34 +38,79 @@ impl tracing::field::Visit for Visitor<'_> {
     }
 }
 
+thread_local! {
+    /// Where this thread's spans go, while a test captures them.
+    static CAPTURE: RefCell<Option<Spans>> = const { RefCell::new(None) };
+}
+
+/// The one process-wide layer: a span opened on a capturing thread is recorded for that
+/// thread's [`Spans`]. Not a thread-scoped subscriber per test: tracing caches each callsite's
+/// interest process-wide, and a callsite first reached on another test's thread while a
+/// thread-scoped subscriber was being set could stay cached as of no interest to it (the test
+/// then saw no span at all).
+#[derive(Default)]
+struct Router {
+    open: Mutex<HashMap<u64, (Spans, Fields)>>,
+}
+
 impl<S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>>
-    tracing_subscriber::Layer<S> for Spans
+    tracing_subscriber::Layer<S> for Router
 {
+    /// The library's operation spans only (target `leasehold`): every other span and event of
+    /// every test in this binary stays disabled where it is written, as without a subscriber.
+    fn register_callsite(&self, metadata: &'static Metadata<'static>) -> Interest {
+        match metadata.is_span() && metadata.target() == "leasehold" {
+            true => Interest::always(),
+            false => Interest::never(),
+        }
+    }
+
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, _: Context<'_, S>) {
+        let Some(spans) = CAPTURE.with(|c| c.borrow().clone()) else {
+            return;
+        };
         let mut fields = Fields::new();
         attrs.record(&mut Visitor(&mut fields));
-        self.open.lock().unwrap().insert(id.into_u64(), fields);
+        self.open
+            .lock()
+            .unwrap()
+            .insert(id.into_u64(), (spans, fields));
     }
 
     fn on_record(&self, id: &Id, values: &Record<'_>, _: Context<'_, S>) {
-        if let Some(fields) = self.open.lock().unwrap().get_mut(&id.into_u64()) {
+        if let Some((_, fields)) = self.open.lock().unwrap().get_mut(&id.into_u64()) {
             values.record(&mut Visitor(fields));
         }
     }
 
     fn on_close(&self, id: Id, _: Context<'_, S>) {
-        if let Some(fields) = self.open.lock().unwrap().remove(&id.into_u64()) {
-            self.closed.lock().unwrap().push(fields);
+        if let Some((spans, fields)) = self.open.lock().unwrap().remove(&id.into_u64()) {
+            spans.closed.lock().unwrap().push(fields);
         }
     }
 }
 
+/// Ends this thread's capture when dropped.
+struct Capturing;
+
+impl Drop for Capturing {
+    fn drop(&mut self) {
+        CAPTURE.with(|c| c.borrow_mut().take());
+    }
+}
+
 impl Spans {
-    /// Collects the spans of this thread while it lives.
-    fn capture() -> (Spans, tracing::subscriber::DefaultGuard) {
+    /// Collects the spans of this thread while the guard lives.
+    fn capture() -> (Spans, Capturing) {
+        static INSTALLED: OnceLock<()> = OnceLock::new();
+        INSTALLED.get_or_init(|| {
+            let subscriber = tracing_subscriber::registry().with(Router::default());
+            tracing::subscriber::set_global_default(subscriber)
+                .expect("no other global subscriber in this test binary");
+        });
         let spans = Spans::default();
-        let subscriber = tracing_subscriber::registry().with(spans.clone());
-        (spans, tracing::subscriber::set_default(subscriber))
+        CAPTURE.with(|c| *c.borrow_mut() = Some(spans.clone()));
+        (spans, Capturing)
     }
 
     /// Takes the spans of this module closed so far, oldest first (the Redis client's own
