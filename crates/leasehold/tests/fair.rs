@@ -711,6 +711,62 @@ leasehold_harness::server_test!(async fn more_than_a_hundred_dead_entries_do_not
 // client for the key (`handoff_channel`), so one client reads it. It used to go on the key's
 // release channel, which every client waiting for the key subscribes to: each handoff woke
 // every such client's subscriber connection for nothing but the one it named.
+// The release script's reply (issue 32, target 1): a handoff it published to another
+// client's waiter replies a bare 2, since only that client can use the handoff's fields (a
+// Lua table is written from the server's reply list, a slower write on the handoff's path);
+// a handoff to a waiter of the releasing client, or to one not subscribed, replies with them,
+// for the releasing client to deliver.
+leasehold_harness::server_test!(async fn a_release_replies_the_handoff_only_to_the_client_that_delivers_it(bin) {
+    let server = Server::start(&bin, &ServerOptions::new()).unwrap();
+    let key = "fair:reply";
+    let release = &leasehold::internal::fair_scripts()[1];
+    let channel = leasehold::redis::release_channel(key);
+    // The lock held by `holder`, and one waiter (ticket `t`, token `next`) whose entry names
+    // `owner`; the release runs as the client `releaser`.
+    let run = |owner: &str, releaser: &str| {
+        for cmd in [
+            vec!["SET", key, "holder"],
+            vec!["ZADD", &fair_queue_key(key), "1", "t"],
+        ] {
+            server.command(&cmd).unwrap();
+        }
+        let entry = format!("next 10000 0 {owner} 7");
+        server
+            .command(&["SET", &fair_entry_key(key, "t"), &entry, "PX", "60000"])
+            .unwrap();
+        let reply = server
+            .command(&[
+                "EVAL",
+                release,
+                "4",
+                key,
+                &fair_queue_key(key),
+                &fair_entry_key(key, ""),
+                &fence_key(key),
+                "holder",
+                &channel,
+                "publish",
+                releaser,
+            ])
+            .unwrap();
+        assert_eq!(common::get(&server, key).as_deref(), Some("next"), "handed to the waiter");
+        server.command(&["DEL", key]).unwrap();
+        reply
+    };
+    let published = calls(&server, "publish");
+    let reply = run("other", "mine");
+    assert_eq!(reply.as_integer(), Some(2), "published to another client: {reply:?}");
+    assert_eq!(calls(&server, "publish"), published + 1);
+    for owner in ["mine", "-"] {
+        let reply = run(owner, "mine");
+        let fields = reply.as_array().unwrap_or_else(|| panic!("{owner}: {reply:?}"));
+        assert_eq!(fields[0].as_integer(), Some(2), "{owner}: {reply:?}");
+        assert_eq!(fields[1].as_str(), Some("t"), "{owner}: {reply:?}");
+        assert_eq!(fields[2].as_integer(), Some(7), "{owner}: {reply:?}");
+    }
+    assert_eq!(calls(&server, "publish"), published + 1, "no message for those");
+});
+
 leasehold_harness::server_test!(async fn a_fair_handoff_is_published_to_its_waiters_client_alone(bin) {
     use futures_util::StreamExt;
     use leasehold::redis::{handoff_channel, release_channel};

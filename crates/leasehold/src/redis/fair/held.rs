@@ -68,7 +68,7 @@ impl RedisClient {
                 key: key.to_string(),
             }),
             PassOn::Deleted => Ok(false),
-            PassOn::HandedOff { .. } => {
+            PassOn::HandedOff { .. } | PassOn::Published => {
                 crate::core::metrics::handoff();
                 Ok(true)
             }

@@ -10,8 +10,12 @@ pub(super) enum PassOn {
     NotHeld,
     /// Nobody live was waiting: the lock is deleted.
     Deleted,
-    /// Handed to the waiter `ticket`, with what its handoff message says.
+    /// Handed to the waiter `ticket`, with what its handoff message says, and no message
+    /// published: the waiter is this client's (delivered by it), or not subscribed (its next
+    /// attempt claims the lock), or notifications are off.
     HandedOff { ticket: String, handoff: Handoff },
+    /// Handed to a waiter of another client, whose handoff message the script published.
+    Published,
 }
 
 impl PassOn {
@@ -20,6 +24,7 @@ impl PassOn {
         match reply {
             Int(0) => Ok(PassOn::NotHeld),
             Int(1) => Ok(PassOn::Deleted),
+            Int(2) => Ok(PassOn::Published),
             Array(items) => match items.as_slice() {
                 [
                     Int(2),

@@ -147,7 +147,9 @@ const FAIR_ACQUIRE_HELPERS_LUA: &str = include_str!("fair_acquire_helpers.lua");
 /// [owner name](crate::redis::waiting) ('' if it has none): a waiter of that client is not sent the
 /// message, its client delivers the reply to it. Reply: `{2, ticket, attempt, fencing number
 /// or 0, next}` (the handoff message's fields, and the ticket now first in the queue, absent
-/// if it is empty) or 1.
+/// if it is empty); 2 if the message went to the waiter's own client (a bare integer is
+/// written from the server's static buffer, where a table goes through its reply list); or 1
+/// if the lock was deleted.
 const FAIR_PASS_ON_LUA: &str = include_str!("fair_pass_on.lua");
 
 /// The fair acquisition attempt. `ARGV`: token, TTL ms, ticket, handoff window ms, entry
@@ -181,7 +183,8 @@ pub(crate) static FAIR_LEAVE_SCRIPT: LazyLock<Script> =
 /// The full text of every fair script, as the server runs them (for `SCRIPT LOAD`): the
 /// acquisition attempt with its helpers; the release and the leave, each followed by the
 /// pass-on that hands the lock to the first live waiter (reply `{2, ticket, attempt, fencing
-/// number, next in line}`) or deletes it (reply 1).
+/// number, next in line}`, or 2 if its handoff message went to another client) or deletes it
+/// (reply 1).
 pub fn fair_scripts() -> [String; 3] {
     [
         format!("{FAIR_ACQUIRE_HELPERS_LUA}{FAIR_ACQUIRE_LUA}"),
