@@ -707,10 +707,6 @@ leasehold_harness::server_test!(async fn more_than_a_hundred_dead_entries_do_not
     w.release().await.unwrap();
 });
 
-// Issue 32, target 1: a fair release publishes its handoff on the channel of the waiter's
-// client for the key (`handoff_channel`), so one client reads it. It used to go on the key's
-// release channel, which every client waiting for the key subscribes to: each handoff woke
-// every such client's subscriber connection for nothing but the one it named.
 // The release script's reply (issue 32, target 1): a handoff it published to another
 // client's waiter replies a bare 2, since only that client can use the handoff's fields (a
 // Lua table is written from the server's reply list, a slower write on the handoff's path);
@@ -767,6 +763,10 @@ leasehold_harness::server_test!(async fn a_release_replies_the_handoff_only_to_t
     assert_eq!(calls(&server, "publish"), published + 1, "no message for those");
 });
 
+// Issue 32, target 1: a fair release publishes its handoff on the channel of the waiter's
+// client for the key (`handoff_channel`), so one client reads it. It used to go on the key's
+// release channel, which every client waiting for the key subscribes to: each handoff woke
+// every such client's subscriber connection for nothing but the one it named.
 leasehold_harness::server_test!(async fn a_fair_handoff_is_published_to_its_waiters_client_alone(bin) {
     use futures_util::StreamExt;
     use leasehold::redis::{handoff_channel, release_channel};

@@ -147,9 +147,9 @@ const FAIR_ACQUIRE_HELPERS_LUA: &str = include_str!("fair_acquire_helpers.lua");
 /// [owner name](crate::redis::waiting) ('' if it has none): a waiter of that client is not sent the
 /// message, its client delivers the reply to it. Reply: `{2, ticket, attempt, fencing number
 /// or 0, next}` (the handoff message's fields, and the ticket now first in the queue, absent
-/// if it is empty); 2 if the message went to the waiter's own client (a bare integer is
-/// written from the server's static buffer, where a table goes through its reply list); or 1
-/// if the lock was deleted.
+/// if it is empty), when no message was published; 2 when the message was (the fields are of
+/// use only to the client it went to, and a bare integer is written from the server's static
+/// buffer, where a table goes through its reply list); or 1 if the lock was deleted.
 const FAIR_PASS_ON_LUA: &str = include_str!("fair_pass_on.lua");
 
 /// The fair acquisition attempt. `ARGV`: token, TTL ms, ticket, handoff window ms, entry
