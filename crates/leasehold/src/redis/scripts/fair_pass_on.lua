@@ -29,9 +29,9 @@ for _ = 1, 100 do
       redis.call('del', KEYS[3] .. ticket)
     end
     -- On its client's channel for this key: only that client reads it. A waiter without an
-    -- owner is not subscribed (its next attempt claims the lock). The message carries what
-    -- the releaser's client would need, so the reply is a bare 2: a Lua table goes out
-    -- through the server's reply list, a slower write on the handoff's path.
+    -- owner is not subscribed (its next attempt claims the lock). The message carries the
+    -- handoff's fields to the one client that uses them, so the reply is a bare 2: a Lua
+    -- table goes out through the server's reply list, a slower write on the handoff's path.
     if ARGV[2] ~= '' and owner ~= ARGV[4] and owner ~= '-' then
       redis.pcall(ARGV[3], ARGV[2] .. ':' .. owner, 'handoff:' .. ticket .. ':' .. attempt .. ':' .. n)
       return 2
