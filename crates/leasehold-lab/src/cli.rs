@@ -329,8 +329,9 @@ pub struct BenchArgs {
     pub server: Option<Flavor>,
     /// Only these workloads (W1,W1T,W2,W3,W4,W5,W6,W7,W8,WB). W1T is W1 on the other topologies: leasehold
     /// on a Redis Cluster (3 masters + 1 replica each) and through Sentinel (a primary, a
-    /// replica, 3 sentinels), interleaved with standalone repetitions. WB (only when named) runs
-    /// W1, W3 and W5 through the one lock API on Redis, etcd (1 and 3 members) and PostgreSQL.
+    /// replica, 3 sentinels), interleaved with standalone repetitions. WB runs W1, W3 and W5
+    /// through the one lock API on Redis, etcd (1 and 3 members) and PostgreSQL. Without this
+    /// option every workload runs.
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub workloads: Vec<String>,
     /// Where to write the results and the plots.
