@@ -64,10 +64,10 @@ pub enum Command {
     Demo(DemoArgs),
     /// Benchmark leasehold against its peers and the server's own limit, side by side
     ///
-    /// Starts fresh servers through the harness, runs the workloads W1-W5 for leasehold, the
-    /// in-process floor (the same commands with no lock logic), redis-benchmark and the peer
-    /// libraries installed by bench/install-peers, and writes latest.json, latest.md and SVG
-    /// plots to --out. scripts/bench installs the peers and runs this.
+    /// Starts fresh servers through the harness, runs the workloads (W1-W8, W1T, WB) for
+    /// leasehold, the in-process floor (the same commands with no lock logic), redis-benchmark
+    /// and the peer libraries installed by bench/install-peers, and writes latest.json,
+    /// latest.md and SVG plots to --out. scripts/bench installs the peers and runs this.
     Bench(BenchArgs),
     /// Fault injection against a fenced register: do the locks keep the data correct?
     ///
