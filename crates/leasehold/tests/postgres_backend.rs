@@ -578,6 +578,132 @@ async fn lease_row_waiters_are_woken_by_the_release() {
     got.release().await.unwrap();
 }
 
+/// A connection listening on the lease rows' channel (keep the client): the payloads, in the
+/// order the server committed their notifications.
+async fn listener(
+    pg: &Postgres,
+) -> (
+    tokio_postgres::Client,
+    tokio::sync::mpsc::UnboundedReceiver<String>,
+) {
+    let (client, mut conn) = tokio_postgres::connect(&pg.url(), NoTls)
+        .await
+        .expect("listener connects");
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Some(Ok(message)) = std::future::poll_fn(|cx| conn.poll_message(cx)).await {
+            if let tokio_postgres::AsyncMessage::Notification(n) = message {
+                let _ = tx.send(n.payload().to_string());
+            }
+        }
+    });
+    client
+        .batch_execute("LISTEN leasehold_release")
+        .await
+        .expect("LISTEN");
+    (client, rx)
+}
+
+/// The next payload the listener receives.
+async fn next_notification(rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>) -> String {
+    tokio::time::timeout(BOUND, rx.recv())
+        .await
+        .expect("a notification")
+        .expect("the listener runs")
+}
+
+/// A release announces itself (`NOTIFY`) only on a row a waiter marked: PostgreSQL serializes
+/// every notifying commit server-wide, so an unwaited release must stay quiet, and a waited one
+/// must not. Notifications arrive in commit order, so a marker sent after a release says, by
+/// arriving first, that the release sent nothing. Also: a table of the first form (before
+/// `hold_until` and `wait_until`) gets its columns at connect.
+#[tokio::test]
+async fn a_lease_row_release_is_announced_only_to_a_marked_row() {
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    let admin = admin(&pg).await;
+    admin
+        .batch_execute(
+            "CREATE TABLE leasehold_leases (key text PRIMARY KEY, token text,
+                 expires_at timestamptz NOT NULL, fence bigint NOT NULL)",
+        )
+        .await
+        .unwrap();
+    let locker = Locker::connect(&lease_url(&pg)).await.unwrap();
+    let (_listening, mut heard) = listener(&pg).await;
+    let listening = async || {
+        let n: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN leasehold_release'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        n
+    };
+    until("the test's listener listening", || async {
+        listening().await == 1
+    })
+    .await;
+    let marker = async |name: &str| {
+        admin
+            .execute("SELECT pg_notify('leasehold_release', $1)", &[&name])
+            .await
+            .unwrap();
+    };
+    let mark = async |key: &str| -> Option<bool> {
+        admin
+            .query_one(
+                "SELECT (SELECT wait_until > clock_timestamp() FROM leasehold_leases
+                          WHERE key = $1)",
+                &[&key],
+            )
+            .await
+            .unwrap()
+            .get(0)
+    };
+    let opts = LockOptions::new(Duration::from_secs(60));
+
+    // No waiter: the release is not announced, and a one-try attempt on a busy row marks nothing.
+    let quiet = locker.acquire("quiet", &opts).await.unwrap();
+    assert!(matches!(
+        locker.try_acquire("quiet", &opts).await.unwrap(),
+        TryAcquire::Busy { .. }
+    ));
+    assert_ne!(mark("quiet").await, Some(true), "a try does not mark");
+    quiet.release().await.unwrap();
+    marker("after-quiet").await;
+    assert_eq!(next_notification(&mut heard).await, "after-quiet");
+
+    // A waiter marks the row in the attempt that finds it busy; the release is then announced
+    // (before a marker sent after it), and wakes the waiter long before its 120 s backoff.
+    let holder = locker.acquire("waited", &opts).await.unwrap();
+    let waiting = opts
+        .clone()
+        .wait(Duration::from_secs(120))
+        .backoff(leasehold::Backoff::constant(Duration::from_secs(120)));
+    let waiter = {
+        let locker = locker.clone();
+        tokio::spawn(async move { locker.acquire("waited", &waiting).await })
+    };
+    until("the waiter's mark, and its listener", || async {
+        mark("waited").await == Some(true) && listening().await == 2
+    })
+    .await;
+    holder.release().await.unwrap();
+    marker("after-waited").await;
+    assert_eq!(next_notification(&mut heard).await, "waited");
+    assert_eq!(next_notification(&mut heard).await, "after-waited");
+    let got = tokio::time::timeout(BOUND, waiter)
+        .await
+        .expect("woken by the release, not the backoff")
+        .unwrap()
+        .unwrap();
+    got.release().await.unwrap();
+}
+
 #[tokio::test]
 async fn an_auto_extended_lease_row_is_kept_and_its_loss_reported() {
     use leasehold::postgres::PostgresLeaseClient;

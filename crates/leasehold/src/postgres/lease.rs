@@ -2,14 +2,16 @@
 //! expiry (`postgres://…?lock=lease`), for locks that must outlive a connection.
 //!
 //! # How a lock is held
-//! The table `leasehold_leases (key, token, expires_at, fence, hold_until)` has a row per key. Acquiring is
-//! one statement: an upsert that takes the row only if it has no token or its expiry has
-//! passed (by the server's `clock_timestamp()`), sets our token and `expires_at = now + ttl`,
-//! increments `fence` and returns it. Release and extend are `UPDATE … WHERE token = $token AND
-//! expires_at > clock_timestamp()`: token-checked, atomic, and never on an expired lease. A
-//! release also sends `NOTIFY leasehold_release` with the key, in the same statement; waiters
-//! `LISTEN` on one connection per client and retry when their key is released (or after a
-//! backoff with jitter, never longer than the holder's remaining lease). With
+//! The table `leasehold_leases (key, token, expires_at, fence, hold_until, wait_until)` has a
+//! row per key. Acquiring is one statement: an upsert that takes the row only if it has no
+//! token or its expiry has passed (by the server's `clock_timestamp()`), sets our token and
+//! `expires_at = now + ttl`, increments `fence` and returns it. Release and extend are `UPDATE … WHERE token = $token AND
+//! expires_at > clock_timestamp()`: token-checked, atomic, and never on an expired lease.
+//! Waiters `LISTEN` on one connection per client and retry when their key is released (or
+//! after a backoff with jitter, never longer than the holder's remaining lease): a waiter's
+//! attempt that finds the row busy marks it (`wait_until`), and a release of a marked row sends
+//! `NOTIFY leasehold_release` with the key, in the same statement. An unmarked release sends
+//! nothing: PostgreSQL serializes every notifying commit server-wide ([`marking`]). With
 //! [`min_hold`](LockOptions::min_hold) the acquisition also sets `hold_until = now + min_hold`
 //! from the same `clock_timestamp()` reading, and a release before it keeps the row (token and
 //! all) until then, marked released (`hold_until = '-infinity'`): no extend, renewal or second
@@ -83,15 +85,19 @@ const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS leasehold_leases (
     fence bigint NOT NULL
 )";
 
-/// The `hold_until` column of [`min_hold`](LockOptions::min_hold) (the instant, by the
-/// server's clock, before which a release keeps the lock), added to a table made before it.
-/// Checked first, so a table that has it takes no `ALTER TABLE` lock.
-const ADD_HOLD_UNTIL: &str = "DO $$ BEGIN
-  IF NOT EXISTS (SELECT 1 FROM pg_attribute
-                  WHERE attrelid = 'leasehold_leases'::regclass AND attname = 'hold_until'
-                    AND NOT attisdropped) THEN
-    ALTER TABLE leasehold_leases ADD COLUMN IF NOT EXISTS hold_until timestamptz;
-  END IF;
+/// The columns added since the table's first form, added to a table made before them (each
+/// checked first, so a table that has them takes no `ALTER TABLE` lock):
+/// - `hold_until`, of [`min_hold`](LockOptions::min_hold): the instant, by the server's clock,
+///   before which a release keeps the lock;
+/// - `wait_until`, the waiters' mark ([`marking`]): until then a release announces itself.
+const ADD_COLUMNS: &str = "DO $$ DECLARE c text; BEGIN
+  FOREACH c IN ARRAY ARRAY['hold_until', 'wait_until'] LOOP
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                    WHERE attrelid = 'leasehold_leases'::regclass AND attname = c
+                      AND NOT attisdropped) THEN
+      EXECUTE format('ALTER TABLE leasehold_leases ADD COLUMN IF NOT EXISTS %I timestamptz', c);
+    END IF;
+  END LOOP;
 END $$";
 
 /// Takes the row if it is free or expired; no row returned: busy. `$4`: the min_hold in ms
@@ -109,15 +115,68 @@ RETURNING fence";
 
 /// [`ACQUIRE`] appending its `acquired` event ([`riding`]; `$5` to `$8` its parameters, `$9`
 /// whether the event carries the fencing number).
-static ACQUIRE_RECORDING: LazyLock<String> = LazyLock::new(|| {
-    let event = riding(
-        "a",
-        HistoryKind::Acquired,
-        "CASE WHEN $9 THEN a.fence END",
-        5,
-    );
-    format!("WITH a AS (\n{ACQUIRE}),\n{event}\nSELECT fence FROM a")
-});
+static ACQUIRE_RECORDING: LazyLock<String> = LazyLock::new(|| acquiring(true, false));
+
+/// [`ACQUIRE`] for a waiter: a busy row gets the waiter's mark ([`marking`], `$5` its ms).
+static ACQUIRE_WAITING: LazyLock<String> = LazyLock::new(|| acquiring(false, true));
+
+/// [`ACQUIRE_RECORDING`] for a waiter ([`marking`], `$10` its ms).
+static ACQUIRE_RECORDING_WAITING: LazyLock<String> = LazyLock::new(|| acquiring(true, true));
+
+/// [`ACQUIRE`] as the CTE `a`, with its `acquired` event (`event`: [`ACQUIRE_RECORDING`]'s
+/// parameters) and the waiter's mark (`mark`: its ms the next parameter).
+fn acquiring(event: bool, mark: bool) -> String {
+    let mut ctes = vec![format!("a AS (\n{ACQUIRE})")];
+    if event {
+        ctes.push(riding(
+            "a",
+            HistoryKind::Acquired,
+            "CASE WHEN $9 THEN a.fence END",
+            5,
+        ));
+    }
+    if mark {
+        ctes.push(marking(if event { 10 } else { 5 }));
+    }
+    format!("WITH {}\nSELECT fence FROM a", ctes.join(",\n"))
+}
+
+/// **The waiters' mark: a release announces itself only to waiters.** A `NOTIFY` is not free:
+/// PostgreSQL serializes every committing transaction that notifies, server-wide, on one lock
+/// held through its commit (so through the WAL flush: no group commit among them), and wakes
+/// every listening server process. Sent by every release, it capped concurrent releases at one
+/// commit at a time (`issue32-target7-backend-floors.md`, session 26). So a waiter's attempt
+/// that finds the row busy moves the row's `wait_until` to at least `$p` ms from now, in the
+/// same statement ([`marking_ms`]: past the waiter's next attempt), and a release (or give-back)
+/// sends its `NOTIFY` only while `wait_until` is ahead.
+///
+/// What it guarantees: a waiter is told of every release of the row after its busy attempt,
+/// as long as its mark lasts. The attempt reads the row under its row lock (`ON CONFLICT`
+/// locks the latest version) and marks it before commit; a release's `UPDATE` locks the same
+/// row and, at `READ COMMITTED`, reads `wait_until` from its latest committed version. So the
+/// release either comes after the mark (and sees it) or before the attempt (which then finds
+/// the row free and takes it). The waiter listens before the attempt that counts: the
+/// engine subscribes after the first busy attempt, then attempts again
+/// (`core::acquire::wait`). That first attempt may also miss a row inserted after its
+/// snapshot (the mark's `UPDATE` finds rows by it; rows are never deleted), which the attempt
+/// after subscribing then sees. A mark outlived by a waiter (a pause far past its bound) costs
+/// that waiter its wake-up, not its turn: it attempts after its pause, as without a
+/// notification. Nothing here is a safety property: a notification only wakes a waiter early.
+pub(in crate::postgres) fn marking(p: usize) -> String {
+    format!(
+        "\
+m AS (UPDATE leasehold_leases
+         SET wait_until = GREATEST(wait_until, clock_timestamp() + ${p}::bigint * interval '1 millisecond')
+       WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM a))"
+    )
+}
+
+/// How long a waiter's mark lasts ([`marking`]): past its next attempt, which comes within
+/// one pause, at most the backoff's largest, twice over and a second more for a slow machine.
+pub(in crate::postgres) fn marking_ms(options: &LockOptions) -> i64 {
+    let bound = options.backoff_policy().max().saturating_mul(2) + Duration::from_secs(1);
+    i64::try_from(bound.as_millis()).unwrap_or(i64::MAX)
+}
 
 /// The remaining lease of a busy key, in ms (no row: free or expired by now).
 const REMAINING: &str = "\
@@ -128,7 +187,8 @@ SELECT (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint
 /// taken with [`min_hold`](LockOptions::min_hold) whose `hold_until` is still ahead (by the
 /// server's clock, read once) is kept, with our token (so `inspect` shows who holds it), until
 /// then and expires by itself, marked released: `hold_until = '-infinity'` (a value no hold
-/// has), which [`EXTEND`] and this statement refuse. Only a lock really freed is announced.
+/// has), which [`EXTEND`] and this statement refuse. Only a lock really freed is announced, and
+/// only to waiters that marked it ([`marking`]).
 const RELEASE_CTES: &str = "\
 WITH n AS (SELECT clock_timestamp() AS t),
 r AS (
@@ -139,11 +199,12 @@ r AS (
     FROM n
    WHERE l.key = $1 AND l.token = $2 AND l.expires_at > n.t
      AND l.hold_until IS DISTINCT FROM '-infinity'
-  RETURNING l.key, l.token IS NULL AS freed)";
+  RETURNING l.key, l.token IS NULL AS freed, l.wait_until > n.t AS waited)";
 
-/// What a release answers: one row iff released, notifying waiters iff freed.
+/// What a release answers: one row iff released, notifying waiters iff freed and a waiter
+/// marked the row ([`marking`]).
 const RELEASE_ANSWER: &str =
-    "SELECT CASE WHEN freed THEN pg_notify('leasehold_release', key) END FROM r";
+    "SELECT CASE WHEN freed AND waited THEN pg_notify('leasehold_release', key) END FROM r";
 
 /// See [`RELEASE_CTES`].
 static RELEASE: LazyLock<String> = LazyLock::new(|| format!("{RELEASE_CTES}\n{RELEASE_ANSWER}"));
@@ -164,13 +225,14 @@ UPDATE leasehold_leases SET expires_at = clock_timestamp() + $3::bigint * interv
 
 /// Gives back a grant that will not be used (it came too late to be a lease, or its reply was
 /// lost): frees the row if it still has our token, whatever its hold says (the hold is for a
-/// lock that was used), and notifies waiters. Token-checked, so it frees no one else's grant.
+/// lock that was used), and notifies waiters if one marked the row ([`marking`]).
+/// Token-checked, so it frees no one else's grant.
 const GIVE_BACK: &str = "\
 WITH r AS (
   UPDATE leasehold_leases SET token = NULL, hold_until = NULL
    WHERE key = $1 AND token = $2
-  RETURNING key)
-SELECT pg_notify('leasehold_release', key) FROM r";
+  RETURNING key, wait_until > clock_timestamp() AS waited)
+SELECT CASE WHEN waited THEN pg_notify('leasehold_release', key) END FROM r";
 
 const INSPECT: &str = "\
 SELECT CASE WHEN expires_at > clock_timestamp() THEN token END,
@@ -246,7 +308,7 @@ impl PostgresLeaseClient {
             _ => {}
         }
         client
-            .timed(Operation::Connect, conn.batch_execute(ADD_HOLD_UNTIL))
+            .timed(Operation::Connect, conn.batch_execute(ADD_COLUMNS))
             .await?;
         Ok(client)
     }
@@ -381,17 +443,20 @@ impl PostgresLeaseClient {
     }
 
     /// One acquiring statement; `remaining`: whether a busy answer looks up the holder's
-    /// remaining lease (a second statement).
+    /// remaining lease (a second statement); `waiting`: a waiter's attempt, which marks a busy
+    /// row so that its release is announced ([`marking`]).
     async fn attempt(
         &self,
         key: &str,
         options: &LockOptions,
         remaining: bool,
+        waiting: bool,
     ) -> Result<TryAcquire> {
         let conn = self.conn().await?;
         let ttl_ms = options.ttl().as_millis() as i64;
         let min_hold_ms = options.min_hold_bound().map(|m| m.as_millis() as i64);
         let fencing = options.fencing_enabled();
+        let mark_ms = marking_ms(options);
         let rider = self.rider().await;
         granted(
             key,
@@ -406,14 +471,21 @@ impl PostgresLeaseClient {
                         (&ttl_ms, INT8),
                         (&min_hold_ms, INT8),
                     ]);
-                    let sql = match event {
-                        Some(event) => {
+                    let sql = match (event, waiting) {
+                        (Some(event), waiting) => {
                             event.push(&mut params);
                             params.push((&fencing, Type::BOOL));
-                            ACQUIRE_RECORDING.as_str()
+                            match waiting {
+                                true => ACQUIRE_RECORDING_WAITING.as_str(),
+                                false => ACQUIRE_RECORDING.as_str(),
+                            }
                         }
-                        None => ACQUIRE,
+                        (None, true) => ACQUIRE_WAITING.as_str(),
+                        (None, false) => ACQUIRE,
                     };
+                    if waiting {
+                        params.push((&mark_ms, INT8));
+                    }
                     let sent = conn.query_opt(sql, &params);
                     self.timed(Operation::Acquire, sent).await
                 };
@@ -558,7 +630,10 @@ impl Attempts for LeaseRow<'_> {
     }
 
     async fn attempt(&self, options: &LockOptions, ask: Ask) -> Result<TryAcquire> {
-        self.client.attempt(self.key, options, ask.remaining).await
+        let waiting = ask.wait.is_some();
+        self.client
+            .attempt(self.key, options, ask.remaining, waiting)
+            .await
     }
 
     fn wakes(&self) -> bool {
@@ -649,7 +724,7 @@ impl Driver for PostgresLeaseClient {
     /// `replica_ack`; connection and server errors.
     async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
         self.check(key, options)?;
-        self.attempt(key, options, true).await
+        self.attempt(key, options, true, false).await
     }
 
     /// Takes `key`, waiting until `options.wait_bound()`, through the acquisition engine

@@ -2,7 +2,7 @@
 //! rows, an election as the name's lease row plus a term row. No read-write lock (see the
 //! module docs of `sync`).
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
@@ -18,7 +18,7 @@ use crate::core::outcome::TryAcquire;
 use crate::core::sync::{Election, Leader, LeaderChanges, Semaphore, SemaphoreProvider};
 use crate::core::token::LockToken;
 use crate::postgres::Timed;
-use crate::postgres::lease::{NameReleases, PostgresLeaseClient};
+use crate::postgres::lease::{NameReleases, PostgresLeaseClient, marking, marking_ms};
 use crate::postgres::params::validate_pg_key;
 use crate::postgres::{is_create_race, unexpected};
 
@@ -90,24 +90,34 @@ const CREATE_TERMS: &str = "CREATE TABLE IF NOT EXISTS leasehold_lease_terms (
 /// lease rows' channel (for [`Election::watch`]). One row: the term (NULL: busy) and the ms the
 /// holder's lease still runs. A leader has no hold: `hold_until` left by a plain lock of the
 /// name taken with `min_hold` is cleared, or the leader's resignation would keep the row.
-const ELECT: &str = "\
+///
+/// A leader's row is marked for good (`wait_until = 'infinity'`, see [`marking`]): its release (a resignation, a leader given up) is
+/// always announced, which the watch hears, campaigners or not. A campaign that finds the
+/// row busy marks it as any waiter does (`$5` its ms), for a name a plain lock holds.
+static ELECT: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "\
 WITH a AS (
-  INSERT INTO leasehold_leases AS t (key, token, expires_at, fence)
-  VALUES ($1, $2, clock_timestamp() + $3 * interval '1 millisecond', 1)
+  INSERT INTO leasehold_leases AS t (key, token, expires_at, fence, wait_until)
+  VALUES ($1, $2, clock_timestamp() + $3 * interval '1 millisecond', 1, 'infinity')
   ON CONFLICT (key) DO UPDATE
      SET token = EXCLUDED.token, expires_at = EXCLUDED.expires_at, fence = t.fence + 1,
-         hold_until = NULL
+         hold_until = NULL, wait_until = 'infinity'
    WHERE t.token IS NULL OR t.expires_at <= clock_timestamp()
   RETURNING fence),
 e AS (
   INSERT INTO leasehold_lease_terms AS t (key, term, leader_id) SELECT $1, fence, $4 FROM a
   ON CONFLICT (key) DO UPDATE SET term = EXCLUDED.term, leader_id = EXCLUDED.leader_id
   RETURNING term),
-n AS (SELECT pg_notify('leasehold_release', $1) FROM e)
+n AS (SELECT pg_notify('leasehold_release', $1) FROM e),
+{}
 SELECT (SELECT term FROM e), (SELECT count(*) FROM n),
        (SELECT (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint
           FROM leasehold_leases
-         WHERE key = $1 AND token IS NOT NULL AND expires_at > clock_timestamp())";
+         WHERE key = $1 AND token IS NOT NULL AND expires_at > clock_timestamp())",
+        marking(5)
+    )
+});
 
 /// The live lease row of `$1` (ms left, fencing number) and its term row.
 const LEADER: &str = "\
@@ -385,6 +395,7 @@ impl RowElection {
     /// One campaign statement: the lease row and the term row (`options` renew it).
     async fn attempt(&self, id: &str, options: &LockOptions) -> Result<TryAcquire> {
         let ttl_ms = options.ttl().as_millis() as i64;
+        let mark_ms = marking_ms(options);
         granted(
             &self.name,
             options,
@@ -395,12 +406,13 @@ impl RowElection {
                     .client
                     .row(
                         Operation::Acquire,
-                        ELECT,
+                        ELECT.as_str(),
                         &[
                             (&self.name, TEXT),
                             (&token.expose(), TEXT),
                             (&ttl_ms, INT8),
                             (&id, TEXT),
+                            (&mark_ms, INT8),
                         ],
                     )
                     .await?;
