@@ -612,24 +612,65 @@ async fn next_notification(rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>
         .expect("the listener runs")
 }
 
+/// What [`releases_are_announced_only_to_marked_rows`] takes: lease rows' locks, or their
+/// semaphores' permits (of one permit), with the first form of their table.
+#[derive(Clone, Copy)]
+enum MarkedRows {
+    Lock,
+    Permit,
+}
+
+impl MarkedRows {
+    fn table(self) -> &'static str {
+        match self {
+            MarkedRows::Lock => "leasehold_leases",
+            MarkedRows::Permit => "leasehold_permits",
+        }
+    }
+
+    /// The table as its first release made it (before `hold_until` and `wait_until`).
+    fn first_form(self) -> &'static str {
+        match self {
+            MarkedRows::Lock => {
+                "CREATE TABLE leasehold_leases (key text PRIMARY KEY, token text,
+                     expires_at timestamptz NOT NULL, fence bigint NOT NULL)"
+            }
+            MarkedRows::Permit => {
+                "CREATE TABLE leasehold_permits (key text NOT NULL, slot int NOT NULL, token text,
+                     expires_at timestamptz NOT NULL, permits int NOT NULL,
+                     PRIMARY KEY (key, slot))"
+            }
+        }
+    }
+
+    async fn acquire(self, locker: &Locker, name: &str, opts: &LockOptions) -> LockGuard {
+        match self {
+            MarkedRows::Lock => locker.acquire(name, opts).await,
+            MarkedRows::Permit => locker.semaphore(name, 1).unwrap().acquire(opts).await,
+        }
+        .unwrap()
+    }
+
+    async fn try_acquire(self, locker: &Locker, name: &str, opts: &LockOptions) -> TryAcquire {
+        match self {
+            MarkedRows::Lock => locker.try_acquire(name, opts).await,
+            MarkedRows::Permit => locker.semaphore(name, 1).unwrap().try_acquire(opts).await,
+        }
+        .unwrap()
+    }
+}
+
 /// A release announces itself (`NOTIFY`) only on a row a waiter marked: PostgreSQL serializes
 /// every notifying commit server-wide, so an unwaited release must stay quiet, and a waited one
 /// must not. Notifications arrive in commit order, so a marker sent after a release says, by
-/// arriving first, that the release sent nothing. Also: a table of the first form (before
-/// `hold_until` and `wait_until`) gets its columns at connect.
-#[tokio::test]
-async fn a_lease_row_release_is_announced_only_to_a_marked_row() {
+/// arriving first, that the release sent nothing. Also: a table of the first form gets its
+/// columns when first used.
+async fn releases_are_announced_only_to_marked_rows(rows: MarkedRows) {
     let Some(pg) = postgres_for_test() else {
         return;
     };
     let admin = admin(&pg).await;
-    admin
-        .batch_execute(
-            "CREATE TABLE leasehold_leases (key text PRIMARY KEY, token text,
-                 expires_at timestamptz NOT NULL, fence bigint NOT NULL)",
-        )
-        .await
-        .unwrap();
+    admin.batch_execute(rows.first_form()).await.unwrap();
     let locker = Locker::connect(&lease_url(&pg)).await.unwrap();
     let (_listening, mut heard) = listener(&pg).await;
     let listening = async || {
@@ -653,23 +694,19 @@ async fn a_lease_row_release_is_announced_only_to_a_marked_row() {
             .await
             .unwrap();
     };
+    let marked_sql = format!(
+        "SELECT bool_or(wait_until > clock_timestamp()) FROM {} WHERE key = $1",
+        rows.table()
+    );
     let mark = async |key: &str| -> Option<bool> {
-        admin
-            .query_one(
-                "SELECT (SELECT wait_until > clock_timestamp() FROM leasehold_leases
-                          WHERE key = $1)",
-                &[&key],
-            )
-            .await
-            .unwrap()
-            .get(0)
+        admin.query_one(&marked_sql, &[&key]).await.unwrap().get(0)
     };
     let opts = LockOptions::new(Duration::from_secs(60));
 
     // No waiter: the release is not announced, and a one-try attempt on a busy row marks nothing.
-    let quiet = locker.acquire("quiet", &opts).await.unwrap();
+    let quiet = rows.acquire(&locker, "quiet", &opts).await;
     assert!(matches!(
-        locker.try_acquire("quiet", &opts).await.unwrap(),
+        rows.try_acquire(&locker, "quiet", &opts).await,
         TryAcquire::Busy { .. }
     ));
     assert_ne!(mark("quiet").await, Some(true), "a try does not mark");
@@ -679,14 +716,14 @@ async fn a_lease_row_release_is_announced_only_to_a_marked_row() {
 
     // A waiter marks the row in the attempt that finds it busy; the release is then announced
     // (before a marker sent after it), and wakes the waiter long before its 120 s backoff.
-    let holder = locker.acquire("waited", &opts).await.unwrap();
+    let holder = rows.acquire(&locker, "waited", &opts).await;
     let waiting = opts
         .clone()
         .wait(Duration::from_secs(120))
         .backoff(leasehold::Backoff::constant(Duration::from_secs(120)));
     let waiter = {
         let locker = locker.clone();
-        tokio::spawn(async move { locker.acquire("waited", &waiting).await })
+        tokio::spawn(async move { rows.acquire(&locker, "waited", &waiting).await })
     };
     until("the waiter's mark, and its listener", || async {
         mark("waited").await == Some(true) && listening().await == 2
@@ -699,9 +736,109 @@ async fn a_lease_row_release_is_announced_only_to_a_marked_row() {
     let got = tokio::time::timeout(BOUND, waiter)
         .await
         .expect("woken by the release, not the backoff")
+        .unwrap();
+    got.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_lease_row_release_is_announced_only_to_a_marked_row() {
+    releases_are_announced_only_to_marked_rows(MarkedRows::Lock).await;
+}
+
+#[tokio::test]
+async fn a_lease_row_permit_release_is_announced_only_to_a_marked_slot() {
+    releases_are_announced_only_to_marked_rows(MarkedRows::Permit).await;
+}
+
+/// A permit's attempt picks its slot by its snapshot, so a slot freed after that snapshot
+/// looks taken, and its release (unmarked then) is not announced: the waiter's mark, which
+/// reads each slot's latest version, finds it free, and the attempt looks again at once. Here
+/// the slot is freed by a transaction held open while the waiter's attempt marks it; with a
+/// 120 s backoff and no notification coming, only the second look takes it in time.
+#[tokio::test]
+async fn a_permit_freed_while_its_waiter_marks_it_is_taken_at_once() {
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    let mut admin = admin(&pg).await;
+    let locker = Locker::connect(&lease_url(&pg)).await.unwrap();
+    let sem = locker.semaphore("freed", 1).unwrap();
+    let opts = LockOptions::new(Duration::from_secs(60));
+    let holder = sem.acquire(&opts).await.unwrap();
+    let waiting = opts
+        .clone()
+        .wait(Duration::from_secs(120))
+        .backoff(leasehold::Backoff::constant(Duration::from_secs(120)));
+    let waiter = {
+        let sem = sem.clone();
+        tokio::spawn(async move { sem.acquire(&waiting).await })
+    };
+    let marked = async |admin: &tokio_postgres::Client| -> bool {
+        admin
+            .query_one(
+                "SELECT coalesce(bool_or(wait_until > clock_timestamp()), false)
+                   FROM leasehold_permits WHERE key = 'freed'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0)
+    };
+    let listening = async |admin: &tokio_postgres::Client| -> bool {
+        let n: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN leasehold_release'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        n == 1
+    };
+    until("the waiter's mark, and its listener", || async {
+        marked(&admin).await && listening(&admin).await
+    })
+    .await;
+    // The slot freed in a transaction left open (a release that sends nothing)...
+    let free = admin.transaction().await.unwrap();
+    free.execute(
+        "UPDATE leasehold_permits SET token = NULL WHERE key = 'freed'",
+        &[],
+    )
+    .await
+    .unwrap();
+    // ... while the waiter, woken by a notification of the name, attempts: its snapshot shows
+    // the slot taken, and its mark waits for the open transaction's row lock.
+    let other = {
+        let (client, conn) = tokio_postgres::connect(&pg.url(), NoTls).await.unwrap();
+        tokio::spawn(conn);
+        client
+    };
+    other
+        .execute("SELECT pg_notify('leasehold_release', 'freed')", &[])
+        .await
+        .unwrap();
+    until("the waiter's mark waiting for the row lock", || async {
+        let n: i64 = other
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                  WHERE wait_event_type = 'Lock' AND query LIKE '%leasehold_permits%'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        n == 1
+    })
+    .await;
+    free.commit().await.unwrap();
+    let got = tokio::time::timeout(BOUND, waiter)
+        .await
+        .expect("taken at the second look, not after the backoff")
         .unwrap()
         .unwrap();
     got.release().await.unwrap();
+    drop(holder);
 }
 
 #[tokio::test]

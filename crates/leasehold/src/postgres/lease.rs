@@ -82,23 +82,37 @@ const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS leasehold_leases (
     key text PRIMARY KEY,
     token text,
     expires_at timestamptz NOT NULL,
-    fence bigint NOT NULL
+    fence bigint NOT NULL,
+    hold_until timestamptz,
+    wait_until timestamptz
 )";
 
-/// The columns added since the table's first form, added to a table made before them (each
-/// checked first, so a table that has them takes no `ALTER TABLE` lock):
+/// The columns added since the table's first form ([`CREATE_TABLE`] has them), added to a table
+/// made before them ([`add_columns`]):
 /// - `hold_until`, of [`min_hold`](LockOptions::min_hold): the instant, by the server's clock,
 ///   before which a release keeps the lock;
 /// - `wait_until`, the waiters' mark ([`marking`]): until then a release announces itself.
-const ADD_COLUMNS: &str = "DO $$ DECLARE c text; BEGIN
-  FOREACH c IN ARRAY ARRAY['hold_until', 'wait_until'] LOOP
+static ADD_COLUMNS: LazyLock<String> =
+    LazyLock::new(|| add_columns("leasehold_leases", &["hold_until", "wait_until"]));
+
+/// Adds to `table` each of the `timestamptz` columns `columns` it lacks, each checked first, so
+/// a table that has them takes no `ALTER TABLE` lock: the columns added since a table's first
+/// form, for a table made before them.
+pub(in crate::postgres) fn add_columns(table: &str, columns: &[&str]) -> String {
+    let columns: Vec<String> = columns.iter().map(|c| format!("'{c}'")).collect();
+    format!(
+        "DO $$ DECLARE c text; BEGIN
+  FOREACH c IN ARRAY ARRAY[{}] LOOP
     IF NOT EXISTS (SELECT 1 FROM pg_attribute
-                    WHERE attrelid = 'leasehold_leases'::regclass AND attname = c
+                    WHERE attrelid = '{table}'::regclass AND attname = c
                       AND NOT attisdropped) THEN
-      EXECUTE format('ALTER TABLE leasehold_leases ADD COLUMN IF NOT EXISTS %I timestamptz', c);
+      EXECUTE format('ALTER TABLE {table} ADD COLUMN IF NOT EXISTS %I timestamptz', c);
     END IF;
   END LOOP;
-END $$";
+END $$",
+        columns.join(", ")
+    )
+}
 
 /// Takes the row if it is free or expired; no row returned: busy. `$4`: the min_hold in ms
 /// (NULL: none), counted from the same clock reading as the expiry.
@@ -136,7 +150,12 @@ fn acquiring(event: bool, mark: bool) -> String {
         ));
     }
     if mark {
-        ctes.push(marking(if event { 10 } else { 5 }));
+        let p = if event { 10 } else { 5 };
+        ctes.push(marking(
+            "leasehold_leases",
+            "NOT EXISTS (SELECT 1 FROM a)",
+            p,
+        ));
     }
     format!("WITH {}\nSELECT fence FROM a", ctes.join(",\n"))
 }
@@ -146,28 +165,35 @@ fn acquiring(event: bool, mark: bool) -> String {
 /// held through its commit (so through the WAL flush: no group commit among them), and wakes
 /// every listening server process. Sent by every release, it capped concurrent releases at one
 /// commit at a time (`issue32-target7-backend-floors.md`, session 26). So a waiter's attempt
-/// that finds the row busy moves the row's `wait_until` to at least `$p` ms from now, in the
-/// same statement ([`marking_ms`]: past the waiter's next attempt), and a release (or give-back)
-/// sends its `NOTIFY` only while `wait_until` is ahead.
+/// that takes nothing (`busy`, a condition on the statement's other CTEs) marks the name's rows
+/// of `table`: their `wait_until` moves to at least `$p` ms from now ([`marking_ms`]: past the
+/// waiter's next attempt), in the same statement. A release (or give-back) sends its `NOTIFY`
+/// only while its row's `wait_until` is ahead. The CTE is `m`; it returns, per row marked,
+/// whether the row is `free` at its latest version.
 ///
-/// What it guarantees: a waiter is told of every release of the row after its busy attempt,
-/// as long as its mark lasts. The attempt reads the row under its row lock (`ON CONFLICT`
-/// locks the latest version) and marks it before commit; a release's `UPDATE` locks the same
-/// row and, at `READ COMMITTED`, reads `wait_until` from its latest committed version. So the
-/// release either comes after the mark (and sees it) or before the attempt (which then finds
-/// the row free and takes it). The waiter listens before the attempt that counts: the
-/// engine subscribes after the first busy attempt, then attempts again
-/// (`core::acquire::wait`). That first attempt may also miss a row inserted after its
-/// snapshot (the mark's `UPDATE` finds rows by it; rows are never deleted), which the attempt
-/// after subscribing then sees. A mark outlived by a waiter (a pause far past its bound) costs
-/// that waiter its wake-up, not its turn: it attempts after its pause, as without a
-/// notification. Nothing here is a safety property: a notification only wakes a waiter early.
-pub(in crate::postgres) fn marking(p: usize) -> String {
+/// What it guarantees: a waiter is told of every release of a row it marked, as long as its
+/// mark lasts. The mark's `UPDATE` locks each row and, at `READ COMMITTED`, works on its
+/// latest committed version; a release's `UPDATE` locks its row and reads `wait_until` from
+/// its latest committed version too. So a release either commits after the mark (and sees it)
+/// or before the mark reached its row, and then:
+/// - a lock's attempt found that row free, since its upsert (`ON CONFLICT`) locks and reads the
+///   latest version before the mark, and took it;
+/// - a permit's attempt, which picks its slot by its snapshot, may have seen the slot taken,
+///   but the mark then finds the slot `free`, and the attempt looks again.
+///
+/// The waiter listens before the attempt that counts: the engine subscribes after the first
+/// busy attempt, then attempts again (`core::acquire::wait`). That first attempt may also miss
+/// a row inserted after its snapshot (the mark finds rows by it; rows are never deleted), which
+/// the attempt after subscribing then sees. A mark outlived by its waiter (a pause far past its
+/// bound) costs that waiter its wake-up, not its turn: it attempts after its pause, as without
+/// a notification. Nothing here is a safety property: a notification only wakes a waiter early.
+pub(in crate::postgres) fn marking(table: &str, busy: &str, p: usize) -> String {
     format!(
         "\
-m AS (UPDATE leasehold_leases
+m AS (UPDATE {table}
          SET wait_until = GREATEST(wait_until, clock_timestamp() + ${p}::bigint * interval '1 millisecond')
-       WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM a))"
+       WHERE key = $1 AND {busy}
+      RETURNING token IS NULL OR expires_at <= clock_timestamp() AS free)"
     )
 }
 
@@ -308,7 +334,7 @@ impl PostgresLeaseClient {
             _ => {}
         }
         client
-            .timed(Operation::Connect, conn.batch_execute(ADD_COLUMNS))
+            .timed(Operation::Connect, conn.batch_execute(&ADD_COLUMNS))
             .await?;
         Ok(client)
     }

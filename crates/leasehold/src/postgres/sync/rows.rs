@@ -18,7 +18,7 @@ use crate::core::outcome::TryAcquire;
 use crate::core::sync::{Election, Leader, LeaderChanges, Semaphore, SemaphoreProvider};
 use crate::core::token::LockToken;
 use crate::postgres::Timed;
-use crate::postgres::lease::{NameReleases, PostgresLeaseClient, marking, marking_ms};
+use crate::postgres::lease::{NameReleases, PostgresLeaseClient, add_columns, marking, marking_ms};
 use crate::postgres::params::validate_pg_key;
 use crate::postgres::{is_create_race, unexpected};
 
@@ -26,24 +26,51 @@ const TEXT: Type = Type::TEXT;
 const INT8: Type = Type::INT8;
 const INT4: Type = Type::INT4;
 
-/// A semaphore's slots: one row per slot ever taken, with the holder's token and expiry, and
-/// the number of permits the holder asked for.
-const CREATE_PERMITS: &str = "CREATE TABLE IF NOT EXISTS leasehold_permits (
+/// A semaphore's slots: one row per slot ever taken, with the holder's token and expiry, the
+/// number of permits the holder asked for, and the waiters' mark ([`marking`]; added to a table
+/// made before it).
+static CREATE_PERMITS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "CREATE TABLE IF NOT EXISTS leasehold_permits (
     key text NOT NULL,
     slot int NOT NULL,
     token text,
     expires_at timestamptz NOT NULL,
     permits int NOT NULL,
+    wait_until timestamptz,
     PRIMARY KEY (key, slot)
-)";
+);
+{}",
+        add_columns("leasehold_permits", &["wait_until"])
+    )
+});
 
 /// One attempt at a permit: picks a slot that looked free (at random, so that competing
 /// attempts rarely pick the same one) and takes it only if it is still free under the row
 /// lock (`ON CONFLICT DO UPDATE … WHERE`, evaluated on the row's latest version). One row:
 /// the other number of permits the live holders use (a conflict: nothing is taken), whether
-/// a slot looked free, the slot taken (NULL: none), and the ms until the first held permit
-/// expires.
-const PERMIT_ACQUIRE: &str = "\
+/// a slot looked free, the slot taken (NULL: none), the ms until the first held permit
+/// expires, and whether a slot was found free since (see [`PERMIT_ACQUIRE_WAITING`]).
+static PERMIT_ACQUIRE: LazyLock<String> = LazyLock::new(|| permit_acquire(false));
+
+/// [`PERMIT_ACQUIRE`] for a waiter: when no slot looked free, the waiter marks the slots
+/// ([`marking`], `$5` its ms), and the last column says whether one was free at its latest
+/// version (freed after the statement's snapshot: look again).
+static PERMIT_ACQUIRE_WAITING: LazyLock<String> = LazyLock::new(|| permit_acquire(true));
+
+fn permit_acquire(waiting: bool) -> String {
+    let (mark, freed) = match waiting {
+        true => (
+            format!(
+                ",\n{}",
+                marking("leasehold_permits", "NOT EXISTS (SELECT 1 FROM cand)", 5)
+            ),
+            "(SELECT coalesce(bool_or(free), false) FROM m)",
+        ),
+        false => (String::new(), "false"),
+    };
+    format!(
+        "\
 WITH live AS (SELECT slot, permits FROM leasehold_permits
                WHERE key = $1 AND token IS NOT NULL AND expires_at > clock_timestamp()),
 other AS (SELECT min(permits) AS theirs FROM live WHERE permits <> $4),
@@ -56,19 +83,23 @@ ins AS (INSERT INTO leasehold_permits AS t (key, slot, token, expires_at, permit
         ON CONFLICT (key, slot) DO UPDATE
            SET token = EXCLUDED.token, expires_at = EXCLUDED.expires_at, permits = EXCLUDED.permits
          WHERE t.token IS NULL OR t.expires_at <= clock_timestamp()
-        RETURNING slot)
+        RETURNING slot){mark}
 SELECT (SELECT theirs FROM other), EXISTS (SELECT 1 FROM cand), (SELECT slot FROM ins),
        (SELECT (extract(epoch FROM min(expires_at) - clock_timestamp()) * 1000)::bigint
           FROM leasehold_permits
-         WHERE key = $1 AND token IS NOT NULL AND expires_at > clock_timestamp())";
+         WHERE key = $1 AND token IS NOT NULL AND expires_at > clock_timestamp()),
+       {freed}"
+    )
+}
 
-/// Release, and the notification for waiters (on the lease rows' channel), in one statement.
+/// Release, and the notification for waiters (on the lease rows' channel) if one marked the
+/// slot ([`marking`]), in one statement.
 const PERMIT_RELEASE: &str = "\
 WITH r AS (
   UPDATE leasehold_permits SET token = NULL
    WHERE key = $1 AND token = $2 AND expires_at > clock_timestamp()
-  RETURNING key)
-SELECT pg_notify('leasehold_release', key) FROM r";
+  RETURNING key, wait_until > clock_timestamp() AS waited)
+SELECT CASE WHEN waited THEN pg_notify('leasehold_release', key) END FROM r";
 
 const PERMIT_EXTEND: &str = "\
 UPDATE leasehold_permits SET expires_at = clock_timestamp() + $3 * interval '1 millisecond'
@@ -115,7 +146,7 @@ SELECT (SELECT term FROM e), (SELECT count(*) FROM n),
        (SELECT (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint
           FROM leasehold_leases
          WHERE key = $1 AND token IS NOT NULL AND expires_at > clock_timestamp())",
-        marking(5)
+        marking("leasehold_leases", "NOT EXISTS (SELECT 1 FROM a)", 5)
     )
 });
 
@@ -237,13 +268,21 @@ impl RowSemaphore {
     }
 
     /// One attempt; a slot that looked free but was taken meanwhile by another attempt is
-    /// followed by another look, so a free permit is not reported busy.
-    async fn attempt(&self, options: &LockOptions) -> Result<TryAcquire> {
+    /// followed by another look, so a free permit is not reported busy. `waiting`: a waiter's
+    /// attempt, which marks the slots when none looked free ([`PERMIT_ACQUIRE_WAITING`]), and
+    /// looks again if one was freed meanwhile.
+    async fn attempt(&self, options: &LockOptions, waiting: bool) -> Result<TryAcquire> {
         let s = &self.0;
-        s.client.create_once(&s.table, CREATE_PERMITS).await?;
+        s.client.create_once(&s.table, &CREATE_PERMITS).await?;
         let ttl = options.ttl();
         let ttl_ms = ttl.as_millis() as i64;
         let permits = s.permits as i32;
+        let mark_ms = marking_ms(options);
+        let sql = match waiting {
+            true => PERMIT_ACQUIRE_WAITING.as_str(),
+            false => PERMIT_ACQUIRE.as_str(),
+        };
+        let mut freed = false;
         for _ in 0..=s.permits {
             let token = options.new_token();
             let token_text = token.expose();
@@ -256,13 +295,15 @@ impl RowSemaphore {
                     let _ = SemaphoreProvider::release(&semaphore, &token).await;
                 }
             });
-            let params: [(&(dyn ToSql + Sync), Type); 4] = [
+            let params: [(&(dyn ToSql + Sync), Type); 5] = [
                 (&s.name, TEXT),
                 (&token_text, TEXT),
                 (&ttl_ms, INT8),
                 (&permits, INT4),
+                (&mark_ms, INT8),
             ];
-            let row = s.client.row(Operation::Acquire, PERMIT_ACQUIRE, &params);
+            let params = &params[..if waiting { 5 } else { 4 }];
+            let row = s.client.row(Operation::Acquire, sql, params);
             let row = row.await?;
             unknown.disarm();
             drop(unknown);
@@ -271,6 +312,7 @@ impl RowSemaphore {
             let looked_free: bool = row.try_get(1).map_err(&bad)?;
             let slot: Option<i32> = row.try_get(2).map_err(&bad)?;
             let remaining: Option<i64> = row.try_get(3).map_err(&bad)?;
+            let freed_since: bool = row.try_get(4).map_err(&bad)?;
             if let Some(theirs) = theirs {
                 return Err(Error::Conflict {
                     key: s.name.clone(),
@@ -296,13 +338,20 @@ impl RowSemaphore {
                 }
                 return Ok(TryAcquire::Acquired(LockGuard::new(held, lease)));
             }
-            if !looked_free {
+            // None looked free: busy, unless the waiter's mark found a slot freed since the
+            // snapshot (its release may have gone unannounced: look again).
+            if !looked_free && !freed_since {
                 return Ok(TryAcquire::Busy {
                     remaining: millis(remaining),
                 });
             }
+            freed = freed_since;
         }
-        Ok(TryAcquire::Busy { remaining: None })
+        // Every look lost its slot to another attempt. If the last found one freed since its
+        // snapshot, the pause is the shortest (the slot's release may have gone unannounced).
+        Ok(TryAcquire::Busy {
+            remaining: freed.then_some(Duration::ZERO),
+        })
     }
 }
 
@@ -312,8 +361,8 @@ impl Attempts for RowSemaphore {
         &self.0.name
     }
 
-    async fn attempt(&self, options: &LockOptions, _: Ask) -> Result<TryAcquire> {
-        RowSemaphore::attempt(self, options).await
+    async fn attempt(&self, options: &LockOptions, ask: Ask) -> Result<TryAcquire> {
+        RowSemaphore::attempt(self, options, ask.wait.is_some()).await
     }
 
     fn wakes(&self) -> bool {
@@ -343,7 +392,7 @@ impl HeldLock for RowSemaphore {
 impl crate::core::sync::SemaphoreProvider for RowSemaphore {
     async fn try_acquire(&self, options: &LockOptions) -> Result<TryAcquire> {
         self.check(options)?;
-        self.attempt(options).await
+        self.attempt(options, false).await
     }
 
     /// Waits for a permit through the acquisition engine, woken by a release of one (`LISTEN`).
@@ -372,7 +421,7 @@ impl crate::core::sync::SemaphoreProvider for RowSemaphore {
 
     async fn holders(&self) -> Result<u32> {
         let s = &self.0;
-        s.client.create_once(&s.table, CREATE_PERMITS).await?;
+        s.client.create_once(&s.table, &CREATE_PERMITS).await?;
         let row = s
             .client
             .row(Operation::Inspect, PERMIT_HOLDERS, &[(&s.name, TEXT)])
