@@ -612,6 +612,23 @@ async fn next_notification(rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>
         .expect("the listener runs")
 }
 
+/// Server sessions matching `filter` (a condition on `pg_stat_activity`).
+async fn sessions(client: &tokio_postgres::Client, filter: &str) -> i64 {
+    let sql = format!("SELECT count(*) FROM pg_stat_activity WHERE {filter}");
+    client.query_one(&sql, &[]).await.unwrap().get(0)
+}
+
+/// Sessions listening on the lease rows' channel.
+const LISTENING: &str = "query = 'LISTEN leasehold_release'";
+
+/// The guard a spawned waiter returns, within [`BOUND`] (`why`: what must have woken it).
+async fn taken(waiter: tokio::task::JoinHandle<LockGuard>, why: &str) -> LockGuard {
+    tokio::time::timeout(BOUND, waiter)
+        .await
+        .expect(why)
+        .unwrap()
+}
+
 /// What [`releases_are_announced_only_to_marked_rows`] takes: lease rows' locks, or their
 /// semaphores' permits (of one permit), with the first form of their table.
 #[derive(Clone, Copy)]
@@ -673,19 +690,8 @@ async fn releases_are_announced_only_to_marked_rows(rows: MarkedRows) {
     admin.batch_execute(rows.first_form()).await.unwrap();
     let locker = Locker::connect(&lease_url(&pg)).await.unwrap();
     let (_listening, mut heard) = listener(&pg).await;
-    let listening = async || {
-        let n: i64 = admin
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN leasehold_release'",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        n
-    };
     until("the test's listener listening", || async {
-        listening().await == 1
+        sessions(&admin, LISTENING).await == 1
     })
     .await;
     let marker = async |name: &str| {
@@ -726,17 +732,14 @@ async fn releases_are_announced_only_to_marked_rows(rows: MarkedRows) {
         tokio::spawn(async move { rows.acquire(&locker, "waited", &waiting).await })
     };
     until("the waiter's mark, and its listener", || async {
-        mark("waited").await == Some(true) && listening().await == 2
+        mark("waited").await == Some(true) && sessions(&admin, LISTENING).await == 2
     })
     .await;
     holder.release().await.unwrap();
     marker("after-waited").await;
     assert_eq!(next_notification(&mut heard).await, "waited");
     assert_eq!(next_notification(&mut heard).await, "after-waited");
-    let got = tokio::time::timeout(BOUND, waiter)
-        .await
-        .expect("woken by the release, not the backoff")
-        .unwrap();
+    let got = taken(waiter, "woken by the release, not the backoff").await;
     got.release().await.unwrap();
 }
 
@@ -771,7 +774,7 @@ async fn a_permit_freed_while_its_waiter_marks_it_is_taken_at_once() {
         .backoff(leasehold::Backoff::constant(Duration::from_secs(120)));
     let waiter = {
         let sem = sem.clone();
-        tokio::spawn(async move { sem.acquire(&waiting).await })
+        tokio::spawn(async move { sem.acquire(&waiting).await.unwrap() })
     };
     let marked = async |admin: &tokio_postgres::Client| -> bool {
         admin
@@ -784,19 +787,8 @@ async fn a_permit_freed_while_its_waiter_marks_it_is_taken_at_once() {
             .unwrap()
             .get(0)
     };
-    let listening = async |admin: &tokio_postgres::Client| -> bool {
-        let n: i64 = admin
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN leasehold_release'",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        n == 1
-    };
     until("the waiter's mark, and its listener", || async {
-        marked(&admin).await && listening(&admin).await
+        marked(&admin).await && sessions(&admin, LISTENING).await == 1
     })
     .await;
     // The slot freed in a transaction left open (a release that sends nothing)...
@@ -819,24 +811,12 @@ async fn a_permit_freed_while_its_waiter_marks_it_is_taken_at_once() {
         .await
         .unwrap();
     until("the waiter's mark waiting for the row lock", || async {
-        let n: i64 = other
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity
-                  WHERE wait_event_type = 'Lock' AND query LIKE '%leasehold_permits%'",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        n == 1
+        let lock_wait = "wait_event_type = 'Lock' AND query LIKE '%leasehold_permits%'";
+        sessions(&other, lock_wait).await == 1
     })
     .await;
     free.commit().await.unwrap();
-    let got = tokio::time::timeout(BOUND, waiter)
-        .await
-        .expect("taken at the second look, not after the backoff")
-        .unwrap()
-        .unwrap();
+    let got = taken(waiter, "taken at the second look, not after the backoff").await;
     got.release().await.unwrap();
     drop(holder);
 }
