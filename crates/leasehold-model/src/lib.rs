@@ -16,6 +16,9 @@
 //! - [`wake`]: the tracking wake-up (waiters woken by the key's invalidation, no release
 //!   message), with replies and invalidations seen in either order; `no_reread` and
 //!   `no_attempt_after_register` each leave a release that wakes nobody.
+//! - [`mark`]: the waiters' mark on PostgreSQL lease rows (a release notifies only a row a
+//!   waiter marked), for a lock and for a semaphore's permits picked by snapshot; `no_mark`,
+//!   `no_second_look` and `no_shortest_pause` each leave a release that wakes nobody.
 //!
 //! Every action names the Lua script or Rust function it mirrors. The properties: never two
 //! holders with valid leases (model time, drift folded into the lifetimes; for the extend
@@ -30,6 +33,7 @@
 pub mod acquire;
 pub mod extend;
 pub mod fair;
+pub mod mark;
 pub mod redlock;
 pub mod wake;
 

@@ -270,7 +270,8 @@ impl RowSemaphore {
     /// One attempt; a slot that looked free but was taken meanwhile by another attempt is
     /// followed by another look, so a free permit is not reported busy. `waiting`: a waiter's
     /// attempt, which marks the slots when none looked free ([`PERMIT_ACQUIRE_WAITING`]), and
-    /// looks again if one was freed meanwhile.
+    /// looks again if one was freed meanwhile; if every look (`permits` + 1) lost its slot, it
+    /// answers a lease that ends now (the shortest pause), having marked nothing.
     async fn attempt(&self, options: &LockOptions, waiting: bool) -> Result<TryAcquire> {
         let s = &self.0;
         s.client.create_once(&s.table, &CREATE_PERMITS).await?;
@@ -282,7 +283,6 @@ impl RowSemaphore {
             true => PERMIT_ACQUIRE_WAITING.as_str(),
             false => PERMIT_ACQUIRE.as_str(),
         };
-        let mut freed = false;
         for _ in 0..=s.permits {
             let token = options.new_token();
             let token_text = token.expose();
@@ -345,12 +345,12 @@ impl RowSemaphore {
                     remaining: millis(remaining),
                 });
             }
-            freed = freed_since;
         }
-        // Every look lost its slot to another attempt. If the last found one freed since its
-        // snapshot, the pause is the shortest (the slot's release may have gone unannounced).
+        // Every look lost its slot to another attempt (or found one freed since its snapshot):
+        // a waiter marked no slot in its last look, so their releases may go unannounced. Its
+        // pause is the shortest (a lease said to end now), not the backoff.
         Ok(TryAcquire::Busy {
-            remaining: freed.then_some(Duration::ZERO),
+            remaining: waiting.then_some(Duration::ZERO),
         })
     }
 }

@@ -1,0 +1,460 @@
+//! The waiters' mark (issue 32, session 26): on PostgreSQL lease rows a release sends its
+//! `NOTIFY` only if a waiter marked the row (`wait_until`). Safety does not depend on it (a
+//! waiter's pause always ends at its backoff or the holder's remaining lease); what is checked
+//! is that the timers are never *needed* for a release: the property "no missed release".
+//!
+//! Mirrors `postgres::lease::marking` and its users: the lock's waiting upsert (`ACQUIRE_WAITING`:
+//! the row taken if free, else marked, under the row lock, in one step), the semaphore's waiting
+//! attempt (`PERMIT_ACQUIRE_WAITING`: slots picked by the statement's snapshot, then a slot taken
+//! under its row lock, or, when none looked free, every slot marked at its latest version and
+//! `free` returned for one freed since; `RowSemaphore::attempt` looks again then, and after
+//! `permits + 1` looks answers the shortest pause), the releases (`RELEASE`, `PERMIT_RELEASE`:
+//! `NOTIFY` iff the row's mark is ahead), and the engine's loop (`core/acquire.rs`: the first
+//! attempt, the subscription (`LISTEN`), the attempt right after it, `mark_seen` before each
+//! attempt, the pause).
+//!
+//! **Actors.** Two waiters of client W (one `LISTEN` connection: a notification of the name
+//! reaches every waiter that listens), and another client X that takes free slots, releases
+//! them, or lets them expire (a budget of [`MarkModel::x_steps`] steps). A waiter that wins
+//! holds, then releases like any holder. **Time** is not modelled: a mark lasts past its
+//! waiter's next attempt (`marking_ms`: twice the backoff's largest pause and a second); the
+//! model lets it lapse as that attempt begins, and when the waiter wins (the earliest it may).
+//! An expiry frees a slot without a notification, which the waiter's pause covers (it never
+//! runs past the holder's remaining lease).
+//!
+//! **The property.** When W is quiet (no notification in flight, no waiter attempting or about
+//! to), every sleeping waiter is covered: each slot is held and marked (its release will be
+//! announced), or free by an expiry (the waiter's pause ends with the lease it saw). Otherwise a
+//! release already happened, or will, that wakes nobody.
+//!
+//! **Bug flags.** `no_mark`: a waiting attempt marks nothing (every release not announced).
+//! `no_second_look`: a permit's attempt ignores a slot its mark found freed since its snapshot.
+//! `no_shortest_pause`: after `permits + 1` lost looks the waiter sleeps its backoff.
+
+use stateright::{Model, Property};
+
+/// Who holds a slot (a lock has one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Holder {
+    /// Nobody (`free_by_expiry` says how it came free).
+    Free,
+    /// The other client.
+    X,
+    /// W's waiter `i`.
+    W(u8),
+}
+
+/// A slot's row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Slot {
+    /// Its holder at the row's latest version.
+    pub holder: Holder,
+    /// The waiters whose mark on the row is in force, a bit each: a release notifies while
+    /// any is. A waiter's mark lasts until it begins its next attempt (see the module docs).
+    pub marked_by: u8,
+    /// Free because its lease expired (no release, no notification).
+    pub free_by_expiry: bool,
+}
+
+/// What one of W's waiters is doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Waiter {
+    /// Before its first attempt.
+    Start,
+    /// An attempt is under way (a permit's: `looked` is the slots free in its snapshot, a
+    /// bit each, and `looks` how many looks it made).
+    Attempting {
+        /// Its first attempt (before it listens).
+        first: bool,
+        /// The permit attempt's snapshot taken (`looked` valid).
+        snapshot: bool,
+        /// Slots free in the snapshot, a bit each.
+        looked: u8,
+        /// Looks made in this attempt.
+        looks: u8,
+    },
+    /// Busy at its first attempt: about to listen (`LISTEN`), then attempt again.
+    Subscribing,
+    /// About to attempt (`mark_seen`, then the statement).
+    Ready,
+    /// Paused until woken.
+    Asleep,
+    /// Holds slot `0`.
+    Holding(u8),
+    /// Released.
+    Done,
+}
+
+/// The whole system.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct MarkState {
+    /// The rows.
+    pub slots: Vec<Slot>,
+    /// W's waiters.
+    pub waiters: Vec<Waiter>,
+    /// Which waiters listen (their receiver exists).
+    pub listening: Vec<bool>,
+    /// A notification each waiter received since its `mark_seen`.
+    pub heard: Vec<bool>,
+    /// Notifications committed and not yet delivered to W's listening connection.
+    pub in_flight: u8,
+    /// Steps X has left.
+    pub x_steps: u8,
+    /// A waiter looked again because its mark found a slot freed since its snapshot (an
+    /// example property).
+    pub second_look: bool,
+    /// A waiter was woken by a notification (an example property).
+    pub woken: bool,
+}
+
+/// A step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MarkAction {
+    /// X takes free slot `s` (a one-try attempt: it marks nothing).
+    XTake(u8),
+    /// X releases slot `s` (`NOTIFY` iff marked).
+    XRelease(u8),
+    /// Slot `s`'s lease expires.
+    Expire(u8),
+    /// Waiter `i` starts an attempt (`mark_seen` first, except at its first).
+    Begin(u8),
+    /// A lock's attempt (one row): taken if free, else marked, in one step.
+    LockStep(u8),
+    /// A permit attempt takes its snapshot.
+    Snapshot(u8),
+    /// A permit attempt tries slot `s`, which looked free (taken if still free, else a lost race).
+    Try(u8, u8),
+    /// A permit attempt, none looking free, marks every slot.
+    Mark(u8),
+    /// Waiter `i` listens (`LISTEN`), then is ready to attempt.
+    Listen(u8),
+    /// A notification reaches W: every listening waiter hears it; sleepers wake.
+    Deliver,
+    /// Waiter `i` releases its slot (`NOTIFY` iff marked).
+    Release(u8),
+}
+
+/// The model.
+#[derive(Clone, Debug)]
+pub struct MarkModel {
+    /// Slots: 1 is a lock (its upsert marks under the row lock), more a semaphore's permits.
+    pub slots: u8,
+    /// X's step budget.
+    pub x_steps: u8,
+    /// Bug flag: a waiting attempt marks nothing.
+    pub no_mark: bool,
+    /// Bug flag: a slot freed since the snapshot is not looked at again.
+    pub no_second_look: bool,
+    /// Bug flag: after `permits + 1` lost looks the waiter sleeps.
+    pub no_shortest_pause: bool,
+}
+
+impl MarkModel {
+    /// The lock as built.
+    pub fn lock() -> Self {
+        MarkModel {
+            slots: 1,
+            x_steps: 4,
+            no_mark: false,
+            no_second_look: false,
+            no_shortest_pause: false,
+        }
+    }
+
+    /// A semaphore of two permits as built.
+    pub fn permits() -> Self {
+        MarkModel {
+            slots: 2,
+            ..MarkModel::lock()
+        }
+    }
+}
+
+const WAITERS: u8 = 2;
+
+impl MarkState {
+    /// A holder's release: the slot is free, announced iff a waiter marked it.
+    fn release(&mut self, s: u8) {
+        let slot = &mut self.slots[s as usize];
+        slot.holder = Holder::Free;
+        slot.free_by_expiry = false;
+        if slot.marked_by != 0 {
+            self.in_flight += 1;
+        }
+    }
+
+    fn take(&mut self, s: u8, holder: Holder) {
+        let slot = &mut self.slots[s as usize];
+        slot.holder = holder;
+        slot.free_by_expiry = false;
+        if let Holder::W(i) = holder {
+            self.lapse(i);
+        }
+    }
+
+    /// Waiter `i`'s marks lapse (the earliest they may: see the module docs).
+    fn lapse(&mut self, i: u8) {
+        for slot in self.slots.iter_mut() {
+            slot.marked_by &= !(1 << i);
+        }
+    }
+
+    /// Waiter `i` marks slot `s` (unless the model's `no_mark`).
+    fn mark(&mut self, i: u8, s: u8, model: &MarkModel) {
+        if !model.no_mark {
+            self.slots[s as usize].marked_by |= 1 << i;
+        }
+    }
+
+    /// A waiting attempt found nothing: after its first, it listens; else it sleeps unless it
+    /// heard a release since `mark_seen`.
+    fn busy(&mut self, i: u8, first: bool) {
+        let i = i as usize;
+        self.waiters[i] = if first {
+            Waiter::Subscribing
+        } else if std::mem::take(&mut self.heard[i]) {
+            Waiter::Ready
+        } else {
+            Waiter::Asleep
+        };
+    }
+
+    /// W is quiet: nothing in flight that could still wake a sleeper by itself.
+    fn quiet(&self) -> bool {
+        self.in_flight == 0
+            && self.waiters.iter().all(|w| {
+                matches!(
+                    w,
+                    Waiter::Start | Waiter::Asleep | Waiter::Holding(_) | Waiter::Done
+                )
+            })
+    }
+}
+
+impl Model for MarkModel {
+    type State = MarkState;
+    type Action = MarkAction;
+
+    fn init_states(&self) -> Vec<MarkState> {
+        let held = Slot {
+            holder: Holder::X,
+            marked_by: 0,
+            free_by_expiry: false,
+        };
+        vec![MarkState {
+            slots: vec![held; self.slots as usize],
+            waiters: vec![Waiter::Start; WAITERS as usize],
+            listening: vec![false; WAITERS as usize],
+            heard: vec![false; WAITERS as usize],
+            in_flight: 0,
+            x_steps: self.x_steps,
+            second_look: false,
+            woken: false,
+        }]
+    }
+
+    fn actions(&self, st: &MarkState, actions: &mut Vec<MarkAction>) {
+        for s in 0..self.slots {
+            let slot = st.slots[s as usize];
+            if st.x_steps > 0 {
+                match slot.holder {
+                    Holder::Free => actions.push(MarkAction::XTake(s)),
+                    Holder::X => actions.push(MarkAction::XRelease(s)),
+                    Holder::W(_) => {}
+                }
+                if slot.holder != Holder::Free {
+                    actions.push(MarkAction::Expire(s));
+                }
+            }
+        }
+        for i in 0..WAITERS {
+            match st.waiters[i as usize] {
+                Waiter::Start | Waiter::Ready => actions.push(MarkAction::Begin(i)),
+                Waiter::Attempting { .. } if self.slots == 1 => {
+                    actions.push(MarkAction::LockStep(i))
+                }
+                Waiter::Attempting {
+                    snapshot: false, ..
+                } => actions.push(MarkAction::Snapshot(i)),
+                Waiter::Attempting { looked: 0, .. } => actions.push(MarkAction::Mark(i)),
+                Waiter::Attempting { looked, .. } => {
+                    for s in 0..self.slots {
+                        if looked & (1 << s) != 0 {
+                            actions.push(MarkAction::Try(i, s));
+                        }
+                    }
+                }
+                Waiter::Subscribing => actions.push(MarkAction::Listen(i)),
+                Waiter::Holding(_) => actions.push(MarkAction::Release(i)),
+                Waiter::Asleep | Waiter::Done => {}
+            }
+        }
+        if st.in_flight > 0 {
+            actions.push(MarkAction::Deliver);
+        }
+    }
+
+    fn next_state(&self, last: &MarkState, action: MarkAction) -> Option<MarkState> {
+        let mut st = last.clone();
+        match action {
+            MarkAction::XTake(s) => {
+                st.x_steps -= 1;
+                st.take(s, Holder::X);
+            }
+            MarkAction::XRelease(s) => {
+                st.x_steps -= 1;
+                st.release(s);
+            }
+            MarkAction::Expire(s) => {
+                st.x_steps -= 1;
+                let slot = &mut st.slots[s as usize];
+                if let Holder::W(h) = slot.holder {
+                    // The holder's lease ran out: it gives up (nothing to release).
+                    st.waiters[h as usize] = Waiter::Done;
+                }
+                slot.holder = Holder::Free;
+                slot.free_by_expiry = true;
+            }
+            MarkAction::Begin(i) => {
+                let first = st.waiters[i as usize] == Waiter::Start;
+                if !first {
+                    st.heard[i as usize] = false; // `mark_seen`
+                }
+                st.lapse(i);
+                st.waiters[i as usize] = Waiter::Attempting {
+                    first,
+                    snapshot: false,
+                    looked: 0,
+                    looks: 0,
+                };
+            }
+            MarkAction::LockStep(i) => {
+                let Waiter::Attempting { first, .. } = st.waiters[i as usize] else {
+                    return None;
+                };
+                if st.slots[0].holder == Holder::Free {
+                    st.take(0, Holder::W(i));
+                    st.waiters[i as usize] = Waiter::Holding(0);
+                } else {
+                    st.mark(i, 0, self);
+                    st.busy(i, first);
+                }
+            }
+            MarkAction::Snapshot(i) => {
+                let Waiter::Attempting { first, looks, .. } = st.waiters[i as usize] else {
+                    return None;
+                };
+                let mut looked = 0;
+                for s in 0..self.slots {
+                    if st.slots[s as usize].holder == Holder::Free {
+                        looked |= 1 << s;
+                    }
+                }
+                st.waiters[i as usize] = Waiter::Attempting {
+                    first,
+                    snapshot: true,
+                    looked,
+                    looks,
+                };
+            }
+            MarkAction::Try(i, s) => {
+                let Waiter::Attempting { first, looks, .. } = st.waiters[i as usize] else {
+                    return None;
+                };
+                if st.slots[s as usize].holder == Holder::Free {
+                    st.take(s, Holder::W(i));
+                    st.waiters[i as usize] = Waiter::Holding(s);
+                } else {
+                    st.look_again(i, first, looks + 1, self);
+                }
+            }
+            MarkAction::Mark(i) => {
+                let Waiter::Attempting { first, looks, .. } = st.waiters[i as usize] else {
+                    return None;
+                };
+                let mut freed = false;
+                for s in 0..self.slots {
+                    st.mark(i, s, self);
+                    freed |= st.slots[s as usize].holder == Holder::Free;
+                }
+                if freed && !self.no_second_look {
+                    st.second_look = true;
+                    st.look_again(i, first, looks + 1, self);
+                } else {
+                    st.busy(i, first);
+                }
+            }
+            MarkAction::Listen(i) => {
+                st.listening[i as usize] = true;
+                st.waiters[i as usize] = Waiter::Ready;
+            }
+            MarkAction::Deliver => {
+                st.in_flight -= 1;
+                for i in 0..WAITERS as usize {
+                    if !st.listening[i] {
+                        continue;
+                    }
+                    if st.waiters[i] == Waiter::Asleep {
+                        st.waiters[i] = Waiter::Ready;
+                        st.woken = true;
+                    } else {
+                        st.heard[i] = true;
+                    }
+                }
+            }
+            MarkAction::Release(i) => {
+                let Waiter::Holding(s) = st.waiters[i as usize] else {
+                    return None;
+                };
+                st.waiters[i as usize] = Waiter::Done;
+                st.release(s);
+            }
+        }
+        Some(st)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always("no missed release", |_: &MarkModel, st: &MarkState| {
+                !st.quiet()
+                    || !st.waiters.contains(&Waiter::Asleep)
+                    || st.slots.iter().all(|slot| {
+                        (slot.holder != Holder::Free && slot.marked_by != 0)
+                            || (slot.holder == Holder::Free && slot.free_by_expiry)
+                    })
+            }),
+            Property::sometimes("a sleeper is woken by a release", |_, st: &MarkState| {
+                st.woken
+            }),
+            Property::sometimes("both waiters win", |_, st: &MarkState| {
+                st.waiters.iter().all(|w| *w == Waiter::Done)
+            }),
+            Property::sometimes(
+                "a waiter looks again at a slot freed since its snapshot",
+                |_, st: &MarkState| st.second_look,
+            ),
+        ]
+    }
+}
+
+impl MarkState {
+    /// A permit attempt looks again (a new snapshot) after a lost race or a slot freed since;
+    /// after `permits + 1` looks it answers the shortest pause: the waiter attempts again soon,
+    /// as if woken (with `no_shortest_pause`, it sleeps its backoff).
+    fn look_again(&mut self, i: u8, first: bool, looks: u8, model: &MarkModel) {
+        if looks <= model.slots {
+            self.waiters[i as usize] = Waiter::Attempting {
+                first,
+                snapshot: false,
+                looked: 0,
+                looks,
+            };
+        } else if model.no_shortest_pause {
+            self.busy(i, first);
+        } else if first {
+            self.waiters[i as usize] = Waiter::Subscribing;
+        } else {
+            self.waiters[i as usize] = Waiter::Ready;
+        }
+    }
+}

@@ -1,0 +1,99 @@
+//! The waiters' mark on PostgreSQL lease rows: when the waiting client is quiet, every sleeping
+//! waiter is covered (each slot held and marked, or free by an expiry its pause covers), for a
+//! lock and for a semaphore's permits; without the mark, without the second look at a slot freed
+//! since the snapshot, or without the shortest pause after every look lost, a release wakes
+//! nobody.
+
+use leasehold_model::mark::MarkModel;
+use leasehold_model::{check, find};
+
+const MISSED: &str = "no missed release";
+
+/// Checks `model` in full: no missed release, and each example reached.
+fn assert_covered(model: MarkModel, what: &str, examples: &[&str]) {
+    let report = check(model);
+    eprintln!(
+        "mark ({what}): {} states, depth {}, {:?}",
+        report.states, report.depth, report.elapsed
+    );
+    assert!(
+        report.discovery(MISSED).is_none(),
+        "{what}: {MISSED} violated:\n{}",
+        report.trace(MISSED)
+    );
+    for example in examples {
+        assert!(
+            report.discovery(example).is_some(),
+            "{what}: never reached: {example}"
+        );
+    }
+    assert!(
+        report.states > 1_000,
+        "{what}: only {} states",
+        report.states
+    );
+}
+
+#[test]
+fn no_release_is_missed_by_a_locks_waiters() {
+    assert_covered(
+        MarkModel::lock(),
+        "lock",
+        &["a sleeper is woken by a release", "both waiters win"],
+    );
+}
+
+#[test]
+fn no_release_is_missed_by_a_semaphores_waiters() {
+    assert_covered(
+        MarkModel::permits(),
+        "permits",
+        &[
+            "a sleeper is woken by a release",
+            "both waiters win",
+            "a waiter looks again at a slot freed since its snapshot",
+        ],
+    );
+}
+
+/// Checks a bug flag's model (`what` names it) until it finds a release that wakes nobody.
+fn assert_missed(model: MarkModel, what: &str) {
+    let report = find(model);
+    eprintln!(
+        "mark ({what}): {} states\n{}",
+        report.states,
+        report.trace(MISSED)
+    );
+    assert!(
+        report.discovery(MISSED).is_some(),
+        "{what}: not found in {} states",
+        report.states
+    );
+}
+
+#[test]
+fn without_the_mark_a_release_is_missed() {
+    let model = MarkModel {
+        no_mark: true,
+        ..MarkModel::lock()
+    };
+    assert_missed(model, "no mark");
+}
+
+#[test]
+fn without_the_second_look_a_permits_release_is_missed() {
+    let model = MarkModel {
+        no_second_look: true,
+        ..MarkModel::permits()
+    };
+    assert_missed(model, "no second look");
+}
+
+#[test]
+fn without_the_shortest_pause_a_permits_release_is_missed() {
+    let model = MarkModel {
+        no_shortest_pause: true,
+        ..MarkModel::permits()
+    };
+    assert_missed(model, "no shortest pause");
+}
