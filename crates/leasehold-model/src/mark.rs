@@ -79,7 +79,7 @@ pub enum Waiter {
     Ready,
     /// Paused until woken.
     Asleep,
-    /// Holds slot `0`.
+    /// Holds the slot it names.
     Holding(u8),
     /// Released.
     Done,

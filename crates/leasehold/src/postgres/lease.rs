@@ -5,8 +5,9 @@
 //! The table `leasehold_leases (key, token, expires_at, fence, hold_until, wait_until)` has a
 //! row per key. Acquiring is one statement: an upsert that takes the row only if it has no
 //! token or its expiry has passed (by the server's `clock_timestamp()`), sets our token and
-//! `expires_at = now + ttl`, increments `fence` and returns it. Release and extend are `UPDATE … WHERE token = $token AND
-//! expires_at > clock_timestamp()`: token-checked, atomic, and never on an expired lease.
+//! `expires_at = now + ttl`, increments `fence` and returns it. Release and extend are
+//! `UPDATE … WHERE token = $token AND expires_at > clock_timestamp()`: token-checked, atomic,
+//! and never on an expired lease.
 //! Waiters `LISTEN` on one connection per client and retry when their key is released (or
 //! after a backoff with jitter, never longer than the holder's remaining lease): a waiter's
 //! attempt that finds the row busy marks it (`wait_until`), and a release of a marked row sends

@@ -122,9 +122,10 @@ const CREATE_TERMS: &str = "CREATE TABLE IF NOT EXISTS leasehold_lease_terms (
 /// holder's lease still runs. A leader has no hold: `hold_until` left by a plain lock of the
 /// name taken with `min_hold` is cleared, or the leader's resignation would keep the row.
 ///
-/// A leader's row is marked for good (`wait_until = 'infinity'`, see [`marking`]): its release (a resignation, a leader given up) is
-/// always announced, which the watch hears, campaigners or not. A campaign that finds the
-/// row busy marks it as any waiter does (`$5` its ms), for a name a plain lock holds.
+/// A leader's row is marked for good (`wait_until = 'infinity'`, see [`marking`]): its release
+/// (a resignation, a leader given up) is always announced, which the watch hears, campaigners
+/// or not. A campaign that finds the row busy marks it as any waiter does (`$5` its ms), for a
+/// name a plain lock holds.
 static ELECT: LazyLock<String> = LazyLock::new(|| {
     format!(
         "\
