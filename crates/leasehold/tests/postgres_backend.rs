@@ -543,10 +543,7 @@ async fn lease_row_waiters_are_woken_by_the_release() {
     let holder = locker.acquire("wake", &opts).await.unwrap();
     // A backoff far longer than the test's bound: only the notification can wake the waiter
     // in time (its holder's lease is 60 s, so no expiry wakes it either).
-    let waiting = opts
-        .clone()
-        .wait(Duration::from_secs(120))
-        .backoff(leasehold::Backoff::constant(Duration::from_secs(120)));
+    let waiting = patient(&opts);
     let waiter = {
         let locker = locker.clone();
         tokio::spawn(async move { locker.acquire("wake", &waiting).await })
@@ -620,6 +617,23 @@ async fn sessions(client: &tokio_postgres::Client, filter: &str) -> i64 {
 
 /// Sessions listening on the lease rows' channel.
 const LISTENING: &str = "query = 'LISTEN leasehold_release'";
+
+/// `opts` waiting 120 s with a backoff as long: far past the test's bound, so that only a
+/// notification wakes the waiter in time (its holder's lease, 60 s, does not end either).
+fn patient(opts: &LockOptions) -> LockOptions {
+    opts.clone()
+        .wait(Duration::from_secs(120))
+        .backoff(leasehold::Backoff::constant(Duration::from_secs(120)))
+}
+
+/// Whether a waiter's mark is in force on a row of `key` in `table`.
+async fn marked(admin: &tokio_postgres::Client, table: &str, key: &str) -> bool {
+    let sql = format!(
+        "SELECT coalesce(bool_or(wait_until > clock_timestamp()), false) FROM {table}
+          WHERE key = $1"
+    );
+    admin.query_one(&sql, &[&key]).await.unwrap().get(0)
+}
 
 /// The guard a spawned waiter returns, within [`BOUND`] (`why`: what must have woken it).
 async fn taken(waiter: tokio::task::JoinHandle<LockGuard>, why: &str) -> LockGuard {
@@ -700,13 +714,6 @@ async fn releases_are_announced_only_to_marked_rows(rows: MarkedRows) {
             .await
             .unwrap();
     };
-    let marked_sql = format!(
-        "SELECT bool_or(wait_until > clock_timestamp()) FROM {} WHERE key = $1",
-        rows.table()
-    );
-    let mark = async |key: &str| -> Option<bool> {
-        admin.query_one(&marked_sql, &[&key]).await.unwrap().get(0)
-    };
     let opts = LockOptions::new(Duration::from_secs(60));
 
     // No waiter: the release is not announced, and a one-try attempt on a busy row marks nothing.
@@ -715,7 +722,10 @@ async fn releases_are_announced_only_to_marked_rows(rows: MarkedRows) {
         rows.try_acquire(&locker, "quiet", &opts).await,
         TryAcquire::Busy { .. }
     ));
-    assert_ne!(mark("quiet").await, Some(true), "a try does not mark");
+    assert!(
+        !marked(&admin, rows.table(), "quiet").await,
+        "a try does not mark"
+    );
     quiet.release().await.unwrap();
     marker("after-quiet").await;
     assert_eq!(next_notification(&mut heard).await, "after-quiet");
@@ -723,16 +733,13 @@ async fn releases_are_announced_only_to_marked_rows(rows: MarkedRows) {
     // A waiter marks the row in the attempt that finds it busy; the release is then announced
     // (before a marker sent after it), and wakes the waiter long before its 120 s backoff.
     let holder = rows.acquire(&locker, "waited", &opts).await;
-    let waiting = opts
-        .clone()
-        .wait(Duration::from_secs(120))
-        .backoff(leasehold::Backoff::constant(Duration::from_secs(120)));
+    let waiting = patient(&opts);
     let waiter = {
         let locker = locker.clone();
         tokio::spawn(async move { rows.acquire(&locker, "waited", &waiting).await })
     };
     until("the waiter's mark, and its listener", || async {
-        mark("waited").await == Some(true) && sessions(&admin, LISTENING).await == 2
+        marked(&admin, rows.table(), "waited").await && sessions(&admin, LISTENING).await == 2
     })
     .await;
     holder.release().await.unwrap();
@@ -753,6 +760,33 @@ async fn a_lease_row_permit_release_is_announced_only_to_a_marked_slot() {
     releases_are_announced_only_to_marked_rows(MarkedRows::Permit).await;
 }
 
+/// A lease row taken away by the lock table's force-release is announced to its marked
+/// waiter as a release is: with a 120 s backoff, only the notification wakes it in time.
+#[tokio::test]
+async fn a_force_released_lease_row_wakes_its_waiter() {
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    let admin = admin(&pg).await;
+    let locker = Locker::connect(&lease_url(&pg)).await.unwrap();
+    let opts = LockOptions::new(Duration::from_secs(60));
+    let holder = locker.acquire("forced", &opts).await.unwrap();
+    let waiting = patient(&opts);
+    let waiter = {
+        let locker = locker.clone();
+        tokio::spawn(async move { locker.acquire("forced", &waiting).await.unwrap() })
+    };
+    until("the waiter's mark, and its listener", || async {
+        marked(&admin, "leasehold_leases", "forced").await && sessions(&admin, LISTENING).await == 1
+    })
+    .await;
+    let forced = locker.force_release("forced", "test").await.unwrap();
+    assert_eq!(forced.previous.token, *holder.token());
+    let got = taken(waiter, "woken by the force-release, not the backoff").await;
+    got.release().await.unwrap();
+    drop(holder);
+}
+
 /// A permit's attempt picks its slot by its snapshot, so a slot freed after that snapshot
 /// looks taken, and its release (unmarked then) is not announced: the waiter's mark, which
 /// reads each slot's latest version, finds it free, and the attempt looks again at once. Here
@@ -768,27 +802,13 @@ async fn a_permit_freed_while_its_waiter_marks_it_is_taken_at_once() {
     let sem = locker.semaphore("freed", 1).unwrap();
     let opts = LockOptions::new(Duration::from_secs(60));
     let holder = sem.acquire(&opts).await.unwrap();
-    let waiting = opts
-        .clone()
-        .wait(Duration::from_secs(120))
-        .backoff(leasehold::Backoff::constant(Duration::from_secs(120)));
+    let waiting = patient(&opts);
     let waiter = {
         let sem = sem.clone();
         tokio::spawn(async move { sem.acquire(&waiting).await.unwrap() })
     };
-    let marked = async |admin: &tokio_postgres::Client| -> bool {
-        admin
-            .query_one(
-                "SELECT coalesce(bool_or(wait_until > clock_timestamp()), false)
-                   FROM leasehold_permits WHERE key = 'freed'",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0)
-    };
     until("the waiter's mark, and its listener", || async {
-        marked(&admin).await && sessions(&admin, LISTENING).await == 1
+        marked(&admin, "leasehold_permits", "freed").await && sessions(&admin, LISTENING).await == 1
     })
     .await;
     // The slot freed in a transaction left open (a release that sends nothing)...

@@ -37,13 +37,17 @@ SELECT key, token, fence, (extract(epoch FROM expires_at - clock_timestamp()) * 
   FROM leasehold_leases WHERE token IS NOT NULL AND expires_at > clock_timestamp()";
 
 /// Empties a live row's token and bumps its counter; the old token and the counter after.
+/// Announced as a release is, if a waiter marked the row (`postgres::lease::marking`): its
+/// waiters (an election's watchers) hear it at once.
 const FORCE_LEASE: &str = "\
 WITH old AS (
   SELECT key, token FROM leasehold_leases
-   WHERE key = $1 AND token IS NOT NULL AND expires_at > clock_timestamp() FOR UPDATE)
-UPDATE leasehold_leases t SET token = NULL, fence = t.fence + 1
-  FROM old WHERE t.key = old.key
-RETURNING old.token, t.fence";
+   WHERE key = $1 AND token IS NOT NULL AND expires_at > clock_timestamp() FOR UPDATE),
+u AS (
+  UPDATE leasehold_leases t SET token = NULL, fence = t.fence + 1
+    FROM old WHERE t.key = old.key
+  RETURNING old.token, t.fence, t.key, t.wait_until > clock_timestamp() AS waited)
+SELECT token, fence, CASE WHEN waited THEN pg_notify('leasehold_release', key) END FROM u";
 
 /// The advisory locks of `leasehold_locks`' keys as `pg_locks` shows them: key, fencing
 /// counter, stored holder, the holder backend's pid, client address and application name, and
