@@ -8,7 +8,7 @@
 //! Mirrors: the Redis scripts `acquire.lua` / `permit_acquire.lua` / `write_acquire.lua` /
 //! `read_acquire.lua` / `campaign.lua` (admission), `extend.lua` (the renewer's token-checked
 //! extend, `redis/renewal.rs`), `release.lua` and `min_hold_release.lua`; PostgreSQL lease rows
-//! (`postgres/lease.rs`: `ACQUIRE`, `EXTEND`, `RELEASE`) and the memory store
+//! (`postgres/lease/sql.rs`: `ACQUIRE`, `EXTEND`, `RELEASE`) and the memory store
 //! (`memory/store.rs`) follow the same steps.
 //!
 //! **Time.** `now` ticks by one up to `horizon`; an acquisition is applied in the tick it is

@@ -48,7 +48,9 @@
 //! others, so release notifications may not arrive; waiters then retry after their backoff
 //! (never later than the holder's remaining lease), which is slower, never unsafe.
 
-use std::sync::{Arc, LazyLock, Mutex};
+mod sql;
+
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
@@ -63,7 +65,12 @@ use tokio_postgres::types::Type;
 const TEXT: Type = Type::TEXT;
 const INT8: Type = Type::INT8;
 
-use super::history::{EventParams, Rider, riding};
+use self::sql::{
+    ACQUIRE, ACQUIRE_RECORDING, ACQUIRE_RECORDING_WAITING, ACQUIRE_WAITING, ADD_COLUMNS,
+    CREATE_TABLE, EXTEND, GIVE_BACK, INSPECT, RAISE, RELEASE, RELEASE_RECORDING, REMAINING,
+};
+pub(in crate::postgres) use self::sql::{add_columns, marking, marking_ms};
+use super::history::{EventParams, Rider};
 use super::lease_conn::LeaseConn;
 use super::tls::{PgTls, PgTlsStream};
 use super::{is_create_race, pg_error, timeout_error, unexpected, validate_pg_key};
@@ -72,206 +79,12 @@ use crate::core::driver::{Driver, Kind};
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::HeldLock;
 use crate::core::guard::{Lease, LockGuard, extended_by};
-use crate::core::history::{HistoryKind, HistoryOptions};
+use crate::core::history::HistoryOptions;
 use crate::core::kind::{Backend, Taking};
 use crate::core::options::{ClientOptions, LockOptions, ttl_millis};
 use crate::core::outcome::{LockState, TryAcquire};
 use crate::core::token::LockToken;
 use crate::postgres::Timed;
-
-const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS leasehold_leases (
-    key text PRIMARY KEY,
-    token text,
-    expires_at timestamptz NOT NULL,
-    fence bigint NOT NULL,
-    hold_until timestamptz,
-    wait_until timestamptz
-)";
-
-/// The columns added since the table's first form ([`CREATE_TABLE`] has them), added to a table
-/// made before them ([`add_columns`]):
-/// - `hold_until`, of [`min_hold`](LockOptions::min_hold): the instant, by the server's clock,
-///   before which a release keeps the lock;
-/// - `wait_until`, the waiters' mark ([`marking`]): until then a release announces itself.
-static ADD_COLUMNS: LazyLock<String> =
-    LazyLock::new(|| add_columns("leasehold_leases", &["hold_until", "wait_until"]));
-
-/// Adds to `table` each of the `timestamptz` columns `columns` it lacks, each checked first, so
-/// a table that has them takes no `ALTER TABLE` lock: the columns added since a table's first
-/// form, for a table made before them.
-pub(in crate::postgres) fn add_columns(table: &str, columns: &[&str]) -> String {
-    let columns: Vec<String> = columns.iter().map(|c| format!("'{c}'")).collect();
-    format!(
-        "DO $$ DECLARE c text; BEGIN
-  FOREACH c IN ARRAY ARRAY[{}] LOOP
-    IF NOT EXISTS (SELECT 1 FROM pg_attribute
-                    WHERE attrelid = '{table}'::regclass AND attname = c
-                      AND NOT attisdropped) THEN
-      EXECUTE format('ALTER TABLE {table} ADD COLUMN IF NOT EXISTS %I timestamptz', c);
-    END IF;
-  END LOOP;
-END $$",
-        columns.join(", ")
-    )
-}
-
-/// Takes the row if it is free or expired; no row returned: busy. `$4`: the min_hold in ms
-/// (NULL: none), counted from the same clock reading as the expiry.
-const ACQUIRE: &str = "\
-INSERT INTO leasehold_leases AS t (key, token, expires_at, fence, hold_until)
-SELECT $1, $2, n + $3::bigint * interval '1 millisecond', 1,
-       n + $4::bigint * interval '1 millisecond'
-  FROM clock_timestamp() AS n
-ON CONFLICT (key) DO UPDATE
-   SET token = EXCLUDED.token, expires_at = EXCLUDED.expires_at, fence = t.fence + 1,
-       hold_until = EXCLUDED.hold_until
- WHERE t.token IS NULL OR t.expires_at <= clock_timestamp()
-RETURNING fence";
-
-/// [`ACQUIRE`] appending its `acquired` event ([`riding`]; `$5` to `$8` its parameters, `$9`
-/// whether the event carries the fencing number).
-static ACQUIRE_RECORDING: LazyLock<String> = LazyLock::new(|| acquiring(true, false));
-
-/// [`ACQUIRE`] for a waiter: a busy row gets the waiter's mark ([`marking`], `$5` its ms).
-static ACQUIRE_WAITING: LazyLock<String> = LazyLock::new(|| acquiring(false, true));
-
-/// [`ACQUIRE_RECORDING`] for a waiter ([`marking`], `$10` its ms).
-static ACQUIRE_RECORDING_WAITING: LazyLock<String> = LazyLock::new(|| acquiring(true, true));
-
-/// [`ACQUIRE`] as the CTE `a`, with its `acquired` event (`event`: [`ACQUIRE_RECORDING`]'s
-/// parameters) and the waiter's mark (`mark`: its ms the next parameter).
-fn acquiring(event: bool, mark: bool) -> String {
-    let mut ctes = vec![format!("a AS (\n{ACQUIRE})")];
-    if event {
-        ctes.push(riding(
-            "a",
-            HistoryKind::Acquired,
-            "CASE WHEN $9 THEN a.fence END",
-            5,
-        ));
-    }
-    if mark {
-        let p = if event { 10 } else { 5 };
-        ctes.push(marking(
-            "leasehold_leases",
-            "NOT EXISTS (SELECT 1 FROM a)",
-            p,
-        ));
-    }
-    format!("WITH {}\nSELECT fence FROM a", ctes.join(",\n"))
-}
-
-/// **The waiters' mark: a release announces itself only to waiters.** A `NOTIFY` is not free:
-/// PostgreSQL serializes every committing transaction that notifies, server-wide, on one lock
-/// held through its commit (so through the WAL flush: no group commit among them), and wakes
-/// every listening server process. Sent by every release, it capped concurrent releases at one
-/// commit at a time (`issue32-target7-backend-floors.md`, session 26). So a waiter's attempt
-/// that takes nothing (`busy`, a condition on the statement's other CTEs) marks the name's rows
-/// of `table`: their `wait_until` moves to at least `$p` ms from now ([`marking_ms`]: past the
-/// waiter's next attempt), in the same statement. A release (or give-back) sends its `NOTIFY`
-/// only while its row's `wait_until` is ahead. The CTE is `m`; it returns, per row marked,
-/// whether the row is `free` at its latest version.
-///
-/// What it guarantees: a waiter is told of every release of a row it marked, as long as its
-/// mark lasts. The mark's `UPDATE` locks each row and, at `READ COMMITTED`, works on its
-/// latest committed version; a release's `UPDATE` locks its row and reads `wait_until` from
-/// its latest committed version too. So a release either commits after the mark (and sees it)
-/// or before the mark reached its row, and then:
-/// - a lock's attempt found that row free, since its upsert (`ON CONFLICT`) locks and reads the
-///   latest version before the mark, and took it;
-/// - a permit's attempt, which picks its slot by its snapshot, may have seen the slot taken,
-///   but the mark then finds the slot `free`, and the attempt looks again.
-///
-/// The waiter listens before the attempt that counts: the engine subscribes after the first
-/// busy attempt, then attempts again (`core::acquire::wait`). That first attempt may also miss
-/// a row inserted after its snapshot (the mark finds rows by it; rows are never deleted), which
-/// the attempt after subscribing then sees. A mark outlived by its waiter (a pause far past its
-/// bound) costs that waiter its wake-up, not its turn: it attempts after its pause, as without
-/// a notification. Nothing here is a safety property: a notification only wakes a waiter early.
-pub(in crate::postgres) fn marking(table: &str, busy: &str, p: usize) -> String {
-    format!(
-        "\
-m AS (UPDATE {table}
-         SET wait_until = GREATEST(wait_until, clock_timestamp() + ${p}::bigint * interval '1 millisecond')
-       WHERE key = $1 AND {busy}
-      RETURNING token IS NULL OR expires_at <= clock_timestamp() AS free)"
-    )
-}
-
-/// How long a waiter's mark lasts ([`marking`]): past its next attempt, which comes within
-/// one pause, at most the backoff's largest, twice over and a second more for a slow machine.
-pub(in crate::postgres) fn marking_ms(options: &LockOptions) -> i64 {
-    let bound = options.backoff_policy().max().saturating_mul(2) + Duration::from_secs(1);
-    i64::try_from(bound.as_millis()).unwrap_or(i64::MAX)
-}
-
-/// The remaining lease of a busy key, in ms (no row: free or expired by now).
-const REMAINING: &str = "\
-SELECT (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint
-  FROM leasehold_leases WHERE key = $1 AND token IS NOT NULL AND expires_at > clock_timestamp()";
-
-/// Release, and the notification for waiters, in one statement: one row iff released. A lock
-/// taken with [`min_hold`](LockOptions::min_hold) whose `hold_until` is still ahead (by the
-/// server's clock, read once) is kept, with our token (so `inspect` shows who holds it), until
-/// then and expires by itself, marked released: `hold_until = '-infinity'` (a value no hold
-/// has), which [`EXTEND`] and this statement refuse. Only a lock really freed is announced, and
-/// only to waiters that marked it ([`marking`]).
-const RELEASE_CTES: &str = "\
-WITH n AS (SELECT clock_timestamp() AS t),
-r AS (
-  UPDATE leasehold_leases l
-     SET token = CASE WHEN l.hold_until > n.t THEN l.token END,
-         expires_at = CASE WHEN l.hold_until > n.t THEN l.hold_until ELSE l.expires_at END,
-         hold_until = CASE WHEN l.hold_until > n.t THEN '-infinity' ELSE l.hold_until END
-    FROM n
-   WHERE l.key = $1 AND l.token = $2 AND l.expires_at > n.t
-     AND l.hold_until IS DISTINCT FROM '-infinity'
-  RETURNING l.key, l.token IS NULL AS freed, l.wait_until > n.t AS waited)";
-
-/// What a release answers: one row iff released, notifying waiters iff freed and a waiter
-/// marked the row ([`marking`]).
-const RELEASE_ANSWER: &str =
-    "SELECT CASE WHEN freed AND waited THEN pg_notify('leasehold_release', key) END FROM r";
-
-/// See [`RELEASE_CTES`].
-static RELEASE: LazyLock<String> = LazyLock::new(|| format!("{RELEASE_CTES}\n{RELEASE_ANSWER}"));
-
-/// [`RELEASE`] appending its `released` event ([`riding`]; `$3` to `$6` its parameters, `$7`
-/// the lease's fencing number).
-static RELEASE_RECORDING: LazyLock<String> = LazyLock::new(|| {
-    let event = riding("r", HistoryKind::Released, "$7::bigint", 3);
-    format!("{RELEASE_CTES},\n{event}\n{RELEASE_ANSWER}")
-});
-
-/// Extend, token-checked, never on an expired row nor on one a [`RELEASE`] keeps for its hold
-/// (`hold_until = '-infinity'`).
-const EXTEND: &str = "\
-UPDATE leasehold_leases SET expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond'
- WHERE key = $1 AND token = $2 AND expires_at > clock_timestamp()
-   AND hold_until IS DISTINCT FROM '-infinity'";
-
-/// Gives back a grant that will not be used (it came too late to be a lease, or its reply was
-/// lost): frees the row if it still has our token, whatever its hold says (the hold is for a
-/// lock that was used), and notifies waiters if one marked the row ([`marking`]).
-/// Token-checked, so it frees no one else's grant.
-const GIVE_BACK: &str = "\
-WITH r AS (
-  UPDATE leasehold_leases SET token = NULL, hold_until = NULL
-   WHERE key = $1 AND token = $2
-  RETURNING key, wait_until > clock_timestamp() AS waited)
-SELECT CASE WHEN waited THEN pg_notify('leasehold_release', key) END FROM r";
-
-const INSPECT: &str = "\
-SELECT CASE WHEN expires_at > clock_timestamp() THEN token END,
-       CASE WHEN token IS NOT NULL AND expires_at > clock_timestamp()
-            THEN (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint END,
-       fence
-  FROM leasehold_leases WHERE key = $1";
-
-const RAISE: &str = "\
-INSERT INTO leasehold_leases AS t (key, token, expires_at, fence) VALUES ($1, NULL, clock_timestamp(), $2)
-ON CONFLICT (key) DO UPDATE SET fence = GREATEST(t.fence, EXCLUDED.fence)
-RETURNING fence";
 
 /// Locks as lease rows on one PostgreSQL server. Cheap to clone.
 #[derive(Clone)]
