@@ -110,6 +110,30 @@ where
     }
 }
 
+/// Checks a bug flag's `model` as [`find`] does, until its `always` property `property` fails:
+/// prints the counterexample (with `--nocapture`), labelled `what`, and panics if there is none.
+/// The report, for further checks.
+pub fn assert_violated<M>(model: M, property: &str, what: &str) -> Report
+where
+    M: Model + Send + Sync + 'static,
+    M::State: Clone + std::fmt::Debug + std::hash::Hash + PartialEq + Send + Sync + 'static,
+    M::Action: Clone + std::fmt::Debug + PartialEq + Send + Sync + 'static,
+{
+    let report = find(model);
+    eprintln!(
+        "{what}: {} states, {:?}\n{}",
+        report.states,
+        report.elapsed,
+        report.trace(property)
+    );
+    assert!(
+        report.discovery(property).is_some(),
+        "{what}: {property:?} never violated in {} states",
+        report.states
+    );
+    report
+}
+
 impl Report {
     /// The discovery for `property`, if any.
     pub fn discovery(&self, property: &str) -> Option<&str> {

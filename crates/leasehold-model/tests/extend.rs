@@ -5,7 +5,7 @@
 //! intermediate rule give two holders, and so does application beyond the bound.
 
 use leasehold_model::extend::{ExtendModel, Rule};
-use leasehold_model::{Report, check, find};
+use leasehold_model::{Report, assert_violated, check};
 
 const OURS: &str = "the key is ours while we believe we hold it";
 
@@ -52,19 +52,7 @@ fn the_sequence_rule_is_safe_without_resends() {
 
 /// Each of these rules has a counterexample (printed with `--nocapture`).
 fn assert_found(name: &str, model: ExtendModel) -> Report {
-    let report = find(model);
-    eprintln!(
-        "extend ({name}): {} states, {:?}\n{}",
-        report.states,
-        report.elapsed,
-        report.trace(OURS)
-    );
-    assert!(
-        report.discovery(OURS).is_some(),
-        "{name}: no counterexample in {} states",
-        report.states
-    );
-    report
+    assert_violated(model, OURS, &format!("extend ({name})"))
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! The fair lock model: the fixed queue (no TTL) is safe; the old queue expiry is finding 1.
 
 use leasehold_model::fair::FairModel;
-use leasehold_model::{check, find};
+use leasehold_model::{assert_violated, check};
 
 const TWO_HOLDERS: &str = "never two holders with valid leases";
 
@@ -34,16 +34,10 @@ fn the_fair_queue_without_a_ttl_never_has_two_holders() {
 
 #[test]
 fn finding_1_an_expiring_queue_gives_two_holders() {
-    let report = find(FairModel::with_queue_expiry());
-    eprintln!(
-        "fair (queue expires): {} states\n{}",
-        report.states,
-        report.trace(TWO_HOLDERS)
-    );
-    assert!(
-        report.discovery(TWO_HOLDERS).is_some(),
-        "finding 1 not found in {} states",
-        report.states
+    assert_violated(
+        FairModel::with_queue_expiry(),
+        TWO_HOLDERS,
+        "fair (queue expires: finding 1)",
     );
 }
 
@@ -78,15 +72,9 @@ fn the_fenced_fair_lock_issues_increasing_numbers() {
 
 #[test]
 fn finding_u2_a_stale_granted_entry_makes_fencing_go_backwards() {
-    let report = find(FairModel::with_stale_grant());
-    eprintln!(
-        "fair (stale granted entry): {} states\n{}",
-        report.states,
-        report.trace(FENCING)
-    );
-    assert!(
-        report.discovery(FENCING).is_some(),
-        "finding U2 not found in {} states",
-        report.states
+    assert_violated(
+        FairModel::with_stale_grant(),
+        FENCING,
+        "fair (stale granted entry: finding U2)",
     );
 }

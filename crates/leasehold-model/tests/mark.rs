@@ -5,7 +5,7 @@
 //! nobody.
 
 use leasehold_model::mark::MarkModel;
-use leasehold_model::{check, find};
+use leasehold_model::{assert_violated, check};
 
 const MISSED: &str = "no missed release";
 
@@ -56,28 +56,13 @@ fn no_release_is_missed_by_a_semaphores_waiters() {
     );
 }
 
-/// Checks a bug flag's model (`what` names it) until it finds a release that wakes nobody.
-fn assert_missed(model: MarkModel, what: &str) {
-    let report = find(model);
-    eprintln!(
-        "mark ({what}): {} states\n{}",
-        report.states,
-        report.trace(MISSED)
-    );
-    assert!(
-        report.discovery(MISSED).is_some(),
-        "{what}: not found in {} states",
-        report.states
-    );
-}
-
 #[test]
 fn without_the_mark_a_release_is_missed() {
     let model = MarkModel {
         no_mark: true,
         ..MarkModel::lock()
     };
-    assert_missed(model, "no mark");
+    assert_violated(model, MISSED, "mark (no mark)");
 }
 
 #[test]
@@ -86,7 +71,7 @@ fn without_the_second_look_a_permits_release_is_missed() {
         no_second_look: true,
         ..MarkModel::permits()
     };
-    assert_missed(model, "no second look");
+    assert_violated(model, MISSED, "mark (no second look)");
 }
 
 #[test]
@@ -95,5 +80,5 @@ fn without_the_shortest_pause_a_permits_release_is_missed() {
         no_shortest_pause: true,
         ..MarkModel::permits()
     };
-    assert_missed(model, "no shortest pause");
+    assert_violated(model, MISSED, "mark (no shortest pause)");
 }

@@ -2,7 +2,7 @@
 //! restarts without its counter breaks fencing (the documented limit).
 
 use leasehold_model::redlock::RedlockModel;
-use leasehold_model::{check, find};
+use leasehold_model::{assert_violated, check};
 
 const TWO_HOLDERS: &str = "never two holders with valid leases";
 const FENCING: &str = "fencing numbers strictly increase across holders";
@@ -32,18 +32,9 @@ fn redlock_with_restarts_that_keep_data_is_safe_and_fenced() {
 
 #[test]
 fn a_node_restarting_without_its_counter_breaks_fencing() {
-    let report = find(RedlockModel {
+    let model = RedlockModel {
         restart_loses_data: true,
         ..RedlockModel::with_data()
-    });
-    eprintln!(
-        "redlock (restart loses data): {} states\n{}",
-        report.states,
-        report.trace(FENCING)
-    );
-    assert!(
-        report.discovery(FENCING).is_some(),
-        "no fencing counterexample in {} states",
-        report.states
-    );
+    };
+    assert_violated(model, FENCING, "redlock (restart loses data)");
 }

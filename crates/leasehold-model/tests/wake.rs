@@ -3,7 +3,7 @@
 //! invalidation, or without the attempt after registering, a release wakes nobody.
 
 use leasehold_model::wake::WakeModel;
-use leasehold_model::{check, find};
+use leasehold_model::{assert_violated, check};
 
 const MISSED: &str = "no missed release";
 
@@ -33,28 +33,13 @@ fn no_release_is_missed_by_tracking_waiters() {
     assert!(report.states > 10_000, "only {} states", report.states);
 }
 
-/// Checks a bug flag's model (`what` names it) until it finds a release that wakes nobody.
-fn assert_missed(model: WakeModel, what: &str) {
-    let report = find(model);
-    eprintln!(
-        "wake ({what}): {} states\n{}",
-        report.states,
-        report.trace(MISSED)
-    );
-    assert!(
-        report.discovery(MISSED).is_some(),
-        "{what}: not found in {} states",
-        report.states
-    );
-}
-
 #[test]
 fn without_the_read_after_an_invalidation_a_release_is_missed() {
     let model = WakeModel {
         no_reread: true,
         ..WakeModel::fixed()
     };
-    assert_missed(model, "no re-read");
+    assert_violated(model, MISSED, "wake (no re-read)");
 }
 
 #[test]
@@ -63,5 +48,5 @@ fn without_the_attempt_after_registering_a_release_is_missed() {
         no_attempt_after_register: true,
         ..WakeModel::fixed()
     };
-    assert_missed(model, "no attempt after registering");
+    assert_violated(model, MISSED, "wake (no attempt after registering)");
 }
