@@ -548,22 +548,11 @@ async fn lease_row_waiters_are_woken_by_the_release() {
         let locker = locker.clone();
         tokio::spawn(async move { locker.acquire("wake", &waiting).await })
     };
-    // Observe in the server that the waiter is listening and was refused (its last statement
-    // asked for the holder's remaining lease, which only a busy attempt does): from now on only
-    // a notification wakes it before its 120 s backoff.
+    // Observe in the server that the waiter was refused after it listened: from now on only a
+    // notification wakes it before its 120 s backoff.
     let admin = admin(&pg).await;
     until("waiter listening and refused", || async {
-        let n: i64 = admin
-            .query_one(
-                "SELECT count(*) FILTER (WHERE query = 'LISTEN leasehold_release')
-                      + count(*) FILTER (WHERE state = 'idle' AND query LIKE 'SELECT (extract(epoch FROM expires_at%')
-                   FROM pg_stat_activity",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        n == 2
+        sessions(&admin, REFUSED_AFTER_LISTENING).await == 1
     })
     .await;
     holder.release().await.unwrap();
@@ -617,6 +606,14 @@ async fn sessions(client: &tokio_postgres::Client, filter: &str) -> i64 {
 
 /// Sessions listening on the lease rows' channel.
 const LISTENING: &str = "query = 'LISTEN leasehold_release'";
+
+/// A session whose last statement was a lease-row waiter's refused attempt (a waiter's
+/// acquiring statement, the one with the mark, answered and idle, since a granted one would
+/// have ended the wait), begun after a session's `LISTEN` on the lease rows' channel had
+/// finished: the attempt the engine makes once it listens, so a release after it is announced.
+const REFUSED_AFTER_LISTENING: &str = "state = 'idle' AND query LIKE 'WITH a AS (%wait_until%'
+    AND query_start > (SELECT min(l.state_change) FROM pg_stat_activity l
+                        WHERE l.query = 'LISTEN leasehold_release' AND l.state = 'idle')";
 
 /// `opts` waiting 120 s with a backoff as long: far past the test's bound, so that only a
 /// notification wakes the waiter in time (its holder's lease, 60 s, does not end either).

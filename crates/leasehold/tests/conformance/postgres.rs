@@ -125,8 +125,9 @@ impl Subject for Pg {
     }
 
     /// Sessions: a session waits for the key's advisory lock. Lease rows: a session that started
-    /// after the mark asked for the holder's remaining lease, which only a refused attempt does,
-    /// and went idle (it waits for the release's notification or its backoff).
+    /// after the mark made a waiter's attempt (the acquiring statement with the waiters' mark)
+    /// and went idle: refused, since the key is held (it waits for the release's notification
+    /// or its backoff).
     async fn waiter_refused_since(&self, key: &str, mark: &[u64]) -> bool {
         match self.kind {
             Kind::Session => !self.advisory(key, false).await.is_empty(),
@@ -137,7 +138,7 @@ impl Subject for Pg {
                         "SELECT count(*) FROM pg_stat_activity
                           WHERE backend_start > to_timestamp($1::bigint / 1e6)
                             AND state = 'idle'
-                            AND query LIKE 'SELECT (extract(epoch FROM expires_at - clock_timestamp())%'",
+                            AND query LIKE 'WITH a AS (%wait_until%'",
                         &[&(mark[0] as i64)],
                     )
                     .await

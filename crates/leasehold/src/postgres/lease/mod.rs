@@ -5,7 +5,8 @@
 //! The table `leasehold_leases (key, token, expires_at, fence, hold_until, wait_until)` has a
 //! row per key. Acquiring is one statement: an upsert that takes the row only if it has no
 //! token or its expiry has passed (by the server's `clock_timestamp()`), sets our token and
-//! `expires_at = now + ttl`, increments `fence` and returns it. Release and extend are
+//! `expires_at = now + ttl`, increments `fence` and returns it, or, found busy, the holder's
+//! remaining lease (which bounds a waiter's pause). Release and extend are
 //! `UPDATE … WHERE token = $token AND expires_at > clock_timestamp()`: token-checked, atomic,
 //! and never on an expired lease.
 //! Waiters `LISTEN` on one connection per client and retry when their key is released (or
@@ -67,9 +68,9 @@ const INT8: Type = Type::INT8;
 
 use self::sql::{
     ACQUIRE, ACQUIRE_RECORDING, ACQUIRE_RECORDING_WAITING, ACQUIRE_WAITING, ADD_COLUMNS,
-    CREATE_TABLE, EXTEND, GIVE_BACK, INSPECT, RAISE, RELEASE, RELEASE_RECORDING, REMAINING,
+    CREATE_TABLE, EXTEND, GIVE_BACK, INSPECT, RAISE, RELEASE, RELEASE_RECORDING,
 };
-pub(in crate::postgres) use self::sql::{add_columns, marking, marking_ms};
+pub(in crate::postgres) use self::sql::{REMAINING, add_columns, marking, marking_ms};
 use super::history::{EventParams, Rider};
 use super::lease_conn::LeaseConn;
 use super::tls::{PgTls, PgTlsStream};
@@ -282,16 +283,10 @@ impl PostgresLeaseClient {
         }
     }
 
-    /// One acquiring statement; `remaining`: whether a busy answer looks up the holder's
-    /// remaining lease (a second statement); `waiting`: a waiter's attempt, which marks a busy
-    /// row so that its release is announced ([`marking`]).
-    async fn attempt(
-        &self,
-        key: &str,
-        options: &LockOptions,
-        remaining: bool,
-        waiting: bool,
-    ) -> Result<TryAcquire> {
+    /// One acquiring statement, which answers a busy row with its holder's remaining lease;
+    /// `waiting`: a waiter's attempt, which marks a busy row so that its release is announced
+    /// ([`marking`]).
+    async fn attempt(&self, key: &str, options: &LockOptions, waiting: bool) -> Result<TryAcquire> {
         let conn = self.conn().await?;
         let ttl_ms = options.ttl().as_millis() as i64;
         let min_hold_ms = options.min_hold_bound().map(|m| m.as_millis() as i64);
@@ -321,7 +316,7 @@ impl PostgresLeaseClient {
                             }
                         }
                         (None, true) => ACQUIRE_WAITING.as_str(),
-                        (None, false) => ACQUIRE,
+                        (None, false) => ACQUIRE.as_str(),
                     };
                     if waiting {
                         params.push((&mark_ms, INT8));
@@ -336,22 +331,19 @@ impl PostgresLeaseClient {
                 let (row, recorded) = Rider::ride(rider, &event, take, async {}).await;
                 let row = row?;
                 unknown.disarm();
-                let Some(row) = row else {
-                    if !remaining {
-                        return Ok(Grant::Busy { remaining: None });
+                let bad = unexpected(Operation::Acquire);
+                let row = row.ok_or_else(|| Error::UnexpectedReply {
+                    op: Operation::Acquire,
+                    detail: "no row from the acquiring statement".into(),
+                })?;
+                match row.try_get::<_, Option<i64>>(0).map_err(&bad)? {
+                    Some(fence) => Ok(Grant::Taken((fence, recorded))),
+                    None => {
+                        let ms: Option<i64> = row.try_get(1).map_err(&bad)?;
+                        let remaining = ms.map(|ms| Duration::from_millis(ms.max(0) as u64));
+                        Ok(Grant::Busy { remaining })
                     }
-                    let remaining = self
-                        .timed(
-                            Operation::Acquire,
-                            conn.query_opt(REMAINING, &[(&key, TEXT)]),
-                        )
-                        .await?
-                        .and_then(|r| r.get::<_, Option<i64>>(0))
-                        .map(|ms| Duration::from_millis(ms.max(0) as u64));
-                    return Ok(Grant::Busy { remaining });
-                };
-                let fence: i64 = row.try_get(0).map_err(unexpected(Operation::Acquire))?;
-                Ok(Grant::Taken((fence, recorded)))
+                }
             },
             async |token| {
                 let _ = self.give_back(key, token).await;
@@ -471,9 +463,7 @@ impl Attempts for LeaseRow<'_> {
 
     async fn attempt(&self, options: &LockOptions, ask: Ask) -> Result<TryAcquire> {
         let waiting = ask.wait.is_some();
-        self.client
-            .attempt(self.key, options, ask.remaining, waiting)
-            .await
+        self.client.attempt(self.key, options, waiting).await
     }
 
     fn wakes(&self) -> bool {
@@ -564,7 +554,7 @@ impl Driver for PostgresLeaseClient {
     /// `replica_ack`; connection and server errors.
     async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<TryAcquire> {
         self.check(key, options)?;
-        self.attempt(key, options, true, false).await
+        self.attempt(key, options, false).await
     }
 
     /// Takes `key`, waiting until `options.wait_bound()`, through the acquisition engine

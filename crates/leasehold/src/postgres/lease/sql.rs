@@ -45,9 +45,9 @@ END $$",
     )
 }
 
-/// Takes the row if it is free or expired; no row returned: busy. `$4`: the min_hold in ms
-/// (NULL: none), counted from the same clock reading as the expiry.
-pub(super) const ACQUIRE: &str = "\
+/// Takes the row if it is free or expired (the CTE `a`: no row returned, busy). `$4`: the
+/// min_hold in ms (NULL: none), counted from the same clock reading as the expiry.
+const TAKE: &str = "\
 INSERT INTO leasehold_leases AS t (key, token, expires_at, fence, hold_until)
 SELECT $1, $2, n + $3::bigint * interval '1 millisecond', 1,
        n + $4::bigint * interval '1 millisecond'
@@ -57,6 +57,10 @@ ON CONFLICT (key) DO UPDATE
        hold_until = EXCLUDED.hold_until
  WHERE t.token IS NULL OR t.expires_at <= clock_timestamp()
 RETURNING fence";
+
+/// One attempt at the row ([`TAKE`]), answering one row: the fencing number (NULL: busy), then,
+/// when busy, the holder's remaining lease ([`REMAINING`]), in the same statement.
+pub(super) static ACQUIRE: LazyLock<String> = LazyLock::new(|| acquiring(false, false));
 
 /// [`ACQUIRE`] appending its `acquired` event ([`riding`]; `$5` to `$8` its parameters, `$9`
 /// whether the event carries the fencing number).
@@ -69,10 +73,11 @@ pub(super) static ACQUIRE_WAITING: LazyLock<String> = LazyLock::new(|| acquiring
 pub(super) static ACQUIRE_RECORDING_WAITING: LazyLock<String> =
     LazyLock::new(|| acquiring(true, true));
 
-/// [`ACQUIRE`] as the CTE `a`, with its `acquired` event (`event`: [`ACQUIRE_RECORDING`]'s
-/// parameters) and the waiter's mark (`mark`: its ms the next parameter).
+/// [`TAKE`] as the CTE `a`, with its `acquired` event (`event`: [`ACQUIRE_RECORDING`]'s
+/// parameters) and the waiter's mark (`mark`: its ms the next parameter), answering as
+/// [`ACQUIRE`] does.
 fn acquiring(event: bool, mark: bool) -> String {
-    let mut ctes = vec![format!("a AS (\n{ACQUIRE})")];
+    let mut ctes = vec![format!("a AS (\n{TAKE})")];
     if event {
         ctes.push(riding(
             "a",
@@ -89,7 +94,10 @@ fn acquiring(event: bool, mark: bool) -> String {
             p,
         ));
     }
-    format!("WITH {}\nSELECT fence FROM a", ctes.join(",\n"))
+    format!(
+        "WITH {}\nSELECT (SELECT fence FROM a), CASE WHEN NOT EXISTS (SELECT 1 FROM a) THEN {REMAINING} END",
+        ctes.join(",\n")
+    )
 }
 
 /// **The waiters' mark: a release announces itself only to waiters.** A `NOTIFY` is not free:
@@ -136,10 +144,15 @@ pub(in crate::postgres) fn marking_ms(options: &LockOptions) -> i64 {
     i64::try_from(bound.as_millis()).unwrap_or(i64::MAX)
 }
 
-/// The remaining lease of a busy key, in ms (no row: free or expired by now).
-pub(super) const REMAINING: &str = "\
-SELECT (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint
-  FROM leasehold_leases WHERE key = $1 AND token IS NOT NULL AND expires_at > clock_timestamp()";
+/// The remaining lease of `$1`'s row, in ms, as a scalar subquery (NULL: free or expired by
+/// now), read by the statement's snapshot: what an acquiring statement that found the row busy
+/// answers, to bound the waiter's pause. A holder that changed since the snapshot (a race)
+/// may make it another lease's or NULL; either only moves the next attempt, which is
+/// token-checked as every attempt is.
+pub(in crate::postgres) const REMAINING: &str = "\
+(SELECT (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint
+   FROM leasehold_leases
+  WHERE key = $1 AND token IS NOT NULL AND expires_at > clock_timestamp())";
 
 /// Release, and the notification for waiters, in one statement: one row iff released. A lock
 /// taken with [`min_hold`](LockOptions::min_hold) whose `hold_until` is still ahead (by the

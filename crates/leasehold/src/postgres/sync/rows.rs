@@ -18,7 +18,9 @@ use crate::core::outcome::TryAcquire;
 use crate::core::sync::{Election, Leader, LeaderChanges, Semaphore, SemaphoreProvider};
 use crate::core::token::LockToken;
 use crate::postgres::Timed;
-use crate::postgres::lease::{NameReleases, PostgresLeaseClient, add_columns, marking, marking_ms};
+use crate::postgres::lease::{
+    NameReleases, PostgresLeaseClient, REMAINING, add_columns, marking, marking_ms,
+};
 use crate::postgres::params::validate_pg_key;
 use crate::postgres::{is_create_race, unexpected};
 
@@ -143,10 +145,7 @@ e AS (
   RETURNING term),
 n AS (SELECT pg_notify('leasehold_release', $1) FROM e),
 {}
-SELECT (SELECT term FROM e), (SELECT count(*) FROM n),
-       (SELECT (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint
-          FROM leasehold_leases
-         WHERE key = $1 AND token IS NOT NULL AND expires_at > clock_timestamp())",
+SELECT (SELECT term FROM e), (SELECT count(*) FROM n), {REMAINING}",
         marking("leasehold_leases", "NOT EXISTS (SELECT 1 FROM a)", 5)
     )
 });
