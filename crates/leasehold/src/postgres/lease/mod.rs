@@ -67,7 +67,7 @@ const TEXT: Type = Type::TEXT;
 const INT8: Type = Type::INT8;
 
 use self::sql::{
-    ACQUIRE, ACQUIRE_RECORDING, ACQUIRE_RECORDING_WAITING, ACQUIRE_WAITING, ADD_COLUMNS,
+    ACQUIRE, ACQUIRE_RECORDING, ACQUIRE_RECORDING_WAITING, ACQUIRE_WAITING, ADD_COLUMNS, BUSY_FOR,
     CREATE_TABLE, EXTEND, GIVE_BACK, INSPECT, RAISE, RELEASE, RELEASE_RECORDING,
 };
 pub(in crate::postgres) use self::sql::{REMAINING, add_columns, marking, marking_ms};
@@ -283,9 +283,9 @@ impl PostgresLeaseClient {
         }
     }
 
-    /// One acquiring statement, which answers a busy row with its holder's remaining lease;
-    /// `waiting`: a waiter's attempt, which marks a busy row so that its release is announced
-    /// ([`marking`]).
+    /// One acquiring statement (two for a plain one found busy, [`ACQUIRE`]), which answers a
+    /// busy row with its holder's remaining lease; `waiting`: a waiter's attempt, which marks a
+    /// busy row so that its release is announced ([`marking`]).
     async fn attempt(&self, key: &str, options: &LockOptions, waiting: bool) -> Result<TryAcquire> {
         let conn = self.conn().await?;
         let ttl_ms = options.ttl().as_millis() as i64;
@@ -316,7 +316,7 @@ impl PostgresLeaseClient {
                             }
                         }
                         (None, true) => ACQUIRE_WAITING.as_str(),
-                        (None, false) => ACQUIRE.as_str(),
+                        (None, false) => ACQUIRE,
                     };
                     if waiting {
                         params.push((&mark_ms, INT8));
@@ -332,18 +332,24 @@ impl PostgresLeaseClient {
                 let row = row?;
                 unknown.disarm();
                 let bad = unexpected(Operation::Acquire);
-                let row = row.ok_or_else(|| Error::UnexpectedReply {
-                    op: Operation::Acquire,
-                    detail: "no row from the acquiring statement".into(),
-                })?;
-                match row.try_get::<_, Option<i64>>(0).map_err(&bad)? {
-                    Some(fence) => Ok(Grant::Taken((fence, recorded))),
-                    None => {
-                        let ms: Option<i64> = row.try_get(1).map_err(&bad)?;
-                        let remaining = ms.map(|ms| Duration::from_millis(ms.max(0) as u64));
-                        Ok(Grant::Busy { remaining })
-                    }
-                }
+                let ms = match row {
+                    Some(row) => match row.try_get::<_, Option<i64>>(0).map_err(&bad)? {
+                        Some(fence) => return Ok(Grant::Taken((fence, recorded))),
+                        None => row.try_get::<_, Option<i64>>(1).map_err(&bad)?,
+                    },
+                    // The plain upsert, busy: it cannot say for how long.
+                    None => self
+                        .timed(
+                            Operation::Acquire,
+                            conn.query_opt(&BUSY_FOR, &[(&key, TEXT)]),
+                        )
+                        .await?
+                        .map(|r| r.try_get::<_, Option<i64>>(0).map_err(&bad))
+                        .transpose()?
+                        .flatten(),
+                };
+                let remaining = ms.map(|ms| Duration::from_millis(ms.max(0) as u64));
+                Ok(Grant::Busy { remaining })
             },
             async |token| {
                 let _ = self.give_back(key, token).await;

@@ -45,9 +45,12 @@ END $$",
     )
 }
 
-/// Takes the row if it is free or expired (the CTE `a`: no row returned, busy). `$4`: the
-/// min_hold in ms (NULL: none), counted from the same clock reading as the expiry.
-const TAKE: &str = "\
+/// Takes the row if it is free or expired; no row returned: busy. `$4`: the min_hold in ms
+/// (NULL: none), counted from the same clock reading as the expiry. One plain upsert, what
+/// `try_acquire` sends: the uncontended path at the floor's cost (W1B); a busy answer asks for
+/// the remaining lease in a second statement ([`BUSY_FOR`]). The other forms are CTEs
+/// ([`acquiring`]) and answer it themselves.
+pub(super) const ACQUIRE: &str = "\
 INSERT INTO leasehold_leases AS t (key, token, expires_at, fence, hold_until)
 SELECT $1, $2, n + $3::bigint * interval '1 millisecond', 1,
        n + $4::bigint * interval '1 millisecond'
@@ -58,26 +61,24 @@ ON CONFLICT (key) DO UPDATE
  WHERE t.token IS NULL OR t.expires_at <= clock_timestamp()
 RETURNING fence";
 
-/// One attempt at the row ([`TAKE`]), answering one row: the fencing number (NULL: busy), then,
-/// when busy, the holder's remaining lease ([`REMAINING`]), in the same statement.
-pub(super) static ACQUIRE: LazyLock<String> = LazyLock::new(|| acquiring(false, false));
-
 /// [`ACQUIRE`] appending its `acquired` event ([`riding`]; `$5` to `$8` its parameters, `$9`
-/// whether the event carries the fencing number).
+/// whether the event carries the fencing number). One row, always: the fencing number (NULL:
+/// busy), then, when busy, the holder's remaining lease ([`REMAINING`]).
 pub(super) static ACQUIRE_RECORDING: LazyLock<String> = LazyLock::new(|| acquiring(true, false));
 
 /// [`ACQUIRE`] for a waiter: a busy row gets the waiter's mark ([`marking`], `$5` its ms).
+/// Answers as [`ACQUIRE_RECORDING`] does: no second statement before the waiter's pause.
 pub(super) static ACQUIRE_WAITING: LazyLock<String> = LazyLock::new(|| acquiring(false, true));
 
 /// [`ACQUIRE_RECORDING`] for a waiter ([`marking`], `$10` its ms).
 pub(super) static ACQUIRE_RECORDING_WAITING: LazyLock<String> =
     LazyLock::new(|| acquiring(true, true));
 
-/// [`TAKE`] as the CTE `a`, with its `acquired` event (`event`: [`ACQUIRE_RECORDING`]'s
+/// [`ACQUIRE`] as the CTE `a`, with its `acquired` event (`event`: [`ACQUIRE_RECORDING`]'s
 /// parameters) and the waiter's mark (`mark`: its ms the next parameter), answering as
-/// [`ACQUIRE`] does.
+/// [`ACQUIRE_RECORDING`] does.
 fn acquiring(event: bool, mark: bool) -> String {
-    let mut ctes = vec![format!("a AS (\n{TAKE})")];
+    let mut ctes = vec![format!("a AS (\n{ACQUIRE})")];
     if event {
         ctes.push(riding(
             "a",
@@ -153,6 +154,9 @@ pub(in crate::postgres) const REMAINING: &str = "\
 (SELECT (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint
    FROM leasehold_leases
   WHERE key = $1 AND token IS NOT NULL AND expires_at > clock_timestamp())";
+
+/// [`REMAINING`] as a statement of its own: what a busy [`ACQUIRE`] sends next.
+pub(super) static BUSY_FOR: LazyLock<String> = LazyLock::new(|| format!("SELECT {REMAINING}"));
 
 /// Release, and the notification for waiters, in one statement: one row iff released. A lock
 /// taken with [`min_hold`](LockOptions::min_hold) whose `hold_until` is still ahead (by the
