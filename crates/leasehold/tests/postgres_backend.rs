@@ -551,10 +551,7 @@ async fn lease_row_waiters_are_woken_by_the_release() {
     // Observe in the server that the waiter was refused after it listened: from now on only a
     // notification wakes it before its 120 s backoff.
     let admin = admin(&pg).await;
-    until("waiter listening and refused", || async {
-        sessions(&admin, REFUSED_AFTER_LISTENING).await == 1
-    })
-    .await;
+    refused_after_listening(&admin, 1).await;
     holder.release().await.unwrap();
     let got = tokio::time::timeout(BOUND, waiter)
         .await
@@ -609,11 +606,36 @@ const LISTENING: &str = "query = 'LISTEN leasehold_release'";
 
 /// A session whose last statement was a lease-row waiter's refused attempt (a waiter's
 /// acquiring statement, the one with the mark, answered and idle, since a granted one would
-/// have ended the wait), begun after a session's `LISTEN` on the lease rows' channel had
+/// have ended the wait), begun after the last `LISTEN` on the lease rows' channel had
 /// finished: the attempt the engine makes once it listens, so a release after it is announced.
 const REFUSED_AFTER_LISTENING: &str = "state = 'idle' AND query LIKE 'WITH a AS (%wait_until%'
-    AND query_start > (SELECT min(l.state_change) FROM pg_stat_activity l
+    AND query_start > (SELECT max(l.state_change) FROM pg_stat_activity l
                         WHERE l.query = 'LISTEN leasehold_release' AND l.state = 'idle')";
+
+/// Sessions listening on the lease rows' channel, their `LISTEN` finished.
+const LISTENED: &str = "query = 'LISTEN leasehold_release' AND state = 'idle'";
+
+/// Until the `n`-th waiter of a test (each on a locker of its own, the earlier ones paused)
+/// has been refused after it listened: `n` listeners, and an attempt after the last one's
+/// `LISTEN`.
+async fn refused_after_listening(admin: &tokio_postgres::Client, n: i64) {
+    until("the waiter refused after it listened", || async {
+        sessions(admin, LISTENED).await == n && sessions(admin, REFUSED_AFTER_LISTENING).await == 1
+    })
+    .await;
+}
+
+/// The lease row of `key` as the server has it now: its version (`xmin`) and its mark.
+async fn row_mark(admin: &tokio_postgres::Client, key: &str) -> (String, String) {
+    let row = admin
+        .query_one(
+            "SELECT xmin::text, wait_until::text FROM leasehold_leases WHERE key = $1",
+            &[&key],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1))
+}
 
 /// `opts` waiting 120 s with a backoff as long: far past the test's bound, so that only a
 /// notification wakes the waiter in time (its holder's lease, 60 s, does not end either).
@@ -755,6 +777,100 @@ async fn a_lease_row_release_is_announced_only_to_a_marked_row() {
 #[tokio::test]
 async fn a_lease_row_permit_release_is_announced_only_to_a_marked_slot() {
     releases_are_announced_only_to_marked_rows(MarkedRows::Permit).await;
+}
+
+/// An admin connection, a 60 s lock's options, and the lease row `key` held with them.
+async fn held_row(pg: &Postgres, key: &str) -> (tokio_postgres::Client, LockOptions, LockGuard) {
+    let opts = LockOptions::new(Duration::from_secs(60));
+    let holder = Locker::connect(&lease_url(pg)).await.unwrap();
+    let held = holder.acquire(key, &opts).await.unwrap();
+    (admin(pg).await, opts, held)
+}
+
+/// A lock's waiter that finds the row's mark lasting (at least half of its own ahead) leaves
+/// the row alone: waiters that lose a handoff do not write the row one after another under its
+/// row lock, for the next release to queue behind. The mark still covers them: both waiters,
+/// with 120 s backoffs, are woken by the releases.
+#[tokio::test]
+async fn a_lasting_mark_is_not_written_again() {
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    let (admin, opts, held) = held_row(&pg, "lasting").await;
+    let (mut waiters, mut marks) = (Vec::new(), Vec::new());
+    for n in 1..=2 {
+        let locker = Locker::connect(&lease_url(&pg)).await.unwrap();
+        let waiting = patient(&opts);
+        waiters.push(tokio::spawn(async move {
+            let got = locker.acquire("lasting", &waiting).await.unwrap();
+            got.release().await.unwrap();
+        }));
+        refused_after_listening(&admin, n).await;
+        marks.push(row_mark(&admin, "lasting").await);
+    }
+    assert_eq!(marks[0], marks[1], "the second waiter wrote the row");
+    held.release().await.unwrap();
+    for waiter in waiters {
+        tokio::time::timeout(BOUND, waiter)
+            .await
+            .expect("woken by a release, not the backoff")
+            .unwrap();
+    }
+}
+
+/// A mark that ends before this waiter's next attempt is written again: a waiter with a
+/// 100 ms backoff (a 1.2 s mark) gives up, and a patient one (120 s backoff) then marks the
+/// row for itself, so a release after the short mark ended still wakes it.
+#[tokio::test]
+async fn a_mark_too_short_for_the_waiter_is_written_again() {
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    let (admin, opts, held) = held_row(&pg, "short").await;
+    let brief = opts
+        .clone()
+        .wait(Duration::from_millis(300))
+        .backoff(leasehold::Backoff::constant(Duration::from_millis(100)));
+    let hasty = Locker::connect(&lease_url(&pg)).await.unwrap();
+    assert!(matches!(
+        hasty.acquire("short", &brief).await,
+        Err(Error::NotAcquired { .. })
+    ));
+    let (_, short) = row_mark(&admin, "short").await;
+    let waiter = {
+        let locker = Locker::connect(&lease_url(&pg)).await.unwrap();
+        let waiting = patient(&opts);
+        tokio::spawn(async move { locker.acquire("short", &waiting).await.unwrap() })
+    };
+    refused_after_listening(&admin, 2).await;
+    let (_, own) = row_mark(&admin, "short").await;
+    let later: bool = admin
+        .query_one(
+            "SELECT $1::text::timestamptz > $2::text::timestamptz",
+            &[&own, &short],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        later,
+        "the patient waiter kept a mark too short for it: {own} after {short}"
+    );
+    until("the short mark ended, by the server's clock", || async {
+        admin
+            .query_one(
+                "SELECT clock_timestamp() > $1::text::timestamptz",
+                &[&short],
+            )
+            .await
+            .unwrap()
+            .get::<_, bool>(0)
+    })
+    .await;
+    held.release().await.unwrap();
+    let got = taken(waiter, "woken by the release, which its own mark announced").await;
+    got.release().await.unwrap();
+    drop(hasty);
 }
 
 /// A lease row taken away by the lock table's force-release is announced to its marked

@@ -93,6 +93,7 @@ fn acquiring(event: bool, mark: bool) -> String {
             "leasehold_leases",
             "NOT EXISTS (SELECT 1 FROM a)",
             p,
+            true,
         ));
     }
     format!(
@@ -128,12 +129,33 @@ fn acquiring(event: bool, mark: bool) -> String {
 /// the attempt after subscribing then sees. A mark outlived by its waiter (a pause far past its
 /// bound) costs that waiter its wake-up, not its turn: it attempts after its pause, as without
 /// a notification. Nothing here is a safety property: a notification only wakes a waiter early.
-pub(in crate::postgres) fn marking(table: &str, busy: &str, p: usize) -> String {
+///
+/// **A mark that lasts is not written again** (`lasting`: a lock's attempt and a campaign's,
+/// whose upsert has just locked and read the name's one row). When the row's mark is at least
+/// half of `$p` ahead, the attempt leaves the row alone. Otherwise every waiter that loses a
+/// handoff would write the row again, one after another under its row lock, and the next
+/// release would queue behind them all (W3B: sixteen waiters on one name). Such a mark covers
+/// this waiter as its own would:
+/// - `wait_until` never moves back: only this `GREATEST` and an election's `'infinity'` write
+///   it, and rows are never deleted. So the mark the attempt's snapshot shows is at most the
+///   row's latest, and any release before it ends is announced.
+/// - Half of [`marking_ms`] is the backoff's largest pause and half a second more, so the mark
+///   lasts past this waiter's next attempt, as the argument above needs.
+///
+/// A permit's attempt always writes: its `free` answer needs every slot at its latest version.
+pub(in crate::postgres) fn marking(table: &str, busy: &str, p: usize, lasting: bool) -> String {
+    let short = match lasting {
+        true => format!(
+            "\n         AND (wait_until IS NULL \
+             OR wait_until < clock_timestamp() + ${p}::bigint * interval '0.5 millisecond')"
+        ),
+        false => String::new(),
+    };
     format!(
         "\
 m AS (UPDATE {table}
          SET wait_until = GREATEST(wait_until, clock_timestamp() + ${p}::bigint * interval '1 millisecond')
-       WHERE key = $1 AND {busy}
+       WHERE key = $1 AND {busy}{short}
       RETURNING token IS NULL OR expires_at <= clock_timestamp() AS free)"
     )
 }

@@ -65,7 +65,12 @@ fn permit_acquire(waiting: bool) -> String {
         true => (
             format!(
                 ",\n{}",
-                marking("leasehold_permits", "NOT EXISTS (SELECT 1 FROM cand)", 5)
+                marking(
+                    "leasehold_permits",
+                    "NOT EXISTS (SELECT 1 FROM cand)",
+                    5,
+                    false
+                )
             ),
             "(SELECT coalesce(bool_or(free), false) FROM m)",
         ),
@@ -146,7 +151,7 @@ e AS (
 n AS (SELECT pg_notify('leasehold_release', $1) FROM e),
 {}
 SELECT (SELECT term FROM e), (SELECT count(*) FROM n), {REMAINING}",
-        marking("leasehold_leases", "NOT EXISTS (SELECT 1 FROM a)", 5)
+        marking("leasehold_leases", "NOT EXISTS (SELECT 1 FROM a)", 5, true)
     )
 });
 
