@@ -283,9 +283,9 @@ impl PostgresLeaseClient {
         }
     }
 
-    /// One acquiring statement (two for a plain one found busy, [`ACQUIRE`]), which answers a
-    /// busy row with its holder's remaining lease; `waiting`: a waiter's attempt, which marks a
-    /// busy row so that its release is announced ([`marking`]).
+    /// One acquiring statement, whose answer to a busy row carries its holder's remaining
+    /// lease (a one-try attempt's asks for it in a second, [`ACQUIRE`]); `waiting`: a waiter's
+    /// attempt, which marks a busy row so that its release is announced ([`marking`]).
     async fn attempt(&self, key: &str, options: &LockOptions, waiting: bool) -> Result<TryAcquire> {
         let conn = self.conn().await?;
         let ttl_ms = options.ttl().as_millis() as i64;
@@ -337,7 +337,7 @@ impl PostgresLeaseClient {
                         Some(fence) => return Ok(Grant::Taken((fence, recorded))),
                         None => row.try_get::<_, Option<i64>>(1).map_err(&bad)?,
                     },
-                    // The plain upsert, busy: it cannot say for how long.
+                    // A one-try attempt, busy: its statement does not say for how long.
                     None => self
                         .timed(
                             Operation::Acquire,

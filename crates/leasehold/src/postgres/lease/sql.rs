@@ -47,9 +47,9 @@ END $$",
 
 /// Takes the row if it is free or expired; no row returned: busy. `$4`: the min_hold in ms
 /// (NULL: none), counted from the same clock reading as the expiry. One plain upsert, what
-/// `try_acquire` sends: the uncontended path at the floor's cost (W1B); a busy answer asks for
-/// the remaining lease in a second statement ([`BUSY_FOR`]). The other forms are CTEs
-/// ([`acquiring`]) and answer it themselves.
+/// `try_acquire` sends: the uncontended path at the floor's cost (W1B). A one-try attempt found
+/// busy asks for the remaining lease in a second statement ([`BUSY_FOR`]); a waiter's attempt
+/// answers it itself ([`ACQUIRE_WAITING`]), before the pause it bounds.
 pub(super) const ACQUIRE: &str = "\
 INSERT INTO leasehold_leases AS t (key, token, expires_at, fence, hold_until)
 SELECT $1, $2, n + $3::bigint * interval '1 millisecond', 1,
@@ -62,21 +62,22 @@ ON CONFLICT (key) DO UPDATE
 RETURNING fence";
 
 /// [`ACQUIRE`] appending its `acquired` event ([`riding`]; `$5` to `$8` its parameters, `$9`
-/// whether the event carries the fencing number). One row, always: the fencing number (NULL:
-/// busy), then, when busy, the holder's remaining lease ([`REMAINING`]).
+/// whether the event carries the fencing number). Answers as [`ACQUIRE`] does.
 pub(super) static ACQUIRE_RECORDING: LazyLock<String> = LazyLock::new(|| acquiring(true, false));
 
-/// [`ACQUIRE`] for a waiter: a busy row gets the waiter's mark ([`marking`], `$5` its ms).
-/// Answers as [`ACQUIRE_RECORDING`] does: no second statement before the waiter's pause.
+/// [`ACQUIRE`] for a waiter: a busy row gets the waiter's mark ([`marking`], `$5` its ms). One
+/// row, always: the fencing number (NULL: busy), then, when busy, the holder's remaining lease
+/// ([`REMAINING`]): no second statement before the waiter's pause.
 pub(super) static ACQUIRE_WAITING: LazyLock<String> = LazyLock::new(|| acquiring(false, true));
 
-/// [`ACQUIRE_RECORDING`] for a waiter ([`marking`], `$10` its ms).
+/// [`ACQUIRE_RECORDING`] for a waiter ([`marking`], `$10` its ms), answering as
+/// [`ACQUIRE_WAITING`] does.
 pub(super) static ACQUIRE_RECORDING_WAITING: LazyLock<String> =
     LazyLock::new(|| acquiring(true, true));
 
 /// [`ACQUIRE`] as the CTE `a`, with its `acquired` event (`event`: [`ACQUIRE_RECORDING`]'s
 /// parameters) and the waiter's mark (`mark`: its ms the next parameter), answering as
-/// [`ACQUIRE_RECORDING`] does.
+/// [`ACQUIRE`] does, or with the mark as [`ACQUIRE_WAITING`] does.
 fn acquiring(event: bool, mark: bool) -> String {
     let mut ctes = vec![format!("a AS (\n{ACQUIRE})")];
     if event {
@@ -96,10 +97,13 @@ fn acquiring(event: bool, mark: bool) -> String {
             true,
         ));
     }
-    format!(
-        "WITH {}\nSELECT (SELECT fence FROM a), CASE WHEN NOT EXISTS (SELECT 1 FROM a) THEN {REMAINING} END",
-        ctes.join(",\n")
-    )
+    let answer = match mark {
+        true => format!(
+            "SELECT (SELECT fence FROM a), CASE WHEN NOT EXISTS (SELECT 1 FROM a) THEN {REMAINING} END"
+        ),
+        false => "SELECT fence FROM a".to_string(),
+    };
+    format!("WITH {}\n{answer}", ctes.join(",\n"))
 }
 
 /// **The waiters' mark: a release announces itself only to waiters.** A `NOTIFY` is not free:
@@ -177,7 +181,8 @@ pub(in crate::postgres) const REMAINING: &str = "\
    FROM leasehold_leases
   WHERE key = $1 AND token IS NOT NULL AND expires_at > clock_timestamp())";
 
-/// [`REMAINING`] as a statement of its own: what a busy [`ACQUIRE`] sends next.
+/// [`REMAINING`] as a statement of its own: what a busy one-try attempt ([`ACQUIRE`],
+/// [`ACQUIRE_RECORDING`]) sends next.
 pub(super) static BUSY_FOR: LazyLock<String> = LazyLock::new(|| format!("SELECT {REMAINING}"));
 
 /// Release, and the notification for waiters, in one statement: one row iff released. A lock
