@@ -789,8 +789,8 @@ async fn held_row(pg: &Postgres, key: &str) -> (tokio_postgres::Client, LockOpti
 
 /// A lock's waiter that finds the row's mark lasting (at least half of its own ahead) leaves
 /// the row alone: waiters that lose a handoff do not write the row one after another under its
-/// row lock, for the next release to queue behind. The mark still covers them: both waiters,
-/// with 120 s backoffs, are woken by the releases.
+/// row lock. The mark still covers them: both waiters, with 120 s backoffs, are woken by the
+/// releases.
 #[tokio::test]
 async fn a_lasting_mark_is_not_written_again() {
     let Some(pg) = postgres_for_test() else {

@@ -5,8 +5,9 @@
 //! The table `leasehold_leases (key, token, expires_at, fence, hold_until, wait_until)` has a
 //! row per key. Acquiring is one statement: an upsert that takes the row only if it has no
 //! token or its expiry has passed (by the server's `clock_timestamp()`), sets our token and
-//! `expires_at = now + ttl`, increments `fence` and returns it, or, found busy, the holder's
-//! remaining lease (which bounds a waiter's pause). Release and extend are
+//! `expires_at = now + ttl`, increments `fence` and returns it (a waiter's statement, found
+//! busy, returns the holder's remaining lease instead, which bounds its pause). Release and
+//! extend are
 //! `UPDATE … WHERE token = $token AND expires_at > clock_timestamp()`: token-checked, atomic,
 //! and never on an expired lease.
 //! Waiters `LISTEN` on one connection per client and retry when their key is released (or
@@ -553,7 +554,8 @@ impl HeldLock for LeaseRowHeld {
 
 #[async_trait::async_trait]
 impl Driver for PostgresLeaseClient {
-    /// One attempt to take `key`: one statement.
+    /// One attempt to take `key`: one statement, and one more when busy (the holder's remaining
+    /// lease).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad key or TTL; [`Error::Unsupported`] for

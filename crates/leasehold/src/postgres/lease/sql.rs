@@ -137,9 +137,9 @@ fn acquiring(event: bool, mark: bool) -> String {
 /// **A mark that lasts is not written again** (`lasting`: a lock's attempt and a campaign's,
 /// whose upsert has just locked and read the name's one row). When the row's mark is at least
 /// half of `$p` ahead, the attempt leaves the row alone. Otherwise every waiter that loses a
-/// handoff would write the row again, one after another under its row lock, and the next
-/// release would queue behind them all (W3B: sixteen waiters on one name). Such a mark covers
-/// this waiter as its own would:
+/// handoff writes the row again, one after another under its row lock: a third more server
+/// work per losing attempt with eight waiters (`issue32-target7-backend-floors.md`, session
+/// 27). Such a mark covers this waiter as its own would:
 /// - `wait_until` never moves back: only this `GREATEST` and an election's `'infinity'` write
 ///   it, and rows are never deleted. So the mark the attempt's snapshot shows is at most the
 ///   row's latest, and any release before it ends is announced.
