@@ -21,7 +21,7 @@
 //! model lets it lapse as that attempt begins, and when the waiter wins (the earliest it may).
 //! A waiter's bit stands for "the row's `wait_until` lasts past this waiter's next attempt",
 //! whoever wrote it: a lock's attempt that finds the row's mark lasting (at least half of its
-//! own ahead, `marking`'s `lasting`) leaves the row alone, and is modelled as the mark it would
+//! own ahead, `Remark::UnlessLasting`) leaves the row alone, and is modelled as the mark it would
 //! have written, which is what the row's mark then does for it. An expiry frees a slot without
 //! a notification, which the waiter's pause covers (it never runs past the holder's remaining
 //! lease).

@@ -71,7 +71,7 @@ use self::sql::{
     ACQUIRE, ACQUIRE_RECORDING, ACQUIRE_RECORDING_WAITING, ACQUIRE_WAITING, ADD_COLUMNS, BUSY_FOR,
     CREATE_TABLE, EXTEND, GIVE_BACK, INSPECT, RAISE, RELEASE, RELEASE_RECORDING,
 };
-pub(in crate::postgres) use self::sql::{REMAINING, add_columns, marking, marking_ms};
+pub(in crate::postgres) use self::sql::{REMAINING, Remark, add_columns, marking, marking_ms};
 use super::history::{EventParams, Rider};
 use super::lease_conn::LeaseConn;
 use super::tls::{PgTls, PgTlsStream};

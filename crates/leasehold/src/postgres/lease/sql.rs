@@ -94,7 +94,7 @@ fn acquiring(event: bool, mark: bool) -> String {
             "leasehold_leases",
             "NOT EXISTS (SELECT 1 FROM a)",
             p,
-            true,
+            Remark::UnlessLasting,
         ));
     }
     let answer = match mark {
@@ -134,12 +134,12 @@ fn acquiring(event: bool, mark: bool) -> String {
 /// bound) costs that waiter its wake-up, not its turn: it attempts after its pause, as without
 /// a notification. Nothing here is a safety property: a notification only wakes a waiter early.
 ///
-/// **A mark that lasts is not written again** (`lasting`: a lock's attempt and a campaign's,
-/// whose upsert has just locked and read the name's one row). When the row's mark is at least
-/// half of `$p` ahead, the attempt leaves the row alone. Otherwise every waiter that loses a
-/// handoff writes the row again, one after another under its row lock: a third more server
-/// work per losing attempt with eight waiters (`issue32-target7-backend-floors.md`, session
-/// 27). Such a mark covers this waiter as its own would:
+/// **A mark that lasts is not written again** ([`Remark::UnlessLasting`]: a lock's attempt and
+/// a campaign's, whose upsert has just locked and read the name's one row). When its mark is
+/// at least half of `$p` ahead, the attempt leaves the row alone. Otherwise every waiter that
+/// loses a handoff writes the row again, one after another under its row lock: a third more
+/// server work per losing attempt with eight waiters (`issue32-target7-backend-floors.md`,
+/// session 27). Such a mark covers this waiter as its own would:
 /// - `wait_until` never moves back: only this `GREATEST` and an election's `'infinity'` write
 ///   it, and rows are never deleted. So the mark the attempt's snapshot shows is at most the
 ///   row's latest, and any release before it ends is announced.
@@ -147,13 +147,13 @@ fn acquiring(event: bool, mark: bool) -> String {
 ///   lasts past this waiter's next attempt, as the argument above needs.
 ///
 /// A permit's attempt always writes: its `free` answer needs every slot at its latest version.
-pub(in crate::postgres) fn marking(table: &str, busy: &str, p: usize, lasting: bool) -> String {
-    let short = match lasting {
-        true => format!(
+pub(in crate::postgres) fn marking(table: &str, busy: &str, p: usize, mark: Remark) -> String {
+    let short = match mark {
+        Remark::UnlessLasting => format!(
             "\n         AND (wait_until IS NULL \
              OR wait_until < clock_timestamp() + ${p}::bigint * interval '0.5 millisecond')"
         ),
-        false => String::new(),
+        Remark::Always => String::new(),
     };
     format!(
         "\
@@ -162,6 +162,15 @@ m AS (UPDATE {table}
        WHERE key = $1 AND {busy}{short}
       RETURNING token IS NULL OR expires_at <= clock_timestamp() AS free)"
     )
+}
+
+/// Which marked rows a waiter's attempt writes again ([`marking`]).
+#[derive(Clone, Copy)]
+pub(in crate::postgres) enum Remark {
+    /// Every row (a permit's attempt: its `free` answer needs each slot's latest version).
+    Always,
+    /// Only a row whose mark ends within half of this waiter's own (a lock's, a campaign's).
+    UnlessLasting,
 }
 
 /// How long a waiter's mark lasts ([`marking`]): past its next attempt, which comes within

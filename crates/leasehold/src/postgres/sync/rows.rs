@@ -19,7 +19,7 @@ use crate::core::sync::{Election, Leader, LeaderChanges, Semaphore, SemaphorePro
 use crate::core::token::LockToken;
 use crate::postgres::Timed;
 use crate::postgres::lease::{
-    NameReleases, PostgresLeaseClient, REMAINING, add_columns, marking, marking_ms,
+    NameReleases, PostgresLeaseClient, REMAINING, Remark, add_columns, marking, marking_ms,
 };
 use crate::postgres::params::validate_pg_key;
 use crate::postgres::{is_create_race, unexpected};
@@ -69,7 +69,7 @@ fn permit_acquire(waiting: bool) -> String {
                     "leasehold_permits",
                     "NOT EXISTS (SELECT 1 FROM cand)",
                     5,
-                    false
+                    Remark::Always
                 )
             ),
             "(SELECT coalesce(bool_or(free), false) FROM m)",
@@ -151,7 +151,12 @@ e AS (
 n AS (SELECT pg_notify('leasehold_release', $1) FROM e),
 {}
 SELECT (SELECT term FROM e), (SELECT count(*) FROM n), {REMAINING}",
-        marking("leasehold_leases", "NOT EXISTS (SELECT 1 FROM a)", 5, true)
+        marking(
+            "leasehold_leases",
+            "NOT EXISTS (SELECT 1 FROM a)",
+            5,
+            Remark::UnlessLasting
+        )
     )
 });
 
