@@ -13,9 +13,12 @@
 //! attempt, the subscription (`LISTEN`), the attempt right after it, `mark_seen` before each
 //! attempt, the pause).
 //!
-//! **Actors.** Two waiters of client W (one `LISTEN` connection: a notification of the name
-//! reaches every waiter that listens), and another client X that takes free slots, releases
-//! them, or lets them expire (a budget of [`MarkModel::x_steps`] steps). A waiter that wins
+//! **Actors.** Two waiters of client W (one `LISTEN` connection), and another client X that
+//! takes free slots, releases them, or lets them expire (a budget of [`MarkModel::x_steps`]
+//! steps). A notification of the name reaches every permit waiter that listens, but only *one*
+//! of a lock's waiters (`OneWake`, `postgres::lease::Listening`): the first registered one
+//! asleep, or, with none asleep, a permit that the next one to pause uses (and the next one to
+//! attempt uses up); it goes with the name's last registered waiter. A waiter that wins
 //! holds, then releases like any holder. **Time** is not modelled: a mark lasts past its
 //! waiter's next attempt (`marking_ms`: twice the backoff's largest pause and a second); the
 //! model lets it lapse as that attempt begins, and when the waiter wins (the earliest it may).
@@ -34,6 +37,7 @@
 //! **Bug flags.** `no_mark`: a waiting attempt marks nothing (every release not announced).
 //! `no_second_look`: a permit's attempt ignores a slot its mark found freed since its snapshot.
 //! `no_shortest_pause`: after `permits + 1` lost looks the waiter sleeps its backoff.
+//! `no_permit`: a lock's notification that finds none of its waiters asleep is dropped.
 
 use stateright::{Model, Property};
 
@@ -77,6 +81,13 @@ pub enum Waiter {
         /// Looks made in this attempt.
         looks: u8,
     },
+    /// Its attempt was refused on the server (the row marked): the answer is on its way, and
+    /// then the waiter pauses (or, after its first attempt, listens). A release may be
+    /// announced in between.
+    Answered {
+        /// Its first attempt (before it listens).
+        first: bool,
+    },
     /// Busy at its first attempt: about to listen (`LISTEN`), then attempt again.
     Subscribing,
     /// About to attempt (`mark_seen`, then the statement).
@@ -98,8 +109,12 @@ pub struct MarkState {
     pub waiters: Vec<Waiter>,
     /// Which waiters listen (their receiver exists).
     pub listening: Vec<bool>,
-    /// A notification each waiter received since its `mark_seen`.
+    /// A notification each waiter received since its `mark_seen` (a permit's waiters: each
+    /// sees every release).
     pub heard: Vec<bool>,
+    /// The lock waiters' one-per-release wake-up's stored permit (`OneWake`: a release that
+    /// found none of them asleep), shared by the registered waiters.
+    pub permit: bool,
     /// Notifications committed and not yet delivered to W's listening connection.
     pub in_flight: u8,
     /// Steps X has left.
@@ -130,9 +145,12 @@ pub enum MarkAction {
     Try(u8, u8),
     /// A permit attempt, none looking free, marks every slot.
     Mark(u8),
+    /// Waiter `i` has its attempt's busy answer: it listens (its first) or pauses.
+    Pause(u8),
     /// Waiter `i` listens (`LISTEN`), then is ready to attempt.
     Listen(u8),
-    /// A notification reaches W: every listening waiter hears it; sleepers wake.
+    /// A notification reaches W: for a lock, one registered waiter asleep wakes (or the permit
+    /// is left); for permits, every listening waiter hears it, and sleepers wake.
     Deliver,
     /// Waiter `i` releases its slot (`NOTIFY` iff marked).
     Release(u8),
@@ -151,6 +169,9 @@ pub struct MarkModel {
     pub no_second_look: bool,
     /// Bug flag: after `permits + 1` lost looks the waiter sleeps.
     pub no_shortest_pause: bool,
+    /// Bug flag: a lock's notification that finds none of its waiters asleep is dropped
+    /// (`Notify::notify_waiters`' semantics) instead of left as a permit.
+    pub no_permit: bool,
 }
 
 impl MarkModel {
@@ -162,6 +183,7 @@ impl MarkModel {
             no_mark: false,
             no_second_look: false,
             no_shortest_pause: false,
+            no_permit: false,
         }
     }
 
@@ -193,7 +215,19 @@ impl MarkState {
         slot.free_by_expiry = false;
         if let Holder::W(i) = holder {
             self.lapse(i);
+            // Its wait ends: the last registered waiter of the name takes the name's wake-up,
+            // and its permit, with it.
+            self.waiters[i as usize] = Waiter::Holding(s);
+            if !(0..WAITERS).any(|j| self.registered(j)) {
+                self.permit = false;
+            }
         }
+    }
+
+    /// Waiter `i` is registered for the name's releases: it listens and still waits.
+    fn registered(&self, i: u8) -> bool {
+        self.listening[i as usize]
+            && !matches!(self.waiters[i as usize], Waiter::Holding(_) | Waiter::Done)
     }
 
     /// Waiter `i`'s marks lapse (the earliest they may: see the module docs).
@@ -211,16 +245,38 @@ impl MarkState {
     }
 
     /// A waiting attempt found nothing: after its first, it listens; else it sleeps unless it
-    /// heard a release since `mark_seen`.
+    /// heard a release since `mark_seen` (a lock's waiter: unless a permit was left).
     fn busy(&mut self, i: u8, first: bool) {
         let i = i as usize;
+        let released = if self.slots.len() == 1 {
+            std::mem::take(&mut self.permit)
+        } else {
+            std::mem::take(&mut self.heard[i])
+        };
         self.waiters[i] = if first {
             Waiter::Subscribing
-        } else if std::mem::take(&mut self.heard[i]) {
+        } else if released {
             Waiter::Ready
         } else {
             Waiter::Asleep
         };
+    }
+
+    /// A notification reaches a lock's waiters (`OneWake`): the first registered one asleep
+    /// wakes, or, with none asleep, a permit is left for the registered ones.
+    fn wake_one(&mut self, model: &MarkModel) {
+        let asleep = (0..WAITERS)
+            .find(|&i| self.registered(i) && self.waiters[i as usize] == Waiter::Asleep);
+        match asleep {
+            Some(i) => {
+                self.waiters[i as usize] = Waiter::Ready;
+                self.woken = true;
+            }
+            None if !model.no_permit && (0..WAITERS).any(|i| self.registered(i)) => {
+                self.permit = true;
+            }
+            None => {}
+        }
     }
 
     /// W is quiet: nothing in flight that could still wake a sleeper by itself.
@@ -250,6 +306,7 @@ impl Model for MarkModel {
             waiters: vec![Waiter::Start; WAITERS as usize],
             listening: vec![false; WAITERS as usize],
             heard: vec![false; WAITERS as usize],
+            permit: false,
             in_flight: 0,
             x_steps: self.x_steps,
             second_look: false,
@@ -288,6 +345,7 @@ impl Model for MarkModel {
                         }
                     }
                 }
+                Waiter::Answered { .. } => actions.push(MarkAction::Pause(i)),
                 Waiter::Subscribing => actions.push(MarkAction::Listen(i)),
                 Waiter::Holding(_) => actions.push(MarkAction::Release(i)),
                 Waiter::Asleep | Waiter::Done => {}
@@ -322,7 +380,9 @@ impl Model for MarkModel {
             MarkAction::Begin(i) => {
                 let first = st.waiters[i as usize] == Waiter::Start;
                 if !first {
-                    st.heard[i as usize] = false; // `mark_seen`
+                    // `mark_seen`: the attempt covers every release so far.
+                    st.heard[i as usize] = false;
+                    st.permit = false;
                 }
                 st.lapse(i);
                 st.waiters[i as usize] = Waiter::Attempting {
@@ -338,10 +398,9 @@ impl Model for MarkModel {
                 };
                 if st.slots[0].holder == Holder::Free {
                     st.take(0, Holder::W(i));
-                    st.waiters[i as usize] = Waiter::Holding(0);
                 } else {
                     st.mark(i, 0, self);
-                    st.busy(i, first);
+                    st.waiters[i as usize] = Waiter::Answered { first };
                 }
             }
             MarkAction::Snapshot(i) => {
@@ -367,7 +426,6 @@ impl Model for MarkModel {
                 };
                 if st.slots[s as usize].holder == Holder::Free {
                     st.take(s, Holder::W(i));
-                    st.waiters[i as usize] = Waiter::Holding(s);
                 } else {
                     st.look_again(i, first, looks + 1, self);
                 }
@@ -385,12 +443,22 @@ impl Model for MarkModel {
                     st.second_look = true;
                     st.look_again(i, first, looks + 1, self);
                 } else {
-                    st.busy(i, first);
+                    st.waiters[i as usize] = Waiter::Answered { first };
                 }
+            }
+            MarkAction::Pause(i) => {
+                let Waiter::Answered { first } = st.waiters[i as usize] else {
+                    return None;
+                };
+                st.busy(i, first);
             }
             MarkAction::Listen(i) => {
                 st.listening[i as usize] = true;
                 st.waiters[i as usize] = Waiter::Ready;
+            }
+            MarkAction::Deliver if self.slots == 1 => {
+                st.in_flight -= 1;
+                st.wake_one(self);
             }
             MarkAction::Deliver => {
                 st.in_flight -= 1;
@@ -454,7 +522,7 @@ impl MarkState {
                 looks,
             };
         } else if model.no_shortest_pause {
-            self.busy(i, first);
+            self.waiters[i as usize] = Waiter::Answered { first };
         } else if first {
             self.waiters[i as usize] = Waiter::Subscribing;
         } else {

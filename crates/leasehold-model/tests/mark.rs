@@ -82,3 +82,12 @@ fn without_the_shortest_pause_a_permits_release_is_missed() {
     };
     assert_violated(model, MISSED, "mark (no shortest pause)");
 }
+
+#[test]
+fn without_the_permit_a_locks_release_is_missed() {
+    let model = MarkModel {
+        no_permit: true,
+        ..MarkModel::lock()
+    };
+    assert_violated(model, MISSED, "mark (no permit)");
+}

@@ -12,6 +12,8 @@ use leasehold_harness::{
 };
 use tokio_postgres::NoTls;
 
+mod lease_waiters;
+
 /// Only keeps a broken test from hanging; every wait below observes state.
 const BOUND: Duration = Duration::from_secs(30);
 

@@ -38,6 +38,10 @@ use crate::core::options::{Backoff, FOREVER, LockOptions};
 use crate::core::outcome::TryAcquire;
 use crate::core::token::LockToken;
 
+mod one_wake;
+
+pub(crate) use one_wake::OneWake;
+
 /// What the engine asks of one attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Ask {

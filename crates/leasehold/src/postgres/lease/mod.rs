@@ -11,7 +11,9 @@
 //! `UPDATE … WHERE token = $token AND expires_at > clock_timestamp()`: token-checked, atomic,
 //! and never on an expired lease.
 //! Waiters `LISTEN` on one connection per client and retry when their key is released (or
-//! after a backoff with jitter, never longer than the holder's remaining lease): a waiter's
+//! after a backoff with jitter, never longer than the holder's remaining lease); a release
+//! wakes one of the client's lock waiters of the key ([`OneWake`], through [`Listening`]), since
+//! only one can take it, and every waiter of a semaphore or an election: a waiter's
 //! attempt that finds the row busy marks it (`wait_until`), and a release of a marked row sends
 //! `NOTIFY leasehold_release` with the key, in the same statement. An unmarked release sends
 //! nothing: PostgreSQL serializes every notifying commit server-wide ([`marking`]). With
@@ -52,11 +54,12 @@
 
 mod sql;
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
-use tokio::sync::broadcast;
+use tokio::sync::{Notify, broadcast};
 use tokio_postgres::AsyncMessage;
 use tokio_postgres::types::Type;
 
@@ -76,7 +79,7 @@ use super::history::{EventParams, Rider};
 use super::lease_conn::LeaseConn;
 use super::tls::{PgTls, PgTlsStream};
 use super::{is_create_race, pg_error, timeout_error, unexpected, validate_pg_key};
-use crate::core::acquire::{Ask, Attempts, Grant, OnAbandon, Wakeup, granted};
+use crate::core::acquire::{Ask, Attempts, Grant, OnAbandon, OneWake, Wakeup, granted};
 use crate::core::driver::{Driver, Kind};
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::HeldLock;
@@ -104,8 +107,28 @@ struct Inner {
     options: ClientOptions,
     /// The shared connection (requests are pipelined on it); replaced when it closes.
     conn: tokio::sync::Mutex<Option<Arc<LeaseConn>>>,
-    /// Released keys, from the LISTEN connection (opened by the first waiter).
-    releases: Mutex<Option<broadcast::Sender<String>>>,
+    /// Released keys, from the LISTEN connection (opened by the first waiter; held while it
+    /// opens, so that waiters starting together open one).
+    releases: tokio::sync::Mutex<Option<Arc<Listening>>>,
+}
+
+/// Where the LISTEN connection's notifications go: every release to each broadcast receiver
+/// (a semaphore's and an election's waiters, a leader's watch), and to *one* of the client's
+/// lock waiters of the released name ([`OneWake`]), since only one of them can take it.
+struct Listening {
+    released: broadcast::Sender<String>,
+    /// The lock waiters' shared wake-up of each name, with how many waiters share it.
+    locks: Mutex<HashMap<String, (Arc<Notify>, usize)>>,
+}
+
+impl Listening {
+    fn deliver(&self, key: &str) {
+        let _ = self.released.send(key.to_string());
+        let locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((one, _)) = locks.get(key) {
+            one.notify_one();
+        }
+    }
 }
 
 impl std::fmt::Debug for PostgresLeaseClient {
@@ -136,7 +159,7 @@ impl PostgresLeaseClient {
                 tls,
                 options,
                 conn: tokio::sync::Mutex::new(None),
-                releases: Mutex::new(None),
+                releases: tokio::sync::Mutex::new(None),
             }),
             history: None,
         };
@@ -190,67 +213,89 @@ impl PostgresLeaseClient {
         Ok(client)
     }
 
-    /// A receiver of released keys: the LISTEN connection is opened on first use.
-    pub(super) async fn releases(&self) -> Result<broadcast::Receiver<String>> {
-        if let Some(tx) = self
-            .inner
-            .releases
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-        {
-            return Ok(tx.subscribe());
+    /// The LISTEN connection's notifications, opened on first use.
+    async fn listening(&self) -> Result<Arc<Listening>> {
+        let mut current = self.inner.releases.lock().await;
+        if let Some(listening) = current.as_ref() {
+            return Ok(listening.clone());
         }
         let (client, mut connection) = self.connect_raw().await?;
         let client = Arc::new(client);
-        let (tx, rx) = broadcast::channel(1024);
-        let sender = tx.clone();
+        let listening = Arc::new(Listening {
+            released: broadcast::channel(1024).0,
+            locks: Mutex::default(),
+        });
+        let to = listening.clone();
         let inner = Arc::downgrade(&self.inner);
         // The client lives as long as the task reads the connection's notifications.
         let keep = client.clone();
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             let _client = keep;
             let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
             use futures_util::StreamExt;
             while let Some(message) = messages.next().await {
                 match message {
-                    Ok(AsyncMessage::Notification(n)) => {
-                        let _ = sender.send(n.payload().to_string());
-                    }
+                    Ok(AsyncMessage::Notification(n)) => to.deliver(n.payload()),
                     Ok(_) => {}
                     Err(_) => break,
                 }
             }
             // The connection ended: the next waiter opens a new one.
             if let Some(inner) = inner.upgrade() {
-                *inner.releases.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                let mut current = inner.releases.lock().await;
+                if current.as_ref().is_some_and(|l| Arc::ptr_eq(l, &to)) {
+                    *current = None;
+                }
             }
         });
-        client
-            .batch_execute("LISTEN leasehold_release")
-            .await
-            .map_err(|e| pg_error(Operation::Acquire, true, e))?;
-        *self
-            .inner
-            .releases
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(tx);
-        Ok(rx)
+        // Bounded: the waiters of this client wait for it (they then poll).
+        let bound = self.inner.options.connect_timeout;
+        let listened =
+            match tokio::time::timeout(bound, client.batch_execute("LISTEN leasehold_release"))
+                .await
+            {
+                Ok(r) => r.map_err(|e| pg_error(Operation::Acquire, true, e)),
+                Err(_) => Err(timeout_error(Operation::Acquire, true)),
+            };
+        if let Err(e) = listened {
+            task.abort(); // closes the connection
+            return Err(e);
+        }
+        *current = Some(listening.clone());
+        Ok(listening)
     }
 
     /// The releases of `name` (`None` if the LISTEN connection could not be opened).
     pub(super) async fn releases_of(&self, name: &str) -> Option<NameReleases> {
-        let released = self.releases().await.ok()?;
+        let listening = self.listening().await.ok()?;
         Some(NameReleases {
-            released,
+            released: listening.released.subscribe(),
             name: name.to_string(),
         })
     }
 
-    /// [`Attempts::wakeups`] of a waiter for `name`: its releases, or (`None`) polling.
+    /// [`Attempts::wakeups`] of a waiter for `name` that every release wakes (a permit's, a
+    /// candidate's): its releases, or (`None`) polling.
     pub(super) async fn wakeups(&self, name: &str) -> Option<Box<dyn Wakeup>> {
         let releases = self.releases_of(name).await?;
         Some(Box::new(releases) as Box<dyn Wakeup>)
+    }
+
+    /// [`Attempts::wakeups`] of a lock's waiter for `name`: one of the client's lock waiters of
+    /// `name` is woken per release ([`OneWake`]), or (`None`) polling.
+    async fn lock_wakeups(&self, name: &str) -> Option<Box<dyn Wakeup>> {
+        let listening = self.listening().await.ok()?;
+        let one = {
+            let mut locks = listening.locks.lock().unwrap_or_else(|p| p.into_inner());
+            let (one, refs) = locks.entry(name.to_string()).or_default();
+            *refs += 1;
+            OneWake::new(one.clone())
+        };
+        Some(Box::new(LockReleases {
+            listening,
+            name: name.to_string(),
+            one,
+        }) as Box<dyn Wakeup>)
     }
 
     pub(super) fn check(&self, key: &str, options: &LockOptions) -> Result<()> {
@@ -478,7 +523,7 @@ impl Attempts for LeaseRow<'_> {
     }
 
     async fn wakeups(&self) -> Option<Box<dyn Wakeup>> {
-        self.client.wakeups(self.key).await
+        self.client.lock_wakeups(self.key).await
     }
 }
 
@@ -519,6 +564,42 @@ impl Wakeup for NameReleases {
 
     fn released(&mut self) -> BoxFuture<'_, ()> {
         Box::pin(self.next())
+    }
+}
+
+/// A lock waiter's registration for its name's releases: one lock waiter of the client is
+/// woken per release ([`Listening`]).
+struct LockReleases {
+    listening: Arc<Listening>,
+    name: String,
+    one: OneWake,
+}
+
+impl Wakeup for LockReleases {
+    fn mark_seen(&mut self) {
+        self.one.mark_seen();
+    }
+
+    fn released(&mut self) -> BoxFuture<'_, ()> {
+        Box::pin(self.one.released())
+    }
+}
+
+impl Drop for LockReleases {
+    fn drop(&mut self) {
+        // The last waiter of the name takes its wake-up with it (a permit left there is
+        // nobody's); `one` hands a wake-up it did not answer on to the others, if any.
+        let mut locks = self
+            .listening
+            .locks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some((_, refs)) = locks.get_mut(&self.name) {
+            *refs -= 1;
+            if *refs == 0 {
+                locks.remove(&self.name);
+            }
+        }
     }
 }
 

@@ -87,11 +87,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 
-use crate::core::acquire::Wakeup;
+use crate::core::acquire::{OneWake, Wakeup};
 use crate::redis::handoff::{EarlyGrant, EarlyTerms};
 use crate::redis::slot::release_channel;
 use crate::redis::topology::SubscriberSource;
@@ -311,9 +310,8 @@ pub(crate) struct Subscription {
     rx: watch::Receiver<u64>,
     /// A fair waiter's ticket and its handoff messages.
     ticket: Option<(String, mpsc::UnboundedReceiver<Delivery>)>,
-    /// A plain-lock waiter's share of the channel's one-per-release wake-up, and whether it
-    /// was woken and has not attempted since (it then hands the wake-up on if it leaves).
-    one: Option<(Arc<Notify>, bool)>,
+    /// A plain-lock waiter's share of the channel's one-per-release wake-up.
+    one: Option<OneWake>,
 }
 
 impl Notifier {
@@ -350,14 +348,10 @@ impl Notifier {
 
     /// Subscribes to the release channel of `name` as one of the waiters for a plain lock: each
     /// release wakes *one* such waiter of this client (the longest waiting), not all of them,
-    /// since only one can take the lock. Waiters of other kinds (read-write locks, elections,
-    /// semaphores, fair waiters) still see every release.
-    ///
-    /// **No release is left without a local attempt after it**: a release that finds no such
-    /// waiter asleep leaves a permit that the next one to sleep (or to attempt) consumes; a
-    /// waiter woken by it attempts next, or, if it leaves first (deadline, cancellation), hands
-    /// the wake-up to the next waiter. Whoever then holds the lock wakes the next waiter with
-    /// its own release. The test `one_waiter_is_woken_per_release` fails if a release is lost.
+    /// since only one can take the lock ([`OneWake`] says why no release is left without an
+    /// attempt after it). Waiters of other kinds (read-write locks, elections, semaphores, fair
+    /// waiters) still see every release. The test `one_waiter_is_woken_per_release` fails if a
+    /// release is lost.
     pub(crate) async fn subscribe_one(&self, name: &str) -> Option<Subscription> {
         self.subscribe_as(release_channel(name), Some(name), None, true)
             .await
@@ -456,7 +450,7 @@ impl Notifier {
                 local.insert(t.clone(), LocalWaiter { tx, early: None });
                 (t, rx)
             });
-            let one = one.then(|| (c.one.clone(), false));
+            let one = one.then(|| OneWake::new(c.one.clone()));
             // The key is read once per arming, not once per waiter: a waiter that comes while
             // it is armed (or being armed by an earlier waiter's read) registers for free.
             let track = match (&c.key, c.armed) {
@@ -583,20 +577,16 @@ impl Subscription {
     /// during or after the attempt wakes [`Subscription::released`].
     pub(crate) fn mark_seen(&mut self) {
         self.rx.borrow_and_update();
-        if let Some((notify, woken)) = self.one.as_mut() {
-            // The attempt about to go out covers every release so far: a permit one of them
-            // left is used up by it, and a wake-up this waiter got is answered by it.
-            let _ = notify.notified().now_or_never();
-            *woken = false;
+        if let Some(one) = self.one.as_mut() {
+            one.mark_seen();
         }
     }
 
     /// Resolves at the next release notification (never, if the subscriber connection died);
     /// for a [`Notifier::subscribe_one`] waiter, at the next release that picks it.
     pub(crate) async fn released(&mut self) {
-        if let Some((notify, woken)) = self.one.as_mut() {
-            notify.notified().await;
-            *woken = true;
+        if let Some(one) = self.one.as_mut() {
+            one.released().await;
             return;
         }
         if self.rx.changed().await.is_err() {
@@ -640,10 +630,6 @@ impl Wakeup for Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        if let Some((notify, true)) = &self.one {
-            // Woken, but leaving without the attempt: the release is another waiter's now.
-            notify.notify_one();
-        }
         if let Some((ticket, _)) = &self.ticket {
             let mut local = self.hub.local.lock().unwrap_or_else(|p| p.into_inner());
             local.remove(ticket);

@@ -1,0 +1,73 @@
+//! Lease-row waiters of one client: one woken per release, through one `LISTEN` connection.
+
+use leasehold::Locker;
+use leasehold_harness::postgres_for_test;
+
+use super::{LISTENING, held_row, lease_url, patient, sessions, until};
+
+/// A statement-level trigger on the leases' table counting the statements that insert into it:
+/// every acquiring statement (a one-try upsert, a waiter's, taken or busy), and nothing else a
+/// lock sends (its release and extend only update). Counted in the statement's own transaction.
+const COUNT_ATTEMPTS: &str = "
+    CREATE TABLE attempts_counted (n bigint NOT NULL);
+    INSERT INTO attempts_counted VALUES (0);
+    CREATE FUNCTION count_attempt() RETURNS trigger LANGUAGE plpgsql AS
+      $$ BEGIN UPDATE attempts_counted SET n = n + 1; RETURN NULL; END $$;
+    CREATE TRIGGER count_attempts BEFORE INSERT ON leasehold_leases
+      FOR EACH STATEMENT EXECUTE FUNCTION count_attempt();";
+
+async fn attempts(admin: &tokio_postgres::Client) -> i64 {
+    admin
+        .query_one("SELECT n FROM attempts_counted", &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// One release wakes one of a client's lock waiters of the name, not all of them: ten waiters
+/// of one locker each take the lock in turn and release it at once, and the whole chain costs
+/// about one attempt a waiter, counted on the server. Waking them all at each release would
+/// cost 10 + 9 + ... + 1 = 55. No release is lost: the waiters' 120 s backoff is far past the
+/// test's bound, so a release that woke nobody would leave the rest asleep. And waiters that
+/// start together listen on one connection.
+#[tokio::test]
+async fn one_lease_row_waiter_is_woken_per_release() {
+    const WAITERS: i64 = 10;
+    let Some(pg) = postgres_for_test() else {
+        return;
+    };
+    let (admin, opts, held) = held_row(&pg, "chain").await;
+    admin.batch_execute(COUNT_ATTEMPTS).await.unwrap();
+    let locker = Locker::connect(&lease_url(&pg)).await.unwrap();
+    let mut waiters = Vec::new();
+    for _ in 0..WAITERS {
+        let (locker, waiting) = (locker.clone(), patient(&opts));
+        waiters.push(tokio::spawn(async move {
+            let got = locker.acquire("chain", &waiting).await.unwrap();
+            got.release().await.unwrap();
+        }));
+    }
+    // Each waiter's first attempt, and its attempt once it listens: from then on only a
+    // release wakes it (the holder's lease is 60 s).
+    until("every waiter refused after it listened", || async {
+        attempts(&admin).await >= 2 * WAITERS
+    })
+    .await;
+    assert_eq!(
+        sessions(&admin, LISTENING).await,
+        1,
+        "the waiters of one client opened more than one LISTEN connection"
+    );
+    held.release().await.unwrap();
+    for waiter in waiters {
+        tokio::time::timeout(super::BOUND, waiter)
+            .await
+            .expect("a waiter missed its wake-up")
+            .unwrap();
+    }
+    let chain = attempts(&admin).await - 2 * WAITERS;
+    assert!(
+        chain <= 2 * WAITERS,
+        "{chain} attempts for {WAITERS} handoffs: waiters woken in a herd"
+    );
+}
