@@ -18,7 +18,9 @@
 //! steps). A notification of the name reaches every permit waiter that listens, but only *one*
 //! of a lock's waiters (`OneWake`, `postgres::lease::Listening`): the first registered one
 //! asleep, or, with none asleep, a permit that the next one to pause uses (and the next one to
-//! attempt uses up); it goes with the name's last registered waiter. A waiter that wins
+//! attempt uses up); it goes with the name's last registered waiter. A lock's release by one of
+//! W's waiters wakes one of W's lock waiters as soon as it is on the connection, before the
+//! server runs it (`released_here`), and still sends its `NOTIFY` when it runs. A waiter that wins
 //! holds, then releases like any holder. **Time** is not modelled: a mark lasts past its
 //! waiter's next attempt (`marking_ms`: twice the backoff's largest pause and a second); the
 //! model lets it lapse as that attempt begins, and when the waiter wins (the earliest it may).
@@ -38,6 +40,9 @@
 //! `no_second_look`: a permit's attempt ignores a slot its mark found freed since its snapshot.
 //! `no_shortest_pause`: after `permits + 1` lost looks the waiter sleeps its backoff.
 //! `no_permit`: a lock's notification that finds none of its waiters asleep is dropped.
+//! `no_notify_after_local_wake`: a lock's release by W that woke one of W's waiters at once
+//! (`released_here`, before the server runs the release) sends no `NOTIFY`: the woken waiter may
+//! attempt before the release runs, and then nobody is woken by it.
 
 use stateright::{Model, Property};
 
@@ -96,6 +101,9 @@ pub enum Waiter {
     Asleep,
     /// Holds the slot it names.
     Holding(u8),
+    /// A lock's holder whose release is on its connection: one of W's lock waiters was woken
+    /// at once (`released_here`), and the server has not run the release yet.
+    Releasing(u8),
     /// Released.
     Done,
 }
@@ -124,6 +132,9 @@ pub struct MarkState {
     pub second_look: bool,
     /// A waiter was woken by a notification (an example property).
     pub woken: bool,
+    /// A waiter woken by its client's release found the row still held by that release's
+    /// holder: its attempt ran before the release (an example property).
+    pub early_busy: bool,
 }
 
 /// A step.
@@ -152,8 +163,11 @@ pub enum MarkAction {
     /// A notification reaches W: for a lock, one registered waiter asleep wakes (or the permit
     /// is left); for permits, every listening waiter hears it, and sleepers wake.
     Deliver,
-    /// Waiter `i` releases its slot (`NOTIFY` iff marked).
+    /// Waiter `i` releases its slot (`NOTIFY` iff marked); a lock's holder puts its release on
+    /// its connection and wakes one of W's lock waiters at once (`released_here`).
     Release(u8),
+    /// The server runs waiter `i`'s release (a lock's): `NOTIFY` iff marked.
+    RunRelease(u8),
 }
 
 /// The model.
@@ -172,6 +186,8 @@ pub struct MarkModel {
     /// Bug flag: a lock's notification that finds none of its waiters asleep is dropped
     /// (`Notify::notify_waiters`' semantics) instead of left as a permit.
     pub no_permit: bool,
+    /// Bug flag: a lock's release by W that woke one of W's waiters at once sends no `NOTIFY`.
+    pub no_notify_after_local_wake: bool,
 }
 
 impl MarkModel {
@@ -184,6 +200,7 @@ impl MarkModel {
             no_second_look: false,
             no_shortest_pause: false,
             no_permit: false,
+            no_notify_after_local_wake: false,
         }
     }
 
@@ -227,7 +244,10 @@ impl MarkState {
     /// Waiter `i` is registered for the name's releases: it listens and still waits.
     fn registered(&self, i: u8) -> bool {
         self.listening[i as usize]
-            && !matches!(self.waiters[i as usize], Waiter::Holding(_) | Waiter::Done)
+            && !matches!(
+                self.waiters[i as usize],
+                Waiter::Holding(_) | Waiter::Releasing(_) | Waiter::Done
+            )
     }
 
     /// Waiter `i`'s marks lapse (the earliest they may: see the module docs).
@@ -311,6 +331,7 @@ impl Model for MarkModel {
             x_steps: self.x_steps,
             second_look: false,
             woken: false,
+            early_busy: false,
         }]
     }
 
@@ -348,6 +369,7 @@ impl Model for MarkModel {
                 Waiter::Answered { .. } => actions.push(MarkAction::Pause(i)),
                 Waiter::Subscribing => actions.push(MarkAction::Listen(i)),
                 Waiter::Holding(_) => actions.push(MarkAction::Release(i)),
+                Waiter::Releasing(_) => actions.push(MarkAction::RunRelease(i)),
                 Waiter::Asleep | Waiter::Done => {}
             }
         }
@@ -399,6 +421,11 @@ impl Model for MarkModel {
                 if st.slots[0].holder == Holder::Free {
                     st.take(0, Holder::W(i));
                 } else {
+                    if let Holder::W(h) = st.slots[0].holder
+                        && matches!(st.waiters[h as usize], Waiter::Releasing(_))
+                    {
+                        st.early_busy = true;
+                    }
                     st.mark(i, 0, self);
                     st.waiters[i as usize] = Waiter::Answered { first };
                 }
@@ -474,12 +501,30 @@ impl Model for MarkModel {
                     }
                 }
             }
+            MarkAction::Release(i) if self.slots == 1 => {
+                let Waiter::Holding(s) = st.waiters[i as usize] else {
+                    return None;
+                };
+                st.waiters[i as usize] = Waiter::Releasing(s);
+                st.wake_one(self);
+            }
             MarkAction::Release(i) => {
                 let Waiter::Holding(s) = st.waiters[i as usize] else {
                     return None;
                 };
                 st.waiters[i as usize] = Waiter::Done;
                 st.release(s);
+            }
+            MarkAction::RunRelease(i) => {
+                let Waiter::Releasing(s) = st.waiters[i as usize] else {
+                    return None;
+                };
+                st.waiters[i as usize] = Waiter::Done;
+                let in_flight = st.in_flight;
+                st.release(s);
+                if self.no_notify_after_local_wake {
+                    st.in_flight = in_flight;
+                }
             }
         }
         Some(st)
@@ -501,6 +546,10 @@ impl Model for MarkModel {
             Property::sometimes("both waiters win", |_, st: &MarkState| {
                 st.waiters.iter().all(|w| *w == Waiter::Done)
             }),
+            Property::sometimes(
+                "a waiter woken by its client's release attempts before the release runs",
+                |_, st: &MarkState| st.early_busy,
+            ),
             Property::sometimes(
                 "a waiter looks again at a slot freed since its snapshot",
                 |_, st: &MarkState| st.second_look,

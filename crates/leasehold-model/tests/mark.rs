@@ -39,7 +39,11 @@ fn no_release_is_missed_by_a_locks_waiters() {
     assert_covered(
         MarkModel::lock(),
         "lock",
-        &["a sleeper is woken by a release", "both waiters win"],
+        &[
+            "a sleeper is woken by a release",
+            "both waiters win",
+            "a waiter woken by its client's release attempts before the release runs",
+        ],
     );
 }
 
@@ -90,4 +94,13 @@ fn without_the_permit_a_locks_release_is_missed() {
         ..MarkModel::lock()
     };
     assert_violated(model, MISSED, "mark (no permit)");
+}
+
+#[test]
+fn without_the_notify_after_a_local_wake_a_locks_release_is_missed() {
+    let model = MarkModel {
+        no_notify_after_local_wake: true,
+        ..MarkModel::lock()
+    };
+    assert_violated(model, MISSED, "mark (no notify after a local wake)");
 }

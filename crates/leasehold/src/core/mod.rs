@@ -14,6 +14,7 @@ pub mod metrics;
 pub(crate) mod options;
 pub(crate) mod outcome;
 pub(crate) mod owner;
+pub(crate) mod queued;
 pub(crate) mod renew;
 pub(crate) mod report;
 pub(crate) mod sync;

@@ -185,36 +185,6 @@ impl ConnectionLike for ClientConnection {
     }
 }
 
-/// `call` run until its first poll, which puts its request on the connection, then `then`, then
-/// the rest of `call`: both answers.
-///
-/// **What `then` may rely on.** The library's batching connection and the `redis` crate's
-/// multiplexed connection queue a request in order at its first poll (while the socket is up),
-/// and a calling thread's socket writes it then
-/// (`redis::calling_thread`), so a command another task sends over the same connection after
-/// `then` ran reaches the server after it, and the server runs them in that order. The order
-/// is a hint, not a guarantee: the first poll may not get as far (the task's budget used up
-/// by the runtime), and a command sent over another connection (a reconnection, another
-/// thread's own socket) has no order with it. So `then` may only start what costs nothing
-/// but time when the order is lost: an early handoff its release's reply confirms
-/// (`redis::fair`), a waiter woken to attempt again (`RedisClient::release_raw`).
-///
-/// `call` comes pinned by the caller: taken by value, it would be held twice in this future
-/// (as the argument and as the pinned local it is polled from), doubling the size of every
-/// release's future, which a guard's release boxes on each call.
-pub(crate) async fn queued_then<F: Future, T>(
-    mut call: std::pin::Pin<&mut F>,
-    then: impl FnOnce() -> T,
-) -> (F::Output, T) {
-    let first = std::future::poll_fn(|cx| std::task::Poll::Ready(call.as_mut().poll(cx))).await;
-    let then = then();
-    let output = match first {
-        std::task::Poll::Ready(output) => output,
-        std::task::Poll::Pending => call.await,
-    };
-    (output, then)
-}
-
 /// `cmd`'s reply as it came out of a connection, checked: unreadable bytes are an I/O error
 /// ([`unreadable`]), and `SCRIPT LOAD` must answer the script's hash ([`check_script_hash`]).
 pub(crate) fn checked_reply(cmd: &Cmd, reply: RedisResult<Value>) -> RedisResult<Value> {

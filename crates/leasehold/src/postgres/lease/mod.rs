@@ -88,6 +88,7 @@ use crate::core::history::HistoryOptions;
 use crate::core::kind::{Backend, Taking};
 use crate::core::options::{ClientOptions, LockOptions, ttl_millis};
 use crate::core::outcome::{LockState, TryAcquire};
+use crate::core::queued::queued_then;
 use crate::core::token::LockToken;
 use crate::postgres::Timed;
 
@@ -122,8 +123,14 @@ struct Listening {
 }
 
 impl Listening {
+    /// A release of `key` was announced.
     fn deliver(&self, key: &str) {
         let _ = self.released.send(key.to_string());
+        self.wake_lock_waiter(key);
+    }
+
+    /// Wakes one of the client's lock waiters of `key`, or leaves the permit ([`OneWake`]).
+    fn wake_lock_waiter(&self, key: &str) {
         let locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((one, _)) = locks.get(key) {
             one.notify_one();
@@ -447,8 +454,8 @@ impl PostgresLeaseClient {
                 }
                 None => RELEASE.as_str(),
             };
-            self.timed(Operation::Release, conn.query(sql, &params))
-                .await
+            let call = std::pin::pin!(self.timed(Operation::Release, conn.query(sql, &params)));
+            queued_then(call, || self.released_here(key)).await.0
         };
         let event = Rider::event(rider, token);
         let (rows, _) = Rider::ride(rider, &event, free, async {}).await;
@@ -458,6 +465,21 @@ impl PostgresLeaseClient {
             });
         }
         Ok(())
+    }
+
+    /// This client's release of `key` is on its connection: one of the client's lock waiters of
+    /// `key` (if any) is woken at once, and its attempt follows the release on the connection
+    /// ([`queued_then`]), so that the handoff takes one round trip, not the release's, the
+    /// notification's and the attempt's. Only a hint, like the notification: a release that
+    /// fails, or keeps the row for its `min_hold`, costs the woken waiter one attempt that finds
+    /// the row busy (it marks it and pauses again); the release's `NOTIFY` still comes, and
+    /// wakes one waiter as any other does (it finds the row taken, or takes it).
+    fn released_here(&self, key: &str) {
+        if let Ok(current) = self.inner.releases.try_lock()
+            && let Some(listening) = current.as_ref()
+        {
+            listening.wake_lock_waiter(key);
+        }
     }
 
     /// Frees `key`'s row if `token` holds it, whatever its hold says ([`GIVE_BACK`]): for a grant

@@ -20,7 +20,7 @@
 //!
 //! **Order.** Every clone shares one socket, and a command is appended to the shared buffer at
 //! the first poll of its future (while the link is up), so commands reach the server in the
-//! order their futures were first polled, as `connection::queued_then` relies on.
+//! order their futures were first polled, as `core::queued::queued_then` relies on.
 //!
 //! **Failures.** A failed read or write, or a command unanswered for the response timeout,
 //! ends the socket: every command waiting on it fails with an I/O error (ambiguous: it may have

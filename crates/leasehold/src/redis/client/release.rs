@@ -4,9 +4,9 @@ use redis::Value;
 
 use crate::core::error::{Error, Operation, Result};
 use crate::core::history::{HistoryEvent, HistoryKind};
+use crate::core::queued::queued_then;
 use crate::core::token::LockToken;
 use crate::redis::calling_thread::RoutedConnection;
-use crate::redis::connection::queued_then;
 use crate::redis::history::{history_key, record_args, without_refusal};
 use crate::redis::scripts::{
     EXTEND_SCRIPT, MIN_HOLD_RELEASE_SCRIPT, RELEASE_NOTIFY_SCRIPT, RELEASE_RECORDED_SCRIPT,

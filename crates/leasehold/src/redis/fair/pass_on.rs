@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 use redis::Script;
 
 use crate::core::error::{Operation, Result};
+use crate::core::queued::queued_then;
 use crate::redis::client::RedisClient;
-use crate::redis::connection::queued_then;
 use crate::redis::slot::{fair_entry_key, fair_queue_key, fence_key};
 
 use super::early::EarlyHandoff;

@@ -51,7 +51,7 @@
 //! A release by the waiters' own client does not wait for its invalidation to come back, nor
 //! for its own reply: once the delete is on the wire, the client wakes its waiters of that key
 //! itself (`Notifier::released_here`), and their attempts follow the delete on the connection
-//! (`redis::connection::queued_then`): the handoff takes one round trip, not two and a server
+//! (`core::queued::queued_then`): the handoff takes one round trip, not two and a server
 //! hop. The invalidation still comes and is handled as above; if its read finds the key still
 //! free (the woken waiter's attempt ran before the delete, over another connection), it wakes
 //! another waiter, so an early wake that came to nothing costs time, never a waiter left
