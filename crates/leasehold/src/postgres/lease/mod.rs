@@ -13,7 +13,9 @@
 //! Waiters `LISTEN` on one connection per client and retry when their key is released (or
 //! after a backoff with jitter, never longer than the holder's remaining lease); a release
 //! wakes one of the client's lock waiters of the key ([`OneWake`], through [`Listening`]), since
-//! only one can take it, and every waiter of a semaphore or an election: a waiter's
+//! only one can take it, and every waiter of a semaphore or an election; a client's own release
+//! of a lock also wakes one of its waiters at once, so that the waiter's attempt follows the
+//! release on the connection ([`PostgresLeaseClient::released_here`]). A waiter's
 //! attempt that finds the row busy marks it (`wait_until`), and a release of a marked row sends
 //! `NOTIFY leasehold_release` with the key, in the same statement. An unmarked release sends
 //! nothing: PostgreSQL serializes every notifying commit server-wide ([`marking`]). With
