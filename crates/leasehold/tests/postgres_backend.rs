@@ -461,3 +461,17 @@ async fn bad_input_is_refused_with_clear_errors() {
 fn lease_url(pg: &Postgres) -> String {
     format!("{}?lock=lease", pg.url())
 }
+
+/// A connection of its own holding `key`'s row of `table` locked (`FOR UPDATE`) in a transaction
+/// left open: the row stays locked until the returned client commits or is dropped.
+async fn row_locked_in_open_transaction(
+    pg: &Postgres,
+    table: &str,
+    key: &str,
+) -> tokio_postgres::Client {
+    let blocker = admin(pg).await;
+    blocker.execute("BEGIN", &[]).await.unwrap();
+    let sql = format!("SELECT * FROM {table} WHERE key = $1 FOR UPDATE");
+    blocker.execute(&sql, &[&key]).await.unwrap();
+    blocker
+}

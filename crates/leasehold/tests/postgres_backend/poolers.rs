@@ -309,11 +309,7 @@ async fn a_lock_wait_timeout_on_the_fence_row_leaves_no_advisory_lock() {
 
     // Someone holds the fence row in an open transaction: the acquisition is granted the
     // advisory lock, then times out waiting for the row (55P03).
-    let blocker = admin(&pg).await;
-    blocker
-        .batch_execute("BEGIN; SELECT * FROM leasehold_locks WHERE key = 'row-locked' FOR UPDATE")
-        .await
-        .unwrap();
+    let blocker = row_locked_in_open_transaction(&pg, "leasehold_locks", "row-locked").await;
     let err = a
         .acquire("row-locked", &opts.clone().wait(Duration::from_millis(300)))
         .await

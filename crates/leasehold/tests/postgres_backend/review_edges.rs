@@ -216,11 +216,7 @@ async fn a_min_hold_grant_given_back_on_arrival_frees_the_row() {
         .await
         .unwrap();
     // The row is locked by an open transaction: the next acquisition waits for it in the server.
-    let blocker = admin(&pg).await;
-    blocker
-        .batch_execute("BEGIN; SELECT * FROM leasehold_leases WHERE key = 'f2' FOR UPDATE")
-        .await
-        .unwrap();
+    let blocker = row_locked_in_open_transaction(&pg, "leasehold_leases", key).await;
     let ttl = Duration::from_millis(300);
     let opts = LockOptions::new(ttl).min_hold(ttl);
     let attempt = {

@@ -127,7 +127,9 @@ struct Listening {
 impl Listening {
     /// A release of `key` was announced.
     fn deliver(&self, key: &str) {
-        let _ = self.released.send(key.to_string());
+        if self.released.receiver_count() > 0 {
+            let _ = self.released.send(key.to_string());
+        }
         self.wake_lock_waiter(key);
     }
 
