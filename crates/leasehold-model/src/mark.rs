@@ -16,9 +16,12 @@
 //! **Actors.** Two waiters of client W (one `LISTEN` connection), and another client X that
 //! takes free slots, releases them, or lets them expire (a budget of [`MarkModel::x_steps`]
 //! steps). A notification of the name reaches every permit waiter that listens, but only *one*
-//! of a lock's waiters (`OneWake`, `postgres::lease::Listening`): the first registered one
+//! of a lock's waiters (`NameWakeup`, `postgres::lease::Listening`): the first registered one
 //! asleep, or, with none asleep, a permit that the next one to pause uses (and the next one to
-//! attempt uses up); it goes with the name's last registered waiter. A lock's release by one of
+//! attempt uses up); it goes with the name's last registered waiter. While a registered lock
+//! waiter's attempt is out (from `mark_seen` to its answer), a release seen wakes nobody: it is
+//! left to the attempts out; the last of them answered busy hands it on (as a release seen
+//! then), and one answered taken ends it (a win's answer is a step of its own). A lock's release by one of
 //! W's waiters wakes one of W's lock waiters as soon as it is on the connection, before the
 //! server runs it (`released_here`), and still sends its `NOTIFY` when it runs. A waiter that wins
 //! holds, then releases like any holder. **Time** is not modelled: a mark lasts past its
@@ -42,7 +45,8 @@
 //! `no_permit`: a lock's notification that finds none of its waiters asleep is dropped.
 //! `no_notify_after_local_wake`: a lock's release by W that woke one of W's waiters at once
 //! (`released_here`, before the server runs the release) sends no `NOTIFY`: the woken waiter may
-//! attempt before the release runs, and then nobody is woken by it.
+//! attempt before the release runs, and then nobody is woken by it. `no_hand_on`: a lock's
+//! attempt answered busy drops a release that was left to it.
 
 use stateright::{Model, Property};
 
@@ -99,6 +103,9 @@ pub enum Waiter {
     Ready,
     /// Paused until woken.
     Asleep,
+    /// A lock's attempt took the row (slot 0): the answer is on its way, and the waiter's
+    /// attempt is still out (a release seen now is left to it).
+    Granted,
     /// Holds the slot it names.
     Holding(u8),
     /// A lock's holder whose release is on its connection: one of W's lock waiters was woken
@@ -123,6 +130,9 @@ pub struct MarkState {
     /// The lock waiters' one-per-release wake-up's stored permit (`OneWake`: a release that
     /// found none of them asleep), shared by the registered waiters.
     pub permit: bool,
+    /// A release seen while some registered lock waiter's attempt was out (`NameWakeup`): left
+    /// to those attempts, it wakes nobody until the last of them is answered busy.
+    pub absorbed: bool,
     /// Notifications committed and not yet delivered to W's listening connection.
     pub in_flight: u8,
     /// Steps X has left.
@@ -135,6 +145,9 @@ pub struct MarkState {
     /// A waiter woken by its client's release found the row still held by that release's
     /// holder: its attempt ran before the release (an example property).
     pub early_busy: bool,
+    /// A release seen while a waiter's attempt was out woke nobody, and that attempt took the
+    /// lock (an example property: the wake-up it spared).
+    pub absorbed_taken: bool,
 }
 
 /// A step.
@@ -188,6 +201,9 @@ pub struct MarkModel {
     pub no_permit: bool,
     /// Bug flag: a lock's release by W that woke one of W's waiters at once sends no `NOTIFY`.
     pub no_notify_after_local_wake: bool,
+    /// Bug flag: a lock's attempt answered busy does not hand on a release seen while it was
+    /// out (`NameWakeup`: the release is dropped instead).
+    pub no_hand_on: bool,
 }
 
 impl MarkModel {
@@ -201,6 +217,7 @@ impl MarkModel {
             no_shortest_pause: false,
             no_permit: false,
             no_notify_after_local_wake: false,
+            no_hand_on: false,
         }
     }
 
@@ -232,12 +249,42 @@ impl MarkState {
         slot.free_by_expiry = false;
         if let Holder::W(i) = holder {
             self.lapse(i);
-            // Its wait ends: the last registered waiter of the name takes the name's wake-up,
-            // and its permit, with it.
-            self.waiters[i as usize] = Waiter::Holding(s);
-            if !(0..WAITERS).any(|j| self.registered(j)) {
-                self.permit = false;
+            if self.slots.len() == 1 {
+                // The answer is on its way ([`MarkAction::Pause`] ends the wait).
+                self.waiters[i as usize] = Waiter::Granted;
+            } else {
+                self.waiters[i as usize] = Waiter::Holding(s);
+                self.leave();
             }
+        }
+    }
+
+    /// A waiter's wait ended: the last registered waiter of the name takes the name's wake-up,
+    /// and its permit, with it.
+    fn leave(&mut self) {
+        if !(0..WAITERS).any(|j| self.registered(j)) {
+            self.permit = false;
+            self.absorbed = false;
+        }
+    }
+
+    /// A lock waiter `i`'s attempt is out: registered, from `mark_seen` to its answer.
+    fn out(&self, i: u8) -> bool {
+        self.registered(i)
+            && matches!(
+                self.waiters[i as usize],
+                Waiter::Attempting { .. } | Waiter::Answered { .. } | Waiter::Granted
+            )
+    }
+
+    /// Lock waiter `i`'s attempt is answered busy (`OneWake::answered(false)`): a release seen
+    /// while it was out, with no other attempt out, is handed on as a release seen now.
+    fn answered_busy(&mut self, i: u8, model: &MarkModel) {
+        if !self.out(i) || (0..WAITERS).any(|j| j != i && self.out(j)) {
+            return;
+        }
+        if std::mem::take(&mut self.absorbed) && !model.no_hand_on {
+            self.wake_one(model);
         }
     }
 
@@ -269,7 +316,8 @@ impl MarkState {
     fn busy(&mut self, i: u8, first: bool) {
         let i = i as usize;
         let released = if self.slots.len() == 1 {
-            std::mem::take(&mut self.permit)
+            // A first attempt has no share of the wake-up yet.
+            !first && std::mem::take(&mut self.permit)
         } else {
             std::mem::take(&mut self.heard[i])
         };
@@ -282,7 +330,17 @@ impl MarkState {
         };
     }
 
-    /// A notification reaches a lock's waiters (`OneWake`): the first registered one asleep
+    /// A release is seen by a lock's waiters (`NameWakeup::released`: a notification, or a
+    /// release of W's own): left to the attempts out, if any; else as [`MarkState::wake_one`].
+    fn release_seen(&mut self, model: &MarkModel) {
+        if (0..WAITERS).any(|i| self.out(i)) {
+            self.absorbed = true;
+        } else {
+            self.wake_one(model);
+        }
+    }
+
+    /// `Notify::notify_one` on a lock's waiters' wake-up: the first registered one asleep
     /// wakes, or, with none asleep, a permit is left for the registered ones.
     fn wake_one(&mut self, model: &MarkModel) {
         let asleep = (0..WAITERS)
@@ -327,11 +385,13 @@ impl Model for MarkModel {
             listening: vec![false; WAITERS as usize],
             heard: vec![false; WAITERS as usize],
             permit: false,
+            absorbed: false,
             in_flight: 0,
             x_steps: self.x_steps,
             second_look: false,
             woken: false,
             early_busy: false,
+            absorbed_taken: false,
         }]
     }
 
@@ -366,7 +426,7 @@ impl Model for MarkModel {
                         }
                     }
                 }
-                Waiter::Answered { .. } => actions.push(MarkAction::Pause(i)),
+                Waiter::Answered { .. } | Waiter::Granted => actions.push(MarkAction::Pause(i)),
                 Waiter::Subscribing => actions.push(MarkAction::Listen(i)),
                 Waiter::Holding(_) => actions.push(MarkAction::Release(i)),
                 Waiter::Releasing(_) => actions.push(MarkAction::RunRelease(i)),
@@ -392,12 +452,17 @@ impl Model for MarkModel {
             MarkAction::Expire(s) => {
                 st.x_steps -= 1;
                 let slot = &mut st.slots[s as usize];
-                if let Holder::W(h) = slot.holder {
-                    // The holder's lease ran out: it gives up (nothing to release).
-                    st.waiters[h as usize] = Waiter::Done;
-                }
-                slot.holder = Holder::Free;
+                let holder = std::mem::replace(&mut slot.holder, Holder::Free);
                 slot.free_by_expiry = true;
+                if let Holder::W(h) = holder {
+                    // The holder's lease ran out: it gives up (nothing to release). A grant
+                    // whose answer had not come is given back as busy.
+                    if st.waiters[h as usize] == Waiter::Granted {
+                        st.answered_busy(h, self);
+                    }
+                    st.waiters[h as usize] = Waiter::Done;
+                    st.leave();
+                }
             }
             MarkAction::Begin(i) => {
                 let first = st.waiters[i as usize] == Waiter::Start;
@@ -405,6 +470,7 @@ impl Model for MarkModel {
                     // `mark_seen`: the attempt covers every release so far.
                     st.heard[i as usize] = false;
                     st.permit = false;
+                    st.absorbed = false;
                 }
                 st.lapse(i);
                 st.waiters[i as usize] = Waiter::Attempting {
@@ -473,19 +539,29 @@ impl Model for MarkModel {
                     st.waiters[i as usize] = Waiter::Answered { first };
                 }
             }
-            MarkAction::Pause(i) => {
-                let Waiter::Answered { first } = st.waiters[i as usize] else {
-                    return None;
-                };
-                st.busy(i, first);
-            }
+            MarkAction::Pause(i) => match st.waiters[i as usize] {
+                Waiter::Granted => {
+                    // Taken (`OneWake::answered(true)`): a release seen while it was out is
+                    // covered by the grant.
+                    if st.out(i) && std::mem::take(&mut st.absorbed) {
+                        st.absorbed_taken = true;
+                    }
+                    st.waiters[i as usize] = Waiter::Holding(0);
+                    st.leave();
+                }
+                Waiter::Answered { first } => {
+                    st.answered_busy(i, self);
+                    st.busy(i, first);
+                }
+                _ => return None,
+            },
             MarkAction::Listen(i) => {
                 st.listening[i as usize] = true;
                 st.waiters[i as usize] = Waiter::Ready;
             }
             MarkAction::Deliver if self.slots == 1 => {
                 st.in_flight -= 1;
-                st.wake_one(self);
+                st.release_seen(self);
             }
             MarkAction::Deliver => {
                 st.in_flight -= 1;
@@ -506,7 +582,7 @@ impl Model for MarkModel {
                     return None;
                 };
                 st.waiters[i as usize] = Waiter::Releasing(s);
-                st.wake_one(self);
+                st.release_seen(self);
             }
             MarkAction::Release(i) => {
                 let Waiter::Holding(s) = st.waiters[i as usize] else {
@@ -549,6 +625,10 @@ impl Model for MarkModel {
             Property::sometimes(
                 "a waiter woken by its client's release attempts before the release runs",
                 |_, st: &MarkState| st.early_busy,
+            ),
+            Property::sometimes(
+                "a release seen while an attempt is out wakes nobody, and that attempt takes the lock",
+                |_, st: &MarkState| st.absorbed_taken,
             ),
             Property::sometimes(
                 "a waiter looks again at a slot freed since its snapshot",

@@ -43,6 +43,7 @@ fn no_release_is_missed_by_a_locks_waiters() {
             "a sleeper is woken by a release",
             "both waiters win",
             "a waiter woken by its client's release attempts before the release runs",
+            "a release seen while an attempt is out wakes nobody, and that attempt takes the lock",
         ],
     );
 }
@@ -103,4 +104,13 @@ fn without_the_notify_after_a_local_wake_a_locks_release_is_missed() {
         ..MarkModel::lock()
     };
     assert_violated(model, MISSED, "mark (no notify after a local wake)");
+}
+
+#[test]
+fn without_the_hand_on_a_release_left_to_a_losing_attempt_is_missed() {
+    let model = MarkModel {
+        no_hand_on: true,
+        ..MarkModel::lock()
+    };
+    assert_violated(model, MISSED, "mark (no hand-on)");
 }

@@ -40,7 +40,7 @@ use crate::core::token::LockToken;
 
 mod one_wake;
 
-pub(crate) use one_wake::OneWake;
+pub(crate) use one_wake::{NameWakeup, OneWake};
 
 /// What the engine asks of one attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +68,12 @@ pub(crate) trait Wakeup: Send {
     fn mark_seen(&mut self);
     /// Resolves at the first release since [`Wakeup::mark_seen`] (or at once if one came).
     fn released(&mut self) -> BoxFuture<'_, ()>;
+    /// Called after each attempt, with whether it took what it asked for: a source that wakes
+    /// one waiter per release leaves a release seen while an attempt was out to that attempt
+    /// ([`NameWakeup`]).
+    fn answered(&mut self, taken: bool) {
+        let _ = taken;
+    }
 }
 
 /// One backend × primitive, as the engine drives it.
@@ -135,7 +141,12 @@ pub(crate) async fn wait<A: Attempts>(
             remaining: deadline.is_some() && !may_subscribe && !woken,
         };
         let (remaining, gave_back, failure) = match attempts.attempt(options, ask).await {
-            Ok(TryAcquire::Acquired(guard)) => return Ok(guard),
+            Ok(TryAcquire::Acquired(guard)) => {
+                if let Some(w) = wakeup.as_mut() {
+                    w.answered(true);
+                }
+                return Ok(guard);
+            }
             Ok(TryAcquire::Busy { remaining }) => (remaining, false, None),
             Err(Error::ExpiredOnArrival { .. }) if deadline.is_some() => (None, true, None),
             Err(e) if deadline.is_some() && attempts.retries(&e) => {
@@ -144,6 +155,9 @@ pub(crate) async fn wait<A: Attempts>(
             }
             Err(e) => return Err(e),
         };
+        if let Some(w) = wakeup.as_mut() {
+            w.answered(false);
+        }
         let give_up = |failure: Option<Error>| {
             failure.unwrap_or_else(|| Error::NotAcquired {
                 key: attempts.name().to_string(),

@@ -553,9 +553,10 @@ async fn attempts(admin: &tokio_postgres::Client) -> i64 {
 
 /// One release wakes one of a client's lock waiters of the name, not all of them: ten waiters
 /// of one locker each take the lock in turn and release it at once, and the whole chain costs
-/// about two attempts a handoff, counted on the server (the waiter its client's release wakes
-/// at once, which takes the lock, and the one the release's notification wakes, which finds it
-/// taken: 18 or 19 here). Waking them all at each release would cost 10 + 9 + ... + 1 = 55. No
+/// about one attempt a handoff, counted on the server (the waiter its client's release wakes at
+/// once takes the lock; the release's notification, seen while that waiter's attempt is out, is
+/// left to it: 10 here. When the notification woke a second waiter, which found the row taken:
+/// 18 or 19). Waking them all at each release would cost 10 + 9 + ... + 1 = 55. No
 /// release is lost: the waiters' 120 s backoff is far past the test's bound, so a release that
 /// woke nobody would leave the rest asleep. And waiters that start together listen on one
 /// connection.

@@ -2,13 +2,14 @@
 //! subscribed, in which order); the only durations are bounds the engine must respect.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
 use tokio::sync::Notify;
 
-use super::{Ask, Attempts, Wakeup, wait};
+use super::{Ask, Attempts, NameWakeup, OneWake, Wakeup, wait};
 use crate::core::error::{Error, Result};
 use crate::core::guard::{HeldLock, Lease, LockGuard};
 use crate::core::options::{Backoff, FOREVER, LockOptions};
@@ -25,6 +26,18 @@ impl HeldLock for Nothing {
     fn extend<'a>(&'a self, _: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Instant>> {
         Box::pin(async move { Ok(Instant::now() + ttl) })
     }
+}
+
+/// A grant of "k" for `options`' TTL, from now.
+fn granted(options: &LockOptions) -> TryAcquire {
+    let lease = Lease::new(
+        "k",
+        LockToken::random(),
+        None,
+        Instant::now(),
+        options.ttl(),
+    );
+    TryAcquire::Acquired(LockGuard::new(Arc::new(Nothing), lease))
 }
 
 /// What the scripted provider answers, in order (then busy for ever).
@@ -99,19 +112,7 @@ impl Attempts for Script {
             .unwrap_or(Answer::Busy(None));
         match answer {
             Answer::Busy(remaining) => Ok(TryAcquire::Busy { remaining }),
-            Answer::Granted => {
-                let lease = Lease::new(
-                    "k",
-                    LockToken::random(),
-                    None,
-                    Instant::now(),
-                    options.ttl(),
-                );
-                Ok(TryAcquire::Acquired(LockGuard::new(
-                    Arc::new(Nothing),
-                    lease,
-                )))
-            }
+            Answer::Granted => Ok(granted(options)),
             Answer::Late => Err(Error::ExpiredOnArrival {
                 key: "k".into(),
                 elapsed: options.ttl(),
@@ -315,4 +316,122 @@ async fn cleanups_settled_waits_for_a_running_cleanup_and_no_longer_than_its_bou
     done.send(()).unwrap();
     // Other tests' clean-ups may run meanwhile; they end too.
     assert!(super::cleanups_settled(Duration::from_secs(60)).await);
+}
+
+/// A lock waiter's share of [`NameWakeup`], as the Redis and lease-row providers hand it to the
+/// engine; `asleep`: its pause is waiting for a release.
+struct Share(OneWake, Arc<AtomicBool>);
+
+impl Wakeup for Share {
+    fn mark_seen(&mut self) {
+        self.1.store(false, Ordering::SeqCst);
+        self.0.mark_seen();
+    }
+    fn released(&mut self) -> BoxFuture<'_, ()> {
+        self.1.store(true, Ordering::SeqCst);
+        Box::pin(self.0.released())
+    }
+    fn answered(&mut self, taken: bool) {
+        self.0.answered(taken);
+    }
+}
+
+/// Busy twice (the first attempt, the one after subscribing), then an attempt that stays out
+/// until `gate` lets it answer `last`.
+struct Gated {
+    name: Arc<NameWakeup>,
+    asleep: Arc<AtomicBool>,
+    attempts: AtomicUsize,
+    gate: tokio::sync::Semaphore,
+    last: Answer,
+}
+
+impl Attempts for Gated {
+    fn name(&self) -> &str {
+        "k"
+    }
+    async fn attempt(&self, options: &LockOptions, _: Ask) -> Result<TryAcquire> {
+        if self.attempts.fetch_add(1, Ordering::SeqCst) < 2 {
+            return Ok(TryAcquire::Busy { remaining: None });
+        }
+        self.gate.acquire().await.unwrap().forget();
+        match self.last {
+            Answer::Granted => Ok(granted(options)),
+            _ => Ok(TryAcquire::Busy { remaining: None }),
+        }
+    }
+    fn wakes(&self) -> bool {
+        true
+    }
+    async fn wakeups(&self) -> Option<Box<dyn Wakeup>> {
+        let share = Share(OneWake::new(self.name.clone()), self.asleep.clone());
+        Some(Box::new(share) as Box<dyn Wakeup>)
+    }
+}
+
+/// The engine tells a one-per-release wake-up how each attempt was answered: a release seen
+/// while the woken waiter's attempt is out (the release's notification, after the client's own
+/// release woke it) wakes no other waiter, and stays spared once that attempt takes the lock;
+/// answered busy, it wakes the other waiter.
+#[tokio::test]
+async fn a_release_seen_while_the_woken_attempt_is_out_wakes_another_waiter_only_if_it_lost() {
+    for last in [Answer::Granted, Answer::Busy(None)] {
+        let name = Arc::new(NameWakeup::default());
+        let gated = Arc::new(Gated {
+            name: name.clone(),
+            asleep: Arc::default(),
+            attempts: AtomicUsize::new(0),
+            gate: tokio::sync::Semaphore::new(0),
+            last,
+        });
+        // A backoff of an hour: only releases wake the waiters within the test.
+        let task = {
+            let gated = gated.clone();
+            tokio::spawn(async move { wait(&*gated, &options(HOUR), Some(HOUR)).await })
+        };
+        while !gated.asleep.load(Ordering::SeqCst) {
+            tokio::task::yield_now().await;
+        }
+        // Another waiter of the name, asleep after the engine's waiter.
+        let mut other = OneWake::new(name.clone());
+        other.mark_seen();
+        other.answered(false);
+        let mut other_woken = Box::pin(other.released());
+        let mut woken = || futures_util::FutureExt::now_or_never(other_woken.as_mut()).is_some();
+        assert!(!woken());
+        // A release wakes the waiter asleep longest, whose attempt goes out and stays out.
+        name.released();
+        while gated.attempts.load(Ordering::SeqCst) < 3 {
+            tokio::task::yield_now().await;
+        }
+        assert!(!woken(), "a release woke two waiters");
+        // The release seen again (its notification) while that attempt is out.
+        name.released();
+        assert!(
+            !woken(),
+            "a release seen while an attempt was out woke a sleeper"
+        );
+        gated.gate.add_permits(1);
+        match last {
+            Answer::Granted => {
+                assert!(task.await.unwrap().unwrap().is_held());
+                assert!(
+                    !woken(),
+                    "a release covered by the woken waiter's grant woke another"
+                );
+            }
+            _ => {
+                while gated.attempts.load(Ordering::SeqCst) < 3
+                    || !gated.asleep.load(Ordering::SeqCst)
+                {
+                    tokio::task::yield_now().await;
+                }
+                assert!(
+                    woken(),
+                    "a release seen while a losing attempt was out was lost"
+                );
+                task.abort();
+            }
+        }
+    }
 }

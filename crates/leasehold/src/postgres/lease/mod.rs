@@ -12,7 +12,7 @@
 //! and never on an expired lease.
 //! Waiters `LISTEN` on one connection per client and retry when their key is released (or
 //! after a backoff with jitter, never longer than the holder's remaining lease); a release
-//! wakes one of the client's lock waiters of the key ([`OneWake`], through [`Listening`]), since
+//! wakes one of the client's lock waiters of the key ([`NameWakeup`], through [`Listening`]), since
 //! only one can take it, and every waiter of a semaphore or an election; a client's own release
 //! of a lock also wakes one of its waiters at once, so that the waiter's attempt follows the
 //! release on the connection ([`PostgresLeaseClient::released_here`]). A waiter's
@@ -61,7 +61,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
-use tokio::sync::{Notify, broadcast};
+use tokio::sync::broadcast;
 use tokio_postgres::AsyncMessage;
 use tokio_postgres::types::Type;
 
@@ -81,7 +81,7 @@ use super::history::{EventParams, Rider};
 use super::lease_conn::LeaseConn;
 use super::tls::{PgTls, PgTlsStream};
 use super::{is_create_race, pg_error, timeout_error, unexpected, validate_pg_key};
-use crate::core::acquire::{Ask, Attempts, Grant, OnAbandon, OneWake, Wakeup, granted};
+use crate::core::acquire::{Ask, Attempts, Grant, NameWakeup, OnAbandon, OneWake, Wakeup, granted};
 use crate::core::driver::{Driver, Kind};
 use crate::core::error::{Error, Operation, Result};
 use crate::core::guard::HeldLock;
@@ -117,11 +117,11 @@ struct Inner {
 
 /// Where the LISTEN connection's notifications go: every release to each broadcast receiver
 /// (a semaphore's and an election's waiters, a leader's watch), and to *one* of the client's
-/// lock waiters of the released name ([`OneWake`]), since only one of them can take it.
+/// lock waiters of the released name ([`NameWakeup`]), since only one of them can take it.
 struct Listening {
     released: broadcast::Sender<String>,
     /// The lock waiters' shared wake-up of each name, with how many waiters share it.
-    locks: Mutex<HashMap<String, (Arc<Notify>, usize)>>,
+    locks: Mutex<HashMap<String, (Arc<NameWakeup>, usize)>>,
 }
 
 impl Listening {
@@ -133,11 +133,12 @@ impl Listening {
         self.wake_lock_waiter(key);
     }
 
-    /// Wakes one of the client's lock waiters of `key`, or leaves the permit ([`OneWake`]).
+    /// A release of `key` seen: wakes one of the client's lock waiters of it, or leaves it to
+    /// their attempts out, or the permit ([`NameWakeup`]).
     fn wake_lock_waiter(&self, key: &str) {
         let locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((one, _)) = locks.get(key) {
-            one.notify_one();
+            one.released();
         }
     }
 }
@@ -476,8 +477,9 @@ impl PostgresLeaseClient {
     /// ([`queued_then`]), so that the handoff takes one round trip, not the release's, the
     /// notification's and the attempt's. Only a hint, like the notification: a release that
     /// fails, or keeps the row for its `min_hold`, costs the woken waiter one attempt that finds
-    /// the row busy (it marks it and pauses again); the release's `NOTIFY` still comes, and
-    /// wakes one waiter as any other does (it finds the row taken, or takes it).
+    /// the row busy (it marks it and pauses again); the release's `NOTIFY` still comes, and is
+    /// left to the woken waiter's attempt if that is still out ([`NameWakeup`]: it wakes
+    /// another waiter only if that attempt loses), else wakes one waiter as any other does.
     fn released_here(&self, key: &str) {
         if let Ok(current) = self.inner.releases.try_lock()
             && let Some(listening) = current.as_ref()
@@ -608,6 +610,10 @@ impl Wakeup for LockReleases {
 
     fn released(&mut self) -> BoxFuture<'_, ()> {
         Box::pin(self.one.released())
+    }
+
+    fn answered(&mut self, taken: bool) {
+        self.one.answered(taken);
     }
 }
 

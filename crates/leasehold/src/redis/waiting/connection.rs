@@ -258,7 +258,7 @@ fn wake(channels: &Channels, channel: &[u8], payload: &[u8]) {
 /// A release of `c`'s name was seen: every broadcast waiter, and one plain-lock waiter.
 pub(super) fn released(c: &Channel) {
     c.tx.send_modify(|seen| *seen = seen.wrapping_add(1));
-    c.one.notify_one();
+    c.one.released();
 }
 
 /// Runs the hub's commands in order (messages are routed by the [`Router`], or, over RESP2,

@@ -54,8 +54,9 @@
 //! (`core::queued::queued_then`): the handoff takes one round trip, not two and a server
 //! hop. The invalidation still comes and is handled as above; if its read finds the key still
 //! free (the woken waiter's attempt ran before the delete, over another connection), it wakes
-//! another waiter, so an early wake that came to nothing costs time, never a waiter left
-//! asleep. A delete that found another holder's token changes nothing: the woken waiter finds
+//! another waiter (or, while the woken waiter's attempt is out, leaves the release to it:
+//! `core::acquire::NameWakeup`), so an early wake that came to nothing costs time, never a
+//! waiter left asleep. A delete that found another holder's token changes nothing: the woken waiter finds
 //! the key held, and that holder's release is reported as any other.
 //!
 //! On a Redis Cluster the release publishes with `SPUBLISH` on the same channel, which hashes to
@@ -88,9 +89,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
-use tokio::sync::{Notify, mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::core::acquire::{OneWake, Wakeup};
+use crate::core::acquire::{NameWakeup, OneWake, Wakeup};
 use crate::redis::handoff::{EarlyGrant, EarlyTerms};
 use crate::redis::slot::release_channel;
 use crate::redis::topology::SubscriberSource;
@@ -129,7 +130,7 @@ struct Channel {
     /// Every broadcast waiter sees each release.
     tx: watch::Sender<u64>,
     /// One plain-lock waiter is woken per release (see [`Notifier::subscribe_one`]).
-    one: Arc<Notify>,
+    one: Arc<NameWakeup>,
     refs: usize,
     /// Fair waiters of this channel by ticket: a handoff message goes to its ticket alone.
     tickets: HashMap<String, mpsc::UnboundedSender<Delivery>>,
@@ -348,7 +349,7 @@ impl Notifier {
 
     /// Subscribes to the release channel of `name` as one of the waiters for a plain lock: each
     /// release wakes *one* such waiter of this client (the longest waiting), not all of them,
-    /// since only one can take the lock ([`OneWake`] says why no release is left without an
+    /// since only one can take the lock ([`NameWakeup`] says why no release is left without an
     /// attempt after it). Waiters of other kinds (read-write locks, elections, semaphores, fair
     /// waiters) still see every release. The test `one_waiter_is_woken_per_release` fails if a
     /// release is lost.
@@ -432,7 +433,7 @@ impl Notifier {
             let first = !channels.contains_key(&channel);
             let c = channels.entry(channel.clone()).or_insert_with(|| Channel {
                 tx: watch::channel(0).0,
-                one: Arc::new(Notify::new()),
+                one: Arc::default(),
                 refs: 0,
                 tickets: HashMap::new(),
                 confirmed: false,
@@ -625,6 +626,12 @@ impl Wakeup for Subscription {
 
     fn released(&mut self) -> BoxFuture<'_, ()> {
         Box::pin(Subscription::released(self))
+    }
+
+    fn answered(&mut self, taken: bool) {
+        if let Some(one) = self.one.as_mut() {
+            one.answered(taken);
+        }
     }
 }
 
