@@ -19,7 +19,7 @@
 //! of a lock's waiters (`NameWakeup`, `postgres::lease::Listening`): the first registered one
 //! asleep, or, with none asleep, a permit that the next one to pause uses (and the next one to
 //! attempt uses up); it goes with the name's last registered waiter. While a registered lock
-//! waiter's attempt is out (from `mark_seen` to its answer), a release seen wakes nobody: it is
+//! waiter's attempt is out (from `mark_seen` to its answer), a notification wakes nobody: it is
 //! left to the attempts out; the last of them answered busy hands it on (as a release seen
 //! then), and one answered taken ends it (a win's answer is a step of its own). A lock's release by one of
 //! W's waiters wakes one of W's lock waiters as soon as it is on the connection, before the
@@ -330,8 +330,8 @@ impl MarkState {
         };
     }
 
-    /// A release is seen by a lock's waiters (`NameWakeup::released`: a notification, or a
-    /// release of W's own): left to the attempts out, if any; else as [`MarkState::wake_one`].
+    /// A release the server ran is seen by a lock's waiters (`NameWakeup::released`: a
+    /// notification): left to the attempts out, if any; else as [`MarkState::wake_one`].
     fn release_seen(&mut self, model: &MarkModel) {
         if (0..WAITERS).any(|i| self.out(i)) {
             self.absorbed = true;
@@ -582,7 +582,9 @@ impl Model for MarkModel {
                     return None;
                 };
                 st.waiters[i as usize] = Waiter::Releasing(s);
-                st.release_seen(self);
+                // `NameWakeup::releasing`: not left to the attempts out, which went out before
+                // the release on its connection.
+                st.wake_one(self);
             }
             MarkAction::Release(i) => {
                 let Waiter::Holding(s) = st.waiters[i as usize] else {

@@ -7,9 +7,10 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 
 /// The wake-up that a client's lock waiters of one name share (Redis: `Notifier::subscribe_one`;
-/// PostgreSQL lease rows: the lock's waiters of a name): a release seen by the client (a
-/// notification, the client's own release, a key found gone) calls [`NameWakeup::released`],
-/// and each waiter holds a [`OneWake`] on it.
+/// PostgreSQL lease rows: the lock's waiters of a name): a release the server ran, as the client
+/// sees it (a notification, a key found gone), calls [`NameWakeup::released`]; the client's own
+/// release, as it goes on the connection, [`NameWakeup::releasing`]. Each waiter holds a
+/// [`OneWake`] on it.
 ///
 /// **No release is left without a local attempt after it**, for any number of waiters:
 /// * a release seen while none of the waiters' attempts is out wakes the waiter asleep
@@ -18,16 +19,17 @@ use tokio::sync::Notify;
 ///   releases came): the next waiter to sleep returns at once and attempts, unless an attempt
 ///   that went out after the release already covers it ([`OneWake::mark_seen`], called before
 ///   every attempt, uses the permit up);
-/// * a release seen while an attempt is out (from [`OneWake::mark_seen`] to its
-///   [`OneWake::answered`]) wakes nobody: it is left to the attempts out. An attempt answered
+/// * a release the server ran, seen while an attempt is out (from [`OneWake::mark_seen`] to its
+///   [`OneWake::answered`]), wakes nobody: it is left to the attempts out. An attempt answered
 ///   busy after it, with none other still out, hands it on as a release seen then (it wakes the
 ///   waiter asleep longest, or leaves the permit for its own pause). An attempt answered
 ///   *taken* ends it: a lock has one holder, so the released holder's term ended before the
 ///   grant ran (nobody else could release between the grant and its reply), and the grant
-///   covers the release. (A release by the client itself is seen before the server runs it,
-///   as a hint: an attempt out then either ran before it and is answered busy, or after it.)
-///   This is what spares the second waiter that a release's `NOTIFY` would wake when the
-///   waiter woken by the client's own release is already attempting;
+///   covers the release. This is what spares the second waiter that a release's `NOTIFY`
+///   would wake when the waiter woken by the client's own release is already attempting;
+/// * the client's own release is not left to the attempts out ([`NameWakeup::releasing`]):
+///   they went out before it, on the connection it follows, so they run before it and lose;
+///   the waiter it wakes attempts right behind it;
 /// * a waiter woken that leaves before it attempts (its deadline, a cancelled wait) hands the
 ///   wake-up on to the next one (on drop), and so does a woken pause dropped before it ran
 ///   (tokio's `Notified` forwards a `notify_one` it did not consume); a waiter that leaves with
@@ -56,8 +58,8 @@ impl NameWakeup {
         self.out.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A release of the name was seen: left to the attempts out, if any; else the waiter asleep
-    /// longest is woken, or the permit left.
+    /// A release of the name that the server ran was seen: left to the attempts out, if any;
+    /// else the waiter asleep longest is woken, or the permit left.
     pub(crate) fn released(&self) {
         let mut out = self.out();
         if out.attempts > 0 {
@@ -65,6 +67,12 @@ impl NameWakeup {
         } else {
             self.notify.notify_one();
         }
+    }
+
+    /// The client's own release of the name is on its connection (the server has not run it):
+    /// the waiter asleep longest is woken, or the permit left, whatever attempts are out.
+    pub(crate) fn releasing(&self) {
+        self.notify.notify_one();
     }
 }
 
@@ -284,5 +292,22 @@ mod tests {
             ready(c_sleeps.as_mut()),
             "a waiter that left with its attempt out kept the release"
         );
+    }
+
+    /// The client's own release, going out behind the attempts out (which run before it and
+    /// lose), wakes the waiter asleep longest at once.
+    #[test]
+    fn the_clients_own_release_wakes_a_sleeper_whatever_attempts_are_out() {
+        let name = Arc::new(NameWakeup::default());
+        let (mut out, mut asleep) = (OneWake::new(name.clone()), OneWake::new(name.clone()));
+        let mut sleeping = pin!(asleep.released());
+        assert!(!ready(sleeping.as_mut()));
+        out.mark_seen();
+        name.releasing();
+        assert!(
+            ready(sleeping.as_mut()),
+            "the client's own release was left to an attempt that went out before it"
+        );
+        out.answered(false);
     }
 }

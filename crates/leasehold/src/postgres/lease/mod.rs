@@ -130,16 +130,15 @@ impl Listening {
         if self.released.receiver_count() > 0 {
             let _ = self.released.send(key.to_string());
         }
-        self.wake_lock_waiter(key);
+        if let Some(waiters) = self.lock_waiters(key) {
+            waiters.released();
+        }
     }
 
-    /// A release of `key` seen: wakes one of the client's lock waiters of it, or leaves it to
-    /// their attempts out, or the permit ([`NameWakeup`]).
-    fn wake_lock_waiter(&self, key: &str) {
+    /// The shared wake-up of the client's lock waiters of `key`, if any wait.
+    fn lock_waiters(&self, key: &str) -> Option<Arc<NameWakeup>> {
         let locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((one, _)) = locks.get(key) {
-            one.released();
-        }
+        locks.get(key).map(|(one, _)| one.clone())
     }
 }
 
@@ -483,8 +482,9 @@ impl PostgresLeaseClient {
     fn released_here(&self, key: &str) {
         if let Ok(current) = self.inner.releases.try_lock()
             && let Some(listening) = current.as_ref()
+            && let Some(waiters) = listening.lock_waiters(key)
         {
-            listening.wake_lock_waiter(key);
+            waiters.releasing();
         }
     }
 

@@ -255,10 +255,18 @@ fn wake(channels: &Channels, channel: &[u8], payload: &[u8]) {
     released(c);
 }
 
-/// A release of `c`'s name was seen: every broadcast waiter, and one plain-lock waiter.
+/// A release of `c`'s name was seen: every broadcast waiter, and one plain-lock waiter (or the
+/// plain-lock attempts out: [`NameWakeup::released`](crate::core::acquire::NameWakeup)).
 pub(super) fn released(c: &Channel) {
     c.tx.send_modify(|seen| *seen = seen.wrapping_add(1));
     c.one.released();
+}
+
+/// This client's release of `c`'s name is on the wire: every broadcast waiter, and one
+/// plain-lock waiter ([`NameWakeup::releasing`](crate::core::acquire::NameWakeup)).
+pub(super) fn releasing(c: &Channel) {
+    c.tx.send_modify(|seen| *seen = seen.wrapping_add(1));
+    c.one.releasing();
 }
 
 /// Runs the hub's commands in order (messages are routed by the [`Router`], or, over RESP2,

@@ -98,7 +98,7 @@ use crate::redis::topology::SubscriberSource;
 
 mod connection;
 
-use connection::{Router, released, run};
+use connection::{Router, releasing, run};
 
 /// The shared subscriber connection of one client, opened on first use and reopened after it
 /// breaks.
@@ -519,7 +519,7 @@ impl Notifier {
             return; // nobody waits for anything: no channel name to build
         }
         if let Some(c) = channels.get(&release_channel(name)).filter(|c| c.refs > 0) {
-            released(c);
+            releasing(c);
         }
     }
 
