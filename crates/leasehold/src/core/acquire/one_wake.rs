@@ -87,7 +87,8 @@ pub(crate) struct OneWake {
 }
 
 impl OneWake {
-    /// A waiter of the name whose releases call `name`'s [`NameWakeup::released`].
+    /// A waiter of the name whose releases reach `name` ([`NameWakeup::released`],
+    /// [`NameWakeup::releasing`]).
     pub(crate) fn new(name: Arc<NameWakeup>) -> Self {
         OneWake {
             name,

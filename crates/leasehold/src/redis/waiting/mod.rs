@@ -54,10 +54,10 @@
 //! (`core::queued::queued_then`): the handoff takes one round trip, not two and a server
 //! hop. The invalidation still comes and is handled as above; if its read finds the key still
 //! free (the woken waiter's attempt ran before the delete, over another connection), it wakes
-//! another waiter (or, while the woken waiter's attempt is out, leaves the release to it:
+//! another waiter (or, while a waiter's attempt is out, leaves the release to that attempt:
 //! `core::acquire::NameWakeup`), so an early wake that came to nothing costs time, never a
-//! waiter left asleep. A delete that found another holder's token changes nothing: the woken waiter finds
-//! the key held, and that holder's release is reported as any other.
+//! waiter left asleep. A delete that found another holder's token changes nothing: the woken
+//! waiter finds the key held, and that holder's release is reported as any other.
 //!
 //! On a Redis Cluster the release publishes with `SPUBLISH` on the same channel, which hashes to
 //! the lock key's slot (see `src/redis/slot`), and waiters `SSUBSCRIBE`: the message travels only
