@@ -21,10 +21,11 @@
 //! attempt uses up); it goes with the name's last registered waiter. While a registered lock
 //! waiter's attempt is out (from `mark_seen` to its answer), a notification wakes nobody: it is
 //! left to the attempts out; the last of them answered busy hands it on (as a release seen
-//! then), and one answered taken ends it (a win's answer is a step of its own). A lock's release by one of
-//! W's waiters wakes one of W's lock waiters as soon as it is on the connection, before the
-//! server runs it (`released_here`), and still sends its `NOTIFY` when it runs. A waiter that wins
-//! holds, then releases like any holder. **Time** is not modelled: a mark lasts past its
+//! then), and one answered taken ends it (a win's answer is a step of its own). A lock's
+//! release by one of W's waiters wakes one of W's lock waiters as soon as it is on the
+//! connection, before the server runs it (`released_here`, whatever attempts are out), and
+//! still sends its `NOTIFY` when it runs. A waiter that wins holds, then releases like any
+//! holder. **Time** is not modelled: a mark lasts past its
 //! waiter's next attempt (`marking_ms`: twice the backoff's largest pause and a second); the
 //! model lets it lapse as that attempt begins, and when the waiter wins (the earliest it may).
 //! A waiter's bit stands for "the row's `wait_until` lasts past this waiter's next attempt",
