@@ -1,5 +1,6 @@
 //! W1's floors on Redis: the same round trips as leasehold's, through the `redis` crate with no
-//! lock logic (`floor`), and with the lock history's commands beside them (`floor_history`).
+//! lock logic (`floor`), and with the lock history's commands beside them (`floor_history`) or
+//! in scripts (`floor_history_scripted`).
 //! W2's floors share their acquisition ([`floor_set`]). W3's cross-client handoff has its own
 //! ([`w3_floor_handoff`]: a bare `PUBLISH`, or the script a fair release runs).
 
@@ -47,61 +48,123 @@ pub(crate) async fn w1_floor(
     Ok((summary.with("commands", "SET NX PX + DEL"), cdf))
 }
 
-/// W1 history floor: what a recorded cycle makes the server do at the least, with no lock
-/// logic and no script: `SET NX PX` with the `acquired` event's `XADD` (capped as leasehold caps
-/// it) and the stream's `PEXPIRE` pipelined, then `DEL` with the `released` event's `XADD`
-/// pipelined, on the stream leasehold would append to ([`leasehold::redis::history_key`]).
-/// Not atomic, so not a lock that records its history safely: the server's own cost of an
-/// event on a stream per key, beside [`w1_floor`] (what the machine itself allows for target 3).
+/// How a W1 history floor sends its events ([`w1_floor_history`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum HistoryFloor {
+    /// Beside the lock's commands, pipelined: the server's own cost of the events, with no
+    /// script and no tie between an event and its command.
+    Pipelined,
+    /// The same commands, each event made atomic with its command the way the issue asks (the
+    /// event rides in the script that grants or releases): [`ACQUIRE_EVENT_LUA`] and
+    /// [`RELEASE_EVENT_LUA`], with no lock logic.
+    Scripted,
+}
+
+/// [`HistoryFloor::Scripted`]'s acquisition: `KEYS` the key and its history stream; `ARGV` the
+/// value, the TTL (ms), the cap, the retention (ms) and the holder. The event only if it set.
+const ACQUIRE_EVENT_LUA: &str = r"
+if not redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end
+redis.call('xadd', KEYS[2], 'MAXLEN', '=', ARGV[3], '*', 'kind', 'acquired', 'holder', ARGV[5])
+redis.call('pexpire', KEYS[2], ARGV[4])
+return 1
+";
+
+/// [`HistoryFloor::Scripted`]'s release: `KEYS` as [`ACQUIRE_EVENT_LUA`]'s; `ARGV` the cap and
+/// the holder. The event only if it deleted.
+const RELEASE_EVENT_LUA: &str = r"
+if redis.call('del', KEYS[1]) ~= 1 then return 0 end
+redis.call('xadd', KEYS[2], 'MAXLEN', '=', ARGV[1], '*', 'kind', 'released', 'holder', ARGV[2])
+return 1
+";
+
+/// W1 history floors: what a recorded cycle makes the server do at the least, with no lock
+/// logic: `SET NX PX` with the `acquired` event's `XADD` (capped as leasehold caps it) and the
+/// stream's `PEXPIRE`, then `DEL` with the `released` event's `XADD`, on the stream leasehold
+/// would append to ([`leasehold::redis::history_key`]), beside [`w1_floor`] (what the machine
+/// itself allows for target 3).
+///
+/// [`HistoryFloor::Pipelined`] is not a lock that records its history safely (nothing ties an
+/// event to its grant): it is the server's own cost of an event on a stream per key.
+/// [`HistoryFloor::Scripted`] runs the same commands in two scripts, each event only if its
+/// command wrote: what the mechanism the issue prescribes allows, before any lock logic.
 pub(crate) async fn w1_floor_history(
     url: String,
     cycles: u64,
     prefix: String,
+    how: HistoryFloor,
 ) -> anyhow::Result<(Summary, Vec<(f64, f64)>)> {
     let options = leasehold::HistoryOptions::default();
     let cap = options.events_per_key();
     let retention = options.retention_period().as_millis() as u64;
+    let holder = "0123456789ab…";
     let conn = redis::Client::open(url)?.get_connection_manager().await?;
+    let scripts = Arc::new((
+        redis::Script::new(ACQUIRE_EVENT_LUA),
+        redis::Script::new(RELEASE_EVENT_LUA),
+    ));
     let (summary, cdf) = measure_cycles(cycles, 200, &prefix, |key| {
-        let mut conn = conn.clone();
+        let (mut conn, scripts) = (conn.clone(), scripts.clone());
         async move {
             let stream = leasehold::redis::history_key(&key);
-            let event = |kind: &str| {
-                let mut xadd = redis::cmd("XADD");
-                xadd.arg(&stream).arg("MAXLEN").arg("=").arg(cap).arg("*");
-                xadd.arg("kind")
-                    .arg(kind)
-                    .arg("holder")
-                    .arg("0123456789ab…");
-                xadd
-            };
-            let mut acquire = redis::pipe();
-            acquire
-                .cmd("SET")
-                .arg(&key)
-                .arg("v")
-                .arg("NX")
-                .arg("PX")
-                .arg(10_000);
-            acquire.add_command(event("acquired")).ignore();
-            acquire.cmd("PEXPIRE").arg(&stream).arg(retention).ignore();
-            let (ok,): (Option<String>,) = acquire.query_async(&mut conn).await?;
-            anyhow::ensure!(ok.is_some(), "distinct key busy");
-            let mut release = redis::pipe();
-            release.cmd("DEL").arg(&key);
-            release.add_command(event("released")).ignore();
-            let (_deleted,): (i64,) = release.query_async(&mut conn).await?;
+            match how {
+                HistoryFloor::Pipelined => {
+                    let event = |kind: &str| {
+                        let mut xadd = redis::cmd("XADD");
+                        xadd.arg(&stream).arg("MAXLEN").arg("=").arg(cap).arg("*");
+                        xadd.arg("kind").arg(kind).arg("holder").arg(holder);
+                        xadd
+                    };
+                    let mut acquire = redis::pipe();
+                    acquire
+                        .cmd("SET")
+                        .arg(&key)
+                        .arg("v")
+                        .arg("NX")
+                        .arg("PX")
+                        .arg(10_000);
+                    acquire.add_command(event("acquired")).ignore();
+                    acquire.cmd("PEXPIRE").arg(&stream).arg(retention).ignore();
+                    let (ok,): (Option<String>,) = acquire.query_async(&mut conn).await?;
+                    anyhow::ensure!(ok.is_some(), "distinct key busy");
+                    let mut release = redis::pipe();
+                    release.cmd("DEL").arg(&key);
+                    release.add_command(event("released")).ignore();
+                    let (_deleted,): (i64,) = release.query_async(&mut conn).await?;
+                }
+                HistoryFloor::Scripted => {
+                    let (acquire, release) = &*scripts;
+                    let set: i64 = acquire
+                        .key(&key)
+                        .key(&stream)
+                        .arg("v")
+                        .arg(10_000)
+                        .arg(cap)
+                        .arg(retention)
+                        .arg(holder)
+                        .invoke_async(&mut conn)
+                        .await?;
+                    anyhow::ensure!(set == 1, "distinct key busy");
+                    let deleted: i64 = release
+                        .key(&key)
+                        .key(&stream)
+                        .arg(cap)
+                        .arg(holder)
+                        .invoke_async(&mut conn)
+                        .await?;
+                    anyhow::ensure!(deleted == 1, "the key was not there to delete");
+                }
+            }
             anyhow::Ok(())
         }
     })
     .await?;
-    Ok((
-        summary.with(
-            "commands",
-            "SET NX PX + XADD + PEXPIRE, DEL + XADD (pipelined)",
-        ),
-        cdf,
-    ))
+    let commands = match how {
+        HistoryFloor::Pipelined => "SET NX PX + XADD + PEXPIRE, DEL + XADD (pipelined)",
+        HistoryFloor::Scripted => {
+            "SET NX PX, then XADD + PEXPIRE if set; DEL, then XADD if deleted (two scripts)"
+        }
+    };
+    Ok((summary.with("commands", commands), cdf))
 }
 
 /// How a W3 floor's holder passes its turn to the next worker ([`w3_floor_handoff`]).

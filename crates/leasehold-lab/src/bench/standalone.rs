@@ -8,7 +8,7 @@ use leasehold_harness::{Server, ServerBinary};
 use serde_json::{Value, json};
 
 use super::peers::{Peer, PeerRun};
-use super::redis_floors::FloorPass;
+use super::redis_floors::{FloorPass, HistoryFloor};
 use super::stats::Summary;
 use super::workloads::{self, Flavour, W2System, on_runtime};
 use super::{Results, Settings, fresh, median_summary, redis_benchmark, redis_floors, say, scale};
@@ -92,6 +92,13 @@ pub(super) async fn w1(
             ),
             ("leasehold_history", Flavour::MultiThread, false, true, true),
             ("floor_history", Flavour::MultiThread, true, false, true),
+            (
+                "floor_history_scripted",
+                Flavour::MultiThread,
+                true,
+                false,
+                true,
+            ),
         ];
         let turns = rep % order.len();
         order.rotate_left(turns);
@@ -99,7 +106,11 @@ pub(super) async fn w1(
             let (u, c, p) = (url.clone(), st.w1_cycles, format!("w1:{name}:{rep}"));
             let (summary, cdf) = on_runtime(flavour, move || async move {
                 if floor && history {
-                    redis_floors::w1_floor_history(u, c, p).await
+                    let how = match name {
+                        "floor_history_scripted" => HistoryFloor::Scripted,
+                        _ => HistoryFloor::Pipelined,
+                    };
+                    redis_floors::w1_floor_history(u, c, p, how).await
                 } else if floor {
                     redis_floors::w1_floor(u, c, p).await
                 } else {

@@ -212,6 +212,31 @@ pub(super) fn targets(r: &Results) -> Value {
         "the events' commands with no lock logic and no script (SET NX PX + XADD + PEXPIRE, \
          DEL + XADD, pipelined) against the floor: what the machine itself allows",
     );
+    reference(
+        "W1 scripted floor cycles/s history on / off",
+        ratio(
+            r.get("W1", "floor_history_scripted", "ops_per_s"),
+            r.get("W1", "floor", "ops_per_s"),
+        ),
+        HISTORY_ON_OF_OFF,
+        false,
+        "the same commands with each event made atomic with its command in a script, as the \
+         target asks (SET NX PX, then XADD + PEXPIRE only if it set; DEL, then XADD only if it \
+         deleted), with no lock logic, against the floor: what the machine allows the events \
+         riding in the scripts",
+    );
+    reference(
+        "W1 p50 history on / the scripted floor's",
+        ratio(
+            r.get("W1", "leasehold_history", "p50_us"),
+            r.get("W1", "floor_history_scripted", "p50_us"),
+        ),
+        P50_OVER_FLOOR,
+        true,
+        "leasehold recording its history against the scripted floor above: what the lock's own \
+         logic and the rest of its scripts (the retention's trim, a refused append caught) add \
+         to a recorded cycle",
+    );
     check(
         "W1 p50 cluster / standalone",
         ratio(
