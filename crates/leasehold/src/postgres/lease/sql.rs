@@ -196,36 +196,46 @@ pub(super) static BUSY_FOR: LazyLock<String> = LazyLock::new(|| format!("SELECT 
 
 /// Release, and the notification for waiters, in one statement: one row iff released. A lock
 /// taken with [`min_hold`](LockOptions::min_hold) whose `hold_until` is still ahead (by the
-/// server's clock, read once) is kept, with our token (so `inspect` shows who holds it), until
-/// then and expires by itself, marked released: `hold_until = '-infinity'` (a value no hold
-/// has), which [`EXTEND`] and this statement refuse. Only a lock really freed is announced, and
-/// only to waiters that marked it ([`marking`]).
-const RELEASE_CTES: &str = "\
-WITH n AS (SELECT clock_timestamp() AS t),
-r AS (
-  UPDATE leasehold_leases l
+/// server's clock, read once: `n.t`) is kept, with our token (so `inspect` shows who holds it),
+/// until then and expires by itself, marked released: `hold_until = '-infinity'` (a value no
+/// hold has), which [`EXTEND`] and this statement refuse. Only a lock really freed is
+/// announced, and only to waiters that marked it ([`marking`]).
+///
+/// One `UPDATE` whose `RETURNING` notifies, not a CTE read by a `SELECT`: a W1 cycle 8-18 us
+/// shorter, its statements then at the floor's
+/// (`bench/results/issue32-target7-backend-floors.md`, session 30). [`RELEASE_RECORDING`],
+/// whose event rides on the released row, keeps the CTE.
+const RELEASE_UPDATE: &str = "\
+UPDATE leasehold_leases l
      SET token = CASE WHEN l.hold_until > n.t THEN l.token END,
          expires_at = CASE WHEN l.hold_until > n.t THEN l.hold_until ELSE l.expires_at END,
          hold_until = CASE WHEN l.hold_until > n.t THEN '-infinity' ELSE l.hold_until END
-    FROM n
+    FROM (SELECT clock_timestamp() AS t) n
    WHERE l.key = $1 AND l.token = $2 AND l.expires_at > n.t
-     AND l.hold_until IS DISTINCT FROM '-infinity'
-  RETURNING l.key, l.token IS NULL AS freed, l.wait_until > n.t AS waited)";
+     AND l.hold_until IS DISTINCT FROM '-infinity'";
 
-/// What a release answers: one row iff released, notifying waiters iff freed and a waiter
-/// marked the row ([`marking`]).
-const RELEASE_ANSWER: &str =
-    "SELECT CASE WHEN freed AND waited THEN pg_notify('leasehold_release', key) END FROM r";
+/// What a release answers, per row released (`freed`: the row's new `token` is NULL, `waited`:
+/// its `wait_until` is ahead): notifying waiters iff freed and a waiter marked the row
+/// ([`marking`]).
+fn notify_if(freed: &str, waited: &str, key: &str) -> String {
+    format!("CASE WHEN {freed} AND {waited} THEN pg_notify('leasehold_release', {key}) END")
+}
 
-/// See [`RELEASE_CTES`].
-pub(super) static RELEASE: LazyLock<String> =
-    LazyLock::new(|| format!("{RELEASE_CTES}\n{RELEASE_ANSWER}"));
+/// See [`RELEASE_UPDATE`].
+pub(super) static RELEASE: LazyLock<String> = LazyLock::new(|| {
+    let notify = notify_if("l.token IS NULL", "l.wait_until > n.t", "l.key");
+    format!("{RELEASE_UPDATE}\nRETURNING {notify}")
+});
 
 /// [`RELEASE`] appending its `released` event ([`riding`]; `$3` to `$6` its parameters, `$7`
-/// the lease's fencing number).
+/// the lease's fencing number), with the same answer.
 pub(super) static RELEASE_RECORDING: LazyLock<String> = LazyLock::new(|| {
     let event = riding("r", HistoryKind::Released, "$7::bigint", 3);
-    format!("{RELEASE_CTES},\n{event}\n{RELEASE_ANSWER}")
+    let notify = notify_if("freed", "waited", "key");
+    format!(
+        "WITH r AS (\n{RELEASE_UPDATE}\n  RETURNING l.key, l.token IS NULL AS freed, \
+         l.wait_until > n.t AS waited),\n{event}\nSELECT {notify} FROM r"
+    )
 });
 
 /// Extend, token-checked, never on an expired row nor on one a [`RELEASE`] keeps for its hold
