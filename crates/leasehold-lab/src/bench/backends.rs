@@ -20,6 +20,9 @@ enum W1Run {
     PostgresFloor(String, PgFloor),
 }
 
+/// W1B's block: how many cycles a system runs before the next system's turn.
+const W1B_BLOCK: u64 = 200;
+
 /// WB: W1, W3 and W5 through [`leasehold::Locker`] on every backend, the systems taking turns
 /// within each repetition (the order rotates). All servers run throughout.
 pub(super) async fn wb(
@@ -28,8 +31,8 @@ pub(super) async fn wb(
     results: &mut Results,
 ) -> anyhow::Result<()> {
     say(format!(
-        "WB backends: W1 {} cycles, W3 {} workers {} s, W5 {} leases {} s, x {} repetitions on \
-         Redis, etcd (1 and 3 members) and PostgreSQL",
+        "WB backends: W1 {} cycles (in blocks of {W1B_BLOCK} taking turns), W3 {} workers {} s, \
+         W5 {} leases {} s, x {} repetitions on Redis, etcd (1 and 3 members) and PostgreSQL",
         st.wb_cycles, st.w3_workers, st.wb_w3_secs, st.wb_leases, st.wb_w5_secs, st.reps
     ));
     let redis = fresh(bin)?;
@@ -99,24 +102,33 @@ pub(super) async fn wb(
     for rep in 0..st.reps {
         let mut order = systems.to_vec();
         order.rotate_left(rep % systems.len());
-        let mut w1_order = w1_systems.clone();
-        w1_order.rotate_left(rep % w1_systems.len());
-        for (name, run) in w1_order {
-            let (c, p) = (st.wb_cycles, format!("wb1:{name}:{rep}"));
-            let (s, cdf) = on_runtime(Flavour::MultiThread, move || async move {
-                match run {
-                    W1Run::Locker(u, auto_extend, history) => {
-                        workloads::w1_locker(u, c, p, auto_extend, history).await
+        // W1B in blocks taking turns: each system's cycles of a repetition run as blocks of
+        // `W1B_BLOCK`, every system's block in turn, so that a slow second of the machine lands
+        // on every system alike. Run in one stretch a system, the same build measured 0.97-1.50
+        // x its floor from run to run (`bench/results/issue32-target7-backend-floors.md`,
+        // session 30). Each block is a run of its own (its connection, its warm-ups); the
+        // reported figures are the medians over every block of every repetition.
+        let blocks = (st.wb_cycles / W1B_BLOCK).max(1);
+        for block in 0..blocks {
+            let mut w1_order = w1_systems.clone();
+            w1_order.rotate_left((rep * blocks as usize + block as usize) % w1_systems.len());
+            for (name, run) in w1_order {
+                let (c, p) = (st.wb_cycles / blocks, format!("wb1:{name}:{rep}:{block}"));
+                let (s, cdf) = on_runtime(Flavour::MultiThread, move || async move {
+                    match run {
+                        W1Run::Locker(u, auto_extend, history) => {
+                            workloads::w1_locker(u, c, p, auto_extend, history).await
+                        }
+                        W1Run::EtcdFloor(e) => backend_floors::w1_etcd(e, c, p).await,
+                        W1Run::PostgresFloor(u, floor) => {
+                            backend_floors::w1_postgres(u, c, p, floor).await
+                        }
                     }
-                    W1Run::EtcdFloor(e) => backend_floors::w1_etcd(e, c, p).await,
-                    W1Run::PostgresFloor(u, floor) => {
-                        backend_floors::w1_postgres(u, c, p, floor).await
-                    }
-                }
-            })
-            .with_context(|| format!("WB W1 {name}"))?;
-            cdfs.insert(name.to_string(), cdf);
-            runs.entry(("W1B", name.to_string())).or_default().push(s);
+                })
+                .with_context(|| format!("WB W1 {name}"))?;
+                cdfs.insert(name.to_string(), cdf);
+                runs.entry(("W1B", name.to_string())).or_default().push(s);
+            }
         }
         for (name, url) in &order {
             let (u, w, d, k) = (

@@ -152,6 +152,8 @@ pub(super) fn markdown(doc: &Value) -> String {
                  taking turns in every repetition: Redis standalone, etcd with one member and \
                  with three, PostgreSQL session advisory locks and lease rows (`?lock=lease`). W3B is W3's contention on one key \
                  with its fairness columns; W5B holds auto-extended leases and counts the lost. \
+                 W1B runs each system's cycles in blocks of 200, every system's block in turn, \
+                 and reports the medians over the blocks. \
                  W1B only: `*_floor` is the raw client doing the same requests without lock \
                  logic (etcd: a Txn put-if-absent on one lease and a Txn delete-if-value; \
                  PostgreSQL: two statements, prepared, as leasehold sends them on a connection of \
