@@ -21,7 +21,7 @@ enum W1Run {
 }
 
 /// W1B's block: how many cycles a system runs before the next system's turn.
-const W1B_BLOCK: u64 = 200;
+pub(super) const W1B_BLOCK: u64 = 200;
 
 /// WB: W1, W3 and W5 through [`leasehold::Locker`] on every backend, the systems taking turns
 /// within each repetition (the order rotates). All servers run throughout.

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+use super::backends::W1B_BLOCK;
 use super::{Curves, Results, plot};
 
 pub(super) fn markdown(doc: &Value) -> String {
@@ -147,12 +148,12 @@ pub(super) fn markdown(doc: &Value) -> String {
             );
         }
         if w == "W1B" {
-            md.push_str(
+            md.push_str(&format!(
                 "\n(WB: W1, W3 and W5 through `leasehold::Locker` on each backend, the systems \
                  taking turns in every repetition: Redis standalone, etcd with one member and \
                  with three, PostgreSQL session advisory locks and lease rows (`?lock=lease`). W3B is W3's contention on one key \
                  with its fairness columns; W5B holds auto-extended leases and counts the lost. \
-                 W1B runs each system's cycles in blocks of 200, every system's block in turn, \
+                 W1B runs each system's cycles in blocks of {W1B_BLOCK}, every system's block in turn, \
                  and reports the medians over the blocks. \
                  W1B only: `*_floor` is the raw client doing the same requests without lock \
                  logic (etcd: a Txn put-if-absent on one lease and a Txn delete-if-value; \
@@ -162,8 +163,8 @@ pub(super) fn markdown(doc: &Value) -> String {
                  and trims the key's, as recording session locks do), `etcd_session` leasehold's \
                  auto-extended locks, which ride on the session lease instead of a lease of \
                  their own, and `*_history` the same locker recording the lock history (its \
-                 events ride in the lock's own transaction or statement))\n",
-            );
+                 events ride in the lock's own transaction or statement))\n"
+            ));
         }
         if w == "W7" {
             md.push_str(
