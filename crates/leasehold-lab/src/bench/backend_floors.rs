@@ -16,7 +16,9 @@
 //! - **PostgreSQL lease rows**: one `INSERT … ON CONFLICT … DO UPDATE … WHERE expired
 //!   RETURNING fence` and one token-checked `UPDATE`, on a table of the floor's own, prepared,
 //!   as leasehold sends them on a connection of its own (through a pooler it sends them
-//!   unnamed).
+//!   unnamed). Beside it, a reference: the same two statements each appending its event and
+//!   trimming the key's, as leasehold's recording lease rows do (the history table above):
+//!   what the machine allows a lease row's history (issue 32, target 3).
 
 use std::time::Duration;
 
@@ -75,6 +77,8 @@ pub(crate) enum PgFloor {
     FencedAdvisoryHistory,
     /// Lease rows.
     LeaseRows,
+    /// [`PgFloor::LeaseRows`], each statement appending its event and trimming the key's.
+    LeaseRowsHistory,
 }
 
 /// The fenced floor's granting statement: the advisory lock, the fence row's upsert if granted
@@ -147,26 +151,40 @@ pub(crate) async fn w1_postgres(
             .await?;
     }
     let (take, release) = match floor {
-        PgFloor::LeaseRows => {
+        PgFloor::LeaseRows | PgFloor::LeaseRowsHistory => {
             client
                 .batch_execute(
                     "CREATE TABLE IF NOT EXISTS leasehold_floor_leases (key text PRIMARY KEY, \
                      token text, expires_at timestamptz NOT NULL, fence bigint NOT NULL)",
                 )
                 .await?;
-            (
+            let (take, release) = (
                 "INSERT INTO leasehold_floor_leases AS t (key, token, expires_at, fence)
                  SELECT $1, 'v', n + interval '10 seconds', 1 FROM clock_timestamp() AS n
                  ON CONFLICT (key) DO UPDATE SET token = EXCLUDED.token,
                      expires_at = EXCLUDED.expires_at, fence = t.fence + 1
                   WHERE t.token IS NULL OR t.expires_at <= clock_timestamp()
-                 RETURNING fence"
-                    .to_string(),
+                 RETURNING fence",
                 "UPDATE leasehold_floor_leases SET token = NULL
                   WHERE key = $1 AND token = 'v' AND expires_at > clock_timestamp()
-                 RETURNING key"
-                    .to_string(),
-            )
+                 RETURNING key",
+            );
+            match floor {
+                PgFloor::LeaseRowsHistory => {
+                    client.batch_execute(HISTORY_TABLE).await?;
+                    (
+                        format!(
+                            "WITH a AS ({take}){} SELECT fence FROM a",
+                            event("a", "acquired", "a.fence")
+                        ),
+                        format!(
+                            "WITH r AS ({release}){} SELECT 1 FROM r",
+                            event("r", "released", "$2")
+                        ),
+                    )
+                }
+                _ => (take.to_string(), release.to_string()),
+            }
         }
         PgFloor::FencedAdvisory => (FENCED_TAKE.replace("{event}", ""), unlock.to_string()),
         PgFloor::FencedAdvisoryHistory => {
@@ -191,7 +209,10 @@ pub(crate) async fn w1_postgres(
         client.prepare(&take).await?,
         client.prepare(&release).await?,
     );
-    let history = matches!(floor, PgFloor::FencedAdvisoryHistory);
+    let history = matches!(
+        floor,
+        PgFloor::FencedAdvisoryHistory | PgFloor::LeaseRowsHistory
+    );
     let (summary, cdf) = measure_cycles(cycles, warm_ups(cycles), &prefix, |key| {
         let (client, take, release) = (&client, &take, &release);
         async move {
@@ -213,6 +234,10 @@ pub(crate) async fn w1_postgres(
     let _ = tokio::time::timeout(Duration::from_secs(5), conn).await;
     let what = match floor {
         PgFloor::LeaseRows => "INSERT ON CONFLICT + UPDATE, prepared",
+        PgFloor::LeaseRowsHistory => {
+            "the lease-row floor's statements, each inserting its event and trimming the key's \
+             (the default cap and retention), prepared"
+        }
         PgFloor::FencedAdvisory => {
             "pg_try_advisory_lock with the fence row's upsert + pg_advisory_unlock, prepared"
         }

@@ -90,6 +90,10 @@ pub(super) async fn wb(
             "postgres_lease_rows_floor",
             W1Run::PostgresFloor(pg.url(), PgFloor::LeaseRows),
         ),
+        (
+            "postgres_lease_rows_floor_history",
+            W1Run::PostgresFloor(pg.url(), PgFloor::LeaseRowsHistory),
+        ),
     ];
     let w1_systems: Vec<(&str, W1Run)> = systems
         .iter()

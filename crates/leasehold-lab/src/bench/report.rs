@@ -159,8 +159,8 @@ pub(super) fn markdown(doc: &Value) -> String {
                  logic (etcd: a Txn put-if-absent on one lease and a Txn delete-if-value; \
                  PostgreSQL: two statements, prepared, as leasehold sends them on a connection of \
                  its own; `postgres_fenced_floor` draws a fencing number as it takes the advisory \
-                 lock, and `postgres_fenced_floor_history` also inserts each statement's event \
-                 and trims the key's, as recording session locks do), `etcd_session` leasehold's \
+                 lock; `*_floor_history` also inserts each statement's event and trims the \
+                 key's, as recording locks do), `etcd_session` leasehold's \
                  auto-extended locks, which ride on the session lease instead of a lease of \
                  their own, and `*_history` the same locker recording the lock history (its \
                  events ride in the lock's own transaction or statement))\n"

@@ -546,18 +546,29 @@ pub(super) fn targets(r: &Results) -> Value {
              the lock's own transaction or statement)",
         );
     }
-    reference(
-        "W1B floor cycles/s postgres history on / off",
-        ratio(
-            r.get("W1B", "postgres_fenced_floor_history", "ops_per_s"),
-            r.get("W1B", "postgres_fenced_floor", "ops_per_s"),
+    for (system, floor, what) in [
+        ("postgres", "postgres_fenced_floor", "a session lock's"),
+        (
+            "postgres lease rows",
+            "postgres_lease_rows_floor",
+            "a lease row's",
         ),
-        HISTORY_ON_OF_OFF,
-        false,
-        "the fenced floor's statements each inserting their event and trimming the key's, as a \
-         recording session lock's do, with no lock logic, against the fenced floor: what the \
-         machine itself allows a session lock's history",
-    );
+    ] {
+        reference(
+            &format!("W1B floor cycles/s {system} history on / off"),
+            ratio(
+                r.get("W1B", &format!("{floor}_history"), "ops_per_s"),
+                r.get("W1B", floor, "ops_per_s"),
+            ),
+            HISTORY_ON_OF_OFF,
+            false,
+            &format!(
+                "the floor's statements each inserting their event and trimming the key's, as \
+                 {what} recording statements do, with no lock logic, against the same floor: \
+                 what the machine itself allows {what} history"
+            ),
+        );
+    }
     // Issue 32, target 7: each backend against its own floor (WB's W1).
     for (system, floor, what) in [
         ("etcd", "etcd_floor", "a lease of its own per lock, reused"),
