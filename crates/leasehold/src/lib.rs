@@ -51,6 +51,8 @@ pub mod internal {
     #[cfg(unix)]
     pub use crate::file::hooks as file;
     pub use crate::memory::hooks as memory;
+    #[cfg(feature = "postgres")]
+    pub use crate::postgres::hooks as postgres;
     pub use crate::redis::election::election_leader_key;
     pub use crate::redis::fair::{fair_scripts, queue_entry_ttl};
     pub use crate::redis::rwlock::{rwlock_readers_key, rwlock_writer_waiting_key};

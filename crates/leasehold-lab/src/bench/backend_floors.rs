@@ -12,7 +12,11 @@
 //!   statement appending its event as leasehold's recording statements do (an insert into a
 //!   history table of the floor's own, shaped as `leasehold_history`, and the key's trim to
 //!   the default cap and retention), the least an event riding in the statement costs: what
-//!   the machine allows recording the history (issue 32, target 3).
+//!   the machine allows recording the history (issue 32, target 3). And leasehold's own two
+//!   statements sent raw (`leasehold::internal::postgres`), prepared: what the server charges
+//!   for all that makes a session lock a fenced lease that refuses a pooler (the fence, the
+//!   checks that the session is the one it started on and holds no lock, the idle limit, the
+//!   keepalive reads), with no client logic: the library's own share is the rest.
 //! - **PostgreSQL lease rows**: one `INSERT … ON CONFLICT … DO UPDATE … WHERE expired
 //!   RETURNING fence` and one token-checked `UPDATE`, on a table of the floor's own, prepared,
 //!   as leasehold sends them on a connection of its own (through a pooler it sends them
@@ -75,6 +79,10 @@ pub(crate) enum PgFloor {
     FencedAdvisory,
     /// [`PgFloor::FencedAdvisory`], each statement appending its event and trimming the key's.
     FencedAdvisoryHistory,
+    /// Session advisory locks through leasehold's own statements, sent raw.
+    SessionStatements,
+    /// [`PgFloor::SessionStatements`] through the statements that append their events.
+    SessionStatementsHistory,
     /// Lease rows.
     LeaseRows,
     /// [`PgFloor::LeaseRows`], each statement appending its event and trimming the key's.
@@ -203,6 +211,13 @@ pub(crate) async fn w1_postgres(
             "SELECT 1 WHERE pg_try_advisory_lock(hashtextextended($1, 0))".to_string(),
             unlock.to_string(),
         ),
+        PgFloor::SessionStatements | PgFloor::SessionStatementsHistory => {
+            let recording = matches!(floor, PgFloor::SessionStatementsHistory);
+            let [tables, take, release] =
+                leasehold::internal::postgres::session_lock_statements(recording);
+            client.batch_execute(&tables).await?;
+            (take, release)
+        }
     };
     // Prepared, as leasehold prepares both kinds on a connection of its own.
     let (take, release) = (
@@ -213,9 +228,51 @@ pub(crate) async fn w1_postgres(
         floor,
         PgFloor::FencedAdvisoryHistory | PgFloor::LeaseRowsHistory
     );
+    // leasehold's session statements: the token, the TTL (ms, as text) and the session's
+    // server process, as a session sends them; recording, the event's holder and owner and the
+    // default cap and retention (the W1 lockers' own).
+    let session = match floor {
+        PgFloor::SessionStatements | PgFloor::SessionStatementsHistory => {
+            let pid: i32 = client
+                .query_one("SELECT pg_backend_pid()", &[])
+                .await?
+                .get(0);
+            let defaults = leasehold::HistoryOptions::default();
+            let event = matches!(floor, PgFloor::SessionStatementsHistory).then(|| {
+                (
+                    "v".to_string(),
+                    "o".to_string(),
+                    defaults.retention_period().as_millis() as i64,
+                    defaults.events_per_key() as i64,
+                )
+            });
+            Some(("v", "10000".to_string(), pid, event))
+        }
+        _ => None,
+    };
     let (summary, cdf) = measure_cycles(cycles, warm_ups(cycles), &prefix, |key| {
-        let (client, take, release) = (&client, &take, &release);
+        let (client, take, release, session) = (&client, &take, &release, &session);
         async move {
+            type Param<'a> = &'a (dyn tokio_postgres::types::ToSql + Sync);
+            if let Some((token, ttl, pid, event)) = session {
+                // One row: moved, mine, the fencing number (NULL: not granted), the keepalive
+                // settings; then one row whose first column says it unlocked.
+                let mut params: Vec<Param<'_>> = vec![&key, token, ttl, pid];
+                let mut again: Vec<Param<'_>> = vec![&key];
+                if let Some((holder, owner, retention, cap)) = event {
+                    params.extend([holder as Param<'_>, owner, retention, cap, &true]);
+                    again.extend([holder as Param<'_>, owner, retention, cap]);
+                }
+                let took = client.query_one(take, &params).await?;
+                let fence: Option<i64> = took.get(2);
+                anyhow::ensure!(fence.is_some(), "distinct key busy");
+                if event.is_some() {
+                    again.push(&fence);
+                }
+                let released = client.query_one(release, &again).await?;
+                anyhow::ensure!(released.get::<_, bool>(0), "not held");
+                return Ok(());
+            }
             let took = client.query_opt(take, &[&key]).await?;
             let released = match (history, &took) {
                 (true, Some(row)) => {
@@ -246,6 +303,10 @@ pub(crate) async fn w1_postgres(
              (the default cap and retention), prepared"
         }
         PgFloor::Advisory => "pg_try_advisory_lock + pg_advisory_unlock, prepared",
+        PgFloor::SessionStatements => "leasehold's session lock statements, raw, prepared",
+        PgFloor::SessionStatementsHistory => {
+            "leasehold's session lock statements appending their events, raw, prepared"
+        }
     };
     Ok((summary.with("statements", what), cdf))
 }

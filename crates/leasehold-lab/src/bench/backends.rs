@@ -87,6 +87,14 @@ pub(super) async fn wb(
             W1Run::PostgresFloor(pg.url(), PgFloor::FencedAdvisoryHistory),
         ),
         (
+            "postgres_statements_floor",
+            W1Run::PostgresFloor(pg.url(), PgFloor::SessionStatements),
+        ),
+        (
+            "postgres_statements_floor_history",
+            W1Run::PostgresFloor(pg.url(), PgFloor::SessionStatementsHistory),
+        ),
+        (
             "postgres_lease_rows_floor",
             W1Run::PostgresFloor(pg.url(), PgFloor::LeaseRows),
         ),

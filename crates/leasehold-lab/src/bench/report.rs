@@ -159,7 +159,8 @@ pub(super) fn markdown(doc: &Value) -> String {
                  logic (etcd: a Txn put-if-absent on one lease and a Txn delete-if-value; \
                  PostgreSQL: two statements, prepared, as leasehold sends them on a connection of \
                  its own; `postgres_fenced_floor` draws a fencing number as it takes the advisory \
-                 lock; `*_floor_history` also inserts each statement's event and trims the \
+                 lock, `postgres_statements_floor` sends leasehold's own session lock statements \
+                 raw; `*_floor_history` also inserts each statement's event and trims the \
                  key's, as recording locks do), `etcd_session` leasehold's \
                  auto-extended locks, which ride on the session lease instead of a lease of \
                  their own, and `*_history` the same locker recording the lock history (its \
@@ -188,17 +189,29 @@ pub(super) fn markdown(doc: &Value) -> String {
     md.push_str("## Targets\n\n| target | measured | bound | met |\n|---|---|---|---|\n");
     // A run of some workloads only lists the targets it measured.
     let partial = meta["workloads"].as_array().is_some_and(|w| !w.is_empty());
+    let mut tally = [0usize; 4];
     for t in doc["targets"].as_array().into_iter().flatten() {
         if partial && t["measured"].is_null() {
             continue;
         }
+        let beyond = t["beyond"].is_object();
         let met = match (t["met"].as_bool(), t["reference"].as_bool() == Some(true)) {
             (Some(true), false) => "yes",
+            (Some(false), false) if beyond => "beyond this machine: its floor misses it too",
             (Some(false), false) => "**no**",
             (Some(true), true) => "reference: within",
             (Some(false), true) => "reference: beyond",
             (None, _) => "not measured",
         };
+        if t["reference"].as_bool() != Some(true) {
+            let i = match (t["met"].as_bool(), beyond) {
+                (Some(true), _) => 0,
+                (Some(false), true) => 1,
+                (Some(false), false) => 2,
+                (None, _) => 3,
+            };
+            tally[i] += 1;
+        }
         md.push_str(&format!(
             "| {} ({}) | {} | {} {} | {met} |\n",
             t["target"].as_str().unwrap_or(""),
@@ -212,6 +225,12 @@ pub(super) fn markdown(doc: &Value) -> String {
             fmt(&t["bound"]),
         ));
     }
+    let [met, beyond, missed, unmeasured] = tally;
+    md.push_str(&format!(
+        "\nTargets: {met} met, {beyond} beyond this machine (missed where the floor beside \
+         them, the same work with no lock logic or a ceiling no lock passes, misses the bound \
+         too, with leasehold at that floor), {missed} missed, {unmeasured} not measured.\n"
+    ));
     if let Some(notes) = doc["meta"]["notes"].as_array().filter(|n| !n.is_empty()) {
         md.push_str("\n## Notes\n\n");
         for n in notes {

@@ -39,7 +39,7 @@ use crate::postgres::unexpected;
 /// The table and its index, created only if the table is missing: a role that may write the
 /// table but does not own it (a table its DBA created) would be refused the `CREATE INDEX`
 /// even with `IF NOT EXISTS`.
-const CREATE_TABLE: &str = "\
+pub(super) const CREATE_TABLE: &str = "\
 DO $$ BEGIN
   IF to_regclass('leasehold_history') IS NULL THEN
     CREATE TABLE IF NOT EXISTS leasehold_history (

@@ -154,3 +154,33 @@ pub(crate) use url::wants_lease_rows;
 
 #[cfg(doc)]
 use crate::core::error::Error;
+
+/// Lab hooks (`leasehold::internal`): the statements of a plain session lock, for the bench's
+/// floor that sends them raw.
+#[doc(hidden)]
+pub mod hooks {
+    /// The tables a session lock's statements use (created if missing: the fencing counters,
+    /// and with `recording`, the history), then the plain session lock's acquiring statement
+    /// (one attempt) and its release, as a session prepares them; with `recording`, the ones
+    /// that append their history events.
+    ///
+    /// The acquisition's parameters: `$1` key, `$2` token, `$3` the TTL in ms (text), `$4`
+    /// the session's `pg_backend_pid()`; recording, then `$5` holder, `$6` owner, `$7` the
+    /// retention in ms, `$8` the cap, `$9` whether the event carries the fencing number. The
+    /// release's: `$1` key; recording, then the same four and `$6` the fencing number.
+    pub fn session_lock_statements(recording: bool) -> [String; 3] {
+        let tables = match recording {
+            true => format!(
+                "{};\n{}",
+                super::sql::CREATE_TABLE,
+                super::history::CREATE_TABLE
+            ),
+            false => super::sql::CREATE_TABLE.to_string(),
+        };
+        let release = match recording {
+            true => super::sql::release_recording_sql(),
+            false => super::sql::RELEASE.to_string(),
+        };
+        [tables, super::sql::try_acquire_sql(recording), release]
+    }
+}
