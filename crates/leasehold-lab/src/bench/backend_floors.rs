@@ -15,8 +15,8 @@
 //!   the machine allows recording the history (issue 32, target 3). And leasehold's own two
 //!   statements sent raw (`leasehold::internal::postgres`), prepared: what the server charges
 //!   for all that makes a session lock a fenced lease that refuses a pooler (the fence, the
-//!   checks that the session is the one it started on and holds no lock, the idle limit, the
-//!   keepalive reads), with no client logic: the library's own share is the rest.
+//!   checks that the session is the one it started on and does not hold the key already, the
+//!   idle limit, the keepalive reads), with no client logic: the library's own share is the rest.
 //! - **PostgreSQL lease rows**: one `INSERT … ON CONFLICT … DO UPDATE … WHERE expired
 //!   RETURNING fence` and one token-checked `UPDATE`, on a table of the floor's own, prepared,
 //!   as leasehold sends them on a connection of its own (through a pooler it sends them
