@@ -193,6 +193,18 @@ mod tests {
         assert_eq!(parse_hosts("h:0080", 1), Ok(vec!["h:80".to_string()]));
     }
 
+    // Found by ports_are_digits_in_range (CI, 2026-12-08: port "1,"): a comma separates hosts
+    // and an empty entry is skipped; an entry's surrounding whitespace is trimmed.
+    #[test]
+    fn lists_skip_empty_entries_and_trim_whitespace() {
+        assert_eq!(parse_hosts("h:1,", 1), Ok(vec!["h:1".to_string()]));
+        assert_eq!(
+            parse_hosts(" h:1 , g ", 2),
+            Ok(vec!["h:1".to_string(), "g:2".to_string()])
+        );
+        assert!(parse_hosts(",", 1).is_err());
+    }
+
     // Found by ports_are_digits_in_range (with PROPTEST_CASES=5000; minimal input ":1"): `h::1`
     // was accepted as host `h:`, and `::1` as host `:`, both with port 1.
     #[test]
@@ -241,10 +253,18 @@ mod tests {
             prop_assert_eq!(redact(&url), expected);
         }
 
-        // A port is accepted iff it is written in decimal digits only and is 1 ..= 65535.
+        // A port is accepted iff it is written in decimal digits only and is 1 ..= 65535. The
+        // text is one entry's port: a comma would start the next host, and an entry's trailing
+        // whitespace is trimmed (both in `lists_skip_empty_entries_and_trim_whitespace`).
         #[test]
         fn ports_are_digits_in_range(
-            port in prop_oneof!["[0-9]{1,7}", "[+ -]?[0-9]{0,6}", any::<String>()],
+            port in prop_oneof![
+                "[0-9]{1,7}",
+                "[+ -]?[0-9]{0,6}",
+                any::<String>().prop_filter("one entry's port", |p| {
+                    !p.contains(',') && p.trim_end() == p
+                }),
+            ],
         ) {
             let valid = !port.is_empty()
                 && port.bytes().all(|b| b.is_ascii_digit())
